@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+import ductor_core
+
+
+def test_public_face_names_its_version() -> None:
+    assert ductor_core.__version__ == "0.1.0"
+    assert "__version__" in ductor_core.__all__

@@ -1,0 +1,40 @@
+"""The service starts, answers health checks, and its CLI and fixtures work."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+import redis
+from litestar.testing import AsyncTestClient
+
+from ductor_server import Settings, __version__, create_app
+from ductor_server.cli import main
+
+
+async def test_healthz_answers_ok() -> None:
+    async with AsyncTestClient(app=create_app(Settings())) as client:
+        response = await client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_cli_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ductor {__version__}"
+
+
+def test_each_test_gets_its_own_postgres_database(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute("SELECT current_database()").fetchone()
+    assert row is not None
+    assert row[0].startswith("ductor_t_")
+    assert postgres_url.endswith(row[0])
+
+
+def test_redis_prefix_is_private(redis_url: str, redis_prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.set(f"{redis_prefix}k", b"v")
+    assert client.get(f"{redis_prefix}k") == b"v"
+    client.close()

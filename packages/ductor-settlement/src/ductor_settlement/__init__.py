@@ -1,0 +1,7 @@
+"""Ductor's settlement: ledger model, pricing, metering and receipts. No I/O."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,1 @@
+pytest_plugins = ["ductor_server.pytest_plugin"]
