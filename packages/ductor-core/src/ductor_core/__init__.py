@@ -39,6 +39,7 @@ from ductor_core.expressions import (
     ExpressionEngine,
     default_engine,
 )
+from ductor_core.graph import Graph
 from ductor_core.runs import (
     AttemptResult,
     CancelChildRuns,
@@ -97,6 +98,7 @@ __all__ = [
     "ExpressionEngine",
     "ExpressionError",
     "GatherArgs",
+    "Graph",
     "IgnoredInput",
     "ItemState",
     "NotifyArgs",
