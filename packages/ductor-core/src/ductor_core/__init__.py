@@ -66,6 +66,12 @@ from ductor_core.runs import (
     TickResult,
     TimerFired,
 )
+from ductor_core.validation import (
+    Problem,
+    ValidationReport,
+    validate_definition,
+    validate_definition_json,
+)
 
 __version__ = "0.1.0"
 
@@ -102,6 +108,7 @@ __all__ = [
     "IgnoredInput",
     "ItemState",
     "NotifyArgs",
+    "Problem",
     "RegisterWait",
     "RetryPolicy",
     "RouteArgs",
@@ -123,6 +130,7 @@ __all__ = [
     "TickResult",
     "TimerFired",
     "Trigger",
+    "ValidationReport",
     "WaitArgs",
     "WaitForEventArgs",
     "WaitForSignalArgs",
@@ -137,4 +145,6 @@ __all__ = [
     "definition_from_obj",
     "format_duration",
     "parse_duration",
+    "validate_definition",
+    "validate_definition_json",
 ]
