@@ -42,6 +42,7 @@ from ductor_core.expressions import (
 from ductor_core.graph import Graph
 from ductor_core.runs import (
     AttemptResult,
+    BufferedSignal,
     CancelChildRuns,
     CancelRequested,
     CancelTimer,
@@ -66,6 +67,7 @@ from ductor_core.runs import (
     TickResult,
     TimerFired,
 )
+from ductor_core.tick import start_run, tick
 from ductor_core.validation import (
     Problem,
     ValidationReport,
@@ -82,6 +84,7 @@ __all__ = [
     # runs: inputs, commands, state
     "AttemptResult",
     "BridgeArgs",
+    "BufferedSignal",
     "CancelChildRuns",
     "CancelRequested",
     "CancelTimer",
@@ -145,6 +148,9 @@ __all__ = [
     "definition_from_obj",
     "format_duration",
     "parse_duration",
+    # tick
+    "start_run",
+    "tick",
     "validate_definition",
     "validate_definition_json",
 ]
