@@ -501,7 +501,7 @@ class _Walker:
             step_type = self.step_type(kind, _ptr(pointer, "type"), where, "type")
             if step_type is not None and ("args" in fields or "args" not in raw):
                 own = ref if isinstance(ref, str) else None
-                args = fields.get("args", {})
+                args = fields.get("args")
                 self.args(step_type, args, _ptr(pointer, "args"), where, "args.", own)
         self.retry_and_timeout(fields, pointer, where, "")
 
@@ -573,12 +573,24 @@ class _Walker:
     def args(
         self,
         step_type: StepType,
-        raw: dict[str, Any],
+        raw: dict[str, Any] | None,
         pointer: str,
         where: str,
         prefix: str,
         ref: str | None,
     ) -> None:
+        """Check one step's args; `raw` is None when the step has no `args` at all."""
+        if raw is None:
+            needed = [f.encode_name for f in _ARGS[step_type].fields if f.required]
+            if needed:
+                self.add(
+                    _BAD_ARGS,
+                    pointer,
+                    f"{where}: missing '{prefix.rstrip('.')}': a {step_type.value} step needs "
+                    + ", ".join(f"'{name}'" for name in needed),
+                )
+                return
+            raw = {}
         fields = self.struct(raw, _ARGS[step_type], pointer, where, prefix, _BAD_ARGS, _BAD_ARGS)
         check = _ARG_CHECKS[step_type]
         check(self, _Args(fields, raw, pointer, where, prefix, ref))
@@ -913,7 +925,7 @@ def _check_scatter(w: _Walker, a: _Args) -> None:
         elif step_type is not None:
             raw_template = a.raw["step"]
             if "args" in template or "args" not in raw_template:
-                args = template.get("args", {})
+                args = template.get("args")
                 w.args(step_type, args, _ptr(pointer, "args"), a.where, prefix + "args.", None)
         w.retry_and_timeout(template, pointer, a.where, prefix)
     workflow = a.fields.get("workflow")
@@ -1040,7 +1052,8 @@ def _compile_error(engine: ExpressionEngine, source: str) -> str | None:
         line, column = getattr(cause, "line", None), getattr(cause, "column", None)
         if isinstance(line, int) and isinstance(column, int):
             return f"syntax error at line {line}, column {column}"
-        return exc.message.split("\n", 1)[0]
+        message = exc.message.removesuffix(f" (in expression {source!r})")
+        return message.split("\n", 1)[0]
     except Exception as exc:  # a parser bug must not turn a report into a crash
         return f"could not be compiled: {type(exc).__name__}"
     return None
