@@ -93,8 +93,13 @@ class CelRustProgram:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
         if isinstance(activation, CelRustBoundVariables):
             context = activation._context
-        else:
+        elif isinstance(activation, Mapping):
             context = self._engine._context(activation, self.source)
+        else:
+            raise TypeError(
+                f"cannot evaluate on {CEL_RUST_ENGINE_NAME} against {type(activation).__name__}; "
+                "pass a mapping or variables bound by the same engine"
+            )
         try:
             result = self._program.execute(context)
         except Exception as exc:

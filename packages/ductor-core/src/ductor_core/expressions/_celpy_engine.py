@@ -172,6 +172,26 @@ def _in(item: Any, container: Any) -> celtypes.BoolType:
     raise TypeError(f"no such overload: 'in' on {kind}")
 
 
+def _index(container: Any, key: Any) -> Any:
+    # Lists take an int or uint in range, maps a key of a key type; strings
+    # are not indexable in CEL (celpy 0.5.0 indexes them, and takes -1).
+    kind, key_kind = _kind(container), _kind(key)
+    if kind == "list":
+        if key_kind not in ("int", "uint"):
+            raise TypeError(f"no such overload: list index of type {key_kind}")
+        if not 0 <= int(key) < len(container):
+            return celpy.CELEvalError(f"index {int(key)} out of range", IndexError, (int(key),))
+        return container[int(key)]
+    if kind == "map":
+        if key_kind not in ("string", "int", "uint", "bool"):
+            raise TypeError(f"no such overload: map key of type {key_kind}")
+        found = _map_lookup(container, key)
+        if found is _MISSING:
+            return celpy.CELEvalError(f"no such key: {to_json(key)!r}", KeyError, (key,))
+        return found
+    raise TypeError(f"no such overload: {kind} cannot be indexed")
+
+
 def _strict(operation: Callable[[Any, Any], Any], symbol: str) -> Callable[[Any, Any], Any]:
     def apply(a: Any, b: Any) -> Any:
         ka, kb = _kind(a), _kind(b)
@@ -208,9 +228,29 @@ def _string(value: Any) -> Any:
     return celtypes.StringType(value)
 
 
+def _size(value: Any) -> Any:
+    kind = _kind(value)
+    if kind not in ("string", "bytes", "list", "map"):
+        raise TypeError(f"no such overload: size of {kind}")
+    return celtypes.IntType(len(value))
+
+
+def _passing_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    # celpy hands error values to operator functions as arguments; an
+    # operator must return them, never compare or combine them.
+    def guarded(*args: Any) -> Any:
+        for arg in args:
+            if isinstance(arg, celpy.CELEvalError):
+                return arg
+        return function(*args)
+
+    guarded.__name__ = getattr(function, "__name__", "operator")
+    return guarded
+
+
 def _spec_functions() -> dict[str, Callable[..., Any]]:
     base = celpy.evaluation.base_functions
-    return {
+    functions: dict[str, Callable[..., Any]] = {
         "_==_": _eq,
         "_!=_": _ne,
         "_<_": _ordering(lambda a, b: a < b),
@@ -218,13 +258,16 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "_>_": _ordering(lambda a, b: a > b),
         "_>=_": _ordering(lambda a, b: a >= b),
         "_in_": _in,
+        "_[_]": _index,
         "_+_": _strict(base["_+_"], "+"),
         "_-_": _strict(base["_-_"], "-"),
         "_*_": _strict(base["_*_"], "*"),
         "_/_": _strict(base["_/_"], "/"),
         "_%_": _strict(base["_%_"], "%"),
         "string": _string,
+        "size": _size,
     }
+    return {name: _passing_errors(function) for name, function in functions.items()}
 
 
 # ------------------------------------------------------------ custom functions
@@ -296,8 +339,13 @@ class CelPyProgram:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
         if isinstance(activation, CelPyBoundVariables):
             variables = activation._variables
-        else:
+        elif isinstance(activation, Mapping):
             variables = self._engine._convert(activation, self.source)
+        else:
+            raise TypeError(
+                f"cannot evaluate on {CELPY_ENGINE_NAME} against {type(activation).__name__}; "
+                "pass a mapping or variables bound by the same engine"
+            )
         try:
             result = self._runner.evaluate(variables)
         except celpy.CELEvalError as exc:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ductor_core.expressions._values import INT64_MAX, INT64_MIN, UINT64_MAX
+
 JsonFunction = Callable[..., Any]
 
 # Functions of the CEL standard both engines implement the same way. An
@@ -235,7 +237,12 @@ def _sum(items: Any) -> int | float:
     numbers = _numbers(items, "sum")
     # Only ints sum to an int; one double makes the sum a double, as in CEL.
     if all(isinstance(n, int) for n in numbers):
-        return sum(numbers)
+        total = sum(numbers)
+        # int64 stays int64 (as CEL's `+`); only uint64-sized inputs may go past it.
+        limit = INT64_MAX if all(n <= INT64_MAX for n in numbers) else UINT64_MAX
+        if not INT64_MIN <= total <= limit:
+            raise OverflowError("sum() overflows a 64-bit integer")
+        return total
     return float(sum(numbers))
 
 
