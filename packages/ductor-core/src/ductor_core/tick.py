@@ -1002,7 +1002,10 @@ def start_run(
     )
     run = _Tick(index, state, now, engine or default_engine())
     for ref in index.roots:
+        if run.status.terminal:
+            break  # an inline root already failed the run: start nothing more
         run.start(ref)
+        run.drain()
     run.drain()
     return run.result()
 

@@ -1,0 +1,380 @@
+"""Property tests of the tick: random DAGs driven by a simulated server loop.
+
+The driver plays the coordinator: it persists state (msgspec round trip), turns
+commands into future inputs (results, timer firings, events, child ends) and
+delivers them in a hypothesis-chosen order, in batches, with duplicates and
+with timers that were cancelled still firing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from ductor_core import (
+    AttemptResult,
+    ChildRunEnded,
+    DispatchTask,
+    EdgeType,
+    ErrorInfo,
+    EventReceived,
+    RegisterWait,
+    RunFinished,
+    RunInput,
+    RunState,
+    RunStatus,
+    SetTimer,
+    SignalReceived,
+    StartChildRun,
+    StepStatus,
+    TickResult,
+    TimerFired,
+    WorkflowDefinition,
+    default_engine,
+    definition_from_obj,
+    start_run,
+    tick,
+)
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+# The CEL parser raises the recursion limit the first time it runs; do that
+# before hypothesis starts watching (it warns about limits changed under it).
+default_engine().evaluate("1 + 1", {})
+MAX_TICKS = 400
+
+# (ref, item_index, attempt) -> (ok, output, retryable)
+Script = dict[tuple[str, int, int], tuple[bool, int, bool]]
+
+
+@dataclass
+class Scenario:
+    definition: WorkflowDefinition
+    script: Script
+    children: dict[tuple[str, int], tuple[bool, int]]  # (ref, item) -> (succeeded, output)
+    signals: list[SignalReceived]
+
+    def __repr__(self) -> str:  # readable falsifying examples
+        return msgspec.json.encode(self.definition).decode() + f" script={self.script}"
+
+
+_OUT = st.integers(0, 1)
+_MOSTLY = st.sampled_from([True, True, True, False])  # mostly success, so runs get far
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    count = draw(st.integers(1, 9))
+    steps: list[dict[str, Any]] = []
+    script: Script = {}
+    children: dict[tuple[str, int], tuple[bool, int]] = {}
+    signals: list[SignalReceived] = []
+
+    def attempts(ref: str, index: int, max_attempts: int) -> None:
+        for attempt in range(1, max_attempts + 1):
+            script[(ref, index, attempt)] = (
+                draw(_MOSTLY),
+                draw(_OUT),
+                draw(_MOSTLY),
+            )
+
+    for i in range(count):
+        ref = f"s{i}"
+        kind = draw(
+            st.sampled_from(["action", "dataflow", "wait", "signal", "event", "sub", "scatter"])
+        )
+        if kind == "action":
+            max_attempts = draw(st.integers(1, 3))
+            steps.append(
+                {
+                    "ref": ref,
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {"action": "do", "params": {"i": "input.i"}},
+                    "retry": {"max_attempts": max_attempts, "initial_interval": "1s"},
+                }
+            )
+            attempts(ref, -1, max_attempts)
+        elif kind == "dataflow":
+            expr = draw(st.sampled_from(["1", "0", "input.i", "input.i - 1", "1 / 0"]))
+            steps.append(
+                {
+                    "ref": ref,
+                    "type": "STEP_TYPE_DATAFLOW",
+                    "args": {"operation": "project", "project": {"v": expr}},
+                }
+            )
+        elif kind == "wait":
+            steps.append({"ref": ref, "type": "STEP_TYPE_WAIT", "args": {"duration": "5s"}})
+        elif kind == "signal":
+            steps.append(
+                {"ref": ref, "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": f"go-{ref}"}}
+            )
+            signals.append(SignalReceived(signal_id=f"sig-{ref}", name=f"go-{ref}", payload=i))
+        elif kind == "event":
+            steps.append(
+                {
+                    "ref": ref,
+                    "type": "STEP_TYPE_WAIT_FOR_EVENT",
+                    "args": {"event": f"ev-{ref}", "match": "event.data.k == 1"},
+                }
+            )
+        elif kind == "sub":
+            steps.append(
+                {"ref": ref, "type": "STEP_TYPE_SUBWORKFLOW", "args": {"family_slug": "kid"}}
+            )
+            children[(ref, -1)] = (draw(_MOSTLY), draw(_OUT))
+        else:
+            size = draw(st.integers(0, 3))
+            max_attempts = draw(st.integers(1, 2))
+            steps.append(
+                {
+                    "ref": ref,
+                    "type": "STEP_TYPE_SCATTER",
+                    "args": {
+                        "items": str(list(range(size))),
+                        "max_concurrency": draw(st.integers(1, 2)),
+                        "tolerate_failures": draw(st.booleans()),
+                        "step": {
+                            "type": "STEP_TYPE_ACTION",
+                            "args": {"action": "each", "params": {"x": "item"}},
+                            "retry": {"max_attempts": max_attempts, "initial_interval": "1s"},
+                        },
+                    },
+                }
+            )
+            for index in range(size):
+                attempts(ref, index, max_attempts)
+    edges: list[dict[str, Any]] = []
+    for j in range(1, count):
+        for source in draw(st.lists(st.integers(0, j - 1), unique=True, max_size=3)):
+            edge_type = draw(st.sampled_from(["SUCCESS", "SUCCESS", "FAILURE", "ALWAYS", "COND"]))
+            edge: dict[str, Any] = {"source_ref": f"s{source}", "target_ref": f"s{j}"}
+            if edge_type == "COND":
+                edge["type"] = "EDGE_TYPE_CONDITION"
+                edge["condition"] = draw(st.sampled_from(["output == 1", "output != 1"]))
+            else:
+                edge["type"] = f"EDGE_TYPE_{edge_type}"
+            edges.append(edge)
+    definition = definition_from_obj({"family_slug": "prop", "steps": steps, "edges": edges})
+    return Scenario(definition=definition, script=script, children=children, signals=signals)
+
+
+@dataclass
+class Chooser:
+    """Which pending input goes next, in what batch, and whether to deliver it twice."""
+
+    pick: Callable[[int], int]
+    batch: Callable[[], int]
+    replay: Callable[[], bool]  # deliver again something delivered before
+
+
+FIFO = Chooser(pick=lambda n: 0, batch=lambda: 1, replay=lambda: False)
+
+
+def hypothesis_chooser(data: st.DataObject) -> Chooser:
+    return Chooser(
+        pick=lambda n: data.draw(st.integers(0, n - 1), label="pick"),
+        batch=lambda: data.draw(st.integers(1, 3), label="batch"),
+        replay=lambda: data.draw(st.sampled_from([False, False, True]), label="replay"),
+    )
+
+
+@dataclass
+class Trace:
+    final: RunState
+    dispatched: list[str] = field(default_factory=list)
+    finished: list[RunFinished] = field(default_factory=list)
+    ticks: int = 0
+
+
+def drive(scenario: Scenario, chooser: Chooser) -> Trace:
+    definition = scenario.definition
+    pool: list[RunInput] = list(scenario.signals)
+    history: list[RunInput] = []
+    trace = Trace(final=RunState(run_id="-", status=RunStatus.PENDING, created_at=NOW))
+
+    def absorb(result: TickResult) -> None:
+        for command in result.commands:
+            if isinstance(command, DispatchTask):
+                trace.dispatched.append(command.idempotency_key)
+                ok, output, retryable = scenario.script[
+                    (command.step_ref, command.item_index, command.attempt)
+                ]
+                pool.append(
+                    AttemptResult(
+                        step_ref=command.step_ref,
+                        item_index=command.item_index,
+                        attempt=command.attempt,
+                        ok=ok,
+                        output=output if ok else None,
+                        error=None
+                        if ok
+                        else ErrorInfo(code="x.failed", message="no", retryable=retryable),
+                    )
+                )
+            elif isinstance(command, SetTimer):
+                pool.append(TimerFired(timer_id=command.timer_id))
+            elif isinstance(command, RegisterWait) and command.kind == "event":
+                for n, k in ((0, 0), (1, 1)):
+                    pool.append(
+                        EventReceived(
+                            event_id=f"{command.step_ref}-{n}", name=command.name, data={"k": k}
+                        )
+                    )
+            elif isinstance(command, StartChildRun):
+                succeeded, output = scenario.children[(command.step_ref, command.item_index)]
+                pool.append(
+                    ChildRunEnded(
+                        step_ref=command.step_ref,
+                        item_index=command.item_index,
+                        child_run_id=f"child-{command.child_key}",
+                        status=RunStatus.SUCCEEDED if succeeded else RunStatus.FAILED,
+                        output=output if succeeded else None,
+                    )
+                )
+            elif isinstance(command, RunFinished):
+                trace.finished.append(command)
+            # CancelTimer is deliberately not honoured: stale firings must be ignored.
+
+    result = start_run(definition, run_id="run", input={"i": 1}, now=NOW)
+    absorb(result)
+    state = result.state
+    while not state.status.terminal:
+        assert pool, f"run is stuck: {state}"
+        trace.ticks += 1
+        assert trace.ticks <= MAX_TICKS, "run does not terminate"
+        batch: list[RunInput] = []
+        for _ in range(chooser.batch()):
+            if not pool:
+                break
+            if history and chooser.replay():
+                batch.append(history[chooser.pick(len(history))])
+                continue
+            item = pool.pop(chooser.pick(len(pool)))
+            history.append(item)
+            batch.append(item)
+        # persisted and reloaded between ticks, as the coordinator does
+        state = msgspec.json.decode(msgspec.json.encode(state), type=RunState)
+        result = tick(definition, state, batch, NOW)
+        absorb(result)
+        state = result.state
+    # anything still undelivered arrives after the end and must be ignored
+    if pool:
+        after = tick(definition, state, pool, NOW)
+        assert after.commands == []
+        assert len(after.ignored) == len(pool)
+        assert after.state == state
+    trace.final = state
+    return trace
+
+
+def outcome(definition: WorkflowDefinition, state: RunState) -> Any:
+    """What must not depend on delivery order. A failed run cancels whatever was
+    still in flight (fail fast), so only its status is order-free."""
+    if state.status is RunStatus.FAILED:
+        return state.status
+    return (
+        state.status,
+        state.output,
+        {
+            ref: (
+                s.status,
+                s.output,
+                s.attempt,
+                None if s.error is None else s.error.code,
+                None if s.items is None else [(i.status, i.output, i.attempt) for i in s.items],
+            )
+            for ref, s in state.steps.items()
+        },
+    )
+
+
+def unhandled_failures(definition: WorkflowDefinition, state: RunState) -> list[str]:
+    handled = {
+        e.source_ref
+        for e in definition.edges
+        if e.type in (EdgeType.FAILURE.value, EdgeType.ALWAYS.value)
+    }
+    return [
+        ref
+        for ref, s in state.steps.items()
+        if s.status is StepStatus.FAILED and ref not in handled
+    ]
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(scenario=scenarios(), data=st.data())
+def test_any_delivery_order_reaches_the_same_end(scenario: Scenario, data: st.DataObject) -> None:
+    reference = drive(scenario, FIFO)
+    shuffled = drive(scenario, hypothesis_chooser(data))
+    definition = scenario.definition
+    event(f"run {reference.final.status.value}")
+    event(f"ticks {min(shuffled.ticks // 10 * 10, 50)}+")
+    for trace in (reference, shuffled):
+        # terminated, announced exactly once
+        assert trace.final.status.terminal
+        assert len(trace.finished) == 1
+        assert trace.finished[0].status is trace.final.status
+        # no step dispatched twice for the same attempt
+        assert len(trace.dispatched) == len(set(trace.dispatched))
+        # never both succeeded and left a failure unhandled
+        unhandled = unhandled_failures(definition, trace.final)
+        if trace.final.status is RunStatus.SUCCEEDED:
+            assert unhandled == []
+            assert all(s.status.terminal for s in trace.final.steps.values())
+            assert trace.final.timers == {}
+        else:
+            assert trace.final.status is RunStatus.FAILED
+            # steps that failed in the same instant may both be unhandled
+            assert unhandled
+            assert trace.final.error is not None
+            assert trace.final.error.details["step_ref"] in unhandled
+        assert not any(s.status is StepStatus.PENDING for s in trace.final.steps.values())
+    assert outcome(definition, shuffled.final) == outcome(definition, reference.final)
+    if reference.final.status is RunStatus.SUCCEEDED:
+        assert sorted(shuffled.dispatched) == sorted(reference.dispatched)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios(), data=st.data())
+def test_tick_is_deterministic_and_does_not_touch_its_input(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    definition = scenario.definition
+    first = start_run(definition, run_id="run", input={"i": 1}, now=NOW)
+    assert first == start_run(definition, run_id="run", input={"i": 1}, now=NOW)
+    inputs: list[RunInput] = []
+    for command in first.commands:
+        if isinstance(command, DispatchTask):
+            ok, output, retryable = scenario.script[
+                (command.step_ref, command.item_index, command.attempt)
+            ]
+            inputs.append(
+                AttemptResult(
+                    step_ref=command.step_ref,
+                    item_index=command.item_index,
+                    attempt=command.attempt,
+                    ok=ok,
+                    output=output,
+                    error=None if ok else ErrorInfo(code="e", message="m", retryable=retryable),
+                )
+            )
+        elif isinstance(command, SetTimer):
+            inputs.append(TimerFired(timer_id=command.timer_id))
+    inputs.extend(scenario.signals)
+    inputs = data.draw(st.permutations(inputs))
+    before = msgspec.json.encode(first.state)
+    one = tick(definition, first.state, inputs, NOW)
+    assert msgspec.json.encode(first.state) == before
+    assert one == tick(definition, first.state, inputs, NOW)
+    assert len(one.ignored) <= len(inputs)
