@@ -134,23 +134,54 @@ def to_plain(value: Any) -> Any:
     JSON values pass (ints are range-checked), tuples become lists, mappings
     become dicts, tz-aware datetimes become UTC timestamps, timedeltas
     durations, bytes stay bytes; a msgspec Struct is converted to builtins
-    first. Anything else is refused.
+    first. Anything else is refused. A value that needs no change is returned
+    as it is (no copy), which keeps the common case cheap.
 
     Raises:
         ValueConversionError: for an int out of range, a naive datetime or a
             value that is not JSON.
     """
-    if value is None or isinstance(value, str | bool | float):
+    kind = type(value)
+    if kind is str or kind is bool or kind is float or value is None:
+        return value
+    if kind is int:
+        if INT64_MIN <= value <= UINT64_MAX:
+            return value
+        return check_int(value)
+    if kind is dict:
+        copy: dict[Any, Any] | None = None
+        for key, item in value.items():
+            plain = to_plain(item)
+            if type(key) is not str:
+                if not isinstance(key, str | int):
+                    raise ValueConversionError(f"map key {key!r} is not a string, int or bool")
+                if isinstance(key, int) and not isinstance(key, bool):
+                    check_int(key)
+            if plain is not item and copy is None:
+                copy = dict(value)
+            if copy is not None:
+                copy[key] = plain
+        return value if copy is None else copy
+    if kind is list:
+        items: list[Any] | None = None
+        for index, item in enumerate(value):
+            plain = to_plain(item)
+            if plain is not item and items is None:
+                items = list(value)
+            if items is not None:
+                items[index] = plain
+        return value if items is None else items
+    return _to_plain_other(value)
+
+
+def _to_plain_other(value: Any) -> Any:
+    # Subclasses and the less common types, off the fast path.
+    if isinstance(value, bool | str | float):
         return value
     if isinstance(value, int):
         return check_int(value)
     if isinstance(value, Mapping):
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str | int):
-                raise ValueConversionError(f"map key {k!r} is not a string, int or bool")
-            out[k if isinstance(k, str | bool) else check_int(k)] = to_plain(v)
-        return out
+        return to_plain(dict(value))
     if isinstance(value, list | tuple):
         return [to_plain(v) for v in value]
     if isinstance(value, datetime.datetime):
