@@ -19,7 +19,12 @@ from ductor_core import (
     validate_definition,
     validate_definition_json,
 )
-from ductor_core.expressions import CompiledExpression
+from ductor_core.expressions import (
+    BoundVariables,
+    CompiledExpression,
+    ExpressionEngine,
+    FunctionRegistry,
+)
 
 DATA = Path(__file__).parent / "data"
 HELLO = (DATA / "hello-world.json").read_bytes()
@@ -177,8 +182,15 @@ class _CountingEngine:
         self.compiled[source] += 1
         return self.inner.compile(source)
 
-    def evaluate(self, source: str, activation: Mapping[str, Any]) -> Any:
+    @property
+    def functions(self) -> FunctionRegistry:
+        return self.inner.functions
+
+    def evaluate(self, source: str, activation: Any) -> Any:
         return self.inner.evaluate(source, activation)
+
+    def bind(self, activation: Mapping[str, Any]) -> BoundVariables:
+        return self.inner.bind(activation)
 
 
 def test_uses_the_given_engine_and_compiles_each_source_once() -> None:
@@ -190,6 +202,7 @@ def test_uses_the_given_engine_and_compiles_each_source_once() -> None:
         "condition": "steps.greet.output != null",
     }
     engine = _CountingEngine()
+    assert isinstance(engine, ExpressionEngine)
     assert validate_definition(raw, engine=engine).valid
     assert engine.compiled == {
         '"hello"': 1,

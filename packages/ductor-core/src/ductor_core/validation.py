@@ -27,6 +27,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -156,7 +157,10 @@ def validate_definition_json(
 
 def _ptr(base: str, *parts: str | int) -> str:
     for part in parts:
-        base += "/" + str(part).replace("~", "~0").replace("/", "~1")
+        text = str(part)
+        if "~" in text or "/" in text:
+            text = text.replace("~", "~0").replace("/", "~1")
+        base += "/" + text
     return base
 
 
@@ -224,7 +228,12 @@ _TRIGGER = _struct_info(Trigger)
 _RETRY = _struct_info(RetryPolicy)
 _TEMPLATE = _struct_info(StepTemplate)
 _RETRY_DEFAULTS = RetryPolicy()
+_STEP_TYPES = {t.value: t for t in StepType}
+_EDGE_TYPES = {t.value: t for t in EdgeType}
 _ARGS = {step_type: _struct_info(cls) for step_type, cls in ARGS_BY_TYPE.items()}
+# Field lookup per struct, filled on first use (structs are few and fixed).
+_FIELDS: dict[type, tuple[dict[str, mi.Field], tuple[str, ...]]] = {}
+_UNSEEN = "\0unseen"  # not a compile error any engine can return
 _TOP_FIELDS = frozenset(f.encode_name for f in _struct_info(WorkflowDefinition).fields)
 
 
@@ -238,6 +247,7 @@ class _Walker:
         self.engine = engine
         self.problems: list[Problem] = []
         self._compiled: dict[str, str | None] = {}
+        self._durations: dict[str, timedelta] = {}
         self.first_index: dict[str, int] = {}
         self.types: dict[str, str] = {}
         self.graph = Graph((), ())
@@ -315,13 +325,19 @@ class _Walker:
         unknown_code: str,
     ) -> dict[str, Any]:
         """Check an object's fields; return those that conform."""
-        fields = {f.encode_name: f for f in info.fields}
-        for f in info.fields:
-            if f.required and f.encode_name not in raw:
+        known = _FIELDS.get(info.cls)
+        if known is None:
+            known = _FIELDS[info.cls] = (
+                {f.encode_name: f for f in info.fields},
+                tuple(f.encode_name for f in info.fields if f.required),
+            )
+        fields, required = known
+        for name in required:
+            if name not in raw:
                 self.add(
                     code,
-                    _ptr(pointer, f.encode_name),
-                    f"{where}: missing required field '{prefix}{f.encode_name}'",
+                    _ptr(pointer, name),
+                    f"{where}: missing required field '{prefix}{name}'",
                 )
         ok: dict[str, Any] = {}
         for key, value in raw.items():
@@ -337,6 +353,9 @@ class _Walker:
                     f"{where}: unknown field '{prefix}{key}'{hint}",
                 )
                 continue
+            if _conforms(value, field.type):
+                ok[key] = value  # the common case: no pointer or label to build
+                continue
             good, cleaned = self.check(
                 value, field.type, _ptr(pointer, key), where, prefix + key, code
             )
@@ -351,22 +370,27 @@ class _Walker:
 
     # leaf checks
 
-    def cel(self, source: str, pointer: str, where: str, label: str) -> None:
-        """Compile one CEL expression; report it if it does not compile."""
-        if source not in self._compiled:
-            self._compiled[source] = _compile_error(self.engine, source)
-        error = self._compiled[source]
+    def cel(self, source: str, base: str, *parts: str | int, where: str, label: str) -> None:
+        """Compile one CEL expression at `base`/`parts`; report it if it does not compile.
+
+        The pointer is only built for a problem: most expressions are fine.
+        """
+        error = self._compiled.get(source, _UNSEEN)
+        if error is _UNSEEN:
+            error = self._compiled[source] = _compile_error(self.engine, source)
         if error is not None:
             self.add(
                 _BAD_EXPRESSION,
-                pointer,
+                _ptr(base, *parts),
                 f"{_lead(where)}'{label}' is not valid CEL ({error}): {_show(source)}",
             )
 
     def duration(self, text: str, pointer: str, where: str, label: str) -> bool:
         """Parse a duration; report it and return False if it does not parse or is zero."""
         try:
-            value = parse_duration(text)
+            value = self._durations.get(text)
+            if value is None:
+                value = self._durations[text] = parse_duration(text)
         except DurationError:
             self.add(
                 _BAD_DURATION,
@@ -507,8 +531,8 @@ class _Walker:
 
     def step_type(self, kind: str, pointer: str, where: str, label: str) -> StepType | None:
         try:
-            return StepType(kind)
-        except ValueError:
+            return _STEP_TYPES[kind]
+        except KeyError:
             close = difflib.get_close_matches(kind, [t.value for t in StepType], n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             self.add(
@@ -553,7 +577,7 @@ class _Walker:
             if isinstance(text, str) and self.duration(
                 text, _ptr(pointer, name), where, prefix + name
             ):
-                intervals[name] = parse_duration(text)
+                intervals[name] = self._durations[text]
         if len(intervals) == 2 and intervals["initial_interval"] > intervals["max_interval"]:
             self.add(
                 _BAD_RETRY,
@@ -620,8 +644,8 @@ class _Walker:
         edge_type: EdgeType | None = None
         if isinstance(kind, str):
             try:
-                edge_type = EdgeType(kind)
-            except ValueError:
+                edge_type = _EDGE_TYPES[kind]
+            except KeyError:
                 self.add(
                     "definition.unknown_edge_type",
                     _ptr(pointer, "type"),
@@ -645,7 +669,7 @@ class _Walker:
                 f"this one is {edge_type.value}",
             )
         elif isinstance(condition, str):
-            self.cel(condition, _ptr(pointer, "condition"), where, "condition")
+            self.cel(condition, pointer, "condition", where=where, label="condition")
         if isinstance(source, str) and isinstance(target, str) and known:
             if source == target:
                 self.add(
@@ -679,7 +703,7 @@ class _Walker:
                 f"{where}: 'event' must name an event, got an empty string",
             )
         if isinstance(fields.get("filter"), str):
-            self.cel(fields["filter"], _ptr(pointer, "filter"), where, "filter")
+            self.cel(fields["filter"], pointer, "filter", where=where, label="filter")
 
     def input_schema(self, value: Any) -> None:
         if value is None:
@@ -712,7 +736,7 @@ class _Walker:
             if not value.strip():
                 self.add("definition.bad_output", "/output", "'output' must not be empty")
             else:
-                self.cel(value, "/output", where, "output")
+                self.cel(value, "/output", where=where, label="output")
             return
         if not isinstance(value, dict):
             self.add(
@@ -736,7 +760,7 @@ class _Walker:
                     f"'output.{key}' must be a CEL string, got {_kind(source)}",
                 )
             else:
-                self.cel(source, pointer, where, f"output.{key}")
+                self.cel(source, pointer, where=where, label=f"output.{key}")
 
     def graph_problems(self) -> None:
         if not self.steps_known:
@@ -799,7 +823,7 @@ def _cel_fields(w: _Walker, a: _Args, *names: str) -> None:
     for name in names:
         source = a.text(name)
         if source is not None:
-            w.cel(source, a.at(name), a.where, a.prefix + name)
+            w.cel(source, a.pointer, name, where=a.where, label=a.prefix + name)
 
 
 def _cel_map(w: _Walker, a: _Args, name: str) -> None:
@@ -807,7 +831,14 @@ def _cel_map(w: _Walker, a: _Args, name: str) -> None:
     if isinstance(value, dict):
         for key, source in value.items():
             if isinstance(source, str):
-                w.cel(source, a.at(name, key), a.where, f"{a.prefix}{name}.{key}")
+                w.cel(
+                    source,
+                    a.pointer,
+                    name,
+                    key,
+                    where=a.where,
+                    label=f"{a.prefix}{name}.{key}",
+                )
 
 
 def _exactly_one(w: _Walker, a: _Args, first: str, second: str, what: str) -> None:
@@ -858,7 +889,14 @@ def _check_dataflow(w: _Walker, a: _Args) -> None:
     _cel_fields(w, a, "items", "predicate", "expression", "source")
     sources = a.fields.get("sources")
     for j, source in enumerate(sources if isinstance(sources, list) else []):
-        w.cel(source, a.at("sources", j), a.where, f"{a.prefix}sources[{j}]")
+        w.cel(
+            source,
+            a.pointer,
+            "sources",
+            j,
+            where=a.where,
+            label=f"{a.prefix}sources[{j}]",
+        )
     keys = a.fields.get("keys")
     for j, key in enumerate(keys if isinstance(keys, list) else []):
         if not key:
@@ -1015,30 +1053,53 @@ _ARG_CHECKS: dict[StepType, Callable[[_Walker, _Args], None]] = {
 
 
 def _conforms(value: Any, t: mi.Type) -> bool:
-    """Whether a scalar (or a list/dict of scalars) has type `t`, as msgspec decides."""
+    """Whether a scalar (or a list/dict of scalars) has type `t`, as msgspec decides.
+
+    A struct never conforms here: it needs the reporting walk of `_Walker.check`.
+    """
+    checker = _CHECKERS.get(id(t))
+    if checker is None:
+        checker = _CHECKERS[id(t)] = _checker(t)
+        _CHECKED_TYPES.append(t)  # keeps `id(t)` from being reused
+    return checker(value)
+
+
+# The type checks, compiled once per type: validation runs them for every field.
+_CHECKERS: dict[int, Callable[[Any], bool]] = {}
+_CHECKED_TYPES: list[mi.Type] = []
+
+
+def _checker(t: mi.Type) -> Callable[[Any], bool]:
     if isinstance(t, mi.AnyType):
-        return True
+        return lambda value: True
     if isinstance(t, mi.NoneType):
-        return value is None
+        return lambda value: value is None
     if isinstance(t, mi.BoolType):
-        return isinstance(value, bool)
+        return lambda value: isinstance(value, bool)
     if isinstance(t, mi.IntType):
-        return isinstance(value, int) and not isinstance(value, bool)
+        return lambda value: isinstance(value, int) and not isinstance(value, bool)
     if isinstance(t, mi.FloatType):
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return lambda value: isinstance(value, int | float) and not isinstance(value, bool)
     if isinstance(t, mi.StrType):
-        return isinstance(value, str)
+        return lambda value: isinstance(value, str)
     if isinstance(t, mi.LiteralType):
-        return any(type(value) is type(v) and value == v for v in t.values)
+        allowed = t.values
+        return lambda value: any(type(value) is type(v) and value == v for v in allowed)
     if isinstance(t, mi.ListType):
-        return isinstance(value, list) and all(_conforms(v, t.item_type) for v in value)
+        item_type = t.item_type
+        return lambda value: (
+            isinstance(value, list) and all(_conforms(item, item_type) for item in value)
+        )
     if isinstance(t, mi.DictType):
-        return isinstance(value, dict) and all(
-            isinstance(k, str) and _conforms(v, t.value_type) for k, v in value.items()
+        value_type = t.value_type
+        return lambda value: (
+            isinstance(value, dict)
+            and all(isinstance(k, str) and _conforms(v, value_type) for k, v in value.items())
         )
     if isinstance(t, mi.UnionType):
-        return any(_conforms(value, m) for m in t.types)
-    return False
+        members = [_checker(m) for m in t.types]
+        return lambda value: any(member(value) for member in members)
+    return lambda value: False
 
 
 def _compile_error(engine: ExpressionEngine, source: str) -> str | None:
