@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import json
 import logging
+import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -437,3 +440,25 @@ def test_to_json_formats() -> None:
         "k": [1.5],
     }
     assert to_json(int) == "int"
+
+
+# -------------------------------------------------------------------- docs
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "expressions.md"
+
+
+def test_every_code_sample_in_the_expressions_doc_runs() -> None:
+    samples = re.findall(r"```python\n(.*?)```", DOCS.read_text("utf-8"), flags=re.DOTALL)
+    assert len(samples) >= 3
+    for sample in samples:
+        exec(compile(sample, str(DOCS), "exec"), {"__name__": "docs_sample"})
+
+
+def test_the_doc_lists_every_builtin_and_every_difference() -> None:
+    text = DOCS.read_text("utf-8")
+    for function in BUILTIN_FUNCTIONS:
+        assert f"`{function.name}(" in text, function.name
+    corpus = json.loads((Path(__file__).parent / "data" / "cel_corpus.json").read_text("utf-8"))
+    for case in corpus["cases"]:
+        if "differs" in case:
+            assert f"`{case['expr']}`" in text, case["id"]

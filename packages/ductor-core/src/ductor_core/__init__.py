@@ -34,10 +34,16 @@ from ductor_core.definitions import (
 from ductor_core.durations import format_duration, parse_duration
 from ductor_core.errors import DefinitionError, DuctorError, DurationError, ExpressionError
 from ductor_core.expressions import (
+    BoundVariables,
     CelPyEngine,
+    CelRustEngine,
     CompiledExpression,
     ExpressionEngine,
+    FunctionRegistry,
     default_engine,
+    default_registry,
+    engine_by_name,
+    make_activation,
 )
 from ductor_core.graph import Graph
 from ductor_core.runs import (
@@ -83,13 +89,15 @@ __all__ = [
     "ActionArgs",
     # runs: inputs, commands, state
     "AttemptResult",
+    # expressions
+    "BoundVariables",
     "BridgeArgs",
     "BufferedSignal",
     "CancelChildRuns",
     "CancelRequested",
     "CancelTimer",
-    # expressions
     "CelPyEngine",
+    "CelRustEngine",
     "ChildRunEnded",
     "ClearWait",
     "Command",
@@ -106,6 +114,7 @@ __all__ = [
     "EventReceived",
     "ExpressionEngine",
     "ExpressionError",
+    "FunctionRegistry",
     "GatherArgs",
     "Graph",
     "IgnoredInput",
@@ -145,8 +154,11 @@ __all__ = [
     "decode_args",
     "decode_definition",
     "default_engine",
+    "default_registry",
     "definition_from_obj",
+    "engine_by_name",
     "format_duration",
+    "make_activation",
     "parse_duration",
     # tick
     "start_run",
