@@ -19,6 +19,7 @@ from ductor_core import (
     definition_from_obj,
     validate_definition,
 )
+from ductor_core.validation import PROBLEM_CODES
 
 # Build the engine before any example runs: cel-python raises the recursion
 # limit when it is created, which hypothesis would warn about mid-test.
@@ -67,7 +68,7 @@ def _check_report(document: Any) -> None:
     report = validate_definition(document)
     assert report.valid is (not report.problems)
     for problem in report.problems:
-        assert problem.code.startswith("definition.")
+        assert problem.code in PROBLEM_CODES
         assert problem.message
         assert _resolves(document, problem.pointer), problem
     _agrees_with_decoder(document, {p.code for p in report.problems}, report.problems)

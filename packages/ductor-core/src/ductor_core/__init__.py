@@ -75,6 +75,7 @@ from ductor_core.runs import (
 )
 from ductor_core.tick import start_run, tick
 from ductor_core.validation import (
+    PROBLEM_CODES,
     Problem,
     ValidationReport,
     validate_definition,
@@ -86,6 +87,7 @@ __version__ = "0.1.0"
 __all__ = [
     # definitions
     "ARGS_BY_TYPE",
+    "PROBLEM_CODES",
     "ActionArgs",
     # runs: inputs, commands, state
     "AttemptResult",

@@ -60,6 +60,32 @@ SCATTER_STEP_TYPES: frozenset[StepType] = frozenset(
 )
 """The step types a SCATTER may run once per item."""
 
+PROBLEM_CODES: dict[str, str] = {
+    "definition.malformed": "not an object, a missing required field, or a value of the wrong type",
+    "definition.unknown_field": "a field the definition format does not have",
+    "definition.bad_slug": "a family slug that is not lowercase letters, digits and '-'",
+    "definition.empty": "a definition with no steps",
+    "definition.bad_ref": "a step ref that is not a letter or '_', then letters, digits, '_', '-'",
+    "definition.duplicate_ref": "two steps with the same ref",
+    "definition.unknown_step_type": "a step type that does not exist",
+    "definition.unknown_edge_type": "an edge type that does not exist",
+    "definition.bad_args": "step args that are missing, unknown, wrongly typed or inconsistent",
+    "definition.bad_duration": "a duration string that does not parse, or a zero timeout",
+    "definition.bad_retry": "a retry policy that cannot work",
+    "definition.bad_expression": "a CEL expression that does not compile",
+    "definition.dangling_edge": "an edge whose source or target is not a step",
+    "definition.self_loop": "an edge from a step to itself",
+    "definition.duplicate_edge": "the same edge twice",
+    "definition.cycle": "steps that form a cycle",
+    "definition.unreachable_step": "a step no starting step leads to",
+    "definition.condition_missing": "a CONDITION edge without a condition",
+    "definition.condition_unexpected": "a condition on an edge that is not a CONDITION edge",
+    "definition.bad_trigger": "a trigger without an event name",
+    "definition.bad_output": "an output that is not a CEL string or an object of them",
+    "definition.bad_input_schema": "an input schema that is not a JSON Schema object",
+}
+"""Every problem code validation reports, with what it means."""
+
 _MALFORMED = "definition.malformed"
 _UNKNOWN_FIELD = "definition.unknown_field"
 _BAD_ARGS = "definition.bad_args"
