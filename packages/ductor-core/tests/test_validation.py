@@ -11,8 +11,11 @@ import pytest
 
 from ductor_core import (
     DefinitionError,
+    Edge,
     Problem,
+    Step,
     ValidationReport,
+    WorkflowDefinition,
     decode_definition,
     default_engine,
     definition_from_obj,
@@ -209,3 +212,20 @@ def test_uses_the_given_engine_and_compiles_each_source_once() -> None:
         "steps.greet.output != null": 1,
         "steps.greet.output": 1,
     }
+
+
+def test_a_definition_built_in_code_is_checked_too() -> None:
+    definition = WorkflowDefinition(
+        family_slug="built",
+        steps=[
+            Step(ref="a", type="STEP_TYPE_WAIT", args={"duration": "soon"}),
+            Step(ref="b c", type="STEP_TYPE_NOTIFY", args={"recipient": "'x'"}),
+        ],
+        edges=[Edge(source_ref="a", target_ref="b c", condition="true")],
+    )
+    assert _codes(validate_definition(definition)) == [
+        ("definition.bad_duration", "/steps/0/args/duration"),
+        ("definition.bad_ref", "/steps/1/ref"),
+        ("definition.bad_args", "/steps/1/args/title"),
+        ("definition.condition_unexpected", "/edges/0/condition"),
+    ]
