@@ -962,3 +962,42 @@ def test_commands_encode_as_a_tagged_union() -> None:
     result = start_run(_scatter_wf(), run_id="r", input={"items": [1]}, now=NOW)
     raw = msgspec.json.encode(result.commands)
     assert msgspec.json.decode(raw, type=list[Command]) == result.commands
+
+
+def test_expressions_see_every_finished_step_however_they_name_it() -> None:
+    definition = wf(
+        [
+            dataflow("a", operation="project", project={"v": "1"}),
+            dataflow("b", operation="project", project={"v": "2"}),
+            dataflow(
+                "c",
+                operation="project",
+                project={
+                    "count": "size(steps)",
+                    "by_index": 'steps["a"].output.v',
+                    "by_field": "steps.b.output.v",
+                    "has_later": "has(steps.d)",
+                },
+            ),
+            dataflow("d", operation="project", project={"v": "4"}),
+        ],
+        [("a", "c"), ("b", "c"), ("c", "d")],
+    )
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert result.state.steps["c"].output == {
+        "count": 2,
+        "by_index": 1,
+        "by_field": 2,
+        "has_later": False,
+    }
+
+
+def test_referenced_steps_never_leaves_a_use_out() -> None:
+    from ductor_core._step_index import referenced_steps
+
+    assert referenced_steps(["steps.a.output + steps.b_2.output", "input.x"]) == ("a", "b_2")
+    assert referenced_steps(["1 + 1"]) == ()
+    assert referenced_steps(['steps["a-b"].output']) is None
+    assert referenced_steps(["size(steps) > 0"]) is None
+    assert referenced_steps(["steps.a.output", "steps"]) is None
+    assert referenced_steps(["my_steps.x + steps . c.output"]) == ("c",)

@@ -7,8 +7,10 @@ Holds no run state and does no I/O.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -32,6 +34,36 @@ from ductor_core.graph import Graph
 
 _CACHE_SIZE = 128
 
+_STEPS_TOKEN = re.compile(r"\bsteps\b")
+_STEPS_FIELD = re.compile(r"\bsteps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def referenced_steps(sources: Iterable[str]) -> tuple[str, ...] | None:
+    """The refs that `sources` name as `steps.<ref>`, or None if any uses `steps`
+    another way (`steps["a-b"]`, `size(steps)`), so the whole map is needed.
+
+    Over-inclusion is harmless (a literal "steps.x" adds x); a use of `steps`
+    that is not `steps.<ident>` always gives None, so nothing is ever left out.
+    """
+    refs: dict[str, None] = {}
+    for source in sources:
+        fields = _STEPS_FIELD.findall(source)
+        if len(_STEPS_TOKEN.findall(source)) != len(fields):
+            return None
+        refs.update(dict.fromkeys(fields))
+    return tuple(refs)
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
 
 @dataclass(frozen=True, slots=True)
 class IndexedEdge:
@@ -40,6 +72,7 @@ class IndexedEdge:
     position: int
     edge: Edge
     kind: EdgeType | None
+    uses: tuple[str, ...] | None = ()  # refs the condition reads (None: all)
 
 
 @dataclass(slots=True)
@@ -57,6 +90,7 @@ class StepIndex:
     template_kind: StepType | None = None  # SCATTER of a step: the template's type
     template_args: StepArgs | None = None
     template_timeout: timedelta | None = None
+    uses: tuple[str, ...] | None = None  # refs its expressions read (None: all)
 
     @property
     def handles_failure(self) -> bool:
@@ -101,6 +135,7 @@ def _index_template(info: StepIndex, template: StepTemplate) -> None:
 
 def _index_step(position: int, step: Step) -> StepIndex:
     info = StepIndex(step=step, position=position, kind=None, args=None, problem=None, timeout=None)
+    info.uses = referenced_steps(_strings(step.args))
     try:
         info.kind = step.step_type
         info.args = step.typed_args()
@@ -125,7 +160,8 @@ def build_index(definition: WorkflowDefinition) -> DefinitionIndex:
             kind: EdgeType | None = edge.edge_type
         except DuctorError:
             kind = None
-        edges.append(IndexedEdge(position=position, edge=edge, kind=kind))
+        uses = referenced_steps([edge.condition] if edge.condition is not None else [])
+        edges.append(IndexedEdge(position=position, edge=edge, kind=kind, uses=uses))
     order = list(graph.refs)
     event_waiters: dict[str, list[str]] = {}
     signal_waiters: dict[str, list[str]] = {}

@@ -147,12 +147,13 @@ class _Tick:
         self.state = state
         self.run_id = state.run_id
         self.now = now
-        self.now_iso = _iso(now)
+        self._now_iso: str | None = None
         self.engine = engine
         self.steps: dict[str, StepState] = dict(state.steps)
-        for ref in index.order:  # a state made by hand may omit steps
-            if ref not in self.steps:
-                self.steps[ref] = StepState(ref=ref)
+        if len(self.steps) != len(index.order):  # a state made by hand may omit steps
+            for ref in index.order:
+                if ref not in self.steps:
+                    self.steps[ref] = StepState(ref=ref)
         self.timers: dict[str, datetime] = dict(state.timers)
         self.pending_signals: list[BufferedSignal] = list(state.pending_signals)
         self.received_ids: list[str] = list(state.received_ids)
@@ -193,25 +194,47 @@ class _Tick:
 
     # --- expressions ---------------------------------------------------------------
 
-    def activation(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The variables every expression sees: input, finished steps, run (+ extra)."""
-        if self._view is None:
-            self._view = {
-                ref: {"output": s.output, "status": s.status.value}
-                for ref, s in self.steps.items()
-                if s.status.terminal
-            }
+    def activation(
+        self, extra: Mapping[str, Any] | None = None, uses: tuple[str, ...] | None = None
+    ) -> dict[str, Any]:
+        """The variables every expression sees: input, finished steps, run (+ extra).
+
+        `uses` names the steps the expressions can read (from the index); only
+        those are put in `steps`, so the cost of an evaluation does not grow
+        with the run. None means all finished steps.
+        """
+        if uses is None:
+            if self._view is None:
+                self._view = {
+                    ref: {"output": s.output, "status": s.status.value}
+                    for ref, s in self.steps.items()
+                    if s.status.terminal
+                }
+            steps = self._view
+        else:
+            steps = {}
+            for ref in uses:
+                step = self.steps.get(ref)
+                if step is not None and step.status.terminal:
+                    steps[ref] = {"output": step.output, "status": step.status.value}
+        if self._now_iso is None:
+            self._now_iso = _iso(self.now)
         act: dict[str, Any] = {
             "input": self.state.input,
-            "steps": self._view,
-            "run": {"id": self.run_id, "now": self.now_iso},
+            "steps": steps,
+            "run": {"id": self.run_id, "now": self._now_iso},
         }
         if extra:
             act.update(extra)
         return act
 
-    def evaluate(self, source: str, extra: Mapping[str, Any] | None = None) -> Any:
-        return self.engine.evaluate(source, self.activation(extra))
+    def evaluate(
+        self,
+        source: str,
+        extra: Mapping[str, Any] | None = None,
+        uses: tuple[str, ...] | None = None,
+    ) -> Any:
+        return self.engine.evaluate(source, self.activation(extra, uses))
 
     # --- bookkeeping -----------------------------------------------------------------
 
@@ -303,7 +326,9 @@ class _Tick:
                     note = "condition edge without a condition"
                 else:
                     try:
-                        verdict = self.evaluate(edge.edge.condition, {"output": source.output})
+                        verdict = self.evaluate(
+                            edge.edge.condition, {"output": source.output}, edge.uses
+                        )
                     except DuctorError as exc:
                         note = exc.message
                     else:
@@ -423,7 +448,9 @@ class _Tick:
             self.dispatch(ref, -1, 1)
         elif isinstance(args, DataflowArgs):
             self.finish(
-                ref, StepStatus.SUCCEEDED, run_dataflow(args, self.engine, self.activation())
+                ref,
+                StepStatus.SUCCEEDED,
+                run_dataflow(args, self.engine, self.activation(None, info.uses)),
             )
         elif isinstance(args, GatherArgs):
             self.finish(ref, StepStatus.SUCCEEDED, self.gathered(args.scatter))
@@ -439,7 +466,7 @@ class _Tick:
             else:
                 self.start_wait_for(ref, "signal", args.signal, args.timeout)
         elif isinstance(args, SubworkflowArgs):
-            child_input = None if args.input is None else self.evaluate(args.input)
+            child_input = None if args.input is None else self.evaluate(args.input, None, info.uses)
             self.emit(
                 StartChildRun(
                     step_ref=ref,
@@ -467,8 +494,9 @@ class _Tick:
         }
 
     def start_wait(self, ref: str, args: WaitArgs) -> None:
+        uses = self.ix.steps[ref].uses
         if args.until is not None:
-            fire_at = _parse_instant(self.evaluate(args.until), args.until)
+            fire_at = _parse_instant(self.evaluate(args.until, None, uses), args.until)
         elif args.duration is not None:
             fire_at = self.now + parse_duration(args.duration)
         else:
@@ -526,7 +554,7 @@ class _Tick:
         timeout = info.timeout if index < 0 else info.template_timeout
         extra = None if index < 0 else self.item_vars(ref, index)
         try:
-            handler, payload = self.payload(kind, args, extra)
+            handler, payload = self.payload(kind, args, extra, info.uses)
             if timeout is None and isinstance(args, RouteArgs) and args.timeout is not None:
                 timeout = parse_duration(args.timeout)
         except DuctorError as exc:
@@ -559,13 +587,17 @@ class _Tick:
             self.set_unit(ref, index, status=StepStatus.RUNNING, attempt=attempt)
 
     def payload(
-        self, kind: StepType | None, args: StepArgs | None, extra: Mapping[str, Any] | None
+        self,
+        kind: StepType | None,
+        args: StepArgs | None,
+        extra: Mapping[str, Any] | None,
+        uses: tuple[str, ...] | None,
     ) -> tuple[str, Any]:
         cache: dict[str, Any] = {}
 
         def ev(source: str) -> Any:
             if "act" not in cache:
-                cache["act"] = self.activation(extra)
+                cache["act"] = self.activation(extra, uses)
             return self.engine.evaluate(source, cache["act"])
 
         def opt(source: str | None) -> Any:
@@ -662,7 +694,7 @@ class _Tick:
         return {"item": values[index], "index": index}
 
     def start_scatter(self, ref: str, args: ScatterArgs) -> None:
-        values = self.evaluate(args.items)
+        values = self.evaluate(args.items, None, self.ix.steps[ref].uses)
         if not isinstance(values, list):
             raise DuctorError(
                 f"scatter `items` must give a list, got {type(values).__name__}",
@@ -710,7 +742,7 @@ class _Tick:
                 child_input = (
                     self.item_vars(ref, index)["item"]
                     if args.input is None
-                    else self.evaluate(args.input, self.item_vars(ref, index))
+                    else self.evaluate(args.input, self.item_vars(ref, index), info.uses)
                 )
             except DuctorError as exc:
                 self.unit_done(ref, index, StepStatus.FAILED, error=_error_of(exc))
@@ -730,7 +762,9 @@ class _Tick:
         if isinstance(info.template_args, DataflowArgs):
             try:
                 output = run_dataflow(
-                    info.template_args, self.engine, self.activation(self.item_vars(ref, index))
+                    info.template_args,
+                    self.engine,
+                    self.activation(self.item_vars(ref, index), info.uses),
                 )
             except DuctorError as exc:
                 self.unit_done(ref, index, StepStatus.FAILED, error=_error_of(exc))
@@ -896,7 +930,7 @@ class _Tick:
             assert isinstance(args, WaitForEventArgs)
             if args.match is not None:
                 try:
-                    verdict = self.evaluate(args.match, {"event": event})
+                    verdict = self.evaluate(args.match, {"event": event}, self.ix.steps[ref].uses)
                 except DuctorError as exc:
                     problems.append(f"{ref}: {exc.message}")
                     continue
