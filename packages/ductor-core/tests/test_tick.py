@@ -1001,3 +1001,134 @@ def test_referenced_steps_never_leaves_a_use_out() -> None:
     assert referenced_steps(["size(steps) > 0"]) is None
     assert referenced_steps(["steps.a.output", "steps"]) is None
     assert referenced_steps(["my_steps.x + steps . c.output"]) == ("c",)
+
+
+def test_scatter_item_timeout_retries_that_item_only() -> None:
+    definition = wf(
+        [
+            {
+                "ref": "fan",
+                "type": "STEP_TYPE_SCATTER",
+                "args": {
+                    "items": "[1, 2]",
+                    "step": {
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {"action": "x"},
+                        "timeout": "10s",
+                        "retry": {"max_attempts": 2},
+                    },
+                },
+            }
+        ]
+    )
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    assert [t.timer_id for t in of(first, SetTimer)] == ["fan:0:timeout:1", "fan:1:timeout:1"]
+    assert [t.timeout_seconds for t in of(first, DispatchTask)] == [10.0, 10.0]
+    timed = step_tick(definition, first, TimerFired(timer_id="fan:1:timeout:1"))
+    items = timed.state.steps["fan"].items
+    assert items is not None
+    assert [i.status for i in items] == [StepStatus.RUNNING, StepStatus.RETRYING]
+    assert items[1].error is not None
+    assert items[1].error.code == "step.timeout"
+    late = step_tick(definition, timed, ok("fan", 1, "late", index=1))
+    assert len(late.ignored) == 1
+    retried = step_tick(definition, late, TimerFired(timer_id="fan:1:retry:2"))
+    assert [(t.item_index, t.attempt) for t in of(retried, DispatchTask)] == [(1, 2)]
+    done = step_tick(definition, retried, ok("fan", 1, "a", index=0), ok("fan", 2, "b", index=1))
+    assert done.state.output == {"fan": ["a", "b"]}
+
+
+def test_cancelled_child_fails_the_step_with_its_own_code() -> None:
+    definition = _sub_wf()
+    first = start_run(definition, run_id="r", input={"x": 1}, now=NOW)
+    result = step_tick(
+        definition,
+        first,
+        ChildRunEnded(step_ref="child", child_run_id="c1", status=RunStatus.CANCELLED),
+    )
+    error = result.state.steps["child"].error
+    assert error is not None
+    assert error.code == "child.cancelled"
+    assert result.state.status is RunStatus.FAILED
+
+
+def test_child_run_end_for_a_running_child_status_is_ignored() -> None:
+    definition = _sub_wf()
+    first = start_run(definition, run_id="r", input={"x": 1}, now=NOW)
+    result = step_tick(
+        definition,
+        first,
+        ChildRunEnded(step_ref="child", child_run_id="c1", status=RunStatus.RUNNING),
+        ChildRunEnded(step_ref="nope", child_run_id="c1", status=RunStatus.SUCCEEDED),
+    )
+    assert len(result.ignored) == 2
+    assert status(result, "child") is StepStatus.WAITING
+
+
+def test_wait_until_accepts_cel_timestamp_arithmetic() -> None:
+    definition = wf(
+        [
+            {
+                "ref": "w",
+                "type": "STEP_TYPE_WAIT",
+                "args": {"until": "timestamp(run.now) + duration('90m')"},
+            }
+        ]
+    )
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert of(result, SetTimer)[0].fire_at == NOW + timedelta(minutes=90)
+
+
+def test_one_event_satisfies_every_step_waiting_for_it() -> None:
+    waits = [
+        {"ref": ref, "type": "STEP_TYPE_WAIT_FOR_EVENT", "args": {"event": "go"}}
+        for ref in ("e1", "e2")
+    ]
+    definition = wf(waits)
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    result = step_tick(definition, first, EventReceived(event_id="x", name="go", data=1))
+    assert status(result, "e1") is StepStatus.SUCCEEDED
+    assert status(result, "e2") is StepStatus.SUCCEEDED
+    assert result.state.status is RunStatus.SUCCEEDED
+
+
+def test_a_signal_goes_to_one_waiting_step_in_document_order() -> None:
+    waits = [
+        {"ref": ref, "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "go"}}
+        for ref in ("s1", "s2")
+    ]
+    definition = wf(waits)
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    one = step_tick(definition, first, SignalReceived(signal_id="a", name="go", payload="A"))
+    assert status(one, "s1") is StepStatus.SUCCEEDED
+    assert status(one, "s2") is StepStatus.WAITING
+    two = step_tick(definition, one, SignalReceived(signal_id="b", name="go", payload="B"))
+    assert two.state.output == {"s1": "A", "s2": "B"}
+
+
+def test_results_for_steps_not_run_by_workers_are_ignored() -> None:
+    definition = wf(
+        [
+            {"ref": "w", "type": "STEP_TYPE_WAIT", "args": {"duration": "1m"}},
+            {
+                "ref": "fan",
+                "type": "STEP_TYPE_SCATTER",
+                "args": {
+                    "items": "[1]",
+                    "step": {"type": "STEP_TYPE_ACTION", "args": {"action": "x"}},
+                },
+            },
+        ]
+    )
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    result = step_tick(definition, first, ok("w"), ok("fan", index=5), ok("fan"))
+    assert len(result.ignored) == 3
+    assert status(result, "w") is StepStatus.WAITING
+
+
+def test_a_failing_inline_root_stops_the_other_roots_from_starting() -> None:
+    definition = wf([dataflow("bad", operation="project", project={"x": "1 / 0"}), action("later")])
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert result.state.status is RunStatus.FAILED
+    assert of(result, DispatchTask) == []
+    assert status(result, "later") is StepStatus.CANCELLED
