@@ -1132,3 +1132,16 @@ def test_a_failing_inline_root_stops_the_other_roots_from_starting() -> None:
     assert result.state.status is RunStatus.FAILED
     assert of(result, DispatchTask) == []
     assert status(result, "later") is StepStatus.CANCELLED
+
+
+def test_a_cyclic_definition_fails_at_start_instead_of_hanging() -> None:
+    definition = wf(
+        [action("root"), action("a"), action("b")],
+        [("root", "a"), ("a", "b"), ("b", "a")],
+    )
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert result.state.status is RunStatus.FAILED
+    assert result.state.error is not None
+    assert result.state.error.code == "definition.cycle"
+    assert of(result, DispatchTask) == []
+    assert len(of(result, RunFinished)) == 1

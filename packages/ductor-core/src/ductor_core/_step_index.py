@@ -114,6 +114,7 @@ class DefinitionIndex:
     sinks: list[str]
     event_waiters: dict[str, list[str]]
     signal_waiters: dict[str, list[str]]
+    problem: DuctorError | None = None  # the graph cannot run at all (a cycle)
 
 
 def _timeout(text: str | None) -> timedelta | None:
@@ -173,7 +174,13 @@ def build_index(definition: WorkflowDefinition) -> DefinitionIndex:
             event_waiters.setdefault(info.args.event, []).append(ref)
         elif isinstance(info.args, WaitForSignalArgs):
             signal_waiters.setdefault(info.args.signal, []).append(ref)
+    problem: DuctorError | None = None
+    try:
+        graph.topological_order()
+    except DuctorError as exc:
+        problem = exc
     return DefinitionIndex(
+        problem=problem,
         definition=definition,
         steps=steps,
         order=order,

@@ -1035,6 +1035,9 @@ def start_run(
         open_steps=len(index.order),
     )
     run = _Tick(index, state, now, engine or default_engine())
+    if index.problem is not None:  # validation rejects these; never run half a graph
+        run.end_run(RunStatus.FAILED, error=_error_of(index.problem))
+        return run.result()
     for ref in index.roots:
         if run.status.terminal:
             break  # an inline root already failed the run: start nothing more
