@@ -229,3 +229,25 @@ def test_a_definition_built_in_code_is_checked_too() -> None:
         ("definition.bad_args", "/steps/1/args/title"),
         ("definition.condition_unexpected", "/edges/0/condition"),
     ]
+
+
+def test_step_reads_skip_strings_and_other_fields_but_see_brackets() -> None:
+    raw = _hello()
+    raw["steps"][1]["args"] = {
+        "until": "timestamp(\"steps.ghost\" + 'steps.ghost' + string(input.steps.ghost))"
+    }
+    assert validate_definition(raw).valid
+    raw["steps"][1]["args"] = {"until": "timestamp(steps['greet'].output + steps[\"ghost\"])"}
+    assert _codes(validate_definition(raw)) == [
+        ("definition.bad_step_reference", "/steps/1/args/until")
+    ]
+    assert "there is no step 'ghost'" in validate_definition(raw).problems[0].message
+
+
+def test_step_reads_are_not_judged_on_a_cyclic_graph() -> None:
+    raw = _hello()
+    raw["steps"][0]["args"]["project"]["back"] = "steps.pause.output"
+    raw["edges"].append({"source_ref": "pause", "target_ref": "greet"})
+    codes = [code for code, _ in _codes(validate_definition(raw))]
+    assert "definition.cycle" in codes
+    assert "definition.bad_step_reference" not in codes

@@ -73,6 +73,7 @@ PROBLEM_CODES: dict[str, str] = {
     "definition.bad_duration": "a duration string that does not parse, or a zero timeout",
     "definition.bad_retry": "a retry policy that cannot work",
     "definition.bad_expression": "a CEL expression that does not compile",
+    "definition.bad_step_reference": "an expression reading a missing step or one not before it",
     "definition.dangling_edge": "an edge whose source or target is not a step",
     "definition.self_loop": "an edge from a step to itself",
     "definition.duplicate_edge": "the same edge twice",
@@ -107,6 +108,19 @@ _DATAFLOW_NEEDS: dict[str, tuple[str, ...]] = {
     "pick": ("source", "keys"),
 }
 _DATAFLOW_FIELDS = ("project", "items", "predicate", "expression", "sources", "source", "keys")
+
+# `steps.<ref>` and `steps['<ref>']` in CEL source. String literals and comments
+# are matched too, so that finditer skips over them whole; `x.steps` is a field
+# of something else, not the `steps` variable.
+_STEP_READS = re.compile(
+    r"(?P<skip>//[^\n]*"  # a comment
+    r"|[rRbB]{0,2}(?:'\'\'.*?'\'\'|\"\"\".*?\"\"\""  # a triple-quoted string
+    r"|(?:[rR][bB]?|[bB][rR])(?:'[^'\n]*'|\"[^\"\n]*\")"  # a raw string: no escapes
+    r"|[bB]?(?:'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\")))"  # a quoted string
+    r"|(?<![\w.])steps\s*(?:\.\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|\[\s*(?:'(?P<single>[^'\\]*)'|\"(?P<double>[^\"\\]*)\")\s*\])",
+    re.DOTALL,
+)
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -279,6 +293,14 @@ class _Walker:
         self.graph = Graph((), ())
         self.edge_index: list[int] = []
         self.steps_known = True
+        self.acyclic = True
+        self.cycles: list[list[int]] = []
+        # Whose view of `steps` the expressions being checked have: a step ref
+        # (its ancestors), an edge's source (it and its ancestors), "*" (every
+        # step, for `output`) or None (not checked).
+        self.reader: str | None = None
+        self.reader_sees_itself = False
+        self._reads: dict[str, list[str]] = {}
 
     def add(self, code: str, pointer: str, message: str) -> None:
         self.problems.append(Problem(code=code, message=message, pointer=pointer))
@@ -410,6 +432,44 @@ class _Walker:
                 _ptr(base, *parts),
                 f"{_lead(where)}'{label}' is not valid CEL ({error}): {_show(source)}",
             )
+        elif self.reader is not None and "steps" in source:
+            self.step_reads(source, base, parts, where, label)
+
+    def _may_read(self, ref: str, reader: str) -> bool:
+        if reader == "*" or self.graph.precedes(ref, reader):
+            return True
+        return ref == reader and self.reader_sees_itself
+
+    def step_reads(
+        self, source: str, base: str, parts: tuple[str | int, ...], where: str, label: str
+    ) -> None:
+        """Report each `steps.<ref>` an expression reads that cannot be there for it."""
+        reads = self._reads.get(source)
+        if reads is None:
+            reads = self._reads[source] = _step_reads(source)
+        reader = self.reader
+        for ref in reads:
+            if ref not in self.first_index:
+                problem = f"there is no step '{ref}'"
+            elif self._may_read(ref, reader or ""):
+                continue
+            elif ref == reader:
+                problem = "a step cannot read its own output"
+            elif self.reader_sees_itself:
+                problem = (
+                    f"step '{ref}' does not come before this edge's source '{reader}', "
+                    "so its output may not exist yet"
+                )
+            else:
+                problem = (
+                    f"step '{ref}' does not come before '{reader}' (no path of edges leads "
+                    "from it here), so its output may not exist yet"
+                )
+            self.add(
+                "definition.bad_step_reference",
+                _ptr(base, *parts),
+                f"{_lead(where)}'{label}' reads steps.{ref}, but {problem}",
+            )
 
     def duration(self, text: str, pointer: str, where: str, label: str) -> bool:
         """Parse a duration; report it and return False if it does not parse or is zero."""
@@ -522,6 +582,9 @@ class _Walker:
                 graph_edges.append(Edge(source_ref=source, target_ref=target))
                 self.edge_index.append(i)
         self.graph = Graph(self.first_index, graph_edges)
+        # With a cycle, "comes before" has no meaning: the cycle is the problem.
+        self.cycles = self.graph.cycles()
+        self.acyclic = self.steps_known and not self.cycles
 
     def step(self, i: int, raw: Any) -> None:
         pointer = _ptr("/steps", i)
@@ -546,6 +609,12 @@ class _Walker:
                     _ptr(pointer, "ref"),
                     f"{where}: ref '{ref}' is already used by steps[{first}]",
                 )
+        self.reader = (
+            ref
+            if isinstance(ref, str) and self.first_index.get(ref) == i and self.acyclic
+            else None
+        )
+        self.reader_sees_itself = False
         kind = fields.get("type")
         if isinstance(kind, str):
             step_type = self.step_type(kind, _ptr(pointer, "type"), where, "type")
@@ -554,6 +623,7 @@ class _Walker:
                 args = fields.get("args")
                 self.args(step_type, args, _ptr(pointer, "args"), where, "args.", own)
         self.retry_and_timeout(fields, pointer, where, "")
+        self.reader = None
 
     def step_type(self, kind: str, pointer: str, where: str, label: str) -> StepType | None:
         try:
@@ -695,7 +765,10 @@ class _Walker:
                 f"this one is {edge_type.value}",
             )
         elif isinstance(condition, str):
+            self.reader = source if isinstance(source, str) and known and self.acyclic else None
+            self.reader_sees_itself = True
             self.cel(condition, pointer, "condition", where=where, label="condition")
+            self.reader = None
         if isinstance(source, str) and isinstance(target, str) and known:
             if source == target:
                 self.add(
@@ -758,6 +831,11 @@ class _Walker:
         where = ""
         if value is None:
             return
+        self.reader = "*" if self.steps_known else None
+        self._output(value, where)
+        self.reader = None
+
+    def _output(self, value: Any, where: str) -> None:
         if isinstance(value, str):
             if not value.strip():
                 self.add("definition.bad_output", "/output", "'output' must not be empty")
@@ -792,7 +870,7 @@ class _Walker:
         if not self.steps_known:
             return
         graph = self.graph
-        for cycle in graph.cycles():
+        for cycle in self.cycles:
             if len(cycle) == 1:
                 continue  # a self-loop, already reported on its edge
             closing = self.edge_index[cycle[-1]]
@@ -1144,6 +1222,16 @@ def _compile_error(engine: ExpressionEngine, source: str) -> str | None:
     except Exception as exc:  # a parser bug must not turn a report into a crash
         return f"could not be compiled: {type(exc).__name__}"
     return None
+
+
+def _step_reads(source: str) -> list[str]:
+    """The refs a CEL expression reads as `steps.<ref>` or `steps['<ref>']`, in order."""
+    refs: dict[str, None] = {}
+    for match in _STEP_READS.finditer(source):
+        ref = match.group("field") or match.group("single") or match.group("double")
+        if ref:
+            refs[ref] = None
+    return list(refs)
 
 
 def _lead(where: str) -> str:
