@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 
 from ductor_core import (
     AttemptResult,
+    CancelRequested,
+    CancelTimer,
     ChildRunEnded,
+    ClearWait,
     DispatchTask,
     EdgeType,
     ErrorInfo,
@@ -172,17 +175,67 @@ class Chooser:
     pick: Callable[[int], int]
     batch: Callable[[], int]
     replay: Callable[[], bool]  # deliver again something delivered before
+    cancel: Callable[[], bool] = lambda: False  # ask to cancel the run now
 
 
 FIFO = Chooser(pick=lambda n: 0, batch=lambda: 1, replay=lambda: False)
 
 
-def hypothesis_chooser(data: st.DataObject) -> Chooser:
+def hypothesis_chooser(data: st.DataObject, *, cancels: bool = False) -> Chooser:
     return Chooser(
         pick=lambda n: data.draw(st.integers(0, n - 1), label="pick"),
         batch=lambda: data.draw(st.integers(1, 3), label="batch"),
         replay=lambda: data.draw(st.sampled_from([False, False, True]), label="replay"),
+        cancel=(lambda: data.draw(st.integers(0, 9), label="cancel") == 0)
+        if cancels
+        else (lambda: False),
     )
+
+
+class ServerMirror:
+    """What the server keeps from the commands: live timers, registered waits,
+    started children. After every tick it must agree with the run state."""
+
+    def __init__(self) -> None:
+        self.timers: dict[str, datetime] = {}
+        self.waits: set[str] = set()
+        self.children: set[str] = set()
+        self.just_fired: set[str] = set()
+
+    def apply(self, command: object) -> None:
+        if isinstance(command, SetTimer):
+            self.timers[command.timer_id] = command.fire_at
+        elif isinstance(command, CancelTimer):
+            # a timer whose firing is in this very batch may be cancelled when an
+            # earlier input of the batch ended the run; for the server that is a no-op
+            known = command.timer_id in self.timers or command.timer_id in self.just_fired
+            assert known, f"cancel of unknown timer {command}"
+            self.timers.pop(command.timer_id, None)
+        elif isinstance(command, RegisterWait):
+            assert command.step_ref not in self.waits
+            self.waits.add(command.step_ref)
+        elif isinstance(command, ClearWait):
+            assert command.step_ref in self.waits, f"clear of unknown wait {command}"
+            self.waits.discard(command.step_ref)
+        elif isinstance(command, StartChildRun):
+            assert command.child_key not in self.children, "child started twice"
+            self.children.add(command.child_key)
+
+    def fired(self, batch: list[RunInput]) -> None:
+        self.just_fired = {i.timer_id for i in batch if isinstance(i, TimerFired)}
+        for timer_id in self.just_fired:
+            self.timers.pop(timer_id, None)
+
+    def check(self, definition: WorkflowDefinition, state: RunState) -> None:
+        assert state.timers == self.timers
+        waiting = {
+            ref
+            for ref, step in state.steps.items()
+            if step.status is StepStatus.WAITING
+            and step.waiting_for is not None
+            and step.waiting_for.startswith(("event ", "signal "))
+        }
+        assert waiting == self.waits
 
 
 @dataclass
@@ -198,9 +251,11 @@ def drive(scenario: Scenario, chooser: Chooser) -> Trace:
     pool: list[RunInput] = list(scenario.signals)
     history: list[RunInput] = []
     trace = Trace(final=RunState(run_id="-", status=RunStatus.PENDING, created_at=NOW))
+    mirror = ServerMirror()
 
     def absorb(result: TickResult) -> None:
         for command in result.commands:
+            mirror.apply(command)
             if isinstance(command, DispatchTask):
                 trace.dispatched.append(command.idempotency_key)
                 ok, output, retryable = scenario.script[
@@ -245,11 +300,14 @@ def drive(scenario: Scenario, chooser: Chooser) -> Trace:
     result = start_run(definition, run_id="run", input={"i": 1}, now=NOW)
     absorb(result)
     state = result.state
+    mirror.check(definition, state)
     while not state.status.terminal:
         assert pool, f"run is stuck: {state}"
         trace.ticks += 1
         assert trace.ticks <= MAX_TICKS, "run does not terminate"
         batch: list[RunInput] = []
+        if chooser.cancel():
+            batch.append(CancelRequested(reason="test"))
         for _ in range(chooser.batch()):
             if not pool:
                 break
@@ -262,8 +320,11 @@ def drive(scenario: Scenario, chooser: Chooser) -> Trace:
         # persisted and reloaded between ticks, as the coordinator does
         state = msgspec.json.decode(msgspec.json.encode(state), type=RunState)
         result = tick(definition, state, batch, NOW)
+        mirror.fired(batch)
         absorb(result)
         state = result.state
+        mirror.check(definition, state)
+        assert len(result.ignored) <= len(batch)
     # anything still undelivered arrives after the end and must be ignored
     if pool:
         after = tick(definition, state, pool, NOW)
@@ -271,6 +332,8 @@ def drive(scenario: Scenario, chooser: Chooser) -> Trace:
         assert len(after.ignored) == len(pool)
         assert after.state == state
     trace.final = state
+    assert mirror.timers == {}, "a terminal run left timers behind"
+    assert mirror.waits == set(), "a terminal run left waits registered"
     return trace
 
 
@@ -378,3 +441,21 @@ def test_tick_is_deterministic_and_does_not_touch_its_input(
     assert msgspec.json.encode(first.state) == before
     assert one == tick(definition, first.state, inputs, NOW)
     assert len(one.ignored) <= len(inputs)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios(), data=st.data())
+def test_cancel_at_any_moment_leaves_nothing_behind(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    trace = drive(scenario, hypothesis_chooser(data, cancels=True))
+    final = trace.final
+    event(f"run {final.status.value}")
+    assert len(trace.finished) == 1
+    assert all(step.status.terminal for step in final.steps.values())
+    assert final.timers == {}
+    if final.status is RunStatus.CANCELLED:
+        assert final.cancel_requested
+        assert final.error is not None
+        assert final.error.code == "run.cancelled"
+        assert not any(s.status is StepStatus.RUNNING for s in final.steps.values())

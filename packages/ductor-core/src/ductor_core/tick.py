@@ -40,6 +40,12 @@ Naming conventions (the server keys storage on these):
   the one the timer will dispatch;
 - child key: `{run_id}:{step_ref}:{item_index}`.
 item_index is -1 outside a SCATTER; attempts are 1-based.
+
+For the server: a CancelTimer may name a timer that has just fired (its
+TimerFired was in the same batch, behind an input that ended the run) and a
+ClearWait always names a wait registered before; both are safe as no-ops when
+the thing is already gone. `RunState.timers` is the tick's own list of live
+timers and must agree with the server's timer table after every commit.
 """
 
 from __future__ import annotations
