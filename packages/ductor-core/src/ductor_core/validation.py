@@ -19,6 +19,15 @@ and to the steps after such a cycle: these would wait forever for an edge that
 is never decided. A cycle that *is* entered from a root (`a -> b -> c -> b`) is
 reported as a cycle only; its steps are reachable, though the join rule means
 they would deadlock too, which is exactly why every cycle is an error.
+
+What an expression may read. A step's expressions (its args, and a SCATTER's
+per-item template) may read `steps.<ref>` only for steps that come before it
+(a path of edges leads from them to it): any other step may not have finished
+yet, or may finish only in some runs. An edge condition may read its source
+and the steps before that; `output` may read any step. References are found
+in the source text (`steps.x`, `steps['x']`, skipping string literals and
+comments); a reference built at run time (`steps[name]`) is not judged. On a
+cyclic graph "before" has no meaning, so references are not judged there.
 """
 
 from __future__ import annotations
