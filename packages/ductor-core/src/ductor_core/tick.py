@@ -27,11 +27,25 @@ Semantics the server and users rely on (see also DESIGN.md, "Definitions"):
   testing the output, and the run goes on. An event whose `match` fails to
   evaluate does not match (reported in `ignored`). One event may satisfy every
   step waiting for it; a signal goes to one waiting step (document order) and
-  is buffered in `RunState.pending_signals` while no step waits for it.
+  is buffered in `RunState.pending_signals` while no step waits for it yet (a
+  signal no step of the workflow ever waits for is ignored). Event and signal
+  ids are remembered, so a redelivery is ignored.
 - Worker steps retry per `step.retry` (default 3 attempts, 1s, x2, at most 5m,
   jittered by +-10%); `step.timeout` bounds each attempt and counts as a
   retryable error `step.timeout`. On SUBWORKFLOW, `timeout` bounds the child
-  run: the step fails (not retried) and the child is cancelled.
+  run: the step fails (not retried) and the child is cancelled. An error's
+  `retry_after_seconds` replaces the backoff as is.
+- SCATTER evaluates `items` once, when it starts (kept in `data["values"]`),
+  runs at most `max_concurrency` items at a time, and ends when every item
+  has: SUCCEEDED with the outputs in item order, or FAILED (error
+  `scatter.items_failed`, details `{"failed": [indexes]}`) unless
+  `tolerate_failures`, where a failed item gives null. The template's `retry`
+  and `timeout` apply per item; a `timeout` on the SCATTER step itself is not
+  used.
+- Expressions see `input`, `steps` (`{ref: {"output", "status"}}` of finished
+  steps), `run` (`{"id", "now"}`), plus `item`/`index`, `event` or `output`
+  where they apply. Evaluating one that fails makes the step FAILED with the
+  expression error's code, not retryable.
 
 Naming conventions (the server keys storage on these):
 - task idempotency key: `{run_id}:{step_ref}:{item_index}:{attempt}`;
@@ -323,6 +337,10 @@ class _Tick:
             self.complete()
 
     def decide(self, edge: IndexedEdge, source: StepState) -> None:
+        target_ref = edge.edge.target_ref
+        target = self.steps[target_ref]
+        if target.status is not StepStatus.PENDING:
+            return
         kind = edge.kind
         note: str | None = None
         if source.status is StepStatus.SUCCEEDED:
@@ -347,10 +365,6 @@ class _Tick:
             taken = kind in (EdgeType.FAILURE, EdgeType.ALWAYS)
         else:
             taken = False
-        target_ref = edge.edge.target_ref
-        target = self.steps[target_ref]
-        if target.status is not StepStatus.PENDING:
-            return
         data = dict(target.data)
         decided = int(data.get("edges_decided", 0)) + 1
         taken_count = int(data.get("edges_taken", 0)) + (1 if taken else 0)
