@@ -1145,3 +1145,19 @@ def test_a_cyclic_definition_fails_at_start_instead_of_hanging() -> None:
     assert result.state.error.code == "definition.cycle"
     assert of(result, DispatchTask) == []
     assert len(of(result, RunFinished)) == 1
+
+
+def test_a_state_stored_without_the_tick_bookkeeping_fields_still_ticks() -> None:
+    definition = wf([action("a"), action("b")], [("a", "b")])
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    raw = msgspec.to_builtins(first.state)
+    for name in ("timers", "pending_signals", "received_ids", "open_steps"):
+        raw.pop(name)
+    del raw["steps"]["b"]  # a state written before b was known
+    old = msgspec.convert(raw, RunState)
+    assert old.open_steps is None
+    nxt = tick(definition, old, [ok("a")], NOW)
+    assert [t.step_ref for t in of(nxt, DispatchTask)] == ["b"]
+    done = tick(definition, nxt.state, [ok("b", output=2)], NOW)
+    assert done.state.status is RunStatus.SUCCEEDED
+    assert done.state.open_steps == 0

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from ductor_core import (
     ErrorInfo,
     EventReceived,
     RegisterWait,
+    RetryPolicy,
     RunFinished,
     RunInput,
     RunState,
@@ -44,6 +46,7 @@ from ductor_core import (
     start_run,
     tick,
 )
+from ductor_core._retry import backoff_delay
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -459,3 +462,95 @@ def test_cancel_at_any_moment_leaves_nothing_behind(
         assert final.error is not None
         assert final.error.code == "run.cancelled"
         assert not any(s.status is StepStatus.RUNNING for s in final.steps.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    initial_ms=st.integers(1, 120_000),
+    coefficient=st.floats(1.0, 10.0),
+    cap_s=st.integers(1, 3600),
+    attempt=st.integers(1, 60),
+    run_id=st.text(min_size=1, max_size=8),
+    index=st.integers(-1, 5),
+)
+def test_backoff_is_bounded_capped_and_deterministic(
+    initial_ms: int, coefficient: float, cap_s: int, attempt: int, run_id: str, index: int
+) -> None:
+    policy = RetryPolicy(
+        max_attempts=100,
+        initial_interval=f"{initial_ms}ms",
+        backoff_coefficient=coefficient,
+        max_interval=f"{cap_s}s",
+    )
+    error = ErrorInfo(code="x", message="m")
+
+    def delay() -> float:
+        return backoff_delay(
+            policy, error, run_id=run_id, step_ref="s", item_index=index, attempt=attempt
+        ).total_seconds()
+
+    base = min(initial_ms / 1000 * coefficient ** (attempt - 1), float(cap_s))
+    got = delay()
+    assert base * 0.9 - 1e-6 <= got <= base * 1.1 + 1e-6
+    assert got == delay()
+    later = ErrorInfo(code="x", message="m", retry_after_seconds=attempt / 2)
+    assert backoff_delay(
+        policy, later, run_id=run_id, step_ref="s", item_index=index, attempt=attempt
+    ).total_seconds() == pytest.approx(attempt / 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    size=st.integers(0, 12),
+    concurrency=st.integers(1, 4),
+    data=st.data(),
+)
+def test_scatter_never_exceeds_its_concurrency_and_keeps_item_order(
+    size: int, concurrency: int, data: st.DataObject
+) -> None:
+    definition = definition_from_obj(
+        {
+            "family_slug": "fan",
+            "steps": [
+                {
+                    "ref": "fan",
+                    "type": "STEP_TYPE_SCATTER",
+                    "args": {
+                        "items": str(list(range(size))),
+                        "max_concurrency": concurrency,
+                        "step": {
+                            "type": "STEP_TYPE_ACTION",
+                            "args": {"action": "x", "params": {"v": "item * 3"}},
+                        },
+                    },
+                }
+            ],
+        }
+    )
+    result = start_run(definition, run_id="r", input=None, now=NOW)
+    in_flight: list[DispatchTask] = []
+    while True:
+        in_flight.extend(c for c in result.commands if isinstance(c, DispatchTask))
+        fan = result.state.steps["fan"]
+        busy = [i for i in fan.items or [] if i.status is StepStatus.RUNNING]
+        assert len(busy) == len(in_flight) <= concurrency
+        if result.state.status.terminal:
+            break
+        task = in_flight.pop(data.draw(st.integers(0, len(in_flight) - 1)))
+        value = task.payload["params"]["v"]
+        result = tick(
+            definition,
+            result.state,
+            [
+                AttemptResult(
+                    step_ref="fan",
+                    item_index=task.item_index,
+                    attempt=task.attempt,
+                    ok=True,
+                    output=value,
+                )
+            ],
+            NOW,
+        )
+    assert result.state.status is RunStatus.SUCCEEDED
+    assert result.state.output == {"fan": [i * 3 for i in range(size)]}
