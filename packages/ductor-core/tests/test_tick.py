@@ -1161,3 +1161,20 @@ def test_a_state_stored_without_the_tick_bookkeeping_fields_still_ticks() -> Non
     done = tick(definition, nxt.state, [ok("b", output=2)], NOW)
     assert done.state.status is RunStatus.SUCCEEDED
     assert done.state.open_steps == 0
+
+
+def test_wait_for_signal_falls_back_to_the_step_timeout() -> None:
+    definition = wf(
+        [
+            {
+                "ref": "s",
+                "type": "STEP_TYPE_WAIT_FOR_SIGNAL",
+                "args": {"signal": "go"},
+                "timeout": "15m",
+            }
+        ]
+    )
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    assert of(first, SetTimer) == [
+        SetTimer(timer_id="s:-1:signal_timeout:1", fire_at=NOW + timedelta(minutes=15))
+    ]

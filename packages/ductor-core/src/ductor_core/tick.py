@@ -33,7 +33,8 @@ Semantics the server and users rely on (see also DESIGN.md, "Definitions"):
 - Worker steps retry per `step.retry` (default 3 attempts, 1s, x2, at most 5m,
   jittered by +-10%); `step.timeout` bounds each attempt and counts as a
   retryable error `step.timeout`. On SUBWORKFLOW, `timeout` bounds the child
-  run: the step fails (not retried) and the child is cancelled. An error's
+  run: the step fails (not retried) and the child is cancelled. On the waits,
+  the args' `timeout` wins and the step's `timeout` is the fallback. An error's
   `retry_after_seconds` replaces the backoff as is.
 - SCATTER evaluates `items` once, when it starts (kept in `data["values"]`),
   runs at most `max_concurrency` items at a time, and ends when every item
@@ -477,14 +478,14 @@ class _Tick:
         elif isinstance(args, WaitArgs):
             self.start_wait(ref, args)
         elif isinstance(args, WaitForEventArgs):
-            self.start_wait_for(ref, "event", args.event, args.timeout)
+            self.start_wait_for(ref, "event", args.event, args.timeout or info.step.timeout)
         elif isinstance(args, WaitForSignalArgs):
             buffered = next((s for s in self.pending_signals if s.name == args.signal), None)
             if buffered is not None:
                 self.pending_signals.remove(buffered)
                 self.finish(ref, StepStatus.SUCCEEDED, buffered.payload)
             else:
-                self.start_wait_for(ref, "signal", args.signal, args.timeout)
+                self.start_wait_for(ref, "signal", args.signal, args.timeout or info.step.timeout)
         elif isinstance(args, SubworkflowArgs):
             child_input = None if args.input is None else self.evaluate(args.input, None, info.uses)
             self.emit(
