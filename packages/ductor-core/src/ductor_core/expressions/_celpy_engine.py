@@ -25,6 +25,7 @@ from ductor_core.expressions._functions import (
     default_registry,
     unknown_functions,
 )
+from ductor_core.expressions._limits import check_source
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
@@ -531,8 +532,7 @@ class CelPyEngine:
             raise _evaluation_error(source, str(exc)) from exc
 
     def _compile(self, source: str) -> CelPyProgram:
-        if not isinstance(source, str):
-            raise TypeError("a CEL expression is a string")
+        check_source(source)
         try:
             ast = self._env.compile(source)
         except celpy.CELParseError as exc:
