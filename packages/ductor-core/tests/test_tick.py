@@ -1178,3 +1178,18 @@ def test_wait_for_signal_falls_back_to_the_step_timeout() -> None:
     assert of(first, SetTimer) == [
         SetTimer(timer_id="s:-1:signal_timeout:1", fire_at=NOW + timedelta(minutes=15))
     ]
+
+
+def test_equal_definitions_share_one_index_but_keep_their_own_identity() -> None:
+    from ductor_core._step_index import index_for
+
+    raw = (DATA / "hello-world.json").read_bytes()
+    one, two = decode_definition(raw), decode_definition(raw)
+    first, second = index_for(one), index_for(two)
+    assert first.steps is second.steps  # built once, found by content
+    assert first.definition is one
+    assert second.definition is two
+    assert index_for(one) is first
+    assert start_run(one, run_id="r", input={}, now=NOW) == start_run(
+        two, run_id="r", input={}, now=NOW
+    )

@@ -1,18 +1,23 @@
 """A definition indexed for the tick: steps by ref, edges by source and target, typed args.
 
-Built once per definition object and cached (small LRU keyed by identity), so a
-tick costs in proportion to the steps it touches, not to the size of the graph.
+Built once per definition and cached (small LRUs keyed by identity and by
+content), so a tick costs in proportion to the steps it touches, not to the
+size of the graph.
 Holds no run state and does no I/O.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
+
+import msgspec
 
 from ductor_core.definitions import (
     Edge,
@@ -191,22 +196,40 @@ def build_index(definition: WorkflowDefinition) -> DefinitionIndex:
     )
 
 
-_cache: OrderedDict[int, DefinitionIndex] = OrderedDict()
+_by_identity: OrderedDict[int, DefinitionIndex] = OrderedDict()
+_by_content: OrderedDict[bytes, DefinitionIndex] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
+def _remember(cache: OrderedDict[Any, DefinitionIndex], key: Any, index: DefinitionIndex) -> None:
+    cache[key] = index
+    cache.move_to_end(key)
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+
+
 def index_for(definition: WorkflowDefinition) -> DefinitionIndex:
-    """The cached index of `definition` (by object identity; the entry keeps it alive)."""
+    """The cached index of `definition`.
+
+    Looked up by object identity first (the entry keeps the object alive, so
+    an id is never reused while cached), then by content, so a coordinator
+    that decodes the same definition afresh for every tick pays one encode and
+    hash instead of a rebuild.
+    """
     key = id(definition)
     with _cache_lock:
-        hit = _cache.get(key)
+        hit = _by_identity.get(key)
         if hit is not None and hit.definition is definition:
-            _cache.move_to_end(key)
+            _by_identity.move_to_end(key)
             return hit
-    built = build_index(definition)
+    digest = hashlib.blake2b(msgspec.json.encode(definition), digest_size=20).digest()
     with _cache_lock:
-        _cache[key] = built
-        _cache.move_to_end(key)
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return built
+        shared = _by_content.get(digest)
+    if shared is None:
+        shared = build_index(definition)
+        with _cache_lock:
+            _remember(_by_content, digest, shared)
+    index = shared if shared.definition is definition else replace(shared, definition=definition)
+    with _cache_lock:
+        _remember(_by_identity, key, index)
+    return index
