@@ -10,6 +10,9 @@ input per tick, the state decoded before and encoded after every tick):
 - wide/batch: the same, with all N-2 results in a single tick (batching);
 - dataflow chain: steps evaluated inline with CEL (one `start_run` does all).
 
+It also reports what finding the definition's index costs: built cold, found
+by content for an equal definition decoded afresh, found by identity.
+
 The baseline, measured in the same run on the same states, is msgspec JSON
 encode + decode of the RunState, which the coordinator pays per tick anyway.
 `scaling` compares the per-step tick cost on N steps with that on N/10 steps:
@@ -39,6 +42,7 @@ from ductor_core import (
     start_run,
     tick,
 )
+from ductor_core._step_index import build_index, index_for
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -185,6 +189,29 @@ def main() -> None:
     print(
         f"scaling: chain per-step tick cost at {n} steps / at {small} steps = "
         f"{per_step['chain'] / (small_s / small):.2f} (1.0 = independent of graph size)"
+    )
+
+    definition = chain(n)
+    raw = msgspec.json.encode(definition)
+    fresh = [msgspec.json.decode(raw, type=WorkflowDefinition) for _ in range(2 * repeat + 1)]
+    clock = time.perf_counter
+    started = clock()
+    build_index(fresh[0])
+    cold = clock() - started
+    index_for(fresh[0])
+    hits = []
+    for other in fresh[1:]:
+        started = clock()
+        index_for(other)
+        hits.append(clock() - started)
+    started = clock()
+    for _ in range(1000):
+        index_for(fresh[0])
+    same = (clock() - started) / 1000
+    print(
+        f"definition index ({n} steps): build {cold * 1e3:.1f} ms, "
+        f"equal definition decoded afresh {statistics.median(hits) * 1e3:.2f} ms, "
+        f"same object {same * 1e6:.1f} us"
     )
 
     flow_steps = n
