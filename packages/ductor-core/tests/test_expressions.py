@@ -25,6 +25,7 @@ from ductor_core.expressions import (
     BUILTIN_FUNCTIONS,
     ENGINE_NAMES,
     MAX_SOURCE_LENGTH,
+    MAX_VALUE_DEPTH,
     VARIABLES,
     BoundVariables,
     CelPyEngine,
@@ -512,3 +513,21 @@ def test_the_longest_allowed_chain_does_not_crash_cel_rust() -> None:
     assert done.returncode == 0, done.stderr
     terms = (MAX_SOURCE_LENGTH - 1) // 4 + 1
     assert done.stdout.strip() == str([[terms, True], [terms, True]])
+
+
+def test_deeply_nested_values_are_refused_not_crashed_on(engine: ExpressionEngine) -> None:
+    def nest(levels: int) -> Any:
+        value: Any = "leaf"
+        for level in range(levels):
+            value = [value] if level % 2 else {"k": value}
+        return value
+
+    allowed = nest(MAX_VALUE_DEPTH)
+    assert engine.evaluate("v", {"v": allowed}) == allowed
+    for too_deep in (nest(MAX_VALUE_DEPTH + 1), nest(20_000)):
+        with pytest.raises(ExpressionError) as info:
+            engine.evaluate("size(v)", {"v": too_deep})
+        assert info.value.code == "expression.evaluation"
+        assert "nested deeper" in str(info.value)
+    with pytest.raises(ExpressionError, match="nested deeper"):
+        engine.bind({"v": nest(MAX_VALUE_DEPTH + 1)})

@@ -13,6 +13,11 @@ from ductor_core.errors import ExpressionError
 # the crash: 8,192 characters is at most about 4,000 chained terms.
 MAX_SOURCE_LENGTH = 8192
 
+# cel-rust also dies converting values nested about 10,000 deep (fine at
+# 2,000); Python recursion is the other bound. JSON from outside is capped at
+# 128 levels of lists and maps, far more than any real payload.
+MAX_VALUE_DEPTH = 128
+
 
 def check_source(source: object) -> str:
     """Return `source` if an engine may compile it; raise otherwise.

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from ductor_core.expressions._limits import MAX_VALUE_DEPTH
+
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
@@ -128,7 +130,7 @@ def to_json(value: Any) -> Any:
     raise ValueConversionError(f"value of type {type(value).__name__} has no JSON form")
 
 
-def to_plain(value: Any) -> Any:
+def to_plain(value: Any, depth: int = 0) -> Any:
     """Check and copy an activation value into plain Python an engine can take.
 
     JSON values pass (ints are range-checked), tuples become lists, mappings
@@ -138,8 +140,9 @@ def to_plain(value: Any) -> Any:
     as it is (no copy), which keeps the common case cheap.
 
     Raises:
-        ValueConversionError: for an int out of range, a naive datetime or a
-            value that is not JSON.
+        ValueConversionError: for an int out of range, a naive datetime, a
+            value that is not JSON, or lists and maps nested deeper than
+            MAX_VALUE_DEPTH.
     """
     kind = type(value)
     if kind is str or kind is bool or kind is float or value is None:
@@ -148,10 +151,12 @@ def to_plain(value: Any) -> Any:
         if INT64_MIN <= value <= UINT64_MAX:
             return value
         return check_int(value)
+    if depth >= MAX_VALUE_DEPTH and (kind is dict or kind is list):
+        raise ValueConversionError(f"value nested deeper than {MAX_VALUE_DEPTH} levels")
     if kind is dict:
         copy: dict[Any, Any] | None = None
         for key, item in value.items():
-            plain = to_plain(item)
+            plain = to_plain(item, depth + 1)
             if type(key) is not str:
                 if not isinstance(key, str | int):
                     raise ValueConversionError(f"map key {key!r} is not a string, int or bool")
@@ -165,29 +170,29 @@ def to_plain(value: Any) -> Any:
     if kind is list:
         items: list[Any] | None = None
         for index, item in enumerate(value):
-            plain = to_plain(item)
+            plain = to_plain(item, depth + 1)
             if plain is not item and items is None:
                 items = list(value)
             if items is not None:
                 items[index] = plain
         return value if items is None else items
-    return _to_plain_other(value)
+    return _to_plain_other(value, depth)
 
 
-def _to_plain_other(value: Any) -> Any:
+def _to_plain_other(value: Any, depth: int) -> Any:
     # Subclasses and the less common types, off the fast path.
     if isinstance(value, bool | str | float):
         return value
     if isinstance(value, int):
         return check_int(value)
     if isinstance(value, Mapping):
-        return to_plain(dict(value))
+        return to_plain(dict(value), depth)
     if isinstance(value, list | tuple):
-        return [to_plain(v) for v in value]
+        return to_plain(list(value), depth)
     if isinstance(value, datetime.datetime):
         return require_utc(value)
     if isinstance(value, datetime.timedelta | bytes):
         return value
     if isinstance(value, msgspec.Struct):
-        return to_plain(msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes)))
+        return to_plain(msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes)), depth)
     raise ValueConversionError(f"value of type {type(value).__name__} is not JSON")
