@@ -75,8 +75,17 @@ _MOSTLY = st.sampled_from([True, True, True, False])  # mostly success, so runs 
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
+def scenarios(draw: st.DrawFn, *, timeouts: bool = False) -> Scenario:
+    """A random DAG with a scripted outcome for every attempt and child run.
+
+    With `timeouts`, worker steps, waits and children get timeouts too; then a
+    run's end depends on whether a result or its timer comes first, so only
+    the invariants can be checked, not sameness across orders.
+    """
     count = draw(st.integers(1, 9))
+    scatters: list[str] = []
+    extra_edges: list[dict[str, Any]] = []
+    timeout: dict[str, Any] = {"timeout": "30s"} if timeouts else {}
     steps: list[dict[str, Any]] = []
     script: Script = {}
     children: dict[tuple[str, int], tuple[bool, int]] = {}
@@ -92,9 +101,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
     for i in range(count):
         ref = f"s{i}"
-        kind = draw(
-            st.sampled_from(["action", "dataflow", "wait", "signal", "event", "sub", "scatter"])
-        )
+        kinds = ["action", "dataflow", "wait", "signal", "event", "sub", "scatter", "fan_wf"]
+        kind = draw(st.sampled_from(kinds + (["gather"] if scatters else [])))
         if kind == "action":
             max_attempts = draw(st.integers(1, 3))
             steps.append(
@@ -103,6 +111,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                     "type": "STEP_TYPE_ACTION",
                     "args": {"action": "do", "params": {"i": "input.i"}},
                     "retry": {"max_attempts": max_attempts, "initial_interval": "1s"},
+                    **timeout,
                 }
             )
             attempts(ref, -1, max_attempts)
@@ -119,7 +128,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             steps.append({"ref": ref, "type": "STEP_TYPE_WAIT", "args": {"duration": "5s"}})
         elif kind == "signal":
             steps.append(
-                {"ref": ref, "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": f"go-{ref}"}}
+                {
+                    "ref": ref,
+                    "type": "STEP_TYPE_WAIT_FOR_SIGNAL",
+                    "args": {"signal": f"go-{ref}"},
+                    **timeout,
+                }
             )
             signals.append(SignalReceived(signal_id=f"sig-{ref}", name=f"go-{ref}", payload=i))
         elif kind == "event":
@@ -128,13 +142,43 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                     "ref": ref,
                     "type": "STEP_TYPE_WAIT_FOR_EVENT",
                     "args": {"event": f"ev-{ref}", "match": "event.data.k == 1"},
+                    **timeout,
                 }
             )
         elif kind == "sub":
             steps.append(
-                {"ref": ref, "type": "STEP_TYPE_SUBWORKFLOW", "args": {"family_slug": "kid"}}
+                {
+                    "ref": ref,
+                    "type": "STEP_TYPE_SUBWORKFLOW",
+                    "args": {"family_slug": "kid"},
+                    **timeout,
+                }
             )
             children[(ref, -1)] = (draw(_MOSTLY), draw(_OUT))
+        elif kind == "fan_wf":
+            size = draw(st.integers(0, 3))
+            steps.append(
+                {
+                    "ref": ref,
+                    "type": "STEP_TYPE_SCATTER",
+                    "args": {
+                        "items": str(list(range(size))),
+                        "workflow": {"family_slug": "kid"},
+                        "max_concurrency": draw(st.integers(1, 2)),
+                        "tolerate_failures": draw(st.booleans()),
+                    },
+                }
+            )
+            for index in range(size):
+                children[(ref, index)] = (draw(_MOSTLY), draw(_OUT))
+            scatters.append(ref)
+        elif kind == "gather":
+            source = draw(st.sampled_from(scatters))
+            steps.append({"ref": ref, "type": "STEP_TYPE_GATHER", "args": {"scatter": source}})
+            # a gather reads its scatter's items, so it must come after it
+            extra_edges.append(
+                {"source_ref": source, "target_ref": ref, "type": "EDGE_TYPE_ALWAYS"}
+            )
         else:
             size = draw(st.integers(0, 3))
             max_attempts = draw(st.integers(1, 2))
@@ -150,13 +194,15 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                             "type": "STEP_TYPE_ACTION",
                             "args": {"action": "each", "params": {"x": "item"}},
                             "retry": {"max_attempts": max_attempts, "initial_interval": "1s"},
+                            **timeout,
                         },
                     },
                 }
             )
             for index in range(size):
                 attempts(ref, index, max_attempts)
-    edges: list[dict[str, Any]] = []
+            scatters.append(ref)
+    edges: list[dict[str, Any]] = list(extra_edges)
     for j in range(1, count):
         for source in draw(st.lists(st.integers(0, j - 1), unique=True, max_size=3)):
             edge_type = draw(st.sampled_from(["SUCCESS", "SUCCESS", "FAILURE", "ALWAYS", "COND"]))
@@ -554,3 +600,19 @@ def test_scatter_never_exceeds_its_concurrency_and_keeps_item_order(
         )
     assert result.state.status is RunStatus.SUCCEEDED
     assert result.state.output == {"fan": [i * 3 for i in range(size)]}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios(timeouts=True), data=st.data())
+def test_with_timeouts_racing_results_every_run_still_ends_cleanly(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    trace = drive(scenario, hypothesis_chooser(data, cancels=True))
+    final = trace.final
+    event(f"run {final.status.value}")
+    assert len(trace.finished) == 1
+    assert len(trace.dispatched) == len(set(trace.dispatched))
+    assert all(step.status.terminal for step in final.steps.values())
+    assert final.timers == {}
+    if final.status is RunStatus.SUCCEEDED:
+        assert unhandled_failures(scenario.definition, final) == []
