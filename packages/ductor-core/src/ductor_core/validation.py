@@ -1105,14 +1105,13 @@ def _check_gather(w: _Walker, a: _Args) -> None:
             f"{a.where}: '{label}' must name a STEP_TYPE_SCATTER step; "
             f"'{scatter}' is {w.types.get(scatter) or 'of no known type'}",
         )
-    else:
-        if a.ref is not None and scatter not in w.graph.ancestors(a.ref):
-            w.add(
-                _BAD_ARGS,
-                pointer,
-                f"{a.where}: the SCATTER '{scatter}' must come before this GATHER "
-                "(a path of edges must lead from it to here)",
-            )
+    elif a.ref is not None and not w.graph.precedes(scatter, a.ref):
+        w.add(
+            _BAD_ARGS,
+            pointer,
+            f"{a.where}: the SCATTER '{scatter}' must come before this GATHER "
+            "(a path of edges must lead from it to here)",
+        )
 
 
 def _check_subworkflow(w: _Walker, a: _Args) -> None:
