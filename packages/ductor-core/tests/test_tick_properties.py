@@ -616,3 +616,88 @@ def test_with_timeouts_racing_results_every_run_still_ends_cleanly(
     assert final.timers == {}
     if final.status is RunStatus.SUCCEEDED:
         assert unhandled_failures(scenario.definition, final) == []
+
+
+def _garbage(refs: list[str]) -> st.SearchStrategy[RunInput]:
+    ref = st.sampled_from([*refs, "nope"])
+    index = st.integers(-2, 4)
+    attempt = st.integers(-1, 4)
+    purpose = st.sampled_from(
+        ["wait", "retry", "timeout", "event_timeout", "signal_timeout", "bogus"]
+    )
+    error = st.builds(
+        ErrorInfo,
+        code=st.sampled_from(["x", "step.timeout"]),
+        message=st.just("m"),
+        retryable=st.booleans(),
+        retry_after_seconds=st.none() | st.floats(0, 100),
+    )
+    return st.one_of(
+        st.builds(
+            AttemptResult,
+            step_ref=ref,
+            item_index=index,
+            attempt=attempt,
+            ok=st.booleans(),
+            output=_OUT,
+            error=st.none() | error,
+        ),
+        st.builds(
+            lambda r, i, p, a: TimerFired(timer_id=f"{r}:{i}:{p}:{a}"),
+            ref,
+            index,
+            purpose,
+            attempt,
+        ),
+        st.builds(TimerFired, timer_id=st.text(max_size=12)),
+        st.builds(
+            EventReceived,
+            event_id=st.text(max_size=3),
+            name=st.sampled_from([f"ev-{r}" for r in refs] + ["other"]),
+            data=st.none() | st.fixed_dictionaries({"k": _OUT}),
+        ),
+        st.builds(
+            SignalReceived,
+            signal_id=st.text(max_size=3),
+            name=st.sampled_from([f"go-{r}" for r in refs] + ["other"]),
+            payload=_OUT,
+        ),
+        st.builds(
+            ChildRunEnded,
+            step_ref=ref,
+            item_index=index,
+            child_run_id=st.just("c"),
+            status=st.sampled_from(list(RunStatus)),
+            output=_OUT,
+        ),
+        st.builds(CancelRequested, reason=st.just("fuzz")),
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios(timeouts=True), data=st.data())
+def test_garbage_inputs_never_raise_and_are_applied_or_reported(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    """The coordinator feeds whatever its inbox holds; the tick must neither
+    raise nor lose track of an input, whatever the input names."""
+    definition = scenario.definition
+    refs = [s.ref for s in definition.steps]
+    result = start_run(definition, run_id="run", input={"i": 1}, now=NOW)
+    mirror = ServerMirror()
+    for command in result.commands:
+        mirror.apply(command)
+    for _ in range(data.draw(st.integers(1, 6))):
+        batch = data.draw(st.lists(_garbage(refs), min_size=1, max_size=4))
+        mirror.fired(batch)
+        was_terminal = result.state.status.terminal
+        result = tick(definition, result.state, batch, NOW)
+        for command in result.commands:
+            mirror.apply(command)
+        mirror.check(definition, result.state)
+        assert len(result.ignored) <= len(batch)
+        if was_terminal:
+            assert len(result.ignored) == len(batch)
+            assert result.commands == []
+        finished = [c for c in result.commands if isinstance(c, RunFinished)]
+        assert len(finished) == (1 if result.state.status.terminal and not was_terminal else 0)
