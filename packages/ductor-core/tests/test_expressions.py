@@ -126,6 +126,29 @@ def test_program_cache_is_bounded_and_keeps_recent_programs() -> None:
         ProgramCache(maxsize=0)
 
 
+def test_a_slow_compile_does_not_hold_up_cache_hits() -> None:
+    cache: ProgramCache[str] = ProgramCache()
+    cache.get_or_compile("fast", str.upper)
+    release = threading.Event()
+
+    def slow(source: str) -> str:
+        assert release.wait(10)
+        return source.upper()
+
+    compiling = threading.Thread(target=cache.get_or_compile, args=("slow", slow))
+    compiling.start()
+    try:
+        hit: list[str] = []
+        reader = threading.Thread(target=lambda: hit.append(cache.get_or_compile("fast", slow)))
+        reader.start()
+        reader.join(5)
+        assert hit == ["FAST"]
+    finally:
+        release.set()
+        compiling.join()
+    assert cache.get_or_compile("slow", str.lower) == "SLOW"
+
+
 def test_syntax_errors_are_not_cached(engine: ExpressionEngine) -> None:
     for _ in range(2):
         with pytest.raises(ExpressionError) as info:
