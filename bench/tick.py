@@ -8,6 +8,7 @@ input per tick, the state decoded before and encoded after every tick):
 - chain:   N worker steps in a line, each result starts the next step;
 - wide:    one root, N-2 parallel worker steps, one join; results one per tick;
 - wide/batch: the same, with all N-2 results in a single tick (batching);
+- scatter items: one SCATTER of N items, 50 at a time (cost per item);
 - dataflow chain: steps evaluated inline with CEL (one `start_run` does all).
 
 It also reports what finding the definition's index costs: built cold, found
@@ -71,6 +72,25 @@ def wide(steps: int) -> WorkflowDefinition:
             "edges": [
                 *({"source_ref": "root", "target_ref": r} for r in middle),
                 *({"source_ref": r, "target_ref": "join"} for r in middle),
+            ],
+        }
+    )
+
+
+def scatter(items: int) -> WorkflowDefinition:
+    return definition_from_obj(
+        {
+            "family_slug": "bench-scatter",
+            "steps": [
+                {
+                    "ref": "fan",
+                    "type": "STEP_TYPE_SCATTER",
+                    "args": {
+                        "items": f"[{', '.join(str(i) for i in range(items))}]",
+                        "max_concurrency": 50,
+                        "step": {"type": "STEP_TYPE_ACTION", "args": {"action": "http.post"}},
+                    },
+                }
             ],
         }
     )
@@ -173,6 +193,7 @@ def main() -> None:
         ("chain", chain(n), False),
         ("wide", wide(n), False),
         ("wide/batch", wide(n), True),
+        ("scatter items", scatter(n), False),
     ):
         tick_s, base_s, ticks = median_of(repeat, lambda d=definition, b=batch: drive(d, batch=b))
         per_step[name] = tick_s / n

@@ -194,6 +194,7 @@ class _Tick:
         self.work: deque[str] = deque()
         self._view: dict[str, Any] | None = None
         self._filling: set[str] = set()  # scatters whose items are being launched
+        self._own_items: set[str] = set()  # scatters whose items list this tick copied
 
     # --- result ------------------------------------------------------------------
 
@@ -552,9 +553,13 @@ class _Tick:
             return
         step = self.steps[ref]
         assert step.items is not None
-        items = list(step.items)
+        if ref in self._own_items:
+            items = step.items  # this tick's private copy: change it in place
+        else:
+            items = list(step.items)  # never touch the caller's list
+            self._own_items.add(ref)
+            self.update(ref, items=items)
         items[index] = replace(items[index], **changes)
-        self.update(ref, items=items)
 
     def unit_kind(self, info: StepIndex, index: int) -> tuple[StepType | None, StepArgs | None]:
         if index < 0:
@@ -724,6 +729,7 @@ class _Tick:
         if args.step is None and args.workflow is None:
             raise DuctorError("scatter needs `step` or `workflow`", code="definition.bad_args")
         data = {**self.steps[ref].data, "values": values, "next": 0, "done": 0}
+        self._own_items.add(ref)
         self.update(
             ref,
             items=[ItemState(index=i) for i in range(len(values))],
