@@ -25,7 +25,8 @@ Semantics the server and users rely on (see also DESIGN.md, "Definitions"):
 - WAIT_FOR_EVENT / WAIT_FOR_SIGNAL that time out SUCCEED with output null
   (like Inngest's waitForEvent returning null): a handler tells "no event" by
   testing the output, and the run goes on. An event whose `match` fails to
-  evaluate does not match (reported in `ignored`). One event may satisfy every
+  evaluate does not match (reported in `ignored`); an event that arrives
+  before the step waits is not seen (as in Inngest). One event may satisfy every
   step waiting for it; a signal goes to one waiting step (document order) and
   is buffered in `RunState.pending_signals` while no step waits for it yet (a
   signal no step of the workflow ever waits for is ignored). Event and signal
