@@ -131,6 +131,8 @@ _STEP_READS = re.compile(
     re.DOTALL,
 )
 
+_PLAIN_STEP_READS = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
     """One thing wrong with a definition.
@@ -1234,6 +1236,9 @@ def _compile_error(engine: ExpressionEngine, source: str) -> str | None:
 
 def _step_reads(source: str) -> list[str]:
     """The refs a CEL expression reads as `steps.<ref>` or `steps['<ref>']`, in order."""
+    if "'" not in source and '"' not in source and "//" not in source:
+        # no strings or comments to skip (and no bracket reads): the quick scan
+        return list(dict.fromkeys(_PLAIN_STEP_READS.findall(source)))
     refs: dict[str, None] = {}
     for match in _STEP_READS.finditer(source):
         ref = match.group("field") or match.group("single") or match.group("double")
