@@ -292,7 +292,7 @@ class _TypeConversion:
             raise TypeError(f"no such overload: {self.name}({kind})")
         if self.name == "uint" and kind == "double" and float(value) < 0:
             raise ValueError(f"uint({float(value)!r}) is out of range")
-        if kind == "string" and self.name != "string" and _LOOSE_NUMBER.search(value):
+        if kind == "string" and self.name in _NUMBER_KINDS and _LOOSE_NUMBER.search(value):
             # Python's int()/float() take " 5" and "1_000"; CEL's parsers do not.
             raise ValueError(f"{self.name}({str(value)!r}): not a number")
         return self.convert(value)
@@ -300,6 +300,56 @@ class _TypeConversion:
 
 def _as_type(value: Any) -> Any:
     return value.cel_type if isinstance(value, _TypeConversion) else value
+
+
+# RFC 3339 as cel-rust reads it: seconds required, `T`, `t` or a space between
+# date and time, `Z`, `z` or a numeric offset with a colon. celpy's parser also
+# takes bare dates, offsets without a colon and more.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z")
+# Units as the spec lists them (celpy also takes `d`).
+_DURATION = re.compile(r"[+-]?(\d+(\.\d+)?(h|ms|us|ns|m|s))+\Z")
+
+
+def _timestamp(value: Any) -> Any:
+    if _kind(value) == "string":
+        text = str(value)
+        if not _RFC3339.match(text):
+            raise ValueError(f"timestamp({text!r}): not an RFC 3339 date-time")
+        value = celtypes.StringType(text[:10] + "T" + text[11:].upper())
+    return celtypes.TimestampType(value)
+
+
+def _duration(value: Any) -> Any:
+    if _kind(value) == "string" and not _DURATION.match(str(value)):
+        raise ValueError(f"duration({str(value)!r}): not a duration")
+    return celtypes.DurationType(value)
+
+
+_ACCESSORS = (
+    "getFullYear",
+    "getMonth",
+    "getDate",
+    "getDayOfMonth",
+    "getDayOfWeek",
+    "getDayOfYear",
+    "getHours",
+    "getMinutes",
+    "getSeconds",
+    "getMilliseconds",
+)
+
+
+def _accessor(name: str) -> Callable[..., Any]:
+    # cel-rust has no time zone argument (`getHours('Europe/Paris')`), so
+    # neither do we; `local_time(ts, zone)` is the portable way.
+    method = celpy.evaluation.base_functions[name]
+
+    def call(value: Any, *extra: Any) -> Any:
+        if extra:
+            raise TypeError(f"no such overload: {name} with a time zone; use local_time()")
+        return method(value)
+
+    return call
 
 
 def _string_method(name: str) -> Callable[[Any, Any], Any]:
@@ -336,6 +386,7 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "startsWith": _string_method("startsWith"),
         "endsWith": _string_method("endsWith"),
         "matches": _string_method("matches"),
+        **{name: _accessor(name) for name in _ACCESSORS},
     }
     guarded = {name: _passing_errors(function) for name, function in functions.items()}
     numbers = frozenset({"int", "uint", "double", "string"})
@@ -348,6 +399,12 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "uint": _TypeConversion(celtypes.UintType, numbers, "uint"),
         "double": _TypeConversion(celtypes.DoubleType, numbers, "double"),
         "string": _TypeConversion(celtypes.StringType, everything, "string", _string),
+        "timestamp": _TypeConversion(
+            celtypes.TimestampType, frozenset({"string", "timestamp"}), "timestamp", _timestamp
+        ),
+        "duration": _TypeConversion(
+            celtypes.DurationType, frozenset({"string", "duration"}), "duration", _duration
+        ),
     }
 
 

@@ -60,7 +60,11 @@ def require_utc(value: datetime.datetime) -> datetime.datetime:
 def format_timestamp(value: datetime.datetime) -> str:
     """RFC 3339 in UTC with a `Z`, and 0, 3 or 6 fraction digits as needed."""
     utc = require_utc(value)
-    base = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    # Not strftime: it writes year 1 as "1", not "0001".
+    base = (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
+        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+    )
     micros = utc.microsecond
     if micros == 0:
         return base + "Z"
