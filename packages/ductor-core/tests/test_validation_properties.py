@@ -19,7 +19,7 @@ from ductor_core import (
     definition_from_obj,
     validate_definition,
 )
-from ductor_core.validation import PROBLEM_CODES
+from ductor_core.validation import _STEP_READS, PROBLEM_CODES, _step_reads
 
 # Build the engine before any example runs: cel-python raises the recursion
 # limit when it is created, which hypothesis would warn about mid-test.
@@ -282,3 +282,14 @@ def test_reading_a_step_that_is_not_before_is_the_one_problem(
     pointer = f"/steps/{position[reader]}/args/body"
     got = [(p.code, p.pointer) for p in validate_definition(definition).problems]
     assert got == [("definition.bad_step_reference", pointer)]
+
+
+_cel_words = st.sampled_from(["steps", ".", "a", "b_1", " ", "[", "]", "x", "(", ")", "+", "_"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(_cel_words, max_size=12))
+def test_quick_and_full_step_read_scans_agree(words: list[str]) -> None:
+    source = "".join(words)
+    full = [m.group("field") for m in _STEP_READS.finditer(source) if m.group("field")]
+    assert _step_reads(source) == list(dict.fromkeys(full))
