@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ductor_core.validation import PROBLEM_CODES, validate_definition
+from ductor_core.validation import PROBLEM_CODES, validate_definition, validate_definition_json
 
 DATA = Path(__file__).parent / "data"
 INVALID = sorted((DATA / "invalid").glob("*.json"))
@@ -27,6 +27,7 @@ def test_invalid_definition_reports_exactly_its_problems(path: Path) -> None:
     got = [{"code": p.code, "pointer": p.pointer} for p in report.problems]
     assert got == case["expect"]
     assert report.valid is False
+    assert validate_definition_json(json.dumps(case["definition"])) == report
     for problem in report.problems:
         assert problem.message.strip()
         assert "\n" not in problem.message
