@@ -1193,3 +1193,36 @@ def test_equal_definitions_share_one_index_but_keep_their_own_identity() -> None
     assert start_run(one, run_id="r", input={}, now=NOW) == start_run(
         two, run_id="r", input={}, now=NOW
     )
+
+
+def test_both_engines_drive_a_run_to_the_same_state() -> None:
+    from ductor_core.expressions import engine_by_name
+
+    definition = wf(
+        [
+            dataflow("p", operation="project", project={"xs": "input.xs", "n": "size(input.xs)"}),
+            dataflow("f", operation="filter", items="steps.p.output.xs", predicate="item % 2 == 0"),
+            dataflow("m", operation="map", items="steps.f.output", expression="item * index"),
+            dataflow("big", operation="project", project={"v": '"big"'}),
+            dataflow("small", operation="project", project={"v": '"small"'}),
+            action("call", params={"sum": "steps.m.output.size() + steps.p.output.n"}),
+        ],
+        [
+            ("p", "f"),
+            ("f", "m"),
+            ("m", "big", "CONDITION", "size(output) > 1"),
+            ("m", "small", "CONDITION", "size(output) <= 1"),
+            ("big", "call", "ALWAYS"),
+            ("small", "call", "ALWAYS"),
+        ],
+    )
+    results = [
+        start_run(
+            definition, run_id="r", input={"xs": [1, 2, 3, 4, 6]}, now=NOW, engine=engine_by_name(n)
+        )
+        for n in ("cel-python", "cel-rust")
+    ]
+    assert results[0] == results[1]
+    assert results[0].state.steps["m"].output == [0, 4, 12]
+    assert status(results[0], "small") is StepStatus.SKIPPED
+    assert of(results[0], DispatchTask)[0].payload["params"] == {"sum": 8}
