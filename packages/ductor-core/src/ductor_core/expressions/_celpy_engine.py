@@ -248,6 +248,30 @@ def _size(value: Any) -> Any:
     return celtypes.IntType(len(value))
 
 
+def _or(x: Any, y: Any) -> Any:
+    # As the spec: true wins over anything (errors too), then an error is the
+    # answer, then anything not a bool is an error. celpy answers `false || 4u`
+    # with 4u.
+    if (_kind(x) == "bool" and x) or (_kind(y) == "bool" and y):
+        return celtypes.BoolType(True)
+    return _logic_rest(x, y, "||")
+
+
+def _and(x: Any, y: Any) -> Any:
+    if (_kind(x) == "bool" and not x) or (_kind(y) == "bool" and not y):
+        return celtypes.BoolType(False)
+    return _logic_rest(x, y, "&&")
+
+
+def _logic_rest(x: Any, y: Any, symbol: str) -> Any:
+    if _kind(x) == "bool" and _kind(y) == "bool":
+        return celtypes.BoolType(bool(x) if symbol == "||" else bool(x and y))
+    for value in (x, y):
+        if isinstance(value, celpy.CELEvalError):
+            return value
+    raise TypeError(f"no such overload: {_kind(x)} {symbol} {_kind(y)}")
+
+
 def _passing_errors(function: Callable[..., Any]) -> Callable[..., Any]:
     # celpy hands error values to operator functions as arguments; an
     # operator must return them, never compare or combine them.
@@ -395,10 +419,14 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
     )
     return {
         **guarded,
+        # Not guarded: `||` and `&&` must see errors to absorb them.
+        "_||_": _or,
+        "_&&_": _and,
         "int": _TypeConversion(celtypes.IntType, numbers, "int"),
         "uint": _TypeConversion(celtypes.UintType, numbers, "uint"),
         "double": _TypeConversion(celtypes.DoubleType, numbers, "double"),
         "string": _TypeConversion(celtypes.StringType, everything, "string", _string),
+        "bytes": _TypeConversion(celtypes.BytesType, frozenset({"string", "bytes"}), "bytes"),
         "timestamp": _TypeConversion(
             celtypes.TimestampType, frozenset({"string", "timestamp"}), "timestamp", _timestamp
         ),
