@@ -194,14 +194,34 @@ def _index(container: Any, key: Any) -> Any:
     raise TypeError(f"no such overload: {kind} cannot be indexed")
 
 
+_SAME_NUMBERS = {(kind, kind) for kind in ("int", "uint", "double")}
+# The operand kinds each arithmetic operator has an overload for in CEL;
+# celpy also takes mixed numbers, bools, `duration / duration` and more.
+_ARITHMETIC: dict[str, set[tuple[str, str]]] = {
+    "+": _SAME_NUMBERS
+    | {
+        ("string", "string"),
+        ("bytes", "bytes"),
+        ("list", "list"),
+        ("duration", "duration"),
+        ("timestamp", "duration"),
+        # Not ("duration", "timestamp"): the spec has it, cel-rust does not;
+        # write `timestamp + duration`.
+    },
+    "-": _SAME_NUMBERS
+    | {("duration", "duration"), ("timestamp", "timestamp"), ("timestamp", "duration")},
+    "*": _SAME_NUMBERS,
+    "/": _SAME_NUMBERS,
+    "%": {("int", "int"), ("uint", "uint")},
+}
+
+
 def _strict(operation: Callable[[Any, Any], Any], symbol: str) -> Callable[[Any, Any], Any]:
+    allowed = _ARITHMETIC[symbol]
+
     def apply(a: Any, b: Any) -> Any:
         ka, kb = _kind(a), _kind(b)
-        if (
-            ka == "bool"
-            or kb == "bool"
-            or (ka != kb and (ka in _NUMBER_KINDS or kb in _NUMBER_KINDS))
-        ):
+        if (ka, kb) not in allowed:
             raise TypeError(f"no such overload: {ka} {symbol} {kb}")
         return operation(a, b)
 
