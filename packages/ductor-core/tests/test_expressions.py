@@ -182,7 +182,9 @@ def test_programs_evaluate_correctly_from_many_threads(factory: EngineFactory) -
     def work(offset: int) -> None:
         for i in range(50):
             x = offset * 1000 + i
-            got = program.evaluate({"input": {"x": x, "tags": ["a"] * (i % 3), "s": "AB"}})
+            activation = {"input": {"x": x, "tags": ["a"] * (i % 3), "s": "AB"}}
+            # Alternate plain mappings and variables bound in this thread.
+            got = program.evaluate(engine.bind(activation) if i % 2 else activation)
             if got != x * 2 + i % 3 + 1:
                 failures.append(f"{x}: {got}")
 
