@@ -249,10 +249,24 @@ def test_unknown_function_names_every_unknown_function(engine: ExpressionEngine)
 
 def test_foreign_bound_variables_are_refused() -> None:
     rust, python = CelRustEngine(), CelPyEngine()
+    with pytest.raises(TypeError, match="another cel-rust engine"):
+        CelRustEngine().compile("1").evaluate(rust.bind({}))
     with pytest.raises(TypeError, match="same engine"):
         python.compile("1").evaluate(rust.bind({}))
     with pytest.raises(TypeError, match="same engine"):
         rust.compile("1").evaluate(python.bind({}))
+
+
+def test_cel_python_runs_the_interpreted_runner_only() -> None:
+    # celpy's CompiledRunner drops custom functions and has(); mixing the two
+    # runner classes in one process crashes.
+    import celpy
+
+    program = CelPyEngine().compile("has(input.a) && lower(input.a) == 'x'")
+    runner = program._runner
+    assert isinstance(runner, celpy.InterpretedRunner)
+    assert not isinstance(runner, celpy.CompiledRunner)
+    assert program.evaluate({"input": {"a": "X"}}) is True
 
 
 # ---------------------------------------------------------------- registry
