@@ -488,6 +488,37 @@ class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
             result[key] = value
         return result
 
+    def member_dot_arg(self, tree: Tree[Any]) -> Any:
+        # filter() and exists_one() take Python truthiness in celpy
+        # (`[1, 2].filter(x, x)` keeps both); CEL wants a bool predicate.
+        method = str(tree.children[1])
+        if method not in ("filter", "exists_one"):
+            return super().member_dot_arg(tree)
+        source = self.visit(tree.children[0])
+        if isinstance(source, celpy.CELEvalError):
+            return source
+        if _kind(source) not in ("list", "map"):
+            return celpy.CELEvalError(
+                f"no such overload: {method}() on a {_kind(source)}", TypeError, ()
+            )
+        predicate = self.build_macro_eval(tree)
+        kept = []
+        for item in source:
+            verdict = predicate(item)
+            if isinstance(verdict, celpy.CELEvalError):
+                return verdict
+            if _kind(verdict) != "bool":
+                return celpy.CELEvalError(
+                    f"no such overload: the {method}() predicate gave a {_kind(verdict)}",
+                    TypeError,
+                    (),
+                )
+            if verdict:
+                kept.append(item)
+        if method == "filter":
+            return celtypes.ListType(kept)
+        return celtypes.BoolType(len(kept) == 1)
+
     def macro_has_eval(self, exprlist: Tree[Any]) -> Any:
         # celpy answers has(e.f) with "did e.f evaluate", so a missing `e`, or
         # an `e` that is a number, gives false. The spec (and cel-rust): e
