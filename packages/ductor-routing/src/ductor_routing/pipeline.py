@@ -1,0 +1,683 @@
+"""The routing pipeline: Validate, Enrich, Filter, Select, Assign, always in that order.
+
+A `Router` compiles rules, pools and workers once (CEL programs, structured
+filter indexes, strategies) and then routes each routable against a read-only
+`RoutingState`, returning a `Decision` with its explanation and the
+`AssignIntent` for the caller to commit. It does no I/O and reads no clock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from ductor_core.errors import DuctorError
+from ductor_core.expressions import CompiledExpression, ExpressionEngine
+from ductor_routing.decisions import (
+    Decision,
+    Exclusion,
+    Explanation,
+    Outcome,
+    RuleTrace,
+    ShadowPick,
+)
+from ductor_routing.enrichment import CelEnricher, Enricher, EnricherSpec
+from ductor_routing.errors import ConfigError, RoutingError
+from ductor_routing.filters import (
+    AttributeIndex,
+    Predicate,
+    compile_filter,
+    describe_filter,
+    index_values,
+    is_indexable,
+)
+from ductor_routing.kinds import KindSchema, Problem, validate_routable
+from ductor_routing.pools import Member, Pool, Window
+from ductor_routing.routables import Routable
+from ductor_routing.rules import Rule, RuleSet
+from ductor_routing.state import (
+    AssignIntent,
+    CounterKey,
+    CounterScope,
+    Mark,
+    MarkKind,
+    Reservation,
+    RoutingState,
+    format_time,
+    period_of,
+)
+from ductor_routing.strategies.base import Candidate, SelectionContext, Strategy
+from ductor_routing.strategies.registry import StrategyRegistry
+from ductor_routing.workers import Availability, Worker
+
+
+class _Rule:
+    __slots__ = ("matched_trace", "prefilters", "program", "rule", "when_false")
+
+    def __init__(self, rule: Rule, program: CompiledExpression | None) -> None:
+        self.rule = rule
+        self.program = program
+        # Traces are immutable and built once, so a miss costs one append.
+        self.prefilters: tuple[tuple[Predicate, RuleTrace], ...] = tuple(
+            (
+                compile_filter(f),
+                RuleTrace(
+                    rule=rule.id,
+                    priority=rule.priority,
+                    matched=False,
+                    reason="match",
+                    detail=describe_filter(f),
+                ),
+            )
+            for f in rule.match
+        )
+        self.when_false = RuleTrace(
+            rule=rule.id, priority=rule.priority, matched=False, reason="when", detail="false"
+        )
+
+
+class _Member:
+    __slots__ = (
+        "activation",
+        "budget_key",
+        "cap_keys",
+        "capacity",
+        "load_key",
+        "member",
+        "position",
+        "program",
+        "residual",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        position: int,
+        worker: Worker,
+        member: Member,
+        pool: Pool,
+        residual: tuple[tuple[Predicate, str], ...],
+        program: CompiledExpression | None,
+    ) -> None:
+        self.position = position
+        self.worker = worker
+        self.member = member
+        self.residual = residual
+        self.program = program
+        self.capacity = worker.capacity.get(pool.channel)
+        self.load_key = CounterKey(scope=CounterScope.LOAD, worker=worker.id, channel=pool.channel)
+        # Last key built per window: periods change rarely, keys are reused.
+        self.cap_keys: dict[Window, tuple[str, CounterKey]] = {}
+        self.budget_key: tuple[str, CounterKey] | None = None
+        self.activation: dict[str, Any] = {
+            "worker": worker.activation(),
+            "member": {
+                "bid": member.bid,
+                "quality": member.quality,
+                "priority": member.priority,
+                "weight": member.weight,
+            },
+        }
+
+    def cap_key(self, pool: str, window: Window, period: str) -> CounterKey:
+        cached = self.cap_keys.get(window)
+        if cached is not None and cached[0] == period:
+            return cached[1]
+        key = CounterKey(
+            scope=CounterScope.CAP, worker=self.worker.id, pool=pool, window=window, period=period
+        )
+        self.cap_keys[window] = (period, key)
+        return key
+
+    def spend_key(self, pool: str, window: Window, period: str) -> CounterKey:
+        cached = self.budget_key
+        if cached is not None and cached[0] == period:
+            return cached[1]
+        key = CounterKey(
+            scope=CounterScope.BUDGET,
+            worker=self.worker.id,
+            pool=pool,
+            window=window,
+            period=period,
+        )
+        self.budget_key = (period, key)
+        return key
+
+
+class _Pool:
+    __slots__ = (
+        "available",
+        "ids",
+        "indexes",
+        "members",
+        "pool",
+        "shadows",
+        "strategy",
+        "unavailable",
+    )
+
+    def __init__(
+        self,
+        pool: Pool,
+        members: tuple[_Member, ...],
+        strategy: Strategy,
+        shadows: tuple[tuple[str, Strategy], ...],
+    ) -> None:
+        self.pool = pool
+        self.members = members
+        self.ids = tuple(m.worker.id for m in members)
+        self.strategy = strategy
+        self.shadows = shadows
+        self.available = tuple(
+            m.position for m in members if m.worker.availability is Availability.AVAILABLE
+        )
+        unavailable = tuple(
+            m.worker.id for m in members if m.worker.availability is not Availability.AVAILABLE
+        )
+        self.unavailable = (
+            Exclusion(reason="unavailable", detail="", workers=unavailable) if unavailable else None
+        )
+        accepts: dict[str, dict[int, frozenset[Hashable] | None]] = {}
+        for m in members:
+            for f in m.member.filters:
+                if is_indexable(f):
+                    accepts.setdefault(f.attribute, {})
+        for attribute, by_position in accepts.items():
+            for p in self.available:
+                keys: frozenset[Hashable] | None = None
+                for f in members[p].member.filters:
+                    if f.attribute == attribute and is_indexable(f):
+                        values = frozenset(index_values(f))
+                        keys = values if keys is None else keys & values
+                by_position[p] = keys
+        self.indexes = tuple(AttributeIndex(a, bp) for a, bp in accepts.items())
+
+
+def _decision_id(routable: Routable, now_text: str) -> str:
+    text = f"{routable.tenant}\x00{routable.id}\x00{now_text}"
+    return "dec_" + hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
+
+
+class Router:
+    """The compiled routing configuration; `route` runs the five stages.
+
+    Args:
+        rule_set: the rules that pick a pool.
+        pools: every pool a rule (or the default) can pick.
+        workers: the worker registry.
+        kinds: the schema of each routable kind (an undeclared kind is invalid).
+        engine: the CEL engine; every expression is compiled once here.
+        enrichers: CEL enricher specs and enricher plugins, applied in order.
+        registry: the strategy registry (built-ins if omitted).
+        seed: fixes every seeded random draw, so a replay gives the same decisions.
+
+    Raises:
+        ConfigError: the configuration is inconsistent; `details` lists every problem.
+    """
+
+    def __init__(
+        self,
+        *,
+        rule_set: RuleSet,
+        pools: Sequence[Pool],
+        workers: Sequence[Worker],
+        kinds: Mapping[str, KindSchema],
+        engine: ExpressionEngine,
+        enrichers: Sequence[EnricherSpec | Enricher] = (),
+        registry: StrategyRegistry | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.rule_set = rule_set
+        self.kinds = dict(kinds)
+        self.engine = engine
+        self.seed = seed
+        self.registry = registry if registry is not None else StrategyRegistry()
+        problems: list[Problem] = []
+
+        def compile_cel(source: str | None, pointer: str) -> CompiledExpression | None:
+            if source is None:
+                return None
+            try:
+                return engine.compile(source)
+            except DuctorError as exc:
+                problems.append(Problem(pointer=pointer, message=exc.message))
+                return None
+
+        workers_by_id: dict[str, Worker] = {}
+        for i, w in enumerate(workers):
+            if w.id in workers_by_id:
+                problems.append(Problem(pointer=f"/workers/{i}/id", message="duplicate worker"))
+            workers_by_id[w.id] = w
+        self.workers = workers_by_id
+
+        self._enrichers: list[Enricher] = []
+        for i, e in enumerate(enrichers):
+            if isinstance(e, EnricherSpec):
+                try:
+                    self._enrichers.append(CelEnricher(e, engine))
+                except DuctorError as exc:
+                    problems.append(Problem(pointer=f"/enrichers/{i}/expr", message=exc.message))
+            else:
+                self._enrichers.append(e)
+
+        self._pools: dict[str, _Pool] = {}
+        for pi, pool in enumerate(pools):
+            base = f"/pools/{pi}"
+            if pool.id in self._pools:
+                problems.append(Problem(pointer=f"{base}/id", message="duplicate pool"))
+                continue
+            members: list[_Member] = []
+            seen: set[str] = set()
+            for mi, m in enumerate(pool.members):
+                mp = f"{base}/members/{mi}"
+                worker = workers_by_id.get(m.worker)
+                if worker is None:
+                    problems.append(
+                        Problem(pointer=f"{mp}/worker", message=f"unknown worker {m.worker!r}")
+                    )
+                    continue
+                if m.worker in seen:
+                    problems.append(
+                        Problem(pointer=f"{mp}/worker", message="worker is a member twice")
+                    )
+                    continue
+                seen.add(m.worker)
+                residual = tuple(
+                    (compile_filter(f), f.attribute) for f in m.filters if not is_indexable(f)
+                )
+                members.append(
+                    _Member(
+                        len(members),
+                        worker,
+                        m,
+                        pool,
+                        residual,
+                        compile_cel(m.when, f"{mp}/when"),
+                    )
+                )
+            try:
+                strategy = self.registry.create(pool.strategy)
+                shadows = tuple((s.name, self.registry.create(s)) for s in pool.shadows)
+            except RoutingError as exc:
+                problems.append(Problem(pointer=f"{base}/strategy", message=exc.message))
+                continue
+            self._pools[pool.id] = _Pool(pool, tuple(members), strategy, shadows)
+
+        ordered = sorted(enumerate(rule_set.rules), key=lambda item: (item[1].priority, item[0]))
+        self._rules: list[_Rule] = []
+        rule_ids: set[str] = set()
+        for ri, rule in ordered:
+            rp = f"/rule_set/rules/{ri}"
+            if rule.id in rule_ids:
+                problems.append(Problem(pointer=f"{rp}/id", message="duplicate rule"))
+            rule_ids.add(rule.id)
+            if rule.pool not in self._pools:
+                problems.append(
+                    Problem(pointer=f"{rp}/pool", message=f"unknown pool {rule.pool!r}")
+                )
+            self._rules.append(_Rule(rule, compile_cel(rule.when, f"{rp}/when")))
+        if rule_set.default_pool is not None and rule_set.default_pool not in self._pools:
+            problems.append(
+                Problem(
+                    pointer="/rule_set/default_pool",
+                    message=f"unknown pool {rule_set.default_pool!r}",
+                )
+            )
+        if problems:
+            summary = "; ".join(f"{p.pointer}: {p.message}" for p in problems[:5])
+            raise ConfigError(f"invalid routing configuration: {summary}", details=problems)
+
+    @property
+    def pool_ids(self) -> tuple[str, ...]:
+        """Every pool id, in configuration order."""
+        return tuple(self._pools)
+
+    def pool(self, pool_id: str) -> Pool:
+        """The pool with this id (KeyError if unknown)."""
+        return self._pools[pool_id].pool
+
+    def counter_keys(self, pool_id: str, now: datetime.datetime) -> tuple[CounterKey, ...]:
+        """Every counter a decision in `pool_id` at `now` may read (to prefetch a snapshot)."""
+        cp = self._pools[pool_id]
+        keys: list[CounterKey] = []
+        for m in cp.members:
+            keys.append(m.load_key)
+            for cap in m.member.caps:
+                keys.append(m.cap_key(pool_id, cap.window, period_of(cap.window, now)))
+            budget = m.member.budget
+            if budget is not None:
+                keys.append(m.spend_key(pool_id, budget.window, period_of(budget.window, now)))
+        return tuple(keys)
+
+    # -- the five stages -------------------------------------------------------------
+
+    def route(
+        self,
+        routable: Routable,
+        state: RoutingState,
+        now: datetime.datetime,
+        *,
+        decision_id: str | None = None,
+    ) -> Decision:
+        """Route one routable against `state` at `now` (naive times are taken as UTC).
+
+        Returns a decision whose `intent` (when assigned) the caller commits;
+        the state is only read.
+        """
+        if now.tzinfo is None:
+            now = now.replace(tzinfo=datetime.UTC)
+        now_text = format_time(now)
+        did = decision_id if decision_id is not None else _decision_id(routable, now_text)
+        rs = self.rule_set
+
+        def finish(outcome: Outcome, explanation: Explanation, **extra: Any) -> Decision:
+            return Decision(
+                id=did,
+                routable_id=routable.id,
+                tenant=routable.tenant,
+                kind=routable.kind,
+                at=now_text,
+                outcome=outcome,
+                explanation=explanation,
+                **extra,
+            )
+
+        # 1. Validate
+        problems = validate_routable(self.kinds.get(routable.kind), routable)
+        if problems:
+            return finish(
+                Outcome.INVALID,
+                Explanation(rule_set=rs.id, rule_set_version=rs.version),
+                problems=problems,
+            )
+
+        # 2. Enrich
+        enriched: dict[str, Any] = {}
+        for enricher in self._enrichers:
+            try:
+                added = enricher.enrich(routable, now)
+            except DuctorError as exc:
+                problems = (Problem(pointer=f"/enrich/{enricher.name}", message=exc.message),)
+            except Exception as exc:  # a plugin's bug must not take the pipeline down
+                problems = (
+                    Problem(
+                        pointer=f"/enrich/{enricher.name}",
+                        message=f"{type(exc).__name__}: {exc}",
+                    ),
+                )
+            if problems:
+                return finish(
+                    Outcome.INVALID,
+                    Explanation(rule_set=rs.id, rule_set_version=rs.version, enriched=enriched),
+                    problems=problems,
+                )
+            if added:
+                enriched.update(added)
+                routable = routable.with_attributes(dict(added))
+        attrs = routable.attributes
+
+        # 3a. Filter: the first rule that matches picks the pool.
+        traces: list[RuleTrace] = []
+        activation: dict[str, Any] | None = None
+        chosen: str | None = None
+        rule_id: str | None = None
+        for cr in self._rules:
+            failed = None
+            for predicate, trace in cr.prefilters:
+                if not predicate(attrs):
+                    failed = trace
+                    break
+            if failed is not None:
+                traces.append(failed)
+                continue
+            if cr.program is not None:
+                if activation is None:
+                    activation = {
+                        "routable": routable.activation(),
+                        "attributes": attrs,
+                        "now": now_text,
+                    }
+                try:
+                    value = cr.program.evaluate(activation)
+                except DuctorError as exc:
+                    traces.append(
+                        RuleTrace(
+                            rule=cr.rule.id,
+                            priority=cr.rule.priority,
+                            matched=False,
+                            reason="error",
+                            detail=exc.message,
+                        )
+                    )
+                    continue
+                if value is not True:
+                    if value is False:
+                        traces.append(cr.when_false)
+                    else:
+                        traces.append(
+                            RuleTrace(
+                                rule=cr.rule.id,
+                                priority=cr.rule.priority,
+                                matched=False,
+                                reason="error",
+                                detail=f"condition gave {value!r}, not a bool",
+                            )
+                        )
+                    continue
+            chosen = cr.rule.pool
+            rule_id = cr.rule.id
+            break
+        if chosen is None and rs.default_pool is not None:
+            chosen = rs.default_pool
+            rule_id = "default"
+        if chosen is None:
+            return finish(
+                Outcome.UNASSIGNED,
+                Explanation(
+                    rule_set=rs.id,
+                    rule_set_version=rs.version,
+                    rules_not_matched=tuple(traces),
+                    enriched=enriched,
+                    note="no rule matched and there is no default pool",
+                ),
+            )
+        cp = self._pools[chosen]
+        pool = cp.pool
+
+        # 3b. Filter: eligibility of the pool's members.
+        excluded: list[Exclusion] = []
+        if cp.unavailable is not None:
+            excluded.append(cp.unavailable)
+        alive: Sequence[int] = cp.available
+        ids = cp.ids
+        first = True
+        for index in cp.indexes:
+            allowed, kept, dropped = index.lookup(attrs)
+            if first:
+                first = False
+                alive = kept
+            else:
+                dropped = tuple(p for p in alive if p not in allowed)
+                alive = tuple(p for p in alive if p in allowed)
+            if dropped:
+                excluded.append(
+                    Exclusion(
+                        reason="filter",
+                        detail=index.attribute,
+                        workers=tuple(ids[p] for p in dropped),
+                    )
+                )
+        late: dict[tuple[str, str], list[str]] = {}
+        candidates: list[Candidate] = []
+        periods: dict[Window, str] = {}
+        price = routable.price if routable.price is not None else 0
+        member_activation: dict[str, Any] | None = None
+        for p in alive:
+            cm = cp.members[p]
+            member = cm.member
+            reason: tuple[str, str] | None = None
+            for predicate, attribute in cm.residual:
+                if not predicate(attrs):
+                    reason = ("filter", attribute)
+                    break
+            load = 0
+            if reason is None:
+                load = state.counter(cm.load_key)
+                if cm.capacity is not None and load >= cm.capacity:
+                    reason = ("capacity", pool.channel)
+            if reason is None:
+                for cap in member.caps:
+                    period = periods.get(cap.window)
+                    if period is None:
+                        period = periods[cap.window] = period_of(cap.window, now)
+                    if state.counter(cm.cap_key(pool.id, cap.window, period)) >= cap.limit:
+                        reason = ("cap", cap.window.value)
+                        break
+            charge = member.bid if member.bid is not None else price
+            if reason is None and member.budget is not None:
+                budget = member.budget
+                period = periods.get(budget.window)
+                if period is None:
+                    period = periods[budget.window] = period_of(budget.window, now)
+                spent = state.counter(cm.spend_key(pool.id, budget.window, period))
+                if spent + charge > budget.limit:
+                    reason = ("budget", budget.window.value)
+            if reason is None and cm.program is not None:
+                if member_activation is None:
+                    member_activation = {
+                        "routable": routable.activation(),
+                        "attributes": attrs,
+                        "now": now_text,
+                    }
+                member_activation.update(cm.activation)
+                try:
+                    value = cm.program.evaluate(member_activation)
+                except DuctorError as exc:
+                    reason = ("when", f"error: {exc.message}")
+                else:
+                    if value is not True:
+                        reason = ("when", "false" if value is False else f"gave {value!r}")
+            if reason is not None:
+                late.setdefault(reason, []).append(cm.worker.id)
+                continue
+            candidates.append(
+                Candidate(
+                    position=p,
+                    worker=cm.worker,
+                    member=member,
+                    charge=charge,
+                    load=load,
+                    capacity=cm.capacity,
+                )
+            )
+        for (reason_name, detail), workers in late.items():
+            excluded.append(Exclusion(reason=reason_name, detail=detail, workers=tuple(workers)))
+
+        # 4. Select, live and in shadow.
+        ctx = SelectionContext(
+            routable=routable,
+            pool=pool.id,
+            scope=pool.id,
+            channel=pool.channel,
+            candidates=candidates,
+            state=state,
+            now=now,
+            now_text=now_text,
+            seed=self.seed,
+        )
+        selection = cp.strategy.select(ctx)
+        shadow_picks: list[ShadowPick] = []
+        shadow_marks: list[Mark] = []
+        for name, shadow in cp.shadows:
+            sel = shadow.select(ctx.with_scope(f"{pool.id}#shadow:{name}"))
+            shadow_picks.append(
+                ShadowPick(
+                    strategy=name,
+                    pick=sel.pick,
+                    agrees=sel.pick == selection.pick,
+                    price=sel.price,
+                    scores=sel.scores,
+                    note=sel.note,
+                )
+            )
+            shadow_marks.extend(sel.marks)
+        explanation = Explanation(
+            rule_set=rs.id,
+            rule_set_version=rs.version,
+            rule=rule_id,
+            rules_not_matched=tuple(traces),
+            enriched=enriched,
+            pool=pool.id,
+            candidates=tuple(c.worker.id for c in candidates),
+            excluded=tuple(excluded),
+            strategy=pool.strategy.name,
+            scores=selection.scores,
+            pick=selection.pick,
+            note=selection.note if candidates else "no eligible candidate",
+            shadows=tuple(shadow_picks),
+        )
+        if selection.pick is None:
+            return finish(Outcome.UNASSIGNED, explanation, pool=pool.id)
+        picked = next((c for c in candidates if c.worker.id == selection.pick), None)
+        if picked is None:
+            raise RoutingError(
+                f"strategy {pool.strategy.name!r} picked {selection.pick!r}, not a candidate",
+                code="routing.strategy_bad_pick",
+            )
+
+        # 5. Assign: the intent the caller commits atomically.
+        cm = cp.members[picked.position]
+        member = cm.member
+        charge = selection.price if selection.price is not None else picked.charge
+        reservations = [Reservation(key=cm.load_key, amount=1, limit=cm.capacity)]
+        for cap in member.caps:
+            reservations.append(
+                Reservation(
+                    key=cm.cap_key(pool.id, cap.window, periods[cap.window]),
+                    amount=1,
+                    limit=cap.limit,
+                )
+            )
+        if member.budget is not None:
+            budget = member.budget
+            reservations.append(
+                Reservation(
+                    key=cm.spend_key(pool.id, budget.window, periods[budget.window]),
+                    amount=charge,
+                    limit=budget.limit,
+                )
+            )
+        marks = (
+            *selection.marks,
+            Mark(kind=MarkKind.LAST_ASSIGNED, scope="", key=picked.worker.id, value=now_text),
+        )
+        intent = AssignIntent(
+            decision_id=did,
+            routable_id=routable.id,
+            tenant=routable.tenant,
+            pool=pool.id,
+            worker=picked.worker.id,
+            channel=pool.channel,
+            at=now_text,
+            charge=charge,
+            reservations=tuple(reservations),
+            marks=marks,
+            shadow_marks=tuple(shadow_marks),
+        )
+        return finish(
+            Outcome.ASSIGNED,
+            explanation,
+            pool=pool.id,
+            worker=picked.worker.id,
+            charge=charge,
+            intent=intent,
+        )
+
+
+def encode_decision(decision: Decision) -> bytes:
+    """The decision as one compact JSON document (stable field order)."""
+    return msgspec.json.encode(decision)
