@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from ductor_server import cli_routing
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "routing"
+
+
+def test_simulate_writes_decisions_and_prints_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "decisions.jsonl"
+    argv = ["simulate", "--config", str(EXAMPLE / "routing.json"), str(EXAMPLE / "events.jsonl")]
+    rc = cli_routing.main([*argv, "--out", str(out), "--progress", "always"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) == 39
+    decisions = [json.loads(line) for line in lines]
+    assert {d["outcome"] for d in decisions} == {"assigned", "unassigned", "invalid"}
+    assert "solar-buyers" in captured.out
+    assert "agreement" in captured.out
+    assert "100% 40/40" in captured.err
+    # the same run again gives the same bytes
+    again = tmp_path / "again.jsonl"
+    assert cli_routing.main([*argv, "--out", str(again), "--progress", "never"]) == 0
+    assert again.read_bytes() == out.read_bytes()
+    assert "simulating" not in capsys.readouterr().err
+
+
+def test_simulate_to_stdout_keeps_the_table_off_it(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--config", str(EXAMPLE / "routing.json"), str(EXAMPLE / "events.jsonl")]
+    assert cli_routing.main([*argv, "--out", "-"]) == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(rows) == 39
+    assert "solar-buyers" in captured.err
+
+
+def test_bad_config_is_reported_with_its_pointer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "routing.json"
+    config.write_text(json.dumps({"rule_set": {"default_pool": "missing"}}))
+    events = tmp_path / "events.jsonl"
+    events.write_text("")
+    rc = cli_routing.main(["simulate", "--config", str(config), str(events)])
+    assert rc == 2
+    assert "/rule_set/default_pool" in capsys.readouterr().err
+    rc = cli_routing.main(["simulate", "--config", str(tmp_path / "nope.json"), str(events)])
+    assert rc == 2
+
+
+def test_register_adds_the_routing_group() -> None:
+    parser = argparse.ArgumentParser(prog="ductor")
+    cli_routing.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["routing", "simulate", "--config", "c.json", "e.jsonl"])
+    assert args.func is not None
+    assert (args.config, args.events, args.out) == ("c.json", "e.jsonl", "decisions.jsonl")
