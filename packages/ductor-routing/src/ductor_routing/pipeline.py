@@ -17,6 +17,7 @@ import msgspec
 
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
+from ductor_routing.activations import referenced_variables, routable_activation
 from ductor_routing.decisions import (
     Decision,
     Exclusion,
@@ -327,6 +328,10 @@ class Router:
                     message=f"unknown pool {rule_set.default_pool!r}",
                 )
             )
+        self._rule_vars = referenced_variables([cr.rule.when for cr in self._rules])
+        self._member_vars = referenced_variables(
+            [m.member.when for cp in self._pools.values() for m in cp.members]
+        )
         if problems:
             summary = "; ".join(f"{p.pointer}: {p.message}" for p in problems[:5])
             raise ConfigError(f"invalid routing configuration: {summary}", details=problems)
@@ -422,7 +427,8 @@ class Router:
 
         # 3a. Filter: the first rule that matches picks the pool.
         traces: list[RuleTrace] = []
-        activation: dict[str, Any] | None = None
+        bound: Any = None
+        bind_error: str | None = None
         chosen: str | None = None
         rule_id: str | None = None
         for cr in self._rules:
@@ -435,14 +441,18 @@ class Router:
                 traces.append(failed)
                 continue
             if cr.program is not None:
-                if activation is None:
-                    activation = {
-                        "routable": routable.activation(),
-                        "attributes": attrs,
-                        "now": now_text,
-                    }
+                if bound is None and bind_error is None:
+                    # Converted once per decision, then every rule evaluates against it.
+                    try:
+                        bound = self.engine.bind(
+                            routable_activation(self._rule_vars, routable, now_text)
+                        )
+                    except DuctorError as exc:
+                        bind_error = exc.message
                 try:
-                    value = cr.program.evaluate(activation)
+                    if bind_error is not None:
+                        raise RoutingError(bind_error)
+                    value = cr.program.evaluate(bound)
                 except DuctorError as exc:
                     traces.append(
                         RuleTrace(
@@ -548,12 +558,10 @@ class Router:
                     reason = ("budget", budget.window.value)
             if reason is None and cm.program is not None:
                 if member_activation is None:
-                    member_activation = {
-                        "routable": routable.activation(),
-                        "attributes": attrs,
-                        "now": now_text,
-                    }
-                member_activation.update(cm.activation)
+                    member_activation = routable_activation(self._member_vars, routable, now_text)
+                for name in ("worker", "member"):
+                    if name in self._member_vars:
+                        member_activation[name] = cm.activation[name]
                 try:
                     value = cm.program.evaluate(member_activation)
                 except DuctorError as exc:
