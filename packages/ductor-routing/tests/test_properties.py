@@ -291,7 +291,7 @@ def test_index_agrees_with_the_predicates(
                     values = frozenset(index_values(f))
                     keys = values if keys is None else keys & values
             accepts[p] = keys
-        allowed, kept, dropped = AttributeIndex(attribute, accepts).lookup(attrs)
+        allowed, kept, dropped, _ = AttributeIndex(attribute, accepts).lookup(attrs)
         expected = {
             p
             for p, filters in enumerate(filters_per_item)

@@ -60,9 +60,11 @@ def compile_filter(spec: Filter) -> Predicate:
     op = spec.op
     operand = spec.value
     if op is FilterOp.EQ:
-        return lambda attrs: _eq(get(attrs), operand)
+        want = _key(operand)
+        return lambda attrs: _key(get(attrs)) == want
     if op is FilterOp.NE:
-        return lambda attrs: not _eq(get(attrs), operand)
+        unwanted = _key(operand)
+        return lambda attrs: _key(get(attrs)) != unwanted
     if op is FilterOp.IN:
         allowed = _value_set(spec.values)
         return lambda attrs: _member(get(attrs), allowed)
@@ -110,18 +112,18 @@ def describe_filter(spec: Filter) -> str:
 
 
 def _key(value: Any) -> Hashable:
-    # bool and int hash alike in Python; keep them apart as JSON does.
-    if isinstance(value, bool):
+    """The index key of a JSON value: bool kept apart from int, as JSON does."""
+    key: Hashable = value
+    kind = type(value)
+    if kind is str or kind is int or kind is float or value is None:
+        return key
+    if kind is bool:
         return ("bool", value)
-    if isinstance(value, Hashable):
-        return value
-    return ("unhashable", repr(value))
-
-
-def _eq(value: Any, operand: Any) -> bool:
-    if value is MISSING:
-        return False
-    return bool(_key(value) == _key(operand))
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", repr(value))
+    return key
 
 
 def _value_set(values: Sequence[Any]) -> frozenset[Hashable]:
@@ -129,9 +131,12 @@ def _value_set(values: Sequence[Any]) -> frozenset[Hashable]:
 
 
 def _member(value: Any, keys: frozenset[Hashable]) -> bool:
-    if value is MISSING:
-        return False
-    return _key(value) in keys
+    return value is not MISSING and _key(value) in keys
+
+
+def index_key(value: Any) -> Hashable:
+    """The key a value is looked up by in an index built from `index_values`."""
+    return _key(value)
 
 
 def is_indexable(spec: Filter) -> bool:
@@ -146,6 +151,9 @@ def index_values(spec: Filter) -> tuple[Hashable, ...]:
     return tuple(_key(v) for v in spec.values)
 
 
+_Split = tuple[frozenset[int], tuple[int, ...], tuple[int, ...], tuple[str, ...]]
+
+
 class AttributeIndex:
     """For one attribute, which item positions accept each value.
 
@@ -154,11 +162,21 @@ class AttributeIndex:
     the items' order, so narrowing the full set costs one lookup.
     """
 
-    __slots__ = ("_by_value", "_unknown", "attribute", "get", "positions")
+    __slots__ = ("_by_value", "_labels", "_unknown", "attribute", "get", "positions")
 
-    def __init__(self, attribute: str, accepts: Mapping[int, frozenset[Hashable] | None]) -> None:
-        """Build from item position -> accepted keys (None: accepts anything)."""
+    def __init__(
+        self,
+        attribute: str,
+        accepts: Mapping[int, frozenset[Hashable] | None],
+        labels: Sequence[str] = (),
+    ) -> None:
+        """Build from item position -> accepted keys (None: accepts anything).
+
+        `labels` (item names by position) lets `lookup` return the dropped
+        items' names, prebuilt, without a per-call loop.
+        """
         self.attribute = attribute
+        self._labels = labels
         self.get = attribute_getter(attribute)
         self.positions = tuple(sorted(accepts))
         open_positions = frozenset(p for p, keys in accepts.items() if keys is None)
@@ -166,7 +184,7 @@ class AttributeIndex:
         for keys in accepts.values():
             if keys is not None:
                 values.update(keys)
-        by_value: dict[Hashable, tuple[frozenset[int], tuple[int, ...], tuple[int, ...]]] = {}
+        by_value: dict[Hashable, _Split] = {}
         for value in values:
             allowed = open_positions | frozenset(
                 p for p, keys in accepts.items() if keys is not None and value in keys
@@ -175,17 +193,14 @@ class AttributeIndex:
         self._by_value = by_value
         self._unknown = self._split(open_positions)
 
-    def _split(
-        self, allowed: frozenset[int]
-    ) -> tuple[frozenset[int], tuple[int, ...], tuple[int, ...]]:
+    def _split(self, allowed: frozenset[int]) -> _Split:
         kept = tuple(p for p in self.positions if p in allowed)
         dropped = tuple(p for p in self.positions if p not in allowed)
-        return allowed, kept, dropped
+        names = tuple(self._labels[p] for p in dropped) if self._labels else ()
+        return allowed, kept, dropped, names
 
-    def lookup(
-        self, attrs: Mapping[str, Any]
-    ) -> tuple[frozenset[int], tuple[int, ...], tuple[int, ...]]:
-        """(allowed set, kept positions, dropped positions) for these attributes."""
+    def lookup(self, attrs: Mapping[str, Any]) -> _Split:
+        """(allowed set, kept positions, dropped positions, dropped labels) for these attributes."""
         value = self.get(attrs)
         if value is MISSING:
             return self._unknown

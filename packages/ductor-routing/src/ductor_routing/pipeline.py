@@ -29,10 +29,13 @@ from ductor_routing.decisions import (
 from ductor_routing.enrichment import CelEnricher, Enricher, EnricherSpec
 from ductor_routing.errors import ConfigError, RoutingError
 from ductor_routing.filters import (
+    MISSING,
     AttributeIndex,
     Predicate,
+    attribute_getter,
     compile_filter,
     describe_filter,
+    index_key,
     index_values,
     is_indexable,
 )
@@ -79,6 +82,75 @@ class _Rule:
         self.when_false = RuleTrace(
             rule=rule.id, priority=rule.priority, matched=False, reason="when", detail="false"
         )
+
+
+class _RulePlan:
+    """Which rules can match for each value of one attribute, with the misses between.
+
+    Rules with an `eq`/`in` pre-filter on the attribute are only tried when
+    the routable's value is one they accept; the others are skipped with their
+    prebuilt trace. Each plan is a sequence of (traces of the rules skipped
+    before it, rule to try), then the traces of the rules skipped after the last.
+    """
+
+    __slots__ = ("_by_value", "_unknown", "get")
+
+    def __init__(self, attribute: str | None, rules: Sequence[_Rule]) -> None:
+        self.get = attribute_getter(attribute) if attribute is not None else None
+        accepts: list[tuple[frozenset[Hashable] | None, RuleTrace | None]] = []
+        values: set[Hashable] = set()
+        for cr in rules:
+            keys: frozenset[Hashable] | None = None
+            miss: RuleTrace | None = None
+            for f, (_, trace) in zip(cr.rule.match, cr.prefilters, strict=True):
+                if attribute is not None and f.attribute == attribute and is_indexable(f):
+                    fk = frozenset(index_values(f))
+                    keys = fk if keys is None else keys & fk
+                    miss = miss or trace
+            accepts.append((keys, miss))
+            if keys is not None:
+                values.update(keys)
+        self._by_value = {v: self._plan(rules, accepts, v) for v in values}
+        self._unknown = self._plan(rules, accepts, MISSING)
+
+    @staticmethod
+    def _plan(
+        rules: Sequence[_Rule],
+        accepts: Sequence[tuple[frozenset[Hashable] | None, RuleTrace | None]],
+        value: Hashable,
+    ) -> tuple[tuple[tuple[tuple[RuleTrace, ...], _Rule], ...], tuple[RuleTrace, ...]]:
+        steps: list[tuple[tuple[RuleTrace, ...], _Rule]] = []
+        gap: list[RuleTrace] = []
+        for cr, (keys, miss) in zip(rules, accepts, strict=True):
+            if keys is None or value in keys:
+                steps.append((tuple(gap), cr))
+                gap = []
+            else:
+                assert miss is not None
+                gap.append(miss)
+        return tuple(steps), tuple(gap)
+
+    def plan(
+        self, attrs: Mapping[str, Any]
+    ) -> tuple[tuple[tuple[tuple[RuleTrace, ...], _Rule], ...], tuple[RuleTrace, ...]]:
+        """The rules to try for these attributes, in priority order."""
+        if self.get is None:
+            return self._unknown
+        value = self.get(attrs)
+        if value is MISSING:
+            return self._unknown
+        return self._by_value.get(index_key(value), self._unknown)
+
+
+def _index_attribute(rules: Sequence[_Rule]) -> str | None:
+    """The attribute most rules pre-filter on with eq/in (first seen wins a tie)."""
+    counts: dict[str, int] = {}
+    for cr in rules:
+        for attribute in dict.fromkeys(f.attribute for f in cr.rule.match if is_indexable(f)):
+            counts[attribute] = counts.get(attribute, 0) + 1
+    if not counts:
+        return None
+    return max(counts, key=lambda a: counts[a])
 
 
 class _Member:
@@ -195,7 +267,7 @@ class _Pool:
                         values = frozenset(index_values(f))
                         keys = values if keys is None else keys & values
                 by_position[p] = keys
-        self.indexes = tuple(AttributeIndex(a, bp) for a, bp in accepts.items())
+        self.indexes = tuple(AttributeIndex(a, bp, self.ids) for a, bp in accepts.items())
 
 
 def _decision_id(routable: Routable, now_text: str) -> str:
@@ -328,6 +400,7 @@ class Router:
                     message=f"unknown pool {rule_set.default_pool!r}",
                 )
             )
+        self._plan = _RulePlan(_index_attribute(self._rules), self._rules)
         self._rule_vars = referenced_variables([cr.rule.when for cr in self._rules])
         self._member_vars = referenced_variables(
             [m.member.when for cp in self._pools.values() for m in cp.members]
@@ -431,7 +504,10 @@ class Router:
         bind_error: str | None = None
         chosen: str | None = None
         rule_id: str | None = None
-        for cr in self._rules:
+        steps, tail = self._plan.plan(attrs)
+        for skipped, cr in steps:
+            if skipped:
+                traces.extend(skipped)
             failed = None
             for predicate, trace in cr.prefilters:
                 if not predicate(attrs):
@@ -481,6 +557,8 @@ class Router:
             chosen = cr.rule.pool
             rule_id = cr.rule.id
             break
+        else:
+            traces.extend(tail)
         if chosen is None and rs.default_pool is not None:
             chosen = rs.default_pool
             rule_id = "default"
@@ -506,21 +584,15 @@ class Router:
         ids = cp.ids
         first = True
         for index in cp.indexes:
-            allowed, kept, dropped = index.lookup(attrs)
+            allowed, kept, _, names = index.lookup(attrs)
             if first:
                 first = False
                 alive = kept
             else:
-                dropped = tuple(p for p in alive if p not in allowed)
+                names = tuple(ids[p] for p in alive if p not in allowed)
                 alive = tuple(p for p in alive if p in allowed)
-            if dropped:
-                excluded.append(
-                    Exclusion(
-                        reason="filter",
-                        detail=index.attribute,
-                        workers=tuple(ids[p] for p in dropped),
-                    )
-                )
+            if names:
+                excluded.append(Exclusion(reason="filter", detail=index.attribute, workers=names))
         late: dict[tuple[str, str], list[str]] = {}
         candidates: list[Candidate] = []
         periods: dict[Window, str] = {}

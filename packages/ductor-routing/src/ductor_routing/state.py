@@ -135,7 +135,7 @@ class RoutingState(Protocol):
 
 def period_of(window: Window, now: datetime.datetime) -> str:
     """The window instance `now` falls in, as a stable string (UTC calendar units)."""
-    utc = now.astimezone(datetime.UTC)
+    utc = now if now.tzinfo is datetime.UTC else now.astimezone(datetime.UTC)
     if window is Window.HOUR:
         return f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}"
     if window is Window.DAY:
@@ -147,8 +147,8 @@ def period_of(window: Window, now: datetime.datetime) -> str:
 
 def format_time(now: datetime.datetime) -> str:
     """`now` as fixed-width ISO-8601 UTC with microseconds (sorts as it compares)."""
-    utc = now.astimezone(datetime.UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = now if now.tzinfo is datetime.UTC else now.astimezone(datetime.UTC)
+    return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 class InMemoryRoutingState:
