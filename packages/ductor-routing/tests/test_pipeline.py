@@ -311,3 +311,17 @@ def test_naive_now_is_utc_and_counter_keys_cover_the_pool() -> None:
     assert {k.scope for k in keys} == {CounterScope.LOAD, CounterScope.CAP, CounterScope.BUDGET}
     assert aware.intent is not None
     assert {res.key for res in aware.intent.reservations} == set(keys)
+
+
+def test_times_are_utc_whatever_the_zone() -> None:
+    from zoneinfo import ZoneInfo
+
+    from ductor_routing import format_time, period_of
+
+    new_york = datetime.datetime(2026, 11, 29, 23, 30, 0, 5, tzinfo=ZoneInfo("America/New_York"))
+    assert format_time(new_york) == "2026-11-30T04:30:00.000005Z"
+    assert period_of(Window.HOUR, new_york) == "2026-11-30T04"
+    assert period_of(Window.DAY, new_york) == "2026-11-30"
+    assert period_of(Window.MONTH, new_york) == "2026-11"
+    assert period_of(Window.TOTAL, new_york) == "all"
+    assert format_time(NOW) < format_time(NOW + datetime.timedelta(microseconds=1))
