@@ -6,6 +6,7 @@ main cost), so only the variables an expression names are included.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -31,13 +32,15 @@ def referenced_variables(sources: Iterable[str | None]) -> frozenset[str]:
     return frozenset(names)
 
 
-def routable_activation(names: frozenset[str], routable: Routable, now_text: str) -> dict[str, Any]:
-    """`routable`, `attributes` and `now`, those of them in `names`."""
+def routable_activation(
+    names: frozenset[str], routable: Routable, now: datetime.datetime
+) -> dict[str, Any]:
+    """`routable`, `attributes` and `now` (a UTC timestamp), those of them in `names`."""
     activation: dict[str, Any] = {}
     if "routable" in names:
         activation["routable"] = routable.activation()
     if "attributes" in names:
         activation["attributes"] = routable.attributes
     if "now" in names:
-        activation["now"] = now_text
+        activation["now"] = now.astimezone(datetime.UTC)
     return activation

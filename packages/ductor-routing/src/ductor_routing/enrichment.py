@@ -14,11 +14,10 @@ import msgspec
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
 from ductor_routing.activations import referenced_variables, routable_activation
 from ductor_routing.routables import Routable
-from ductor_routing.state import format_time
 
 
 class EnricherSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Set attribute `attribute` to the value of CEL `expr` over `routable`, `attributes`, `now`."""
+    """Set `attribute` to the value of CEL `expr` over `routable`, `attributes` and `now`."""
 
     attribute: str
     expr: str
@@ -48,5 +47,5 @@ class CelEnricher:
 
     def enrich(self, routable: Routable, now: datetime.datetime) -> Mapping[str, Any]:
         """`{attribute: value of the expression}`."""
-        activation = routable_activation(self._names, routable, format_time(now))
+        activation = routable_activation(self._names, routable, now)
         return {self.spec.attribute: self._program.evaluate(activation)}

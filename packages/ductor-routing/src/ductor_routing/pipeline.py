@@ -359,6 +359,15 @@ class Router:
                     )
                     continue
                 seen.add(m.worker)
+                for field, value in (
+                    ("bid", m.bid),
+                    ("quality", m.quality),
+                    ("weight", m.weight),
+                    ("budget/limit", m.budget.limit if m.budget is not None else None),
+                    *((f"caps/{ci}/limit", c.limit) for ci, c in enumerate(m.caps)),
+                ):
+                    if value is not None and value < 0:
+                        problems.append(Problem(pointer=f"{mp}/{field}", message="must be >= 0"))
                 residual = tuple(
                     (compile_filter(f), f.attribute) for f in m.filters if not is_indexable(f)
                 )
@@ -521,7 +530,7 @@ class Router:
                     # Converted once per decision, then every rule evaluates against it.
                     try:
                         bound = self.engine.bind(
-                            routable_activation(self._rule_vars, routable, now_text)
+                            routable_activation(self._rule_vars, routable, now)
                         )
                     except DuctorError as exc:
                         bind_error = exc.message
@@ -630,7 +639,7 @@ class Router:
                     reason = ("budget", budget.window.value)
             if reason is None and cm.program is not None:
                 if member_activation is None:
-                    member_activation = routable_activation(self._member_vars, routable, now_text)
+                    member_activation = routable_activation(self._member_vars, routable, now)
                 for name in ("worker", "member"):
                     if name in self._member_vars:
                         member_activation[name] = cm.activation[name]
@@ -713,6 +722,16 @@ class Router:
         cm = cp.members[picked.position]
         member = cm.member
         charge = selection.price if selection.price is not None else picked.charge
+        if charge < 0 or (charge > picked.charge and member.budget is not None):
+            # Eligibility checked the budget against picked.charge; a strategy
+            # may lower the price (second price) but never raise it past that.
+            return finish(
+                Outcome.UNASSIGNED,
+                msgspec.structs.replace(
+                    explanation, note=f"price {charge} is outside what the budget check allowed"
+                ),
+                pool=pool.id,
+            )
         reservations = [Reservation(key=cm.load_key, amount=1, limit=cm.capacity)]
         for cap in member.caps:
             reservations.append(

@@ -18,7 +18,8 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
         pool: the pool this rule picks.
         priority: lower is tried first; ties keep the listed order.
         match: structured pre-filters, checked in Python before any CEL.
-        when: a CEL condition over `routable`, `attributes` and `now`; none means true.
+        when: a CEL condition over `routable`, `attributes` and `now` (a timestamp);
+            none means true.
     """
 
     id: str
