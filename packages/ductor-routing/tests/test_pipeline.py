@@ -325,3 +325,25 @@ def test_times_are_utc_whatever_the_zone() -> None:
     assert period_of(Window.MONTH, new_york) == "2026-11"
     assert period_of(Window.TOTAL, new_york) == "all"
     assert format_time(NOW) < format_time(NOW + datetime.timedelta(microseconds=1))
+
+
+def test_config_hash_and_mark_scopes() -> None:
+    workers = [Worker(id="a")]
+    pool = Pool(
+        id="p",
+        members=(Member(worker="a", bid=5),),
+        shadows=(StrategySpec(name="waterfall"), StrategySpec(name="least_loaded")),
+    )
+    one = router([pool], workers, default_pool="p")
+    same = router([pool], workers, default_pool="p")
+    reseeded = router([pool], workers, default_pool="p", seed=1)
+    rebid = router(
+        [Pool(id="p", members=(Member(worker="a", bid=6),), shadows=pool.shadows)],
+        workers,
+        default_pool="p",
+    )
+    assert one.config_hash == same.config_hash
+    assert len({one.config_hash, reseeded.config_hash, rebid.config_hash}) == 3
+    d = one.route(lead(), InMemoryRoutingState(), NOW)
+    assert d.explanation.config_hash == one.config_hash
+    assert one.mark_scopes("p") == ("p", "p#shadow:waterfall", "p#shadow:least_loaded")

@@ -77,6 +77,8 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         rule_set: the rule set id.
         rule_set_version: its version.
+        config_hash: a fingerprint of the whole routing configuration (rules,
+            pools, workers, kinds, enrichers, seed) the decision was made with.
         rule: the matched rule id, "default" for the default pool, None if neither.
         rules_not_matched: every higher-priority rule and why it did not match.
         enriched: the attributes the Enrich stage added.
@@ -92,6 +94,7 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
 
     rule_set: str
     rule_set_version: int
+    config_hash: str = ""
     rule: str | None = None
     rules_not_matched: tuple[RuleTrace, ...] = ()
     enriched: dict[str, Any] = {}

@@ -270,6 +270,26 @@ class _Pool:
         self.indexes = tuple(AttributeIndex(a, bp, self.ids) for a, bp in accepts.items())
 
 
+def _config_hash(
+    rule_set: RuleSet,
+    pools: Sequence[Pool],
+    workers: Sequence[Worker],
+    kinds: Mapping[str, KindSchema],
+    enrichers: Sequence[EnricherSpec | Enricher],
+    seed: int,
+) -> str:
+    """A short, stable fingerprint of a routing configuration as given."""
+    document = {
+        "rule_set": rule_set,
+        "pools": list(pools),
+        "workers": list(workers),
+        "kinds": dict(sorted(kinds.items())),
+        "enrichers": [e if isinstance(e, EnricherSpec) else f"plugin:{e.name}" for e in enrichers],
+        "seed": seed,
+    }
+    return hashlib.blake2b(msgspec.json.encode(document), digest_size=12).hexdigest()
+
+
 def _decision_id(routable: Routable, now_text: str) -> str:
     text = f"{routable.tenant}\x00{routable.id}\x00{now_text}"
     return "dec_" + hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
@@ -309,6 +329,7 @@ class Router:
         self.engine = engine
         self.seed = seed
         self.registry = registry if registry is not None else StrategyRegistry()
+        self.config_hash = _config_hash(rule_set, pools, workers, kinds, enrichers, seed)
         problems: list[Problem] = []
 
         def compile_cel(source: str | None, pointer: str) -> CompiledExpression | None:
@@ -440,6 +461,11 @@ class Router:
                 keys.append(m.spend_key(pool_id, budget.window, period_of(budget.window, now)))
         return tuple(keys)
 
+    def mark_scopes(self, pool_id: str) -> tuple[str, ...]:
+        """The mark scopes a decision in `pool_id` may read: the pool's, then each shadow's."""
+        cp = self._pools[pool_id]
+        return (pool_id, *(f"{pool_id}#shadow:{name}" for name, _ in cp.shadows))
+
     # -- the five stages -------------------------------------------------------------
 
     def route(
@@ -478,7 +504,9 @@ class Router:
         if problems:
             return finish(
                 Outcome.INVALID,
-                Explanation(rule_set=rs.id, rule_set_version=rs.version),
+                Explanation(
+                    rule_set=rs.id, rule_set_version=rs.version, config_hash=self.config_hash
+                ),
                 problems=problems,
             )
 
@@ -499,7 +527,12 @@ class Router:
             if problems:
                 return finish(
                     Outcome.INVALID,
-                    Explanation(rule_set=rs.id, rule_set_version=rs.version, enriched=enriched),
+                    Explanation(
+                        rule_set=rs.id,
+                        rule_set_version=rs.version,
+                        config_hash=self.config_hash,
+                        enriched=enriched,
+                    ),
                     problems=problems,
                 )
             if added:
@@ -577,6 +610,7 @@ class Router:
                 Explanation(
                     rule_set=rs.id,
                     rule_set_version=rs.version,
+                    config_hash=self.config_hash,
                     rules_not_matched=tuple(traces),
                     enriched=enriched,
                     note="no rule matched and there is no default pool",
@@ -697,6 +731,7 @@ class Router:
         explanation = Explanation(
             rule_set=rs.id,
             rule_set_version=rs.version,
+            config_hash=self.config_hash,
             rule=rule_id,
             rules_not_matched=tuple(traces),
             enriched=enriched,
