@@ -1,6 +1,7 @@
 """Routing benchmark: offline decisions per second with 100 rules and 1,000 recipients.
 
-Routes generated leads through the real pipeline (Validate, Enrich, Filter,
+Routes generated leads (ten attributes, three of which the rules read)
+through the real pipeline (Validate, Enrich, Filter,
 Select, Assign) and commits each intent to the in-memory state, as the
 simulation does. Prints decisions/s per configuration and the ratio to a
 baseline measured in the same run: the same pipeline whose rule conditions
@@ -164,6 +165,14 @@ def leads(n: int) -> list[tuple[datetime.datetime, Routable]]:
                     "state": rnd.choice(STATES),
                     "vertical": rnd.choice(VERTICALS),
                     "score": rnd.randint(0, 100),
+                    # the rest of a typical lead, which no rule reads
+                    "first_name": "Ada",
+                    "email": f"lead{i}@example.test",
+                    "phone": "+15550100",
+                    "zip": f"{rnd.randint(10000, 99999)}",
+                    "income": rnd.randint(20_000, 250_000),
+                    "age": rnd.randint(18, 90),
+                    "source": {"campaign": "fall", "medium": "search", "keyword": "solar panels"},
                 },
             ),
         )

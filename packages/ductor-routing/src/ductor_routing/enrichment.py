@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
-from ductor_routing.activations import referenced_variables, routable_activation
+from ductor_routing.activations import Activations
 from ductor_routing.routables import Routable
 
 
@@ -43,9 +43,9 @@ class CelEnricher:
         self.spec = spec
         self.name = f"cel:{spec.attribute}"
         self._program: CompiledExpression = engine.compile(spec.expr)
-        self._names = referenced_variables([spec.expr])
+        self._activations = Activations([spec.expr])
 
     def enrich(self, routable: Routable, now: datetime.datetime) -> Mapping[str, Any]:
         """`{attribute: value of the expression}`."""
-        activation = routable_activation(self._names, routable, now)
+        activation = self._activations.build(routable, now)
         return {self.spec.attribute: self._program.evaluate(activation)}

@@ -17,7 +17,7 @@ import msgspec
 
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
-from ductor_routing.activations import referenced_variables, routable_activation
+from ductor_routing.activations import Activations
 from ductor_routing.decisions import (
     Decision,
     Exclusion,
@@ -431,10 +431,11 @@ class Router:
                 )
             )
         self._plan = _RulePlan(_index_attribute(self._rules), self._rules)
-        self._rule_vars = referenced_variables([cr.rule.when for cr in self._rules])
-        self._member_vars = referenced_variables(
-            [m.member.when for cp in self._pools.values() for m in cp.members]
+        self._rule_activations = Activations(cr.rule.when for cr in self._rules)
+        self._member_activations = Activations(
+            m.member.when for cp in self._pools.values() for m in cp.members
         )
+        self._member_vars = self._member_activations.names
         if problems:
             summary = "; ".join(f"{p.pointer}: {p.message}" for p in problems[:5])
             raise ConfigError(f"invalid routing configuration: {summary}", details=problems)
@@ -562,9 +563,7 @@ class Router:
                 if bound is None and bind_error is None:
                     # Converted once per decision, then every rule evaluates against it.
                     try:
-                        bound = self.engine.bind(
-                            routable_activation(self._rule_vars, routable, now)
-                        )
+                        bound = self.engine.bind(self._rule_activations.build(routable, now))
                     except DuctorError as exc:
                         bind_error = exc.message
                 try:
@@ -673,7 +672,7 @@ class Router:
                     reason = ("budget", budget.window.value)
             if reason is None and cm.program is not None:
                 if member_activation is None:
-                    member_activation = routable_activation(self._member_vars, routable, now)
+                    member_activation = self._member_activations.build(routable, now)
                 for name in ("worker", "member"):
                     if name in self._member_vars:
                         member_activation[name] = cm.activation[name]
