@@ -33,6 +33,22 @@ def test_simulate_writes_decisions_and_prints_the_summary(
     assert "simulating" not in capsys.readouterr().err
 
 
+def test_summary_json_matches_the_decisions(tmp_path: Path) -> None:
+    out = tmp_path / "decisions.jsonl"
+    summary_path = tmp_path / "summary.json"
+    argv = ["simulate", "--config", str(EXAMPLE / "routing.json"), str(EXAMPLE / "events.jsonl")]
+    assert cli_routing.main([*argv, "--out", str(out), "--summary-json", str(summary_path)]) == 0
+    summary = json.loads(summary_path.read_text())
+    decisions = [json.loads(line) for line in out.read_text().splitlines()]
+    assigned = [d for d in decisions if d["outcome"] == "assigned"]
+    assert summary["assigned"] == len(assigned)
+    assert summary["spend"] == sum(d["charge"] for d in assigned)
+    by_worker: dict[str, int] = {}
+    for d in assigned:
+        by_worker[d["worker"]] = by_worker.get(d["worker"], 0) + 1
+    assert {r["worker"]: r["assigned"] for r in summary["recipients"] if r["assigned"]} == by_worker
+
+
 def test_simulate_to_stdout_keeps_the_table_off_it(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", "--config", str(EXAMPLE / "routing.json"), str(EXAMPLE / "events.jsonl")]
     assert cli_routing.main([*argv, "--out", "-"]) == 0

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
+
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import default_engine
 from ductor_routing import (
@@ -107,6 +109,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.close()
     summary = simulation.summary()
+    if args.summary_json is not None:
+        try:
+            Path(args.summary_json).write_bytes(msgspec.json.format(msgspec.json.encode(summary)))
+        except OSError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     table_stream.write(format_summary(summary))
     if not to_stdout:
         table_stream.write(f"decisions written to {args.out}\n")
@@ -137,6 +145,9 @@ def register(subparsers: Any) -> None:
         "--out", default="decisions.jsonl", help="decisions output file; '-' for stdout"
     )
     simulate.add_argument("--seed", type=int, default=None, help="override the config's seed")
+    simulate.add_argument(
+        "--summary-json", default=None, help="also write the summary as JSON to this file"
+    )
     simulate.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
