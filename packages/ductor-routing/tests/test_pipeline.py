@@ -4,6 +4,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import pytest
 
 from ductor_core.expressions import default_engine
@@ -347,3 +348,55 @@ def test_config_hash_and_mark_scopes() -> None:
     d = one.route(lead(), InMemoryRoutingState(), NOW)
     assert d.explanation.config_hash == one.config_hash
     assert one.mark_scopes("p") == ("p", "p#shadow:waterfall", "p#shadow:least_loaded")
+
+
+def test_enricher_plugins_by_name_from_a_registry() -> None:
+    from ductor_routing import EnricherRegistry, RoutingConfig, build_router
+
+    class Region:
+        name = "region"
+
+        def __init__(self, regions: Mapping[str, str]) -> None:
+            self.regions = regions
+
+        def enrich(self, routable: Routable, now: datetime.datetime) -> Mapping[str, Any]:
+            return {"region": self.regions.get(routable.attributes.get("state", ""), "other")}
+
+    enrichers = EnricherRegistry()
+    enrichers.register("region", lambda options: Region(options["map"]))
+    with pytest.raises(ConfigError):
+        enrichers.register("region", lambda options: Region({}))
+    config = RoutingConfig(
+        kinds=KINDS,
+        enrichers=(
+            EnricherSpec(plugin="region", options={"map": {"CA": "west", "NY": "east"}}),
+            EnricherSpec(attribute="coastal", expr="attributes.region != 'other'"),
+        ),
+        workers=(Worker(id="a"), Worker(id="b")),
+        pools=(
+            Pool(id="west", members=(Member(worker="a"),)),
+            Pool(id="rest", members=(Member(worker="b"),)),
+        ),
+        rule_set=RuleSet(
+            rules=(Rule(id="w", pool="west", match=(Filter(attribute="region", value="west"),)),),
+            default_pool="rest",
+        ),
+    )
+    r = build_router(config, engine=default_engine(), enricher_registry=enrichers)
+    d = r.route(lead(state="CA"), InMemoryRoutingState(), NOW)
+    assert d.pool == "west"
+    assert d.explanation.enriched == {"region": "west", "coastal": True}
+    assert r.route(lead(state="TX"), InMemoryRoutingState(), NOW).pool == "rest"
+    with pytest.raises(ConfigError) as err:
+        build_router(config, engine=default_engine())  # no registry: the plugin is unknown
+    assert [p.pointer for p in err.value.details] == ["/enrichers/0/plugin"]
+    bad_shapes = msgspec.structs.replace(
+        config,
+        enrichers=(
+            EnricherSpec(attribute="x"),
+            EnricherSpec(plugin="region", attribute="x", expr="1"),
+        ),
+    )
+    with pytest.raises(ConfigError) as err:
+        build_router(bad_shapes, engine=default_engine(), enricher_registry=enrichers)
+    assert [p.pointer for p in err.value.details] == ["/enrichers/0", "/enrichers/1"]

@@ -10,8 +10,10 @@ import pytest
 
 from ductor_core.expressions import default_engine
 from ductor_routing import (
+    ENRICHER_ENTRY_POINT_GROUP,
     ENTRY_POINT_GROUP,
     ConfigError,
+    EnricherRegistry,
     InMemoryRoutingState,
     KindSchema,
     Member,
@@ -215,6 +217,17 @@ PLUGIN = textwrap.dedent(
 
     def factory(options, registry):
         return LastOne(options.get("label", "last"))
+
+
+    class Shout:
+        name = "shout"
+
+        def enrich(self, routable, now):
+            return {"shout": str(routable.attributes.get("word", "")).upper()}
+
+
+    def shout(options):
+        return Shout()
     '''
 )
 
@@ -227,7 +240,8 @@ def test_third_party_strategy_is_found_by_entry_point(
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: last-one-strategy\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        f"[{ENTRY_POINT_GROUP}]\nlast_one = last_one_strategy:factory\n"
+        f"[{ENTRY_POINT_GROUP}]\nlast_one = last_one_strategy:factory\n\n"
+        f"[{ENRICHER_ENTRY_POINT_GROUP}]\nshout = last_one_strategy:shout\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "last_one_strategy", raising=False)
@@ -241,3 +255,6 @@ def test_third_party_strategy_is_found_by_entry_point(
     assert d.explanation.strategy == "last_one"
     assert d.explanation.note == "plugin"
     assert [s.value for s in d.explanation.scores] == [0, 1, 2]
+    enrichers = EnricherRegistry()
+    assert enrichers.discover() == ("shout",)
+    assert dict(enrichers.create("shout", {}).enrich(job("y", word="hi"), NOW)) == {"shout": "HI"}

@@ -16,7 +16,14 @@ from ductor_routing.decisions import (
     RuleTrace,
     ShadowPick,
 )
-from ductor_routing.enrichment import CelEnricher, Enricher, EnricherSpec
+from ductor_routing.enrichment import (
+    ENRICHER_ENTRY_POINT_GROUP,
+    CelEnricher,
+    Enricher,
+    EnricherFactory,
+    EnricherRegistry,
+    EnricherSpec,
+)
 from ductor_routing.errors import AssignConflict, ConfigError, RoutingError, UnknownStrategy
 from ductor_routing.kinds import (
     AttributeSpec,
@@ -83,6 +90,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BUILTIN_STRATEGIES",
+    "ENRICHER_ENTRY_POINT_GROUP",
     "ENTRY_POINT_GROUP",
     "AssignConflict",
     "AssignIntent",
@@ -99,6 +107,8 @@ __all__ = [
     "CounterScope",
     "Decision",
     "Enricher",
+    "EnricherFactory",
+    "EnricherRegistry",
     "EnricherSpec",
     "Exclusion",
     "Explanation",

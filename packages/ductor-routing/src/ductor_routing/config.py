@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ductor_core.expressions import ExpressionEngine
-from ductor_routing.enrichment import Enricher, EnricherSpec
+from ductor_routing.enrichment import Enricher, EnricherRegistry, EnricherSpec
 from ductor_routing.errors import ConfigError
 from ductor_routing.kinds import KindSchema
 from ductor_routing.pipeline import Router
@@ -26,7 +26,7 @@ class RoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     Attributes:
         seed: fixes seeded random draws (weighted random) for reproducible replays.
         kinds: routable kind to its schema.
-        enrichers: CEL enrichers, applied in order.
+        enrichers: CEL enrichers and named enricher plugins, applied in order.
         workers: the worker registry.
         pools: the pools with their members and strategies.
         rule_set: the versioned rule set.
@@ -57,12 +57,14 @@ def build_router(
     *,
     engine: ExpressionEngine,
     registry: StrategyRegistry | None = None,
+    enricher_registry: EnricherRegistry | None = None,
     plugins: Sequence[Enricher] = (),
     seed: int | None = None,
 ) -> Router:
     """Compile `config` into a router; `seed` overrides the configured one.
 
-    Enricher plugins run after the configured CEL enrichers.
+    Enrichers listed in the config run first, in order (plugins named there
+    are found in `enricher_registry`); enricher objects in `plugins` run after.
     """
     return Router(
         rule_set=config.rule_set,
@@ -72,5 +74,6 @@ def build_router(
         engine=engine,
         enrichers=(*config.enrichers, *plugins),
         registry=registry,
+        enricher_registry=enricher_registry,
         seed=config.seed if seed is None else seed,
     )

@@ -26,7 +26,7 @@ from ductor_routing.decisions import (
     RuleTrace,
     ShadowPick,
 )
-from ductor_routing.enrichment import CelEnricher, Enricher, EnricherSpec
+from ductor_routing.enrichment import CelEnricher, Enricher, EnricherRegistry, EnricherSpec
 from ductor_routing.errors import ConfigError, RoutingError
 from ductor_routing.filters import (
     MISSING,
@@ -306,6 +306,7 @@ class Router:
         engine: the CEL engine; every expression is compiled once here.
         enrichers: CEL enricher specs and enricher plugins, applied in order.
         registry: the strategy registry (built-ins if omitted).
+        enricher_registry: where enricher specs naming a `plugin` are found.
         seed: fixes every seeded random draw, so a replay gives the same decisions.
 
     Raises:
@@ -322,6 +323,7 @@ class Router:
         engine: ExpressionEngine,
         enrichers: Sequence[EnricherSpec | Enricher] = (),
         registry: StrategyRegistry | None = None,
+        enricher_registry: EnricherRegistry | None = None,
         seed: int = 0,
     ) -> None:
         self.rule_set = rule_set
@@ -350,13 +352,24 @@ class Router:
 
         self._enrichers: list[Enricher] = []
         for i, e in enumerate(enrichers):
-            if isinstance(e, EnricherSpec):
+            if not isinstance(e, EnricherSpec):
+                self._enrichers.append(e)
+                continue
+            shape = e.problem()
+            if shape is not None:
+                problems.append(Problem(pointer=f"/enrichers/{i}", message=shape))
+            elif e.plugin is not None:
+                try:
+                    found = (enricher_registry or EnricherRegistry()).create(e.plugin, e.options)
+                except DuctorError as exc:
+                    problems.append(Problem(pointer=f"/enrichers/{i}/plugin", message=exc.message))
+                else:
+                    self._enrichers.append(found)
+            else:
                 try:
                     self._enrichers.append(CelEnricher(e, engine))
                 except DuctorError as exc:
                     problems.append(Problem(pointer=f"/enrichers/{i}/expr", message=exc.message))
-            else:
-                self._enrichers.append(e)
 
         self._pools: dict[str, _Pool] = {}
         for pi, pool in enumerate(pools):

@@ -18,6 +18,7 @@ from ductor_core.errors import DuctorError
 from ductor_core.expressions import default_engine
 from ductor_routing import (
     ConfigError,
+    EnricherRegistry,
     Simulation,
     StrategyRegistry,
     build_router,
@@ -64,7 +65,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         config = decode_config(config_path.read_bytes())
         registry = StrategyRegistry()
         registry.discover()
-        router = build_router(config, engine=default_engine(), registry=registry, seed=args.seed)
+        enrichers = EnricherRegistry()
+        enrichers.discover()
+        router = build_router(
+            config,
+            engine=default_engine(),
+            registry=registry,
+            enricher_registry=enrichers,
+            seed=args.seed,
+        )
         with events_path.open("rb") as fh:
             total = sum(1 for line in fh if line.strip())
     except OSError as exc:
