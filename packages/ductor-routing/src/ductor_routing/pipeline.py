@@ -54,7 +54,7 @@ from ductor_routing.state import (
     format_time,
     period_of,
 )
-from ductor_routing.strategies.base import Candidate, SelectionContext, Strategy
+from ductor_routing.strategies.base import Candidate, Selection, SelectionContext, Strategy
 from ductor_routing.strategies.registry import StrategyRegistry
 from ductor_routing.workers import Availability, Worker
 
@@ -500,6 +500,9 @@ class Router:
         now_text = format_time(now)
         did = decision_id if decision_id is not None else _decision_id(routable, now_text)
         rs = self.rule_set
+        base = Explanation(
+            rule_set=rs.id, rule_set_version=rs.version, config_hash=self.config_hash
+        )
 
         def finish(outcome: Outcome, explanation: Explanation, **extra: Any) -> Decision:
             return Decision(
@@ -516,50 +519,126 @@ class Router:
         # 1. Validate
         problems = validate_routable(self.kinds.get(routable.kind), routable)
         if problems:
+            return finish(Outcome.INVALID, base, problems=problems)
+
+        # 2. Enrich
+        routable, enriched, problems = self._enrich(routable, now)
+        if problems:
             return finish(
                 Outcome.INVALID,
-                Explanation(
-                    rule_set=rs.id, rule_set_version=rs.version, config_hash=self.config_hash
-                ),
+                msgspec.structs.replace(base, enriched=enriched),
                 problems=problems,
             )
 
-        # 2. Enrich
+        # 3. Filter: the first rule that matches picks the pool, then eligibility.
+        rule_id, pool_id, traces = self._match_rule(routable, now)
+        if pool_id is None:
+            return finish(
+                Outcome.UNASSIGNED,
+                msgspec.structs.replace(
+                    base,
+                    rules_not_matched=traces,
+                    enriched=enriched,
+                    note="no rule matched and there is no default pool",
+                ),
+            )
+        cp = self._pools[pool_id]
+        pool = cp.pool
+        candidates, excluded, periods = self._eligible(cp, routable, state, now)
+
+        # 4. Select, live and in shadow.
+        ctx = SelectionContext(
+            routable=routable,
+            pool=pool.id,
+            scope=pool.id,
+            channel=pool.channel,
+            candidates=candidates,
+            state=state,
+            now=now,
+            now_text=now_text,
+            seed=self.seed,
+        )
+        selection = cp.strategy.select(ctx)
+        shadow_picks, shadow_marks = self._shadows(cp, ctx, selection)
+        explanation = msgspec.structs.replace(
+            base,
+            rule=rule_id,
+            rules_not_matched=traces,
+            enriched=enriched,
+            pool=pool.id,
+            candidates=tuple(c.worker.id for c in candidates),
+            excluded=excluded,
+            strategy=pool.strategy.name,
+            scores=selection.scores,
+            pick=selection.pick,
+            note=selection.note if candidates else "no eligible candidate",
+            shadows=shadow_picks,
+        )
+        if selection.pick is None:
+            return finish(Outcome.UNASSIGNED, explanation, pool=pool.id)
+        picked = next((c for c in candidates if c.worker.id == selection.pick), None)
+        if picked is None:
+            raise RoutingError(
+                f"strategy {pool.strategy.name!r} picked {selection.pick!r}, not a candidate",
+                code="routing.strategy_bad_pick",
+            )
+        charge = selection.price if selection.price is not None else picked.charge
+        if charge < 0 or (charge > picked.charge and picked.member.budget is not None):
+            # Eligibility checked the budget against picked.charge; a strategy
+            # may lower the price (second price) but never raise it past that.
+            return finish(
+                Outcome.UNASSIGNED,
+                msgspec.structs.replace(
+                    explanation, note=f"price {charge} is outside what the budget check allowed"
+                ),
+                pool=pool.id,
+            )
+
+        # 5. Assign: the intent the caller commits atomically.
+        intent = self._intent(
+            cp, picked, charge, selection, shadow_marks, periods, did, routable, now_text
+        )
+        return finish(
+            Outcome.ASSIGNED,
+            explanation,
+            pool=pool.id,
+            worker=picked.worker.id,
+            charge=charge,
+            intent=intent,
+        )
+
+    def _enrich(
+        self, routable: Routable, now: datetime.datetime
+    ) -> tuple[Routable, dict[str, Any], tuple[Problem, ...]]:
+        """Apply every enricher in order; stop at the first that fails."""
         enriched: dict[str, Any] = {}
         for enricher in self._enrichers:
             try:
                 added = enricher.enrich(routable, now)
             except DuctorError as exc:
-                problems = (Problem(pointer=f"/enrich/{enricher.name}", message=exc.message),)
+                message = exc.message
             except Exception as exc:  # a plugin's bug must not take the pipeline down
-                problems = (
-                    Problem(
-                        pointer=f"/enrich/{enricher.name}",
-                        message=f"{type(exc).__name__}: {exc}",
-                    ),
-                )
-            if problems:
-                return finish(
-                    Outcome.INVALID,
-                    Explanation(
-                        rule_set=rs.id,
-                        rule_set_version=rs.version,
-                        config_hash=self.config_hash,
-                        enriched=enriched,
-                    ),
-                    problems=problems,
-                )
-            if added:
-                enriched.update(added)
-                routable = routable.with_attributes(dict(added))
-        attrs = routable.attributes
+                message = f"{type(exc).__name__}: {exc}"
+            else:
+                if added:
+                    enriched.update(added)
+                    routable = routable.with_attributes(dict(added))
+                continue
+            return (
+                routable,
+                enriched,
+                (Problem(pointer=f"/enrich/{enricher.name}", message=message),),
+            )
+        return routable, enriched, ()
 
-        # 3a. Filter: the first rule that matches picks the pool.
+    def _match_rule(
+        self, routable: Routable, now: datetime.datetime
+    ) -> tuple[str | None, str | None, tuple[RuleTrace, ...]]:
+        """(rule id, pool id, why each higher-priority rule did not match)."""
+        attrs = routable.attributes
         traces: list[RuleTrace] = []
         bound: Any = None
         bind_error: str | None = None
-        chosen: str | None = None
-        rule_id: str | None = None
         steps, tail = self._plan.plan(attrs)
         for skipped, cr in steps:
             if skipped:
@@ -579,59 +658,41 @@ class Router:
                         bound = self.engine.bind(self._rule_activations.build(routable, now))
                     except DuctorError as exc:
                         bind_error = exc.message
-                try:
-                    if bind_error is not None:
-                        raise RoutingError(bind_error)
-                    value = cr.program.evaluate(bound)
-                except DuctorError as exc:
+                detail: str | None = bind_error
+                if detail is None:
+                    try:
+                        value = cr.program.evaluate(bound)
+                    except DuctorError as exc:
+                        detail = exc.message
+                    else:
+                        if value is False:
+                            traces.append(cr.when_false)
+                            continue
+                        if value is not True:
+                            detail = f"condition gave {value!r}, not a bool"
+                if detail is not None:
                     traces.append(
                         RuleTrace(
                             rule=cr.rule.id,
                             priority=cr.rule.priority,
                             matched=False,
                             reason="error",
-                            detail=exc.message,
+                            detail=detail,
                         )
                     )
                     continue
-                if value is not True:
-                    if value is False:
-                        traces.append(cr.when_false)
-                    else:
-                        traces.append(
-                            RuleTrace(
-                                rule=cr.rule.id,
-                                priority=cr.rule.priority,
-                                matched=False,
-                                reason="error",
-                                detail=f"condition gave {value!r}, not a bool",
-                            )
-                        )
-                    continue
-            chosen = cr.rule.pool
-            rule_id = cr.rule.id
-            break
-        else:
-            traces.extend(tail)
-        if chosen is None and rs.default_pool is not None:
-            chosen = rs.default_pool
-            rule_id = "default"
-        if chosen is None:
-            return finish(
-                Outcome.UNASSIGNED,
-                Explanation(
-                    rule_set=rs.id,
-                    rule_set_version=rs.version,
-                    config_hash=self.config_hash,
-                    rules_not_matched=tuple(traces),
-                    enriched=enriched,
-                    note="no rule matched and there is no default pool",
-                ),
-            )
-        cp = self._pools[chosen]
-        pool = cp.pool
+            return cr.rule.id, cr.rule.pool, tuple(traces)
+        traces.extend(tail)
+        if self.rule_set.default_pool is not None:
+            return "default", self.rule_set.default_pool, tuple(traces)
+        return None, None, tuple(traces)
 
-        # 3b. Filter: eligibility of the pool's members.
+    def _eligible(
+        self, cp: _Pool, routable: Routable, state: RoutingState, now: datetime.datetime
+    ) -> tuple[list[Candidate], tuple[Exclusion, ...], dict[Window, str]]:
+        """The pool's eligible members, the excluded ones by reason, and the window periods."""
+        attrs = routable.attributes
+        pool = cp.pool
         excluded: list[Exclusion] = []
         if cp.unavailable is not None:
             excluded.append(cp.unavailable)
@@ -711,74 +772,46 @@ class Router:
             )
         for (reason_name, detail), workers in late.items():
             excluded.append(Exclusion(reason=reason_name, detail=detail, workers=tuple(workers)))
+        return candidates, tuple(excluded), periods
 
-        # 4. Select, live and in shadow.
-        ctx = SelectionContext(
-            routable=routable,
-            pool=pool.id,
-            scope=pool.id,
-            channel=pool.channel,
-            candidates=candidates,
-            state=state,
-            now=now,
-            now_text=now_text,
-            seed=self.seed,
-        )
-        selection = cp.strategy.select(ctx)
-        shadow_picks: list[ShadowPick] = []
-        shadow_marks: list[Mark] = []
+    @staticmethod
+    def _shadows(
+        cp: _Pool, ctx: SelectionContext, live: Selection
+    ) -> tuple[tuple[ShadowPick, ...], tuple[Mark, ...]]:
+        """Every shadow strategy's pick, each with its marks in its own scope."""
+        picks: list[ShadowPick] = []
+        marks: list[Mark] = []
         for name, shadow in cp.shadows:
-            sel = shadow.select(ctx.with_scope(f"{pool.id}#shadow:{name}"))
-            shadow_picks.append(
+            sel = shadow.select(ctx.with_scope(f"{cp.pool.id}#shadow:{name}"))
+            picks.append(
                 ShadowPick(
                     strategy=name,
                     pick=sel.pick,
-                    agrees=sel.pick == selection.pick,
+                    agrees=sel.pick == live.pick,
                     price=sel.price,
                     scores=sel.scores,
                     note=sel.note,
                 )
             )
-            shadow_marks.extend(sel.marks)
-        explanation = Explanation(
-            rule_set=rs.id,
-            rule_set_version=rs.version,
-            config_hash=self.config_hash,
-            rule=rule_id,
-            rules_not_matched=tuple(traces),
-            enriched=enriched,
-            pool=pool.id,
-            candidates=tuple(c.worker.id for c in candidates),
-            excluded=tuple(excluded),
-            strategy=pool.strategy.name,
-            scores=selection.scores,
-            pick=selection.pick,
-            note=selection.note if candidates else "no eligible candidate",
-            shadows=tuple(shadow_picks),
-        )
-        if selection.pick is None:
-            return finish(Outcome.UNASSIGNED, explanation, pool=pool.id)
-        picked = next((c for c in candidates if c.worker.id == selection.pick), None)
-        if picked is None:
-            raise RoutingError(
-                f"strategy {pool.strategy.name!r} picked {selection.pick!r}, not a candidate",
-                code="routing.strategy_bad_pick",
-            )
+            marks.extend(sel.marks)
+        return tuple(picks), tuple(marks)
 
-        # 5. Assign: the intent the caller commits atomically.
+    @staticmethod
+    def _intent(
+        cp: _Pool,
+        picked: Candidate,
+        charge: int,
+        selection: Selection,
+        shadow_marks: tuple[Mark, ...],
+        periods: Mapping[Window, str],
+        decision_id: str,
+        routable: Routable,
+        now_text: str,
+    ) -> AssignIntent:
+        """The reservations and marks that make the pick real."""
+        pool = cp.pool
         cm = cp.members[picked.position]
         member = cm.member
-        charge = selection.price if selection.price is not None else picked.charge
-        if charge < 0 or (charge > picked.charge and member.budget is not None):
-            # Eligibility checked the budget against picked.charge; a strategy
-            # may lower the price (second price) but never raise it past that.
-            return finish(
-                Outcome.UNASSIGNED,
-                msgspec.structs.replace(
-                    explanation, note=f"price {charge} is outside what the budget check allowed"
-                ),
-                pool=pool.id,
-            )
         reservations = [Reservation(key=cm.load_key, amount=1, limit=cm.capacity)]
         for cap in member.caps:
             reservations.append(
@@ -801,8 +834,8 @@ class Router:
             *selection.marks,
             Mark(kind=MarkKind.LAST_ASSIGNED, scope="", key=picked.worker.id, value=now_text),
         )
-        intent = AssignIntent(
-            decision_id=did,
+        return AssignIntent(
+            decision_id=decision_id,
             routable_id=routable.id,
             tenant=routable.tenant,
             pool=pool.id,
@@ -812,15 +845,7 @@ class Router:
             charge=charge,
             reservations=tuple(reservations),
             marks=marks,
-            shadow_marks=tuple(shadow_marks),
-        )
-        return finish(
-            Outcome.ASSIGNED,
-            explanation,
-            pool=pool.id,
-            worker=picked.worker.id,
-            charge=charge,
-            intent=intent,
+            shadow_marks=shadow_marks,
         )
 
 
