@@ -203,8 +203,10 @@ def test_intent_reserves_caps_budget_load_and_commit_is_all_or_nothing() -> None
         (CounterScope.BUDGET, 3_000_000, 10_000_000),
     }
     assert first.charge == 3_000_000
-    state.commit(first.intent)
+    assert state.commit(first.intent) is True
     before = dict(state.counters)
+    assert state.commit(first.intent) is False  # the same decision again: no double count
+    assert state.counters == before
     with pytest.raises(AssignConflict) as err:
         state.commit(second.intent)
     assert err.value.retryable

@@ -135,3 +135,23 @@ def test_format_micros() -> None:
     assert format_micros(0) == "0.00"
     assert format_micros(-1_234_567) == "-1.23"
     assert format_micros(999) == "0.00"
+
+
+def test_a_repeated_event_is_the_same_decision_and_counts_once() -> None:
+    config = RoutingConfig(
+        kinds={"chat": KindSchema()},
+        workers=(Worker(id="w"),),
+        pools=(Pool(id="p", members=(Member(worker="w"),)),),
+        rule_set=RuleSet(default_pool="p"),
+    )
+    sim = Simulation(build_router(config, engine=default_engine()))
+    at = datetime.datetime(2026, 11, 29, tzinfo=datetime.UTC)
+    event = SimEvent(at=at, routable=Routable(id="c1", kind="chat"))
+    first = sim.feed(event)
+    again = sim.feed(event)
+    assert first is not None
+    assert again is not None
+    assert first.id == again.id
+    summary = sim.summary()
+    assert (summary.routed, summary.assigned, summary.duplicates) == (2, 1, 1)
+    assert summary.recipients[0].assigned == 1

@@ -60,13 +60,19 @@ def job(rid: str, **attributes: Any) -> Routable:
     return Routable(id=rid, kind="job", attributes=attributes)
 
 
-def run(r: Router, n: int, state: InMemoryRoutingState | None = None, **attrs: Any) -> list[str]:
+def run(
+    r: Router,
+    n: int,
+    state: InMemoryRoutingState | None = None,
+    prefix: str = "j",
+    **attrs: Any,
+) -> list[str]:
     state = state if state is not None else InMemoryRoutingState()
     picks = []
     for i in range(n):
-        d = r.route(job(f"j{i}", **attrs), state, NOW + datetime.timedelta(seconds=i))
+        d = r.route(job(f"{prefix}{i}", **attrs), state, NOW + datetime.timedelta(seconds=i))
         assert d.intent is not None
-        state.commit(d.intent)
+        assert state.commit(d.intent)
         picks.append(d.worker or "")
     return picks
 
@@ -164,7 +170,7 @@ def test_sticky_keeps_a_key_with_its_worker_and_rebinds_when_ineligible() -> Non
     state = InMemoryRoutingState()
     picks = run(r, 3, state, customer="acme")
     assert picks == ["a", "a", "a"]
-    other = run(r, 1, state, customer="globex")
+    other = run(r, 1, state, prefix="g", customer="globex")
     assert other == ["b"]  # the fallback round robin moved on
     # a gone: acme is rebound by the fallback, then stays
     workers = [Worker(id="a", availability=Availability.OFFLINE), Worker(id="b"), Worker(id="c")]

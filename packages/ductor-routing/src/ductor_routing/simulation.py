@@ -71,7 +71,12 @@ class PoolSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SimulationSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """What a simulation did, for the summary table and for tests."""
+    """What a simulation did, for the summary table and for tests.
+
+    `routed` counts decisions made; `duplicates` (a routable repeated at the
+    same time, hence the same decision) and `conflicts` are not in the
+    outcome counts nor in the per-pool and per-recipient tallies.
+    """
 
     events: int
     routed: int
@@ -80,6 +85,7 @@ class SimulationSummary(msgspec.Struct, frozen=True, kw_only=True):
     invalid: int
     completed: int
     conflicts: int
+    duplicates: int
     spend: int
     pools: tuple[PoolSummary, ...]
     recipients: tuple[RecipientSummary, ...]
@@ -101,6 +107,7 @@ class Simulation:
         self._outcomes = dict.fromkeys(Outcome, 0)
         self._completed = 0
         self._conflicts = 0
+        self._duplicates = 0
         self._held: dict[str, tuple[str, str]] = {}
         self._pools: dict[str, list[int]] = {}
         self._recipients: dict[tuple[str, str], _Tally] = {}
@@ -124,11 +131,16 @@ class Simulation:
         decision = self.router.route(routable, self.state, event.at)
         if decision.intent is not None:
             try:
-                self.state.commit(decision.intent)
+                applied = self.state.commit(decision.intent)
             except AssignConflict:  # cannot happen single-threaded; counted if it does
                 self._conflicts += 1
-            else:
-                self._held[routable.id] = (decision.intent.worker, decision.intent.channel)
+                return decision
+            if not applied:
+                # The same routable at the same time again: the same decision,
+                # already committed once.
+                self._duplicates += 1
+                return decision
+            self._held[routable.id] = (decision.intent.worker, decision.intent.channel)
         self._count(decision)
         return decision
 
@@ -171,12 +183,13 @@ class Simulation:
         )
         return SimulationSummary(
             events=self._events,
-            routed=sum(self._outcomes.values()),
+            routed=sum(self._outcomes.values()) + self._duplicates + self._conflicts,
             assigned=self._outcomes[Outcome.ASSIGNED],
             unassigned=self._outcomes[Outcome.UNASSIGNED],
             invalid=self._outcomes[Outcome.INVALID],
             completed=self._completed,
             conflicts=self._conflicts,
+            duplicates=self._duplicates,
             spend=sum(p.spend for p in pools),
             pools=pools,
             recipients=recipients,
@@ -205,7 +218,8 @@ def format_summary(summary: SimulationSummary) -> str:
     lines = [
         f"events {summary.events}  routed {summary.routed}  assigned {summary.assigned}  "
         f"unassigned {summary.unassigned}  invalid {summary.invalid}  "
-        f"completed {summary.completed}  spend {format_micros(summary.spend)}",
+        f"completed {summary.completed}  duplicates {summary.duplicates}  "
+        f"spend {format_micros(summary.spend)}",
         "",
     ]
     reasons = sorted({r for rec in summary.recipients for r in rec.filtered})

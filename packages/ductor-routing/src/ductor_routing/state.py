@@ -154,13 +154,15 @@ def format_time(now: datetime.datetime) -> str:
 class InMemoryRoutingState:
     """Routing state held in dicts, for simulation and tests.
 
-    `commit` applies an intent all or nothing, exactly as the server does in one
-    transaction; `release` gives back load when an assignee finishes.
+    `commit` applies an intent all or nothing and at most once, exactly as the
+    server does in one transaction; `release` gives back load when an assignee
+    finishes.
     """
 
     def __init__(self) -> None:
         self.counters: dict[CounterKey, int] = {}
         self.marks: dict[tuple[MarkKind, str, str], str] = {}
+        self.committed: set[str] = set()
 
     def counter(self, key: CounterKey) -> int:
         """The counter's current value (0 if it was never reserved)."""
@@ -170,12 +172,17 @@ class InMemoryRoutingState:
         """The mark's value, or None if it was never set."""
         return self.marks.get((kind, scope, key))
 
-    def commit(self, intent: AssignIntent, *, shadow_marks: bool = True) -> None:
+    def commit(self, intent: AssignIntent, *, shadow_marks: bool = True) -> bool:
         """Apply every reservation and mark of `intent`, or none of them.
+
+        Committing the same decision twice changes nothing the second time
+        (the decision id is the idempotency key); returns whether it applied.
 
         Raises:
             AssignConflict: a reservation would exceed its limit; nothing changed.
         """
+        if intent.decision_id in self.committed:
+            return False
         counters = self.counters
         for res in intent.reservations:
             if res.limit is not None and counters.get(res.key, 0) + res.amount > res.limit:
@@ -188,6 +195,8 @@ class InMemoryRoutingState:
         self._set_marks(intent.marks)
         if shadow_marks:
             self._set_marks(intent.shadow_marks)
+        self.committed.add(intent.decision_id)
+        return True
 
     def release(self, worker: str, channel: str, amount: int = 1) -> None:
         """Give back `amount` of the worker's load on `channel` (never below zero)."""
