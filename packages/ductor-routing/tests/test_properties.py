@@ -305,3 +305,59 @@ def test_index_agrees_with_the_predicates(
         assert set(kept) == expected
         assert set(dropped) == set(range(len(filters_per_item))) - expected
         assert {p for p in range(len(filters_per_item)) if p in allowed} == expected
+
+
+rule_filter_st = st.builds(
+    Filter,
+    attribute=st.sampled_from(["k", "j"]),
+    op=st.sampled_from([FilterOp.EQ, FilterOp.IN, FilterOp.NE, FilterOp.GTE]),
+    value=scalar_st,
+    values=st.lists(scalar_st, max_size=3).map(tuple),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.lists(rule_filter_st, max_size=3)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.dictionaries(st.sampled_from(["k", "j"]), scalar_st),
+    st.booleans(),
+)
+def test_indexed_rule_matching_equals_trying_every_rule_in_order(
+    specs: list[tuple[int, list[Filter]]], attrs: dict[str, Any], has_default: bool
+) -> None:
+    from ductor_routing import Rule
+    from ductor_routing.filters import describe_filter
+
+    rules = tuple(
+        Rule(id=f"r{i}", pool="p", priority=priority, match=tuple(filters))
+        for i, (priority, filters) in enumerate(specs)
+    )
+    r = Router(
+        rule_set=RuleSet(rules=rules, default_pool="p" if has_default else None),
+        pools=[Pool(id="p", members=(Member(worker="w"),))],
+        workers=[Worker(id="w")],
+        kinds={"job": KindSchema()},
+        engine=ENGINE,
+    )
+    d = r.route(Routable(id="x", kind="job", attributes=attrs), InMemoryRoutingState(), START)
+    ordered = sorted(enumerate(rules), key=lambda item: (item[1].priority, item[0]))
+    expected_rule = None
+    missed = []
+    for _, rule in ordered:
+        if all(compile_filter(f)(attrs) for f in rule.match):
+            expected_rule = rule.id
+            break
+        missed.append(rule)
+    if expected_rule is None and has_default:
+        expected_rule = "default"
+    assert d.explanation.rule == expected_rule
+    traces = d.explanation.rules_not_matched
+    assert [t.rule for t in traces] == [rule.id for rule in missed]
+    for trace, rule in zip(traces, missed, strict=True):
+        failing = {describe_filter(f) for f in rule.match if not compile_filter(f)(attrs)}
+        assert trace.reason == "match"
+        assert trace.detail in failing
