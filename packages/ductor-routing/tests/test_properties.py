@@ -361,3 +361,44 @@ def test_indexed_rule_matching_equals_trying_every_rule_in_order(
         failing = {describe_filter(f) for f in rule.match if not compile_filter(f)(attrs)}
         assert trace.reason == "match"
         assert trace.detail in failing
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(rule_filter_st, max_size=3), min_size=1, max_size=7),
+    st.lists(st.booleans(), min_size=7, max_size=7),
+    st.dictionaries(st.sampled_from(["k", "j"]), scalar_st),
+)
+def test_member_eligibility_equals_checking_every_member(
+    member_filters: list[list[Filter]], available: list[bool], attrs: dict[str, Any]
+) -> None:
+    from ductor_routing import Availability
+
+    workers = [
+        Worker(
+            id=f"w{i}",
+            availability=Availability.AVAILABLE if available[i] else Availability.AWAY,
+        )
+        for i in range(len(member_filters))
+    ]
+    members = tuple(
+        Member(worker=f"w{i}", filters=tuple(filters)) for i, filters in enumerate(member_filters)
+    )
+    r = router(Pool(id="p", members=members), workers)
+    d = r.route(Routable(id="x", kind="job", attributes=attrs), InMemoryRoutingState(), START)
+    expected = [
+        f"w{i}"
+        for i, filters in enumerate(member_filters)
+        if available[i] and all(compile_filter(f)(attrs) for f in filters)
+    ]
+    assert list(d.explanation.candidates) == expected
+    excluded = {w: (e.reason, e.detail) for e in d.explanation.excluded for w in e.workers}
+    assert set(excluded) | set(expected) == {w.id for w in workers}
+    for i, filters in enumerate(member_filters):
+        wid = f"w{i}"
+        if not available[i]:
+            assert excluded[wid] == ("unavailable", "")
+        elif wid not in expected:
+            reason, attribute = excluded[wid]
+            assert reason == "filter"
+            assert any(f.attribute == attribute and not compile_filter(f)(attrs) for f in filters)
