@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import json
 import logging
+import re
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,6 +24,8 @@ from ductor_core.errors import DuctorError, ExpressionError
 from ductor_core.expressions import (
     BUILTIN_FUNCTIONS,
     ENGINE_NAMES,
+    MAX_SOURCE_LENGTH,
+    MAX_VALUE_DEPTH,
     VARIABLES,
     BoundVariables,
     CelPyEngine,
@@ -116,6 +124,29 @@ def test_program_cache_is_bounded_and_keeps_recent_programs() -> None:
     assert calls == ["a", "b", "c"]
     with pytest.raises(ValueError, match="maxsize"):
         ProgramCache(maxsize=0)
+
+
+def test_a_slow_compile_does_not_hold_up_cache_hits() -> None:
+    cache: ProgramCache[str] = ProgramCache()
+    cache.get_or_compile("fast", str.upper)
+    release = threading.Event()
+
+    def slow(source: str) -> str:
+        assert release.wait(10)
+        return source.upper()
+
+    compiling = threading.Thread(target=cache.get_or_compile, args=("slow", slow))
+    compiling.start()
+    try:
+        hit: list[str] = []
+        reader = threading.Thread(target=lambda: hit.append(cache.get_or_compile("fast", slow)))
+        reader.start()
+        reader.join(5)
+        assert hit == ["FAST"]
+    finally:
+        release.set()
+        compiling.join()
+    assert cache.get_or_compile("slow", str.lower) == "SLOW"
 
 
 def test_syntax_errors_are_not_cached(engine: ExpressionEngine) -> None:
@@ -437,3 +468,89 @@ def test_to_json_formats() -> None:
         "k": [1.5],
     }
     assert to_json(int) == "int"
+
+
+# -------------------------------------------------------------------- docs
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "expressions.md"
+
+
+def test_every_code_sample_in_the_expressions_doc_runs() -> None:
+    samples = re.findall(r"```python\n(.*?)```", DOCS.read_text("utf-8"), flags=re.DOTALL)
+    assert len(samples) >= 3
+    for sample in samples:
+        exec(compile(sample, str(DOCS), "exec"), {"__name__": "docs_sample"})
+
+
+def test_the_doc_lists_every_builtin_and_every_difference() -> None:
+    text = DOCS.read_text("utf-8")
+    for function in BUILTIN_FUNCTIONS:
+        assert f"`{function.name}(" in text, function.name
+    corpus = json.loads((Path(__file__).parent / "data" / "cel_corpus.json").read_text("utf-8"))
+    for case in corpus["cases"]:
+        if "differs" in case:
+            assert f"`{case['expr']}`" in text, case["id"]
+    agreed = [case for case in corpus["cases"] if "differs" not in case]
+    assert f"`, {len(corpus['cases'])}\ncases" in text
+    assert f"error codes on {len(agreed)} cases" in text
+
+
+# ------------------------------------------------------------------ limits
+
+
+def test_overlong_expressions_are_refused(engine: ExpressionEngine) -> None:
+    source = "1" + " + 1" * (MAX_SOURCE_LENGTH // 4)
+    assert len(source) > MAX_SOURCE_LENGTH
+    with pytest.raises(ExpressionError) as info:
+        engine.compile(source)
+    assert info.value.code == "expression.syntax"
+    assert "limit" in str(info.value)
+    with pytest.raises(TypeError):
+        engine.compile(42)  # type: ignore[arg-type]
+
+
+def test_the_longest_allowed_chain_does_not_crash_cel_rust() -> None:
+    # cel-rust dies on its native stack with long enough chains; the length
+    # limit must keep every accepted expression far from that, in threads too.
+    script = textwrap.dedent(
+        """
+        import threading
+        from ductor_core.expressions import MAX_SOURCE_LENGTH, CelRustEngine
+        terms = (MAX_SOURCE_LENGTH - 1) // 4 + 1
+        sources = ["1" + " + 1" * (terms - 1), "!" * (MAX_SOURCE_LENGTH - 4) + "true"]
+        assert all(len(s) <= MAX_SOURCE_LENGTH for s in sources)
+        engine = CelRustEngine()
+        results = []
+        def run():
+            results.append([engine.evaluate(s, {}) for s in sources])
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        run()
+        print(results)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    terms = (MAX_SOURCE_LENGTH - 1) // 4 + 1
+    assert done.stdout.strip() == str([[terms, True], [terms, True]])
+
+
+def test_deeply_nested_values_are_refused_not_crashed_on(engine: ExpressionEngine) -> None:
+    def nest(levels: int) -> Any:
+        value: Any = "leaf"
+        for level in range(levels):
+            value = [value] if level % 2 else {"k": value}
+        return value
+
+    allowed = nest(MAX_VALUE_DEPTH)
+    assert engine.evaluate("v", {"v": allowed}) == allowed
+    for too_deep in (nest(MAX_VALUE_DEPTH + 1), nest(20_000)):
+        with pytest.raises(ExpressionError) as info:
+            engine.evaluate("size(v)", {"v": too_deep})
+        assert info.value.code == "expression.evaluation"
+        assert "nested deeper" in str(info.value)
+    with pytest.raises(ExpressionError, match="nested deeper"):
+        engine.bind({"v": nest(MAX_VALUE_DEPTH + 1)})

@@ -11,15 +11,23 @@ import pytest
 
 from ductor_core import (
     DefinitionError,
+    Edge,
     Problem,
+    Step,
     ValidationReport,
+    WorkflowDefinition,
     decode_definition,
     default_engine,
     definition_from_obj,
     validate_definition,
     validate_definition_json,
 )
-from ductor_core.expressions import CompiledExpression
+from ductor_core.expressions import (
+    BoundVariables,
+    CompiledExpression,
+    ExpressionEngine,
+    FunctionRegistry,
+)
 
 DATA = Path(__file__).parent / "data"
 HELLO = (DATA / "hello-world.json").read_bytes()
@@ -177,8 +185,15 @@ class _CountingEngine:
         self.compiled[source] += 1
         return self.inner.compile(source)
 
-    def evaluate(self, source: str, activation: Mapping[str, Any]) -> Any:
+    @property
+    def functions(self) -> FunctionRegistry:
+        return self.inner.functions
+
+    def evaluate(self, source: str, activation: Any) -> Any:
         return self.inner.evaluate(source, activation)
+
+    def bind(self, activation: Mapping[str, Any]) -> BoundVariables:
+        return self.inner.bind(activation)
 
 
 def test_uses_the_given_engine_and_compiles_each_source_once() -> None:
@@ -190,9 +205,49 @@ def test_uses_the_given_engine_and_compiles_each_source_once() -> None:
         "condition": "steps.greet.output != null",
     }
     engine = _CountingEngine()
+    assert isinstance(engine, ExpressionEngine)
     assert validate_definition(raw, engine=engine).valid
     assert engine.compiled == {
         '"hello"': 1,
         "steps.greet.output != null": 1,
         "steps.greet.output": 1,
     }
+
+
+def test_a_definition_built_in_code_is_checked_too() -> None:
+    definition = WorkflowDefinition(
+        family_slug="built",
+        steps=[
+            Step(ref="a", type="STEP_TYPE_WAIT", args={"duration": "soon"}),
+            Step(ref="b c", type="STEP_TYPE_NOTIFY", args={"recipient": "'x'"}),
+        ],
+        edges=[Edge(source_ref="a", target_ref="b c", condition="true")],
+    )
+    assert _codes(validate_definition(definition)) == [
+        ("definition.bad_duration", "/steps/0/args/duration"),
+        ("definition.bad_ref", "/steps/1/ref"),
+        ("definition.bad_args", "/steps/1/args/title"),
+        ("definition.condition_unexpected", "/edges/0/condition"),
+    ]
+
+
+def test_step_reads_skip_strings_and_other_fields_but_see_brackets() -> None:
+    raw = _hello()
+    raw["steps"][1]["args"] = {
+        "until": "timestamp(\"steps.ghost\" + 'steps.ghost' + string(input.steps.ghost))"
+    }
+    assert validate_definition(raw).valid
+    raw["steps"][1]["args"] = {"until": "timestamp(steps['greet'].output + steps[\"ghost\"])"}
+    assert _codes(validate_definition(raw)) == [
+        ("definition.bad_step_reference", "/steps/1/args/until")
+    ]
+    assert "there is no step 'ghost'" in validate_definition(raw).problems[0].message
+
+
+def test_step_reads_are_not_judged_on_a_cyclic_graph() -> None:
+    raw = _hello()
+    raw["steps"][0]["args"]["project"]["back"] = "steps.pause.output"
+    raw["edges"].append({"source_ref": "pause", "target_ref": "greet"})
+    codes = [code for code, _ in _codes(validate_definition(raw))]
+    assert "definition.cycle" in codes
+    assert "definition.bad_step_reference" not in codes

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ductor_core import (
@@ -19,6 +19,7 @@ from ductor_core import (
     definition_from_obj,
     validate_definition,
 )
+from ductor_core.validation import PROBLEM_CODES
 
 # Build the engine before any example runs: cel-python raises the recursion
 # limit when it is created, which hypothesis would warn about mid-test.
@@ -64,13 +65,23 @@ def _resolves(document: Any, pointer: str) -> bool:
 
 
 def _check_report(document: Any) -> None:
+    before = copy.deepcopy(document)
     report = validate_definition(document)
+    assert _same(document, before), "validation changed its input"
+    assert validate_definition(document) == report, "validation is not deterministic"
     assert report.valid is (not report.problems)
     for problem in report.problems:
-        assert problem.code.startswith("definition.")
+        assert problem.code in PROBLEM_CODES
         assert problem.message
         assert _resolves(document, problem.pointer), problem
     _agrees_with_decoder(document, {p.code for p in report.problems}, report.problems)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that treats NaN as equal to itself (hypothesis draws NaN)."""
+    return json.dumps(a, sort_keys=True, default=repr) == json.dumps(
+        b, sort_keys=True, default=repr
+    )
 
 
 _STRUCTURAL = {
@@ -205,7 +216,7 @@ def _valid_dag(draw: st.DrawFn) -> dict[str, Any]:
                 "target_ref": ref,
             }
         else:
-            args = draw(st.sampled_from(_ARGS[kind]))
+            args = copy.deepcopy(draw(st.sampled_from(_ARGS[kind])))
         if kind == "STEP_TYPE_SCATTER":
             scatters.append(i)
         step: dict[str, Any] = {"ref": ref, "type": kind, "args": args}
@@ -220,6 +231,14 @@ def _valid_dag(draw: st.DrawFn) -> dict[str, Any]:
             if edge_type == "EDGE_TYPE_CONDITION":
                 edge["condition"] = f"steps.{refs[i]}.output != null"
             edges[(i, j, edge_type)] = edge
+    # what each step may read: the steps some path of edges leads from
+    before: list[set[int]] = [set() for _ in refs]
+    for i, j, _ in sorted(edges, key=lambda key: key[1]):
+        before[j] |= before[i] | {i}
+    for j, step in enumerate(steps):
+        if step["type"] == "STEP_TYPE_ACTION" and before[j]:
+            read = refs[draw(st.sampled_from(sorted(before[j])))]
+            step["args"]["params"]["read"] = f"steps.{read}.output"
     order = draw(st.permutations(steps))
     edge_list = draw(st.permutations(list(edges.values())))
     return {
@@ -227,6 +246,7 @@ def _valid_dag(draw: st.DrawFn) -> dict[str, Any]:
         "steps": order,
         "edges": edge_list,
         "output": {ref: f"steps.{ref}.output" for ref in refs[-2:]},
+        "description": json.dumps([sorted(refs[i] for i in b) for b in before]),
     }
 
 
@@ -237,3 +257,28 @@ def test_any_well_formed_dag_validates_clean(definition: dict[str, Any]) -> None
     assert report.problems == []
     decoded = definition_from_obj(definition)
     assert validate_definition(decoded).valid
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(definition=_valid_dag(), data=st.data())
+def test_reading_a_step_that_is_not_before_is_the_one_problem(
+    definition: dict[str, Any], data: st.DataObject
+) -> None:
+    before: list[list[str]] = json.loads(definition["description"])
+    position = {step["ref"]: k for k, step in enumerate(definition["steps"])}
+    choices = [
+        (reader, other)
+        for reader in position
+        for other in position
+        if other not in before[int(reader[1:])]
+        # a GATHER may name a SCATTER, which must stay one
+        and definition["steps"][position[reader]]["type"] != "STEP_TYPE_SCATTER"
+    ]
+    assume(choices)
+    reader, other = data.draw(st.sampled_from(choices))
+    step = definition["steps"][position[reader]]
+    step["type"], step["args"] = "STEP_TYPE_NOTIFY", {"recipient": "'a'", "title": "'t'"}
+    step["args"]["body"] = f"string(steps['{other}'].output)"
+    pointer = f"/steps/{position[reader]}/args/body"
+    got = [(p.code, p.pointer) for p in validate_definition(definition).problems]
+    assert got == [("definition.bad_step_reference", pointer)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from ductor_core.expressions._functions import (
     default_registry,
     unknown_functions,
 )
+from ductor_core.expressions._limits import check_source
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
@@ -95,7 +97,7 @@ def _kind(value: Any) -> str:
         return "timestamp"
     if isinstance(value, datetime.timedelta):
         return "duration"
-    if isinstance(value, type):
+    if isinstance(value, type | _TypeConversion):
         return "type"
     return "other"
 
@@ -118,7 +120,7 @@ def _equal(a: Any, b: Any) -> bool:
                 return False
         return True
     if ka == "type":
-        return a is b
+        return _as_type(a) is _as_type(b)
     return bool(a == b)
 
 
@@ -206,6 +208,17 @@ def _strict(operation: Callable[[Any, Any], Any], symbol: str) -> Callable[[Any,
     return apply
 
 
+def _divide(a: Any, b: Any) -> Any:
+    # IEEE 754 for doubles, as the spec: x / 0.0 is +-inf and 0.0 / 0.0 is NaN
+    # (celpy 0.5.0 answers inf for the latter).
+    if _kind(a) == "double" and _kind(b) == "double" and float(b) == 0.0:
+        x, y = float(a), float(b)
+        if x == 0.0 or math.isnan(x):
+            return celtypes.DoubleType(math.nan)
+        return celtypes.DoubleType(math.copysign(math.inf, x) * math.copysign(1.0, y))
+    return _strict(celpy.evaluation.base_functions["_/_"], "/")(a, b)
+
+
 def _format_double(value: float) -> str:
     # Positional notation with the shortest round-trip digits, no trailing
     # ".0" (1.0 -> "1", 1e20 -> "100000000000000000000"), as cel-rust prints.
@@ -248,6 +261,110 @@ def _passing_errors(function: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+_LOOSE_NUMBER = re.compile(r"[\s_]")
+
+
+class _TypeConversion:
+    """A CEL type name used as a conversion function (`int(x)`) and as a type
+    value (`type(x) == int`): celpy resolves both through one function table."""
+
+    __slots__ = ("accepts", "cel_type", "convert", "name")
+
+    def __init__(
+        self,
+        cel_type: type,
+        accepts: frozenset[str],
+        name: str,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.cel_type = cel_type
+        self.accepts = accepts
+        self.name = name
+        self.convert = convert or cel_type
+
+    def __call__(self, value: Any) -> Any:
+        # celpy converts anything Python can (`int(true)`, `int(null)` ...);
+        # CEL has overloads for these argument types only.
+        if isinstance(value, celpy.CELEvalError):
+            return value
+        kind = _kind(value)
+        if kind not in self.accepts:
+            raise TypeError(f"no such overload: {self.name}({kind})")
+        if self.name == "uint" and kind == "double" and float(value) < 0:
+            raise ValueError(f"uint({float(value)!r}) is out of range")
+        if kind == "string" and self.name in _NUMBER_KINDS and _LOOSE_NUMBER.search(value):
+            # Python's int()/float() take " 5" and "1_000"; CEL's parsers do not.
+            raise ValueError(f"{self.name}({str(value)!r}): not a number")
+        return self.convert(value)
+
+
+def _as_type(value: Any) -> Any:
+    return value.cel_type if isinstance(value, _TypeConversion) else value
+
+
+# RFC 3339 as cel-rust reads it: seconds required, `T`, `t` or a space between
+# date and time, `Z`, `z` or a numeric offset with a colon. celpy's parser also
+# takes bare dates, offsets without a colon and more.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z")
+# Units as the spec lists them (celpy also takes `d`).
+_DURATION = re.compile(r"[+-]?(\d+(\.\d+)?(h|ms|us|ns|m|s))+\Z")
+
+
+def _timestamp(value: Any) -> Any:
+    if _kind(value) == "string":
+        text = str(value)
+        if not _RFC3339.match(text):
+            raise ValueError(f"timestamp({text!r}): not an RFC 3339 date-time")
+        value = celtypes.StringType(text[:10] + "T" + text[11:].upper())
+    return celtypes.TimestampType(value)
+
+
+def _duration(value: Any) -> Any:
+    if _kind(value) == "string" and not _DURATION.match(str(value)):
+        raise ValueError(f"duration({str(value)!r}): not a duration")
+    return celtypes.DurationType(value)
+
+
+_ACCESSORS = (
+    "getFullYear",
+    "getMonth",
+    "getDate",
+    "getDayOfMonth",
+    "getDayOfWeek",
+    "getDayOfYear",
+    "getHours",
+    "getMinutes",
+    "getSeconds",
+    "getMilliseconds",
+)
+
+
+def _accessor(name: str) -> Callable[..., Any]:
+    # cel-rust has no time zone argument (`getHours('Europe/Paris')`), so
+    # neither do we; `local_time(ts, zone)` is the portable way.
+    method = celpy.evaluation.base_functions[name]
+
+    def call(value: Any, *extra: Any) -> Any:
+        if extra:
+            raise TypeError(f"no such overload: {name} with a time zone; use local_time()")
+        return method(value)
+
+    return call
+
+
+def _string_method(name: str) -> Callable[[Any, Any], Any]:
+    # `contains`, `startsWith`, `endsWith` and `matches` take strings only;
+    # celpy also answers them for lists and maps.
+    method = celpy.evaluation.base_functions[name]
+
+    def call(receiver: Any, argument: Any) -> Any:
+        if _kind(receiver) != "string" or _kind(argument) != "string":
+            raise TypeError(f"no such overload: {_kind(receiver)}.{name}({_kind(argument)})")
+        return method(receiver, argument)
+
+    return call
+
+
 def _spec_functions() -> dict[str, Callable[..., Any]]:
     base = celpy.evaluation.base_functions
     functions: dict[str, Callable[..., Any]] = {
@@ -262,12 +379,64 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "_+_": _strict(base["_+_"], "+"),
         "_-_": _strict(base["_-_"], "-"),
         "_*_": _strict(base["_*_"], "*"),
-        "_/_": _strict(base["_/_"], "/"),
+        "_/_": _divide,
         "_%_": _strict(base["_%_"], "%"),
-        "string": _string,
         "size": _size,
+        "contains": _string_method("contains"),
+        "startsWith": _string_method("startsWith"),
+        "endsWith": _string_method("endsWith"),
+        "matches": _string_method("matches"),
+        **{name: _accessor(name) for name in _ACCESSORS},
     }
-    return {name: _passing_errors(function) for name, function in functions.items()}
+    guarded = {name: _passing_errors(function) for name, function in functions.items()}
+    numbers = frozenset({"int", "uint", "double", "string"})
+    everything = frozenset(
+        {"int", "uint", "double", "string", "bytes", "bool", "timestamp", "duration"}
+    )
+    return {
+        **guarded,
+        "int": _TypeConversion(celtypes.IntType, numbers, "int"),
+        "uint": _TypeConversion(celtypes.UintType, numbers, "uint"),
+        "double": _TypeConversion(celtypes.DoubleType, numbers, "double"),
+        "string": _TypeConversion(celtypes.StringType, everything, "string", _string),
+        "timestamp": _TypeConversion(
+            celtypes.TimestampType, frozenset({"string", "timestamp"}), "timestamp", _timestamp
+        ),
+        "duration": _TypeConversion(
+            celtypes.DurationType, frozenset({"string", "duration"}), "duration", _duration
+        ),
+    }
+
+
+# ------------------------------------------------------------ the evaluator
+
+
+class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
+    """celpy's evaluator, but an error inside a map literal is the map's value.
+
+    celpy 0.5.0 builds `{'a': 1 / 0}` as a map holding an error value (lists
+    already propagate the error); the spec, and cel-rust, make it an error.
+    """
+
+    def mapinits(self, tree: Tree[Any]) -> Any:
+        keys_values = self.visit_children(tree)
+        for item in keys_values:
+            if isinstance(item, celpy.CELEvalError):
+                return item
+        result = celtypes.MapType()
+        for key, value in zip(keys_values[0::2], keys_values[1::2], strict=True):
+            if key in result:
+                raise ValueError(f"Duplicate key {key!r}")
+            result[key] = value
+        return result
+
+
+class _SpecRunner(celpy.InterpretedRunner):  # type: ignore[misc]
+    """The interpreted runner (same tree class) with `_SpecEvaluator`."""
+
+    def evaluate(self, context: Any) -> Any:
+        evaluator = _SpecEvaluator(ast=self.ast, activation=self.new_activation())
+        return evaluator.evaluate(context)
 
 
 # ------------------------------------------------------------ custom functions
@@ -303,9 +472,16 @@ def _called_functions(ast: Tree[Any]) -> set[str]:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc.args[0]) if exc.args else str(exc)
+    # A CELEvalError's args are (message, cause class, cause args).
+    args = exc.args
+    text = str(args[0]) if args else str(exc)
     # celpy appends a dump of the whole activation to some messages.
     text = text.split(" (in activation", 1)[0]
+    if len(args) >= 3 and isinstance(args[1], type) and args[2]:
+        cause = args[2]
+        detail = "; ".join(map(str, cause)) if isinstance(cause, tuple) else str(cause)
+        detail = detail.split(" (in activation", 1)[0]
+        text = f"{text} ({args[1].__name__}: {detail})"
     return text if len(text) <= 300 else text[:297] + "..."
 
 
@@ -355,7 +531,7 @@ class CelPyProgram:
         if isinstance(result, celpy.CELEvalError):
             raise _evaluation_error(self.source, _describe(result))
         try:
-            return to_json(result)
+            return to_json(_as_type(result))
         except ValueConversionError as exc:
             raise _evaluation_error(self.source, str(exc)) from exc
 
@@ -379,7 +555,7 @@ class CelPyEngine:
         self, functions: FunctionRegistry | None = None, *, cache_size: int = 4096
     ) -> None:
         self._registry = (functions or default_registry()).copy()
-        self._env = celpy.Environment()
+        self._env = celpy.Environment(runner_class=_SpecRunner)
         self._functions: dict[str, Callable[..., Any]] = _spec_functions()
         for function in self._registry:
             self._functions[function.name] = _wrap(function)
@@ -413,8 +589,7 @@ class CelPyEngine:
             raise _evaluation_error(source, str(exc)) from exc
 
     def _compile(self, source: str) -> CelPyProgram:
-        if not isinstance(source, str):
-            raise TypeError("a CEL expression is a string")
+        check_source(source)
         try:
             ast = self._env.compile(source)
         except celpy.CELParseError as exc:
