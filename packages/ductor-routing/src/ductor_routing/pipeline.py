@@ -97,36 +97,36 @@ class _RulePlan:
 
     def __init__(self, attribute: str | None, rules: Sequence[_Rule]) -> None:
         self.get = attribute_getter(attribute) if attribute is not None else None
-        accepts: list[tuple[frozenset[Hashable] | None, RuleTrace | None]] = []
+        # Per rule: its eq/in filters on the attribute, as (accepted keys, miss trace).
+        tests: list[tuple[tuple[frozenset[Hashable], RuleTrace], ...]] = []
         values: set[Hashable] = set()
         for cr in rules:
-            keys: frozenset[Hashable] | None = None
-            miss: RuleTrace | None = None
-            for f, (_, trace) in zip(cr.rule.match, cr.prefilters, strict=True):
-                if attribute is not None and f.attribute == attribute and is_indexable(f):
-                    fk = frozenset(index_values(f))
-                    keys = fk if keys is None else keys & fk
-                    miss = miss or trace
-            accepts.append((keys, miss))
-            if keys is not None:
+            mine = tuple(
+                (frozenset(index_values(f)), trace)
+                for f, (_, trace) in zip(cr.rule.match, cr.prefilters, strict=True)
+                if attribute is not None and f.attribute == attribute and is_indexable(f)
+            )
+            tests.append(mine)
+            for keys, _ in mine:
                 values.update(keys)
-        self._by_value = {v: self._plan(rules, accepts, v) for v in values}
-        self._unknown = self._plan(rules, accepts, MISSING)
+        self._by_value = {v: self._plan(rules, tests, v) for v in values}
+        self._unknown = self._plan(rules, tests, MISSING)
 
     @staticmethod
     def _plan(
         rules: Sequence[_Rule],
-        accepts: Sequence[tuple[frozenset[Hashable] | None, RuleTrace | None]],
+        tests: Sequence[tuple[tuple[frozenset[Hashable], RuleTrace], ...]],
         value: Hashable,
     ) -> tuple[tuple[tuple[tuple[RuleTrace, ...], _Rule], ...], tuple[RuleTrace, ...]]:
         steps: list[tuple[tuple[RuleTrace, ...], _Rule]] = []
         gap: list[RuleTrace] = []
-        for cr, (keys, miss) in zip(rules, accepts, strict=True):
-            if keys is None or value in keys:
+        for cr, mine in zip(rules, tests, strict=True):
+            # The first of the rule's indexed filters that refuses the value, if any.
+            miss = next((trace for keys, trace in mine if value not in keys), None)
+            if miss is None:
                 steps.append((tuple(gap), cr))
                 gap = []
             else:
-                assert miss is not None
                 gap.append(miss)
         return tuple(steps), tuple(gap)
 
