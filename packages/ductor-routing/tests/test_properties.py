@@ -97,7 +97,14 @@ def pools(draw: st.DrawFn, *, shadows: bool = False) -> tuple[Pool, list[Worker]
         for m in members
     ]
     strategy = draw(st.sampled_from(STRATEGIES))
-    shadow_specs = tuple(draw(st.lists(st.sampled_from(STRATEGIES), max_size=3))) if shadows else ()
+    shadow_specs = (
+        tuple(
+            msgspec.structs.replace(spec, label=f"shadow{i}")
+            for i, spec in enumerate(draw(st.lists(st.sampled_from(STRATEGIES), max_size=3)))
+        )
+        if shadows
+        else ()
+    )
     return Pool(id="p", members=members, strategy=strategy, shadows=shadow_specs), workers
 
 

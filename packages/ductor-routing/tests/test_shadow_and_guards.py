@@ -160,3 +160,30 @@ def test_a_strategy_cannot_charge_past_the_budget_check_or_pick_a_stranger() -> 
     with pytest.raises(RoutingError) as err:
         stranger.route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
     assert err.value.code == "routing.strategy_bad_pick"
+
+
+def test_shadows_of_a_pool_need_distinct_labels() -> None:
+    workers = [Worker(id="a")]
+    twins = Pool(
+        id="p",
+        members=(Member(worker="a", bid=5),),
+        shadows=(
+            StrategySpec(name="auction"),
+            StrategySpec(name="auction", options={"pricing": "second"}),
+        ),
+    )
+    with pytest.raises(ConfigError) as err:
+        build(twins, workers)
+    assert [p.pointer for p in err.value.details] == ["/pools/0/shadows/1/label"]
+    labelled = Pool(
+        id="p",
+        members=twins.members,
+        strategy=StrategySpec(name="auction", label="first-price"),
+        shadows=(
+            StrategySpec(name="auction"),
+            StrategySpec(name="auction", label="second", options={"pricing": "second"}),
+        ),
+    )
+    d = build(labelled, workers).route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
+    assert d.explanation.strategy == "first-price"
+    assert [s.strategy for s in d.explanation.shadows] == ["auction", "second"]

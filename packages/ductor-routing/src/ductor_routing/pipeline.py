@@ -60,7 +60,7 @@ from ductor_routing.workers import Availability, Worker
 
 
 class _Rule:
-    __slots__ = ("matched_trace", "prefilters", "program", "rule", "when_false")
+    __slots__ = ("prefilters", "program", "rule", "when_false")
 
     def __init__(self, rule: Rule, program: CompiledExpression | None) -> None:
         self.rule = rule
@@ -417,10 +417,19 @@ class Router:
                 )
             try:
                 strategy = self.registry.create(pool.strategy)
-                shadows = tuple((s.name, self.registry.create(s)) for s in pool.shadows)
+                shadows = tuple((s.display, self.registry.create(s)) for s in pool.shadows)
             except RoutingError as exc:
                 problems.append(Problem(pointer=f"{base}/strategy", message=exc.message))
                 continue
+            labels = [label for label, _ in shadows]
+            for si, label in enumerate(labels):
+                if label in labels[:si]:
+                    problems.append(
+                        Problem(
+                            pointer=f"{base}/shadows/{si}/label",
+                            message=f"another shadow is already called {label!r}; give a label",
+                        )
+                    )
             self._pools[pool.id] = _Pool(pool, tuple(members), strategy, shadows)
 
         ordered = sorted(enumerate(rule_set.rules), key=lambda item: (item[1].priority, item[0]))
@@ -568,7 +577,7 @@ class Router:
             pool=pool.id,
             candidates=tuple(c.worker.id for c in candidates),
             excluded=excluded,
-            strategy=pool.strategy.name,
+            strategy=pool.strategy.display,
             scores=selection.scores,
             pick=selection.pick,
             note=selection.note if candidates else "no eligible candidate",
@@ -579,7 +588,7 @@ class Router:
         picked = next((c for c in candidates if c.worker.id == selection.pick), None)
         if picked is None:
             raise RoutingError(
-                f"strategy {pool.strategy.name!r} picked {selection.pick!r}, not a candidate",
+                f"strategy {pool.strategy.display!r} picked {selection.pick!r}, not a candidate",
                 code="routing.strategy_bad_pick",
             )
         charge = selection.price if selection.price is not None else picked.charge

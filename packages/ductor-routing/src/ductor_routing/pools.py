@@ -97,10 +97,23 @@ class Member(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 
 class StrategySpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A strategy by registry name, with its options."""
+    """A strategy by registry name, with its options.
+
+    Attributes:
+        name: the registry name.
+        options: the strategy's options.
+        label: how decisions and reports name it (default: `name`); shadows of
+            one pool need distinct labels, e.g. two auctions with other options.
+    """
 
     name: str
     options: dict[str, Any] = {}
+    label: str | None = None
+
+    @property
+    def display(self) -> str:
+        """The label, or the name when there is none."""
+        return self.label or self.name
 
 
 class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
