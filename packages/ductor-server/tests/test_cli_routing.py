@@ -78,3 +78,39 @@ def test_register_adds_the_routing_group() -> None:
     args = parser.parse_args(["routing", "simulate", "--config", "c.json", "e.jsonl"])
     assert args.func is not None
     assert (args.config, args.events, args.out) == ("c.json", "e.jsonl", "decisions.jsonl")
+
+
+def test_long_inputs_show_a_progress_bar_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "routing.json"
+    config.write_text(
+        json.dumps(
+            {
+                "kinds": {"job": {}},
+                "workers": [{"id": "a"}, {"id": "b"}],
+                "pools": [{"id": "p", "members": [{"worker": "a"}, {"worker": "b"}]}],
+                "rule_set": {"default_pool": "p"},
+            }
+        )
+    )
+    events = tmp_path / "events.jsonl"
+    lines = [
+        json.dumps({"at": "2026-11-29T00:00:00Z", "routable": {"id": f"j{i}", "kind": "job"}})
+        for i in range(cli_routing.PROGRESS_THRESHOLD)
+    ]
+    events.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "decisions.jsonl"
+    assert (
+        cli_routing.main(["simulate", "--config", str(config), str(events), "--out", str(out)]) == 0
+    )
+    err = capsys.readouterr().err
+    assert f"100% {cli_routing.PROGRESS_THRESHOLD}/{cli_routing.PROGRESS_THRESHOLD}" in err
+    workers = [json.loads(line)["worker"] for line in out.read_text().splitlines()]
+    assert workers.count("a") == workers.count("b") == cli_routing.PROGRESS_THRESHOLD // 2
+    # a short input stays quiet
+    events.write_text("\n".join(lines[:10]) + "\n")
+    assert (
+        cli_routing.main(["simulate", "--config", str(config), str(events), "--out", str(out)]) == 0
+    )
+    assert "simulating" not in capsys.readouterr().err
