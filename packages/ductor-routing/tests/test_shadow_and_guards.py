@@ -187,3 +187,31 @@ def test_shadows_of_a_pool_need_distinct_labels() -> None:
     d = build(labelled, workers).route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
     assert d.explanation.strategy == "first-price"
     assert [s.strategy for s in d.explanation.shadows] == ["auction", "second"]
+
+
+def test_reroute_excludes_the_given_workers() -> None:
+    from ductor_routing import Filter, FilterOp
+
+    workers = [Worker(id="b1"), Worker(id="b2"), Worker(id="b3")]
+    members = tuple(
+        Member(
+            worker=w.id,
+            bid=(i + 1) * 1_000_000,
+            filters=(Filter(attribute="state", op=FilterOp.IN, values=("CA",)),),
+        )
+        for i, w in enumerate(workers)
+    )
+    pool = Pool(id="p", members=members, strategy=StrategySpec(name="auction"))
+    r = build(pool, workers)
+    lead = Routable(id="l", kind="job", attributes={"state": "CA"})
+    assert r.route(lead, InMemoryRoutingState(), NOW).worker == "b3"
+    again = r.route(lead, InMemoryRoutingState(), NOW, exclude={"b3"})
+    assert again.worker == "b2"
+    assert again.explanation.excluded[0].reason == "excluded"
+    assert again.explanation.excluded[0].workers == ("b3",)
+    elsewhere = Routable(id="l", kind="job", attributes={"state": "TX"})
+    d = r.route(elsewhere, InMemoryRoutingState(), NOW, exclude={"b1"})
+    assert {(e.reason, e.workers) for e in d.explanation.excluded} == {
+        ("excluded", ("b1",)),
+        ("filter", ("b2", "b3")),
+    }

@@ -50,7 +50,8 @@ class Exclusion(msgspec.Struct, frozen=True, kw_only=True):
     """Members of the chosen pool filtered out for one reason.
 
     Reasons, checked in this order (the first that applies is reported):
-    "unavailable", "filter" (detail: the attribute), "capacity", "cap"
+    "unavailable", "excluded" (by the caller, e.g. on reroute), "filter"
+    (detail: the attribute), "capacity", "cap"
     (detail: the window), "budget", "when" (the member's CEL condition;
     detail: false or the error).
     """

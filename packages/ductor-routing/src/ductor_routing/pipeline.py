@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -498,8 +498,18 @@ class Router:
         now: datetime.datetime,
         *,
         decision_id: str | None = None,
+        exclude: Collection[str] = (),
     ) -> Decision:
         """Route one routable against `state` at `now` (naive times are taken as UTC).
+
+        Args:
+            routable: what to route.
+            state: the read-only state view.
+            now: the decision time.
+            decision_id: the decision's id (default: derived from tenant,
+                routable id and time).
+            exclude: workers that must not get it (e.g. the buyer who returned
+                a lead, on reroute); they are excluded with reason "excluded".
 
         Returns a decision whose `intent` (when assigned) the caller commits;
         the state is only read.
@@ -553,7 +563,7 @@ class Router:
             )
         cp = self._pools[pool_id]
         pool = cp.pool
-        candidates, excluded, periods = self._eligible(cp, routable, state, now)
+        candidates, excluded, periods = self._eligible(cp, routable, state, now, exclude)
 
         # 4. Select, live and in shadow.
         ctx = SelectionContext(
@@ -697,7 +707,12 @@ class Router:
         return None, None, tuple(traces)
 
     def _eligible(
-        self, cp: _Pool, routable: Routable, state: RoutingState, now: datetime.datetime
+        self,
+        cp: _Pool,
+        routable: Routable,
+        state: RoutingState,
+        now: datetime.datetime,
+        exclude: Collection[str],
     ) -> tuple[list[Candidate], tuple[Exclusion, ...], dict[Window, str]]:
         """The pool's eligible members, the excluded ones by reason, and the window periods."""
         attrs = routable.attributes
@@ -707,11 +722,15 @@ class Router:
             excluded.append(cp.unavailable)
         alive: Sequence[int] = cp.available
         ids = cp.ids
-        first = True
+        if exclude:
+            names = tuple(ids[p] for p in alive if ids[p] in exclude)
+            if names:
+                excluded.append(Exclusion(reason="excluded", detail="", workers=names))
+                alive = tuple(p for p in alive if ids[p] not in exclude)
         for index in cp.indexes:
             allowed, kept, _, names = index.lookup(attrs)
-            if first:
-                first = False
+            if alive is cp.available:
+                # The index's prebuilt split is over exactly the available members.
                 alive = kept
             else:
                 names = tuple(ids[p] for p in alive if p not in allowed)
