@@ -409,3 +409,40 @@ def test_member_eligibility_equals_checking_every_member(
             reason, attribute = excluded[wid]
             assert reason == "filter"
             assert any(f.attribute == attribute and not compile_filter(f)(attrs) for f in filters)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=5),  # per-member hourly caps
+    st.lists(
+        st.tuples(st.sampled_from(["k1", "k2", "k3", "k4"]), st.integers(0, 7200)), max_size=40
+    ),
+)
+def test_sticky_keeps_each_key_with_its_worker_while_that_worker_is_eligible(
+    caps: list[int], events: list[tuple[str, int]]
+) -> None:
+    workers = [Worker(id=f"w{i}") for i in range(len(caps))]
+    pool = Pool(
+        id="p",
+        members=tuple(
+            Member(worker=w.id, caps=(Cap(window=Window.HOUR, limit=c),))
+            for w, c in zip(workers, caps, strict=True)
+        ),
+        strategy=StrategySpec(name="sticky", options={"key": "customer"}),
+    )
+    r = router(pool, workers)
+    state = InMemoryRoutingState()
+    bound: dict[str, str] = {}
+    for i, (key, offset) in enumerate(sorted(events, key=lambda e: e[1])):
+        item = Routable(id=f"r{i}", kind="job", attributes={"customer": key})
+        d = r.route(item, state, START + datetime.timedelta(seconds=offset))
+        previous = bound.get(key)
+        if d.worker is None:
+            assert d.explanation.candidates == ()
+            continue
+        if previous is not None and d.worker != previous:
+            # only allowed when the bound worker could not take it
+            assert previous not in d.explanation.candidates
+        assert d.intent is not None
+        state.commit(d.intent)
+        bound[key] = d.worker

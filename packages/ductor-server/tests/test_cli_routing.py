@@ -114,3 +114,34 @@ def test_long_inputs_show_a_progress_bar_by_default(
         cli_routing.main(["simulate", "--config", str(config), str(events), "--out", str(out)]) == 0
     )
     assert "simulating" not in capsys.readouterr().err
+
+
+def test_replays_are_identical_across_processes(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    outputs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"decisions-{hash_seed}.jsonl"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ductor_server.cli_routing",
+                "simulate",
+                "--config",
+                str(EXAMPLE / "routing.json"),
+                str(EXAMPLE / "events.jsonl"),
+                "--out",
+                str(out),
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+    assert outputs[0].count(b"\n") == 39
