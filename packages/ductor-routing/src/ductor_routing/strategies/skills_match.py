@@ -1,0 +1,81 @@
+"""Skills match: the candidate with the highest proficiency in the skills the work needs.
+
+Required skills come from a routable attribute (a list of names, or name to
+minimum level) and/or the strategy's `required` option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ductor_routing.errors import ConfigError
+from ductor_routing.strategies.base import Score, Selection, SelectionContext
+
+if TYPE_CHECKING:
+    from ductor_routing.strategies.registry import StrategyRegistry
+
+
+class SkillsMatch:
+    """Score = mean proficiency over the required skills; a missing or too-low skill disqualifies.
+
+    Args:
+        attribute: the routable attribute naming the required skills.
+        required: skills every routable of the pool needs (name to minimum level).
+    """
+
+    name = "skills_match"
+
+    def __init__(self, *, attribute: str = "skills", required: Mapping[str, int] | None = None):
+        self.attribute = attribute
+        self.required = dict(required or {})
+
+    def _requirements(self, attrs: Mapping[str, Any]) -> dict[str, int]:
+        needed = dict(self.required)
+        raw = attrs.get(self.attribute)
+        if isinstance(raw, list):
+            for skill in raw:
+                needed.setdefault(str(skill), 0)
+        elif isinstance(raw, dict):
+            for skill, level in raw.items():
+                lvl = level if isinstance(level, int) and not isinstance(level, bool) else 0
+                needed[str(skill)] = max(needed.get(str(skill), 0), lvl)
+        return needed
+
+    def select(self, ctx: SelectionContext) -> Selection:
+        """Rank qualified candidates by mean then total proficiency, then position."""
+        needed = self._requirements(ctx.routable.attributes)
+        scores: list[Score] = []
+        best: tuple[float, int, int, str] | None = None
+        for c in ctx.candidates:
+            skills = c.worker.skills
+            problem = ""
+            for skill, level in sorted(needed.items()):
+                have = skills.get(skill)
+                if have is None:
+                    problem = f"missing skill {skill}"
+                    break
+                if have < level:
+                    problem = f"{skill} {have} < {level}"
+                    break
+            if problem:
+                scores.append(Score(worker=c.worker.id, value=None, note=problem))
+                continue
+            total = sum(skills[s] for s in needed)
+            mean = total / len(needed) if needed else 0.0
+            scores.append(Score(worker=c.worker.id, value=mean, note="mean proficiency"))
+            key = (-mean, -total, c.position, c.worker.id)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return Selection(pick=None, scores=tuple(scores), note="no candidate has the skills")
+        return Selection(pick=best[3], scores=tuple(scores))
+
+
+def skills_match(options: Mapping[str, Any], registry: StrategyRegistry) -> SkillsMatch:
+    """Factory: options `attribute` (str) and `required` (skill to minimum level)."""
+    attribute = options.get("attribute", "skills")
+    required = options.get("required", {})
+    if not isinstance(attribute, str) or not isinstance(required, dict):
+        raise ConfigError("skills_match: 'attribute' must be a string, 'required' an object")
+    return SkillsMatch(attribute=attribute, required={str(k): int(v) for k, v in required.items()})

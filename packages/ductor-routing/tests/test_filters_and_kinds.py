@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ductor_routing import (
+    AttributeSpec,
+    AttributeType,
+    Consent,
+    Filter,
+    FilterOp,
+    KindSchema,
+    Routable,
+    validate_routable,
+)
+from ductor_routing.filters import compile_filter, describe_filter
+
+
+@pytest.mark.parametrize(
+    ("spec", "attrs", "expected"),
+    [
+        (Filter(attribute="state", value="CA"), {"state": "CA"}, True),
+        (Filter(attribute="state", value="CA"), {"state": "NV"}, False),
+        (Filter(attribute="state", value="CA"), {}, False),
+        (Filter(attribute="n", value=1), {"n": True}, False),  # JSON true is not 1
+        (Filter(attribute="n", value=1), {"n": 1.0}, True),
+        (Filter(attribute="state", op=FilterOp.NE, value="CA"), {}, True),
+        (Filter(attribute="state", op=FilterOp.NE, value="CA"), {"state": "CA"}, False),
+        (Filter(attribute="s", op=FilterOp.IN, values=("a", "b")), {"s": "b"}, True),
+        (Filter(attribute="s", op=FilterOp.IN, values=("a", "b")), {"s": ["a"]}, False),
+        (Filter(attribute="s", op=FilterOp.NOT_IN, values=("a",)), {}, True),
+        (Filter(attribute="s", op=FilterOp.NOT_IN, values=("a",)), {"s": "a"}, False),
+        (Filter(attribute="x", op=FilterOp.GT, value=5), {"x": 6}, True),
+        (Filter(attribute="x", op=FilterOp.GT, value=5), {"x": 5}, False),
+        (Filter(attribute="x", op=FilterOp.GTE, value=5), {"x": 5}, True),
+        (Filter(attribute="x", op=FilterOp.LT, value=5), {"x": 4.5}, True),
+        (Filter(attribute="x", op=FilterOp.LTE, value=5), {"x": 6}, False),
+        (Filter(attribute="x", op=FilterOp.GT, value=5), {"x": "9"}, False),  # no coercion
+        (Filter(attribute="x", op=FilterOp.GT, value=0), {"x": True}, False),
+        (Filter(attribute="x", op=FilterOp.LT, value="m"), {"x": "a"}, True),
+        (Filter(attribute="x", op=FilterOp.EXISTS), {"x": None}, True),
+        (Filter(attribute="x", op=FilterOp.EXISTS), {}, False),
+        (Filter(attribute="x", op=FilterOp.EXISTS, value=False), {}, True),
+        (Filter(attribute="a.b", value=2), {"a": {"b": 2}}, True),
+        (Filter(attribute="a.b", value=2), {"a": 3}, False),
+        (Filter(attribute="a.b.c", op=FilterOp.EXISTS), {"a": {"b": {}}}, False),
+    ],
+)
+def test_filter_semantics(spec: Filter, attrs: dict[str, Any], expected: bool) -> None:
+    assert compile_filter(spec)(attrs) is expected
+
+
+def test_filter_descriptions() -> None:
+    assert describe_filter(Filter(attribute="s", op=FilterOp.IN, values=("a",))) == "s in ['a']"
+    assert describe_filter(Filter(attribute="s", op=FilterOp.NOT_IN, values=())) == "s not in []"
+    assert describe_filter(Filter(attribute="x", op=FilterOp.GTE, value=3)) == "x >= 3"
+    assert describe_filter(Filter(attribute="x", op=FilterOp.EXISTS)) == "x exists"
+    assert describe_filter(Filter(attribute="x", op=FilterOp.EXISTS, value=False)) == "x absent"
+
+
+def test_schema_checks_types_bounds_enums_and_extras() -> None:
+    schema = KindSchema(
+        attributes={
+            "age": AttributeSpec(type=AttributeType.INTEGER, minimum=18, maximum=99),
+            "ratio": AttributeSpec(type=AttributeType.NUMBER),
+            "ok": AttributeSpec(type=AttributeType.BOOLEAN),
+            "tier": AttributeSpec(type=AttributeType.STRING, enum=("gold", "silver")),
+            "tags": AttributeSpec(type=AttributeType.ARRAY),
+            "meta": AttributeSpec(type=AttributeType.OBJECT),
+            "a/b": AttributeSpec(required=True),
+        },
+        additional=False,
+        require_price=True,
+    )
+    good = Routable(
+        id="r",
+        kind="k",
+        price=0,
+        attributes={
+            "age": 30,
+            "ratio": 1,
+            "ok": False,
+            "tier": "gold",
+            "tags": [],
+            "meta": {},
+            "a/b": None,
+        },
+    )
+    assert validate_routable(schema, good) == ()
+    bad = Routable(
+        id="r",
+        kind="k",
+        price=-1,
+        attributes={"age": True, "ratio": "1", "ok": 1, "tier": "bronze", "tags": {}, "zzz": 1},
+    )
+    problems = [(p.pointer, p.message) for p in validate_routable(schema, bad)]
+    assert problems == [
+        ("/attributes/age", "must be of type integer"),
+        ("/attributes/ratio", "must be of type number"),
+        ("/attributes/ok", "must be of type boolean"),
+        ("/attributes/tier", "must be one of ['gold', 'silver']"),
+        ("/attributes/tags", "must be of type array"),
+        ("/attributes/a~1b", "required attribute is missing"),
+        ("/attributes/zzz", "unknown attribute"),
+        ("/price", "price must be >= 0"),
+    ]
+    young = Routable(id="r", kind="k", attributes={"age": 12, "a/b": 1})
+    assert [p.message for p in validate_routable(schema, young)] == [
+        "must be >= 18",
+        "a price is required",
+    ]
+
+
+def test_consent_must_be_granted_when_required() -> None:
+    schema = KindSchema(require_consent=True)
+    denied = Routable(id="r", kind="k", consent=Consent(granted=False))
+    granted = Routable(id="r", kind="k", consent=Consent(granted=True, scopes=("sms",)))
+    assert [p.pointer for p in validate_routable(schema, denied)] == ["/consent"]
+    assert validate_routable(schema, granted) == ()
