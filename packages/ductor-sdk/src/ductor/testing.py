@@ -132,6 +132,7 @@ class LocalEngine:
         self.reverse_parallel = reverse_parallel
         self.max_requests = max_requests
         self.requests: list[ExecuteRequest] = []
+        self.responses: list[ExecuteResponse] = []
 
     async def run(
         self,
@@ -202,6 +203,7 @@ class LocalEngine:
         )
         self.requests.append(request)
         response = await self._execute(request)
+        self.responses.append(response)
         if not response.opcodes:
             raise ProtocolError("execute answered with no opcodes")
         return response
