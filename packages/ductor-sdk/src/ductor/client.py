@@ -258,6 +258,7 @@ class Client:
         self._transport = transport
         self._timeout = timeout
         self._workflows: dict[str, Workflow[Any, Any]] = {}
+        self._http: httpx.AsyncClient | None = None
 
     # ------------------------------------------------------------ registration
 
@@ -414,6 +415,12 @@ class Client:
 
     # ------------------------------------------------------------ calls to the server
 
+    async def aclose(self) -> None:
+        """Close the connection pool used for calls to the server."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
     async def sync(self, url: str | None = None) -> SyncAck:
         """Register (or refresh) this app and its workflows with the server.
 
@@ -508,11 +515,12 @@ class Client:
         }
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
+        if self._http is None:
+            self._http = httpx.AsyncClient(transport=self._transport, timeout=self._timeout)
         try:
-            async with httpx.AsyncClient(transport=self._transport, timeout=self._timeout) as http:
-                response = await http.request(
-                    method, self.server_url + path, content=content, headers=headers, params=params
-                )
+            response = await self._http.request(
+                method, self.server_url + path, content=content, headers=headers, params=params
+            )
         except httpx.HTTPError as exc:
             raise ApiError(
                 f"{method} {path} failed: {exc!r}", status=0, code="api.unreachable", retryable=True
