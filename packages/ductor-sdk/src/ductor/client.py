@@ -482,7 +482,7 @@ class Client:
                 ack = await self._call(
                     "POST", CHECKPOINT_PATH.format(run_id=run_id), body, CheckpointAck
                 )
-            except (ApiError, SignatureError, ProtocolError):
+            except ApiError:
                 return False
             return ack.recorded == len(opcodes)
 
@@ -493,8 +493,10 @@ class Client:
             "GET", PAYLOAD_PATH.format(run_id=run_id), None, ExecutePayload, params={"ref": ref}
         )
         if payload.run_id != run_id:
-            raise ProtocolError(
-                f"payload {ref!r} belongs to run {payload.run_id!r}, not {run_id!r}"
+            raise ApiError(
+                f"payload {ref!r} belongs to run {payload.run_id!r}, not {run_id!r}",
+                status=200,
+                code="payload.run_mismatch",
             )
         return payload
 
@@ -527,13 +529,26 @@ class Client:
             ) from exc
         if response.status_code >= 400:
             raise _api_error(method, path, response)
-        self.keys.verify(
-            response.content, response.headers.get(SIGNATURE_HEADER), now=int(self._clock())
-        )
+        # A bad answer is the server's fault, never the engine's request: report
+        # it as an ApiError so the bridge answers 502, not 400/401.
+        try:
+            self.keys.verify(
+                response.content, response.headers.get(SIGNATURE_HEADER), now=int(self._clock())
+            )
+        except SignatureError as exc:
+            raise ApiError(
+                f"{method} {path}: the server's answer failed verification: {exc.message}",
+                status=response.status_code,
+                code=exc.code,
+            ) from None
         try:
             return msgspec.json.decode(response.content, type=response_type)
         except msgspec.DecodeError as exc:
-            raise ProtocolError(f"{method} {path}: unexpected answer: {exc}") from None
+            raise ApiError(
+                f"{method} {path}: unexpected answer: {exc}",
+                status=response.status_code,
+                code="api.bad_response",
+            ) from None
 
     # ------------------------------------------------------------ internals
 
