@@ -489,3 +489,93 @@ async def test_change_is_reported_even_if_user_code_catches_everything() -> None
     ops = await _execute(client, "stubborn", [_record("pause", OpcodeName.STEP_RUN, 1)])
     assert isinstance(ops[0], RunFailedOp)
     assert ops[0].error.code == "workflow.changed"
+
+
+# ---------------------------------------------------------------- deeper parallelism
+
+
+async def test_nested_gathers_and_task_groups_plan_every_branch() -> None:
+    client = make_client()
+    calls: Counter[str] = Counter()
+
+    def body(label: str) -> str:
+        calls[label] += 1
+        return label
+
+    async def branch(ctx: Context, tag: str) -> list[str]:
+        first = await ctx.step.run(f"{tag}-1", body, f"{tag}-1")
+        second = await ctx.step.run(f"{tag}-2", body, f"{tag}-2")
+        return [first, second]
+
+    async def both(ctx: Context) -> list[list[str]]:
+        return list(await asyncio.gather(branch(ctx, "r1"), branch(ctx, "r2")))
+
+    @client.workflow("nested")
+    async def nested(ctx: Context, _: None) -> list[Any]:
+        async with asyncio.TaskGroup() as group:
+            left = group.create_task(branch(ctx, "left"))
+            right = group.create_task(both(ctx))
+        return [left.result(), right.result()]
+
+    engine = LocalEngine(direct(client), reverse_parallel=True)
+    outcome = await engine.run("nested", None)
+    assert outcome.output == [["left-1", "left-2"], [["r1-1", "r1-2"], ["r2-1", "r2-2"]]]
+    assert all(count == 1 for count in calls.values())
+    assert len(calls) == 6
+    first = outcome.responses[0].opcodes
+    assert sorted(op.name for op in first if isinstance(op, StepPlannedOp)) == [
+        "left-1",
+        "r1-1",
+        "r2-1",
+    ]
+
+
+async def test_cancel_handlers() -> None:
+    client = make_client()
+    seen: list[tuple[str, str | None, Any]] = []
+
+    async def on_cancel(ctx: Any, order: Any) -> None:
+        seen.append((ctx.run_id, ctx.reason, order))
+        if order == "explode":
+            raise RuntimeError("refund api down")
+
+    @client.workflow("with-handler", on_cancel=on_cancel)
+    async def with_handler(ctx: Context, _: Any) -> None:
+        return None
+
+    @client.workflow("without-handler")
+    async def without_handler(ctx: Context, _: Any) -> None:
+        return None
+
+    from ductor.protocol import CancelRequest
+
+    ok = await client.cancel(
+        CancelRequest(run_id="r1", workflow_id="with-handler", input={"id": 1}, reason="user")
+    )
+    assert (ok.handled, ok.error) == (True, None)
+    failed = await client.cancel(
+        CancelRequest(run_id="r2", workflow_id="with-handler", input="explode")
+    )
+    assert failed.handled is True
+    assert failed.error is not None
+    assert (failed.error.code, failed.error.message) == ("cancel.error", "refund api down")
+    none = await client.cancel(CancelRequest(run_id="r3", workflow_id="without-handler"))
+    assert none.handled is False
+    assert seen == [("r1", "user", {"id": 1}), ("r2", None, "explode")]
+
+
+async def test_recorded_wait_results_are_typed_for_the_body() -> None:
+    client = make_client()
+
+    @client.workflow("waits")
+    async def waits(ctx: Context, _: None) -> list[Any]:
+        event = await ctx.step.wait_for_event("ev", event="x", timeout="1m")
+        signal = await ctx.step.wait_for_signal("sig", signal="go", timeout="1m")
+        return [type(event).__name__, event.data if event else None, type(signal).__name__]
+
+    history = [
+        _record("ev", OpcodeName.WAIT_FOR_EVENT, {"name": "x", "data": 5, "id": None, "ts": None}),
+        _record("sig", OpcodeName.WAIT_FOR_SIGNAL, None),
+    ]
+    ops = await _execute(client, "waits", history)
+    assert ops == [RunCompleteOp(output=["Event", 5, "NoneType"])]

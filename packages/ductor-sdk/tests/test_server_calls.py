@@ -189,3 +189,56 @@ async def test_inline_run_of_an_unknown_workflow_starts_nothing(fake_server: Any
         await client.run_inline("ghost")
     await client.aclose()
     assert fake_server.received == []
+
+
+async def test_bridge_answers_502_when_its_own_call_to_the_server_fails(fake_server: Any) -> None:
+    import time
+
+    import msgspec
+
+    from ductor.protocol import SIGNATURE_HEADER, ErrorResponse, SigningKeys, encode
+
+    client = make_client(fake_server, Counter())
+    keys = SigningKeys(KEY)
+
+    fake_server.payloads["other"] = ExecutePayload(run_id="run-other", input=[1])
+    fake_server.payloads["ref-x"] = ExecutePayload(run_id="run-x", input=[1])
+    body = encode(ExecuteRequest(run_id="run-x", workflow_id="sum", payload_ref="missing"))
+    answer = await client.handle(
+        "POST", {SIGNATURE_HEADER: keys.header(body, now=int(time.time()))}, body
+    )
+    assert answer.status == 502
+    assert msgspec.json.decode(answer.body, type=ErrorResponse).code == "payload.not_found"
+
+    fake_server.sign_responses_with = "wrong-key"
+    body = b'{"action":"sync","url":null}'
+    answer = await client.handle(
+        "POST", {SIGNATURE_HEADER.lower(): keys.header(body, now=int(time.time()))}, body
+    )
+    assert answer.status == 502
+    assert msgspec.json.decode(answer.body, type=ErrorResponse).code == "signature.mismatch"
+    await client.aclose()
+
+
+async def test_checkpoint_mode_still_plans_parallel_steps(fake_server: Any) -> None:
+    import asyncio
+
+    from ductor.protocol import StepPlannedOp
+
+    client = Client(
+        "shop", signing_key=KEY, server_url=fake_server.url, api_key=API_KEY, checkpoint=True
+    )
+
+    @client.workflow("par")
+    async def par(ctx: Context, _: Any) -> list[int]:
+        one = await ctx.step.run("one", lambda: 1)
+        rest = await asyncio.gather(
+            ctx.step.run("two", lambda: 2), ctx.step.run("three", lambda: 3)
+        )
+        return [one, *rest]
+
+    response = await client.execute(ExecuteRequest(run_id="run-p", workflow_id="par"))
+    await client.aclose()
+    assert [type(op) for op in response.opcodes] == [StepPlannedOp, StepPlannedOp]
+    reported = [op for cp in fake_server.checkpoints for op in cp.opcodes]
+    assert reported == [StepRunOp(id=step_id("one"), name="one", result=1)]
