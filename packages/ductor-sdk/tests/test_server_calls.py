@@ -242,3 +242,17 @@ async def test_checkpoint_mode_still_plans_parallel_steps(fake_server: Any) -> N
     assert [type(op) for op in response.opcodes] == [StepPlannedOp, StepPlannedOp]
     reported = [op for cp in fake_server.checkpoints for op in cp.opcodes]
     assert reported == [StepRunOp(id=step_id("one"), name="one", result=1)]
+
+
+async def test_inline_run_with_checkpoints_down_hands_over_after_the_first_step(
+    fake_server: Any,
+) -> None:
+    calls: Counter[str] = Counter()
+    client = make_client(fake_server, calls)
+    fake_server.fail_checkpoints = True
+    run = await client.run_inline("sum", [1, 2, 3])
+    await client.aclose()
+    assert run.status == "RUN_STATUS_RUNNING"  # the engine re-drives it from the start
+    assert calls == {"add": 1}  # it stopped at the first unreported step
+    checkpoint_calls = [r for r in fake_server.received if r[1].endswith("/checkpoint")]
+    assert len(checkpoint_calls) == 2  # the step, then the final report: both refused

@@ -370,6 +370,10 @@ class Client:
             return self._error(502, exc)
         except DuctorError as exc:
             return self._error(_STATUS.get(type(exc), 500), exc)
+        except Exception as exc:  # a bug, not the engine's fault: still a signed answer
+            return self._error(
+                500, DuctorError(f"internal error in the bridge: {exc!r}", code="bridge.internal")
+            )
 
     async def execute(self, request: ExecuteRequest) -> ExecuteResponse:
         """Advance a run by one execute request (see docs/sdk.md for the rules)."""
