@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ductor import Client, Context
+from ductor import Client, Context, NonRetriableError, StepFailed
 from ductor.protocol import (
     ExecuteRequest,
     OpcodeName,
@@ -27,6 +27,8 @@ from ductor.protocol import (
 from ductor.testing import LocalEngine, direct
 
 RESULT_OPS = (StepRunOp, StepErrorOp, StepFailedOp, RunCompleteOp, RunFailedOp, RunErrorOp)
+BODIES = ("run", "fail", "flaky")
+STEP_OUTCOMES = (StepRunOp, StepErrorOp, StepFailedOp)
 NAMES = st.sampled_from(["a", "b", "c", "a:1"])
 Op = tuple[str, Any]
 
@@ -36,8 +38,10 @@ OPS = st.one_of(
     st.tuples(st.just("event"), NAMES),
     st.tuples(st.just("signal"), NAMES),
     st.tuples(st.just("gather"), st.lists(NAMES, min_size=1, max_size=3)),
+    st.tuples(st.just("fail"), NAMES),
+    st.tuples(st.just("flaky"), NAMES),
 )
-PROGRAMS = st.lists(OPS, min_size=0, max_size=8)
+PROGRAMS = st.lists(OPS, min_size=0, max_size=7)
 
 
 @dataclass
@@ -55,7 +59,17 @@ def build(program: list[Op]) -> Harness:
         calls[label] += 1
         return label
 
-    @client.workflow("prog", retries=0)
+    async def fail(label: str) -> str:
+        calls[label] += 1
+        raise NonRetriableError("no", code="prop.no")
+
+    async def flaky(label: str, attempt: int) -> str:
+        calls[label] += 1
+        if attempt == 0:  # deterministic per request: the first try fails
+            raise ConnectionError("first try fails")
+        return label
+
+    @client.workflow("prog", retries=1)
     async def prog(ctx: Context, _: None) -> list[Any]:
         out: list[Any] = []
         for index, (kind, arg) in enumerate(program):
@@ -70,6 +84,13 @@ def build(program: list[Op]) -> Harness:
             elif kind == "signal":
                 sig = await ctx.step.wait_for_signal(arg, timeout="1m")
                 out.append(None if sig is None else sig.data)
+            elif kind == "fail":
+                try:
+                    await ctx.step.run(arg, fail, f"{index}:{arg}")
+                except StepFailed as failed:
+                    out.append(f"failed:{failed.code}")
+            elif kind == "flaky":
+                out.append(await ctx.step.run(arg, flaky, f"{index}:{arg}", ctx.attempt))
             else:
                 parts = [ctx.step.run(n, body, f"{index}.{j}:{n}") for j, n in enumerate(arg)]
                 out.append(list(await asyncio.gather(*parts)))
@@ -81,8 +102,10 @@ def build(program: list[Op]) -> Harness:
 def expected_output(program: list[Op]) -> list[Any]:
     out: list[Any] = []
     for index, (kind, arg) in enumerate(program):
-        if kind == "run":
+        if kind in ("run", "flaky"):
             out.append(f"{index}:{arg}")
+        elif kind == "fail":
+            out.append("failed:prop.no")
         elif kind == "sleep":
             out.append("slept")
         elif kind in ("event", "signal"):
@@ -96,7 +119,7 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(program=PROGRAMS, reverse=st.booleans())
 def test_random_workflows_complete_with_each_body_run_exactly_once(
     program: list[Op], reverse: bool
@@ -105,11 +128,14 @@ def test_random_workflows_complete_with_each_body_run_exactly_once(
     outcome = run(LocalEngine(direct(harness.client), reverse_parallel=reverse).run("prog"))
     assert outcome.status == "RUN_STATUS_SUCCEEDED", outcome.error
     assert outcome.output == expected_output(program)
-    run_steps = sum(1 for k, _ in program if k == "run") + sum(
-        len(a) for k, a in program if k == "gather"
+    expected_calls = Counter(
+        {f"{i}:{a}": 2 if k == "flaky" else 1 for i, (k, a) in enumerate(program) if k in BODIES}
     )
-    assert sum(harness.calls.values()) == run_steps
-    assert all(count == 1 for count in harness.calls.values())
+    for i, (k, a) in enumerate(program):
+        if k == "gather":
+            expected_calls.update(f"{i}.{j}:{n}" for j, n in enumerate(a))
+    # each body ran once per successful attempt (a flaky one: one failure, one success)
+    assert harness.calls == expected_calls
     for response in outcome.responses:
         ops = response.opcodes
         if len(ops) > 1:  # several steps found together: nothing was run
@@ -119,7 +145,7 @@ def test_random_workflows_complete_with_each_body_run_exactly_once(
     assert len(planned) == gathered
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(program=PROGRAMS, reverse=st.booleans(), data=st.data())
 def test_any_recorded_prefix_replays_to_the_same_decisions_without_rerunning(
     program: list[Op], reverse: bool, data: st.DataObject
@@ -134,8 +160,11 @@ def test_any_recorded_prefix_replays_to_the_same_decisions_without_rerunning(
         again = run(harness.client.execute(request))
         assert encode(again) == encode(response)
         ran = harness.calls - before
-        executed = {op.result for op in again.opcodes if isinstance(op, StepRunOp)}
-        assert set(ran) <= executed  # only the step the answer reports ran
+        # only the one step the answer reports on ran, and nothing memoized
+        reported = [op for op in again.opcodes if isinstance(op, STEP_OUTCOMES)]
+        assert sum(ran.values()) == len(reported) <= 1
+        executed = {op.result for op in reported if isinstance(op, StepRunOp)}
+        assert not executed or set(ran) == executed
     # any prefix of the final history is a valid state: no false "code changed"
     k = data.draw(st.integers(min_value=0, max_value=len(history)), label="prefix")
     before = Counter(harness.calls)
@@ -145,16 +174,22 @@ def test_any_recorded_prefix_replays_to_the_same_decisions_without_rerunning(
     assert not any(isinstance(op, RunFailedOp) for op in answer.opcodes), answer
     memoized = {r.result for r in history[:k] if r.op is OpcodeName.STEP_RUN}
     assert not (set(harness.calls - before) & memoized)
+    failed = {r.name for r in history[:k] if r.op is OpcodeName.STEP_FAILED}
+    assert all(
+        r.error is not None and r.error.code == "prop.no"
+        for r in history
+        if r.name in failed and r.op is OpcodeName.STEP_FAILED
+    )
     if k == len(history):
         assert answer.opcodes == [RunCompleteOp(output=expected_output(program))]
 
 
-@settings(max_examples=60, deadline=None)
-@given(program=PROGRAMS.filter(lambda p: any(k == "run" for k, _ in p)), data=st.data())
+@settings(max_examples=100, deadline=None)
+@given(program=PROGRAMS.filter(lambda p: any(k in BODIES for k, _ in p)), data=st.data())
 def test_renaming_a_recorded_step_is_detected(program: list[Op], data: st.DataObject) -> None:
     harness = build(program)
     outcome = run(LocalEngine(direct(harness.client)).run("prog"))
-    runs = [i for i, (k, _) in enumerate(program) if k == "run"]
+    runs = [i for i, (k, _) in enumerate(program) if k in BODIES]
     target = data.draw(st.sampled_from(runs), label="renamed op")
     changed = list(program)
     changed[target] = ("run", "renamed")
