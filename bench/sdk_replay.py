@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 
@@ -53,39 +52,45 @@ async def baseline(n: int) -> int:
 
 
 async def timed(fn: Callable[[], Awaitable[object]], loops: int, repeat: int) -> float:
-    """Best-of-`repeat` median seconds per call of `fn`, over `loops` calls each."""
+    """Best-of-`repeat` seconds per call of `fn`, over `loops` calls each."""
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
         for _ in range(loops):
             await fn()
         samples.append((time.perf_counter() - start) / loops)
-    return statistics.median(samples)
+    return min(samples)
 
 
 async def main(repeat: int) -> None:
     print(f"{'N':>6} {'replay µs/step':>15} {'direct µs/step':>15} {'ratio':>8} {'execute ms':>11}")
-    empty_client, empty_request = build(0)
-    fixed = await timed(lambda: empty_client.execute(empty_request), 200, repeat)
+    totals: dict[int, float] = {}
     for n in SIZES:
         client, request = build(n)
         answer = await client.execute(request)
         expected = n * (n + 1) // 2
         assert answer.opcodes == [RunCompleteOp(output=expected)], answer
-        loops = max(3, 20_000 // n)
+        loops = max(20, 50_000 // n)
         replay = await timed(lambda c=client, r=request: c.execute(r), loops, repeat)
         direct = await timed(lambda n=n: baseline(n), loops * 10, repeat)
-        per_replay = (replay - fixed) / n * 1e6
+        totals[n] = replay
+        per_replay = replay / n * 1e6
         per_direct = direct / n * 1e6
         print(
             f"{n:>6} {per_replay:>15.2f} {per_direct:>15.3f} {per_replay / per_direct:>7.0f}x"
             f" {replay * 1e3:>11.3f}"
         )
-    print(f"fixed cost of one execute (no steps): {fixed * 1e6:.1f} µs")
-    print("replay µs/step excludes that fixed cost; ratio = replay / direct per step")
+    low, high = SIZES[0], SIZES[-1]
+    marginal = (totals[high] - totals[low]) / (high - low) * 1e6
+    fixed = totals[low] * 1e6 - marginal * low
+    print(
+        f"marginal cost per memoized step: {marginal:.2f} µs;"
+        f" fixed cost per execute: {fixed:.0f} µs"
+    )
+    print("replay µs/step = one execute that replays N recorded steps, divided by N")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=7)
     asyncio.run(main(parser.parse_args().repeat))

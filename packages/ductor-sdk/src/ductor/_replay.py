@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,21 +56,23 @@ SETTLE_ROUNDS = 10
 """Event-loop turns with no new step call after which discovery is complete."""
 
 
-class _Kind(enum.Enum):
-    RUN = "step.run"
-    SLEEP = "step.sleep"
-    EVENT = "step.wait_for_event"
-    SIGNAL = "step.wait_for_signal"
-    INVOKE = "step.invoke"
+@dataclass(frozen=True, slots=True, eq=False)
+class _Kind:
+    """A kind of step: how the code calls it and the recorded ops it may match.
+
+    Plain objects compared by identity: an Enum's Python-level hash showed up
+    in replay benchmarks.
+    """
+
+    label: str
+    ops: tuple[OpcodeName, ...]
 
 
-_KIND_OPS: dict[_Kind, frozenset[OpcodeName]] = {
-    _Kind.RUN: frozenset({OpcodeName.STEP_RUN, OpcodeName.STEP_FAILED}),
-    _Kind.SLEEP: frozenset({OpcodeName.SLEEP}),
-    _Kind.EVENT: frozenset({OpcodeName.WAIT_FOR_EVENT}),
-    _Kind.SIGNAL: frozenset({OpcodeName.WAIT_FOR_SIGNAL}),
-    _Kind.INVOKE: frozenset({OpcodeName.INVOKE}),
-}
+_RUN = _Kind("step.run", (OpcodeName.STEP_RUN, OpcodeName.STEP_FAILED))
+_SLEEP = _Kind("step.sleep", (OpcodeName.SLEEP,))
+_EVENT = _Kind("step.wait_for_event", (OpcodeName.WAIT_FOR_EVENT,))
+_SIGNAL = _Kind("step.wait_for_signal", (OpcodeName.WAIT_FOR_SIGNAL,))
+_INVOKE = _Kind("step.invoke", (OpcodeName.INVOKE,))
 
 
 @dataclass(eq=False)
@@ -121,7 +122,7 @@ class _Replay:
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         if not isinstance(name, str) or not name:
-            raise TypeError(f"{kind.value} needs a non-empty step name, got {name!r}")
+            raise TypeError(f"{kind.label} needs a non-empty step name, got {name!r}")
         self.calls += 1
         if self.closed or self.error is not None:
             raise StepInterrupt()
@@ -130,10 +131,10 @@ class _Replay:
         found = self.records.get(sid)
         if found is not None:
             index, record = found
-            if record.op not in _KIND_OPS[kind]:
+            if record.op not in kind.ops:
                 raise self.changed(
                     f"workflow changed under a running run: step {name!r} was recorded as"
-                    f" {record.op.value} but the code now calls {kind.value}",
+                    f" {record.op.value} but the code now calls {kind.label}",
                     name,
                 )
             if index < self.last_index.get(task, -1):
@@ -275,7 +276,7 @@ class Steps:
         """
         return await self._replay.step(
             name,
-            _Kind.RUN,
+            _RUN,
             lambda sid: StepPlannedOp(id=sid, name=name),
             fn,
             args,
@@ -285,18 +286,14 @@ class Steps:
     async def sleep(self, name: str, duration: str | timedelta) -> None:
         """Sleep durably for `duration` ("10m", "1h30m" or a timedelta)."""
         text = canonical_duration(duration)
-        await self._replay.step(
-            name, _Kind.SLEEP, lambda sid: SleepOp(id=sid, name=name, duration=text)
-        )
+        await self._replay.step(name, _SLEEP, lambda sid: SleepOp(id=sid, name=name, duration=text))
 
     async def sleep_until(self, name: str, until: datetime) -> None:
         """Sleep durably until `until` (a timezone-aware datetime)."""
         if until.tzinfo is None:
             raise ValueError(f"sleep_until({name!r}) needs a timezone-aware datetime")
         text = until.astimezone(UTC).isoformat().replace("+00:00", "Z")
-        await self._replay.step(
-            name, _Kind.SLEEP, lambda sid: SleepOp(id=sid, name=name, until=text)
-        )
+        await self._replay.step(name, _SLEEP, lambda sid: SleepOp(id=sid, name=name, until=text))
 
     async def wait_for_event(
         self,
@@ -316,7 +313,7 @@ class Steps:
         text = canonical_duration(timeout)
         result = await self._replay.step(
             name,
-            _Kind.EVENT,
+            _EVENT,
             lambda sid: WaitForEventOp(id=sid, name=name, event=event, match=match, timeout=text),
         )
         return None if result is None else msgspec.convert(result, Event)
@@ -337,7 +334,7 @@ class Steps:
         signal_name = signal or name
         result = await self._replay.step(
             name,
-            _Kind.SIGNAL,
+            _SIGNAL,
             lambda sid: WaitForSignalOp(id=sid, name=name, signal=signal_name, timeout=text),
         )
         return None if result is None else msgspec.convert(result, Signal)
@@ -360,7 +357,7 @@ class Steps:
         text = None if timeout is None else canonical_duration(timeout)
         return await self._replay.step(
             name,
-            _Kind.INVOKE,
+            _INVOKE,
             lambda sid: InvokeOp(
                 id=sid, name=name, workflow=workflow, input=payload, version=version, timeout=text
             ),
@@ -562,14 +559,14 @@ def _choose(pending: list[_Pending], target: str | None) -> _Pending | None:
     """The one step to run now: the target, or the only step found; else none."""
     if target is not None:
         for candidate in pending:
-            if candidate.id == target and candidate.kind is _Kind.RUN:
+            if candidate.id == target and candidate.kind is _RUN:
                 return candidate
         names = ", ".join(repr(p.name) for p in pending) or "none"
         raise ProtocolError(
             f"target step {target!r} is not a runnable step found in this execute (found: {names})",
             code="step.target_not_found",
         )
-    if len(pending) == 1 and pending[0].kind is _Kind.RUN:
+    if len(pending) == 1 and pending[0].kind is _RUN:
         return pending[0]
     return None
 

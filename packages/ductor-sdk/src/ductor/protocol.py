@@ -21,6 +21,7 @@ Wire rules:
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 from collections.abc import Iterable
@@ -536,6 +537,7 @@ def decode_request(body: bytes) -> BridgeRequest:
 # ---------------------------------------------------------------- step ids
 
 
+@functools.lru_cache(maxsize=16_384)
 def step_id(key: str) -> str:
     """The wire id of a step: the first 32 hex digits of SHA-256 of its key."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
