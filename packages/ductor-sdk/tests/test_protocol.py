@@ -77,6 +77,7 @@ def test_protocol_module_depends_on_msgspec_hashlib_and_hmac_only() -> None:
         "__future__",
         "collections.abc",
         "enum",
+        "functools",
         "hashlib",
         "hmac",
         "msgspec",
