@@ -579,3 +579,22 @@ async def test_recorded_wait_results_are_typed_for_the_body() -> None:
     ]
     ops = await _execute(client, "waits", history)
     assert ops == [RunCompleteOp(output=["Event", 5, "NoneType"])]
+
+
+async def test_a_slow_parallel_branch_is_not_mistaken_for_changed_code() -> None:
+    client = make_client()
+
+    async def slow_branch(ctx: Context) -> list[str]:
+        await asyncio.sleep(0.05)  # a non-step await: discouraged, but not a change
+        b = await ctx.step.run("b", lambda: "b")
+        return [b, await ctx.step.run("c", lambda: "c")]
+
+    @client.workflow("slow")
+    async def slow(ctx: Context, _: None) -> list[Any]:
+        return list(await asyncio.gather(ctx.step.run("a", lambda: "a"), slow_branch(ctx)))
+
+    ops = await _execute(client, "slow", [_record("b", OpcodeName.STEP_RUN, "b")])
+    assert ops == [
+        StepPlannedOp(id=sid("a"), name="a"),
+        StepPlannedOp(id=sid("c"), name="c"),
+    ]

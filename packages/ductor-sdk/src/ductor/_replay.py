@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -54,6 +55,11 @@ T = TypeVar("T")
 
 SETTLE_ROUNDS = 10
 """Event-loop turns with no new step call after which discovery is complete."""
+
+CHANGE_GRACE_SECONDS = 0.5
+"""Before calling the code changed (a new step while a recorded one was not
+replayed) inside parallel branches, wait this long for a slower branch to
+reach its steps. Sequential code is judged at once."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -196,7 +202,7 @@ class _Replay:
             self.woken.clear()
             waiter = asyncio.ensure_future(self.woken.wait())
             try:
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({task, waiter}, return_when=FIRST_COMPLETED)
             finally:
                 waiter.cancel()
         if task.done():
@@ -208,6 +214,17 @@ class _Replay:
             now = (self.calls, len(self.pending))
             quiet = quiet + 1 if now == seen else 0
             seen = now
+
+    async def progress_within(self, task: asyncio.Task[Any], seconds: float) -> bool:
+        """Whether the body calls another step (or ends) within `seconds`."""
+        calls = self.calls
+        self.woken.clear()
+        waiter = asyncio.ensure_future(self.woken.wait())
+        try:
+            await asyncio.wait({task, waiter}, timeout=seconds, return_when=FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        return self.calls != calls and not task.done()
 
     async def close(self, task: asyncio.Task[Any]) -> None:
         """Stop the body: interrupt every step still waiting, then reap the task."""
@@ -511,6 +528,12 @@ async def execute_workflow(
             if not replay.pending:
                 return [_outcome(replay, task, attempt, params.retries)]
             missing = replay.unvisited()
+            if (
+                missing is not None
+                and any(p.task is not task for p in replay.pending)  # inside parallel branches
+                and await replay.progress_within(task, CHANGE_GRACE_SECONDS)
+            ):
+                continue  # a slower branch is still replaying; look again
             if missing is not None:
                 new = replay.pending[0]
                 return [
