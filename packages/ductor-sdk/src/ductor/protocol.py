@@ -87,6 +87,7 @@ __all__ = [
     "sign",
     "signature_header",
     "step_id",
+    "step_record",
     "verify_signature",
 ]
 
@@ -509,6 +510,31 @@ class ExecutePayload(_Wire, frozen=True, kw_only=True):
     input: Any = None
     steps: list[StepRecord] = []
     event: Event | None = None
+
+
+def step_record(
+    op: StepRunOp | StepFailedOp | SleepOp | WaitForEventOp | WaitForSignalOp | InvokeOp,
+    *,
+    result: Any = None,
+    error: ErrorInfo | None = None,
+) -> StepRecord:
+    """The history record the engine stores once a step opcode has resolved.
+
+    `STEP_RUN` keeps its result and `STEP_FAILED` its error (both ignore the
+    arguments). Give `result` for a resolved wait (the event or signal as
+    JSON, or None on timeout) or a child's output, and `error` for a failed child.
+    """
+    if isinstance(op, StepRunOp):
+        return StepRecord(id=op.id, name=op.name, op=OpcodeName.STEP_RUN, result=op.result)
+    if isinstance(op, StepFailedOp):
+        return StepRecord(id=op.id, name=op.name, op=OpcodeName.STEP_FAILED, error=op.error)
+    if isinstance(op, SleepOp):
+        return StepRecord(id=op.id, name=op.name, op=OpcodeName.SLEEP)
+    if isinstance(op, WaitForEventOp):
+        return StepRecord(id=op.id, name=op.name, op=OpcodeName.WAIT_FOR_EVENT, result=result)
+    if isinstance(op, WaitForSignalOp):
+        return StepRecord(id=op.id, name=op.name, op=OpcodeName.WAIT_FOR_SIGNAL, result=result)
+    return StepRecord(id=op.id, name=op.name, op=OpcodeName.INVOKE, result=result, error=error)
 
 
 # ---------------------------------------------------------------- encoding

@@ -27,7 +27,6 @@ from ductor.protocol import (
     ExecuteResponse,
     InvokeOp,
     Opcode,
-    OpcodeName,
     RunCompleteOp,
     RunErrorOp,
     RunFailedOp,
@@ -42,6 +41,7 @@ from ductor.protocol import (
     WaitForEventOp,
     WaitForSignalOp,
     encode,
+    step_record,
 )
 
 __all__ = ["ChildFailed", "Execute", "LocalEngine", "Outcome", "direct", "over_http"]
@@ -234,34 +234,20 @@ class LocalEngine:
 
     async def _resolve(self, op: Opcode) -> StepRecord:
         """The history record the engine writes for a step opcode."""
-        if isinstance(op, StepRunOp):
-            return StepRecord(id=op.id, name=op.name, op=OpcodeName.STEP_RUN, result=op.result)
-        if isinstance(op, StepFailedOp):
-            return StepRecord(id=op.id, name=op.name, op=OpcodeName.STEP_FAILED, error=op.error)
-        if isinstance(op, SleepOp):
-            return StepRecord(id=op.id, name=op.name, op=OpcodeName.SLEEP)
+        if isinstance(op, StepRunOp | StepFailedOp | SleepOp):
+            return step_record(op)
         if isinstance(op, WaitForEventOp):
             got = self.events.get(op.event)
-            return StepRecord(
-                id=op.id,
-                name=op.name,
-                op=OpcodeName.WAIT_FOR_EVENT,
-                result=None if got is None else msgspec.to_builtins(got),
-            )
+            return step_record(op, result=None if got is None else msgspec.to_builtins(got))
         if isinstance(op, WaitForSignalOp):
             sig = self.signals.get(op.signal)
-            return StepRecord(
-                id=op.id,
-                name=op.name,
-                op=OpcodeName.WAIT_FOR_SIGNAL,
-                result=None if sig is None else msgspec.to_builtins(sig),
-            )
+            return step_record(op, result=None if sig is None else msgspec.to_builtins(sig))
         if isinstance(op, InvokeOp):
             if self._invoke is None:
                 raise ProtocolError(f"step {op.name!r} invokes {op.workflow!r}; no invoke= given")
             try:
                 output = await self._invoke(op)
             except ChildFailed as failed:
-                return StepRecord(id=op.id, name=op.name, op=OpcodeName.INVOKE, error=failed.error)
-            return StepRecord(id=op.id, name=op.name, op=OpcodeName.INVOKE, result=output)
+                return step_record(op, error=failed.error)
+            return step_record(op, result=output)
         raise ProtocolError(f"unexpected opcode among step opcodes: {op!r}")
