@@ -139,7 +139,9 @@ async def test_every_primitive_end_to_end_with_memoized_bodies() -> None:
         "event.data.id == input.id",
         "7d",
     )
-    assert [op.workflow for op in invoked] == ["send-receipt"]
+    assert [(op.workflow, op.app_id, op.version) for op in invoked] == [
+        ("send-receipt", None, None)
+    ]
     assert [r.id for r in outcome.history] == [
         sid(n)
         for n in (
@@ -367,13 +369,20 @@ async def test_failed_child_raises_step_failed_in_the_parent() -> None:
     @client.workflow("parent")
     async def parent(ctx: Context, _: None) -> str:
         try:
-            await ctx.step.invoke("child", workflow="child-wf", input={"x": 1}, timeout="1h")
+            await ctx.step.invoke(
+                "child", workflow="child-wf", app_id="shop", input={"x": 1}, timeout="1h"
+            )
         except StepFailed as failed:
             return f"child failed: {failed.code}"
         return "child ok"
 
     async def invoke(op: InvokeOp) -> Any:
-        assert op.timeout == "1h"
+        assert (op.workflow, op.app_id, op.input, op.timeout) == (
+            "child-wf",
+            "shop",
+            {"x": 1},
+            "1h",
+        )
         raise ChildFailed(ErrorInfo(code="child.boom", message="nope"))
 
     outcome = await LocalEngine(direct(client), invoke=invoke).run("parent", None)

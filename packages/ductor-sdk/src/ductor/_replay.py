@@ -362,10 +362,19 @@ class Steps:
         *,
         workflow: str,
         input: Any = None,
+        app_id: str | None = None,
         version: int | None = None,
         timeout: str | timedelta | None = None,  # noqa: ASYNC109 - a durable timeout
     ) -> Any:
-        """Run another workflow (SDK-hosted id or DAG family slug) and return its output.
+        """Run another workflow and return its output.
+
+        Args:
+            name: the step name.
+            workflow: a DAG family slug, or with `app_id` an SDK workflow id.
+            input: the child's input (JSON-encodable).
+            app_id: the app serving `workflow` when it is SDK-hosted.
+            version: pin a DAG family version (default: latest).
+            timeout: fail the child after this long.
 
         Raises:
             StepFailed: the child run failed (or timed out).
@@ -376,7 +385,13 @@ class Steps:
             name,
             _INVOKE,
             lambda sid: InvokeOp(
-                id=sid, name=name, workflow=workflow, input=payload, version=version, timeout=text
+                id=sid,
+                name=name,
+                workflow=workflow,
+                app_id=app_id,
+                input=payload,
+                version=version,
+                timeout=text,
             ),
         )
 

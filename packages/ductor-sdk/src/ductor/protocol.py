@@ -327,14 +327,17 @@ class WaitForSignalOp(_Op, frozen=True, kw_only=True, tag="WAIT_FOR_SIGNAL"):
 
 
 class InvokeOp(_Op, frozen=True, kw_only=True, tag="INVOKE"):
-    """Start a child run of `workflow` (an SDK workflow id or a DAG family slug).
+    """Start a child run of `workflow` and record its output (or its error).
 
-    Record its output, or its error when it fails (or `timeout` passes).
+    `workflow` is a DAG family slug (pinned to `version` if set), or, with
+    `app_id`, the id of a workflow that app serves (the calling app's own id
+    for a workflow on the same client). The child fails if `timeout` passes.
     """
 
     id: str
     name: str
     workflow: str
+    app_id: str | None = None
     input: Any = None
     version: int | None = None
     timeout: str | None = None
