@@ -607,3 +607,17 @@ async def test_a_slow_parallel_branch_is_not_mistaken_for_changed_code() -> None
         StepPlannedOp(id=sid("a"), name="a"),
         StepPlannedOp(id=sid("c"), name="c"),
     ]
+
+
+async def test_context_carries_the_run_and_the_trace() -> None:
+    client = make_client()
+
+    @client.workflow("ctx")
+    async def ctx_wf(ctx: Context, _: None) -> list[Any]:
+        return [ctx.run_id, ctx.workflow_id, ctx.attempt, ctx.traceparent]
+
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    response = await client.execute(
+        ExecuteRequest(run_id="run-7", workflow_id="ctx", attempt=2, traceparent=trace)
+    )
+    assert response.opcodes == [RunCompleteOp(output=["run-7", "ctx", 2, trace])]

@@ -405,18 +405,27 @@ class Context:
         attempt: failed attempts so far of what this execute runs (0 first).
         event: the event that triggered the run, if any.
         step: the step API.
+        traceparent: the engine's W3C trace context, to continue its trace.
     """
 
-    __slots__ = ("attempt", "event", "run_id", "step", "workflow_id")
+    __slots__ = ("attempt", "event", "run_id", "step", "traceparent", "workflow_id")
 
     def __init__(
-        self, *, run_id: str, workflow_id: str, attempt: int, event: Event | None, step: Steps
+        self,
+        *,
+        run_id: str,
+        workflow_id: str,
+        attempt: int,
+        event: Event | None,
+        step: Steps,
+        traceparent: str | None = None,
     ) -> None:
         self.run_id = run_id
         self.workflow_id = workflow_id
         self.attempt = attempt
         self.event = event
         self.step = step
+        self.traceparent = traceparent
 
 
 def _to_json(value: Any) -> Any:
@@ -511,6 +520,7 @@ class ExecuteParams:
     event: Event | None
     target_step: str | None
     retries: int
+    traceparent: str | None = None
 
 
 async def execute_workflow(
@@ -532,6 +542,7 @@ async def execute_workflow(
         attempt=params.attempt,
         event=params.event,
         step=Steps(replay),
+        traceparent=params.traceparent,
     )
     attempt = params.attempt
     task: asyncio.Task[Any] = asyncio.ensure_future(_call(fn, ctx, params.input))

@@ -392,6 +392,7 @@ class Client:
             event=event,
             target_step=request.target_step,
             retries=wf.retries,
+            traceparent=request.traceparent,
         )
         checkpoint = self._checkpointer(request.run_id, wf.id) if self.checkpoint else None
         opcodes = await execute_workflow(wf._body, params, checkpoint=checkpoint)
