@@ -7,6 +7,7 @@ vector, this test fails: fix the code, or change the vector on purpose.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from ductor import protocol
+from ductor import Client, Context, NonRetriableError, StepFailed, protocol
 from ductor.errors import ProtocolError, SignatureError
 from ductor.protocol import (
     BridgeRequest,
+    ExecuteRequest,
     Opcode,
     OpcodeName,
     StepKeys,
+    StepRecord,
     decode_request,
     encode,
     signature_header,
@@ -128,3 +131,79 @@ def test_step_ids_and_repeat_numbering(sequence: dict[str, Any]) -> None:
     got_keys = [keys.key(name) for name in sequence["names"]]
     assert got_keys == sequence["keys"]
     assert [step_id(k) for k in got_keys] == sequence["ids"]
+
+
+# ---------------------------------------------------------------- replay scenarios
+
+
+def scenario_client(program: list[Any]) -> Client:
+    """The workflow 'scenario' built from a replay vector's program (see replay.json)."""
+    client = Client("contract", signing_key="contract-key")
+
+    def returning(value: Any) -> Any:
+        return lambda: value
+
+    def raising(code: str) -> Any:
+        def boom() -> None:
+            raise NonRetriableError("declined", code=code)
+
+        return boom
+
+    @client.workflow("scenario", retries=2)
+    async def scenario(ctx: Context, _: Any) -> list[Any]:
+        out: list[Any] = []
+        for op in program:
+            kind = op[0]
+            if kind == "run":
+                out.append(await ctx.step.run(op[1], returning(op[2])))
+            elif kind == "sleep":
+                out.append(await ctx.step.sleep(op[1], op[2]))
+            elif kind == "event":
+                got = await ctx.step.wait_for_event(op[1], event=op[2], timeout=op[3])
+                out.append(None if got is None else got.data)
+            elif kind == "signal":
+                sig = await ctx.step.wait_for_signal(op[1], timeout=op[2])
+                out.append(None if sig is None else sig.data)
+            elif kind == "invoke":
+                out.append(await ctx.step.invoke(op[1], workflow=op[2], input=op[3]))
+            elif kind == "fail":
+                try:
+                    await ctx.step.run(op[1], raising(op[2]))
+                except StepFailed as failed:
+                    out.append(f"failed:{failed.code}")
+            elif kind == "gather":
+                runs = [ctx.step.run(name, returning(value)) for name, value in op[1]]
+                out.append(list(await asyncio.gather(*runs)))
+            else:
+                raise AssertionError(f"unknown program op {kind!r}")
+        return out
+
+    return client
+
+
+def comparable(value: Any) -> Any:
+    """Drop the SDK's own words (error message and exception name) before comparing."""
+    if isinstance(value, dict):
+        return {
+            k: comparable(v)
+            for k, v in value.items()
+            if not ("code" in value and "retryable" in value and k in ("message", "name"))
+        }
+    if isinstance(value, list):
+        return [comparable(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("scenario", load("replay")["scenarios"], ids=lambda s: s["name"])
+def test_replay_scenario(scenario: dict[str, Any]) -> None:
+    client = scenario_client(scenario["program"])
+    request = ExecuteRequest(
+        run_id="run-1",
+        workflow_id="scenario",
+        attempt=scenario.get("attempt", 0),
+        steps=msgspec.convert(scenario["history"], list[StepRecord]),
+        target_step=scenario.get("target_step"),
+    )
+    response = asyncio.run(client.execute(request))
+    got = [json.loads(encode(op)) for op in response.opcodes]
+    assert comparable(got) == comparable(scenario["expect"])
