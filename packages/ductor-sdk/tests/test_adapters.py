@@ -271,3 +271,33 @@ async def test_wrong_path_and_method() -> None:
         put = await http.put("/api/ductor", content=b"{}")
         assert put.status_code == 405
         assert msgspec.json.decode(put.content, type=ErrorResponse).code == "protocol.invalid"
+
+
+async def test_concurrent_runs_over_http_do_not_mix(serve: Callable[[Any], str]) -> None:
+    client = Client("shop", signing_key=KEY)
+    calls: Counter[str] = Counter()
+
+    async def double(run: str, i: int) -> int:
+        calls[run] += 1
+        await asyncio.sleep(0.001)
+        return i * 2
+
+    @client.workflow("doubler")
+    async def doubler(ctx: Context, n: int) -> list[int]:
+        firsts = await asyncio.gather(
+            *(ctx.step.run(f"p{i}", double, ctx.run_id, i) for i in range(2))
+        )
+        rest = [await ctx.step.run("seq", double, ctx.run_id, n + i) for i in range(3)]
+        return [*firsts, *rest]
+
+    url = serve(BridgeApp(client)) + "/api/ductor"
+    runs = 8
+    outcomes = await asyncio.gather(
+        *(
+            LocalEngine(over_http(url, KEY)).run("doubler", n, run_id=f"run-{n}")
+            for n in range(runs)
+        )
+    )
+    for n, outcome in enumerate(outcomes):
+        assert outcome.output == [0, 2, 2 * n, 2 * (n + 1), 2 * (n + 2)]
+    assert calls == {f"run-{n}": 5 for n in range(runs)}
