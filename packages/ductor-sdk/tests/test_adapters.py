@@ -301,3 +301,22 @@ async def test_concurrent_runs_over_http_do_not_mix(serve: Callable[[Any], str])
     for n, outcome in enumerate(outcomes):
         assert outcome.output == [0, 2, 2 * n, 2 * (n + 1), 2 * (n + 2)]
     assert calls == {f"run-{n}": 5 for n in range(runs)}
+
+
+async def test_asgi_lifespan_closes_the_server_pool(fake_server: Any) -> None:
+    client = Client("shop", signing_key=KEY, server_url=fake_server.url, api_key=API_KEY)
+    await client.sync()  # opens the pool
+    assert client._http is not None
+    app = BridgeApp(client)
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        sent.append(message["type"])
+
+    await app({"type": "lifespan"}, receive, send)
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert client._http is None

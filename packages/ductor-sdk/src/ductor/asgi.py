@@ -38,7 +38,7 @@ class BridgeApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point."""
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await _lifespan(self.client, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -83,12 +83,13 @@ async def _send(send: Send, status: int, headers: dict[str, str], body: bytes) -
     await send({"type": "http.response.body", "body": body})
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
+async def _lifespan(client: Client, receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            await client.aclose()  # the pool of calls to the server
             await send({"type": "lifespan.shutdown.complete"})
             return
 
