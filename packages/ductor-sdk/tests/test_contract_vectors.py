@@ -24,6 +24,7 @@ from ductor.protocol import (
     OpcodeName,
     StepKeys,
     StepRecord,
+    decode,
     decode_request,
     encode,
     signature_header,
@@ -88,9 +89,13 @@ def test_invalid_bodies_are_rejected(vector: dict[str, Any]) -> None:
         with pytest.raises(ProtocolError) as info:
             decode_request(wire)
         assert info.value.code == "protocol.invalid"
-    else:
+    elif vector["type"] == "Opcode":
         with pytest.raises(msgspec.DecodeError):
-            msgspec.json.decode(wire, type=wire_type(vector["type"]))
+            msgspec.json.decode(wire, type=Opcode)
+    else:
+        with pytest.raises(ProtocolError) as info:
+            decode(wire, wire_type(vector["type"]))
+        assert info.value.code == "protocol.invalid"
 
 
 @pytest.mark.parametrize("vector", load("signatures")["sign"], ids=lambda v: v["name"])

@@ -25,7 +25,7 @@ import functools
 import hashlib
 import hmac
 from collections.abc import Iterable
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import msgspec
 
@@ -81,6 +81,7 @@ __all__ = [
     "WaitForEventOp",
     "WaitForSignalOp",
     "WorkflowInfo",
+    "decode",
     "decode_request",
     "encode",
     "parse_signature_header",
@@ -90,6 +91,8 @@ __all__ = [
     "step_record",
     "verify_signature",
 ]
+
+_T = TypeVar("_T")
 
 PROTOCOL_VERSION: Final = "1"
 """Version of this wire protocol, sent in `health` and `describe`."""
@@ -549,6 +552,18 @@ _REQUEST_DECODER: msgspec.json.Decoder[BridgeRequest] = msgspec.json.Decoder(Bri
 def encode(value: msgspec.Struct) -> bytes:
     """Encode a wire struct to its canonical JSON bytes."""
     return _ENCODER.encode(value)
+
+
+def decode(body: bytes, type_: type[_T]) -> _T:
+    """Decode a wire body as `type_` (e.g. `ExecuteResponse` on the engine's side).
+
+    Raises:
+        ProtocolError: the body does not decode as `type_`.
+    """
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"invalid {type_.__name__}: {exc}") from None
 
 
 def decode_request(body: bytes) -> BridgeRequest:
