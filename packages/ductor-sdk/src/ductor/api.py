@@ -1,0 +1,384 @@
+"""Typed client of the Ductor REST API (sync `ApiClient` and `AsyncApiClient`).
+
+Trigger runs, send events and signals, read and cancel runs, wait for a
+result. Every call sends `Authorization: Bearer <api key>`; an error answer
+(`{"code", "message", "details"}`) raises `ApiError` with its code and status.
+Answers are read leniently (unknown fields ignored) so a newer server works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+from urllib.parse import quote
+
+import httpx
+import msgspec
+
+from ductor.errors import ApiError
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "TERMINAL_STATUSES",
+    "ApiClient",
+    "AsyncApiClient",
+    "EventAccepted",
+    "Run",
+    "RunStatus",
+]
+
+DEFAULT_BASE_URL: Final = "http://127.0.0.1:7070"
+"""Where `ductor dev` serves by default."""
+
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+class RunStatus(enum.StrEnum):
+    """A run's status as the API reports it."""
+
+    PENDING = "RUN_STATUS_PENDING"
+    RUNNING = "RUN_STATUS_RUNNING"
+    SUCCEEDED = "RUN_STATUS_SUCCEEDED"
+    FAILED = "RUN_STATUS_FAILED"
+    CANCELLED = "RUN_STATUS_CANCELLED"
+
+
+TERMINAL_STATUSES: Final = frozenset(
+    {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
+)
+"""Statuses a run never leaves."""
+
+
+class Run(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as `GET /v1/runs/{id}` returns it.
+
+    `status` is a string (see `RunStatus`) so a status added later still decodes.
+    """
+
+    id: str
+    status: str
+    family_slug: str | None = None
+    version: int | None = None
+    input: Any = None
+    output: Any = None
+    error: Any = None
+    steps: Any = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the run reached a terminal status."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the run succeeded."""
+        return self.status == RunStatus.SUCCEEDED
+
+
+class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to `POST /v1/events`: the event's id and any runs it started."""
+
+    id: str | None = None
+    runs: list[str] = []
+
+
+class _ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    code: str = "api.error"
+    message: str = ""
+    details: Any = None
+
+
+class _Call(msgspec.Struct, frozen=True, kw_only=True):
+    """One prepared API call, shared by the sync and async clients."""
+
+    method: str
+    path: str
+    body: bytes | None = None
+    headers: dict[str, str] = {}
+
+
+def _trigger(
+    family_slug: str, input: Any, version: int | None, idempotency_key: str | None
+) -> _Call:
+    body: dict[str, Any] = {"family_slug": family_slug, "input": input}
+    if version is not None:
+        body["version"] = version
+    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+    return _Call(method="POST", path="/v1/runs", body=msgspec.json.encode(body), headers=headers)
+
+
+def _event(name: str, data: Any, id: str | None, idempotency_key: str | None) -> _Call:
+    body: dict[str, Any] = {"name": name, "data": data}
+    if id is not None:
+        body["id"] = id
+    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+    return _Call(method="POST", path="/v1/events", body=msgspec.json.encode(body), headers=headers)
+
+
+def _run_path(run_id: str, suffix: str = "") -> str:
+    return f"/v1/runs/{quote(run_id, safe='')}{suffix}"
+
+
+def _signal(run_id: str, name: str, payload: Any) -> _Call:
+    path = _run_path(run_id, f"/signals/{quote(name, safe='')}")
+    return _Call(method="POST", path=path, body=msgspec.json.encode(payload))
+
+
+def _decode(call: _Call, response: httpx.Response, type_: type[R]) -> R:
+    _raise_for(call, response)
+    try:
+        return msgspec.json.decode(response.content, type=type_)
+    except msgspec.DecodeError as exc:
+        raise ApiError(
+            f"{call.method} {call.path}: unexpected answer: {exc}",
+            status=response.status_code,
+            code="api.bad_response",
+        ) from None
+
+
+def _raise_for(call: _Call, response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    retryable = response.status_code >= 500 or response.status_code == 429
+    try:
+        err = msgspec.json.decode(response.content, type=_ErrorBody)
+    except msgspec.DecodeError:
+        raise ApiError(
+            f"{call.method} {call.path} answered {response.status_code}: {response.text[:200]}",
+            status=response.status_code,
+            retryable=retryable,
+        ) from None
+    raise ApiError(
+        err.message or f"{call.method} {call.path} answered {response.status_code}",
+        status=response.status_code,
+        code=err.code,
+        details=err.details,
+        retryable=retryable,
+    )
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _timed_out(run_id: str, timeout: float, last: Run) -> TimeoutError:
+    return TimeoutError(f"run {run_id!r} still {last.status} after {timeout}s")
+
+
+class ApiClient:
+    """Blocking client of the Ductor REST API.
+
+    Args:
+        base_url: the server, e.g. "http://127.0.0.1:7070".
+        api_key: sent as `Authorization: Bearer <api_key>`.
+        timeout: per-request timeout in seconds.
+        transport: an httpx transport (tests, proxies).
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers=_headers(api_key),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def _send(self, call: _Call) -> httpx.Response:
+        return self._http.request(call.method, call.path, content=call.body, headers=call.headers)
+
+    def trigger(
+        self,
+        family_slug: str,
+        input: Any = None,
+        *,
+        version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Run:
+        """Start a run of a workflow family (latest version unless `version`)."""
+        call = _trigger(family_slug, input, version, idempotency_key)
+        return _decode(call, self._send(call), Run)
+
+    def get_run(self, run_id: str) -> Run:
+        """Read a run: status, output, error and per-step state."""
+        call = _Call(method="GET", path=_run_path(run_id))
+        return _decode(call, self._send(call), Run)
+
+    def send_event(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> EventAccepted:
+        """Send an event; `id` dedupes repeats of the same event."""
+        call = _event(name, data, id, idempotency_key)
+        return _decode(call, self._send(call), EventAccepted)
+
+    def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send signal `name` with `payload` to a run."""
+        call = _signal(run_id, name, payload)
+        _raise_for(call, self._send(call))
+
+    def cancel(self, run_id: str) -> None:
+        """Cancel a run (and its children)."""
+        call = _Call(method="POST", path=_run_path(run_id, "/cancel"))
+        _raise_for(call, self._send(call))
+
+    def wait_for_result(
+        self,
+        run_id: str,
+        *,
+        timeout: float = 60.0,
+        interval: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Run:
+        """Poll a run until it reaches a terminal status and return it.
+
+        Raises:
+            TimeoutError: the run is still going after `timeout` seconds.
+        """
+        deadline = clock() + timeout
+        while True:
+            run = self.get_run(run_id)
+            if run.done:
+                return run
+            if clock() >= deadline:
+                raise _timed_out(run_id, timeout, run)
+            time.sleep(interval)
+
+
+class AsyncApiClient:
+    """Asyncio client of the Ductor REST API; the same calls as `ApiClient`.
+
+    Args:
+        base_url: the server, e.g. "http://127.0.0.1:7070".
+        api_key: sent as `Authorization: Bearer <api_key>`.
+        timeout: per-request timeout in seconds.
+        transport: an httpx transport (tests, proxies).
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=_headers(api_key),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _send(self, call: _Call) -> httpx.Response:
+        return await self._http.request(
+            call.method, call.path, content=call.body, headers=call.headers
+        )
+
+    async def trigger(
+        self,
+        family_slug: str,
+        input: Any = None,
+        *,
+        version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Run:
+        """Start a run of a workflow family (latest version unless `version`)."""
+        call = _trigger(family_slug, input, version, idempotency_key)
+        return _decode(call, await self._send(call), Run)
+
+    async def get_run(self, run_id: str) -> Run:
+        """Read a run: status, output, error and per-step state."""
+        call = _Call(method="GET", path=_run_path(run_id))
+        return _decode(call, await self._send(call), Run)
+
+    async def send_event(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> EventAccepted:
+        """Send an event; `id` dedupes repeats of the same event."""
+        call = _event(name, data, id, idempotency_key)
+        return _decode(call, await self._send(call), EventAccepted)
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send signal `name` with `payload` to a run."""
+        call = _signal(run_id, name, payload)
+        _raise_for(call, await self._send(call))
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel a run (and its children)."""
+        call = _Call(method="POST", path=_run_path(run_id, "/cancel"))
+        _raise_for(call, await self._send(call))
+
+    async def wait_for_result(
+        self,
+        run_id: str,
+        *,
+        timeout: float = 60.0,  # noqa: ASYNC109 - a polling deadline, as in ApiClient
+        interval: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Run:
+        """Poll a run until it reaches a terminal status and return it.
+
+        Raises:
+            TimeoutError: the run is still going after `timeout` seconds.
+        """
+        deadline = clock() + timeout
+        while True:
+            run = await self.get_run(run_id)
+            if run.done:
+                return run
+            if clock() >= deadline:
+                raise _timed_out(run_id, timeout, run)
+            await asyncio.sleep(interval)

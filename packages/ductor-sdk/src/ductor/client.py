@@ -1,0 +1,633 @@
+"""The `Client`: workflow registration, the bridge endpoint's five actions, and the
+SDK's calls to the server (sync, checkpoint, inline runs, payload fetch).
+
+Framework-free: adapters turn HTTP into `Client.handle(...)` and back. Nothing
+here knows about Litestar, Starlette or ASGI.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import typing
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, Literal, TypeVar
+
+import httpx
+import msgspec
+
+from ductor._replay import Context, ExecuteParams, execute_workflow
+from ductor._version import __version__
+from ductor.durations import canonical_duration
+from ductor.errors import (
+    ApiError,
+    DuctorError,
+    NonRetriableError,
+    ProtocolError,
+    SignatureError,
+    WorkflowNotFound,
+)
+from ductor.protocol import (
+    CHECKPOINT_PATH,
+    INLINE_RUN_PATH,
+    PAYLOAD_PATH,
+    SIGNATURE_HEADER,
+    SYNC_PATH,
+    CancelRequest,
+    CancelResponse,
+    CheckpointAck,
+    CheckpointRequest,
+    ConcurrencyInfo,
+    DescribeRequest,
+    DescribeResponse,
+    ErrorInfo,
+    ErrorResponse,
+    ExecutePayload,
+    ExecuteRequest,
+    ExecuteResponse,
+    HealthRequest,
+    HealthResponse,
+    InlineRunRequest,
+    InlineRunResponse,
+    Opcode,
+    RunCompleteOp,
+    RunFailedOp,
+    SigningKeys,
+    SyncAck,
+    SyncRequest,
+    SyncResponse,
+    TriggerInfo,
+    WorkflowInfo,
+    decode_request,
+    encode,
+)
+
+InputT = TypeVar("InputT")
+OutputT = TypeVar("OutputT")
+S = TypeVar("S", bound=msgspec.Struct)
+
+SDK_NAME = "ductor-python"
+"""How this SDK names itself in `health` and `describe`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trigger:
+    """What starts a workflow: an event name (with an optional CEL `match`) or a cron."""
+
+    event: str | None = None
+    cron: str | None = None
+    match: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.event is None) == (self.cron is None):
+            raise ValueError("a Trigger needs exactly one of event= or cron=")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Concurrency:
+    """At most `limit` runs of a workflow at once, per value of the CEL `key` if set."""
+
+    limit: int
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f"concurrency limit must be at least 1, got {self.limit}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelContext:
+    """What a cancellation handler gets: the cancelled run and why."""
+
+    run_id: str
+    workflow_id: str
+    reason: str | None
+
+
+WorkflowFn = Callable[[Context, InputT], Awaitable[OutputT]]
+"""A workflow body: `async def body(ctx: Context, input: I) -> O`."""
+
+CancelHandler = Callable[[CancelContext, Any], Awaitable[None]]
+"""A cancellation handler: `async def on_cancel(ctx: CancelContext, input) -> None`."""
+
+
+class Workflow(Generic[InputT, OutputT]):
+    """A registered workflow: its body and the options the engine applies to it."""
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        fn: WorkflowFn[InputT, OutputT],
+        name: str | None,
+        triggers: tuple[Trigger, ...],
+        retries: int,
+        concurrency: Concurrency | None,
+        timeout: str | None,
+        on_cancel: CancelHandler | None,
+    ) -> None:
+        self.id = id
+        self.fn = fn
+        self.name = name
+        self.triggers = triggers
+        self.retries = retries
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.on_cancel = on_cancel
+        self._input_type = _input_type(fn)
+
+    async def __call__(self, ctx: Context, input: InputT) -> OutputT:
+        """Call the body directly (no replay), e.g. from a unit test."""
+        return await self.fn(ctx, input)
+
+    def info(self) -> WorkflowInfo:
+        """The wire description of this workflow, as `describe` reports it."""
+        return WorkflowInfo(
+            id=self.id,
+            name=self.name,
+            triggers=[
+                TriggerInfo(event=t.event, cron=t.cron, match=t.match) for t in self.triggers
+            ],
+            retries=self.retries,
+            concurrency=None
+            if self.concurrency is None
+            else ConcurrencyInfo(limit=self.concurrency.limit, key=self.concurrency.key),
+            timeout=self.timeout,
+            cancellable=self.on_cancel is not None,
+        )
+
+    async def _body(self, ctx: Context, value: Any) -> Any:
+        """The body as replay calls it: the JSON input converted to the annotated type."""
+        if self._input_type is not None:
+            try:
+                value = msgspec.convert(value, self._input_type)
+            except msgspec.ValidationError as exc:
+                raise _InputInvalid(f"workflow {self.id!r} input is invalid: {exc}") from None
+        return await self.fn(ctx, value)
+
+
+class _InputInvalid(NonRetriableError):
+    code = "workflow.input_invalid"
+
+
+def _input_type(fn: Callable[..., Any]) -> Any:
+    """The annotated type of a body's second parameter, or None when there is none to apply."""
+    try:
+        hints = typing.get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters)
+    except Exception:  # unresolved forward references: take the input as JSON
+        return None
+    if len(params) < 2 or params[1] not in hints:
+        return None
+    hint = hints[params[1]]
+    return None if hint is Any else hint
+
+
+@dataclass(frozen=True, kw_only=True)
+class BridgeResponse:
+    """An answer of the bridge endpoint, ready for any HTTP framework to send."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class InlineRun:
+    """The outcome of `Client.run_inline`.
+
+    `status` is `RUN_STATUS_SUCCEEDED` or `RUN_STATUS_FAILED` when the run ended
+    in this process, `RUN_STATUS_RUNNING` when it waits (sleep, event, signal,
+    child, retry) and the engine drives the rest through the bridge.
+    """
+
+    run_id: str
+    status: Literal["RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_RUNNING"]
+    output: Any = None
+    error: ErrorInfo | None = None
+
+
+_STATUS = {
+    SignatureError: 401,
+    ProtocolError: 400,
+    WorkflowNotFound: 404,
+}
+
+
+class Client:
+    """One app's connection to Ductor: its workflows, its keys, its server.
+
+    Args:
+        app_id: this app's id, unique per server.
+        signing_key: shared secret that signs every bridge request and response.
+        fallback_signing_key: the previous key during rotation (verify only).
+        server_url: the Ductor server's base URL.
+        api_key: bearer token for the server's API (sync, checkpoint, payloads).
+        url: the public URL of this app's bridge endpoint, sent on sync.
+        checkpoint: run consecutive steps in one execute, reporting each through
+            the server's checkpoint endpoint (falls back to one step per call).
+        clock: seconds since the epoch; injectable for tests.
+        transport: httpx transport for calls to the server; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        app_id: str,
+        *,
+        signing_key: str,
+        fallback_signing_key: str | None = None,
+        server_url: str = "http://127.0.0.1:7070",
+        api_key: str | None = None,
+        url: str | None = None,
+        checkpoint: bool = False,
+        clock: Callable[[], float] = time.time,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if not app_id:
+            raise ValueError("app_id must not be empty")
+        self.app_id = app_id
+        self.keys = SigningKeys(signing_key, fallback_signing_key)
+        self.server_url = server_url.rstrip("/")
+        self.api_key = api_key
+        self.url = url
+        self.checkpoint = checkpoint
+        self._clock = clock
+        self._transport = transport
+        self._timeout = timeout
+        self._workflows: dict[str, Workflow[Any, Any]] = {}
+        self._http: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------ registration
+
+    def workflow(
+        self,
+        id: str,
+        *,
+        trigger: str | Trigger | Sequence[str | Trigger] | None = None,
+        retries: int = 3,
+        concurrency: int | Concurrency | None = None,
+        timeout: str | timedelta | None = None,
+        on_cancel: CancelHandler | None = None,
+        name: str | None = None,
+    ) -> Callable[[WorkflowFn[InputT, OutputT]], Workflow[InputT, OutputT]]:
+        """Register an `async def body(ctx, input)` as workflow `id`.
+
+        Args:
+            id: the workflow's id, unique in this app.
+            trigger: event name(s) or `Trigger`s that start a run.
+            retries: retries of each step (and of the body) after the first try.
+            concurrency: max concurrent runs (an int or a keyed `Concurrency`).
+            timeout: the longest a run may take ("1h", or a timedelta).
+            on_cancel: called when a run of this workflow is cancelled.
+            name: a human title.
+        """
+        if not id:
+            raise ValueError("workflow id must not be empty")
+        if id in self._workflows:
+            raise ValueError(f"workflow {id!r} is already registered on app {self.app_id!r}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        triggers = _triggers(trigger)
+        limit = Concurrency(limit=concurrency) if isinstance(concurrency, int) else concurrency
+        text = None if timeout is None else canonical_duration(timeout)
+
+        def register(fn: WorkflowFn[InputT, OutputT]) -> Workflow[InputT, OutputT]:
+            wf: Workflow[InputT, OutputT] = Workflow(
+                id=id,
+                fn=fn,
+                name=name,
+                triggers=triggers,
+                retries=retries,
+                concurrency=limit,
+                timeout=text,
+                on_cancel=on_cancel,
+            )
+            self._workflows[id] = wf
+            return wf
+
+        return register
+
+    @property
+    def workflows(self) -> Mapping[str, Workflow[Any, Any]]:
+        """The registered workflows by id."""
+        return dict(self._workflows)
+
+    def describe(self, url: str | None = None) -> DescribeResponse:
+        """The `describe` payload: this app, its URL and its workflows."""
+        return DescribeResponse(
+            app_id=self.app_id,
+            url=self.url or url,
+            sdk=SDK_NAME,
+            sdk_version=__version__,
+            workflows=[wf.info() for wf in self._workflows.values()],
+        )
+
+    # ------------------------------------------------------------ the bridge endpoint
+
+    async def handle(
+        self,
+        method: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        url: str | None = None,
+    ) -> BridgeResponse:
+        """Answer one HTTP request to the bridge endpoint.
+
+        GET is `health`, unsigned. POST must carry a valid `Ductor-Signature`;
+        its body selects the action. Every answer is signed.
+
+        Args:
+            method: the HTTP method.
+            headers: the request headers (any case).
+            body: the raw request body, exactly as received.
+            url: the URL the request reached, used by `sync` when no `url` was configured.
+        """
+        method = method.upper()
+        if method in ("GET", "HEAD"):
+            return self._respond(200, self._health())
+        if method != "POST":
+            return self._error(405, ProtocolError(f"method {method} not allowed; use GET or POST"))
+        try:
+            self.keys.verify(body, _header(headers, SIGNATURE_HEADER), now=int(self._clock()))
+            request = decode_request(body)
+            if isinstance(request, HealthRequest):
+                return self._respond(200, self._health())
+            if isinstance(request, DescribeRequest):
+                return self._respond(200, self.describe(url))
+            if isinstance(request, SyncRequest):
+                ack = await self.sync(url=request.url or url)
+                return self._respond(
+                    200, SyncResponse(app_id=self.app_id, synced=True, accepted=ack.accepted)
+                )
+            if isinstance(request, ExecuteRequest):
+                return self._respond(200, await self.execute(request))
+            return self._respond(200, await self.cancel(request))
+        except ApiError as exc:
+            return self._error(502, exc)
+        except DuctorError as exc:
+            return self._error(_STATUS.get(type(exc), 500), exc)
+        except Exception as exc:  # a bug, not the engine's fault: still a signed answer
+            return self._error(
+                500, DuctorError(f"internal error in the bridge: {exc!r}", code="bridge.internal")
+            )
+
+    async def execute(self, request: ExecuteRequest) -> ExecuteResponse:
+        """Advance a run by one execute request (see docs/sdk.md for the rules)."""
+        wf = self._workflow(request.workflow_id)
+        if request.payload_ref is not None:
+            payload = await self._fetch_payload(request.run_id, request.payload_ref)
+            inputs, steps, event = payload.input, payload.steps, payload.event
+        else:
+            inputs, steps, event = request.input, request.steps, request.event
+        params = ExecuteParams(
+            run_id=request.run_id,
+            workflow_id=wf.id,
+            attempt=request.attempt,
+            input=inputs,
+            steps=steps,
+            event=event,
+            target_step=request.target_step,
+            retries=wf.retries,
+            traceparent=request.traceparent,
+        )
+        checkpoint = self._checkpointer(request.run_id, wf.id) if self.checkpoint else None
+        opcodes = await execute_workflow(wf._body, params, checkpoint=checkpoint)
+        return ExecuteResponse(run_id=request.run_id, opcodes=opcodes)
+
+    async def cancel(self, request: CancelRequest) -> CancelResponse:
+        """Run the workflow's cancellation handler, if it has one."""
+        wf = self._workflow(request.workflow_id)
+        if wf.on_cancel is None:
+            return CancelResponse(run_id=request.run_id, handled=False)
+        ctx = CancelContext(run_id=request.run_id, workflow_id=wf.id, reason=request.reason)
+        try:
+            await wf.on_cancel(ctx, request.input)
+        except Exception as exc:
+            return CancelResponse(
+                run_id=request.run_id,
+                handled=True,
+                error=ErrorInfo(
+                    code=exc.code if isinstance(exc, DuctorError) else "cancel.error",
+                    message=str(exc),
+                    name=type(exc).__name__,
+                ),
+            )
+        return CancelResponse(run_id=request.run_id, handled=True)
+
+    # ------------------------------------------------------------ calls to the server
+
+    async def aclose(self) -> None:
+        """Close the connection pool used for calls to the server."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def sync(self, url: str | None = None) -> SyncAck:
+        """Register (or refresh) this app and its workflows with the server.
+
+        Raises:
+            ApiError: the server refused or could not be reached.
+        """
+        return await self._call("POST", SYNC_PATH, self.describe(url), SyncAck)
+
+    async def run_inline(self, workflow: str | Workflow[Any, Any], input: Any = None) -> InlineRun:
+        """Start a run on the server and execute it here, checkpointing each step.
+
+        The run ends here when the body needs no wait; otherwise the engine
+        takes over at the first sleep, wait, invoke, retry or parallel fan-out.
+
+        Raises:
+            WorkflowNotFound: the workflow is not registered on this client.
+            ApiError: the server refused to start the run.
+        """
+        wf = self._workflow(workflow if isinstance(workflow, str) else workflow.id)
+        value = msgspec.json.decode(msgspec.json.encode(input))
+        started = await self._call(
+            "POST",
+            INLINE_RUN_PATH,
+            InlineRunRequest(app_id=self.app_id, workflow_id=wf.id, input=value),
+            InlineRunResponse,
+        )
+        checkpoint = self._checkpointer(started.run_id, wf.id)
+        params = ExecuteParams(
+            run_id=started.run_id,
+            workflow_id=wf.id,
+            attempt=0,
+            input=value,
+            steps=[],
+            event=None,
+            target_step=None,
+            retries=wf.retries,
+        )
+        opcodes = await execute_workflow(wf._body, params, checkpoint=checkpoint)
+        # The last opcodes were not reported yet; if this fails the engine will
+        # drive the run through the bridge from its last checkpoint.
+        await checkpoint(opcodes)
+        last = opcodes[-1]
+        if isinstance(last, RunCompleteOp):
+            return InlineRun(
+                run_id=started.run_id, status="RUN_STATUS_SUCCEEDED", output=last.output
+            )
+        if isinstance(last, RunFailedOp):
+            return InlineRun(run_id=started.run_id, status="RUN_STATUS_FAILED", error=last.error)
+        return InlineRun(run_id=started.run_id, status="RUN_STATUS_RUNNING")
+
+    def _checkpointer(
+        self, run_id: str, workflow_id: str
+    ) -> Callable[[list[Opcode]], Awaitable[bool]]:
+        async def checkpoint(opcodes: list[Opcode]) -> bool:
+            body = CheckpointRequest(
+                run_id=run_id, app_id=self.app_id, workflow_id=workflow_id, opcodes=opcodes
+            )
+            try:
+                ack = await self._call(
+                    "POST", CHECKPOINT_PATH.format(run_id=run_id), body, CheckpointAck
+                )
+            except ApiError:
+                return False
+            return ack.recorded == len(opcodes)
+
+        return checkpoint
+
+    async def _fetch_payload(self, run_id: str, ref: str) -> ExecutePayload:
+        payload = await self._call(
+            "GET", PAYLOAD_PATH.format(run_id=run_id), None, ExecutePayload, params={"ref": ref}
+        )
+        if payload.run_id != run_id:
+            raise ApiError(
+                f"payload {ref!r} belongs to run {payload.run_id!r}, not {run_id!r}",
+                status=200,
+                code="payload.run_mismatch",
+            )
+        return payload
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: msgspec.Struct | None,
+        response_type: type[S],
+        *,
+        params: Mapping[str, str] | None = None,
+    ) -> S:
+        """One signed call to the server's bridge API, with a verified, typed answer."""
+        content = b"" if body is None else encode(body)
+        headers = {
+            SIGNATURE_HEADER: self.keys.header(content, now=int(self._clock())),
+            "content-type": "application/json",
+        }
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        if self._http is None:
+            self._http = httpx.AsyncClient(transport=self._transport, timeout=self._timeout)
+        try:
+            response = await self._http.request(
+                method, self.server_url + path, content=content, headers=headers, params=params
+            )
+        except httpx.HTTPError as exc:
+            raise ApiError(
+                f"{method} {path} failed: {exc!r}", status=0, code="api.unreachable", retryable=True
+            ) from exc
+        if response.status_code >= 400:
+            raise _api_error(method, path, response)
+        # A bad answer is the server's fault, never the engine's request: report
+        # it as an ApiError so the bridge answers 502, not 400/401.
+        try:
+            self.keys.verify(
+                response.content, response.headers.get(SIGNATURE_HEADER), now=int(self._clock())
+            )
+        except SignatureError as exc:
+            raise ApiError(
+                f"{method} {path}: the server's answer failed verification: {exc.message}",
+                status=response.status_code,
+                code=exc.code,
+            ) from None
+        try:
+            return msgspec.json.decode(response.content, type=response_type)
+        except msgspec.DecodeError as exc:
+            raise ApiError(
+                f"{method} {path}: unexpected answer: {exc}",
+                status=response.status_code,
+                code="api.bad_response",
+            ) from None
+
+    # ------------------------------------------------------------ internals
+
+    def _workflow(self, workflow_id: str) -> Workflow[Any, Any]:
+        wf = self._workflows.get(workflow_id)
+        if wf is None:
+            served = ", ".join(sorted(self._workflows)) or "none"
+            raise WorkflowNotFound(
+                f"app {self.app_id!r} does not serve workflow {workflow_id!r} (serves: {served})"
+            )
+        return wf
+
+    def _health(self) -> HealthResponse:
+        return HealthResponse(app_id=self.app_id, sdk=SDK_NAME, sdk_version=__version__)
+
+    def _respond(self, status: int, value: msgspec.Struct) -> BridgeResponse:
+        body = encode(value)
+        return BridgeResponse(
+            status=status,
+            headers={
+                "content-type": "application/json",
+                SIGNATURE_HEADER: self.keys.header(body, now=int(self._clock())),
+            },
+            body=body,
+        )
+
+    def _error(self, status: int, exc: DuctorError) -> BridgeResponse:
+        return self._respond(
+            status,
+            ErrorResponse(
+                code=exc.code, message=exc.message, details=exc.details, retryable=exc.retryable
+            ),
+        )
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name) or headers.get(name.lower())
+    if value is not None:
+        return value
+    lowered = name.lower()
+    for key, candidate in headers.items():
+        if key.lower() == lowered:
+            return candidate
+    return None
+
+
+def _triggers(trigger: str | Trigger | Sequence[str | Trigger] | None) -> tuple[Trigger, ...]:
+    if trigger is None:
+        return ()
+    items: Sequence[str | Trigger] = [trigger] if isinstance(trigger, str | Trigger) else trigger
+    return tuple(Trigger(event=t) if isinstance(t, str) else t for t in items)
+
+
+def _api_error(method: str, path: str, response: httpx.Response) -> ApiError:
+    try:
+        err = msgspec.json.decode(response.content, type=_LooseError)
+    except msgspec.DecodeError:
+        return ApiError(
+            f"{method} {path} answered {response.status_code}: {response.text[:200]}",
+            status=response.status_code,
+            retryable=response.status_code >= 500,
+        )
+    return ApiError(
+        err.message,
+        status=response.status_code,
+        code=err.code,
+        details=err.details,
+        retryable=response.status_code >= 500 or response.status_code == 429,
+    )
+
+
+class _LooseError(msgspec.Struct, frozen=True, kw_only=True):
+    """The server's error shape, read leniently (unknown fields are ignored)."""
+
+    code: str = "api.error"
+    message: str = ""
+    details: Any = None

@@ -1,0 +1,39 @@
+"""Starlette / FastAPI adapter: a route that serves a `Client`'s bridge endpoint.
+
+Needs the `starlette` extra (`pip install ductor[starlette]`); only translates
+requests and responses, all protocol work is in `Client.handle`.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ductor.client import Client
+from ductor.protocol import BRIDGE_PATH
+
+__all__ = ["bridge_route", "serve"]
+
+
+def bridge_route(client: Client, path: str = BRIDGE_PATH) -> Route:
+    """A Starlette `Route` answering GET (health) and POST (actions) at `path`."""
+
+    async def ductor_bridge(request: Request) -> Response:
+        body = await request.body()
+        answer = await client.handle(request.method, request.headers, body, url=str(request.url))
+        headers = {k: v for k, v in answer.headers.items() if k.lower() != "content-type"}
+        return Response(
+            answer.body,
+            status_code=answer.status,
+            headers=headers,
+            media_type=answer.headers.get("content-type", "application/json"),
+        )
+
+    return Route(path, ductor_bridge, methods=["GET", "POST"], name="ductor_bridge")
+
+
+def serve(app: Starlette, client: Client, path: str = BRIDGE_PATH) -> None:
+    """Add the bridge route to a Starlette or FastAPI `app` at `path` (/api/ductor)."""
+    app.router.routes.append(bridge_route(client, path))

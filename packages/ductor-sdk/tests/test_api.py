@@ -1,0 +1,80 @@
+"""The typed REST API client, sync and async, against a real local HTTP server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ductor import ApiError
+from ductor.api import ApiClient, AsyncApiClient, EventAccepted, Run, RunStatus
+
+API_KEY = "api-key-test"
+
+
+def test_sync_client_triggers_reads_waits_signals_and_cancels(fake_server: Any) -> None:
+    with ApiClient(fake_server.url, api_key=API_KEY) as api:
+        run = api.trigger("charge-order", {"id": 1}, version=3, idempotency_key="k-1")
+        assert isinstance(run, Run)
+        assert (run.id, run.status, run.version, run.done) == (
+            "run-1",
+            RunStatus.PENDING,
+            3,
+            False,
+        )
+        again = api.trigger("charge-order", {"id": 1}, idempotency_key="k-1")
+        assert again.id == run.id  # the key dedupes
+        done = api.wait_for_result(run.id, timeout=5, interval=0.01)
+        assert done.succeeded
+        assert done.output == {"echo": {"id": 1}}
+        accepted = api.send_event("order.created", {"id": 1}, id="evt-1")
+        assert accepted == EventAccepted(id="evt-1", runs=[])
+        api.signal(run.id, "approve", {"by": "ops"})
+        other = api.trigger("charge-order", None)
+        api.cancel(other.id)
+        assert api.get_run(other.id).status == RunStatus.CANCELLED
+    assert fake_server.events == [{"name": "order.created", "data": {"id": 1}, "id": "evt-1"}]
+    assert fake_server.signals == [("run-1", "approve", {"by": "ops"})]
+
+
+def test_sync_client_errors_are_typed(fake_server: Any) -> None:
+    with ApiClient(fake_server.url, api_key=API_KEY) as api:
+        with pytest.raises(ApiError) as info:
+            api.get_run("missing")
+        assert (info.value.status, info.value.code) == (404, "run.not_found")
+        assert "missing" in info.value.message
+        with pytest.raises(ApiError) as info:
+            api.signal("missing", "x")
+        assert info.value.code == "run.not_found"
+    with ApiClient(fake_server.url, api_key="wrong") as api:
+        with pytest.raises(ApiError) as info:
+            api.trigger("x")
+        assert (info.value.status, info.value.code, info.value.retryable) == (
+            401,
+            "auth.invalid",
+            False,
+        )
+
+
+def test_wait_for_result_times_out(fake_server: Any) -> None:
+    fake_server.gets_until_done = 10_000
+    ticks = iter(range(100))
+    with ApiClient(fake_server.url, api_key=API_KEY) as api:
+        run = api.trigger("slow")
+        with pytest.raises(TimeoutError, match="RUN_STATUS_PENDING"):
+            api.wait_for_result(run.id, timeout=3, interval=0, clock=lambda: next(ticks))
+
+
+async def test_async_client_does_the_same(fake_server: Any) -> None:
+    async with AsyncApiClient(fake_server.url, api_key=API_KEY) as api:
+        run = await api.trigger("charge-order", {"id": 2})
+        done = await api.wait_for_result(run.id, timeout=5, interval=0.01)
+        assert done.output == {"echo": {"id": 2}}
+        accepted = await api.send_event("order.paid")
+        assert accepted.id == "evt-1"
+        await api.signal(run.id, "go", [1, 2])
+        await api.cancel(run.id)
+        with pytest.raises(ApiError) as info:
+            await api.cancel("missing")
+        assert info.value.code == "run.not_found"
+    assert fake_server.signals == [("run-1", "go", [1, 2])]

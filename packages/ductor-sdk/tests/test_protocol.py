@@ -1,0 +1,121 @@
+"""Signing properties, the protocol module's dependency boundary, and durations."""
+
+from __future__ import annotations
+
+import ast
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ductor.protocol
+from ductor.durations import canonical_duration, format_duration, parse_duration
+from ductor.errors import DurationError, SignatureError
+from ductor.protocol import SigningKeys, parse_signature_header, sign, verify_signature
+
+KEYS = st.text(min_size=1, max_size=40)
+TIMESTAMPS = st.integers(min_value=0, max_value=2**40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(max_size=512), key=KEYS, t=TIMESTAMPS, skew=st.integers(-300, 300))
+def test_signed_messages_verify_within_the_window(body: bytes, key: str, t: int, skew: int) -> None:
+    header = SigningKeys(key).header(body, now=t)
+    assert SigningKeys(key).verify(body, header, now=t + skew) == t
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(min_size=1, max_size=256), key=KEYS, t=TIMESTAMPS, data=st.data())
+def test_any_changed_byte_is_a_mismatch(body: bytes, key: str, t: int, data: st.DataObject) -> None:
+    header = SigningKeys(key).header(body, now=t)
+    index = data.draw(st.integers(0, len(body) - 1))
+    flipped = body[:index] + bytes([body[index] ^ 0x01]) + body[index + 1 :]
+    with pytest.raises(SignatureError) as info:
+        verify_signature(flipped, header, key=key, now=t)
+    assert info.value.code == "signature.mismatch"
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=st.binary(max_size=64), primary=KEYS, old=KEYS, t=TIMESTAMPS)
+def test_fallback_verifies_old_signatures_and_nothing_else(
+    body: bytes, primary: str, old: str, t: int
+) -> None:
+    header = SigningKeys(old).header(body, now=t)
+    assert SigningKeys(primary, old).verify(body, header, now=t) == t
+    if primary != old:
+        with pytest.raises(SignatureError):
+            SigningKeys(primary).verify(body, header, now=t)
+
+
+@settings(max_examples=100, deadline=None)
+@given(t=TIMESTAMPS, late=st.integers(301, 10**6), early=st.booleans())
+def test_outside_the_window_is_expired(t: int, late: int, early: bool) -> None:
+    header = SigningKeys("k").header(b"{}", now=t)
+    with pytest.raises(SignatureError) as info:
+        SigningKeys("k").verify(b"{}", header, now=t - late if early else t + late)
+    assert info.value.code == "signature.expired"
+
+
+def test_header_parts() -> None:
+    assert parse_signature_header("t=5,v1=AB,v0=x,v1=cd") == (5, ["ab", "cd"])
+    assert sign(b"", "k", 0) == sign(b"", "k", 0)
+    with pytest.raises(SignatureError, match="must not be empty"):
+        SigningKeys("")
+
+
+def test_protocol_module_depends_on_msgspec_hashlib_and_hmac_only() -> None:
+    source = Path(ductor.protocol.__file__).read_text(encoding="utf-8")
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    allowed = {
+        "__future__",
+        "collections.abc",
+        "enum",
+        "functools",
+        "hashlib",
+        "hmac",
+        "msgspec",
+        "typing",
+        "ductor.errors",  # itself stdlib-only
+    }
+    assert imported <= allowed, imported - allowed
+    errors_source = Path(ductor.errors.__file__).read_text(encoding="utf-8")
+    for node in ast.walk(ast.parse(errors_source)):
+        if isinstance(node, ast.ImportFrom):
+            assert node.module in {"__future__", "datetime", "typing"}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds", "canonical"),
+    [
+        ("250ms", 0.25, "250ms"),
+        ("2s", 2, "2s"),
+        ("90s", 90, "1m30s"),
+        ("1h30m", 5400, "1h30m"),
+        ("7d", 604800, "7d"),
+        ("0s", 0, "0s"),
+        ("1.5h", 5400, "1h30m"),
+    ],
+)
+def test_durations(text: str, seconds: float, canonical: str) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+    assert canonical_duration(text) == canonical
+    assert canonical_duration(timedelta(seconds=seconds)) == canonical
+
+
+@pytest.mark.parametrize("text", ["", "10", "5 m", "-1s", "1y", "s"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(DurationError) as info:
+        parse_duration(text)
+    assert info.value.code == "duration.invalid"
+
+
+def test_negative_timedelta_is_refused() -> None:
+    with pytest.raises(DurationError):
+        format_duration(timedelta(seconds=-1))
