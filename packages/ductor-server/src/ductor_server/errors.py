@@ -10,6 +10,7 @@
           ├── RequestInvalid                   request.invalid
           ├── EventInvalid                     event.invalid
           ├── RunNotCancellable                run.not_cancellable
+          ├── RunEnded                         run.ended (a signal to a finished run)
           ├── Unauthenticated                  auth.unauthenticated
           └── IdempotencyConflict              idempotency.conflict
 
@@ -97,6 +98,18 @@ class RunNotCancellable(ServerError):
         )
 
 
+class RunEnded(ServerError):
+    """The run has already ended, so it takes no more signals."""
+
+    code = "run.ended"
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has already ended ({status})",
+            details={"run_id": run_id, "status": status},
+        )
+
+
 class Unauthenticated(ServerError):
     """No valid API key was presented."""
 
@@ -118,6 +131,7 @@ __all__ = [
     "IdempotencyConflict",
     "NotFoundError",
     "RequestInvalid",
+    "RunEnded",
     "RunNotCancellable",
     "RunNotFound",
     "ServerError",
