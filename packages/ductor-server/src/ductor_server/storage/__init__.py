@@ -45,7 +45,14 @@ def open_store(target: str | Path) -> Store:
 
     Call `await store.open()` (and `await store.migrate()`) before use.
     """
-    raise NotImplementedError(f"no backend yet for {target}")
+    text = str(target)
+    if text.startswith(("postgresql://", "postgres://")):
+        from ductor_server.storage.postgres import PostgresStore
+
+        return PostgresStore(text)
+    from ductor_server.storage.sqlite import SqliteStore
+
+    return SqliteStore(Path(text))
 
 
 __all__ = [
