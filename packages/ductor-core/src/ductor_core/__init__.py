@@ -39,8 +39,10 @@ from ductor_core.expressions import (
     ExpressionEngine,
     default_engine,
 )
+from ductor_core.graph import Graph
 from ductor_core.runs import (
     AttemptResult,
+    BufferedSignal,
     CancelChildRuns,
     CancelRequested,
     CancelTimer,
@@ -65,6 +67,13 @@ from ductor_core.runs import (
     TickResult,
     TimerFired,
 )
+from ductor_core.tick import start_run, tick
+from ductor_core.validation import (
+    Problem,
+    ValidationReport,
+    validate_definition,
+    validate_definition_json,
+)
 
 __version__ = "0.1.0"
 
@@ -75,6 +84,7 @@ __all__ = [
     # runs: inputs, commands, state
     "AttemptResult",
     "BridgeArgs",
+    "BufferedSignal",
     "CancelChildRuns",
     "CancelRequested",
     "CancelTimer",
@@ -97,9 +107,11 @@ __all__ = [
     "ExpressionEngine",
     "ExpressionError",
     "GatherArgs",
+    "Graph",
     "IgnoredInput",
     "ItemState",
     "NotifyArgs",
+    "Problem",
     "RegisterWait",
     "RetryPolicy",
     "RouteArgs",
@@ -121,6 +133,7 @@ __all__ = [
     "TickResult",
     "TimerFired",
     "Trigger",
+    "ValidationReport",
     "WaitArgs",
     "WaitForEventArgs",
     "WaitForSignalArgs",
@@ -135,4 +148,9 @@ __all__ = [
     "definition_from_obj",
     "format_duration",
     "parse_duration",
+    # tick
+    "start_run",
+    "tick",
+    "validate_definition",
+    "validate_definition_json",
 ]

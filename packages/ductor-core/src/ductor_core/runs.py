@@ -94,6 +94,14 @@ class StepState(_Data, frozen=True, kw_only=True):
     data: dict[str, Any] = {}  # step-type private bookkeeping
 
 
+class BufferedSignal(_Data, frozen=True, kw_only=True):
+    """A signal received while no step was waiting for it (kept until one does)."""
+
+    signal_id: str
+    name: str
+    payload: Any = None
+
+
 class RunState(_Data, frozen=True, kw_only=True):
     """Everything the coordinator needs to tick a run; persisted as one value."""
 
@@ -106,6 +114,16 @@ class RunState(_Data, frozen=True, kw_only=True):
     created_at: datetime
     finished_at: datetime | None = None
     cancel_requested: bool = False
+    # Added for the tick (all optional, with defaults):
+    # timers the tick set and that have neither fired nor been cancelled, id -> fire_at;
+    timers: dict[str, datetime] = {}
+    # signals that arrived before any step waited for them (consumed in arrival order);
+    pending_signals: list[BufferedSignal] = []
+    # ids of events and signals already applied or buffered ("event:<id>", "signal:<id>"),
+    # so that a redelivery is ignored instead of applied twice;
+    received_ids: list[str] = []
+    # how many steps are not terminal yet; None means "count them".
+    open_steps: int | None = None
 
 
 # --- inputs ------------------------------------------------------------------

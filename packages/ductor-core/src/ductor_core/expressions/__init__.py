@@ -1,0 +1,194 @@
+"""CEL expressions: the only package that touches a CEL library.
+
+Everything else speaks to an `ExpressionEngine`: compile once (cached by
+source), evaluate against an activation of plain JSON values, get plain JSON
+values back. Errors are `ExpressionError`s that name the expression, with the
+codes `expression.syntax`, `expression.unknown_function` (both raised by
+`compile`) and `expression.evaluation`. Nothing here reads the clock or the
+environment: a caller that needs "now" passes it as a variable.
+
+Engines (see docs/expressions.md for the differences between them):
+
+    cel-python   CelPyEngine     the reference (default); pure Python, slow
+    cel-rust     CelRustEngine   Rust-backed, same answers on the shared corpus
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from ductor_core.expressions._cel_rust_engine import (
+    CEL_RUST_ENGINE_NAME,
+    CelRustBoundVariables,
+    CelRustEngine,
+    CelRustProgram,
+)
+from ductor_core.expressions._celpy_engine import (
+    CELPY_ENGINE_NAME,
+    CelPyBoundVariables,
+    CelPyEngine,
+    CelPyProgram,
+)
+from ductor_core.expressions._functions import (
+    BUILTIN_FUNCTIONS,
+    MACROS,
+    STANDARD_FUNCTIONS,
+    CustomFunction,
+    FunctionRegistry,
+    JsonFunction,
+    builtin_registry,
+    default_registry,
+)
+from ductor_core.expressions._program_cache import ProgramCache
+from ductor_core.expressions._values import ValueConversionError, to_json
+
+__all__ = [
+    "BUILTIN_FUNCTIONS",
+    "CELPY_ENGINE_NAME",
+    "CEL_RUST_ENGINE_NAME",
+    "ENGINE_NAMES",
+    "MACROS",
+    "STANDARD_FUNCTIONS",
+    "VARIABLES",
+    "BoundVariables",
+    "CelPyBoundVariables",
+    "CelPyEngine",
+    "CelPyProgram",
+    "CelRustBoundVariables",
+    "CelRustEngine",
+    "CelRustProgram",
+    "CompiledExpression",
+    "CustomFunction",
+    "ExpressionEngine",
+    "FunctionRegistry",
+    "JsonFunction",
+    "ProgramCache",
+    "ValueConversionError",
+    "builtin_registry",
+    "default_engine",
+    "default_registry",
+    "engine_by_name",
+    "make_activation",
+    "to_json",
+]
+
+# The names an expression sees. `event` and `item` only where they apply
+# (trigger filters and wait matches; scatter items), `now` only when the
+# caller passes the time in.
+VARIABLES = ("input", "steps", "run", "event", "item", "now")
+
+ENGINE_NAMES = (CELPY_ENGINE_NAME, CEL_RUST_ENGINE_NAME)
+
+
+@runtime_checkable
+class BoundVariables(Protocol):
+    """Variables converted once by one engine, to evaluate many expressions against.
+
+    Only the engine that made it accepts it. Use one per thread.
+    """
+
+    @property
+    def engine_name(self) -> str: ...
+
+
+@runtime_checkable
+class CompiledExpression(Protocol):
+    """A compiled program, safe to evaluate many times and from many threads."""
+
+    @property
+    def source(self) -> str: ...
+
+    def evaluate(self, activation: Any) -> Any:
+        """Evaluate against JSON-valued variables (a mapping, or `BoundVariables`
+        from the same engine); return a JSON value. Raises ExpressionError."""
+        ...
+
+
+@runtime_checkable
+class ExpressionEngine(Protocol):
+    """A CEL engine: compiles and evaluates expressions over JSON values.
+
+    Engines are safe to share between threads: the program cache takes a lock,
+    compiled programs hold no per-evaluation state.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def functions(self) -> FunctionRegistry:
+        """The custom functions the engine exposes."""
+        ...
+
+    def compile(self, source: str) -> CompiledExpression:
+        """Compile `source` (cached); raises ExpressionError on bad syntax or an
+        unknown function."""
+        ...
+
+    def evaluate(self, source: str, activation: Any) -> Any:
+        """Compile (cached) and evaluate `source` in one call."""
+        ...
+
+    def bind(self, activation: Mapping[str, Any]) -> BoundVariables:
+        """Convert `activation` once, for evaluating many expressions against it."""
+        ...
+
+
+def make_activation(
+    *,
+    input: Any = None,
+    steps: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The standard variables: `input`, `steps.<ref>.output`, `run`, and extras.
+
+    Args:
+        input: the run's input.
+        steps: each finished step's output, by step ref; exposed as
+            `steps.<ref>.output`.
+        run: facts about the run (id, family, version, started_at, ...).
+        **extra: `event`, `item`, `now` and the like, passed as given.
+    """
+    activation: dict[str, Any] = {
+        "input": input,
+        "steps": {ref: {"output": output} for ref, output in (steps or {}).items()},
+        "run": dict(run or {}),
+    }
+    activation.update(extra)
+    return activation
+
+
+_engines: dict[str, ExpressionEngine] = {}
+_engines_lock = threading.Lock()
+
+
+def engine_by_name(name: str) -> ExpressionEngine:
+    """The process-wide engine called `name` ("cel-python" or "cel-rust").
+
+    Built on first use with the default function registry and shared after.
+    Domain code takes an engine as a parameter; only the server edge picks one.
+
+    Raises:
+        ValueError: an unknown engine name.
+    """
+    with _engines_lock:
+        engine = _engines.get(name)
+        if engine is None:
+            if name == CELPY_ENGINE_NAME:
+                engine = CelPyEngine()
+            elif name == CEL_RUST_ENGINE_NAME:
+                engine = CelRustEngine()
+            else:
+                raise ValueError(
+                    f"unknown expression engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}"
+                )
+            _engines[name] = engine
+        return engine
+
+
+def default_engine() -> ExpressionEngine:
+    """The process-wide default engine: cel-python, the reference."""
+    return engine_by_name(CELPY_ENGINE_NAME)

@@ -1,0 +1,162 @@
+"""JSON values on the way into and out of a CEL engine, engine-neutral.
+
+Holds the range checks and the one `to_json` used by every engine; it imports no
+CEL library, so both engines produce results through exactly the same code.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+# CEL type names for the engine-side classes that `type(x)` can return.
+_TYPE_NAMES = {
+    "IntType": "int",
+    "UintType": "uint",
+    "DoubleType": "double",
+    "BoolType": "bool",
+    "StringType": "string",
+    "BytesType": "bytes",
+    "ListType": "list",
+    "MapType": "map",
+    "NoneType": "null_type",
+    "NullType": "null_type",
+    "TimestampType": "google.protobuf.Timestamp",
+    "DurationType": "google.protobuf.Duration",
+    "TypeType": "type",
+}
+
+
+class ValueConversionError(ValueError):
+    """A value that has no lossless CEL or JSON form (the engines wrap it)."""
+
+
+def check_int(value: int) -> int:
+    """Return `value` if CEL can hold it exactly (int64 or uint64), else raise."""
+    if INT64_MIN <= value <= UINT64_MAX:
+        return value
+    raise ValueConversionError(
+        f"integer {value} is outside the CEL range [-2**63, 2**64 - 1]; pass it as a string"
+    )
+
+
+def require_utc(value: datetime.datetime) -> datetime.datetime:
+    """Return `value` in UTC; a naive datetime is refused (times are always UTC)."""
+    if value.tzinfo is None:
+        raise ValueConversionError(f"naive datetime {value.isoformat()} has no time zone")
+    return value.astimezone(datetime.UTC)
+
+
+def format_timestamp(value: datetime.datetime) -> str:
+    """RFC 3339 in UTC with a `Z`, and 0, 3 or 6 fraction digits as needed."""
+    utc = require_utc(value)
+    base = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    micros = utc.microsecond
+    if micros == 0:
+        return base + "Z"
+    if micros % 1000 == 0:
+        return f"{base}.{micros // 1000:03d}Z"
+    return f"{base}.{micros:06d}Z"
+
+
+def format_duration_seconds(value: datetime.timedelta) -> str:
+    """A duration the way protobuf JSON writes it: seconds with an `s` (`"90s"`, `"1.5s"`)."""
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    whole, frac = divmod(abs(micros), 1_000_000)
+    if frac == 0:
+        return f"{sign}{whole}s"
+    return f"{sign}{whole}.{frac:06d}".rstrip("0") + "s"
+
+
+def map_key(value: Any) -> str:
+    """A CEL map key (string, int, uint or bool) as a JSON object key."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool) or type(value).__name__ == "BoolType":
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))
+    raise ValueConversionError(f"map key of type {type(value).__name__} has no JSON form")
+
+
+def to_json(value: Any) -> Any:
+    """Convert a CEL result (from any engine) to plain JSON-compatible Python.
+
+    ints (and uints) stay `int`, doubles `float`, strings `str`, null `None`;
+    lists and maps recurse (map keys become strings: `1` -> `"1"`, `true` ->
+    `"true"`); timestamps become RFC 3339 strings ending in `Z`; durations
+    become seconds strings (`"90s"`); bytes become standard base64; a CEL
+    type value becomes its CEL name (`"int"`, `"map"`, ...).
+
+    Raises:
+        ValueConversionError: for a value with no JSON form.
+    """
+    if value is None:
+        return None
+    # bools before ints: `bool` and cel-python's `BoolType` both subclass int.
+    if isinstance(value, bool) or type(value).__name__ == "BoolType":
+        return bool(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {map_key(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        return format_timestamp(value)
+    if isinstance(value, datetime.timedelta):
+        return format_duration_seconds(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, type):
+        return _TYPE_NAMES.get(value.__name__, value.__name__)
+    if type(value).__name__ == "NullType":
+        return None
+    raise ValueConversionError(f"value of type {type(value).__name__} has no JSON form")
+
+
+def to_plain(value: Any) -> Any:
+    """Check and copy an activation value into plain Python an engine can take.
+
+    JSON values pass (ints are range-checked), tuples become lists, mappings
+    become dicts, tz-aware datetimes become UTC timestamps, timedeltas
+    durations, bytes stay bytes; a msgspec Struct is converted to builtins
+    first. Anything else is refused.
+
+    Raises:
+        ValueConversionError: for an int out of range, a naive datetime or a
+            value that is not JSON.
+    """
+    if value is None or isinstance(value, str | bool | float):
+        return value
+    if isinstance(value, int):
+        return check_int(value)
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str | int):
+                raise ValueConversionError(f"map key {k!r} is not a string, int or bool")
+            out[k if isinstance(k, str | bool) else check_int(k)] = to_plain(v)
+        return out
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        return require_utc(value)
+    if isinstance(value, datetime.timedelta | bytes):
+        return value
+    if isinstance(value, msgspec.Struct):
+        return to_plain(msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes)))
+    raise ValueConversionError(f"value of type {type(value).__name__} is not JSON")

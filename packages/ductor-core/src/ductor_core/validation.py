@@ -1,0 +1,1055 @@
+"""Definition validation: every problem of a workflow definition at once, each with a
+stable code, a readable message and an RFC 6901 JSON pointer. No I/O; never raises on bad input.
+
+msgspec stops decoding at the first error, so the raw JSON is walked here by
+hand (guided by the definition structs' own type information), and the semantic
+checks run on whatever parts are well formed.
+
+Problems come in the order the document is walked: unknown top-level fields,
+then `family_slug`, `title`, `description`, each step, each edge, each
+trigger, `input_schema`, `output`, and last the graph-wide problems (cycles,
+unreachable steps). Within one object, structural problems (missing, unknown
+or wrongly typed fields, in the object's own key order) come before semantic ones.
+
+What "unreachable" means here. A step with no incoming edge is a root, where a
+run starts. A step is unreachable when no root reaches it by following edges,
+whatever their type. In an acyclic graph every step is reachable, so this can
+only happen through a cycle that nothing outside it leads into (`x -> y -> x`),
+and to the steps after such a cycle: these would wait forever for an edge that
+is never decided. A cycle that *is* entered from a root (`a -> b -> c -> b`) is
+reported as a cycle only; its steps are reachable, though the join rule means
+they would deadlock too, which is exactly why every cycle is an error.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import msgspec.inspect as mi
+
+from ductor_core.definitions import (
+    ARGS_BY_TYPE,
+    Edge,
+    EdgeType,
+    RetryPolicy,
+    Step,
+    StepTemplate,
+    StepType,
+    Trigger,
+    WorkflowDefinition,
+)
+from ductor_core.durations import parse_duration
+from ductor_core.errors import DefinitionError, DurationError, ExpressionError
+from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_core.graph import Graph
+
+SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+"""What a `family_slug` must fully match."""
+
+REF_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+"""What a step `ref` must fully match."""
+
+SCATTER_STEP_TYPES: frozenset[StepType] = frozenset(
+    {StepType.ACTION, StepType.BRIDGE, StepType.NOTIFY, StepType.ROUTE, StepType.DATAFLOW}
+)
+"""The step types a SCATTER may run once per item."""
+
+_MALFORMED = "definition.malformed"
+_UNKNOWN_FIELD = "definition.unknown_field"
+_BAD_ARGS = "definition.bad_args"
+_BAD_EXPRESSION = "definition.bad_expression"
+_BAD_DURATION = "definition.bad_duration"
+_BAD_RETRY = "definition.bad_retry"
+_BAD_SLUG = "definition.bad_slug"
+
+_JSON_SCHEMA_TYPES = frozenset(
+    {"object", "array", "string", "number", "integer", "boolean", "null"}
+)
+
+# Which DATAFLOW fields each operation needs; the others must be left out.
+_DATAFLOW_NEEDS: dict[str, tuple[str, ...]] = {
+    "project": ("project",),
+    "filter": ("items", "predicate"),
+    "map": ("items", "expression"),
+    "merge": ("sources",),
+    "pick": ("source", "keys"),
+}
+_DATAFLOW_FIELDS = ("project", "items", "predicate", "expression", "sources", "source", "keys")
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing wrong with a definition.
+
+    Attributes:
+        code: stable machine code, e.g. `definition.cycle`.
+        message: what is wrong, for a person.
+        pointer: RFC 6901 JSON pointer to the offending place ("" is the whole document).
+    """
+
+    code: str
+    message: str
+    pointer: str
+
+
+class ValidationReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of validating one definition: valid, or every problem found."""
+
+    valid: bool
+    problems: list[Problem]
+
+    def raise_for_problems(self) -> None:
+        """Raise if the definition is invalid.
+
+        Raises:
+            DefinitionError: code `definition.invalid`; `details` holds the problems.
+        """
+        if self.valid:
+            return
+        first = self.problems[0]
+        more = len(self.problems) - 1
+        suffix = f" (and {more} more problem{'s' if more != 1 else ''})" if more else ""
+        raise DefinitionError(
+            f"invalid definition: {first.message}{suffix}",
+            code="definition.invalid",
+            details=[msgspec.to_builtins(p) for p in self.problems],
+        )
+
+
+def validate_definition(obj: Any, *, engine: ExpressionEngine | None = None) -> ValidationReport:
+    """Check a definition and report every problem at once.
+
+    Args:
+        obj: parsed JSON (any value `json.loads` can return) or a decoded
+            `WorkflowDefinition`.
+        engine: compiles the CEL expressions; `default_engine()` if None. Its
+            cache makes validating the same expressions again cheap.
+
+    Returns:
+        The report; `valid` is true exactly when `problems` is empty.
+    """
+    if isinstance(obj, WorkflowDefinition):
+        obj = msgspec.to_builtins(obj)
+    walker = _Walker(engine if engine is not None else default_engine())
+    walker.definition(obj)
+    return ValidationReport(valid=not walker.problems, problems=walker.problems)
+
+
+def validate_definition_json(
+    data: bytes | str, *, engine: ExpressionEngine | None = None
+) -> ValidationReport:
+    """Parse JSON text and validate it; text that is not JSON is one `definition.malformed`."""
+    try:
+        obj = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        problem = Problem(code=_MALFORMED, message=f"not valid JSON: {exc}", pointer="")
+        return ValidationReport(valid=False, problems=[problem])
+    return validate_definition(obj, engine=engine)
+
+
+# --- pointers and wording ---------------------------------------------------------
+
+
+def _ptr(base: str, *parts: str | int) -> str:
+    for part in parts:
+        base += "/" + str(part).replace("~", "~0").replace("/", "~1")
+    return base
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def _expected(t: mi.Type) -> str:
+    if isinstance(t, mi.StrType):
+        return "a string"
+    if isinstance(t, mi.IntType):
+        return "an integer"
+    if isinstance(t, mi.FloatType):
+        return "a number"
+    if isinstance(t, mi.BoolType):
+        return "true or false"
+    if isinstance(t, mi.NoneType):
+        return "null"
+    if isinstance(t, mi.ListType):
+        return f"an array of {_plural(t.item_type)}"
+    if isinstance(t, mi.DictType):
+        if isinstance(t.value_type, mi.AnyType):
+            return "an object"
+        return f"an object of {_plural(t.value_type)}"
+    if isinstance(t, mi.StructType):
+        return "an object"
+    if isinstance(t, mi.LiteralType):
+        return "one of " + ", ".join(repr(v) for v in t.values)
+    if isinstance(t, mi.UnionType):
+        return " or ".join(_expected(member) for member in t.types)
+    return "any value"
+
+
+def _plural(t: mi.Type) -> str:
+    if isinstance(t, mi.StrType):
+        return "strings"
+    if isinstance(t, mi.IntType):
+        return "integers"
+    return "values"
+
+
+def _struct_info(cls: type[msgspec.Struct]) -> mi.StructType:
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    return info
+
+
+_STEP = _struct_info(Step)
+_EDGE = _struct_info(Edge)
+_TRIGGER = _struct_info(Trigger)
+_RETRY = _struct_info(RetryPolicy)
+_TEMPLATE = _struct_info(StepTemplate)
+_RETRY_DEFAULTS = RetryPolicy()
+_ARGS = {step_type: _struct_info(cls) for step_type, cls in ARGS_BY_TYPE.items()}
+_TOP_FIELDS = frozenset(f.encode_name for f in _struct_info(WorkflowDefinition).fields)
+
+
+# --- the walk ---------------------------------------------------------------------
+
+
+class _Walker:
+    """Collects problems while walking one raw definition."""
+
+    def __init__(self, engine: ExpressionEngine) -> None:
+        self.engine = engine
+        self.problems: list[Problem] = []
+        self._compiled: dict[str, str | None] = {}
+        self.first_index: dict[str, int] = {}
+        self.types: dict[str, str] = {}
+        self.graph = Graph((), ())
+        self.edge_index: list[int] = []
+        self.steps_known = True
+
+    def add(self, code: str, pointer: str, message: str) -> None:
+        self.problems.append(Problem(code=code, message=message, pointer=pointer))
+
+    # structural checks, driven by the structs' own type information
+
+    def check(
+        self, value: Any, t: mi.Type, pointer: str, where: str, label: str, code: str
+    ) -> tuple[bool, Any]:
+        """Check `value` against `t`; report what is wrong with `code`.
+
+        Returns whether it conforms and, for a struct, the dict of its
+        conforming fields (for anything else, the value itself).
+        """
+        if isinstance(t, mi.UnionType):
+            members = [m for m in t.types if not isinstance(m, mi.NoneType)]
+            if value is None and len(members) < len(t.types):
+                return True, None
+            if len(members) == 1:
+                return self.check(value, members[0], pointer, where, label, code)
+            if any(_conforms(value, m) for m in members):
+                return True, value
+            self._wrong(value, t, pointer, where, label, code)
+            return False, None
+        if isinstance(t, mi.StructType):
+            if not isinstance(value, dict):
+                self._wrong(value, t, pointer, where, label, code)
+                return False, None
+            unknown = _UNKNOWN_FIELD if code == _MALFORMED else code
+            return True, self.struct(value, t, pointer, where, label + ".", code, unknown)
+        if isinstance(t, mi.ListType):
+            if not isinstance(value, list):
+                self._wrong(value, t, pointer, where, label, code)
+                return False, None
+            ok = True
+            for i, item in enumerate(value):
+                good, _ = self.check(
+                    item, t.item_type, _ptr(pointer, i), where, f"{label}[{i}]", code
+                )
+                ok = ok and good
+            return ok, value
+        if isinstance(t, mi.DictType):
+            if not isinstance(value, dict):
+                self._wrong(value, t, pointer, where, label, code)
+                return False, None
+            ok = True
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    self.add(code, pointer, f"{where}: '{label}' has a key that is not a string")
+                    ok = False
+                    continue
+                good, _ = self.check(
+                    item, t.value_type, _ptr(pointer, key), where, f"{label}.{key}", code
+                )
+                ok = ok and good
+            return ok, value
+        if _conforms(value, t):
+            return True, value
+        self._wrong(value, t, pointer, where, label, code)
+        return False, None
+
+    def struct(
+        self,
+        raw: dict[Any, Any],
+        info: mi.StructType,
+        pointer: str,
+        where: str,
+        prefix: str,
+        code: str,
+        unknown_code: str,
+    ) -> dict[str, Any]:
+        """Check an object's fields; return those that conform."""
+        fields = {f.encode_name: f for f in info.fields}
+        for f in info.fields:
+            if f.required and f.encode_name not in raw:
+                self.add(
+                    code,
+                    _ptr(pointer, f.encode_name),
+                    f"{where}: missing required field '{prefix}{f.encode_name}'",
+                )
+        ok: dict[str, Any] = {}
+        for key, value in raw.items():
+            field = fields.get(key) if isinstance(key, str) else None
+            if field is None:
+                hint = ""
+                if isinstance(key, str):
+                    close = difflib.get_close_matches(key, list(fields), n=1)
+                    hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+                self.add(
+                    unknown_code,
+                    _ptr(pointer, str(key)),
+                    f"{where}: unknown field '{prefix}{key}'{hint}",
+                )
+                continue
+            good, cleaned = self.check(
+                value, field.type, _ptr(pointer, key), where, prefix + key, code
+            )
+            if good:
+                ok[key] = cleaned
+        return ok
+
+    def _wrong(
+        self, value: Any, t: mi.Type, pointer: str, where: str, label: str, code: str
+    ) -> None:
+        self.add(code, pointer, f"{where}: '{label}' must be {_expected(t)}, got {_kind(value)}")
+
+    # leaf checks
+
+    def cel(self, source: str, pointer: str, where: str, label: str) -> None:
+        """Compile one CEL expression; report it if it does not compile."""
+        if source not in self._compiled:
+            self._compiled[source] = _compile_error(self.engine, source)
+        error = self._compiled[source]
+        if error is not None:
+            self.add(
+                _BAD_EXPRESSION,
+                pointer,
+                f"{_lead(where)}'{label}' is not valid CEL ({error}): {_show(source)}",
+            )
+
+    def duration(self, text: str, pointer: str, where: str, label: str) -> bool:
+        """Parse a duration; report it and return False if it does not parse or is zero."""
+        try:
+            value = parse_duration(text)
+        except DurationError:
+            self.add(
+                _BAD_DURATION,
+                pointer,
+                f"{where}: '{label}' is not a duration: {text!r} "
+                "(use numbers with units ms, s, m, h, d, e.g. '1h30m')",
+            )
+            return False
+        if not value:
+            self.add(_BAD_DURATION, pointer, f"{where}: '{label}' must be longer than zero")
+            return False
+        return True
+
+    def not_blank(
+        self, ok: dict[str, Any], name: str, pointer: str, where: str, label: str
+    ) -> None:
+        value = ok.get(name)
+        if isinstance(value, str) and not value.strip():
+            self.add(_BAD_ARGS, _ptr(pointer, name), f"{where}: '{label}{name}' must not be empty")
+
+    def slug(self, value: str, pointer: str, where: str, label: str) -> None:
+        if not SLUG_PATTERN.fullmatch(value):
+            self.add(
+                _BAD_SLUG,
+                pointer,
+                f"{_lead(where)}'{label}' must be lowercase letters, digits and '-', "
+                f"starting with a letter or digit, at most 63 long; got {_show(value)}",
+            )
+
+    # the document
+
+    def definition(self, obj: Any) -> None:
+        where = ""
+        if not isinstance(obj, dict):
+            self.add(_MALFORMED, "", f"a definition must be a JSON object, got {_kind(obj)}")
+            return
+        for key in obj:
+            if key not in _TOP_FIELDS:
+                close = difflib.get_close_matches(str(key), sorted(_TOP_FIELDS), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                self.add(_UNKNOWN_FIELD, _ptr("", str(key)), f"unknown field '{key}'{hint}")
+
+        if "family_slug" not in obj:
+            self.add(_MALFORMED, "/family_slug", "missing required field 'family_slug'")
+        else:
+            slug = obj["family_slug"]
+            if isinstance(slug, str):
+                self.slug(slug, "/family_slug", where, "family_slug")
+            else:
+                self.add(
+                    _MALFORMED, "/family_slug", f"'family_slug' must be a string, got {_kind(slug)}"
+                )
+        for name in ("title", "description"):
+            if name in obj and not isinstance(obj[name], str):
+                self.add(
+                    _MALFORMED, f"/{name}", f"'{name}' must be a string, got {_kind(obj[name])}"
+                )
+
+        steps = self._list(obj, "steps")
+        edges = self._list(obj, "edges")
+        triggers = self._list(obj, "triggers")
+        self.steps_known = steps is not None
+        self._index(steps or [], edges or [])
+
+        if steps is not None:
+            if not steps:
+                self.add("definition.empty", "/steps", "a definition needs at least one step")
+            for i, raw in enumerate(steps):
+                self.step(i, raw)
+        seen_edges: dict[tuple[str, str, str, str | None], int] = {}
+        for i, raw in enumerate(edges or []):
+            self.edge(i, raw, seen_edges)
+        for i, raw in enumerate(triggers or []):
+            self.trigger(i, raw)
+        if "input_schema" in obj:
+            self.input_schema(obj["input_schema"])
+        if "output" in obj:
+            self.output(obj["output"])
+        self.graph_problems()
+
+    def _list(self, obj: dict[Any, Any], name: str) -> list[Any] | None:
+        value = obj.get(name, [])
+        if isinstance(value, list):
+            return value
+        self.add(_MALFORMED, f"/{name}", f"'{name}' must be an array, got {_kind(value)}")
+        return None
+
+    def _index(self, steps: list[Any], edges: list[Any]) -> None:
+        """First pass: where each ref is first defined, its type, and the graph."""
+        for i, raw in enumerate(steps):
+            if isinstance(raw, dict) and isinstance(raw.get("ref"), str):
+                ref = raw["ref"]
+                if ref not in self.first_index:
+                    self.first_index[ref] = i
+                    kind = raw.get("type")
+                    self.types[ref] = kind if isinstance(kind, str) else ""
+        graph_edges: list[Edge] = []
+        for i, raw in enumerate(edges):
+            if not isinstance(raw, dict):
+                continue
+            source, target = raw.get("source_ref"), raw.get("target_ref")
+            if isinstance(source, str) and isinstance(target, str):
+                graph_edges.append(Edge(source_ref=source, target_ref=target))
+                self.edge_index.append(i)
+        self.graph = Graph(self.first_index, graph_edges)
+
+    def step(self, i: int, raw: Any) -> None:
+        pointer = _ptr("/steps", i)
+        ref = raw.get("ref") if isinstance(raw, dict) else None
+        where = f"step '{ref}'" if isinstance(ref, str) else f"steps[{i}]"
+        if not isinstance(raw, dict):
+            self.add(_MALFORMED, pointer, f"{where} must be an object, got {_kind(raw)}")
+            return
+        fields = self.struct(raw, _STEP, pointer, where, "", _MALFORMED, _UNKNOWN_FIELD)
+        if isinstance(ref := fields.get("ref"), str):
+            if not REF_PATTERN.fullmatch(ref):
+                self.add(
+                    "definition.bad_ref",
+                    _ptr(pointer, "ref"),
+                    f"{where}: a ref must start with a letter or '_' and hold only letters, "
+                    "digits, '_' and '-', at most 64 long",
+                )
+            first = self.first_index.get(ref)
+            if first is not None and first != i:
+                self.add(
+                    "definition.duplicate_ref",
+                    _ptr(pointer, "ref"),
+                    f"{where}: ref '{ref}' is already used by steps[{first}]",
+                )
+        kind = fields.get("type")
+        if isinstance(kind, str):
+            step_type = self.step_type(kind, _ptr(pointer, "type"), where, "type")
+            if step_type is not None and ("args" in fields or "args" not in raw):
+                own = ref if isinstance(ref, str) else None
+                args = fields.get("args", {})
+                self.args(step_type, args, _ptr(pointer, "args"), where, "args.", own)
+        self.retry_and_timeout(fields, pointer, where, "")
+
+    def step_type(self, kind: str, pointer: str, where: str, label: str) -> StepType | None:
+        try:
+            return StepType(kind)
+        except ValueError:
+            close = difflib.get_close_matches(kind, [t.value for t in StepType], n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            self.add(
+                "definition.unknown_step_type",
+                pointer,
+                f"{where}: unknown step type {_show(kind)} in '{label}'{hint}",
+            )
+            return None
+
+    def retry_and_timeout(
+        self, fields: dict[str, Any], pointer: str, where: str, prefix: str
+    ) -> None:
+        retry = fields.get("retry")
+        if isinstance(retry, dict):
+            self.retry(retry, _ptr(pointer, "retry"), where, prefix + "retry.")
+        timeout = fields.get("timeout")
+        if isinstance(timeout, str):
+            self.duration(timeout, _ptr(pointer, "timeout"), where, prefix + "timeout")
+
+    def retry(self, fields: dict[str, Any], pointer: str, where: str, prefix: str) -> None:
+        attempts = fields.get("max_attempts")
+        if isinstance(attempts, int) and attempts < 1:
+            self.add(
+                _BAD_RETRY,
+                _ptr(pointer, "max_attempts"),
+                f"{where}: '{prefix}max_attempts' counts every attempt and must be at least 1, "
+                f"got {attempts}",
+            )
+        coefficient = fields.get("backoff_coefficient")
+        if isinstance(coefficient, int | float) and not (
+            math.isfinite(coefficient) and coefficient >= 1
+        ):
+            self.add(
+                _BAD_RETRY,
+                _ptr(pointer, "backoff_coefficient"),
+                f"{where}: '{prefix}backoff_coefficient' must be a finite number of at least 1, "
+                f"got {coefficient}",
+            )
+        intervals = {}
+        for name in ("initial_interval", "max_interval"):
+            text = fields.get(name, getattr(_RETRY_DEFAULTS, name))
+            if isinstance(text, str) and self.duration(
+                text, _ptr(pointer, name), where, prefix + name
+            ):
+                intervals[name] = parse_duration(text)
+        if len(intervals) == 2 and intervals["initial_interval"] > intervals["max_interval"]:
+            self.add(
+                _BAD_RETRY,
+                _ptr(pointer, "initial_interval"),
+                f"{where}: '{prefix}initial_interval' is longer than '{prefix}max_interval'",
+            )
+        for j, code in enumerate(fields.get("non_retryable_codes") or []):
+            if isinstance(code, str) and not code.strip():
+                self.add(
+                    _BAD_RETRY,
+                    _ptr(pointer, "non_retryable_codes", j),
+                    f"{where}: '{prefix}non_retryable_codes[{j}]' must not be empty",
+                )
+
+    # step args, per type
+
+    def args(
+        self,
+        step_type: StepType,
+        raw: dict[str, Any],
+        pointer: str,
+        where: str,
+        prefix: str,
+        ref: str | None,
+    ) -> None:
+        fields = self.struct(raw, _ARGS[step_type], pointer, where, prefix, _BAD_ARGS, _BAD_ARGS)
+        check = _ARG_CHECKS[step_type]
+        check(self, _Args(fields, raw, pointer, where, prefix, ref))
+
+    def edge(self, i: int, raw: Any, seen: dict[tuple[str, str, str, str | None], int]) -> None:
+        pointer = _ptr("/edges", i)
+        where = f"edges[{i}]"
+        if isinstance(raw, dict):
+            source, target = raw.get("source_ref"), raw.get("target_ref")
+            if isinstance(source, str) and isinstance(target, str):
+                where = f"edges[{i}] ('{source}' -> '{target}')"
+        if not isinstance(raw, dict):
+            self.add(_MALFORMED, pointer, f"{where} must be an object, got {_kind(raw)}")
+            return
+        fields = self.struct(raw, _EDGE, pointer, where, "", _MALFORMED, _UNKNOWN_FIELD)
+        source, target = fields.get("source_ref"), fields.get("target_ref")
+        known = True
+        for name, ref in (("source_ref", source), ("target_ref", target)):
+            if self.steps_known and isinstance(ref, str) and ref not in self.first_index:
+                known = False
+                self.add(
+                    "definition.dangling_edge",
+                    _ptr(pointer, name),
+                    f"{where}: '{name}' names no step: {_show(ref)}",
+                )
+        kind = fields.get("type", EdgeType.SUCCESS.value)
+        edge_type: EdgeType | None = None
+        if isinstance(kind, str):
+            try:
+                edge_type = EdgeType(kind)
+            except ValueError:
+                self.add(
+                    "definition.unknown_edge_type",
+                    _ptr(pointer, "type"),
+                    f"{where}: unknown edge type {_show(kind)}; use one of "
+                    + ", ".join(t.value for t in EdgeType),
+                )
+        condition = fields.get("condition")
+        if edge_type is EdgeType.CONDITION and raw.get("condition") is None:
+            self.add(
+                "definition.condition_missing",
+                _ptr(pointer, "condition"),
+                f"{where}: an EDGE_TYPE_CONDITION edge needs a 'condition'",
+            )
+        elif (
+            edge_type is not None and edge_type is not EdgeType.CONDITION and condition is not None
+        ):
+            self.add(
+                "definition.condition_unexpected",
+                _ptr(pointer, "condition"),
+                f"{where}: only an EDGE_TYPE_CONDITION edge takes a 'condition', "
+                f"this one is {edge_type.value}",
+            )
+        elif isinstance(condition, str):
+            self.cel(condition, _ptr(pointer, "condition"), where, "condition")
+        if isinstance(source, str) and isinstance(target, str) and known:
+            if source == target:
+                self.add(
+                    "definition.self_loop",
+                    pointer,
+                    f"{where}: step '{source}' has an edge to itself",
+                )
+            if isinstance(kind, str):
+                key = (source, target, kind, condition if isinstance(condition, str) else None)
+                if key in seen:
+                    self.add(
+                        "definition.duplicate_edge",
+                        pointer,
+                        f"{where}: repeats edges[{seen[key]}]",
+                    )
+                else:
+                    seen[key] = i
+
+    def trigger(self, i: int, raw: Any) -> None:
+        pointer = _ptr("/triggers", i)
+        where = f"triggers[{i}]"
+        if not isinstance(raw, dict):
+            self.add(_MALFORMED, pointer, f"{where} must be an object, got {_kind(raw)}")
+            return
+        fields = self.struct(raw, _TRIGGER, pointer, where, "", _MALFORMED, _UNKNOWN_FIELD)
+        event = fields.get("event")
+        if isinstance(event, str) and not event.strip():
+            self.add(
+                "definition.bad_trigger",
+                _ptr(pointer, "event"),
+                f"{where}: 'event' must name an event, got an empty string",
+            )
+        if isinstance(fields.get("filter"), str):
+            self.cel(fields["filter"], _ptr(pointer, "filter"), where, "filter")
+
+    def input_schema(self, value: Any) -> None:
+        if value is None:
+            return
+        if not isinstance(value, dict):
+            self.add(
+                "definition.bad_input_schema",
+                "/input_schema",
+                f"'input_schema' must be a JSON Schema object, got {_kind(value)}",
+            )
+            return
+        kind = value.get("type")
+        names = kind if isinstance(kind, list) else [kind]
+        if "type" in value and not all(
+            isinstance(n, str) and n in _JSON_SCHEMA_TYPES for n in names
+        ):
+            self.add(
+                "definition.bad_input_schema",
+                "/input_schema/type",
+                "'input_schema.type' must be a JSON Schema type ("
+                + ", ".join(sorted(_JSON_SCHEMA_TYPES))
+                + f") or an array of them, got {_show(kind)}",
+            )
+
+    def output(self, value: Any) -> None:
+        where = ""
+        if value is None:
+            return
+        if isinstance(value, str):
+            if not value.strip():
+                self.add("definition.bad_output", "/output", "'output' must not be empty")
+            else:
+                self.cel(value, "/output", where, "output")
+            return
+        if not isinstance(value, dict):
+            self.add(
+                "definition.bad_output",
+                "/output",
+                f"'output' must be a CEL string or an object of CEL strings, got {_kind(value)}",
+            )
+            return
+        if not value:
+            self.add(
+                "definition.bad_output",
+                "/output",
+                "'output' must project at least one key (leave it out for the default)",
+            )
+        for key, source in value.items():
+            pointer = _ptr("/output", str(key))
+            if not isinstance(source, str):
+                self.add(
+                    "definition.bad_output",
+                    pointer,
+                    f"'output.{key}' must be a CEL string, got {_kind(source)}",
+                )
+            else:
+                self.cel(source, pointer, where, f"output.{key}")
+
+    def graph_problems(self) -> None:
+        if not self.steps_known:
+            return
+        graph = self.graph
+        for cycle in graph.cycles():
+            if len(cycle) == 1:
+                continue  # a self-loop, already reported on its edge
+            closing = self.edge_index[cycle[-1]]
+            self.add(
+                "definition.cycle",
+                _ptr("/edges", closing),
+                f"the steps form a cycle: {graph.describe_cycle(cycle)}",
+            )
+        reachable = graph.reachable_from_roots()
+        for ref in graph.refs:
+            if ref not in reachable:
+                self.add(
+                    "definition.unreachable_step",
+                    _ptr("/steps", self.first_index[ref]),
+                    f"step '{ref}' can never start: every path into it comes from a cycle, "
+                    "not from a starting step (one with no incoming edges)",
+                )
+
+
+class _Args:
+    """One step's args under check: the conforming fields and the raw object."""
+
+    __slots__ = ("fields", "pointer", "prefix", "raw", "ref", "where")
+
+    def __init__(
+        self,
+        fields: dict[str, Any],
+        raw: dict[str, Any],
+        pointer: str,
+        where: str,
+        prefix: str,
+        ref: str | None,
+    ) -> None:
+        self.ref = ref
+        self.fields = fields
+        self.raw = raw
+        self.pointer = pointer
+        self.where = where
+        self.prefix = prefix
+
+    def at(self, *parts: str | int) -> str:
+        return _ptr(self.pointer, *parts)
+
+    def given(self, name: str) -> bool:
+        """Whether the raw args set `name` to something other than null."""
+        return self.raw.get(name) is not None
+
+    def text(self, name: str) -> str | None:
+        value = self.fields.get(name)
+        return value if isinstance(value, str) else None
+
+
+def _cel_fields(w: _Walker, a: _Args, *names: str) -> None:
+    for name in names:
+        source = a.text(name)
+        if source is not None:
+            w.cel(source, a.at(name), a.where, a.prefix + name)
+
+
+def _cel_map(w: _Walker, a: _Args, name: str) -> None:
+    value = a.fields.get(name)
+    if isinstance(value, dict):
+        for key, source in value.items():
+            if isinstance(source, str):
+                w.cel(source, a.at(name, key), a.where, f"{a.prefix}{name}.{key}")
+
+
+def _exactly_one(w: _Walker, a: _Args, first: str, second: str, what: str) -> None:
+    if a.given(first) == a.given(second):
+        w.add(
+            _BAD_ARGS,
+            a.pointer,
+            f"{a.where}: {what} needs exactly one of '{first}' or '{second}'"
+            + (", not both" if a.given(first) else ""),
+        )
+
+
+def _positive_version(
+    w: _Walker, a: _Args, fields: dict[str, Any], pointer: str, label: str
+) -> None:
+    version = fields.get("version")
+    if isinstance(version, int) and version < 1:
+        w.add(_BAD_ARGS, pointer, f"{a.where}: '{label}' must be 1 or more, got {version}")
+
+
+def _check_dataflow(w: _Walker, a: _Args) -> None:
+    operation = a.text("operation")
+    if operation in _DATAFLOW_NEEDS:
+        needs = _DATAFLOW_NEEDS[operation]
+        for name in needs:
+            if not a.given(name):
+                w.add(
+                    _BAD_ARGS,
+                    a.at(name),
+                    f"{a.where}: DATAFLOW operation '{operation}' needs '{a.prefix}{name}'",
+                )
+        for name in _DATAFLOW_FIELDS:
+            if name not in needs and a.given(name):
+                w.add(
+                    _BAD_ARGS,
+                    a.at(name),
+                    f"{a.where}: '{a.prefix}{name}' is not used by DATAFLOW operation "
+                    f"'{operation}'",
+                )
+        for name in ("project", "sources", "keys"):
+            if name in needs and a.fields.get(name) in ({}, []):
+                w.add(
+                    _BAD_ARGS,
+                    a.at(name),
+                    f"{a.where}: '{a.prefix}{name}' must not be empty",
+                )
+    _cel_map(w, a, "project")
+    _cel_fields(w, a, "items", "predicate", "expression", "source")
+    sources = a.fields.get("sources")
+    for j, source in enumerate(sources if isinstance(sources, list) else []):
+        w.cel(source, a.at("sources", j), a.where, f"{a.prefix}sources[{j}]")
+    keys = a.fields.get("keys")
+    for j, key in enumerate(keys if isinstance(keys, list) else []):
+        if not key:
+            w.add(_BAD_ARGS, a.at("keys", j), f"{a.where}: '{a.prefix}keys[{j}]' is empty")
+
+
+def _check_wait(w: _Walker, a: _Args) -> None:
+    _exactly_one(w, a, "duration", "until", "WAIT")
+    duration = a.text("duration")
+    if duration is not None:
+        w.duration(duration, a.at("duration"), a.where, a.prefix + "duration")
+    _cel_fields(w, a, "until")
+
+
+def _check_wait_for_event(w: _Walker, a: _Args) -> None:
+    w.not_blank(a.fields, "event", a.pointer, a.where, a.prefix)
+    _cel_fields(w, a, "match")
+    _timeout(w, a)
+
+
+def _check_wait_for_signal(w: _Walker, a: _Args) -> None:
+    w.not_blank(a.fields, "signal", a.pointer, a.where, a.prefix)
+    _timeout(w, a)
+
+
+def _timeout(w: _Walker, a: _Args) -> None:
+    timeout = a.text("timeout")
+    if timeout is not None:
+        w.duration(timeout, a.at("timeout"), a.where, a.prefix + "timeout")
+
+
+def _check_action(w: _Walker, a: _Args) -> None:
+    w.not_blank(a.fields, "action", a.pointer, a.where, a.prefix)
+    w.not_blank(a.fields, "connection", a.pointer, a.where, a.prefix)
+    _cel_map(w, a, "params")
+
+
+def _check_scatter(w: _Walker, a: _Args) -> None:
+    _exactly_one(w, a, "step", "workflow", "SCATTER")
+    _cel_fields(w, a, "items", "input")
+    concurrency = a.fields.get("max_concurrency")
+    if isinstance(concurrency, int) and concurrency < 1:
+        w.add(
+            _BAD_ARGS,
+            a.at("max_concurrency"),
+            f"{a.where}: '{a.prefix}max_concurrency' must be at least 1, got {concurrency}",
+        )
+    template = a.fields.get("step")
+    if isinstance(template, dict):
+        pointer, prefix = a.at("step"), a.prefix + "step."
+        kind = template.get("type")
+        step_type = (
+            w.step_type(kind, _ptr(pointer, "type"), a.where, prefix + "type")
+            if isinstance(kind, str)
+            else None
+        )
+        if step_type is not None and step_type not in SCATTER_STEP_TYPES:
+            w.add(
+                _BAD_ARGS,
+                _ptr(pointer, "type"),
+                f"{a.where}: a SCATTER cannot run a {step_type.value} per item; use one of "
+                + ", ".join(sorted(t.value for t in SCATTER_STEP_TYPES)),
+            )
+        elif step_type is not None:
+            raw_template = a.raw["step"]
+            if "args" in template or "args" not in raw_template:
+                args = template.get("args", {})
+                w.args(step_type, args, _ptr(pointer, "args"), a.where, prefix + "args.", None)
+        w.retry_and_timeout(template, pointer, a.where, prefix)
+    workflow = a.fields.get("workflow")
+    if isinstance(workflow, dict):
+        slug = workflow.get("family_slug")
+        if isinstance(slug, str):
+            w.slug(
+                slug, a.at("workflow", "family_slug"), a.where, a.prefix + "workflow.family_slug"
+            )
+        _positive_version(
+            w, a, workflow, a.at("workflow", "version"), a.prefix + "workflow.version"
+        )
+
+
+def _check_gather(w: _Walker, a: _Args) -> None:
+    scatter = a.text("scatter")
+    if scatter is None:
+        return
+    label, pointer = a.prefix + "scatter", a.at("scatter")
+    if scatter not in w.first_index:
+        w.add(_BAD_ARGS, pointer, f"{a.where}: '{label}' names no step: {_show(scatter)}")
+    elif w.types.get(scatter) != StepType.SCATTER.value:
+        w.add(
+            _BAD_ARGS,
+            pointer,
+            f"{a.where}: '{label}' must name a STEP_TYPE_SCATTER step; "
+            f"'{scatter}' is {w.types.get(scatter) or 'of no known type'}",
+        )
+    else:
+        if a.ref is not None and scatter not in w.graph.ancestors(a.ref):
+            w.add(
+                _BAD_ARGS,
+                pointer,
+                f"{a.where}: the SCATTER '{scatter}' must come before this GATHER "
+                "(a path of edges must lead from it to here)",
+            )
+
+
+def _check_subworkflow(w: _Walker, a: _Args) -> None:
+    slug = a.text("family_slug")
+    if slug is not None:
+        w.slug(slug, a.at("family_slug"), a.where, a.prefix + "family_slug")
+    _positive_version(w, a, a.fields, a.at("version"), a.prefix + "version")
+    _cel_fields(w, a, "input")
+
+
+def _check_bridge(w: _Walker, a: _Args) -> None:
+    w.not_blank(a.fields, "app_id", a.pointer, a.where, a.prefix)
+    w.not_blank(a.fields, "workflow", a.pointer, a.where, a.prefix)
+    _cel_fields(w, a, "input")
+
+
+def _check_route(w: _Walker, a: _Args) -> None:
+    w.not_blank(a.fields, "kind", a.pointer, a.where, a.prefix)
+    w.not_blank(a.fields, "pool", a.pointer, a.where, a.prefix)
+    _cel_map(w, a, "attributes")
+    _cel_fields(w, a, "price")
+    if a.given("timeout") and a.fields.get("await_completion") is not True:
+        w.add(
+            _BAD_ARGS,
+            a.at("timeout"),
+            f"{a.where}: '{a.prefix}timeout' only applies with 'await_completion': true",
+        )
+    _timeout(w, a)
+
+
+def _check_notify(w: _Walker, a: _Args) -> None:
+    _cel_fields(w, a, "recipient", "title", "body", "channel")
+
+
+_ARG_CHECKS: dict[StepType, Callable[[_Walker, _Args], None]] = {
+    StepType.DATAFLOW: _check_dataflow,
+    StepType.WAIT: _check_wait,
+    StepType.WAIT_FOR_EVENT: _check_wait_for_event,
+    StepType.WAIT_FOR_SIGNAL: _check_wait_for_signal,
+    StepType.ACTION: _check_action,
+    StepType.SCATTER: _check_scatter,
+    StepType.GATHER: _check_gather,
+    StepType.SUBWORKFLOW: _check_subworkflow,
+    StepType.BRIDGE: _check_bridge,
+    StepType.ROUTE: _check_route,
+    StepType.NOTIFY: _check_notify,
+}
+
+
+# --- leaves -----------------------------------------------------------------------
+
+
+def _conforms(value: Any, t: mi.Type) -> bool:
+    """Whether a scalar (or a list/dict of scalars) has type `t`, as msgspec decides."""
+    if isinstance(t, mi.AnyType):
+        return True
+    if isinstance(t, mi.NoneType):
+        return value is None
+    if isinstance(t, mi.BoolType):
+        return isinstance(value, bool)
+    if isinstance(t, mi.IntType):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(t, mi.FloatType):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(t, mi.StrType):
+        return isinstance(value, str)
+    if isinstance(t, mi.LiteralType):
+        return any(type(value) is type(v) and value == v for v in t.values)
+    if isinstance(t, mi.ListType):
+        return isinstance(value, list) and all(_conforms(v, t.item_type) for v in value)
+    if isinstance(t, mi.DictType):
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _conforms(v, t.value_type) for k, v in value.items()
+        )
+    if isinstance(t, mi.UnionType):
+        return any(_conforms(value, m) for m in t.types)
+    return False
+
+
+def _compile_error(engine: ExpressionEngine, source: str) -> str | None:
+    """Why `source` does not compile, or None if it does."""
+    if not source.strip():
+        return "empty expression"
+    try:
+        engine.compile(source)
+    except ExpressionError as exc:
+        cause = exc.__cause__
+        line, column = getattr(cause, "line", None), getattr(cause, "column", None)
+        if isinstance(line, int) and isinstance(column, int):
+            return f"syntax error at line {line}, column {column}"
+        return exc.message.split("\n", 1)[0]
+    except Exception as exc:  # a parser bug must not turn a report into a crash
+        return f"could not be compiled: {type(exc).__name__}"
+    return None
+
+
+def _lead(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
