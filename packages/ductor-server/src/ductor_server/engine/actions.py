@@ -68,6 +68,13 @@ class ActionRegistry:
         """The handler for `handler_name`, or None."""
         return self._handlers.get(handler_name)
 
+    async def aclose(self) -> None:
+        """Release what handlers hold (HTTP clients); they reopen on next use."""
+        for fn in self._handlers.values():
+            close = getattr(fn, "aclose", None)
+            if close is not None:
+                await close()
+
     def names(self) -> list[str]:
         """Every registered handler name, sorted."""
         return sorted(self._handlers)

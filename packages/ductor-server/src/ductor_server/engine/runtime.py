@@ -176,6 +176,7 @@ class Runtime:
                 await loop
         if Role.WORKER in self.roles:
             await self.workers.drain(self.config.stop_grace)
+        await self.actions.aclose()
 
     def wake(self) -> None:
         """Wake every loop of this process (after writing outside the services)."""
