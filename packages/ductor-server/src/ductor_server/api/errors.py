@@ -40,9 +40,11 @@ STATUS_BY_CODE: dict[str, int] = {
     "workflow.version_not_found": 404,
     # state conflicts and bad events
     "run.not_cancellable": 409,
+    "run.ended": 409,
     "event.invalid": 422,
     # the server
     "service.unavailable": 503,
+    "storage.unavailable": 503,
     "internal": 500,
 }
 

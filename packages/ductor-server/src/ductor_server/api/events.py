@@ -6,13 +6,13 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
-from litestar.params import Parameter
+from litestar.params import HeaderParameter
 
 from ductor_server.api.bodies import EventBody, decode_body
 from ductor_server.api.idempotency import run_idempotent
 from ductor_server.services import EventAccepted, Services
 
-IdempotencyKey = Annotated[str | None, Parameter(header="Idempotency-Key")]
+IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 
 
 class EventsController(Controller):

@@ -6,13 +6,13 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, QueryParameter
 
 from ductor_server.api.bodies import CancelRunBody, SignalBody, TriggerRunBody, decode_body
 from ductor_server.api.idempotency import run_idempotent
 from ductor_server.services import HistoryEntry, RunPage, RunView, Services, SignalAccepted
 
-IdempotencyKey = Annotated[str | None, Parameter(header="Idempotency-Key")]
+IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 
 
 class RunsController(Controller):
@@ -55,10 +55,10 @@ class RunsController(Controller):
         self,
         tenant_id: NamedDependency[str],
         services: NamedDependency[Services],
-        status: str | None = None,
-        family_slug: str | None = None,
-        cursor: str | None = None,
-        limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
+        status: FromQuery[str | None] = None,
+        family_slug: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
     ) -> RunPage:
         """Runs newest first; filter by `status` and `family_slug`, page with `cursor`."""
         return await services.list_runs(
@@ -67,14 +67,20 @@ class RunsController(Controller):
 
     @get("/{run_id:str}")
     async def get_run(
-        self, run_id: str, tenant_id: NamedDependency[str], services: NamedDependency[Services]
+        self,
+        run_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        services: NamedDependency[Services],
     ) -> RunView:
         """A run: status, input, output, error and every step's state."""
         return await services.get_run(tenant_id, run_id)
 
     @get("/{run_id:str}/history")
     async def history(
-        self, run_id: str, tenant_id: NamedDependency[str], services: NamedDependency[Services]
+        self,
+        run_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        services: NamedDependency[Services],
     ) -> list[HistoryEntry]:
         """The run's append-only history, oldest first."""
         return await services.run_history(tenant_id, run_id)
@@ -82,7 +88,7 @@ class RunsController(Controller):
     @post("/{run_id:str}/cancel")
     async def cancel(
         self,
-        run_id: str,
+        run_id: FromPath[str],
         request: Request[Any, Any, Any],
         tenant_id: NamedDependency[str],
         services: NamedDependency[Services],
@@ -108,8 +114,8 @@ class RunsController(Controller):
     @post("/{run_id:str}/signals/{name:str}")
     async def signal(
         self,
-        run_id: str,
-        name: str,
+        run_id: FromPath[str],
+        name: FromPath[str],
         request: Request[Any, Any, Any],
         tenant_id: NamedDependency[str],
         services: NamedDependency[Services],

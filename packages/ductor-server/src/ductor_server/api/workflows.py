@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
-from litestar.params import Parameter
+from litestar.params import FromPath, HeaderParameter
 
 from ductor_server.api.bodies import decode_body
 from ductor_server.api.idempotency import run_idempotent
@@ -18,7 +18,7 @@ from ductor_server.services import (
     WorkflowVersionView,
 )
 
-IdempotencyKey = Annotated[str | None, Parameter(header="Idempotency-Key")]
+IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 
 
 class WorkflowsController(Controller):
@@ -74,7 +74,10 @@ class WorkflowsController(Controller):
 
     @get("/{slug:str}")
     async def get_workflow(
-        self, slug: str, tenant_id: NamedDependency[str], services: NamedDependency[Services]
+        self,
+        slug: FromPath[str],
+        tenant_id: NamedDependency[str],
+        services: NamedDependency[Services],
     ) -> WorkflowFamilyView:
         """A family: its latest definition and the list of versions."""
         return await services.get_workflow(tenant_id, slug)
@@ -82,8 +85,8 @@ class WorkflowsController(Controller):
     @get("/{slug:str}/versions/{version:int}")
     async def get_version(
         self,
-        slug: str,
-        version: int,
+        slug: FromPath[str],
+        version: FromPath[int],
         tenant_id: NamedDependency[str],
         services: NamedDependency[Services],
     ) -> WorkflowVersionView:
