@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
-from ductor_core.definitions import WorkflowDefinition, content_hash, definition_from_obj
+from ductor_core.definitions import (
+    StepType,
+    WorkflowDefinition,
+    content_hash,
+    definition_from_obj,
+)
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import (
@@ -264,13 +270,54 @@ def _step_view(ref: str, step_type: str, title: str, state: StepState | None) ->
     )
 
 
-def run_view(run: RunRecord, definition: WorkflowDefinition | None) -> RunView:
-    """The API view of a stored run; steps in definition order."""
+def _starts_children(definition: WorkflowDefinition | None) -> bool:
+    if definition is None:
+        return False
+    for step in definition.steps:
+        if step.type == StepType.SUBWORKFLOW.value:
+            return True
+        if step.type == StepType.SCATTER.value and step.args.get("workflow") is not None:
+            return True
+    return False
+
+
+def _with_children(state: StepState, children: dict[tuple[str, int], str]) -> StepState:
+    if state.child_run_id is None and (state.ref, -1) in children:
+        state = msgspec.structs.replace(state, child_run_id=children[(state.ref, -1)])
+    if state.items and any((state.ref, i.index) in children for i in state.items):
+        items = [
+            msgspec.structs.replace(i, child_run_id=children[(state.ref, i.index)])
+            if i.child_run_id is None and (state.ref, i.index) in children
+            else i
+            for i in state.items
+        ]
+        state = msgspec.structs.replace(state, items=items)
+    return state
+
+
+def run_view(
+    run: RunRecord,
+    definition: WorkflowDefinition | None,
+    children: Sequence[RunRecord] = (),
+) -> RunView:
+    """The API view of a stored run; steps in definition order.
+
+    `children` (the run's child runs) fill in the child run ids the state
+    does not know yet (a child's id reaches the state when the child ends).
+    """
     state = run.state
+    by_unit = {
+        (c.parent_step_ref, c.parent_item_index): c.id
+        for c in children
+        if c.parent_step_ref is not None
+    }
     steps: list[StepView] = []
     seen: set[str] = set()
     for step in definition.steps if definition is not None else []:
-        steps.append(_step_view(step.ref, step.type, step.title, state.steps.get(step.ref)))
+        step_state = state.steps.get(step.ref)
+        if step_state is not None and by_unit:
+            step_state = _with_children(step_state, by_unit)
+        steps.append(_step_view(step.ref, step.type, step.title, step_state))
         seen.add(step.ref)
     for ref, step_state in state.steps.items():
         if ref not in seen:
@@ -509,7 +556,11 @@ class Services:
             if run is None:
                 raise RunNotFound(run_id)
             definition = await self.catalog.definition(tx, tenant_id, run.family_slug, run.version)
-        return run_view(run, definition)
+            children: list[RunRecord] = []
+            if _starts_children(definition) and not run.status.terminal:
+                # The tick learns a child's id only when the child ends; show it sooner.
+                children = await tx.list_child_runs(tenant_id, run_id)
+        return run_view(run, definition, children)
 
     async def get_run(self, tenant_id: str, run_id: str) -> RunView:
         """A run with per-step state.
