@@ -3,7 +3,8 @@
 It records every request (method, path, headers, body) and answers by path:
 `/json` 200 JSON echo, `/text` 200 text, `/status/<n>` that status (503 and
 429 with Retry-After: 0), `/sleep/<seconds>` sleeps then 200, `/flaky/<n>`
-503 for the first n requests of each idempotency key, then 200.
+503 for the first n requests of each step (idempotency key minus its
+attempt), then 200.
 """
 
 from __future__ import annotations
@@ -74,9 +75,10 @@ class HttpSink:
             time.sleep(float(path.rsplit("/", 1)[1]))
         if path.startswith("/flaky/"):
             failures = int(path.rsplit("/", 1)[1])
+            unit = key.rsplit(":", 1)[0]  # the step, whatever the attempt
             with self.lock:
-                count = self._per_key.get(key, 0)
-                self._per_key[key] = count + 1
+                count = self._per_key.get(unit, 0)
+                self._per_key[unit] = count + 1
             if count < failures:
                 return 503, "text/plain", b"try again", {"Retry-After": "0"}
         if path.startswith("/text"):
