@@ -1,0 +1,145 @@
+"""Store lifecycle: migrations, ping, closed stores, rollback writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from ductor_server.storage import (
+    AttemptRecord,
+    EventRecord,
+    NewHistoryEntry,
+    RunRef,
+    Store,
+    StoreUnavailable,
+    TimerRecord,
+    open_store,
+)
+from ductor_server.storage._migrator import migration_files, split_statements
+from ductor_server.storage.postgres import PostgresStore
+
+from .builders import NOW, new_run, new_task
+
+_SECOND = timedelta(seconds=1)
+
+
+async def test_migrate_again_applies_nothing(store: Store) -> None:
+    assert await store.migrate() == []
+    await store.ping()
+
+
+async def test_concurrent_migrations_apply_each_file_once(store_target: str) -> None:
+    stores = [open_store(store_target) for _ in range(3)]
+    for s in stores:
+        await s.open()
+    try:
+        results = await asyncio.gather(*(s.migrate() for s in stores))
+        applied = [name for result in results for name in result]
+        assert sorted(applied) == [name for name, _ in migration_files(stores[0].backend)]
+        async with stores[0].transaction() as tx:
+            await tx.ensure_tenant("t1", name="one", now=NOW)
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_closed_store_is_unavailable(store_target: str) -> None:
+    s = open_store(store_target)
+    with pytest.raises(StoreUnavailable):
+        await s.ping()
+    await s.open()
+    await s.ping()
+    await s.close()
+    await s.close()  # twice is fine
+    with pytest.raises(StoreUnavailable):
+        async with s.transaction():
+            pass
+
+
+async def test_unreachable_postgres_is_unavailable() -> None:
+    assert open_store("postgresql://postgres@127.0.0.1:1/nothing").backend == "postgres"
+    s = PostgresStore("postgresql://postgres@127.0.0.1:1/nothing", connect_timeout=0.5)
+    with pytest.raises(StoreUnavailable):
+        await s.open()
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_a_rolled_back_transaction_writes_nothing(store: Store) -> None:
+    async def write_then_fail() -> None:
+        async with store.transaction() as tx:
+            await tx.ensure_tenant("t1", name="one", now=NOW)
+            await tx.insert_runs([new_run("t1", "r1")])
+            await tx.enqueue_tasks([new_task("t1", "r1", "a")])
+            await tx.record_attempts(
+                [
+                    AttemptRecord(
+                        tenant_id="t1",
+                        run_id="r1",
+                        step_ref="a",
+                        attempt=1,
+                        ok=True,
+                        started_at=NOW,
+                        finished_at=NOW,
+                    )
+                ]
+            )
+            await tx.set_timers(
+                [TimerRecord(tenant_id="t1", run_id="r1", timer_id="x", fire_at=NOW)]
+            )
+            await tx.insert_events(
+                [EventRecord(tenant_id="t1", id="e1", name="n", received_at=NOW)]
+            )
+            await tx.append_history(
+                [NewHistoryEntry(tenant_id="t1", run_id="r1", at=NOW, kind="run.started")]
+            )
+            raise Boom
+
+    with pytest.raises(Boom):
+        await write_then_fail()
+    async with store.transaction() as tx:
+        assert await tx.get_tenant("t1") is None
+        assert await tx.get_run("t1", "r1") is None
+        assert await tx.get_runs([RunRef(tenant_id="t1", run_id="r1")]) == []
+        assert await tx.lease_tasks(owner="w", limit=10, lease_for=_SECOND, now=NOW) == []
+        assert await tx.list_attempts("t1", "r1") == []
+        assert await tx.due_timers(now=NOW, limit=10) == []
+        assert await tx.get_event("t1", "e1") is None
+        assert await tx.list_history("t1", "r1") == []
+    # ...and the store still works afterwards.
+    async with store.transaction() as tx:
+        assert (await tx.insert_runs([new_run("t1", "r1")]))[0].created
+
+
+async def test_a_cancelled_transaction_writes_nothing(store: Store) -> None:
+    entered = asyncio.Event()
+
+    async def writer() -> None:
+        async with store.transaction() as tx:
+            await tx.insert_runs([new_run("t1", "r1")])
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(writer())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with store.transaction() as tx:
+        assert await tx.get_run("t1", "r1") is None
+
+
+def test_split_statements_drops_comments_and_keeps_multiline_statements() -> None:
+    script = "-- note\nCREATE TABLE a (\n  x int\n);\n\nCREATE INDEX i ON a (x);\n"
+    assert split_statements(script) == ["CREATE TABLE a (\n  x int\n)", "CREATE INDEX i ON a (x)"]
+
+
+def test_both_backends_have_the_same_migrations() -> None:
+    sqlite = [name for name, _ in migration_files("sqlite")]
+    postgres = [name for name, _ in migration_files("postgres")]
+    assert sqlite == postgres
+    assert sqlite[0] == "0001_init"
