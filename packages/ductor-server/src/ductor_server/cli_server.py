@@ -12,11 +12,16 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ductor_server import __version__
-from ductor_server.api.auth import display_prefix, hash_api_key, new_api_key
 from ductor_server.settings import Settings, parse_roles
-from ductor_server.storage import Store, open_store
+
+if TYPE_CHECKING:
+    from ductor_server.storage import Store
+
+# The store, the API and the engines are imported inside the commands that
+# need them, so `ductor --help` and the client commands start fast.
 
 DEV_TENANT = "dev"
 
@@ -26,6 +31,8 @@ def _now() -> datetime:
 
 
 async def _open_migrated(settings: Settings) -> Store:
+    from ductor_server.storage import open_store
+
     store = open_store(settings.store_target)
     await store.open()
     try:
@@ -38,6 +45,8 @@ async def _open_migrated(settings: Settings) -> Store:
 
 async def create_key(store: Store, tenant_id: str, *, name: str, key: str | None = None) -> str:
     """Ensure `tenant_id` exists and store an API key for it (a new one unless `key`)."""
+    from ductor_server.api.auth import display_prefix, hash_api_key, new_api_key
+
     key = key or new_api_key()
     key_hash = hash_api_key(key)
     async with store.transaction() as tx:
@@ -144,6 +153,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
 
     async def run() -> list[str]:
+        from ductor_server.storage import open_store
+
         store = open_store(settings.store_target)
         await store.open()
         try:
