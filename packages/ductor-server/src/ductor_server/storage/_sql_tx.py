@@ -155,8 +155,8 @@ class SqlTx:
     def _dt_or_none(self, value: Any) -> datetime | None:
         return None if value is None else self._dt(value)
 
-    @staticmethod
-    def _json(value: Any) -> str | None:
+    def _json(self, value: Any) -> str | None:
+        """`value` as JSON text for a JSON column (None stays SQL NULL)."""
         return None if value is None else _encoder.encode(value).decode()
 
     @staticmethod

@@ -7,6 +7,7 @@ decoded with msgspec straight into typed records.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -27,6 +28,10 @@ from ductor_server.storage.protocol import Tx
 _MIGRATE_LOCK = zlib.crc32(b"ductor.migrate")
 
 
+# A JSON `\u0000` escape that is not itself an escaped backslash followed by "u0000".
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
 class _RawJsonLoader(Loader):
     """Hands jsonb/json columns over as bytes; the store decodes them with msgspec."""
 
@@ -41,6 +46,8 @@ def store_error(exc: psycopg.Error) -> StoreError:
         return StoreUnavailable(f"postgres: {exc}")
     if isinstance(exc, psycopg.IntegrityError):
         return StoreError(f"postgres: {exc}", code="storage.conflict", retryable=False)
+    if isinstance(exc, psycopg.DataError):
+        return StoreError(f"postgres: {exc}", code="storage.invalid_value", retryable=False)
     return StoreError(f"postgres: {exc}", retryable=isinstance(exc, psycopg.OperationalError))
 
 
@@ -55,6 +62,14 @@ class PostgresTx(SqlTx):
 
     def _ts(self, value: datetime) -> Any:
         return utc(value)
+
+    def _json(self, value: Any) -> str | None:
+        text = super()._json(value)
+        if text is not None and "\\u0000" in text:
+            # jsonb cannot hold U+0000; store U+FFFD rather than fail the whole
+            # transaction (a worker would otherwise redeliver the task forever).
+            text = _NUL_ESCAPE.sub(r"\1\\ufffd", text)
+        return text
 
     def _dt(self, value: Any) -> datetime:
         moment: datetime = value
