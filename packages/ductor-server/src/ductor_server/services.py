@@ -539,8 +539,8 @@ class Services:
                 now=now,
                 idempotency_key=idempotency_key,
             )
-            if inserted.created and effects.history:
-                await tx.append_history(effects.history)
+            if inserted.created:
+                await effects.flush(tx)
             run = inserted.run
             if not inserted.created:
                 definition = (
@@ -720,8 +720,7 @@ class Services:
                 data=data,
                 now=self.clock.now(),
             )
-            if effects.history:
-                await tx.append_history(effects.history)
+            await effects.flush(tx)
         effects.notify(self.wake)
         return EventAccepted(
             id=outcome.id,

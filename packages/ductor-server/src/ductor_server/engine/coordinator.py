@@ -53,6 +53,7 @@ class Coordinator:
         self.batch = batch
         self.poll_interval = poll_interval
         self.ticks = 0  # runs ticked since start (for metrics and benchmarks)
+        self.batches = 0  # transactions that ticked at least one run
 
     async def run_forever(self) -> None:
         """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do."""
@@ -144,8 +145,8 @@ class Coordinator:
                 self.ticks += 1
             if consumed:
                 await tx.delete_inbox(consumed)
-            if effects.history:
-                await tx.append_history(effects.history)
+            await effects.flush(tx)
+        self.batches += 1
         effects.notify(self.wake)
         return len(runs)
 

@@ -60,10 +60,44 @@ def new_run_id() -> str:
 
 @dataclass
 class Effects:
-    """What a transaction did that other loops must hear about once it commits."""
+    """Writes gathered from many ticks, flushed in one batch per kind, plus the
+    loops to wake once the transaction commits.
+
+    Batching turns "one statement per run" into "one statement per kind" for a
+    whole coordinator batch. Removals are flushed before additions, so a tick
+    that replaces a timer or a wait ends with the new one.
+    """
 
     topics: set[Topic] = field(default_factory=set)
     history: list[NewHistoryEntry] = field(default_factory=list)
+    tasks: list[NewTask] = field(default_factory=list)
+    set_timers: list[TimerRecord] = field(default_factory=list)
+    cancel_timers: list[TimerRef] = field(default_factory=list)
+    add_waits: list[WaitRecord] = field(default_factory=list)
+    clear_waits: list[WaitRef] = field(default_factory=list)
+    inbox: list[NewInboxItem] = field(default_factory=list)
+
+    async def flush(self, tx: Tx) -> None:
+        """Write everything gathered so far through `tx` (call before it commits)."""
+        if self.cancel_timers:
+            await tx.delete_timers(self.cancel_timers)
+        if self.clear_waits:
+            await tx.clear_waits(self.clear_waits)
+        if self.set_timers:
+            await tx.set_timers(self.set_timers)
+            self.topics.add(Topic.TIMERS)
+        if self.add_waits:
+            await tx.add_waits(self.add_waits)
+        if self.tasks:
+            await tx.enqueue_tasks(self.tasks)
+            self.topics.add(Topic.TASKS)
+        if self.inbox:
+            await tx.enqueue_inbox(self.inbox)
+            self.topics.add(Topic.INBOX)
+        if self.history:
+            await tx.append_history(self.history)
+        self.cancel_timers, self.clear_waits, self.set_timers = [], [], []
+        self.add_waits, self.tasks, self.inbox, self.history = [], [], [], []
 
     def notify(self, wake: WakeUp) -> None:
         """Wake the loops of every recorded topic (call after the commit)."""
@@ -96,7 +130,8 @@ async def create_run(
     child_key: str | None = None,
     depth: int = 0,
 ) -> RunInsert:
-    """Insert a run with its first tick (`start_run`) and carry out that tick's commands.
+    """Insert a run with its first tick (`start_run`) and gather that tick's commands
+    into `effects` (the caller flushes them before committing).
 
     If the idempotency key or child key is already taken, nothing is written
     and the existing run comes back with `created=False`.
@@ -145,25 +180,20 @@ async def apply_commands(
     now: datetime,
     depth: int = 0,
 ) -> None:
-    """Write what a tick of `run` asked for, in this transaction.
-
-    Removals (timers, waits) are written before additions, so a tick that
-    replaces a timer or a wait ends with the new one.
-    """
+    """Gather the writes a tick of `run` asked for into `effects` (child runs
+    are inserted at once); `effects.flush(tx)` writes the rest."""
     tenant_id = run.tenant_id
-    tasks: list[NewTask] = []
-    set_timers: list[TimerRecord] = []
-    cancel_timers: list[TimerRef] = []
-    add_waits: list[WaitRecord] = []
-    clear_waits: list[WaitRef] = []
     children: list[StartChildRun] = []
     cancel_children: list[CancelChildRuns] = []
     finished: RunFinished | None = None
+    tasks: list[NewTask] = []
+    timers: list[TimerRecord] = []
+    waits: list[WaitRecord] = []
     for command in commands:
         if isinstance(command, DispatchTask):
             tasks.append(NewTask.from_dispatch(tenant_id, run.id, command, available_at=now))
         elif isinstance(command, SetTimer):
-            set_timers.append(
+            timers.append(
                 TimerRecord(
                     tenant_id=tenant_id,
                     run_id=run.id,
@@ -172,11 +202,11 @@ async def apply_commands(
                 )
             )
         elif isinstance(command, CancelTimer):
-            cancel_timers.append(
+            effects.cancel_timers.append(
                 TimerRef(tenant_id=tenant_id, run_id=run.id, timer_id=command.timer_id)
             )
         elif isinstance(command, RegisterWait):
-            add_waits.append(
+            waits.append(
                 WaitRecord(
                     tenant_id=tenant_id,
                     run_id=run.id,
@@ -187,7 +217,7 @@ async def apply_commands(
                 )
             )
         elif isinstance(command, ClearWait):
-            clear_waits.append(
+            effects.clear_waits.append(
                 WaitRef(tenant_id=tenant_id, run_id=run.id, step_ref=command.step_ref)
             )
         elif isinstance(command, StartChildRun):
@@ -197,19 +227,10 @@ async def apply_commands(
         elif isinstance(command, RunFinished):
             finished = command
 
-    if cancel_timers:
-        await tx.delete_timers(cancel_timers)
-    if clear_waits:
-        await tx.clear_waits(clear_waits)
     if finished is None:
-        if set_timers:
-            await tx.set_timers(set_timers)
-            effects.topics.add(Topic.TIMERS)
-        if add_waits:
-            await tx.add_waits(add_waits)
-        if tasks:
-            await tx.enqueue_tasks(tasks)
-            effects.topics.add(Topic.TASKS)
+        effects.tasks.extend(tasks)
+        effects.set_timers.extend(timers)
+        effects.add_waits.extend(waits)
         for child in children:
             await _start_child(tx, parts, effects, parent=run, command=child, now=now, depth=depth)
     for cancel in cancel_children:
@@ -246,23 +267,20 @@ async def _start_child(
             retryable=False,
         )
     if error is not None or resolved is None:
-        await tx.enqueue_inbox(
-            [
-                NewInboxItem(
-                    tenant_id=parent.tenant_id,
-                    run_id=parent.id,
-                    input=ChildRunEnded(
-                        step_ref=command.step_ref,
-                        item_index=command.item_index,
-                        child_run_id="",
-                        status=RunStatus.FAILED,
-                        error=error,
-                    ),
-                    available_at=now,
-                )
-            ]
+        effects.inbox.append(
+            NewInboxItem(
+                tenant_id=parent.tenant_id,
+                run_id=parent.id,
+                input=ChildRunEnded(
+                    step_ref=command.step_ref,
+                    item_index=command.item_index,
+                    child_run_id="",
+                    status=RunStatus.FAILED,
+                    error=error,
+                ),
+                available_at=now,
+            )
         )
-        effects.topics.add(Topic.INBOX)
         return
     record, definition = resolved
     await create_run(
@@ -289,18 +307,15 @@ async def _cancel_children(
     live = [child for child in children if not child.status.terminal]
     if not live:
         return
-    await tx.enqueue_inbox(
-        [
-            NewInboxItem(
-                tenant_id=child.tenant_id,
-                run_id=child.id,
-                input=CancelRequested(reason=f"parent run {run.id} cancelled"),
-                available_at=now,
-            )
-            for child in live
-        ]
+    effects.inbox.extend(
+        NewInboxItem(
+            tenant_id=child.tenant_id,
+            run_id=child.id,
+            input=CancelRequested(reason=f"parent run {run.id} cancelled"),
+            available_at=now,
+        )
+        for child in live
     )
-    effects.topics.add(Topic.INBOX)
 
 
 async def _finish(
@@ -311,21 +326,18 @@ async def _finish(
     await tx.drop_run_tasks(run.tenant_id, run.id)
     if run.parent_run_id is None or run.parent_step_ref is None:
         return
-    await tx.enqueue_inbox(
-        [
-            NewInboxItem(
-                tenant_id=run.tenant_id,
-                run_id=run.parent_run_id,
-                input=ChildRunEnded(
-                    step_ref=run.parent_step_ref,
-                    item_index=run.parent_item_index,
-                    child_run_id=run.id,
-                    status=finished.status,
-                    output=finished.output,
-                    error=finished.error,
-                ),
-                available_at=now,
-            )
-        ]
+    effects.inbox.append(
+        NewInboxItem(
+            tenant_id=run.tenant_id,
+            run_id=run.parent_run_id,
+            input=ChildRunEnded(
+                step_ref=run.parent_step_ref,
+                item_index=run.parent_item_index,
+                child_run_id=run.id,
+                status=finished.status,
+                output=finished.output,
+                error=finished.error,
+            ),
+            available_at=now,
+        )
     )
-    effects.topics.add(Topic.INBOX)

@@ -15,7 +15,6 @@ from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.runs import EventReceived
 from ductor_server.engine.effects import Effects, EngineParts, create_run
-from ductor_server.engine.queue import Topic
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import EventRecord, NewInboxItem
 
@@ -58,7 +57,8 @@ async def ingest_event(
     data: Any,
     now: datetime,
 ) -> IngestedEvent:
-    """Store the event, start the runs it triggers and notify the runs waiting on it."""
+    """Store the event, start the runs it triggers and notify the runs waiting on it
+    (the writes gathered in `effects` are the caller's to flush)."""
     [fresh] = await tx.insert_events(
         [EventRecord(tenant_id=tenant_id, id=event_id, name=name, data=data, received_at=now)]
     )
@@ -89,18 +89,14 @@ async def ingest_event(
             outcome.runs_started.append(inserted.run.id)
     waiting = await tx.find_waits(tenant_id, kind="event", name=name)
     run_ids = list(dict.fromkeys(w.run_id for w in waiting))
-    if run_ids:
-        await tx.enqueue_inbox(
-            [
-                NewInboxItem(
-                    tenant_id=tenant_id,
-                    run_id=run_id,
-                    input=EventReceived(event_id=event_id, name=name, data=data),
-                    available_at=now,
-                )
-                for run_id in run_ids
-            ]
+    effects.inbox.extend(
+        NewInboxItem(
+            tenant_id=tenant_id,
+            run_id=run_id,
+            input=EventReceived(event_id=event_id, name=name, data=data),
+            available_at=now,
         )
-        effects.topics.add(Topic.INBOX)
-        outcome.runs_notified.extend(run_ids)
+        for run_id in run_ids
+    )
+    outcome.runs_notified.extend(run_ids)
     return outcome

@@ -81,6 +81,8 @@ class Workers:
         self.owner = owner or worker_owner_id()
         self.attempts_recorded = 0  # new attempts committed since start
         self.redeliveries_dropped = 0  # outcomes whose attempt was already recorded
+        self.lease_batches = 0  # lease round trips that returned tasks
+        self.report_batches = 0  # report transactions
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._leased: dict[str, TaskRecord] = {}
         self._outcomes: asyncio.Queue[_Outcome] = asyncio.Queue()
@@ -117,6 +119,8 @@ class Workers:
             tasks = await tx.lease_tasks(
                 owner=self.owner, limit=limit, lease_for=self.lease, now=now
             )
+        if tasks:
+            self.lease_batches += 1
         for task in tasks:
             self._leased[task.id] = task
             self._inflight[task.id] = asyncio.create_task(
@@ -220,6 +224,7 @@ class Workers:
             )
         for o in batch:
             self._leased.pop(o.task.id, None)
+        self.report_batches += 1
         self.attempts_recorded += len(results)
         self.redeliveries_dropped += len(batch) - len(results)
         if results:
