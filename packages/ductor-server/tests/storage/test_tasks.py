@@ -201,3 +201,15 @@ async def test_concurrent_deliveries_of_one_attempt_record_it_once(store: Store)
     async with store.transaction() as tx:
         [stored] = await tx.list_attempts("t1", "r1")
     assert stored.output == results.index(True)
+
+
+async def test_overdue_leases_come_before_queued_tasks(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", "stuck"), new_task("t1", "r1", "stuck2")])
+        await tx.lease_tasks(owner="w1", limit=2, lease_for=LEASE, now=NOW)
+        await tx.enqueue_tasks([new_task("t1", "r1", "vip", tier=9, available_at=at(1))])
+        first = await tx.lease_tasks(owner="w2", limit=1, lease_for=LEASE, now=at(31))
+        rest = await tx.lease_tasks(owner="w2", limit=5, lease_for=LEASE, now=at(31))
+    assert [t.step_ref for t in first] == ["stuck"]
+    assert [t.step_ref for t in rest] == ["stuck2", "vip"]
+    assert [t.deliveries for t in first + rest] == [2, 2, 1]

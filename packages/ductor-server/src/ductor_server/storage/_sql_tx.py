@@ -773,12 +773,44 @@ class SqlTx:
     ) -> list[TaskRecord]:
         if limit < 1 or (handlers is not None and not handlers):
             return []
-        at = self._ts(now)
-        where = (
-            "((status = 'queued' AND available_at <= %s)"
-            " OR (status = 'leased' AND lease_until <= %s))"
+        # Two index-friendly claims instead of one OR: overdue leases first (their
+        # work is the oldest), then queued tasks by tier and availability.
+        expired = await self._lease(
+            "status = 'leased' AND lease_until <= %s",
+            "lease_until, id",
+            owner=owner,
+            limit=limit,
+            lease_for=lease_for,
+            now=now,
+            handlers=handlers,
         )
-        params: list[Any] = [self._ts(utc(now) + lease_for), owner, at, at]
+        expired.sort(key=lambda t: (t.available_at, int(t.id)))
+        if len(expired) >= limit:
+            return expired
+        queued = await self._lease(
+            "status = 'queued' AND available_at <= %s",
+            "tier DESC, available_at, id",
+            owner=owner,
+            limit=limit - len(expired),
+            lease_for=lease_for,
+            now=now,
+            handlers=handlers,
+        )
+        queued.sort(key=lambda t: (-t.tier, t.available_at, int(t.id)))
+        return expired + queued
+
+    async def _lease(
+        self,
+        where: str,
+        order: str,
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+        handlers: Sequence[str] | None,
+    ) -> list[TaskRecord]:
+        params: list[Any] = [self._ts(utc(now) + lease_for), owner, self._ts(now)]
         if handlers is not None:
             where += f" AND handler IN ({', '.join(['%s'] * len(handlers))})"
             params.extend(handlers)
@@ -787,13 +819,11 @@ class SqlTx:
             "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
             " deliveries = deliveries + 1"
             f" WHERE id IN (SELECT id FROM tasks WHERE {where}"
-            f" ORDER BY tier DESC, available_at, id LIMIT %s{self._skip_locked})"
+            f" ORDER BY {order} LIMIT %s{self._skip_locked})"
             f" RETURNING {_TASK_COLS}",
             params,
         )
-        tasks = [self._task(r) for r in rows]
-        tasks.sort(key=lambda t: (-t.tier, t.available_at, int(t.id)))
-        return tasks
+        return [self._task(r) for r in rows]
 
     async def extend_leases(
         self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime
@@ -848,12 +878,9 @@ class SqlTx:
         at = self._ts(now)
         row = await self._fetchone(
             "SELECT"
-            " COALESCE(SUM(CASE WHEN status = 'queued' AND available_at <= %s"
-            " THEN 1 ELSE 0 END), 0),"
-            " COALESCE(SUM(CASE WHEN status = 'queued' AND available_at > %s"
-            " THEN 1 ELSE 0 END), 0),"
-            " COALESCE(SUM(CASE WHEN status = 'leased' THEN 1 ELSE 0 END), 0)"
-            " FROM tasks WHERE status <> 'done'",
+            " (SELECT COUNT(*) FROM tasks WHERE status = 'queued' AND available_at <= %s),"
+            " (SELECT COUNT(*) FROM tasks WHERE status = 'queued' AND available_at > %s),"
+            " (SELECT COUNT(*) FROM tasks WHERE status = 'leased')",
             (at, at),
         )
         ready, scheduled, leased = row if row is not None else (0, 0, 0)

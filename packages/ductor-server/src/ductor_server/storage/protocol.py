@@ -223,9 +223,10 @@ class Tx(Protocol):
     ) -> list[TaskRecord]:
         """Lease up to `limit` tasks (any tenant) to `owner` until `now + lease_for`.
 
-        Leasable: queued with available_at <= now, or leased with lease_until <=
-        now (an expired lease is re-leased: at-least-once). Higher tier first,
-        then available_at, then creation. Concurrent leasers get disjoint tasks
+        Leasable: leased with lease_until <= now (an expired lease is re-leased:
+        at-least-once), which come first, then queued with available_at <= now,
+        higher tier first, then available_at, then creation. The result is in
+        that order. Concurrent leasers get disjoint tasks
         (SKIP LOCKED on Postgres). Each lease bumps `deliveries`. Optionally only
         tasks whose handler is in `handlers`.
         """

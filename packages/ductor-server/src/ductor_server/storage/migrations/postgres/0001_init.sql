@@ -75,6 +75,7 @@ CREATE TABLE run_inbox (
 );
 CREATE INDEX run_inbox_by_run ON run_inbox (tenant_id, run_id, seq);
 CREATE INDEX run_inbox_by_time ON run_inbox (available_at);
+ALTER TABLE run_inbox SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 500);
 
 CREATE TABLE tasks (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -100,6 +101,8 @@ CREATE TABLE tasks (
 CREATE INDEX tasks_ready ON tasks (tier DESC, available_at, id) WHERE status = 'queued';
 CREATE INDEX tasks_leased ON tasks (lease_until) WHERE status = 'leased';
 CREATE INDEX tasks_by_run ON tasks (tenant_id, run_id);
+-- Queue tables churn: vacuum them early so dead index entries do not slow leasing.
+ALTER TABLE tasks SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 500);
 
 CREATE TABLE attempts (
     tenant_id text NOT NULL,
@@ -123,6 +126,7 @@ CREATE TABLE timers (
     PRIMARY KEY (tenant_id, run_id, timer_id)
 );
 CREATE INDEX timers_by_time ON timers (fire_at);
+ALTER TABLE timers SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 500);
 
 CREATE TABLE waits (
     tenant_id text NOT NULL,
