@@ -109,6 +109,21 @@ def test_hello_world_through_the_cli_and_http(server: Any, tmp_path: Path) -> No
     assert set(run["output"]) == {"pause"}
     assert "waited_until" in run["output"]["pause"]
 
+    # Errors print their code and message and exit 1.
+    missing = server.cli("runs", "get", "no-such-run", check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("error: run.not_found: ")
+    broken = tmp_path / "broken.json"
+    broken.write_text(
+        json.dumps({**HELLO_WORLD, "edges": [{"source_ref": "greet", "target_ref": "x"}]})
+    )
+    invalid = server.cli("workflows", "validate", str(broken), check=False)
+    assert invalid.returncode == 1
+    assert "/edges/0" in invalid.stdout
+    refused = server.cli("workflows", "publish", str(broken), check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: definition.invalid: ")
+
     with server.client() as http:
         listed = http.get("/v1/runs", params={"family_slug": "hello-world"}).json()
         assert [r["id"] for r in listed["items"]] == [run["id"]]
@@ -121,8 +136,8 @@ def test_hello_world_through_the_cli_and_http(server: Any, tmp_path: Path) -> No
 def test_runs_survive_kill_9_of_the_server(server: Any, sink: Any, wait_until: Any) -> None:
     server.start()
     with server.client() as http:
-        _publish(http, _nap(4))
-        _publish(http, _call("flaky-call", f"{sink.url}/flaky", backoff="4s"))
+        _publish(http, _nap(6))
+        _publish(http, _call("flaky-call", f"{sink.url}/flaky", backoff="6s"))
         _publish(http, _call("slow-call", f"{sink.url}/slow"))
         nap = _trigger(http, "nap", {"who": "ada"})
         flaky = _trigger(http, "flaky-call", {"n": 1})
@@ -139,6 +154,10 @@ def test_runs_survive_kill_9_of_the_server(server: Any, sink: Any, wait_until: A
             what="flaky call to back off",
         )
         wait_until(sink.slow_started.is_set, what="the slow call to reach the sink")
+        # Still there at the moment of the kill (else the test proves nothing).
+        assert _step(http, nap, "nap")["status"] == "STEP_STATUS_WAITING"
+        assert _step(http, flaky, "call")["status"] == "STEP_STATUS_RETRYING"
+        assert _step(http, slow, "call")["status"] == "STEP_STATUS_RUNNING"
     server.kill9()
     # The kill landed while the slow request was still open at the sink.
     assert sink.effects_for(slow) == {}

@@ -59,10 +59,19 @@ def find_api_key(flag: str | None, data_dir: str | None) -> str | None:
 class ApiClient:
     """A small synchronous client of the Ductor REST API."""
 
-    def __init__(self, url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url
-        self.http = httpx.Client(base_url=url, headers=headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=url, headers=headers, timeout=timeout, transport=transport
+        )
 
     def close(self) -> None:
         """Close the connection pool."""

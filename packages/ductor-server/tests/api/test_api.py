@@ -261,8 +261,13 @@ async def test_trigger_and_read_a_run(api: Api) -> None:
     page = (await api.call("GET", "/v1/runs", params={"family_slug": "hello-world"})).json()
     assert [r["id"] for r in page["items"]] == [run["id"]]
     bad_limit = await api.call("GET", "/v1/runs", params={"limit": 0})
-    assert bad_limit.status_code in (400, 422)
-    assert bad_limit.json()["code"] == "request.invalid"
+    error = assert_error(bad_limit, 422, "request.invalid")
+    assert "limit" in json.dumps(error["details"])
+    bad_status = await api.call("GET", "/v1/runs", params={"status": "RUN_STATUS_BOGUS"})
+    assert_error(bad_status, 422, "request.invalid")
+    bad_version = await api.call("GET", "/v1/workflows/hello-world/versions/one")
+    assert bad_version.status_code in (404, 422)
+    assert bad_version.json()["code"] in ("route.not_found", "request.invalid")
 
 
 async def test_run_list_pages_with_a_cursor(api: Api) -> None:

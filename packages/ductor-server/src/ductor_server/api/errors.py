@@ -113,7 +113,13 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     if status >= 500:
         log.error("server error on %s %s: %s", request.method, request.url.path, exc.detail)
         return error_response("internal", "internal server error", status=status)
-    return error_response("request.invalid", str(exc.detail), exc.extra or None, status=status)
+    # Litestar's own validation (query and path parameters, headers).
+    return error_response(
+        "request.invalid",
+        str(exc.detail),
+        exc.extra or None,
+        status=STATUS_BY_CODE["request.invalid"] if status == 400 else status,
+    )
 
 
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
