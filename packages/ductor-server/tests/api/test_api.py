@@ -57,9 +57,15 @@ class Api:
         return await self.client.request(method, path, headers=sent, **kwargs)
 
 
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    settings = Settings(data_dir=tmp_path, max_body_bytes=MAX_BODY, poll_interval=0.05)
+@pytest.fixture(params=["sqlite", "postgres"])
+async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Api]:
+    database_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url=database_url,
+        max_body_bytes=MAX_BODY,
+        poll_interval=0.05,
+    )
     async with AsyncTestClient(app=create_app(settings)) as client:
         # The app runs its own event loop; the test talks to the same SQLite
         # file through a store of its own.
@@ -86,20 +92,28 @@ def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
 # --- auth --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "header",
-    [None, "", "Bearer", "Bearer ", "Basic abc", "Bearer dk_not_a_real_key", "dk_no_scheme"],
-)
-async def test_every_v1_route_needs_a_valid_key(api: Api, header: str | None) -> None:
-    headers = {} if header is None else {"Authorization": header}
-    for method, path in [
-        ("GET", "/v1/runs"),
-        ("GET", "/v1/workflows"),
-        ("POST", "/v1/events"),
-        ("GET", "/v1/runs/some-run"),
-    ]:
-        response = await api.client.request(method, path, headers=headers)
-        assert_error(response, 401, "auth.unauthenticated")
+BAD_AUTH_HEADERS = [
+    None,
+    "",
+    "Bearer",
+    "Bearer ",
+    "Basic abc",
+    "Bearer dk_not_a_real_key",
+    "dk_no_scheme",
+]
+
+
+async def test_every_v1_route_needs_a_valid_key(api: Api) -> None:
+    for header in BAD_AUTH_HEADERS:
+        headers = {} if header is None else {"Authorization": header}
+        for method, path in [
+            ("GET", "/v1/runs"),
+            ("GET", "/v1/workflows"),
+            ("POST", "/v1/events"),
+            ("GET", "/v1/runs/some-run"),
+        ]:
+            response = await api.client.request(method, path, headers=headers)
+            assert_error(response, 401, "auth.unauthenticated")
 
 
 async def test_health_needs_no_key(api: Api) -> None:
@@ -138,24 +152,25 @@ async def test_truncated_json_is_malformed(api: Api) -> None:
     assert error["details"]["line"] == 1
 
 
-@pytest.mark.parametrize(
-    ("path", "body", "where"),
-    [
-        ("/v1/runs", {"family_slug": 5}, "$.family_slug"),
-        ("/v1/runs", {"family_slug": "x", "version": "one"}, "$.version"),
-        ("/v1/runs", {"input": {}}, "$"),
-        ("/v1/runs", {"family_slug": "x", "bogus": 1}, "$"),
-        ("/v1/events", {"name": ["a"]}, "$.name"),
-        ("/v1/events", [], "$"),
-        ("/v1/runs/r1/signals/go", {"id": 7}, "$.id"),
-        ("/v1/runs/r1/cancel", {"reason": False}, "$.reason"),
-    ],
-)
-async def test_wrong_types_name_the_field(api: Api, path: str, body: Any, where: str) -> None:
-    response = await api.call("POST", path, content=json.dumps(body).encode())
-    error = assert_error(response, 422, "request.invalid")
-    assert error["details"]["path"] == where
-    assert where in error["message"]
+WRONG_TYPES: list[tuple[str, Any, str]] = [
+    ("/v1/runs", {"family_slug": 5}, "$.family_slug"),
+    ("/v1/runs", {"family_slug": "x", "version": "one"}, "$.version"),
+    ("/v1/runs", {"input": {}}, "$"),
+    ("/v1/runs", {"family_slug": "x", "bogus": 1}, "$"),
+    ("/v1/events", {"name": ["a"]}, "$.name"),
+    ("/v1/events", [], "$"),
+    ("/v1/runs/r1/signals/go", {"id": 7}, "$.id"),
+    ("/v1/runs/r1/cancel", {"reason": False}, "$.reason"),
+]
+
+
+async def test_wrong_types_name_the_field(api: Api) -> None:
+    for path, body, where in WRONG_TYPES:
+        response = await api.call("POST", path, content=json.dumps(body).encode())
+        error = assert_error(response, 422, "request.invalid")
+        assert error["details"]["path"] == where, (path, body)
+        assert where in error["message"]
+    assert (await api.call("GET", "/v1/runs")).json()["items"] == []
 
 
 async def test_an_empty_body_where_one_is_needed(api: Api) -> None:
