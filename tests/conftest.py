@@ -6,6 +6,7 @@ so a test can `kill -9` it at any moment and start it again on the same data.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -22,6 +23,9 @@ from typing import Any
 
 import httpx
 import pytest
+
+from ductor_server.cli_server import create_key
+from ductor_server.storage import open_store
 
 pytest_plugins = ["ductor_server.pytest_plugin"]
 
@@ -123,7 +127,7 @@ class ServerProcess:
             time.sleep(0.1)
         if not self.api_key:
             if self.database_url:
-                self.api_key = self.cli("keys", "create", "--tenant", "acme").stdout.strip()
+                self.api_key = asyncio.run(_create_key(self.database_url, "acme"))
             else:
                 self.api_key = (self.data_dir / "api_key").read_text().strip()
         return self
@@ -180,6 +184,16 @@ class ServerProcess:
         )
 
 
+async def _create_key(target: str, tenant_id: str) -> str:
+    """Mint a key straight in the store (what `ductor keys create` does), in this process."""
+    store = open_store(target)
+    await store.open()
+    try:
+        return await create_key(store, tenant_id, name="test")
+    finally:
+        await store.close()
+
+
 @pytest.fixture
 def sqlite_server(tmp_path: Path) -> Iterator[ServerProcess]:
     """A not-yet-started `ductor dev` on a fresh data dir; stopped after the test."""
@@ -198,6 +212,25 @@ def postgres_server(tmp_path: Path, postgres_url: str) -> Iterator[ServerProcess
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Build extra server processes (`name`, `database_url`, `env`); all stopped after."""
+    made: list[ServerProcess] = []
+
+    def make(
+        name: str, *, database_url: str | None = None, env: dict[str, str] | None = None
+    ) -> ServerProcess:
+        server = ServerProcess(data_dir=tmp_path / name, database_url=database_url, env=env)
+        made.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in made:
+            server.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

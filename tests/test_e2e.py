@@ -213,3 +213,23 @@ def test_tenants_see_only_their_own(sqlite_server: Any) -> None:
         assert trigger.json()["code"] == "workflow.not_found"
     # The owner still sees its run complete.
     assert server.wait_for_run(run_id)["status"] == "RUN_STATUS_SUCCEEDED"
+
+
+def test_api_and_engine_in_separate_processes(make_server: Any, postgres_url: str) -> None:
+    api = make_server("api", database_url=postgres_url, env={"DUCTOR_ROLES": "api"})
+    engine = make_server(
+        "engine", database_url=postgres_url, env={"DUCTOR_ROLES": "coordinator,worker,timer"}
+    )
+    api.start()
+    engine.api_key = api.api_key
+    engine.start()
+    with engine.client(api.api_key) as http:
+        # The engine-only process serves no /v1 routes.
+        assert http.get("/v1/runs").status_code == 404
+    with api.client() as http:
+        _publish(http, HELLO_WORLD)
+        run_id = _trigger(http, "hello-world", {"split": True})
+    run = api.wait_for_run(run_id, timeout=60)
+    assert run["status"] == "RUN_STATUS_SUCCEEDED"
+    greet = next(s for s in run["steps"] if s["ref"] == "greet")
+    assert greet["output"] == {"message": "hello"}
