@@ -47,9 +47,12 @@ def test_ductor_dev_serves_healthz(tmp_path: Path) -> None:
                 time.sleep(0.1)
         assert response.json() == {"status": "ok"}
         assert (tmp_path / "data").is_dir()
+        assert (tmp_path / "data" / "ductor.pid").read_text().strip() == str(proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    assert proc.returncode == 0
+    assert not (tmp_path / "data" / "ductor.pid").exists(), "a clean stop removes the pid file"
 
 
 def _ductor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

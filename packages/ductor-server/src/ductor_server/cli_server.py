@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
+import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from ductor_server import __version__
@@ -89,11 +92,18 @@ async def ensure_dev_key(settings: Settings) -> tuple[str, bool]:
         await store.close()
 
 
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
 def _serve(settings: Settings) -> int:
     import uvicorn
 
     from ductor_server.app import create_app
 
+    # uvicorn drains and shuts the app down on SIGTERM, then re-raises the
+    # signal; this handler turns that into a normal exit so cleanup runs.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -122,7 +132,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
     print(f"data dir: {settings.data_dir.resolve()}", flush=True)
     note = "created, saved to" if created else "from"
     print(f"API key ({note} {settings.api_key_file}): {key}", flush=True)
-    return _serve(settings)
+    try:
+        return _serve(settings)
+    finally:
+        # A clean exit removes the pid file; after kill -9 it stays, naming a dead process.
+        with contextlib.suppress(OSError):
+            if settings.pid_file.read_text().strip() == str(os.getpid()):
+                settings.pid_file.unlink()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, HeaderParameter
 
+from ductor_core.validation import ValidationReport
 from ductor_server.api.bodies import decode_body
 from ductor_server.api.idempotency import run_idempotent
 from ductor_server.services import (
@@ -33,7 +34,7 @@ class WorkflowsController(Controller):
         request: Request[Any, Any, Any],
         tenant_id: NamedDependency[str],
         services: NamedDependency[Services],
-    ) -> Any:
+    ) -> ValidationReport:
         """Check a definition without publishing it: `{valid, problems[]}`, each with a pointer."""
         body = decode_body(await request.body(), Any)
         return await services.validate_workflow(tenant_id, body)
