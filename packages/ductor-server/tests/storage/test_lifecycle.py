@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from ductor_server.storage import (
     NewHistoryEntry,
     RunRef,
     Store,
+    StoreError,
     StoreUnavailable,
     TimerRecord,
     open_store,
@@ -143,3 +145,24 @@ def test_both_backends_have_the_same_migrations() -> None:
     postgres = [name for name, _ in migration_files("postgres")]
     assert sqlite == postgres
     assert sqlite[0] == "0001_init"
+
+
+async def test_a_nested_sqlite_transaction_fails_instead_of_deadlocking(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "nested.db")
+    await store.open()
+    await store.migrate()
+    try:
+
+        async def nested() -> None:
+            async with store.transaction() as tx:
+                await tx.ensure_tenant("t1", name="one", now=NOW)
+                async with store.transaction():
+                    pass
+
+        with pytest.raises(StoreError) as info:
+            await asyncio.wait_for(nested(), timeout=10)
+        assert info.value.code == "storage.nested_transaction"
+        async with store.transaction() as tx:
+            assert await tx.get_tenant("t1") is None  # the outer one rolled back
+    finally:
+        await store.close()

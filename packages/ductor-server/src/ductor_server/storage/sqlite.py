@@ -90,6 +90,7 @@ class SqliteStore:
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lock = asyncio.Lock()
+        self._holder: asyncio.Task[Any] | None = None
 
     @property
     def backend(self) -> str:
@@ -193,14 +194,25 @@ class SqliteStore:
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Tx]:
+        task = asyncio.current_task()
+        if task is not None and self._holder is task:
+            raise StoreError(
+                "a transaction was opened inside another on the same task (it would deadlock)",
+                code="storage.nested_transaction",
+                retryable=False,
+            )
         async with self._lock:
-            await self._call(lambda conn: conn.execute("BEGIN IMMEDIATE"))
+            self._holder = task
             try:
-                yield SqliteTx(self)
-                await self._call(lambda conn: conn.execute("COMMIT"))
-            except BaseException:
-                await asyncio.shield(self._call(_rollback))
-                raise
+                await self._call(lambda conn: conn.execute("BEGIN IMMEDIATE"))
+                try:
+                    yield SqliteTx(self)
+                    await self._call(lambda conn: conn.execute("COMMIT"))
+                except BaseException:
+                    await asyncio.shield(self._call(_rollback))
+                    raise
+            finally:
+                self._holder = None
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
         """One IMMEDIATE transaction; commits on normal exit, rolls back on error."""
