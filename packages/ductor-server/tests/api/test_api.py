@@ -3,6 +3,7 @@ tenancy, the error shape and the OpenAPI document."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -409,6 +410,16 @@ async def test_cancel_then_cancel_again(api: Api) -> None:
     assert cancelled.json()["id"] == run_id
 
 
+async def test_an_idempotency_key_names_an_event_without_id(api: Api) -> None:
+    headers = {"Idempotency-Key": "evt-key-1"}
+    sent = await api.call("POST", "/v1/events", json={"name": "ping"}, headers=headers)
+    assert sent.status_code == 202
+    assert sent.json()["id"] == "evt-key-1"
+    # The same event under its id, without the key: a duplicate, not a second event.
+    again = await api.call("POST", "/v1/events", json={"name": "ping", "id": "evt-key-1"})
+    assert again.json()["duplicate"] is True
+
+
 async def test_events_are_deduplicated_by_id(api: Api) -> None:
     first = await api.call("POST", "/v1/events", json={"name": "order.created", "id": "e1"})
     assert first.status_code == 202
@@ -449,3 +460,56 @@ async def test_openapi_document_is_served_with_request_bodies(api: Api) -> None:
         "input",
     }
     assert any(p["name"] == "Idempotency-Key" for p in trigger["parameters"])
+
+
+APPROVAL: dict[str, Any] = {
+    "family_slug": "approval",
+    "steps": [
+        {"ref": "approve", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "approve"}},
+        {"ref": "ship", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "ship"}},
+    ],
+    "edges": [{"source_ref": "approve", "target_ref": "ship"}],
+}
+
+
+async def _wait_for_status(api: Api, run_id: str, status: str) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        run: dict[str, Any] = (await api.call("GET", f"/v1/runs/{run_id}")).json()
+        if run["status"] == status:
+            return run
+        assert asyncio.get_running_loop().time() < deadline, run
+        await asyncio.sleep(0.05)
+
+
+async def test_a_signal_completes_a_waiting_run_and_a_late_one_is_refused(api: Api) -> None:
+    await api.call("POST", "/v1/workflows", json=APPROVAL)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "approval"})).json()["id"]
+    path = f"/v1/runs/{run_id}/signals/approve"
+    sent = await api.call("POST", path, json={"payload": {"by": "ada"}, "id": "s1"})
+    assert sent.status_code == 202, sent.text
+    assert sent.json()["duplicate"] is False
+    repeat = await api.call("POST", path, json={"payload": {"by": "bob"}, "id": "s1"})
+    assert repeat.status_code == 202, repeat.text
+    assert repeat.json()["duplicate"] is True
+    ship = await api.call("POST", f"/v1/runs/{run_id}/signals/ship", json={"payload": 1})
+    assert ship.status_code == 202, ship.text
+    run = await _wait_for_status(api, run_id, "RUN_STATUS_SUCCEEDED")
+    assert run["steps"][0]["output"] == {"by": "ada"}
+    late = await api.call("POST", path, json={"payload": {"by": "eve"}})
+    assert_error(late, 409, "run.ended")
+    assert_error(await api.call("POST", f"/v1/runs/{run_id}/cancel"), 409, "run.not_cancellable")
+
+
+async def test_cancel_ends_a_waiting_run(api: Api) -> None:
+    await api.call("POST", "/v1/workflows", json=APPROVAL)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "approval"})).json()["id"]
+    cancelled = await api.call(
+        "POST", f"/v1/runs/{run_id}/cancel", json={"reason": "no longer needed"}
+    )
+    assert cancelled.status_code == 202
+    assert cancelled.json()["id"] == run_id
+    run = await _wait_for_status(api, run_id, "RUN_STATUS_CANCELLED")
+    assert run["steps"][0]["status"] == "STEP_STATUS_CANCELLED"
+    kinds = [h["kind"] for h in (await api.call("GET", f"/v1/runs/{run_id}/history")).json()]
+    assert kinds, "the cancel is in the history"

@@ -29,11 +29,17 @@ class EventsController(Controller):
         services: NamedDependency[Services],
         idempotency_key: IdempotencyKey = None,
     ) -> Response[EventAccepted]:
-        """Accept `{name, data, id?}`; 202 with the runs it started or reached."""
+        """Accept `{name, data, id?}`; 202 with the runs it started or reached.
+
+        A repeated `id` is a duplicate: stored once, starts nothing again."""
         body = decode_body(await request.body(), EventBody)
 
+        # Without an explicit id the Idempotency-Key names the event, so even two
+        # concurrent requests with one key store a single event.
+        event_id = body.id or idempotency_key
+
         async def produce() -> tuple[int, EventAccepted]:
-            return 202, await services.send_event(tenant_id, body.name, body.data, body.id)
+            return 202, await services.send_event(tenant_id, body.name, body.data, event_id)
 
         return await run_idempotent(
             request.app.state.store,

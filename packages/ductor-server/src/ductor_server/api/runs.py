@@ -124,8 +124,10 @@ class RunsController(Controller):
         """Send the signal `name` to a run: `{payload?, id?}`; 202."""
         body = decode_body(await request.body(), SignalBody, optional=True)
 
+        signal_id = body.id or idempotency_key  # as for events: the key names the signal
+
         async def produce() -> tuple[int, SignalAccepted]:
-            accepted = await services.signal_run(tenant_id, run_id, name, body.payload, body.id)
+            accepted = await services.signal_run(tenant_id, run_id, name, body.payload, signal_id)
             return 202, accepted
 
         return await run_idempotent(
