@@ -478,6 +478,7 @@ async def _wait_for_status(api: Api, run_id: str, status: str) -> dict[str, Any]
         run: dict[str, Any] = (await api.call("GET", f"/v1/runs/{run_id}")).json()
         if run["status"] == status:
             return run
+        assert not run["status"].endswith(("SUCCEEDED", "FAILED", "CANCELLED")), run
         assert asyncio.get_running_loop().time() < deadline, run
         await asyncio.sleep(0.05)
 
@@ -513,3 +514,42 @@ async def test_cancel_ends_a_waiting_run(api: Api) -> None:
     assert run["steps"][0]["status"] == "STEP_STATUS_CANCELLED"
     kinds = [h["kind"] for h in (await api.call("GET", f"/v1/runs/{run_id}/history")).json()]
     assert kinds, "the cancel is in the history"
+
+
+ON_ORDER: dict[str, Any] = {
+    "family_slug": "on-order",
+    "triggers": [{"event": "order.created", "filter": "event.data.amount > 10"}],
+    "steps": [
+        {
+            "ref": "echo",
+            "type": "STEP_TYPE_DATAFLOW",
+            "args": {"operation": "project", "project": {"amount": "input.amount"}},
+        }
+    ],
+    "edges": [],
+}
+
+
+async def test_an_event_starts_the_runs_whose_trigger_matches(api: Api) -> None:
+    assert (await api.call("POST", "/v1/workflows", json=ON_ORDER)).status_code == 201
+    small = await api.call(
+        "POST", "/v1/events", json={"name": "order.created", "data": {"amount": 5}}
+    )
+    assert small.status_code == 202
+    assert small.json()["runs_started"] == []
+    big = await api.call(
+        "POST", "/v1/events", json={"name": "order.created", "data": {"amount": 50}, "id": "o-1"}
+    )
+    started = big.json()["runs_started"]
+    assert len(started) == 1
+    run = await _wait_for_status(api, started[0], "RUN_STATUS_SUCCEEDED")
+    assert run["family_slug"] == "on-order"
+    assert run["input"] == {"amount": 50}  # a triggered run's input is the event's data
+    assert run["output"] == {"echo": {"amount": 50}}
+    again = await api.call(
+        "POST", "/v1/events", json={"name": "order.created", "data": {"amount": 50}, "id": "o-1"}
+    )
+    assert again.json()["duplicate"] is True
+    assert again.json()["runs_started"] == []
+    runs = (await api.call("GET", "/v1/runs", params={"family_slug": "on-order"})).json()
+    assert [r["id"] for r in runs["items"]] == started
