@@ -52,15 +52,18 @@ class Coordinator:
         self.wake = wake
         self.batch = batch
         self.poll_interval = poll_interval
+        self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
         self.ticks = 0  # runs ticked since start (for metrics and benchmarks)
         self.batches = 0  # transactions that ticked at least one run
 
     async def run_forever(self) -> None:
         """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do."""
         failures = 0
-        while True:
+        while not self.stopped:
             try:
-                done = await self.tick_batch()
+                # After a failed batch, go one run at a time, so that one run that
+                # cannot be committed does not hold back the others.
+                done = await self.tick_batch(limit=1 if failures else None)
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -72,12 +75,13 @@ class Coordinator:
             if done == 0:
                 await self.wake.wait(Topic.INBOX, self.poll_interval)
 
-    async def tick_batch(self) -> int:
-        """Claim up to `batch` runs with input, tick them and commit; return how many."""
+    async def tick_batch(self, limit: int | None = None) -> int:
+        """Claim up to `limit` (default `batch`) runs with input, tick them and
+        commit; return how many."""
         now = self.clock.now()
         effects = Effects()
         async with self.store.transaction() as tx:
-            refs = await tx.claim_runs_with_inbox(now=now, limit=self.batch)
+            refs = await tx.claim_runs_with_inbox(now=now, limit=limit or self.batch)
             if not refs:
                 return 0
             runs = await tx.get_runs(refs)

@@ -53,8 +53,11 @@ class InProcessWakeUp:
         """Wait for the topic's flag, then clear it."""
         event = self._events[topic]
         if not event.is_set():
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+            # cancellation that lands as the event fires, and the loop never stops.
             try:
-                await asyncio.wait_for(event.wait(), timeout=max(within, 0.0))
+                async with asyncio.timeout(max(within, 0.0)):
+                    await event.wait()
             except TimeoutError:
                 return False
         event.clear()

@@ -152,6 +152,7 @@ class Runtime:
         """Start the loops of this process's roles (`start` does this for you)."""
         if self._loops:
             return
+        self.coordinator.stopped = self.workers.stopped = self.timers.stopped = False
 
         def spawn(name: str, coro: Coroutine[Any, Any, None]) -> None:
             self._loops.append(asyncio.create_task(coro, name=f"ductor-{name}"))
@@ -169,6 +170,7 @@ class Runtime:
     async def stop(self) -> None:
         """Stop the loops: finish or release running tasks, then close the handlers."""
         loops, self._loops = self._loops, []
+        self.coordinator.stopped = self.workers.stopped = self.timers.stopped = True
         for loop in loops:
             loop.cancel()
         for loop in loops:

@@ -35,12 +35,13 @@ class Timers:
         self.wake = wake
         self.batch = batch
         self.poll_interval = poll_interval
+        self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
         self.fired = 0  # timers fired since start
 
     async def run_forever(self) -> None:
         """Fire due timers until cancelled."""
         failures = 0
-        while True:
+        while not self.stopped:
             try:
                 fired = await self.fire_due()
                 failures = 0

@@ -16,6 +16,9 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
 
 from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
@@ -54,6 +57,22 @@ def call_for(task: TaskRecord) -> ActionCall:
     )
 
 
+class _BadOutput(Exception):
+    pass
+
+
+def _as_json(value: Any) -> Any:
+    """`value` as plain JSON data (tuples become lists, datetimes strings...)."""
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value))
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        raise _BadOutput(str(exc)) from exc
+
+
+_SPLIT_AFTER = 3  # failed tries before a batch is reported one outcome at a time
+_GIVE_UP_AFTER = 8  # failed tries before one outcome is dropped (its lease will expire)
+
+
 class Workers:
     """Leases tasks in batches and runs up to `concurrency` handlers at once."""
 
@@ -79,6 +98,7 @@ class Workers:
         self.lease = timedelta(seconds=lease_seconds)
         self.poll_interval = poll_interval
         self.owner = owner or worker_owner_id()
+        self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
         self.attempts_recorded = 0  # new attempts committed since start
         self.redeliveries_dropped = 0  # outcomes whose attempt was already recorded
         self.lease_batches = 0  # lease round trips that returned tasks
@@ -93,7 +113,7 @@ class Workers:
     async def run_forever(self) -> None:
         """Lease and run tasks until cancelled (then `stop` finishes the job)."""
         failures = 0
-        while True:
+        while not self.stopped:
             free = self.concurrency - len(self._inflight)
             if free <= 0:
                 self._slot_free.clear()
@@ -145,7 +165,15 @@ class Workers:
                     output = await self.registry.run(call_for(task))
             else:
                 output = await self.registry.run(call_for(task))
+            output = _as_json(output)
             ok = True
+        except _BadOutput as exc:
+            output = None
+            error = ErrorInfo(
+                code="handler.bad_output",
+                message=f"the handler returned a value that is not JSON: {exc}",
+                retryable=False,
+            )
         except ActionFailed as exc:
             error = exc.error
         except TimeoutError:
@@ -176,7 +204,7 @@ class Workers:
 
     async def report_forever(self) -> None:
         """Commit finished attempts in batches until cancelled."""
-        while True:
+        while not self.stopped:
             first = await self._outcomes.get()
             batch = [first]
             while not self._outcomes.empty() and len(batch) < 512:
@@ -184,8 +212,11 @@ class Workers:
             await self._report_with_retry(batch)
 
     async def _report_with_retry(self, batch: list[_Outcome]) -> None:
+        """Report a batch; if it keeps failing, report its outcomes one by one, and
+        drop one that still fails (its task is re-leased when the lease expires,
+        so the attempt runs again: at-least-once, never lost)."""
         failures = 0
-        while True:
+        while not self.stopped:
             try:
                 await self.report(batch)
                 return
@@ -194,7 +225,18 @@ class Workers:
             except Exception:
                 failures += 1
                 log.exception("reporting %d attempts failed (%d in a row)", len(batch), failures)
-                await asyncio.sleep(min(0.05 * 2**failures, 5.0))
+            if len(batch) > 1 and failures >= _SPLIT_AFTER:
+                for outcome in batch:
+                    await self._report_with_retry([outcome])
+                return
+            if failures >= _GIVE_UP_AFTER:
+                [outcome] = batch
+                log.error(
+                    "dropping the outcome of task %s after %d tries", outcome.task.id, failures
+                )
+                self._leased.pop(outcome.task.id, None)
+                return
+            await asyncio.sleep(min(0.05 * 2**failures, 5.0))
 
     async def report(self, batch: list[_Outcome]) -> None:
         """Record attempts, queue their results and complete their tasks, in one commit."""
@@ -235,7 +277,7 @@ class Workers:
     async def heartbeat_forever(self) -> None:
         """Extend the leases of running tasks every third of the lease, until cancelled."""
         interval = max(self.lease.total_seconds() / 3, 0.05)
-        while True:
+        while not self.stopped:
             await asyncio.sleep(interval)
             running = [task for task_id, task in self._leased.items() if task_id in self._inflight]
             if not running:
