@@ -90,6 +90,7 @@ class Coordinator:
             for item in items:
                 by_run[(item.tenant_id, item.run_id)].append(item)
 
+            consumed: list[InboxRef] = []
             plans: list[tuple[RunRecord, list[InboxItem], TickResult | None]] = []
             for run in runs:
                 pending = by_run.get((run.tenant_id, run.id), [])
@@ -117,7 +118,6 @@ class Coordinator:
                 for (run, _, _), good in zip(live, applied, strict=True)
                 if good
             }
-            consumed: list[InboxRef] = []
             for run, pending, result in plans:
                 key = (run.tenant_id, run.id)
                 if result is None:
