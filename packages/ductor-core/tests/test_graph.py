@@ -99,3 +99,27 @@ def test_order_exists_exactly_when_there_is_no_cycle(n: int, pairs: list[tuple[i
         if edge.source_ref in graph and edge.target_ref in graph:
             assert position[edge.source_ref] < position[edge.target_ref]
             assert edge.source_ref in graph.ancestors(edge.target_ref)
+
+
+def test_precedes_agrees_with_ancestors_and_handles_cycles() -> None:
+    graph = _graph("abcde", "ab", "bc", "ad", "de")
+    assert graph.precedes("a", "c")
+    assert graph.precedes("a", "e")
+    assert not graph.precedes("c", "a")
+    assert not graph.precedes("b", "e")
+    assert not graph.precedes("a", "a")
+    assert not graph.precedes("a", "nope")
+    cyclic = _graph("abc", "ab", "bc", "cb")
+    assert cyclic.precedes("a", "c")
+    assert cyclic.precedes("c", "c")
+    assert not cyclic.precedes("c", "a")
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 12), pairs=_edges)
+def test_precedes_is_the_ancestor_relation(n: int, pairs: list[tuple[int, int]]) -> None:
+    refs = [f"s{i}" for i in range(n)]
+    graph = Graph(refs, [Edge(source_ref=f"s{a}", target_ref=f"s{b}") for a, b in pairs])
+    for later in refs:
+        ancestors = graph.ancestors(later)
+        assert {r for r in refs if graph.precedes(r, later)} == ancestors

@@ -962,3 +962,267 @@ def test_commands_encode_as_a_tagged_union() -> None:
     result = start_run(_scatter_wf(), run_id="r", input={"items": [1]}, now=NOW)
     raw = msgspec.json.encode(result.commands)
     assert msgspec.json.decode(raw, type=list[Command]) == result.commands
+
+
+def test_expressions_see_every_finished_step_however_they_name_it() -> None:
+    definition = wf(
+        [
+            dataflow("a", operation="project", project={"v": "1"}),
+            dataflow("b", operation="project", project={"v": "2"}),
+            dataflow(
+                "c",
+                operation="project",
+                project={
+                    "count": "size(steps)",
+                    "by_index": 'steps["a"].output.v',
+                    "by_field": "steps.b.output.v",
+                    "has_later": "has(steps.d)",
+                },
+            ),
+            dataflow("d", operation="project", project={"v": "4"}),
+        ],
+        [("a", "c"), ("b", "c"), ("c", "d")],
+    )
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert result.state.steps["c"].output == {
+        "count": 2,
+        "by_index": 1,
+        "by_field": 2,
+        "has_later": False,
+    }
+
+
+def test_referenced_steps_never_leaves_a_use_out() -> None:
+    from ductor_core._step_index import referenced_steps
+
+    assert referenced_steps(["steps.a.output + steps.b_2.output", "input.x"]) == ("a", "b_2")
+    assert referenced_steps(["1 + 1"]) == ()
+    assert referenced_steps(['steps["a-b"].output']) is None
+    assert referenced_steps(["size(steps) > 0"]) is None
+    assert referenced_steps(["steps.a.output", "steps"]) is None
+    assert referenced_steps(["my_steps.x + steps . c.output"]) == ("c",)
+
+
+def test_scatter_item_timeout_retries_that_item_only() -> None:
+    definition = wf(
+        [
+            {
+                "ref": "fan",
+                "type": "STEP_TYPE_SCATTER",
+                "args": {
+                    "items": "[1, 2]",
+                    "step": {
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {"action": "x"},
+                        "timeout": "10s",
+                        "retry": {"max_attempts": 2},
+                    },
+                },
+            }
+        ]
+    )
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    assert [t.timer_id for t in of(first, SetTimer)] == ["fan:0:timeout:1", "fan:1:timeout:1"]
+    assert [t.timeout_seconds for t in of(first, DispatchTask)] == [10.0, 10.0]
+    timed = step_tick(definition, first, TimerFired(timer_id="fan:1:timeout:1"))
+    items = timed.state.steps["fan"].items
+    assert items is not None
+    assert [i.status for i in items] == [StepStatus.RUNNING, StepStatus.RETRYING]
+    assert items[1].error is not None
+    assert items[1].error.code == "step.timeout"
+    late = step_tick(definition, timed, ok("fan", 1, "late", index=1))
+    assert len(late.ignored) == 1
+    retried = step_tick(definition, late, TimerFired(timer_id="fan:1:retry:2"))
+    assert [(t.item_index, t.attempt) for t in of(retried, DispatchTask)] == [(1, 2)]
+    done = step_tick(definition, retried, ok("fan", 1, "a", index=0), ok("fan", 2, "b", index=1))
+    assert done.state.output == {"fan": ["a", "b"]}
+
+
+def test_cancelled_child_fails_the_step_with_its_own_code() -> None:
+    definition = _sub_wf()
+    first = start_run(definition, run_id="r", input={"x": 1}, now=NOW)
+    result = step_tick(
+        definition,
+        first,
+        ChildRunEnded(step_ref="child", child_run_id="c1", status=RunStatus.CANCELLED),
+    )
+    error = result.state.steps["child"].error
+    assert error is not None
+    assert error.code == "child.cancelled"
+    assert result.state.status is RunStatus.FAILED
+
+
+def test_child_run_end_for_a_running_child_status_is_ignored() -> None:
+    definition = _sub_wf()
+    first = start_run(definition, run_id="r", input={"x": 1}, now=NOW)
+    result = step_tick(
+        definition,
+        first,
+        ChildRunEnded(step_ref="child", child_run_id="c1", status=RunStatus.RUNNING),
+        ChildRunEnded(step_ref="nope", child_run_id="c1", status=RunStatus.SUCCEEDED),
+    )
+    assert len(result.ignored) == 2
+    assert status(result, "child") is StepStatus.WAITING
+
+
+def test_wait_until_accepts_cel_timestamp_arithmetic() -> None:
+    definition = wf(
+        [
+            {
+                "ref": "w",
+                "type": "STEP_TYPE_WAIT",
+                "args": {"until": "timestamp(run.now) + duration('90m')"},
+            }
+        ]
+    )
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert of(result, SetTimer)[0].fire_at == NOW + timedelta(minutes=90)
+
+
+def test_one_event_satisfies_every_step_waiting_for_it() -> None:
+    waits = [
+        {"ref": ref, "type": "STEP_TYPE_WAIT_FOR_EVENT", "args": {"event": "go"}}
+        for ref in ("e1", "e2")
+    ]
+    definition = wf(waits)
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    result = step_tick(definition, first, EventReceived(event_id="x", name="go", data=1))
+    assert status(result, "e1") is StepStatus.SUCCEEDED
+    assert status(result, "e2") is StepStatus.SUCCEEDED
+    assert result.state.status is RunStatus.SUCCEEDED
+
+
+def test_a_signal_goes_to_one_waiting_step_in_document_order() -> None:
+    waits = [
+        {"ref": ref, "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "go"}}
+        for ref in ("s1", "s2")
+    ]
+    definition = wf(waits)
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    one = step_tick(definition, first, SignalReceived(signal_id="a", name="go", payload="A"))
+    assert status(one, "s1") is StepStatus.SUCCEEDED
+    assert status(one, "s2") is StepStatus.WAITING
+    two = step_tick(definition, one, SignalReceived(signal_id="b", name="go", payload="B"))
+    assert two.state.output == {"s1": "A", "s2": "B"}
+
+
+def test_results_for_steps_not_run_by_workers_are_ignored() -> None:
+    definition = wf(
+        [
+            {"ref": "w", "type": "STEP_TYPE_WAIT", "args": {"duration": "1m"}},
+            {
+                "ref": "fan",
+                "type": "STEP_TYPE_SCATTER",
+                "args": {
+                    "items": "[1]",
+                    "step": {"type": "STEP_TYPE_ACTION", "args": {"action": "x"}},
+                },
+            },
+        ]
+    )
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    result = step_tick(definition, first, ok("w"), ok("fan", index=5), ok("fan"))
+    assert len(result.ignored) == 3
+    assert status(result, "w") is StepStatus.WAITING
+
+
+def test_a_failing_inline_root_stops_the_other_roots_from_starting() -> None:
+    definition = wf([dataflow("bad", operation="project", project={"x": "1 / 0"}), action("later")])
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert result.state.status is RunStatus.FAILED
+    assert of(result, DispatchTask) == []
+    assert status(result, "later") is StepStatus.CANCELLED
+
+
+def test_a_cyclic_definition_fails_at_start_instead_of_hanging() -> None:
+    definition = wf(
+        [action("root"), action("a"), action("b")],
+        [("root", "a"), ("a", "b"), ("b", "a")],
+    )
+    result = start_run(definition, run_id="r", input={}, now=NOW)
+    assert result.state.status is RunStatus.FAILED
+    assert result.state.error is not None
+    assert result.state.error.code == "definition.cycle"
+    assert of(result, DispatchTask) == []
+    assert len(of(result, RunFinished)) == 1
+
+
+def test_a_state_stored_without_the_tick_bookkeeping_fields_still_ticks() -> None:
+    definition = wf([action("a"), action("b")], [("a", "b")])
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    raw = msgspec.to_builtins(first.state)
+    for name in ("timers", "pending_signals", "received_ids", "open_steps"):
+        raw.pop(name)
+    del raw["steps"]["b"]  # a state written before b was known
+    old = msgspec.convert(raw, RunState)
+    assert old.open_steps is None
+    nxt = tick(definition, old, [ok("a")], NOW)
+    assert [t.step_ref for t in of(nxt, DispatchTask)] == ["b"]
+    done = tick(definition, nxt.state, [ok("b", output=2)], NOW)
+    assert done.state.status is RunStatus.SUCCEEDED
+    assert done.state.open_steps == 0
+
+
+def test_wait_for_signal_falls_back_to_the_step_timeout() -> None:
+    definition = wf(
+        [
+            {
+                "ref": "s",
+                "type": "STEP_TYPE_WAIT_FOR_SIGNAL",
+                "args": {"signal": "go"},
+                "timeout": "15m",
+            }
+        ]
+    )
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    assert of(first, SetTimer) == [
+        SetTimer(timer_id="s:-1:signal_timeout:1", fire_at=NOW + timedelta(minutes=15))
+    ]
+
+
+def test_equal_definitions_share_one_index_but_keep_their_own_identity() -> None:
+    from ductor_core._step_index import index_for
+
+    raw = (DATA / "hello-world.json").read_bytes()
+    one, two = decode_definition(raw), decode_definition(raw)
+    first, second = index_for(one), index_for(two)
+    assert first.steps is second.steps  # built once, found by content
+    assert first.definition is one
+    assert second.definition is two
+    assert index_for(one) is first
+    assert start_run(one, run_id="r", input={}, now=NOW) == start_run(
+        two, run_id="r", input={}, now=NOW
+    )
+
+
+def test_both_engines_drive_a_run_to_the_same_state() -> None:
+    from ductor_core.expressions import engine_by_name
+
+    definition = wf(
+        [
+            dataflow("p", operation="project", project={"xs": "input.xs", "n": "size(input.xs)"}),
+            dataflow("f", operation="filter", items="steps.p.output.xs", predicate="item % 2 == 0"),
+            dataflow("m", operation="map", items="steps.f.output", expression="item * index"),
+            dataflow("big", operation="project", project={"v": '"big"'}),
+            dataflow("small", operation="project", project={"v": '"small"'}),
+            action("call", params={"sum": "steps.m.output.size() + steps.p.output.n"}),
+        ],
+        [
+            ("p", "f"),
+            ("f", "m"),
+            ("m", "big", "CONDITION", "size(output) > 1"),
+            ("m", "small", "CONDITION", "size(output) <= 1"),
+            ("big", "call", "ALWAYS"),
+            ("small", "call", "ALWAYS"),
+        ],
+    )
+    results = [
+        start_run(
+            definition, run_id="r", input={"xs": [1, 2, 3, 4, 6]}, now=NOW, engine=engine_by_name(n)
+        )
+        for n in ("cel-python", "cel-rust")
+    ]
+    assert results[0] == results[1]
+    assert results[0].state.steps["m"].output == [0, 4, 12]
+    assert status(results[0], "small") is StepStatus.SKIPPED
+    assert of(results[0], DispatchTask)[0].payload["params"] == {"sum": 8}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ductor_core.validation import validate_definition
+from ductor_core.validation import PROBLEM_CODES, validate_definition, validate_definition_json
 
 DATA = Path(__file__).parent / "data"
 INVALID = sorted((DATA / "invalid").glob("*.json"))
@@ -27,6 +27,14 @@ def test_invalid_definition_reports_exactly_its_problems(path: Path) -> None:
     got = [{"code": p.code, "pointer": p.pointer} for p in report.problems]
     assert got == case["expect"]
     assert report.valid is False
+    assert validate_definition_json(json.dumps(case["definition"])) == report
     for problem in report.problems:
         assert problem.message.strip()
         assert "\n" not in problem.message
+
+
+def test_every_problem_code_is_documented_and_exercised_by_the_corpus() -> None:
+    seen = {
+        expected["code"] for path in INVALID for expected in json.loads(path.read_text())["expect"]
+    }
+    assert seen == set(PROBLEM_CODES)

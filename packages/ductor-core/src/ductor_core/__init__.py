@@ -34,10 +34,16 @@ from ductor_core.definitions import (
 from ductor_core.durations import format_duration, parse_duration
 from ductor_core.errors import DefinitionError, DuctorError, DurationError, ExpressionError
 from ductor_core.expressions import (
+    BoundVariables,
     CelPyEngine,
+    CelRustEngine,
     CompiledExpression,
     ExpressionEngine,
+    FunctionRegistry,
     default_engine,
+    default_registry,
+    engine_by_name,
+    make_activation,
 )
 from ductor_core.graph import Graph
 from ductor_core.runs import (
@@ -69,6 +75,7 @@ from ductor_core.runs import (
 )
 from ductor_core.tick import start_run, tick
 from ductor_core.validation import (
+    PROBLEM_CODES,
     Problem,
     ValidationReport,
     validate_definition,
@@ -80,16 +87,19 @@ __version__ = "0.1.0"
 __all__ = [
     # definitions
     "ARGS_BY_TYPE",
+    "PROBLEM_CODES",
     "ActionArgs",
     # runs: inputs, commands, state
     "AttemptResult",
+    # expressions
+    "BoundVariables",
     "BridgeArgs",
     "BufferedSignal",
     "CancelChildRuns",
     "CancelRequested",
     "CancelTimer",
-    # expressions
     "CelPyEngine",
+    "CelRustEngine",
     "ChildRunEnded",
     "ClearWait",
     "Command",
@@ -106,6 +116,7 @@ __all__ = [
     "EventReceived",
     "ExpressionEngine",
     "ExpressionError",
+    "FunctionRegistry",
     "GatherArgs",
     "Graph",
     "IgnoredInput",
@@ -145,8 +156,11 @@ __all__ = [
     "decode_args",
     "decode_definition",
     "default_engine",
+    "default_registry",
     "definition_from_obj",
+    "engine_by_name",
     "format_duration",
+    "make_activation",
     "parse_duration",
     # tick
     "start_run",

@@ -25,13 +25,29 @@ Semantics the server and users rely on (see also DESIGN.md, "Definitions"):
 - WAIT_FOR_EVENT / WAIT_FOR_SIGNAL that time out SUCCEED with output null
   (like Inngest's waitForEvent returning null): a handler tells "no event" by
   testing the output, and the run goes on. An event whose `match` fails to
-  evaluate does not match (reported in `ignored`). One event may satisfy every
+  evaluate does not match (reported in `ignored`); an event that arrives
+  before the step waits is not seen (as in Inngest). One event may satisfy every
   step waiting for it; a signal goes to one waiting step (document order) and
-  is buffered in `RunState.pending_signals` while no step waits for it.
+  is buffered in `RunState.pending_signals` while no step waits for it yet (a
+  signal no step of the workflow ever waits for is ignored). Event and signal
+  ids are remembered, so a redelivery is ignored.
 - Worker steps retry per `step.retry` (default 3 attempts, 1s, x2, at most 5m,
   jittered by +-10%); `step.timeout` bounds each attempt and counts as a
   retryable error `step.timeout`. On SUBWORKFLOW, `timeout` bounds the child
-  run: the step fails (not retried) and the child is cancelled.
+  run: the step fails (not retried) and the child is cancelled. On the waits,
+  the args' `timeout` wins and the step's `timeout` is the fallback. An error's
+  `retry_after_seconds` replaces the backoff as is.
+- SCATTER evaluates `items` once, when it starts (kept in `data["values"]`),
+  runs at most `max_concurrency` items at a time, and ends when every item
+  has: SUCCEEDED with the outputs in item order, or FAILED (error
+  `scatter.items_failed`, details `{"failed": [indexes]}`) unless
+  `tolerate_failures`, where a failed item gives null. The template's `retry`
+  and `timeout` apply per item; a `timeout` on the SCATTER step itself is not
+  used.
+- Expressions see `input`, `steps` (`{ref: {"output", "status"}}` of finished
+  steps), `run` (`{"id", "now"}`), plus `item`/`index`, `event` or `output`
+  where they apply. Evaluating one that fails makes the step FAILED with the
+  expression error's code, not retryable.
 
 Naming conventions (the server keys storage on these):
 - task idempotency key: `{run_id}:{step_ref}:{item_index}:{attempt}`;
@@ -40,6 +56,12 @@ Naming conventions (the server keys storage on these):
   the one the timer will dispatch;
 - child key: `{run_id}:{step_ref}:{item_index}`.
 item_index is -1 outside a SCATTER; attempts are 1-based.
+
+For the server: a CancelTimer may name a timer that has just fired (its
+TimerFired was in the same batch, behind an input that ended the run) and a
+ClearWait always names a wait registered before; both are safe as no-ops when
+the thing is already gone. `RunState.timers` is the tick's own list of live
+timers and must agree with the server's timer table after every commit.
 """
 
 from __future__ import annotations
@@ -147,12 +169,13 @@ class _Tick:
         self.state = state
         self.run_id = state.run_id
         self.now = now
-        self.now_iso = _iso(now)
+        self._now_iso: str | None = None
         self.engine = engine
         self.steps: dict[str, StepState] = dict(state.steps)
-        for ref in index.order:  # a state made by hand may omit steps
-            if ref not in self.steps:
-                self.steps[ref] = StepState(ref=ref)
+        if len(self.steps) != len(index.order):  # a state made by hand may omit steps
+            for ref in index.order:
+                if ref not in self.steps:
+                    self.steps[ref] = StepState(ref=ref)
         self.timers: dict[str, datetime] = dict(state.timers)
         self.pending_signals: list[BufferedSignal] = list(state.pending_signals)
         self.received_ids: list[str] = list(state.received_ids)
@@ -172,6 +195,7 @@ class _Tick:
         self.work: deque[str] = deque()
         self._view: dict[str, Any] | None = None
         self._filling: set[str] = set()  # scatters whose items are being launched
+        self._own_items: set[str] = set()  # scatters whose items list this tick copied
 
     # --- result ------------------------------------------------------------------
 
@@ -193,25 +217,47 @@ class _Tick:
 
     # --- expressions ---------------------------------------------------------------
 
-    def activation(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The variables every expression sees: input, finished steps, run (+ extra)."""
-        if self._view is None:
-            self._view = {
-                ref: {"output": s.output, "status": s.status.value}
-                for ref, s in self.steps.items()
-                if s.status.terminal
-            }
+    def activation(
+        self, extra: Mapping[str, Any] | None = None, uses: tuple[str, ...] | None = None
+    ) -> dict[str, Any]:
+        """The variables every expression sees: input, finished steps, run (+ extra).
+
+        `uses` names the steps the expressions can read (from the index); only
+        those are put in `steps`, so the cost of an evaluation does not grow
+        with the run. None means all finished steps.
+        """
+        if uses is None:
+            if self._view is None:
+                self._view = {
+                    ref: {"output": s.output, "status": s.status.value}
+                    for ref, s in self.steps.items()
+                    if s.status.terminal
+                }
+            steps = self._view
+        else:
+            steps = {}
+            for ref in uses:
+                step = self.steps.get(ref)
+                if step is not None and step.status.terminal:
+                    steps[ref] = {"output": step.output, "status": step.status.value}
+        if self._now_iso is None:
+            self._now_iso = _iso(self.now)
         act: dict[str, Any] = {
             "input": self.state.input,
-            "steps": self._view,
-            "run": {"id": self.run_id, "now": self.now_iso},
+            "steps": steps,
+            "run": {"id": self.run_id, "now": self._now_iso},
         }
         if extra:
             act.update(extra)
         return act
 
-    def evaluate(self, source: str, extra: Mapping[str, Any] | None = None) -> Any:
-        return self.engine.evaluate(source, self.activation(extra))
+    def evaluate(
+        self,
+        source: str,
+        extra: Mapping[str, Any] | None = None,
+        uses: tuple[str, ...] | None = None,
+    ) -> Any:
+        return self.engine.evaluate(source, self.activation(extra, uses))
 
     # --- bookkeeping -----------------------------------------------------------------
 
@@ -294,6 +340,10 @@ class _Tick:
             self.complete()
 
     def decide(self, edge: IndexedEdge, source: StepState) -> None:
+        target_ref = edge.edge.target_ref
+        target = self.steps[target_ref]
+        if target.status is not StepStatus.PENDING:
+            return
         kind = edge.kind
         note: str | None = None
         if source.status is StepStatus.SUCCEEDED:
@@ -303,7 +353,9 @@ class _Tick:
                     note = "condition edge without a condition"
                 else:
                     try:
-                        verdict = self.evaluate(edge.edge.condition, {"output": source.output})
+                        verdict = self.evaluate(
+                            edge.edge.condition, {"output": source.output}, edge.uses
+                        )
                     except DuctorError as exc:
                         note = exc.message
                     else:
@@ -316,10 +368,6 @@ class _Tick:
             taken = kind in (EdgeType.FAILURE, EdgeType.ALWAYS)
         else:
             taken = False
-        target_ref = edge.edge.target_ref
-        target = self.steps[target_ref]
-        if target.status is not StepStatus.PENDING:
-            return
         data = dict(target.data)
         decided = int(data.get("edges_decided", 0)) + 1
         taken_count = int(data.get("edges_taken", 0)) + (1 if taken else 0)
@@ -423,23 +471,25 @@ class _Tick:
             self.dispatch(ref, -1, 1)
         elif isinstance(args, DataflowArgs):
             self.finish(
-                ref, StepStatus.SUCCEEDED, run_dataflow(args, self.engine, self.activation())
+                ref,
+                StepStatus.SUCCEEDED,
+                run_dataflow(args, self.engine, self.activation(None, info.uses)),
             )
         elif isinstance(args, GatherArgs):
             self.finish(ref, StepStatus.SUCCEEDED, self.gathered(args.scatter))
         elif isinstance(args, WaitArgs):
             self.start_wait(ref, args)
         elif isinstance(args, WaitForEventArgs):
-            self.start_wait_for(ref, "event", args.event, args.timeout)
+            self.start_wait_for(ref, "event", args.event, args.timeout or info.step.timeout)
         elif isinstance(args, WaitForSignalArgs):
             buffered = next((s for s in self.pending_signals if s.name == args.signal), None)
             if buffered is not None:
                 self.pending_signals.remove(buffered)
                 self.finish(ref, StepStatus.SUCCEEDED, buffered.payload)
             else:
-                self.start_wait_for(ref, "signal", args.signal, args.timeout)
+                self.start_wait_for(ref, "signal", args.signal, args.timeout or info.step.timeout)
         elif isinstance(args, SubworkflowArgs):
-            child_input = None if args.input is None else self.evaluate(args.input)
+            child_input = None if args.input is None else self.evaluate(args.input, None, info.uses)
             self.emit(
                 StartChildRun(
                     step_ref=ref,
@@ -467,8 +517,9 @@ class _Tick:
         }
 
     def start_wait(self, ref: str, args: WaitArgs) -> None:
+        uses = self.ix.steps[ref].uses
         if args.until is not None:
-            fire_at = _parse_instant(self.evaluate(args.until), args.until)
+            fire_at = _parse_instant(self.evaluate(args.until, None, uses), args.until)
         elif args.duration is not None:
             fire_at = self.now + parse_duration(args.duration)
         else:
@@ -503,9 +554,13 @@ class _Tick:
             return
         step = self.steps[ref]
         assert step.items is not None
-        items = list(step.items)
+        if ref in self._own_items:
+            items = step.items  # this tick's private copy: change it in place
+        else:
+            items = list(step.items)  # never touch the caller's list
+            self._own_items.add(ref)
+            self.update(ref, items=items)
         items[index] = replace(items[index], **changes)
-        self.update(ref, items=items)
 
     def unit_kind(self, info: StepIndex, index: int) -> tuple[StepType | None, StepArgs | None]:
         if index < 0:
@@ -526,7 +581,7 @@ class _Tick:
         timeout = info.timeout if index < 0 else info.template_timeout
         extra = None if index < 0 else self.item_vars(ref, index)
         try:
-            handler, payload = self.payload(kind, args, extra)
+            handler, payload = self.payload(kind, args, extra, info.uses)
             if timeout is None and isinstance(args, RouteArgs) and args.timeout is not None:
                 timeout = parse_duration(args.timeout)
         except DuctorError as exc:
@@ -559,13 +614,17 @@ class _Tick:
             self.set_unit(ref, index, status=StepStatus.RUNNING, attempt=attempt)
 
     def payload(
-        self, kind: StepType | None, args: StepArgs | None, extra: Mapping[str, Any] | None
+        self,
+        kind: StepType | None,
+        args: StepArgs | None,
+        extra: Mapping[str, Any] | None,
+        uses: tuple[str, ...] | None,
     ) -> tuple[str, Any]:
         cache: dict[str, Any] = {}
 
         def ev(source: str) -> Any:
             if "act" not in cache:
-                cache["act"] = self.activation(extra)
+                cache["act"] = self.activation(extra, uses)
             return self.engine.evaluate(source, cache["act"])
 
         def opt(source: str | None) -> Any:
@@ -662,7 +721,7 @@ class _Tick:
         return {"item": values[index], "index": index}
 
     def start_scatter(self, ref: str, args: ScatterArgs) -> None:
-        values = self.evaluate(args.items)
+        values = self.evaluate(args.items, None, self.ix.steps[ref].uses)
         if not isinstance(values, list):
             raise DuctorError(
                 f"scatter `items` must give a list, got {type(values).__name__}",
@@ -671,6 +730,7 @@ class _Tick:
         if args.step is None and args.workflow is None:
             raise DuctorError("scatter needs `step` or `workflow`", code="definition.bad_args")
         data = {**self.steps[ref].data, "values": values, "next": 0, "done": 0}
+        self._own_items.add(ref)
         self.update(
             ref,
             items=[ItemState(index=i) for i in range(len(values))],
@@ -710,7 +770,7 @@ class _Tick:
                 child_input = (
                     self.item_vars(ref, index)["item"]
                     if args.input is None
-                    else self.evaluate(args.input, self.item_vars(ref, index))
+                    else self.evaluate(args.input, self.item_vars(ref, index), info.uses)
                 )
             except DuctorError as exc:
                 self.unit_done(ref, index, StepStatus.FAILED, error=_error_of(exc))
@@ -730,7 +790,9 @@ class _Tick:
         if isinstance(info.template_args, DataflowArgs):
             try:
                 output = run_dataflow(
-                    info.template_args, self.engine, self.activation(self.item_vars(ref, index))
+                    info.template_args,
+                    self.engine,
+                    self.activation(self.item_vars(ref, index), info.uses),
                 )
             except DuctorError as exc:
                 self.unit_done(ref, index, StepStatus.FAILED, error=_error_of(exc))
@@ -896,7 +958,7 @@ class _Tick:
             assert isinstance(args, WaitForEventArgs)
             if args.match is not None:
                 try:
-                    verdict = self.evaluate(args.match, {"event": event})
+                    verdict = self.evaluate(args.match, {"event": event}, self.ix.steps[ref].uses)
                 except DuctorError as exc:
                     problems.append(f"{ref}: {exc.message}")
                     continue
@@ -1001,8 +1063,14 @@ def start_run(
         open_steps=len(index.order),
     )
     run = _Tick(index, state, now, engine or default_engine())
+    if index.problem is not None:  # validation rejects these; never run half a graph
+        run.end_run(RunStatus.FAILED, error=_error_of(index.problem))
+        return run.result()
     for ref in index.roots:
+        if run.status.terminal:
+            break  # an inline root already failed the run: start nothing more
         run.start(ref)
+        run.drain()
     run.drain()
     return run.result()
 

@@ -19,6 +19,15 @@ and to the steps after such a cycle: these would wait forever for an edge that
 is never decided. A cycle that *is* entered from a root (`a -> b -> c -> b`) is
 reported as a cycle only; its steps are reachable, though the join rule means
 they would deadlock too, which is exactly why every cycle is an error.
+
+What an expression may read. A step's expressions (its args, and a SCATTER's
+per-item template) may read `steps.<ref>` only for steps that come before it
+(a path of edges leads from them to it): any other step may not have finished
+yet, or may finish only in some runs. An edge condition may read its source
+and the steps before that; `output` may read any step. References are found
+in the source text (`steps.x`, `steps['x']`, skipping string literals and
+comments); a reference built at run time (`steps[name]`) is not judged. On a
+cyclic graph "before" has no meaning, so references are not judged there.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -59,6 +69,33 @@ SCATTER_STEP_TYPES: frozenset[StepType] = frozenset(
 )
 """The step types a SCATTER may run once per item."""
 
+PROBLEM_CODES: dict[str, str] = {
+    "definition.malformed": "not an object, a missing required field, or a value of the wrong type",
+    "definition.unknown_field": "a field the definition format does not have",
+    "definition.bad_slug": "a family slug that is not lowercase letters, digits and '-'",
+    "definition.empty": "a definition with no steps",
+    "definition.bad_ref": "a step ref that is not a letter or '_', then letters, digits, '_', '-'",
+    "definition.duplicate_ref": "two steps with the same ref",
+    "definition.unknown_step_type": "a step type that does not exist",
+    "definition.unknown_edge_type": "an edge type that does not exist",
+    "definition.bad_args": "step args that are missing, unknown, wrongly typed or inconsistent",
+    "definition.bad_duration": "a duration string that does not parse, or a zero timeout",
+    "definition.bad_retry": "a retry policy that cannot work",
+    "definition.bad_expression": "a CEL expression that does not compile",
+    "definition.bad_step_reference": "an expression reading a missing step or one not before it",
+    "definition.dangling_edge": "an edge whose source or target is not a step",
+    "definition.self_loop": "an edge from a step to itself",
+    "definition.duplicate_edge": "the same edge twice",
+    "definition.cycle": "steps that form a cycle",
+    "definition.unreachable_step": "a step no starting step leads to",
+    "definition.condition_missing": "a CONDITION edge without a condition",
+    "definition.condition_unexpected": "a condition on an edge that is not a CONDITION edge",
+    "definition.bad_trigger": "a trigger without an event name",
+    "definition.bad_output": "an output that is not a CEL string or an object of them",
+    "definition.bad_input_schema": "an input schema that is not a JSON Schema object",
+}
+"""Every problem code validation reports, with what it means."""
+
 _MALFORMED = "definition.malformed"
 _UNKNOWN_FIELD = "definition.unknown_field"
 _BAD_ARGS = "definition.bad_args"
@@ -80,6 +117,21 @@ _DATAFLOW_NEEDS: dict[str, tuple[str, ...]] = {
     "pick": ("source", "keys"),
 }
 _DATAFLOW_FIELDS = ("project", "items", "predicate", "expression", "sources", "source", "keys")
+
+# `steps.<ref>` and `steps['<ref>']` in CEL source. String literals and comments
+# are matched too, so that finditer skips over them whole; `x.steps` is a field
+# of something else, not the `steps` variable.
+_STEP_READS = re.compile(
+    r"(?P<skip>//[^\n]*"  # a comment
+    r"|[rRbB]{0,2}(?:'\'\'.*?'\'\'|\"\"\".*?\"\"\""  # a triple-quoted string
+    r"|(?:[rR][bB]?|[bB][rR])(?:'[^'\n]*'|\"[^\"\n]*\")"  # a raw string: no escapes
+    r"|[bB]?(?:'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\")))"  # a quoted string
+    r"|(?<![\w.])steps\s*(?:\.\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|\[\s*(?:'(?P<single>[^'\\]*)'|\"(?P<double>[^\"\\]*)\")\s*\])",
+    re.DOTALL,
+)
+
+_PLAIN_STEP_READS = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -156,7 +208,10 @@ def validate_definition_json(
 
 def _ptr(base: str, *parts: str | int) -> str:
     for part in parts:
-        base += "/" + str(part).replace("~", "~0").replace("/", "~1")
+        text = str(part)
+        if "~" in text or "/" in text:
+            text = text.replace("~", "~0").replace("/", "~1")
+        base += "/" + text
     return base
 
 
@@ -224,7 +279,12 @@ _TRIGGER = _struct_info(Trigger)
 _RETRY = _struct_info(RetryPolicy)
 _TEMPLATE = _struct_info(StepTemplate)
 _RETRY_DEFAULTS = RetryPolicy()
+_STEP_TYPES = {t.value: t for t in StepType}
+_EDGE_TYPES = {t.value: t for t in EdgeType}
 _ARGS = {step_type: _struct_info(cls) for step_type, cls in ARGS_BY_TYPE.items()}
+# Field lookup per struct, filled on first use (structs are few and fixed).
+_FIELDS: dict[type, tuple[dict[str, mi.Field], tuple[str, ...]]] = {}
+_UNSEEN = "\0unseen"  # not a compile error any engine can return
 _TOP_FIELDS = frozenset(f.encode_name for f in _struct_info(WorkflowDefinition).fields)
 
 
@@ -238,11 +298,20 @@ class _Walker:
         self.engine = engine
         self.problems: list[Problem] = []
         self._compiled: dict[str, str | None] = {}
+        self._durations: dict[str, timedelta] = {}
         self.first_index: dict[str, int] = {}
         self.types: dict[str, str] = {}
         self.graph = Graph((), ())
         self.edge_index: list[int] = []
         self.steps_known = True
+        self.acyclic = True
+        self.cycles: list[list[int]] = []
+        # Whose view of `steps` the expressions being checked have: a step ref
+        # (its ancestors), an edge's source (it and its ancestors), "*" (every
+        # step, for `output`) or None (not checked).
+        self.reader: str | None = None
+        self.reader_sees_itself = False
+        self._reads: dict[str, list[str]] = {}
 
     def add(self, code: str, pointer: str, message: str) -> None:
         self.problems.append(Problem(code=code, message=message, pointer=pointer))
@@ -315,13 +384,19 @@ class _Walker:
         unknown_code: str,
     ) -> dict[str, Any]:
         """Check an object's fields; return those that conform."""
-        fields = {f.encode_name: f for f in info.fields}
-        for f in info.fields:
-            if f.required and f.encode_name not in raw:
+        known = _FIELDS.get(info.cls)
+        if known is None:
+            known = _FIELDS[info.cls] = (
+                {f.encode_name: f for f in info.fields},
+                tuple(f.encode_name for f in info.fields if f.required),
+            )
+        fields, required = known
+        for name in required:
+            if name not in raw:
                 self.add(
                     code,
-                    _ptr(pointer, f.encode_name),
-                    f"{where}: missing required field '{prefix}{f.encode_name}'",
+                    _ptr(pointer, name),
+                    f"{where}: missing required field '{prefix}{name}'",
                 )
         ok: dict[str, Any] = {}
         for key, value in raw.items():
@@ -337,6 +412,9 @@ class _Walker:
                     f"{where}: unknown field '{prefix}{key}'{hint}",
                 )
                 continue
+            if _conforms(value, field.type):
+                ok[key] = value  # the common case: no pointer or label to build
+                continue
             good, cleaned = self.check(
                 value, field.type, _ptr(pointer, key), where, prefix + key, code
             )
@@ -351,22 +429,65 @@ class _Walker:
 
     # leaf checks
 
-    def cel(self, source: str, pointer: str, where: str, label: str) -> None:
-        """Compile one CEL expression; report it if it does not compile."""
-        if source not in self._compiled:
-            self._compiled[source] = _compile_error(self.engine, source)
-        error = self._compiled[source]
+    def cel(self, source: str, base: str, *parts: str | int, where: str, label: str) -> None:
+        """Compile one CEL expression at `base`/`parts`; report it if it does not compile.
+
+        The pointer is only built for a problem: most expressions are fine.
+        """
+        error = self._compiled.get(source, _UNSEEN)
+        if error is _UNSEEN:
+            error = self._compiled[source] = _compile_error(self.engine, source)
         if error is not None:
             self.add(
                 _BAD_EXPRESSION,
-                pointer,
+                _ptr(base, *parts),
                 f"{_lead(where)}'{label}' is not valid CEL ({error}): {_show(source)}",
+            )
+        elif self.reader is not None and "steps" in source:
+            self.step_reads(source, base, parts, where, label)
+
+    def _may_read(self, ref: str, reader: str) -> bool:
+        if reader == "*" or self.graph.precedes(ref, reader):
+            return True
+        return ref == reader and self.reader_sees_itself
+
+    def step_reads(
+        self, source: str, base: str, parts: tuple[str | int, ...], where: str, label: str
+    ) -> None:
+        """Report each `steps.<ref>` an expression reads that cannot be there for it."""
+        reads = self._reads.get(source)
+        if reads is None:
+            reads = self._reads[source] = _step_reads(source)
+        reader = self.reader
+        for ref in reads:
+            if ref not in self.first_index:
+                problem = f"there is no step '{ref}'"
+            elif self._may_read(ref, reader or ""):
+                continue
+            elif ref == reader:
+                problem = "a step cannot read its own output"
+            elif self.reader_sees_itself:
+                problem = (
+                    f"step '{ref}' does not come before this edge's source '{reader}', "
+                    "so its output may not exist yet"
+                )
+            else:
+                problem = (
+                    f"step '{ref}' does not come before '{reader}' (no path of edges leads "
+                    "from it here), so its output may not exist yet"
+                )
+            self.add(
+                "definition.bad_step_reference",
+                _ptr(base, *parts),
+                f"{_lead(where)}'{label}' reads steps.{ref}, but {problem}",
             )
 
     def duration(self, text: str, pointer: str, where: str, label: str) -> bool:
         """Parse a duration; report it and return False if it does not parse or is zero."""
         try:
-            value = parse_duration(text)
+            value = self._durations.get(text)
+            if value is None:
+                value = self._durations[text] = parse_duration(text)
         except DurationError:
             self.add(
                 _BAD_DURATION,
@@ -472,6 +593,9 @@ class _Walker:
                 graph_edges.append(Edge(source_ref=source, target_ref=target))
                 self.edge_index.append(i)
         self.graph = Graph(self.first_index, graph_edges)
+        # With a cycle, "comes before" has no meaning: the cycle is the problem.
+        self.cycles = self.graph.cycles()
+        self.acyclic = self.steps_known and not self.cycles
 
     def step(self, i: int, raw: Any) -> None:
         pointer = _ptr("/steps", i)
@@ -496,19 +620,26 @@ class _Walker:
                     _ptr(pointer, "ref"),
                     f"{where}: ref '{ref}' is already used by steps[{first}]",
                 )
+        self.reader = (
+            ref
+            if isinstance(ref, str) and self.first_index.get(ref) == i and self.acyclic
+            else None
+        )
+        self.reader_sees_itself = False
         kind = fields.get("type")
         if isinstance(kind, str):
             step_type = self.step_type(kind, _ptr(pointer, "type"), where, "type")
             if step_type is not None and ("args" in fields or "args" not in raw):
                 own = ref if isinstance(ref, str) else None
-                args = fields.get("args", {})
+                args = fields.get("args")
                 self.args(step_type, args, _ptr(pointer, "args"), where, "args.", own)
         self.retry_and_timeout(fields, pointer, where, "")
+        self.reader = None
 
     def step_type(self, kind: str, pointer: str, where: str, label: str) -> StepType | None:
         try:
-            return StepType(kind)
-        except ValueError:
+            return _STEP_TYPES[kind]
+        except KeyError:
             close = difflib.get_close_matches(kind, [t.value for t in StepType], n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             self.add(
@@ -553,7 +684,7 @@ class _Walker:
             if isinstance(text, str) and self.duration(
                 text, _ptr(pointer, name), where, prefix + name
             ):
-                intervals[name] = parse_duration(text)
+                intervals[name] = self._durations[text]
         if len(intervals) == 2 and intervals["initial_interval"] > intervals["max_interval"]:
             self.add(
                 _BAD_RETRY,
@@ -573,12 +704,24 @@ class _Walker:
     def args(
         self,
         step_type: StepType,
-        raw: dict[str, Any],
+        raw: dict[str, Any] | None,
         pointer: str,
         where: str,
         prefix: str,
         ref: str | None,
     ) -> None:
+        """Check one step's args; `raw` is None when the step has no `args` at all."""
+        if raw is None:
+            needed = [f.encode_name for f in _ARGS[step_type].fields if f.required]
+            if needed:
+                self.add(
+                    _BAD_ARGS,
+                    pointer,
+                    f"{where}: missing '{prefix.rstrip('.')}': a {step_type.value} step needs "
+                    + ", ".join(f"'{name}'" for name in needed),
+                )
+                return
+            raw = {}
         fields = self.struct(raw, _ARGS[step_type], pointer, where, prefix, _BAD_ARGS, _BAD_ARGS)
         check = _ARG_CHECKS[step_type]
         check(self, _Args(fields, raw, pointer, where, prefix, ref))
@@ -608,8 +751,8 @@ class _Walker:
         edge_type: EdgeType | None = None
         if isinstance(kind, str):
             try:
-                edge_type = EdgeType(kind)
-            except ValueError:
+                edge_type = _EDGE_TYPES[kind]
+            except KeyError:
                 self.add(
                     "definition.unknown_edge_type",
                     _ptr(pointer, "type"),
@@ -633,7 +776,10 @@ class _Walker:
                 f"this one is {edge_type.value}",
             )
         elif isinstance(condition, str):
-            self.cel(condition, _ptr(pointer, "condition"), where, "condition")
+            self.reader = source if isinstance(source, str) and known and self.acyclic else None
+            self.reader_sees_itself = True
+            self.cel(condition, pointer, "condition", where=where, label="condition")
+            self.reader = None
         if isinstance(source, str) and isinstance(target, str) and known:
             if source == target:
                 self.add(
@@ -667,7 +813,7 @@ class _Walker:
                 f"{where}: 'event' must name an event, got an empty string",
             )
         if isinstance(fields.get("filter"), str):
-            self.cel(fields["filter"], _ptr(pointer, "filter"), where, "filter")
+            self.cel(fields["filter"], pointer, "filter", where=where, label="filter")
 
     def input_schema(self, value: Any) -> None:
         if value is None:
@@ -696,11 +842,16 @@ class _Walker:
         where = ""
         if value is None:
             return
+        self.reader = "*" if self.steps_known else None
+        self._output(value, where)
+        self.reader = None
+
+    def _output(self, value: Any, where: str) -> None:
         if isinstance(value, str):
             if not value.strip():
                 self.add("definition.bad_output", "/output", "'output' must not be empty")
             else:
-                self.cel(value, "/output", where, "output")
+                self.cel(value, "/output", where=where, label="output")
             return
         if not isinstance(value, dict):
             self.add(
@@ -724,13 +875,13 @@ class _Walker:
                     f"'output.{key}' must be a CEL string, got {_kind(source)}",
                 )
             else:
-                self.cel(source, pointer, where, f"output.{key}")
+                self.cel(source, pointer, where=where, label=f"output.{key}")
 
     def graph_problems(self) -> None:
         if not self.steps_known:
             return
         graph = self.graph
-        for cycle in graph.cycles():
+        for cycle in self.cycles:
             if len(cycle) == 1:
                 continue  # a self-loop, already reported on its edge
             closing = self.edge_index[cycle[-1]]
@@ -787,7 +938,7 @@ def _cel_fields(w: _Walker, a: _Args, *names: str) -> None:
     for name in names:
         source = a.text(name)
         if source is not None:
-            w.cel(source, a.at(name), a.where, a.prefix + name)
+            w.cel(source, a.pointer, name, where=a.where, label=a.prefix + name)
 
 
 def _cel_map(w: _Walker, a: _Args, name: str) -> None:
@@ -795,7 +946,14 @@ def _cel_map(w: _Walker, a: _Args, name: str) -> None:
     if isinstance(value, dict):
         for key, source in value.items():
             if isinstance(source, str):
-                w.cel(source, a.at(name, key), a.where, f"{a.prefix}{name}.{key}")
+                w.cel(
+                    source,
+                    a.pointer,
+                    name,
+                    key,
+                    where=a.where,
+                    label=f"{a.prefix}{name}.{key}",
+                )
 
 
 def _exactly_one(w: _Walker, a: _Args, first: str, second: str, what: str) -> None:
@@ -846,7 +1004,14 @@ def _check_dataflow(w: _Walker, a: _Args) -> None:
     _cel_fields(w, a, "items", "predicate", "expression", "source")
     sources = a.fields.get("sources")
     for j, source in enumerate(sources if isinstance(sources, list) else []):
-        w.cel(source, a.at("sources", j), a.where, f"{a.prefix}sources[{j}]")
+        w.cel(
+            source,
+            a.pointer,
+            "sources",
+            j,
+            where=a.where,
+            label=f"{a.prefix}sources[{j}]",
+        )
     keys = a.fields.get("keys")
     for j, key in enumerate(keys if isinstance(keys, list) else []):
         if not key:
@@ -913,7 +1078,7 @@ def _check_scatter(w: _Walker, a: _Args) -> None:
         elif step_type is not None:
             raw_template = a.raw["step"]
             if "args" in template or "args" not in raw_template:
-                args = template.get("args", {})
+                args = template.get("args")
                 w.args(step_type, args, _ptr(pointer, "args"), a.where, prefix + "args.", None)
         w.retry_and_timeout(template, pointer, a.where, prefix)
     workflow = a.fields.get("workflow")
@@ -942,14 +1107,13 @@ def _check_gather(w: _Walker, a: _Args) -> None:
             f"{a.where}: '{label}' must name a STEP_TYPE_SCATTER step; "
             f"'{scatter}' is {w.types.get(scatter) or 'of no known type'}",
         )
-    else:
-        if a.ref is not None and scatter not in w.graph.ancestors(a.ref):
-            w.add(
-                _BAD_ARGS,
-                pointer,
-                f"{a.where}: the SCATTER '{scatter}' must come before this GATHER "
-                "(a path of edges must lead from it to here)",
-            )
+    elif a.ref is not None and not w.graph.precedes(scatter, a.ref):
+        w.add(
+            _BAD_ARGS,
+            pointer,
+            f"{a.where}: the SCATTER '{scatter}' must come before this GATHER "
+            "(a path of edges must lead from it to here)",
+        )
 
 
 def _check_subworkflow(w: _Walker, a: _Args) -> None:
@@ -1003,30 +1167,53 @@ _ARG_CHECKS: dict[StepType, Callable[[_Walker, _Args], None]] = {
 
 
 def _conforms(value: Any, t: mi.Type) -> bool:
-    """Whether a scalar (or a list/dict of scalars) has type `t`, as msgspec decides."""
+    """Whether a scalar (or a list/dict of scalars) has type `t`, as msgspec decides.
+
+    A struct never conforms here: it needs the reporting walk of `_Walker.check`.
+    """
+    checker = _CHECKERS.get(id(t))
+    if checker is None:
+        checker = _CHECKERS[id(t)] = _checker(t)
+        _CHECKED_TYPES.append(t)  # keeps `id(t)` from being reused
+    return checker(value)
+
+
+# The type checks, compiled once per type: validation runs them for every field.
+_CHECKERS: dict[int, Callable[[Any], bool]] = {}
+_CHECKED_TYPES: list[mi.Type] = []
+
+
+def _checker(t: mi.Type) -> Callable[[Any], bool]:
     if isinstance(t, mi.AnyType):
-        return True
+        return lambda value: True
     if isinstance(t, mi.NoneType):
-        return value is None
+        return lambda value: value is None
     if isinstance(t, mi.BoolType):
-        return isinstance(value, bool)
+        return lambda value: isinstance(value, bool)
     if isinstance(t, mi.IntType):
-        return isinstance(value, int) and not isinstance(value, bool)
+        return lambda value: isinstance(value, int) and not isinstance(value, bool)
     if isinstance(t, mi.FloatType):
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return lambda value: isinstance(value, int | float) and not isinstance(value, bool)
     if isinstance(t, mi.StrType):
-        return isinstance(value, str)
+        return lambda value: isinstance(value, str)
     if isinstance(t, mi.LiteralType):
-        return any(type(value) is type(v) and value == v for v in t.values)
+        allowed = t.values
+        return lambda value: any(type(value) is type(v) and value == v for v in allowed)
     if isinstance(t, mi.ListType):
-        return isinstance(value, list) and all(_conforms(v, t.item_type) for v in value)
+        item_type = t.item_type
+        return lambda value: (
+            isinstance(value, list) and all(_conforms(item, item_type) for item in value)
+        )
     if isinstance(t, mi.DictType):
-        return isinstance(value, dict) and all(
-            isinstance(k, str) and _conforms(v, t.value_type) for k, v in value.items()
+        value_type = t.value_type
+        return lambda value: (
+            isinstance(value, dict)
+            and all(isinstance(k, str) and _conforms(v, value_type) for k, v in value.items())
         )
     if isinstance(t, mi.UnionType):
-        return any(_conforms(value, m) for m in t.types)
-    return False
+        members = [_checker(m) for m in t.types]
+        return lambda value: any(member(value) for member in members)
+    return lambda value: False
 
 
 def _compile_error(engine: ExpressionEngine, source: str) -> str | None:
@@ -1040,10 +1227,24 @@ def _compile_error(engine: ExpressionEngine, source: str) -> str | None:
         line, column = getattr(cause, "line", None), getattr(cause, "column", None)
         if isinstance(line, int) and isinstance(column, int):
             return f"syntax error at line {line}, column {column}"
-        return exc.message.split("\n", 1)[0]
+        message = exc.message.removesuffix(f" (in expression {source!r})")
+        return message.split("\n", 1)[0]
     except Exception as exc:  # a parser bug must not turn a report into a crash
         return f"could not be compiled: {type(exc).__name__}"
     return None
+
+
+def _step_reads(source: str) -> list[str]:
+    """The refs a CEL expression reads as `steps.<ref>` or `steps['<ref>']`, in order."""
+    if "'" not in source and '"' not in source and "//" not in source:
+        # no strings or comments to skip (and no bracket reads): the quick scan
+        return list(dict.fromkeys(_PLAIN_STEP_READS.findall(source)))
+    refs: dict[str, None] = {}
+    for match in _STEP_READS.finditer(source):
+        ref = match.group("field") or match.group("single") or match.group("double")
+        if ref:
+            refs[ref] = None
+    return list(refs)
 
 
 def _lead(where: str) -> str:

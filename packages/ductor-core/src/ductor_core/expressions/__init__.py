@@ -41,6 +41,7 @@ from ductor_core.expressions._functions import (
     builtin_registry,
     default_registry,
 )
+from ductor_core.expressions._limits import MAX_SOURCE_LENGTH, MAX_VALUE_DEPTH
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json
 
@@ -50,6 +51,8 @@ __all__ = [
     "CEL_RUST_ENGINE_NAME",
     "ENGINE_NAMES",
     "MACROS",
+    "MAX_SOURCE_LENGTH",
+    "MAX_VALUE_DEPTH",
     "STANDARD_FUNCTIONS",
     "VARIABLES",
     "BoundVariables",

@@ -21,6 +21,7 @@ from ductor_core.expressions._functions import (
     default_registry,
     unknown_functions,
 )
+from ductor_core.expressions._limits import check_source
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
@@ -93,8 +94,13 @@ class CelRustProgram:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
         if isinstance(activation, CelRustBoundVariables):
             context = activation._context
-        else:
+        elif isinstance(activation, Mapping):
             context = self._engine._context(activation, self.source)
+        else:
+            raise TypeError(
+                f"cannot evaluate on {CEL_RUST_ENGINE_NAME} against {type(activation).__name__}; "
+                "pass a mapping or variables bound by the same engine"
+            )
         try:
             result = self._program.execute(context)
         except Exception as exc:
@@ -150,8 +156,7 @@ class CelRustEngine:
         return cel.Context(variables=variables, functions=self._functions)
 
     def _compile(self, source: str) -> CelRustProgram:
-        if not isinstance(source, str):
-            raise TypeError("a CEL expression is a string")
+        check_source(source)
         try:
             program = cel.compile(source)
         except Exception as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from ductor_core.expressions._functions import (
     default_registry,
     unknown_functions,
 )
+from ductor_core.expressions._limits import check_source
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
@@ -95,7 +97,7 @@ def _kind(value: Any) -> str:
         return "timestamp"
     if isinstance(value, datetime.timedelta):
         return "duration"
-    if isinstance(value, type):
+    if isinstance(value, type | _TypeConversion):
         return "type"
     return "other"
 
@@ -118,7 +120,7 @@ def _equal(a: Any, b: Any) -> bool:
                 return False
         return True
     if ka == "type":
-        return a is b
+        return _as_type(a) is _as_type(b)
     return bool(a == b)
 
 
@@ -172,18 +174,69 @@ def _in(item: Any, container: Any) -> celtypes.BoolType:
     raise TypeError(f"no such overload: 'in' on {kind}")
 
 
+def _index(container: Any, key: Any) -> Any:
+    # Lists take an int or uint in range, maps a key of a key type; strings
+    # are not indexable in CEL (celpy 0.5.0 indexes them, and takes -1).
+    kind, key_kind = _kind(container), _kind(key)
+    if kind == "list":
+        if key_kind not in ("int", "uint"):
+            raise TypeError(f"no such overload: list index of type {key_kind}")
+        if not 0 <= int(key) < len(container):
+            return celpy.CELEvalError(f"index {int(key)} out of range", IndexError, (int(key),))
+        return container[int(key)]
+    if kind == "map":
+        if key_kind not in ("string", "int", "uint", "bool"):
+            raise TypeError(f"no such overload: map key of type {key_kind}")
+        found = _map_lookup(container, key)
+        if found is _MISSING:
+            return celpy.CELEvalError(f"no such key: {to_json(key)!r}", KeyError, (key,))
+        return found
+    raise TypeError(f"no such overload: {kind} cannot be indexed")
+
+
+_SAME_NUMBERS = {(kind, kind) for kind in ("int", "uint", "double")}
+# The operand kinds each arithmetic operator has an overload for in CEL;
+# celpy also takes mixed numbers, bools, `duration / duration` and more.
+_ARITHMETIC: dict[str, set[tuple[str, str]]] = {
+    "+": _SAME_NUMBERS
+    | {
+        ("string", "string"),
+        ("bytes", "bytes"),
+        ("list", "list"),
+        ("duration", "duration"),
+        ("timestamp", "duration"),
+        # Not ("duration", "timestamp"): the spec has it, cel-rust does not;
+        # write `timestamp + duration`.
+    },
+    "-": _SAME_NUMBERS
+    | {("duration", "duration"), ("timestamp", "timestamp"), ("timestamp", "duration")},
+    "*": _SAME_NUMBERS,
+    "/": _SAME_NUMBERS,
+    "%": {("int", "int"), ("uint", "uint")},
+}
+
+
 def _strict(operation: Callable[[Any, Any], Any], symbol: str) -> Callable[[Any, Any], Any]:
+    allowed = _ARITHMETIC[symbol]
+
     def apply(a: Any, b: Any) -> Any:
         ka, kb = _kind(a), _kind(b)
-        if (
-            ka == "bool"
-            or kb == "bool"
-            or (ka != kb and (ka in _NUMBER_KINDS or kb in _NUMBER_KINDS))
-        ):
+        if (ka, kb) not in allowed:
             raise TypeError(f"no such overload: {ka} {symbol} {kb}")
         return operation(a, b)
 
     return apply
+
+
+def _divide(a: Any, b: Any) -> Any:
+    # IEEE 754 for doubles, as the spec: x / 0.0 is +-inf and 0.0 / 0.0 is NaN
+    # (celpy 0.5.0 answers inf for the latter).
+    if _kind(a) == "double" and _kind(b) == "double" and float(b) == 0.0:
+        x, y = float(a), float(b)
+        if x == 0.0 or math.isnan(x):
+            return celtypes.DoubleType(math.nan)
+        return celtypes.DoubleType(math.copysign(math.inf, x) * math.copysign(1.0, y))
+    return _strict(celpy.evaluation.base_functions["_/_"], "/")(a, b)
 
 
 def _format_double(value: float) -> str:
@@ -208,9 +261,157 @@ def _string(value: Any) -> Any:
     return celtypes.StringType(value)
 
 
+def _size(value: Any) -> Any:
+    kind = _kind(value)
+    if kind not in ("string", "bytes", "list", "map"):
+        raise TypeError(f"no such overload: size of {kind}")
+    return celtypes.IntType(len(value))
+
+
+def _or(x: Any, y: Any) -> Any:
+    # As the spec: true wins over anything (errors too), then an error is the
+    # answer, then anything not a bool is an error. celpy answers `false || 4u`
+    # with 4u.
+    if (_kind(x) == "bool" and x) or (_kind(y) == "bool" and y):
+        return celtypes.BoolType(True)
+    return _logic_rest(x, y, "||")
+
+
+def _and(x: Any, y: Any) -> Any:
+    if (_kind(x) == "bool" and not x) or (_kind(y) == "bool" and not y):
+        return celtypes.BoolType(False)
+    return _logic_rest(x, y, "&&")
+
+
+def _logic_rest(x: Any, y: Any, symbol: str) -> Any:
+    if _kind(x) == "bool" and _kind(y) == "bool":
+        return celtypes.BoolType(bool(x) if symbol == "||" else bool(x and y))
+    for value in (x, y):
+        if isinstance(value, celpy.CELEvalError):
+            return value
+    raise TypeError(f"no such overload: {_kind(x)} {symbol} {_kind(y)}")
+
+
+def _passing_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    # celpy hands error values to operator functions as arguments; an
+    # operator must return them, never compare or combine them.
+    def guarded(*args: Any) -> Any:
+        for arg in args:
+            if isinstance(arg, celpy.CELEvalError):
+                return arg
+        return function(*args)
+
+    guarded.__name__ = getattr(function, "__name__", "operator")
+    return guarded
+
+
+_LOOSE_NUMBER = re.compile(r"[\s_]")
+
+
+class _TypeConversion:
+    """A CEL type name used as a conversion function (`int(x)`) and as a type
+    value (`type(x) == int`): celpy resolves both through one function table."""
+
+    __slots__ = ("accepts", "cel_type", "convert", "name")
+
+    def __init__(
+        self,
+        cel_type: type,
+        accepts: frozenset[str],
+        name: str,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.cel_type = cel_type
+        self.accepts = accepts
+        self.name = name
+        self.convert = convert or cel_type
+
+    def __call__(self, value: Any) -> Any:
+        # celpy converts anything Python can (`int(true)`, `int(null)` ...);
+        # CEL has overloads for these argument types only.
+        if isinstance(value, celpy.CELEvalError):
+            return value
+        kind = _kind(value)
+        if kind not in self.accepts:
+            raise TypeError(f"no such overload: {self.name}({kind})")
+        if self.name == "uint" and kind == "double" and float(value) < 0:
+            raise ValueError(f"uint({float(value)!r}) is out of range")
+        if kind == "string" and self.name in _NUMBER_KINDS and _LOOSE_NUMBER.search(value):
+            # Python's int()/float() take " 5" and "1_000"; CEL's parsers do not.
+            raise ValueError(f"{self.name}({str(value)!r}): not a number")
+        return self.convert(value)
+
+
+def _as_type(value: Any) -> Any:
+    return value.cel_type if isinstance(value, _TypeConversion) else value
+
+
+# RFC 3339 as cel-rust reads it: seconds required, `T`, `t` or a space between
+# date and time, `Z`, `z` or a numeric offset with a colon. celpy's parser also
+# takes bare dates, offsets without a colon and more.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z")
+# Units as the spec lists them (celpy also takes `d`).
+_DURATION = re.compile(r"[+-]?(\d+(\.\d+)?(h|ms|us|ns|m|s))+\Z")
+
+
+def _timestamp(value: Any) -> Any:
+    if _kind(value) == "string":
+        text = str(value)
+        if not _RFC3339.match(text):
+            raise ValueError(f"timestamp({text!r}): not an RFC 3339 date-time")
+        value = celtypes.StringType(text[:10] + "T" + text[11:].upper())
+    return celtypes.TimestampType(value)
+
+
+def _duration(value: Any) -> Any:
+    if _kind(value) == "string" and not _DURATION.match(str(value)):
+        raise ValueError(f"duration({str(value)!r}): not a duration")
+    return celtypes.DurationType(value)
+
+
+_ACCESSORS = (
+    "getFullYear",
+    "getMonth",
+    "getDate",
+    "getDayOfMonth",
+    "getDayOfWeek",
+    "getDayOfYear",
+    "getHours",
+    "getMinutes",
+    "getSeconds",
+    "getMilliseconds",
+)
+
+
+def _accessor(name: str) -> Callable[..., Any]:
+    # cel-rust has no time zone argument (`getHours('Europe/Paris')`), so
+    # neither do we; `local_time(ts, zone)` is the portable way.
+    method = celpy.evaluation.base_functions[name]
+
+    def call(value: Any, *extra: Any) -> Any:
+        if extra:
+            raise TypeError(f"no such overload: {name} with a time zone; use local_time()")
+        return method(value)
+
+    return call
+
+
+def _string_method(name: str) -> Callable[[Any, Any], Any]:
+    # `contains`, `startsWith`, `endsWith` and `matches` take strings only;
+    # celpy also answers them for lists and maps.
+    method = celpy.evaluation.base_functions[name]
+
+    def call(receiver: Any, argument: Any) -> Any:
+        if _kind(receiver) != "string" or _kind(argument) != "string":
+            raise TypeError(f"no such overload: {_kind(receiver)}.{name}({_kind(argument)})")
+        return method(receiver, argument)
+
+    return call
+
+
 def _spec_functions() -> dict[str, Callable[..., Any]]:
     base = celpy.evaluation.base_functions
-    return {
+    functions: dict[str, Callable[..., Any]] = {
         "_==_": _eq,
         "_!=_": _ne,
         "_<_": _ordering(lambda a, b: a < b),
@@ -218,13 +419,72 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "_>_": _ordering(lambda a, b: a > b),
         "_>=_": _ordering(lambda a, b: a >= b),
         "_in_": _in,
+        "_[_]": _index,
         "_+_": _strict(base["_+_"], "+"),
         "_-_": _strict(base["_-_"], "-"),
         "_*_": _strict(base["_*_"], "*"),
-        "_/_": _strict(base["_/_"], "/"),
+        "_/_": _divide,
         "_%_": _strict(base["_%_"], "%"),
-        "string": _string,
+        "size": _size,
+        "contains": _string_method("contains"),
+        "startsWith": _string_method("startsWith"),
+        "endsWith": _string_method("endsWith"),
+        "matches": _string_method("matches"),
+        **{name: _accessor(name) for name in _ACCESSORS},
     }
+    guarded = {name: _passing_errors(function) for name, function in functions.items()}
+    numbers = frozenset({"int", "uint", "double", "string"})
+    everything = frozenset(
+        {"int", "uint", "double", "string", "bytes", "bool", "timestamp", "duration"}
+    )
+    return {
+        **guarded,
+        # Not guarded: `||` and `&&` must see errors to absorb them.
+        "_||_": _or,
+        "_&&_": _and,
+        "int": _TypeConversion(celtypes.IntType, numbers, "int"),
+        "uint": _TypeConversion(celtypes.UintType, numbers, "uint"),
+        "double": _TypeConversion(celtypes.DoubleType, numbers, "double"),
+        "string": _TypeConversion(celtypes.StringType, everything, "string", _string),
+        "bytes": _TypeConversion(celtypes.BytesType, frozenset({"string", "bytes"}), "bytes"),
+        "timestamp": _TypeConversion(
+            celtypes.TimestampType, frozenset({"string", "timestamp"}), "timestamp", _timestamp
+        ),
+        "duration": _TypeConversion(
+            celtypes.DurationType, frozenset({"string", "duration"}), "duration", _duration
+        ),
+    }
+
+
+# ------------------------------------------------------------ the evaluator
+
+
+class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
+    """celpy's evaluator, but an error inside a map literal is the map's value.
+
+    celpy 0.5.0 builds `{'a': 1 / 0}` as a map holding an error value (lists
+    already propagate the error); the spec, and cel-rust, make it an error.
+    """
+
+    def mapinits(self, tree: Tree[Any]) -> Any:
+        keys_values = self.visit_children(tree)
+        for item in keys_values:
+            if isinstance(item, celpy.CELEvalError):
+                return item
+        result = celtypes.MapType()
+        for key, value in zip(keys_values[0::2], keys_values[1::2], strict=True):
+            if key in result:
+                raise ValueError(f"Duplicate key {key!r}")
+            result[key] = value
+        return result
+
+
+class _SpecRunner(celpy.InterpretedRunner):  # type: ignore[misc]
+    """The interpreted runner (same tree class) with `_SpecEvaluator`."""
+
+    def evaluate(self, context: Any) -> Any:
+        evaluator = _SpecEvaluator(ast=self.ast, activation=self.new_activation())
+        return evaluator.evaluate(context)
 
 
 # ------------------------------------------------------------ custom functions
@@ -260,9 +520,16 @@ def _called_functions(ast: Tree[Any]) -> set[str]:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc.args[0]) if exc.args else str(exc)
+    # A CELEvalError's args are (message, cause class, cause args).
+    args = exc.args
+    text = str(args[0]) if args else str(exc)
     # celpy appends a dump of the whole activation to some messages.
     text = text.split(" (in activation", 1)[0]
+    if len(args) >= 3 and isinstance(args[1], type) and args[2]:
+        cause = args[2]
+        detail = "; ".join(map(str, cause)) if isinstance(cause, tuple) else str(cause)
+        detail = detail.split(" (in activation", 1)[0]
+        text = f"{text} ({args[1].__name__}: {detail})"
     return text if len(text) <= 300 else text[:297] + "..."
 
 
@@ -296,8 +563,13 @@ class CelPyProgram:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
         if isinstance(activation, CelPyBoundVariables):
             variables = activation._variables
-        else:
+        elif isinstance(activation, Mapping):
             variables = self._engine._convert(activation, self.source)
+        else:
+            raise TypeError(
+                f"cannot evaluate on {CELPY_ENGINE_NAME} against {type(activation).__name__}; "
+                "pass a mapping or variables bound by the same engine"
+            )
         try:
             result = self._runner.evaluate(variables)
         except celpy.CELEvalError as exc:
@@ -307,7 +579,7 @@ class CelPyProgram:
         if isinstance(result, celpy.CELEvalError):
             raise _evaluation_error(self.source, _describe(result))
         try:
-            return to_json(result)
+            return to_json(_as_type(result))
         except ValueConversionError as exc:
             raise _evaluation_error(self.source, str(exc)) from exc
 
@@ -331,7 +603,7 @@ class CelPyEngine:
         self, functions: FunctionRegistry | None = None, *, cache_size: int = 4096
     ) -> None:
         self._registry = (functions or default_registry()).copy()
-        self._env = celpy.Environment()
+        self._env = celpy.Environment(runner_class=_SpecRunner)
         self._functions: dict[str, Callable[..., Any]] = _spec_functions()
         for function in self._registry:
             self._functions[function.name] = _wrap(function)
@@ -365,8 +637,7 @@ class CelPyEngine:
             raise _evaluation_error(source, str(exc)) from exc
 
     def _compile(self, source: str) -> CelPyProgram:
-        if not isinstance(source, str):
-            raise TypeError("a CEL expression is a string")
+        check_source(source)
         try:
             ast = self._env.compile(source)
         except celpy.CELParseError as exc:

@@ -7,11 +7,15 @@ no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
+import datetime
 import re
 import threading
+import zoneinfo
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ductor_core.expressions._values import INT64_MAX, INT64_MIN, UINT64_MAX
 
 JsonFunction = Callable[..., Any]
 
@@ -235,8 +239,59 @@ def _sum(items: Any) -> int | float:
     numbers = _numbers(items, "sum")
     # Only ints sum to an int; one double makes the sum a double, as in CEL.
     if all(isinstance(n, int) for n in numbers):
-        return sum(numbers)
+        total = sum(numbers)
+        # int64 stays int64 (as CEL's `+`); only uint64-sized inputs may go past it.
+        limit = INT64_MAX if all(n <= INT64_MAX for n in numbers) else UINT64_MAX
+        if not INT64_MIN <= total <= limit:
+            raise OverflowError("sum() overflows a 64-bit integer")
+        return total
     return float(sum(numbers))
+
+
+_OFFSET = re.compile(r"([+-])(\d{2}):(\d{2})\Z")
+
+
+def _zone(name: str) -> datetime.tzinfo:
+    offset = _OFFSET.match(name)
+    if offset:
+        sign = -1 if offset.group(1) == "-" else 1
+        minutes = int(offset.group(2)) * 60 + int(offset.group(3))
+        if minutes >= 24 * 60:
+            raise ValueError(f"local_time(): offset {name!r} is out of range")
+        return datetime.timezone(sign * datetime.timedelta(minutes=minutes))
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"local_time(): unknown time zone {name!r}") from exc
+
+
+def _local_time(timestamp: Any, zone: Any) -> dict[str, Any]:
+    _need(timestamp, str, "a timestamp", "local_time")
+    _need(zone, str, "a time zone name or a +HH:MM offset", "local_time")
+    text = str(timestamp)
+    try:
+        moment = datetime.datetime.fromisoformat(text[:10] + "T" + text[11:].upper())
+    except ValueError as exc:
+        raise ValueError(f"local_time(): {text!r} is not an RFC 3339 timestamp") from exc
+    if moment.tzinfo is None:
+        raise ValueError(f"local_time(): {text!r} has no time zone")
+    local = moment.astimezone(_zone(str(zone)))
+    offset = local.utcoffset() or datetime.timedelta()
+    sign = "-" if offset < datetime.timedelta() else "+"
+    minutes = abs(int(offset.total_seconds())) // 60
+    return {
+        "year": local.year,
+        "month": local.month,
+        "day": local.day,
+        "hour": local.hour,
+        "minute": local.minute,
+        "second": local.second,
+        # 0 = Sunday, as CEL's getDayOfWeek().
+        "weekday": local.isoweekday() % 7,
+        "date": local.date().isoformat(),
+        "time": f"{local.hour:02d}:{local.minute:02d}",
+        "offset": f"{sign}{minutes // 60:02d}:{minutes % 60:02d}",
+    }
 
 
 BUILTIN_FUNCTIONS: tuple[CustomFunction, ...] = (
@@ -258,6 +313,15 @@ BUILTIN_FUNCTIONS: tuple[CustomFunction, ...] = (
     CustomFunction(name="min", impl=_min, doc="min(list): the smallest number of a list"),
     CustomFunction(
         name="sum", impl=_sum, doc="sum(list): sum of numbers (int if all are ints, else double)"
+    ),
+    CustomFunction(
+        name="local_time",
+        impl=_local_time,
+        doc=(
+            "local_time(ts, zone): the wall clock of timestamp ts in an IANA zone or +HH:MM"
+            " offset, as a map: year, month (1-12), day, hour, minute, second,"
+            " weekday (0 = Sunday), date (YYYY-MM-DD), time (HH:MM), offset"
+        ),
     ),
 )
 

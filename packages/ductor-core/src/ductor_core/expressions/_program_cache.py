@@ -16,9 +16,10 @@ P = TypeVar("P")
 class ProgramCache(Generic[P]):
     """Compiled programs by source, least recently used dropped past `maxsize`.
 
-    Every access takes one lock, so threads may share a cache; a source is
-    compiled at most once while it stays cached (compiling happens under the
-    lock, which is fine: compiling is rare and programs are reused).
+    Threads may share a cache. Lookups and inserts take one short lock;
+    compiling happens outside it, so a slow compile never holds up other
+    threads. Two threads racing on the same new source may both compile it,
+    but the first program stored wins and both get that one.
     """
 
     def __init__(self, maxsize: int = 4096) -> None:
@@ -35,8 +36,10 @@ class ProgramCache(Generic[P]):
             if program is not None:
                 self._programs.move_to_end(source)
                 return program
-            program = compile_(source)
-            self._programs[source] = program
+        compiled = compile_(source)
+        with self._lock:
+            program = self._programs.setdefault(source, compiled)
+            self._programs.move_to_end(source)
             if len(self._programs) > self._maxsize:
                 self._programs.popitem(last=False)
             return program

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from ductor_core.expressions._limits import MAX_VALUE_DEPTH
+
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
@@ -58,7 +60,11 @@ def require_utc(value: datetime.datetime) -> datetime.datetime:
 def format_timestamp(value: datetime.datetime) -> str:
     """RFC 3339 in UTC with a `Z`, and 0, 3 or 6 fraction digits as needed."""
     utc = require_utc(value)
-    base = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    # Not strftime: it writes year 1 as "1", not "0001".
+    base = (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
+        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+    )
     micros = utc.microsecond
     if micros == 0:
         return base + "Z"
@@ -128,35 +134,69 @@ def to_json(value: Any) -> Any:
     raise ValueConversionError(f"value of type {type(value).__name__} has no JSON form")
 
 
-def to_plain(value: Any) -> Any:
+def to_plain(value: Any, depth: int = 0) -> Any:
     """Check and copy an activation value into plain Python an engine can take.
 
     JSON values pass (ints are range-checked), tuples become lists, mappings
     become dicts, tz-aware datetimes become UTC timestamps, timedeltas
     durations, bytes stay bytes; a msgspec Struct is converted to builtins
-    first. Anything else is refused.
+    first. Anything else is refused. A value that needs no change is returned
+    as it is (no copy), which keeps the common case cheap.
 
     Raises:
-        ValueConversionError: for an int out of range, a naive datetime or a
-            value that is not JSON.
+        ValueConversionError: for an int out of range, a naive datetime, a
+            value that is not JSON, or lists and maps nested deeper than
+            MAX_VALUE_DEPTH.
     """
-    if value is None or isinstance(value, str | bool | float):
+    kind = type(value)
+    if kind is str or kind is bool or kind is float or value is None:
+        return value
+    if kind is int:
+        if INT64_MIN <= value <= UINT64_MAX:
+            return value
+        return check_int(value)
+    if depth >= MAX_VALUE_DEPTH and (kind is dict or kind is list):
+        raise ValueConversionError(f"value nested deeper than {MAX_VALUE_DEPTH} levels")
+    if kind is dict:
+        copy: dict[Any, Any] | None = None
+        for key, item in value.items():
+            plain = to_plain(item, depth + 1)
+            if type(key) is not str:
+                if not isinstance(key, str | int):
+                    raise ValueConversionError(f"map key {key!r} is not a string, int or bool")
+                if isinstance(key, int) and not isinstance(key, bool):
+                    check_int(key)
+            if plain is not item and copy is None:
+                copy = dict(value)
+            if copy is not None:
+                copy[key] = plain
+        return value if copy is None else copy
+    if kind is list:
+        items: list[Any] | None = None
+        for index, item in enumerate(value):
+            plain = to_plain(item, depth + 1)
+            if plain is not item and items is None:
+                items = list(value)
+            if items is not None:
+                items[index] = plain
+        return value if items is None else items
+    return _to_plain_other(value, depth)
+
+
+def _to_plain_other(value: Any, depth: int) -> Any:
+    # Subclasses and the less common types, off the fast path.
+    if isinstance(value, bool | str | float):
         return value
     if isinstance(value, int):
         return check_int(value)
     if isinstance(value, Mapping):
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str | int):
-                raise ValueConversionError(f"map key {k!r} is not a string, int or bool")
-            out[k if isinstance(k, str | bool) else check_int(k)] = to_plain(v)
-        return out
+        return to_plain(dict(value), depth)
     if isinstance(value, list | tuple):
-        return [to_plain(v) for v in value]
+        return to_plain(list(value), depth)
     if isinstance(value, datetime.datetime):
         return require_utc(value)
     if isinstance(value, datetime.timedelta | bytes):
         return value
     if isinstance(value, msgspec.Struct):
-        return to_plain(msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes)))
+        return to_plain(msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes)), depth)
     raise ValueConversionError(f"value of type {type(value).__name__} is not JSON")

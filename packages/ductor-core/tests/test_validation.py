@@ -1,0 +1,253 @@
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from ductor_core import (
+    DefinitionError,
+    Edge,
+    Problem,
+    Step,
+    ValidationReport,
+    WorkflowDefinition,
+    decode_definition,
+    default_engine,
+    definition_from_obj,
+    validate_definition,
+    validate_definition_json,
+)
+from ductor_core.expressions import (
+    BoundVariables,
+    CompiledExpression,
+    ExpressionEngine,
+    FunctionRegistry,
+)
+
+DATA = Path(__file__).parent / "data"
+HELLO = (DATA / "hello-world.json").read_bytes()
+VALID = sorted((DATA / "valid").glob("*.json"))
+
+
+def _codes(report: ValidationReport) -> list[tuple[str, str]]:
+    return [(p.code, p.pointer) for p in report.problems]
+
+
+def test_seed_hello_world_validates_clean_in_every_form() -> None:
+    assert validate_definition(json.loads(HELLO)) == ValidationReport(valid=True, problems=[])
+    assert validate_definition(decode_definition(HELLO)).valid
+    assert validate_definition_json(HELLO).valid
+
+
+@pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
+def test_rich_valid_definitions_validate_clean_and_decode(path: Path) -> None:
+    raw = json.loads(path.read_text())
+    report = validate_definition(raw)
+    assert report.problems == []
+    assert report.valid
+    definition = definition_from_obj(raw)
+    for step in definition.steps:
+        step.typed_args()
+    assert validate_definition(definition).valid
+
+
+def test_valid_corpus_covers_every_step_and_edge_type() -> None:
+    step_types: set[str] = set()
+    edge_types: set[str] = set()
+    for path in VALID:
+        raw = json.loads(path.read_text())
+        step_types |= {s["type"] for s in raw["steps"]}
+        edge_types |= {e.get("type", "EDGE_TYPE_SUCCESS") for e in raw.get("edges", [])}
+    assert len(step_types) == 11
+    assert len(edge_types) == 4
+
+
+def _hello(**changes: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads(HELLO)
+    raw.update(changes)
+    return raw
+
+
+def test_messages_name_the_step_and_what_is_wrong() -> None:
+    raw = _hello()
+    raw["steps"][1]["args"] = {}
+    (problem,) = validate_definition(raw).problems
+    assert problem == Problem(
+        code="definition.bad_args",
+        message="step 'pause': WAIT needs exactly one of 'duration' or 'until'",
+        pointer="/steps/1/args",
+    )
+
+
+def test_cycle_message_shows_the_path_and_points_at_an_edge_of_it() -> None:
+    raw = _hello()
+    raw["steps"].append({"ref": "again", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}})
+    raw["edges"] += [
+        {"source_ref": "pause", "target_ref": "again"},
+        {"source_ref": "again", "target_ref": "pause"},
+    ]
+    (problem,) = validate_definition(raw).problems
+    assert problem.code == "definition.cycle"
+    assert "pause -> again -> pause" in problem.message
+    assert problem.pointer == "/edges/2"
+
+
+def test_unknown_names_come_with_a_suggestion() -> None:
+    raw = _hello()
+    raw["steps"][1]["type"] = "STEP_TYPE_WAITT"
+    raw["steps"][0]["tiltle"] = "x"
+    messages = [p.message for p in validate_definition(raw).problems]
+    assert "did you mean 'title'?" in messages[0]
+    assert "did you mean 'STEP_TYPE_WAIT'?" in messages[1]
+
+
+def test_bad_expression_message_is_one_line_with_position() -> None:
+    raw = _hello()
+    raw["steps"][0]["args"]["project"]["message"] = '"hello" +'
+    (problem,) = validate_definition(raw).problems
+    assert problem.code == "definition.bad_expression"
+    assert problem.pointer == "/steps/0/args/project/message"
+    assert "column" in problem.message
+    assert "\n" not in problem.message
+
+
+def test_unknown_function_is_a_bad_expression() -> None:
+    raw = _hello(output="no_such_function(steps)")
+    assert _codes(validate_definition(raw)) == [("definition.bad_expression", "/output")]
+
+
+def test_gather_may_follow_its_scatter_through_any_path() -> None:
+    raw = _hello()
+    raw["steps"] += [
+        {
+            "ref": "fan",
+            "type": "STEP_TYPE_SCATTER",
+            "args": {
+                "items": "input.xs",
+                "step": {"type": "STEP_TYPE_NOTIFY", "args": {"recipient": "item", "title": "'t'"}},
+            },
+        },
+        {"ref": "mid", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}},
+        {"ref": "collect", "type": "STEP_TYPE_GATHER", "args": {"scatter": "fan"}},
+    ]
+    raw["edges"] += [
+        {"source_ref": "pause", "target_ref": "fan"},
+        {"source_ref": "fan", "target_ref": "mid", "type": "EDGE_TYPE_ALWAYS"},
+        {"source_ref": "mid", "target_ref": "collect", "type": "EDGE_TYPE_FAILURE"},
+    ]
+    assert validate_definition(raw).valid
+    raw["edges"].pop()
+    assert _codes(validate_definition(raw)) == [("definition.bad_args", "/steps/4/args/scatter")]
+
+
+def test_not_json_is_one_malformed_problem() -> None:
+    report = validate_definition_json(b'{"family_slug": ')
+    assert _codes(report) == [("definition.malformed", "")]
+    assert not report.valid
+
+
+def test_raise_for_problems_carries_every_problem() -> None:
+    validate_definition(json.loads(HELLO)).raise_for_problems()
+    report = validate_definition(_hello(family_slug="Bad Slug", output=""))
+    with pytest.raises(DefinitionError) as info:
+        report.raise_for_problems()
+    assert info.value.code == "definition.invalid"
+    assert "and 1 more problem" in info.value.message
+    assert [p["code"] for p in info.value.details] == [
+        "definition.bad_slug",
+        "definition.bad_output",
+    ]
+
+
+def test_report_encodes_to_the_wire_shape() -> None:
+    report = validate_definition(_hello(family_slug="X"))
+    wire = json.loads(msgspec.json.encode(report))
+    assert wire["valid"] is False
+    assert wire["problems"][0]["code"] == "definition.bad_slug"
+    assert set(wire["problems"][0]) == {"code", "message", "pointer"}
+
+
+class _CountingEngine:
+    """A real engine that counts how often each source is compiled."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.inner = default_engine()
+        self.compiled: Counter[str] = Counter()
+
+    def compile(self, source: str) -> CompiledExpression:
+        self.compiled[source] += 1
+        return self.inner.compile(source)
+
+    @property
+    def functions(self) -> FunctionRegistry:
+        return self.inner.functions
+
+    def evaluate(self, source: str, activation: Any) -> Any:
+        return self.inner.evaluate(source, activation)
+
+    def bind(self, activation: Mapping[str, Any]) -> BoundVariables:
+        return self.inner.bind(activation)
+
+
+def test_uses_the_given_engine_and_compiles_each_source_once() -> None:
+    raw = _hello(output={"a": "steps.greet.output", "b": "steps.greet.output"})
+    raw["edges"][0] = {
+        "source_ref": "greet",
+        "target_ref": "pause",
+        "type": "EDGE_TYPE_CONDITION",
+        "condition": "steps.greet.output != null",
+    }
+    engine = _CountingEngine()
+    assert isinstance(engine, ExpressionEngine)
+    assert validate_definition(raw, engine=engine).valid
+    assert engine.compiled == {
+        '"hello"': 1,
+        "steps.greet.output != null": 1,
+        "steps.greet.output": 1,
+    }
+
+
+def test_a_definition_built_in_code_is_checked_too() -> None:
+    definition = WorkflowDefinition(
+        family_slug="built",
+        steps=[
+            Step(ref="a", type="STEP_TYPE_WAIT", args={"duration": "soon"}),
+            Step(ref="b c", type="STEP_TYPE_NOTIFY", args={"recipient": "'x'"}),
+        ],
+        edges=[Edge(source_ref="a", target_ref="b c", condition="true")],
+    )
+    assert _codes(validate_definition(definition)) == [
+        ("definition.bad_duration", "/steps/0/args/duration"),
+        ("definition.bad_ref", "/steps/1/ref"),
+        ("definition.bad_args", "/steps/1/args/title"),
+        ("definition.condition_unexpected", "/edges/0/condition"),
+    ]
+
+
+def test_step_reads_skip_strings_and_other_fields_but_see_brackets() -> None:
+    raw = _hello()
+    raw["steps"][1]["args"] = {
+        "until": "timestamp(\"steps.ghost\" + 'steps.ghost' + string(input.steps.ghost))"
+    }
+    assert validate_definition(raw).valid
+    raw["steps"][1]["args"] = {"until": "timestamp(steps['greet'].output + steps[\"ghost\"])"}
+    assert _codes(validate_definition(raw)) == [
+        ("definition.bad_step_reference", "/steps/1/args/until")
+    ]
+    assert "there is no step 'ghost'" in validate_definition(raw).problems[0].message
+
+
+def test_step_reads_are_not_judged_on_a_cyclic_graph() -> None:
+    raw = _hello()
+    raw["steps"][0]["args"]["project"]["back"] = "steps.pause.output"
+    raw["edges"].append({"source_ref": "pause", "target_ref": "greet"})
+    codes = [code for code, _ in _codes(validate_definition(raw))]
+    assert "definition.cycle" in codes
+    assert "definition.bad_step_reference" not in codes
