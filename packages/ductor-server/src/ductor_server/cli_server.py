@@ -152,7 +152,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         migrate_on_start=args.migrate,
     )
     if settings.embedded:
+        # Nobody else migrates an embedded store: do it at start, as `dev` does.
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings = dataclasses.replace(settings, migrate_on_start=True)
     backend = "postgres" if settings.database_url else f"sqlite at {settings.store_target}"
     print(
         f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
@@ -229,7 +231,9 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "--roles", default=None, help="comma-separated: api,coordinator,worker,timer (default all)"
     )
     serve.add_argument(
-        "--migrate", action="store_true", help="apply pending migrations before serving"
+        "--migrate",
+        action="store_true",
+        help="apply pending migrations before serving (always done for the embedded store)",
     )
     serve.set_defaults(func=cmd_serve)
 
