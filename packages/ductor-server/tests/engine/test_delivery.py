@@ -13,7 +13,7 @@ import pytest
 from ductor_server.engine.actions import ActionCall, default_registry
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.queue import InProcessWakeUp
-from ductor_server.engine.runtime import Role, Runtime
+from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
 from ductor_server.engine.workers import Workers
 from ductor_server.storage import Store
 
@@ -261,3 +261,52 @@ async def test_a_crashing_handler_fails_the_attempt_not_the_worker(engine: Engin
         }
     )
     assert (await engine.wait_run((await engine.trigger("after-crash", {})).id)).status == SUCCEEDED
+
+
+async def test_stopping_reports_quick_handlers_and_releases_slow_ones(store: Store) -> None:
+    clock = ManualClock()
+    started: list[str] = []
+    gate = asyncio.Event()
+
+    async def handler(call: ActionCall) -> Any:
+        started.append(call.step_ref)
+        if call.step_ref == "slow" and len(started) <= 2:
+            await asyncio.sleep(30)  # outlives the stop grace: released, run again later
+        elif call.step_ref == "quick":
+            await gate.wait()
+        return {"ref": call.step_ref}
+
+    registry = default_registry()
+    registry.register_action("h", handler)
+    config = RuntimeConfig(poll_interval=0.05, lease_seconds=300, stop_grace=0.5)
+    first = Runtime(store, config=config, clock=clock, actions=registry)
+    first.launch()
+    services = first.services
+    await services.publish_workflow(
+        TENANT,
+        {
+            "family_slug": "two",
+            "steps": [
+                {"ref": "slow", "type": "STEP_TYPE_ACTION", "args": {"action": "h"}},
+                {"ref": "quick", "type": "STEP_TYPE_ACTION", "args": {"action": "h"}},
+            ],
+        },
+    )
+    run = await services.trigger_run(TENANT, "two", None, {}, None)
+    await _until(lambda: set(started) == {"slow", "quick"})
+    stopping = asyncio.create_task(first.stop())
+    await asyncio.sleep(0.1)
+    gate.set()  # "quick" finishes inside the grace period
+    await stopping
+    async with store.transaction() as tx:
+        attempts = await tx.list_attempts(TENANT, run.id)
+        depth = await tx.count_tasks(now=clock.now())
+    assert [a.step_ref for a in attempts] == ["quick"]
+    assert depth["ready"] == 1  # "slow" went back to the queue, no lease to wait out
+    assert depth["leased"] == 0
+    async with Runtime.start(store, config=config, clock=clock, actions=registry) as second:
+        done = await _wait_end(second.services, run.id)
+    assert done.status == SUCCEEDED
+    assert step(done, "slow").output == {"ref": "slow"}
+    assert started.count("slow") == 2
+    assert started.count("quick") == 1
