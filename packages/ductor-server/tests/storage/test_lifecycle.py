@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -166,3 +167,28 @@ async def test_a_nested_sqlite_transaction_fails_instead_of_deadlocking(tmp_path
             assert await tx.get_tenant("t1") is None  # the outer one rolled back
     finally:
         await store.close()
+
+
+async def test_the_store_survives_transactions_cancelled_at_any_point(store: Store) -> None:
+    async def writer(i: int) -> None:
+        async with store.transaction() as tx:
+            await tx.insert_runs([new_run("t1", f"r{i}")])
+            await tx.enqueue_tasks([new_task("t1", f"r{i}", "a")])
+
+    for delay in range(12):
+        # cancel after a different number of loop turns each time: before BEGIN,
+        # during a statement, between statements, during COMMIT
+        task = asyncio.create_task(writer(delay))
+        for _ in range(delay):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", "after")])
+    async with store.transaction() as tx:
+        assert await tx.get_run("t1", "after") is not None
+        # every run that committed has its task too: no half-written transaction
+        page = await tx.list_runs("t1", limit=100)
+        tasks = await tx.lease_tasks(owner="w", limit=100, lease_for=_SECOND, now=NOW)
+    assert {r.id for r in page.items} - {"after"} == {t.run_id for t in tasks}

@@ -204,13 +204,14 @@ class SqliteStore:
         async with self._lock:
             self._holder = task
             try:
+                # BEGIN sits inside the try: if we are cancelled while it runs on
+                # the worker thread, the queued ROLLBACK still closes it.
                 await self._call(lambda conn: conn.execute("BEGIN IMMEDIATE"))
-                try:
-                    yield SqliteTx(self)
-                    await self._call(lambda conn: conn.execute("COMMIT"))
-                except BaseException:
-                    await asyncio.shield(self._call(_rollback))
-                    raise
+                yield SqliteTx(self)
+                await self._call(lambda conn: conn.execute("COMMIT"))
+            except BaseException:
+                await asyncio.shield(self._call(_rollback))
+                raise
             finally:
                 self._holder = None
 
