@@ -460,6 +460,10 @@ async def test_openapi_document_is_served_with_request_bodies(api: Api) -> None:
         "input",
     }
     assert any(p["name"] == "Idempotency-Key" for p in trigger["parameters"])
+    error = trigger["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
+    error_schema = doc["components"]["schemas"][error.rsplit("/", 1)[-1]]
+    assert set(error_schema["properties"]) == {"code", "message", "details"}
+    assert "401" in paths["/v1/runs/{run_id}"]["get"]["responses"]
 
 
 APPROVAL: dict[str, Any] = {
