@@ -83,17 +83,23 @@ class ServerProcess:
         env["DUCTOR_URL"] = self.url
         if self.api_key:
             env["DUCTOR_API_KEY"] = self.api_key
-        result = subprocess.run(
-            [sys.executable, "-m", "ductor_server.cli", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "ductor_server.cli", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(
+                f"ductor {' '.join(args)} did not finish in 90s: {exc.stdout!r} {exc.stderr!r}\n"
+                f"--- server log\n{self.log()[-4000:]}"
+            ) from exc
         if check and result.returncode != 0:
             raise AssertionError(
                 f"ductor {' '.join(args)} exited {result.returncode}:\n"
-                f"{result.stdout}\n{result.stderr}"
+                f"{result.stdout}\n{result.stderr}\n--- server log\n{self.log()[-4000:]}"
             )
         return result
 

@@ -98,7 +98,9 @@ def test_hello_world_through_the_cli_and_http(server: Any, tmp_path: Path) -> No
     again = server.cli("workflows", "publish", str(definition)).stdout
     assert again.startswith("unchanged hello-world version 1")
 
-    result = server.cli("runs", "trigger", "hello-world", "--input", '{"name": "ada"}', "--wait")
+    result = server.cli(
+        "runs", "trigger", "hello-world", "--input", '{"name": "ada"}', "--wait", "--timeout", "60"
+    )
     run = json.loads(result.stdout)
     assert run["status"] == "RUN_STATUS_SUCCEEDED"
     assert run["version"] == 1
