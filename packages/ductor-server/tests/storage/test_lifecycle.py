@@ -192,3 +192,25 @@ async def test_the_store_survives_transactions_cancelled_at_any_point(store: Sto
         page = await tx.list_runs("t1", limit=100)
         tasks = await tx.lease_tasks(owner="w", limit=100, lease_for=_SECOND, now=NOW)
     assert {r.id for r in page.items} - {"after"} == {t.run_id for t in tasks}
+
+
+async def test_two_stores_on_one_sqlite_file_both_write(tmp_path: Path) -> None:
+    # e.g. `ductor migrate` or a second process while `ductor dev` runs
+    path = tmp_path / "shared.db"
+    first, second = open_store(path), open_store(path)
+    for s in (first, second):
+        await s.open()
+        await s.migrate()
+    try:
+
+        async def write(s: Store, prefix: str) -> None:
+            for i in range(20):
+                async with s.transaction() as tx:
+                    await tx.insert_runs([new_run("t1", f"{prefix}{i}")])
+
+        await asyncio.wait_for(asyncio.gather(write(first, "a"), write(second, "b")), timeout=60)
+        async with first.transaction() as tx:
+            assert len((await tx.list_runs("t1", limit=100)).items) == 40
+    finally:
+        await first.close()
+        await second.close()

@@ -444,3 +444,18 @@ async def test_naive_times_are_taken_as_utc(store: Store) -> None:
         await tx.append_history([NewHistoryEntry(tenant_id="t1", run_id="r1", at=naive, kind="k")])
         [entry] = await tx.list_history("t1", "r1")
     assert entry.at == naive.replace(tzinfo=UTC)
+
+
+async def test_concurrent_triggers_with_one_idempotency_key_make_one_run(store: Store) -> None:
+    async def trigger(i: int) -> tuple[str, bool]:
+        async with store.transaction() as tx:
+            [result] = await tx.insert_runs([new_run("t1", f"r{i}", idempotency_key="same")])
+            await asyncio.sleep(0)
+            return result.run.id, result.created
+
+    results = await asyncio.gather(*(trigger(i) for i in range(6)))
+    assert sum(created for _, created in results) == 1
+    winner = next(run_id for run_id, created in results if created)
+    assert {run_id for run_id, _ in results} == {winner}
+    async with store.transaction() as tx:
+        assert [r.id for r in (await tx.list_runs("t1")).items] == [winner]
