@@ -214,3 +214,12 @@ async def test_two_stores_on_one_sqlite_file_both_write(tmp_path: Path) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+def test_open_store_picks_the_backend_from_the_target(tmp_path: Path) -> None:
+    assert open_store("postgresql://u@127.0.0.1/db").backend == "postgres"
+    assert open_store("postgres://u@127.0.0.1/db").backend == "postgres"
+    plain = open_store(tmp_path / "a.db")
+    url = open_store(f"sqlite://{tmp_path}/b.db")
+    assert plain.backend == url.backend == "sqlite"
+    assert getattr(url, "path", None) == tmp_path / "b.db"

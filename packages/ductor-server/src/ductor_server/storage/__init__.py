@@ -41,7 +41,8 @@ from ductor_server.storage.records import (
 
 def open_store(target: str | Path) -> Store:
     """A store for `target`, not yet opened: a `postgresql://` (or `postgres://`)
-    URL gives the Postgres backend, anything else is a SQLite file path.
+    URL gives the Postgres backend; a `sqlite:///path` URL or anything else is a
+    SQLite file path.
 
     Call `await store.open()` (and `await store.migrate()`) before use.
     """
@@ -52,6 +53,8 @@ def open_store(target: str | Path) -> Store:
         return PostgresStore(text)
     from ductor_server.storage.sqlite import SqliteStore
 
+    if text.startswith("sqlite://"):
+        text = text.removeprefix("sqlite://")
     return SqliteStore(Path(text))
 
 
