@@ -86,6 +86,12 @@ CASES: list[tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], Any]]] = 
         _routing_rule,
     ),
     (
+        "rule, flat vars",
+        'attributes.state in ["CA", "NY"] && attributes.score > 50',
+        {"attributes": ROUTABLE["routable"]["attributes"]},
+        lambda a: _routing_rule({"routable": a}),
+    ),
+    (
         "dataflow map",
         "input.orders.filter(o, o.paid).map(o, {'id': o.id, 'total': o.total * 2})",
         ORDERS,

@@ -182,7 +182,9 @@ def test_programs_evaluate_correctly_from_many_threads(factory: EngineFactory) -
     def work(offset: int) -> None:
         for i in range(50):
             x = offset * 1000 + i
-            got = program.evaluate({"input": {"x": x, "tags": ["a"] * (i % 3), "s": "AB"}})
+            activation = {"input": {"x": x, "tags": ["a"] * (i % 3), "s": "AB"}}
+            # Alternate plain mappings and variables bound in this thread.
+            got = program.evaluate(engine.bind(activation) if i % 2 else activation)
             if got != x * 2 + i % 3 + 1:
                 failures.append(f"{x}: {got}")
 
@@ -247,10 +249,24 @@ def test_unknown_function_names_every_unknown_function(engine: ExpressionEngine)
 
 def test_foreign_bound_variables_are_refused() -> None:
     rust, python = CelRustEngine(), CelPyEngine()
+    with pytest.raises(TypeError, match="another cel-rust engine"):
+        CelRustEngine().compile("1").evaluate(rust.bind({}))
     with pytest.raises(TypeError, match="same engine"):
         python.compile("1").evaluate(rust.bind({}))
     with pytest.raises(TypeError, match="same engine"):
         rust.compile("1").evaluate(python.bind({}))
+
+
+def test_cel_python_runs_the_interpreted_runner_only() -> None:
+    # celpy's CompiledRunner drops custom functions and has(); mixing the two
+    # runner classes in one process crashes.
+    import celpy
+
+    program = CelPyEngine().compile("has(input.a) && lower(input.a) == 'x'")
+    runner = program._runner
+    assert isinstance(runner, celpy.InterpretedRunner)
+    assert not isinstance(runner, celpy.CompiledRunner)
+    assert program.evaluate({"input": {"a": "X"}}) is True
 
 
 # ---------------------------------------------------------------- registry
@@ -417,6 +433,14 @@ def test_large_ints_keep_every_digit(engine: ExpressionEngine) -> None:
     assert engine.evaluate("v - 1", {"v": 2**63 - 1}) == 2**63 - 2
     assert engine.evaluate("v", {"v": 2**64 - 1}) == 2**64 - 1
     assert engine.evaluate("v == 9007199254740993", {"v": 9007199254740993}) is True
+
+
+def test_map_results_come_out_with_sorted_keys(engine: ExpressionEngine) -> None:
+    # cel-rust hands maps back in hash order, different in every process.
+    got = engine.evaluate("{'b': 1, 'a': {'z': 1, 'y': 2}, 'c': m}", {"m": {"k2": 0, "k1": 0}})
+    assert list(got) == ["a", "b", "c"]
+    assert list(got["a"]) == ["y", "z"]
+    assert list(got["c"]) == ["k1", "k2"]
 
 
 def test_now_is_passed_in_never_read(engine: ExpressionEngine) -> None:

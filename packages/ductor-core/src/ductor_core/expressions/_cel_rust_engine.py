@@ -67,13 +67,16 @@ class CelRustBoundVariables:
     """Variables converted once into a cel-rust context, for many evaluations.
 
     Evaluating against a bound set skips converting the variables again, which
-    is most of the cost of an evaluation. Not thread-safe: use one per thread.
+    is most of the cost of an evaluation. The context also carries the
+    engine's functions, so only the engine that bound it takes it. Not
+    thread-safe: use one per thread.
     """
 
-    __slots__ = ("_context",)
+    __slots__ = ("_context", "_engine")
 
-    def __init__(self, context: Any) -> None:
+    def __init__(self, context: Any, engine: CelRustEngine) -> None:
         self._context = context
+        self._engine = engine
 
     @property
     def engine_name(self) -> str:
@@ -93,6 +96,10 @@ class CelRustProgram:
     def evaluate(self, activation: Mapping[str, Any] | CelRustBoundVariables) -> Any:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
         if isinstance(activation, CelRustBoundVariables):
+            if activation._engine is not self._engine:
+                raise TypeError(
+                    "these variables were bound by another cel-rust engine; bind them again"
+                )
             context = activation._context
         elif isinstance(activation, Mapping):
             context = self._engine._context(activation, self.source)
@@ -146,7 +153,7 @@ class CelRustEngine:
 
     def bind(self, activation: Mapping[str, Any]) -> CelRustBoundVariables:
         """Convert `activation` once, to evaluate many expressions against it."""
-        return CelRustBoundVariables(self._context(activation, "<bind>"))
+        return CelRustBoundVariables(self._context(activation, "<bind>"), self)
 
     def _context(self, activation: Mapping[str, Any], source: str) -> Any:
         try:

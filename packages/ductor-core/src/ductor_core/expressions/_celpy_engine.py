@@ -519,6 +519,9 @@ def _called_functions(ast: Tree[Any]) -> set[str]:
     return names
 
 
+_GENERIC_MESSAGES = frozenset({"return error for overflow", "no such overload"})
+
+
 def _describe(exc: BaseException) -> str:
     # A CELEvalError's args are (message, cause class, cause args).
     args = exc.args
@@ -529,7 +532,11 @@ def _describe(exc: BaseException) -> str:
         cause = args[2]
         detail = "; ".join(map(str, cause)) if isinstance(cause, tuple) else str(cause)
         detail = detail.split(" (in activation", 1)[0]
-        text = f"{text} ({args[1].__name__}: {detail})"
+        if text in _GENERIC_MESSAGES:
+            # celpy says "return error for overflow" for every ValueError.
+            text = f"{args[1].__name__}: {detail}"
+        else:
+            text = f"{text} ({args[1].__name__}: {detail})"
     return text if len(text) <= 300 else text[:297] + "..."
 
 

@@ -99,9 +99,9 @@ def to_json(value: Any) -> Any:
 
     ints (and uints) stay `int`, doubles `float`, strings `str`, null `None`;
     lists and maps recurse (map keys become strings: `1` -> `"1"`, `true` ->
-    `"true"`); timestamps become RFC 3339 strings ending in `Z`; durations
-    become seconds strings (`"90s"`); bytes become standard base64; a CEL
-    type value becomes its CEL name (`"int"`, `"map"`, ...).
+    `"true"`, and come out sorted); timestamps become RFC 3339 strings
+    ending in `Z`; durations become seconds strings (`"90s"`); bytes become
+    standard base64; a CEL type value becomes its CEL name (`"int"`, ...).
 
     Raises:
         ValueConversionError: for a value with no JSON form.
@@ -118,7 +118,10 @@ def to_json(value: Any) -> Any:
     if isinstance(value, float):
         return float(value)
     if isinstance(value, Mapping):
-        return {map_key(k): to_json(v) for k, v in value.items()}
+        # Sorted keys: cel-rust returns maps in hash order, which changes from
+        # one process to the next; results must not.
+        pairs = sorted(((map_key(k), v) for k, v in value.items()), key=lambda kv: kv[0])
+        return {key: to_json(item) for key, item in pairs}
     if isinstance(value, list | tuple):
         return [to_json(v) for v in value]
     if isinstance(value, datetime.datetime):
