@@ -33,7 +33,7 @@ def _qmark(sql: str) -> str:
 
 def _timestamp(value: datetime) -> str:
     # Fixed width, always UTC: text order is time order.
-    return utc(value).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+    return utc(value).isoformat(timespec="microseconds")
 
 
 class SqliteTx(SqlTx):
