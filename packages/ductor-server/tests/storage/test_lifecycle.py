@@ -223,3 +223,36 @@ def test_open_store_picks_the_backend_from_the_target(tmp_path: Path) -> None:
     url = open_store(f"sqlite://{tmp_path}/b.db")
     assert plain.backend == url.backend == "sqlite"
     assert getattr(url, "path", None) == tmp_path / "b.db"
+
+
+async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:
+    # Reads the live schema, so a future migration that forgets tenant_id fails here.
+    from ductor_server.storage.postgres import PostgresTx
+    from ductor_server.storage.sqlite import SqliteTx
+
+    async with store.transaction() as tx:
+        if isinstance(tx, PostgresTx):
+            rows = await tx._fetchall(
+                "SELECT table_name, column_name FROM information_schema.columns"
+                " WHERE table_schema = 'public'"
+            )
+        else:
+            assert isinstance(tx, SqliteTx)
+            tables = await tx._fetchall(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+            rows = []
+            for (table,) in tables:
+                for column in await tx._fetchall(f"PRAGMA table_info({table})"):
+                    rows.append((table, column[1]))
+    columns: dict[str, set[str]] = {}
+    for table, column in rows:
+        columns.setdefault(table, set()).add(column)
+    assert {"runs", "tasks", "attempts", "timers", "waits", "events"} <= set(columns)
+    missing = sorted(
+        t for t, cols in columns.items() if "tenant_id" not in cols and t not in _GLOBAL_TABLES
+    )
+    assert missing == []
+
+
+_GLOBAL_TABLES = {"tenants", "schema_migrations"}
