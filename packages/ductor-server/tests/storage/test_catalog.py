@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ductor_server.storage import (
     EventRecord,
@@ -319,3 +322,32 @@ async def test_idempotency_records_remember_the_first_response(store: Store) -> 
         assert await tx.delete_idempotency_before(at(-1)) == 1
         assert await tx.get_idempotency("t2", "s", "k") is None
         assert await tx.get_idempotency("t1", "POST /v1/runs", "abc") == record
+
+
+_FAMILIES = itertools.count()
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(hashes=st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), min_size=1, max_size=12))
+async def test_versions_number_distinct_contents_in_order_of_first_publish(
+    store: Store, hashes: list[str]
+) -> None:
+    family = f"f{next(_FAMILIES)}"
+    got: list[tuple[int, bool]] = []
+    for h in hashes:
+        async with store.transaction() as tx:
+            record, created = await tx.insert_workflow_version(
+                "t1", family_slug=family, hash=h, definition={"h": h}, trigger_events=[], now=NOW
+            )
+            got.append((record.version, created))
+    first_seen = list(dict.fromkeys(hashes))
+    assert got == [(first_seen.index(h) + 1, hashes.index(h) == i) for i, h in enumerate(hashes)]
+    async with store.transaction() as tx:
+        versions = await tx.list_workflow_versions("t1", family)
+        latest = await tx.get_latest_workflow_version("t1", family)
+    assert [(v.version, v.hash, v.definition) for v in versions] == [
+        (i + 1, h, {"h": h}) for i, h in enumerate(first_seen)
+    ]
+    assert latest == versions[-1]
