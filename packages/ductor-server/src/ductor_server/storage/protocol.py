@@ -167,6 +167,9 @@ class Tx(Protocol):
     ) -> RunPage:
         """A page of runs, newest first, ordered by (created_at, id) descending.
 
+        `status` filters on a `RunStatus` value (e.g. "RUN_STATUS_RUNNING"),
+        `family_slug` on the workflow family; both are exact matches.
+
         `cursor` is the `next_cursor` of the previous page (opaque); a malformed
         cursor raises `InvalidCursor`. `next_cursor` is None on the last page.
         """
