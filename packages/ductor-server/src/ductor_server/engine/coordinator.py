@@ -100,7 +100,7 @@ class Coordinator:
                     continue
                 plans.append((run, pending, await self._tick(tx, run, pending, now)))
 
-            live = [(run, pending, result) for run, pending, result in plans if result]
+            live = [(run, pending, result) for run, pending, result in plans if result is not None]
             applied = await tx.update_runs(
                 [
                     RunUpdate(
