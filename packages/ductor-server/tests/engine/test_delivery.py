@@ -310,3 +310,41 @@ async def test_stopping_reports_quick_handlers_and_releases_slow_ones(store: Sto
     assert step(done, "slow").output == {"ref": "slow"}
     assert started.count("slow") == 2
     assert started.count("quick") == 1
+
+
+async def test_roles_split_across_runtimes_cooperate_by_polling(store: Store) -> None:
+    """Coordinator+timer in one runtime, workers in another, an API-only one that
+    triggers: no shared wake-ups, the loops find their work by polling."""
+    clock = ManualClock()
+    registry = default_registry()
+    async with (
+        Runtime.start(store, roles=["api"], config=TEST_CONFIG, clock=clock) as api,
+        Runtime.start(store, roles=["coordinator", "timer"], config=TEST_CONFIG, clock=clock),
+        Runtime.start(store, roles=["worker"], config=TEST_CONFIG, clock=clock, actions=registry),
+    ):
+        assert api.roles == {Role.API}
+        await api.services.publish_workflow(
+            TENANT,
+            {
+                "family_slug": "split",
+                "steps": [
+                    {
+                        "ref": "a",
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {"action": "noop", "params": {"v": "1"}},
+                    },
+                    {"ref": "w", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}},
+                ],
+                "edges": [{"source_ref": "a", "target_ref": "w"}],
+            },
+        )
+        run = await api.services.trigger_run(TENANT, "split", None, {}, None)
+        for _ in range(2000):
+            view = await api.services.get_run(TENANT, run.id)
+            if step(view, "w").status.value == "STEP_STATUS_WAITING":
+                break
+            await asyncio.sleep(0.01)
+        clock.advance(1)
+        done = await _wait_end(api.services, run.id)
+    assert done.status == SUCCEEDED
+    assert step(done, "a").output == {"v": 1}
