@@ -8,6 +8,7 @@ output; runs caught in a WAIT, a retry backoff and a slow ACTION survive a
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,24 @@ def test_hello_world_through_the_cli_and_http(server: Any, tmp_path: Path) -> No
     with server.client() as http:
         listed = http.get("/v1/runs", params={"family_slug": "hello-world"}).json()
         assert [r["id"] for r in listed["items"]] == [run["id"]]
+
+    # Eight concurrent triggers with one Idempotency-Key start one run.
+    def trigger_once(_: int) -> tuple[int, str]:
+        with server.client() as http:
+            response = http.post(
+                "/v1/runs",
+                json={"family_slug": "hello-world", "input": {"n": 8}},
+                headers={"Idempotency-Key": "burst-1"},
+            )
+            return response.status_code, response.json().get("id", response.text)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(trigger_once, range(8)))
+    assert {status for status, _ in answers} == {201}, answers
+    assert len({run_id for _, run_id in answers}) == 1, answers
+    with server.client() as http:
+        listed = http.get("/v1/runs", params={"family_slug": "hello-world"}).json()
+        assert len(listed["items"]) == 2
         history = http.get(f"/v1/runs/{run['id']}/history").json()
         assert history, "a finished run has a history"
         assert [h["seq"] for h in history] == sorted(h["seq"] for h in history)
