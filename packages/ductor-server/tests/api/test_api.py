@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from litestar.testing import AsyncTestClient
 
@@ -557,3 +559,63 @@ async def test_an_event_starts_the_runs_whose_trigger_matches(api: Api) -> None:
     assert again.json()["runs_started"] == []
     runs = (await api.call("GET", "/v1/runs", params={"family_slug": "on-order"})).json()
     assert [r["id"] for r in runs["items"]] == started
+
+
+TABLES = (
+    "tenants",
+    "api_keys",
+    "workflow_versions",
+    "workflow_triggers",
+    "runs",
+    "run_inbox",
+    "tasks",
+    "attempts",
+    "timers",
+    "waits",
+    "events",
+    "run_history",
+    "idempotency_keys",
+)
+
+
+def _row_counts(settings_target: str) -> dict[str, int]:
+    if settings_target.startswith("postgresql://"):
+        with psycopg.connect(settings_target) as conn:
+            return {
+                t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
+                for t in TABLES
+            }
+    conn = sqlite3.connect(settings_target)
+    try:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+    finally:
+        conn.close()
+
+
+async def test_failed_requests_write_no_row_anywhere(api: Api) -> None:
+    await api.call("POST", "/v1/workflows", json=HELLO)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "hello-world"})).json()["id"]
+    await _wait_for_status(api, run_id, "RUN_STATUS_SUCCEEDED")
+    target = api.client.app.state.settings.store_target
+    before = _row_counts(target)
+    key = {"Idempotency-Key": "bad-1"}
+    bad_definition = {**HELLO, "edges": [{"source_ref": "greet", "target_ref": "ghost"}]}
+    failures = [
+        ("POST", "/v1/workflows", {"json": bad_definition, "headers": key}, 422),
+        ("POST", "/v1/workflows", {"content": b"{", "headers": key}, 400),
+        ("POST", "/v1/runs", {"json": {"family_slug": "nope"}, "headers": key}, 404),
+        ("POST", "/v1/runs", {"json": {"family_slug": "hello-world", "version": 7}}, 404),
+        ("POST", "/v1/runs", {"json": {"family_slug": "hello-world", "x": 1}}, 422),
+        ("POST", "/v1/runs", {"content": b"[" * (MAX_BODY + 1)}, 413),
+        ("POST", f"/v1/runs/{run_id}/cancel", {"headers": key}, 409),
+        ("POST", f"/v1/runs/{run_id}/signals/go", {"json": {"payload": 1}}, 409),
+        ("POST", "/v1/runs/nope/signals/go", {"json": {"payload": 1}}, 404),
+        ("POST", "/v1/events", {"json": {"name": ""}, "headers": key}, 422),
+        ("POST", "/v1/events", {"json": {"data": 1}}, 422),
+    ]
+    for method, path, kwargs, status in failures:
+        response = await api.call(method, path, **kwargs)
+        assert response.status_code == status, (path, kwargs, response.text)
+    unauthenticated = await api.client.post("/v1/runs", json={"family_slug": "hello-world"})
+    assert unauthenticated.status_code == 401
+    assert _row_counts(target) == before
