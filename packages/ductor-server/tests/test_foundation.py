@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 import redis
@@ -11,11 +13,14 @@ from ductor_server import Settings, __version__, create_app
 from ductor_server.cli import main
 
 
-async def test_healthz_answers_ok() -> None:
-    async with AsyncTestClient(app=create_app(Settings())) as client:
+async def test_healthz_answers_ok(tmp_path: Path) -> None:
+    async with AsyncTestClient(app=create_app(Settings(data_dir=tmp_path))) as client:
         response = await client.get("/healthz")
+        ready = await client.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+    assert ready.status_code == 200
+    assert ready.json()["checks"]["store"] == "ok"
 
 
 def test_cli_version(capsys: pytest.CaptureFixture[str]) -> None:

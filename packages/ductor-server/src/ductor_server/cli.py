@@ -1,26 +1,14 @@
-"""The `ductor` command line: start the service and drive it."""
+"""The `ductor` command line: start the service (`cli_server`) and drive it (`cli_client`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from ductor_server import __version__
-from ductor_server.settings import Settings
-
-
-def _cmd_dev(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from ductor_server.app import create_app
-
-    settings = Settings.from_env(host=args.host, port=args.port, data_dir=Path(args.data_dir))
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    print(f"ductor {__version__} (embedded) on http://{settings.host}:{settings.port}", flush=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
-    return 0
+from ductor_server.cli_client import add_client_commands
+from ductor_server.cli_server import add_server_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,12 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ductor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    dev = sub.add_parser("dev", help="run on the embedded default (SQLite, in-process queue)")
-    dev.add_argument("--host", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=7070)
-    dev.add_argument("--data-dir", default=".ductor")
-    dev.set_defaults(func=_cmd_dev)
+    add_server_commands(sub)
+    add_client_commands(sub)
     return parser
 
 
@@ -46,7 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
     return result
 
 

@@ -6,6 +6,22 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+ALL_ROLES: tuple[str, ...] = ("api", "coordinator", "worker", "timer")
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+def parse_roles(text: str) -> tuple[str, ...]:
+    """Parse "api,worker" into roles, rejecting unknown names.
+
+    Raises:
+        ValueError: a role that is not one of api, coordinator, worker, timer.
+    """
+    roles = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
+    unknown = [r for r in roles if r not in ALL_ROLES]
+    if unknown or not roles:
+        raise ValueError(f"unknown roles {unknown or text!r}: choose from {', '.join(ALL_ROLES)}")
+    return roles
+
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -13,6 +29,18 @@ class Settings:
 
     With no `database_url` the server runs on its embedded default: a SQLite
     file under `data_dir` and an in-process queue.
+
+    Attributes:
+        host: interface the API listens on.
+        port: port the API listens on.
+        data_dir: where the embedded database, the dev API key and the pid file live.
+        database_url: a `postgresql://` URL; None for the embedded SQLite store.
+        redis_url: optional Redis accelerator.
+        roles: which loops this process runs (api, coordinator, worker, timer).
+        max_body_bytes: requests with a larger body get 413 `request.too_large`.
+        migrate_on_start: apply pending migrations when the app starts.
+        lease_seconds: how long a worker owns a leased task before another may retry it.
+        poll_interval: seconds an idle engine loop sleeps before looking again.
     """
 
     host: str = "127.0.0.1"
@@ -20,21 +48,58 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path(".ductor"))
     database_url: str | None = None
     redis_url: str | None = None
+    roles: tuple[str, ...] = ALL_ROLES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    migrate_on_start: bool = True
+    lease_seconds: float = 60.0
+    poll_interval: float = 0.5
 
     @property
     def embedded(self) -> bool:
         """True when the server stores everything in SQLite under `data_dir`."""
         return self.database_url is None
 
+    @property
+    def store_target(self) -> str:
+        """What `open_store` is given: the database URL or the SQLite file path."""
+        return self.database_url or str(self.data_dir / "ductor.db")
+
+    @property
+    def api_key_file(self) -> Path:
+        """Where `ductor dev` keeps the dev tenant's API key (mode 0600)."""
+        return self.data_dir / "api_key"
+
+    @property
+    def pid_file(self) -> Path:
+        """Where a running `ductor dev` writes its process id."""
+        return self.data_dir / "ductor.pid"
+
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
-        """Build settings from `DUCTOR_*` environment variables, then overrides."""
+        """Build settings from `DUCTOR_*` environment variables, then overrides.
+
+        Raises:
+            ValueError: an environment variable that does not parse.
+        """
+        env = os.environ
         values: dict[str, object] = {}
-        if url := os.environ.get("DUCTOR_DATABASE_URL"):
+        if url := env.get("DUCTOR_DATABASE_URL"):
             values["database_url"] = url
-        if url := os.environ.get("DUCTOR_REDIS_URL"):
+        if url := env.get("DUCTOR_REDIS_URL"):
             values["redis_url"] = url
-        if data_dir := os.environ.get("DUCTOR_DATA_DIR"):
+        if data_dir := env.get("DUCTOR_DATA_DIR"):
             values["data_dir"] = Path(data_dir)
+        if host := env.get("DUCTOR_HOST"):
+            values["host"] = host
+        if port := env.get("DUCTOR_PORT"):
+            values["port"] = int(port)
+        if roles := env.get("DUCTOR_ROLES"):
+            values["roles"] = parse_roles(roles)
+        if size := env.get("DUCTOR_MAX_BODY_BYTES"):
+            values["max_body_bytes"] = int(size)
+        if lease := env.get("DUCTOR_LEASE_SECONDS"):
+            values["lease_seconds"] = float(lease)
+        if poll := env.get("DUCTOR_POLL_INTERVAL"):
+            values["poll_interval"] = float(poll)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

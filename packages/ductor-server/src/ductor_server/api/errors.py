@@ -1,0 +1,135 @@
+"""The one table from error codes to HTTP statuses, and the handlers that apply it.
+
+Every error leaves the API as `{"code", "message", "details"}`. No service
+logic here: this module only translates exceptions into responses.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException
+
+from ductor_core.errors import DuctorError
+
+log = logging.getLogger("ductor_server.api")
+
+#: Every stable error code the API answers with, and its HTTP status.
+STATUS_BY_CODE: dict[str, int] = {
+    # the request itself
+    "request.malformed_json": 400,
+    "request.invalid": 422,
+    "request.too_large": 413,
+    "request.unsupported_media_type": 415,
+    "route.not_found": 404,
+    "route.method_not_allowed": 405,
+    # who is asking
+    "auth.unauthenticated": 401,
+    # replays
+    "idempotency.conflict": 422,
+    # definitions
+    "definition.invalid": 422,
+    "definition.malformed": 422,
+    # not found (another tenant's object is not found too)
+    "not_found": 404,
+    "run.not_found": 404,
+    "workflow.not_found": 404,
+    "workflow.version_not_found": 404,
+    # state conflicts and bad events
+    "run.not_cancellable": 409,
+    "run.ended": 409,
+    "event.invalid": 422,
+    # the server
+    "service.unavailable": 503,
+    "storage.unavailable": 503,
+    "internal": 500,
+}
+
+
+def status_for(code: str, *, retryable: bool = False) -> int:
+    """The HTTP status for an error code: the table first, then code families."""
+    if code in STATUS_BY_CODE:
+        return STATUS_BY_CODE[code]
+    if code.endswith(".not_found"):
+        return 404
+    if code.startswith(("definition.", "expression.", "duration.", "request.")):
+        return 422
+    return 503 if retryable else 422
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    """The JSON body of every error response."""
+
+    code: str
+    message: str
+    details: Any = None
+
+
+class ApiError(DuctorError):
+    """An error raised by the API layer itself (body, size, route problems)."""
+
+
+def error_response(code: str, message: str, details: Any = None, *, status: int) -> Response[Any]:
+    """Build the one error response shape."""
+    body = msgspec.to_builtins(ErrorBody(code=code, message=message, details=details))
+    return Response(content=body, status_code=status, media_type=MediaType.JSON)
+
+
+def handle_ductor_error(_: Request[Any, Any, Any], exc: DuctorError) -> Response[Any]:
+    """Map any `DuctorError` through the table."""
+    details = exc.details
+    if details is not None:
+        details = msgspec.to_builtins(details)
+    return error_response(
+        exc.code,
+        exc.message,
+        details,
+        status=status_for(exc.code, retryable=exc.retryable),
+    )
+
+
+_HTTP_CODES: dict[int, tuple[str, str]] = {
+    404: ("route.not_found", "no such route"),
+    405: ("route.method_not_allowed", "method not allowed on this route"),
+    413: ("request.too_large", "request body is larger than the limit"),
+    415: ("request.unsupported_media_type", "send the body as application/json"),
+}
+
+
+def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    """Framework errors (unknown route, wrong method, body too large) in the same shape."""
+    status = exc.status_code
+    if status in _HTTP_CODES:
+        code, message = _HTTP_CODES[status]
+        details: Any = None
+        if status == 413:
+            details = {"max_body_bytes": request.app.state.settings.max_body_bytes}
+        elif status in (404, 405):
+            details = {"method": request.method, "path": request.url.path}
+        return error_response(code, message, details, status=status)
+    if status >= 500:
+        log.error("server error on %s %s: %s", request.method, request.url.path, exc.detail)
+        return error_response("internal", "internal server error", status=status)
+    # Litestar's own validation (query and path parameters, headers).
+    return error_response(
+        "request.invalid",
+        str(exc.detail),
+        exc.extra or None,
+        status=STATUS_BY_CODE["request.invalid"] if status == 400 else status,
+    )
+
+
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Anything else is a bug: log it, answer 500 without leaking internals."""
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response("internal", "internal server error", status=500)
+
+
+EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {
+    DuctorError: handle_ductor_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

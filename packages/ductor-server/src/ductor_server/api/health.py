@@ -1,0 +1,49 @@
+"""`/healthz` (the process is up) and `/readyz` (its store and queue answer). No auth."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, get
+
+READY_TIMEOUT_SECONDS = 2.0
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    """Liveness or readiness; `checks` names each dependency and whether it answered."""
+
+    status: str
+    checks: dict[str, str] = {}
+
+
+@get("/healthz", sync_to_thread=False, tags=["health"])
+def healthz() -> dict[str, str]:
+    """Liveness: the process is up and serving."""
+    return {"status": "ok"}
+
+
+async def _check(probe: Any) -> str:
+    try:
+        await asyncio.wait_for(probe(), READY_TIMEOUT_SECONDS)
+    except Exception as exc:
+        return f"error: {type(exc).__name__}: {exc}"
+    return "ok"
+
+
+@get("/readyz", tags=["health"])
+async def readyz(request: Request[Any, Any, Any]) -> Response[Health]:
+    """Readiness: the store and the queue are reachable (503 otherwise)."""
+    state = request.app.state
+    checks = {"store": await _check(state.store.ping)}
+    queue_ping = getattr(state.runtime, "ping", None)
+    if queue_ping is not None:
+        checks["queue"] = await _check(queue_ping)
+    else:
+        checks["queue"] = "ok"
+    ok = all(v == "ok" for v in checks.values())
+    return Response(
+        Health(status="ok" if ok else "unavailable", checks=checks),
+        status_code=200 if ok else 503,
+    )

@@ -1,0 +1,488 @@
+"""The client-side `ductor` commands: workflows, runs and events over the REST API.
+
+They only speak HTTP (httpx) to a running server; they never open the store.
+The server and key come from flags, then `DUCTOR_URL` / `DUCTOR_API_KEY`,
+then `<data-dir>/api_key` as written by `ductor dev`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+TERMINAL_RUN_STATUSES = frozenset(
+    {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
+)
+
+
+class ClientError(Exception):
+    """An error answer from the server (or no answer at all)."""
+
+    def __init__(self, code: str, message: str, details: Any = None, status: int = 0) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details
+        self.status = status
+
+
+def default_url() -> str:
+    """`DUCTOR_URL`, else built from `DUCTOR_HOST` / `DUCTOR_PORT` (127.0.0.1:7070)."""
+    if url := os.environ.get("DUCTOR_URL"):
+        return url
+    host = os.environ.get("DUCTOR_HOST", "127.0.0.1")
+    port = os.environ.get("DUCTOR_PORT", "7070")
+    return f"http://{host}:{port}"
+
+
+def find_api_key(flag: str | None, data_dir: str | None) -> str | None:
+    """The key from the flag, `DUCTOR_API_KEY`, or `<data-dir>/api_key`, in that order."""
+    if flag:
+        return flag
+    if key := os.environ.get("DUCTOR_API_KEY"):
+        return key
+    directory = Path(data_dir or os.environ.get("DUCTOR_DATA_DIR") or ".ductor")
+    path = directory / "api_key"
+    if path.is_file():
+        return path.read_text().strip() or None
+    return None
+
+
+class ApiClient:
+    """A small synchronous client of the Ductor REST API."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.url = url
+        self.http = httpx.Client(
+            base_url=url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.http.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        content: bytes | None = None,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """One request; the decoded JSON answer.
+
+        Raises:
+            ClientError: an error answer (its code and message), or no connection.
+        """
+        if body is not None:
+            content = json.dumps(body).encode()
+        send_headers = {"Content-Type": "application/json"} if content is not None else {}
+        send_headers.update(headers or {})
+        try:
+            response = self.http.request(
+                method,
+                path,
+                content=content,
+                params={k: v for k, v in (params or {}).items() if v is not None},
+                headers=send_headers,
+            )
+        except httpx.TransportError as exc:
+            raise ClientError(
+                "client.unreachable", f"cannot reach the server at {self.url} ({exc})"
+            ) from exc
+        try:
+            payload = response.json() if response.content else None
+        except ValueError:
+            payload = None
+        if response.status_code >= 400:
+            if isinstance(payload, dict) and "code" in payload:
+                raise ClientError(
+                    str(payload["code"]),
+                    str(payload.get("message", "")),
+                    payload.get("details"),
+                    response.status_code,
+                )
+            raise ClientError(
+                "http.error", f"HTTP {response.status_code}: {response.text[:200]}", None
+            )
+        return payload
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ClientError(
+            "client.bad_json", f"{what} is not valid JSON: {exc.msg} at column {exc.colno}"
+        ) from exc
+
+
+def _read_file(name: str) -> bytes:
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(name).read_bytes()
+    except OSError as exc:
+        raise ClientError("client.file", f"cannot read {name}: {exc.strerror}") from exc
+
+
+def _print_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
+
+
+def _short(status: str | None) -> str:
+    if not status:
+        return "-"
+    for prefix in ("RUN_STATUS_", "STEP_STATUS_"):
+        if status.startswith(prefix):
+            return status[len(prefix) :].lower()
+    return status.lower()
+
+
+# --- commands ----------------------------------------------------------------
+
+
+def cmd_workflows_validate(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Validate a definition file; print every problem with its pointer."""
+    report = client.call("POST", "/v1/workflows/validate", content=_read_file(args.file))
+    if args.json:
+        _print_json(report, out)
+    elif report.get("valid"):
+        out.write(f"{args.file}: valid\n")
+    else:
+        problems = report.get("problems", [])
+        out.write(f"{args.file}: {len(problems)} problem(s)\n")
+        for problem in problems:
+            pointer = problem.get("pointer") or "/"
+            out.write(f"  {pointer}: {problem.get('code')}: {problem.get('message')}\n")
+    return 0 if report.get("valid") else 1
+
+
+def cmd_workflows_publish(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Publish a definition file as a new version (or find the identical one)."""
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    published = client.call("POST", "/v1/workflows", content=_read_file(args.file), headers=headers)
+    if args.json:
+        _print_json(published, out)
+    else:
+        verb = "published" if published["created"] else "unchanged"
+        out.write(
+            f"{verb} {published['family_slug']} version {published['version']} "
+            f"({published['hash']})\n"
+        )
+    return 0
+
+
+def cmd_workflows_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """List the workflow families of the tenant."""
+    families = client.call("GET", "/v1/workflows")
+    if args.json:
+        _print_json(families, out)
+        return 0
+    for family in families:
+        out.write(f"{family['family_slug']:<32} v{family['latest_version']:<4} {family['title']}\n")
+    return 0
+
+
+def cmd_workflows_get(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Print a family (or one version with --version) as JSON."""
+    if args.version is not None:
+        path = f"/v1/workflows/{args.slug}/versions/{args.version}"
+    else:
+        path = f"/v1/workflows/{args.slug}"
+    _print_json(client.call("GET", path), out)
+    return 0
+
+
+def _poll_until_done(
+    client: ApiClient,
+    run_id: str,
+    *,
+    interval: float,
+    timeout: float | None,
+    on_poll: Callable[[dict[str, Any] | None, str | None], None],
+) -> dict[str, Any]:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] | None = None
+        problem: str | None = None
+        try:
+            run = client.call("GET", f"/v1/runs/{run_id}")
+        except ClientError as exc:
+            if exc.code != "client.unreachable":
+                raise
+            problem = "server unreachable, retrying"
+        on_poll(run, problem)
+        if run is not None and run.get("status") in TERMINAL_RUN_STATUSES:
+            return run
+        if deadline is not None and time.monotonic() > deadline:
+            raise ClientError("client.timeout", f"run {run_id} did not finish within {timeout:g}s")
+        time.sleep(interval)
+
+
+def _run_exit_code(run: dict[str, Any]) -> int:
+    return 0 if run.get("status") == "RUN_STATUS_SUCCEEDED" else 1
+
+
+def cmd_runs_trigger(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Start a run; with --wait, poll until it ends and print the final run."""
+    body: dict[str, Any] = {"family_slug": args.family, "input": _json_arg(args.input, "--input")}
+    if args.version is not None:
+        body["version"] = args.version
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    run = client.call("POST", "/v1/runs", body=body, headers=headers)
+    if args.wait:
+        run = _poll_until_done(
+            client, run["id"], interval=args.interval, timeout=args.timeout, on_poll=_ignore
+        )
+    if args.quiet:
+        out.write(run["id"] + "\n")
+    else:
+        _print_json(run, out)
+    return _run_exit_code(run) if args.wait else 0
+
+
+def _ignore(run: dict[str, Any] | None, problem: str | None) -> None:
+    return None
+
+
+def cmd_runs_get(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Print a run as JSON."""
+    _print_json(client.call("GET", f"/v1/runs/{args.run_id}"), out)
+    return 0
+
+
+def cmd_runs_history(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Print a run's history, one entry per line."""
+    entries = client.call("GET", f"/v1/runs/{args.run_id}/history")
+    if args.json:
+        _print_json(entries, out)
+        return 0
+    for entry in entries:
+        data = json.dumps(entry.get("data"), separators=(",", ":"))
+        out.write(f"{entry['seq']:>5} {entry['at']} {entry['kind']:<24} {data}\n")
+    return 0
+
+
+def cmd_runs_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """List runs newest first."""
+    page = client.call(
+        "GET",
+        "/v1/runs",
+        params={
+            "status": args.status,
+            "family_slug": args.family,
+            "cursor": args.cursor,
+            "limit": args.limit,
+        },
+    )
+    if args.json:
+        _print_json(page, out)
+        return 0
+    for run in page["items"]:
+        out.write(
+            f"{run['id']:<36} {run['family_slug']:<24} v{run['version']:<4} "
+            f"{_short(run['status']):<10} {run['created_at']}\n"
+        )
+    if page.get("next_cursor"):
+        out.write(f"more: --cursor {page['next_cursor']}\n")
+    return 0
+
+
+def render_run(run: dict[str, Any] | None, problem: str | None = None) -> str:
+    """A run's steps as text: one line per step, then the output once it ended."""
+    if run is None:
+        return f"({problem})\n" if problem else ""
+    lines = [
+        f"run {run['id']}  {run['family_slug']} v{run['version']}  {_short(run['status'])}"
+        + (f"  ({problem})" if problem else "")
+    ]
+    width = max([len(step["ref"]) for step in run.get("steps", [])] + [4])
+    for step in run.get("steps", []):
+        extra = []
+        if step.get("attempt", 0) > 1:
+            extra.append(f"attempt {step['attempt']}")
+        if step.get("waiting_for"):
+            extra.append(f"waiting for {step['waiting_for']}")
+        if step.get("retry_at"):
+            extra.append(f"retry at {step['retry_at']}")
+        if step.get("error"):
+            extra.append(f"error {step['error'].get('code')}: {step['error'].get('message')}")
+        lines.append(
+            f"  {step['ref']:<{width}}  {_short(step['status']):<10} {'  '.join(extra)}".rstrip()
+        )
+    if run.get("status") in TERMINAL_RUN_STATUSES:
+        if run.get("error"):
+            lines.append(f"error: {json.dumps(run['error'])}")
+        lines.append("output: " + json.dumps(run.get("output"), indent=2))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_runs_watch(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Show a run's steps live (redrawn each poll) until it ends; print its output."""
+    live = out.isatty()
+    last = ""
+
+    def draw(run: dict[str, Any] | None, problem: str | None) -> None:
+        nonlocal last
+        frame = render_run(run, problem)
+        if frame == last:
+            return
+        last = frame
+        if live:
+            out.write("\x1b[H\x1b[J")  # cursor home, clear the screen below
+        elif run is not None:
+            out.write("\n")
+        out.write(frame)
+        out.flush()
+
+    run = _poll_until_done(
+        client, args.run_id, interval=args.interval, timeout=args.timeout, on_poll=draw
+    )
+    return _run_exit_code(run)
+
+
+def cmd_runs_cancel(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Ask for a run to be cancelled."""
+    run = client.call("POST", f"/v1/runs/{args.run_id}/cancel", body={"reason": args.reason})
+    out.write(f"cancel requested for run {run['id']} ({_short(run['status'])})\n")
+    return 0
+
+
+def cmd_runs_signal(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Send a signal to a run."""
+    body: dict[str, Any] = {"payload": _json_arg(args.payload, "--payload")}
+    if args.id:
+        body["id"] = args.id
+    accepted = client.call("POST", f"/v1/runs/{args.run_id}/signals/{args.name}", body=body)
+    _print_json(accepted, out)
+    return 0
+
+
+def cmd_events_send(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Send an event; print which runs it started or reached."""
+    body: dict[str, Any] = {"name": args.name, "data": _json_arg(args.data, "--data")}
+    if args.id:
+        body["id"] = args.id
+    _print_json(client.call("POST", "/v1/events", body=body), out)
+    return 0
+
+
+# --- wiring --------------------------------------------------------------------
+
+
+def run_client_command(args: argparse.Namespace) -> int:
+    """Run a client command: resolve server and key, call, print errors as `code: message`."""
+    key = find_api_key(args.api_key, args.data_dir)
+    if key is None:
+        sys.stderr.write(
+            "error: no API key: pass --api-key, set DUCTOR_API_KEY, or start `ductor dev` "
+            "(it writes .ductor/api_key)\n"
+        )
+        return 1
+    client = ApiClient(args.url or default_url(), key)
+    try:
+        result: int = args.client_func(client, args, sys.stdout)
+        return result
+    except ClientError as exc:
+        sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
+        if exc.details is not None:
+            sys.stderr.write(json.dumps(exc.details, indent=2) + "\n")
+        return 1
+    finally:
+        client.close()
+
+
+def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `workflows`, `runs` and `events` on the top-level parser."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=None, help="server URL (default $DUCTOR_URL or :7070)")
+    common.add_argument("--api-key", default=None, help="API key (default $DUCTOR_API_KEY)")
+    common.add_argument("--data-dir", default=None, help="where to find api_key (default .ductor)")
+
+    def command(
+        group: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        func: Callable[[ApiClient, argparse.Namespace, TextIO], int],
+        help_text: str,
+    ) -> argparse.ArgumentParser:
+        parser = group.add_parser(name, parents=[common], help=help_text, description=help_text)
+        parser.set_defaults(func=run_client_command, client_func=func)
+        return parser
+
+    workflows = sub.add_parser("workflows", help="validate, publish and read definitions")
+    wf = workflows.add_subparsers(dest="workflows_command", metavar="COMMAND", required=True)
+    p = command(wf, "validate", cmd_workflows_validate, "validate a definition file")
+    p.add_argument("file", help="JSON definition file ('-' for stdin)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p = command(wf, "publish", cmd_workflows_publish, "publish a definition file")
+    p.add_argument("file", help="JSON definition file ('-' for stdin)")
+    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p = command(wf, "list", cmd_workflows_list, "list workflow families")
+    p.add_argument("--json", action="store_true")
+    p = command(wf, "get", cmd_workflows_get, "show a family or one version")
+    p.add_argument("slug")
+    p.add_argument("--version", type=int, default=None)
+
+    runs = sub.add_parser("runs", help="trigger, read, watch and steer runs")
+    rs = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+    p = command(rs, "trigger", cmd_runs_trigger, "start a run of a published workflow")
+    p.add_argument("family", help="the workflow's family_slug")
+    p.add_argument("--input", default=None, help="run input as JSON")
+    p.add_argument("--version", type=int, default=None, help="pin a version (default latest)")
+    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--wait", action="store_true", help="wait for the run to end")
+    p.add_argument("--interval", type=float, default=0.5, help="poll interval with --wait")
+    p.add_argument("--timeout", type=float, default=None, help="give up waiting after N s")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the run id")
+    p = command(rs, "get", cmd_runs_get, "show a run as JSON")
+    p.add_argument("run_id")
+    p = command(rs, "history", cmd_runs_history, "show a run's history")
+    p.add_argument("run_id")
+    p.add_argument("--json", action="store_true")
+    p = command(rs, "list", cmd_runs_list, "list runs, newest first")
+    p.add_argument("--status", default=None, help="e.g. RUN_STATUS_RUNNING")
+    p.add_argument("--family", default=None, help="only runs of this family_slug")
+    p.add_argument("--cursor", default=None)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p = command(rs, "watch", cmd_runs_watch, "show a run's steps live until it ends")
+    p.add_argument("run_id")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
+    p.add_argument("--timeout", type=float, default=None, help="give up after N seconds")
+    p = command(rs, "cancel", cmd_runs_cancel, "cancel a run")
+    p.add_argument("run_id")
+    p.add_argument("--reason", default="")
+    p = command(rs, "signal", cmd_runs_signal, "send a signal to a run")
+    p.add_argument("run_id")
+    p.add_argument("name")
+    p.add_argument("--payload", default=None, help="signal payload as JSON")
+    p.add_argument("--id", default=None, help="signal id (a repeat is ignored)")
+
+    events = sub.add_parser("events", help="send events")
+    ev = events.add_subparsers(dest="events_command", metavar="COMMAND", required=True)
+    p = command(ev, "send", cmd_events_send, "send an event")
+    p.add_argument("name")
+    p.add_argument("--data", default=None, help="event data as JSON")
+    p.add_argument("--id", default=None, help="event id (a repeat is a duplicate)")

@@ -1,0 +1,250 @@
+"""The server-side `ductor` commands: `dev`, `serve`, `migrate` and `keys create`.
+
+These open the store directly; the client commands live in `cli_client`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from ductor_server import __version__
+from ductor_server.settings import Settings, parse_roles
+
+if TYPE_CHECKING:
+    from ductor_server.storage import Store
+
+# The store, the API and the engines are imported inside the commands that
+# need them, so `ductor --help` and the client commands start fast.
+
+DEV_TENANT = "dev"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _open_migrated(settings: Settings) -> Store:
+    from ductor_server.storage import open_store
+
+    store = open_store(settings.store_target)
+    await store.open()
+    try:
+        await store.migrate()
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+async def create_key(store: Store, tenant_id: str, *, name: str, key: str | None = None) -> str:
+    """Ensure `tenant_id` exists and store an API key for it (a new one unless `key`)."""
+    from ductor_server.api.auth import display_prefix, hash_api_key, new_api_key
+
+    key = key or new_api_key()
+    key_hash = hash_api_key(key)
+    async with store.transaction() as tx:
+        await tx.ensure_tenant(tenant_id, name=tenant_id, now=_now())
+        if await tx.find_api_key(key_hash) is None:
+            await tx.create_api_key(
+                tenant_id,
+                key_id="key_" + key_hash[:16],
+                name=name,
+                prefix=display_prefix(key),
+                key_hash=key_hash,
+                now=_now(),
+            )
+    return key
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    path.chmod(0o600)
+
+
+async def ensure_dev_key(settings: Settings) -> tuple[str, bool]:
+    """Migrate the embedded store and make sure the dev tenant has the key in
+    `<data-dir>/api_key` (minting and writing one on first start).
+
+    Returns:
+        The key, and whether it was created now.
+    """
+    store = await _open_migrated(settings)
+    try:
+        path = settings.api_key_file
+        existing = path.read_text().strip() if path.exists() else ""
+        key = await create_key(store, DEV_TENANT, name="dev", key=existing or None)
+        if not existing:
+            _write_private(path, key + "\n")
+        return key, not existing
+    finally:
+        await store.close()
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _serve(settings: Settings) -> int:
+    import uvicorn
+
+    from ductor_server.app import create_app
+
+    # uvicorn drains and shuts the app down on SIGTERM, then re-raises the
+    # signal; this handler turns that into a normal exit so cleanup runs.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """`ductor dev`: the embedded server (SQLite under the data dir, in-process queue)."""
+    settings = Settings.from_env(
+        host=args.host,
+        port=args.port,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        migrate_on_start=True,
+    )
+    if not settings.embedded:
+        settings = dataclasses.replace(settings, database_url=None)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    key, created = asyncio.run(ensure_dev_key(settings))
+    _write_private(settings.pid_file, f"{os.getpid()}\n")
+    where = f"http://{settings.host}:{settings.port}"
+    print(f"ductor {__version__} (embedded) on {where}", flush=True)
+    print(f"data dir: {settings.data_dir.resolve()}", flush=True)
+    note = "created, saved to" if created else "from"
+    print(f"API key ({note} {settings.api_key_file}): {key}", flush=True)
+    try:
+        return _serve(settings)
+    finally:
+        # A clean exit removes the pid file; after kill -9 it stays, naming a dead process.
+        with contextlib.suppress(OSError):
+            if settings.pid_file.read_text().strip() == str(os.getpid()):
+                settings.pid_file.unlink()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`ductor serve`: the production server on DUCTOR_DATABASE_URL (or the embedded store)."""
+    roles = parse_roles(args.roles) if args.roles else None
+    settings = Settings.from_env(
+        host=args.host,
+        port=args.port,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        roles=roles,
+        migrate_on_start=args.migrate,
+    )
+    if settings.embedded:
+        # Nobody else migrates an embedded store: do it at start, as `dev` does.
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings = dataclasses.replace(settings, migrate_on_start=True)
+    backend = "postgres" if settings.database_url else f"sqlite at {settings.store_target}"
+    print(
+        f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
+        f"({backend}; roles {','.join(settings.roles)})",
+        flush=True,
+    )
+    return _serve(settings)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """`ductor migrate`: apply pending migrations to the configured store."""
+    settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
+    if settings.embedded:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> list[str]:
+        from ductor_server.storage import open_store
+
+        store = open_store(settings.store_target)
+        await store.open()
+        try:
+            return await store.migrate()
+        finally:
+            await store.close()
+
+    applied = asyncio.run(run())
+    for name in applied:
+        print(f"applied {name}")
+    print("database is up to date" if not applied else f"{len(applied)} migration(s) applied")
+    return 0
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    """`ductor keys create --tenant T`: mint an API key (and the tenant if new); print it once."""
+    settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
+    if settings.embedded:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> str:
+        store = await _open_migrated(settings)
+        try:
+            return await create_key(store, args.tenant, name=args.name)
+        finally:
+            await store.close()
+
+    print(asyncio.run(run()))
+    print(f"(API key for tenant {args.tenant!r}: shown once, store it now)", file=sys.stderr)
+    return 0
+
+
+def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `dev`, `serve`, `migrate` and `keys` on the top-level parser."""
+    dev = sub.add_parser(
+        "dev",
+        help="run on the embedded default (SQLite, in-process queue)",
+        description="Run Ductor on its embedded default. Creates a dev tenant and API key "
+        "on first start and writes the key to <data-dir>/api_key (mode 0600).",
+    )
+    dev.add_argument("--host", default=None, help="interface (default 127.0.0.1, $DUCTOR_HOST)")
+    dev.add_argument("--port", type=int, default=None, help="port (default 7070, $DUCTOR_PORT)")
+    dev.add_argument("--data-dir", default=None, help="data directory (default .ductor)")
+    dev.set_defaults(func=cmd_dev)
+
+    serve = sub.add_parser(
+        "serve",
+        help="run against DUCTOR_DATABASE_URL (Postgres) with selectable roles",
+        description="Run Ductor on the database in $DUCTOR_DATABASE_URL (the embedded "
+        "SQLite store if unset) and the optional $DUCTOR_REDIS_URL.",
+    )
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--data-dir", default=None, help="for the embedded store only")
+    serve.add_argument(
+        "--roles", default=None, help="comma-separated: api,coordinator,worker,timer (default all)"
+    )
+    serve.add_argument(
+        "--migrate",
+        action="store_true",
+        help="apply pending migrations before serving (always done for the embedded store)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    migrate = sub.add_parser("migrate", help="apply pending database migrations")
+    migrate.add_argument("--data-dir", default=None, help="for the embedded store only")
+    migrate.set_defaults(func=cmd_migrate)
+
+    keys = sub.add_parser("keys", help="manage API keys (direct database access)")
+    keys_sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
+    create = keys_sub.add_parser("create", help="mint an API key for a tenant (created if new)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--name", default="cli")
+    create.add_argument("--data-dir", default=None, help="for the embedded store only")
+    create.set_defaults(func=cmd_keys_create)

@@ -1,0 +1,278 @@
+"""Step handlers run by the workers: a registry and the built-in handlers
+(`action:http`, `notify`; `bridge` and `route` report themselves unavailable).
+
+A handler returns the step's output or raises `ActionFailed`; it never touches
+run state or the store. Every external call carries the attempt's idempotency key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx
+import msgspec
+
+from ductor_core.durations import parse_duration
+from ductor_core.errors import DurationError
+from ductor_core.runs import ErrorInfo
+
+
+class ActionCall(msgspec.Struct, frozen=True, kw_only=True):
+    """What a handler is asked to do: one attempt of one step (or scatter item)."""
+
+    tenant_id: str
+    run_id: str
+    step_ref: str
+    item_index: int = -1
+    attempt: int
+    handler: str
+    step_type: str = ""
+    payload: Any = None
+    idempotency_key: str
+    timeout_seconds: float | None = None
+
+
+class ActionFailed(Exception):
+    """Raised by a handler to fail the attempt with `error` (retryable or not)."""
+
+    def __init__(self, error: ErrorInfo) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.error = error
+
+
+def failure(code: str, message: str, *, retryable: bool, **extra: Any) -> ActionFailed:
+    """Build an `ActionFailed` for `code`."""
+    return ActionFailed(ErrorInfo(code=code, message=message, retryable=retryable, **extra))
+
+
+Handler = Callable[[ActionCall], Awaitable[Any]]
+"""A step handler: takes the call, returns the output (JSON value) or raises ActionFailed."""
+
+
+class ActionRegistry:
+    """Handlers by handler name ("action:<name>", "notify", "bridge", "route")."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(self, handler_name: str, fn: Handler) -> None:
+        """Register `fn` under a raw handler name, replacing any previous one."""
+        self._handlers[handler_name] = fn
+
+    def register_action(self, name: str, fn: Handler) -> None:
+        """Register a provider action, used by ACTION steps with `action: <name>`."""
+        self.register(f"action:{name}", fn)
+
+    def get(self, handler_name: str) -> Handler | None:
+        """The handler for `handler_name`, or None."""
+        return self._handlers.get(handler_name)
+
+    async def aclose(self) -> None:
+        """Release what handlers hold (HTTP clients); they reopen on next use."""
+        for fn in self._handlers.values():
+            close = getattr(fn, "aclose", None)
+            if close is not None:
+                await close()
+
+    def names(self) -> list[str]:
+        """Every registered handler name, sorted."""
+        return sorted(self._handlers)
+
+    async def run(self, call: ActionCall) -> Any:
+        """Run the handler for `call.handler`.
+
+        Raises:
+            ActionFailed: the handler failed, or none is registered
+                (`handler.unknown`, not retryable).
+        """
+        fn = self._handlers.get(call.handler)
+        if fn is None:
+            raise failure(
+                "handler.unknown",
+                f"no handler registered for {call.handler!r}",
+                retryable=False,
+            )
+        return await fn(call)
+
+
+def action_params(call: ActionCall) -> Mapping[str, Any]:
+    """The resolved params of an ACTION call (payload `{"params": {...}}` or the map itself)."""
+    payload = call.payload
+    if isinstance(payload, Mapping):
+        params = payload.get("params", payload)
+        if isinstance(params, Mapping):
+            return params
+    raise failure("action.bad_params", "action params must be a map", retryable=False)
+
+
+# --- http --------------------------------------------------------------------
+
+_KEPT_HEADERS = ("content-type", "content-length", "location", "etag", "retry-after")
+_RETRYABLE_4XX = {408, 425, 429}
+
+
+def _timeout_seconds(value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise failure("action.bad_params", "timeout must be a number or duration", retryable=False)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return parse_duration(value).total_seconds()
+        except DurationError as exc:
+            raise failure("action.bad_params", exc.message, retryable=False) from exc
+    raise failure("action.bad_params", "timeout must be a number or duration", retryable=False)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None
+
+
+def _response_body(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    if "json" in response.headers.get("content-type", ""):
+        try:
+            return msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
+            pass
+    return response.text
+
+
+class HttpAction:
+    """The built-in `http` action over one shared `httpx.AsyncClient`.
+
+    Params: `method` (default GET, or POST when a `body` is given), `url`,
+    `headers` (map), `body` (sent as JSON), `timeout` (seconds or "5s").
+    2xx gives `{"status", "headers", "body"}`; 5xx, 408, 425, 429, timeouts and
+    connection errors are retryable failures; other 4xx are not.
+    """
+
+    def __init__(self, client: httpx.AsyncClient | None = None, *, timeout: float = 30.0) -> None:
+        self._client = client
+        self._owned = client is None
+        self._timeout = timeout
+
+    def _get_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(follow_redirects=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client if this action created it."""
+        if self._client is not None and self._owned:
+            await self._client.aclose()
+            self._client = None
+
+    async def __call__(self, call: ActionCall) -> Any:
+        params = action_params(call)
+        url = params.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise failure(
+                "action.bad_params", "http: `url` must be an http(s) URL", retryable=False
+            )
+        has_body = "body" in params and params["body"] is not None
+        method = params.get("method") or ("POST" if has_body else "GET")
+        if not isinstance(method, str):
+            raise failure("action.bad_params", "http: `method` must be a string", retryable=False)
+        raw_headers = params.get("headers") or {}
+        if not isinstance(raw_headers, Mapping):
+            raise failure("action.bad_params", "http: `headers` must be a map", retryable=False)
+        headers = {str(k): str(v) for k, v in raw_headers.items()}
+        headers["Idempotency-Key"] = call.idempotency_key
+        content: bytes | None = None
+        if has_body:
+            content = msgspec.json.encode(params["body"])
+            headers.setdefault("Content-Type", "application/json")
+        timeout = _timeout_seconds(params.get("timeout"), call.timeout_seconds or self._timeout)
+        try:
+            response = await self._get_client().request(
+                method.upper(), url, headers=headers, content=content, timeout=timeout
+            )
+        except httpx.TimeoutException as exc:
+            raise failure("http.timeout", f"{method} {url} timed out", retryable=True) from exc
+        except httpx.HTTPError as exc:
+            raise failure(
+                "http.connection", f"{method} {url} failed: {exc!s}", retryable=True
+            ) from exc
+        status = response.status_code
+        output = {
+            "status": status,
+            "headers": {k: response.headers[k] for k in _KEPT_HEADERS if k in response.headers},
+            "body": _response_body(response),
+        }
+        if 200 <= status < 300:
+            return output
+        retryable = status >= 500 or status in _RETRYABLE_4XX
+        raise ActionFailed(
+            ErrorInfo(
+                code=f"http.{status}",
+                message=f"{method.upper()} {url} answered {status}",
+                retryable=retryable,
+                retry_after_seconds=_retry_after(response),
+                details=output,
+            )
+        )
+
+
+# --- other built-ins -------------------------------------------------------------
+
+
+async def notify_handler(call: ActionCall) -> Any:
+    """Record the notification as the step's output (delivery comes with the inbox)."""
+    payload = call.payload if isinstance(call.payload, Mapping) else {"value": call.payload}
+    return {"notification_id": call.idempotency_key, **payload}
+
+
+async def unavailable_handler(call: ActionCall) -> Any:
+    """Fail non-retryably: this kind of step is not served by this build."""
+    raise failure(
+        "handler.unavailable",
+        f"{call.handler!r} steps are not available in this server yet",
+        retryable=False,
+    )
+
+
+async def noop_action(call: ActionCall) -> Any:
+    """Do nothing and succeed with the params as output (for tests and benchmarks)."""
+    payload = call.payload
+    if isinstance(payload, Mapping):
+        return payload.get("params", payload)
+    return payload
+
+
+def default_registry(http: HttpAction | None = None) -> ActionRegistry:
+    """A registry with the built-in handlers: `action:http`, `action:noop`, `notify`,
+    and `bridge`/`route` as unavailable."""
+    registry = ActionRegistry()
+    registry.register_action("http", http or HttpAction())
+    registry.register_action("noop", noop_action)
+    registry.register("notify", notify_handler)
+    registry.register("bridge", unavailable_handler)
+    registry.register("route", unavailable_handler)
+    return registry
+
+
+_process_registry: ActionRegistry | None = None
+
+
+def process_registry() -> ActionRegistry:
+    """The process-wide registry `register_action` adds to; runtimes use it by default."""
+    global _process_registry
+    if _process_registry is None:
+        _process_registry = default_registry()
+    return _process_registry
+
+
+def register_action(name: str, fn: Handler) -> None:
+    """Register a provider action in the process-wide registry."""
+    process_registry().register_action(name, fn)

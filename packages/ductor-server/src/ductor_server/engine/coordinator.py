@@ -1,0 +1,183 @@
+"""The coordinator: the only writer of run state.
+
+It claims runs with pending inbox input, ticks each with the pure
+`ductor_core.tick.tick`, and commits the new states and their commands in one
+transaction per batch, each run guarded by its lock_version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from datetime import datetime
+
+import msgspec
+
+from ductor_core.errors import DuctorError
+from ductor_core.runs import ErrorInfo, IgnoredInput, RunFinished, RunState, RunStatus, TickResult
+from ductor_core.tick import tick
+from ductor_server.engine.clock import Clock
+from ductor_server.engine.effects import Effects, EngineParts, apply_commands
+from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
+from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunUpdate
+
+log = logging.getLogger("ductor.coordinator")
+
+
+def _failed(state: RunState, error: ErrorInfo, now: datetime) -> TickResult:
+    """A tick result that fails the run (used when ticking itself is impossible)."""
+    failed = msgspec.structs.replace(state, status=RunStatus.FAILED, error=error, finished_at=now)
+    return TickResult(state=failed, commands=[RunFinished(status=RunStatus.FAILED, error=error)])
+
+
+class Coordinator:
+    """Ticks runs that have pending input, a batch per transaction."""
+
+    def __init__(
+        self,
+        store: Store,
+        parts: EngineParts,
+        *,
+        clock: Clock,
+        wake: WakeUp,
+        batch: int = 64,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.parts = parts
+        self.clock = clock
+        self.wake = wake
+        self.batch = batch
+        self.poll_interval = poll_interval
+        self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
+        self.ticks = 0  # runs ticked since start (for metrics and benchmarks)
+        self.batches = 0  # transactions that ticked at least one run
+
+    async def run_forever(self) -> None:
+        """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do."""
+        failures = 0
+        while not self.stopped:
+            try:
+                # After a failed batch, go one run at a time, so that one run that
+                # cannot be committed does not hold back the others.
+                done = await self.tick_batch(limit=1 if failures else None)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                log.exception("coordinator batch failed (%d in a row)", failures)
+                await asyncio.sleep(min(0.05 * 2**failures, 5.0))
+                continue
+            if done == 0:
+                await self.wake.wait(Topic.INBOX, self.poll_interval)
+
+    async def tick_batch(self, limit: int | None = None) -> int:
+        """Claim up to `limit` (default `batch`) runs with input, tick them and
+        commit; return how many."""
+        now = self.clock.now()
+        effects = Effects()
+        async with self.store.transaction() as tx:
+            refs = await tx.claim_runs_with_inbox(now=now, limit=limit or self.batch)
+            if not refs:
+                return 0
+            runs = await tx.get_runs(refs)
+            items = await tx.load_inbox(refs, now=now)
+            by_run: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
+            for item in items:
+                by_run[(item.tenant_id, item.run_id)].append(item)
+
+            consumed: list[InboxRef] = []
+            plans: list[tuple[RunRecord, list[InboxItem], TickResult | None]] = []
+            for run in runs:
+                pending = by_run.get((run.tenant_id, run.id), [])
+                if run.status.terminal:
+                    # Late input for an ended run (a child's end after a cancel, ...).
+                    plans.append((run, pending, None))
+                    continue
+                plans.append((run, pending, await self._tick(tx, run, pending, now)))
+
+            live = [(run, pending, result) for run, pending, result in plans if result is not None]
+            applied = await tx.update_runs(
+                [
+                    RunUpdate(
+                        tenant_id=run.tenant_id,
+                        run_id=run.id,
+                        expected_lock_version=run.lock_version,
+                        state=result.state,
+                        updated_at=now,
+                    )
+                    for run, _, result in live
+                ]
+            )
+            ok = {
+                (run.tenant_id, run.id)
+                for (run, _, _), good in zip(live, applied, strict=True)
+                if good
+            }
+            for run, pending, result in plans:
+                key = (run.tenant_id, run.id)
+                if result is None:
+                    consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
+                    for item in pending:
+                        ignored = IgnoredInput(input=item.input, reason="run has ended")
+                        effects.history.append(
+                            ignored_entry(run.tenant_id, run.id, ignored, at=now)
+                        )
+                    continue
+                if key not in ok:
+                    continue  # lost a race: the inbox stays, the next round retries
+                consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
+                for item in pending:
+                    entry = input_entry(run.tenant_id, run.id, item.input, at=now)
+                    if entry is not None:
+                        effects.history.append(entry)
+                for ignored in result.ignored:
+                    effects.history.append(ignored_entry(run.tenant_id, run.id, ignored, at=now))
+                effects.history.extend(
+                    transition_entries(run.tenant_id, run.state, result.state, at=now)
+                )
+                updated = msgspec.structs.replace(
+                    run, state=result.state, status=result.state.status
+                )
+                await apply_commands(
+                    tx, self.parts, effects, run=updated, commands=result.commands, now=now
+                )
+                self.ticks += 1
+            if consumed:
+                await tx.delete_inbox(consumed)
+            await effects.flush(tx)
+        self.batches += 1
+        effects.notify(self.wake)
+        return len(runs)
+
+    async def _tick(
+        self, tx: Tx, run: RunRecord, pending: list[InboxItem], now: datetime
+    ) -> TickResult:
+        try:
+            definition = await self.parts.catalog.definition(
+                tx, run.tenant_id, run.family_slug, run.version
+            )
+        except DuctorError as exc:
+            error = ErrorInfo(
+                code="engine.definition_unreadable", message=exc.message, retryable=False
+            )
+            return _failed(run.state, error, now)
+        if definition is None:
+            error = ErrorInfo(
+                code="workflow.version_not_found",
+                message=f"{run.family_slug} v{run.version} is not published",
+                retryable=False,
+            )
+            return _failed(run.state, error, now)
+        try:
+            return tick(
+                definition, run.state, [i.input for i in pending], now, engine=self.parts.engine
+            )
+        except Exception as exc:  # a tick bug must not wedge the run (or the batch)
+            log.exception("tick of run %s failed", run.id)
+            error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
+            return _failed(run.state, error, now)

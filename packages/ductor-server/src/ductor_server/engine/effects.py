@@ -1,0 +1,343 @@
+"""Carrying out a tick inside the caller's transaction: starting runs and turning
+tick commands into store writes (tasks, timers, waits, child runs, run ends).
+
+Every write goes through the given `Tx`; the caller commits. Nothing here
+reads the clock or wakes loops itself: it records which loops to wake.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ductor_core.definitions import WorkflowDefinition
+from ductor_core.expressions import ExpressionEngine
+from ductor_core.runs import (
+    CancelChildRuns,
+    CancelRequested,
+    CancelTimer,
+    ChildRunEnded,
+    ClearWait,
+    Command,
+    DispatchTask,
+    ErrorInfo,
+    RegisterWait,
+    RunFinished,
+    RunStatus,
+    SetTimer,
+    StartChildRun,
+)
+from ductor_core.tick import start_run
+from ductor_server.engine.catalog import WorkflowCatalog
+from ductor_server.engine.history import transition_entries
+from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.storage.protocol import Tx
+from ductor_server.storage.records import (
+    NewHistoryEntry,
+    NewInboxItem,
+    NewRun,
+    NewTask,
+    RunInsert,
+    RunRecord,
+    TimerRecord,
+    TimerRef,
+    WaitRecord,
+    WaitRef,
+    WorkflowVersionRecord,
+)
+
+MAX_START_DEPTH = 16
+"""How deep child runs may start one another inside one transaction."""
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    return f"run_{uuid.uuid4().hex}"
+
+
+@dataclass
+class Effects:
+    """Writes gathered from many ticks, flushed in one batch per kind, plus the
+    loops to wake once the transaction commits.
+
+    Batching turns "one statement per run" into "one statement per kind" for a
+    whole coordinator batch. Removals are flushed before additions, so a tick
+    that replaces a timer or a wait ends with the new one.
+    """
+
+    topics: set[Topic] = field(default_factory=set)
+    history: list[NewHistoryEntry] = field(default_factory=list)
+    tasks: list[NewTask] = field(default_factory=list)
+    set_timers: list[TimerRecord] = field(default_factory=list)
+    cancel_timers: list[TimerRef] = field(default_factory=list)
+    add_waits: list[WaitRecord] = field(default_factory=list)
+    clear_waits: list[WaitRef] = field(default_factory=list)
+    inbox: list[NewInboxItem] = field(default_factory=list)
+
+    async def flush(self, tx: Tx) -> None:
+        """Write everything gathered so far through `tx` (call before it commits)."""
+        if self.cancel_timers:
+            await tx.delete_timers(self.cancel_timers)
+        if self.clear_waits:
+            await tx.clear_waits(self.clear_waits)
+        if self.set_timers:
+            await tx.set_timers(self.set_timers)
+            self.topics.add(Topic.TIMERS)
+        if self.add_waits:
+            await tx.add_waits(self.add_waits)
+        if self.tasks:
+            await tx.enqueue_tasks(self.tasks)
+            self.topics.add(Topic.TASKS)
+        if self.inbox:
+            await tx.enqueue_inbox(self.inbox)
+            self.topics.add(Topic.INBOX)
+        if self.history:
+            await tx.append_history(self.history)
+        self.cancel_timers, self.clear_waits, self.set_timers = [], [], []
+        self.add_waits, self.tasks, self.inbox, self.history = [], [], [], []
+
+    def notify(self, wake: WakeUp) -> None:
+        """Wake the loops of every recorded topic (call after the commit)."""
+        for topic in sorted(self.topics):
+            wake.notify(topic)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineParts:
+    """What carrying out commands needs besides the transaction."""
+
+    catalog: WorkflowCatalog
+    engine: ExpressionEngine | None = None
+
+
+async def create_run(
+    tx: Tx,
+    parts: EngineParts,
+    effects: Effects,
+    *,
+    tenant_id: str,
+    record: WorkflowVersionRecord,
+    definition: WorkflowDefinition,
+    input: Any,
+    now: datetime,
+    idempotency_key: str | None = None,
+    parent: RunRecord | None = None,
+    parent_step_ref: str | None = None,
+    parent_item_index: int = -1,
+    child_key: str | None = None,
+    depth: int = 0,
+) -> RunInsert:
+    """Insert a run with its first tick (`start_run`) and gather that tick's commands
+    into `effects` (the caller flushes them before committing).
+
+    If the idempotency key or child key is already taken, nothing is written
+    and the existing run comes back with `created=False`.
+    """
+    run_id = new_run_id()
+    result = start_run(definition, run_id=run_id, input=input, now=now, engine=parts.engine)
+    [inserted] = await tx.insert_runs(
+        [
+            NewRun(
+                tenant_id=tenant_id,
+                family_slug=record.family_slug,
+                version=record.version,
+                state=result.state,
+                parent_run_id=parent.id if parent is not None else None,
+                parent_step_ref=parent_step_ref,
+                parent_item_index=parent_item_index,
+                child_key=child_key,
+                idempotency_key=idempotency_key,
+            )
+        ]
+    )
+    if not inserted.created:
+        return inserted
+    created_data: dict[str, Any] = {"family_slug": record.family_slug, "version": record.version}
+    if parent is not None:
+        created_data.update(parent_run_id=parent.id, parent_step_ref=parent_step_ref)
+    effects.history.append(
+        NewHistoryEntry(
+            tenant_id=tenant_id, run_id=run_id, at=now, kind="run.created", data=created_data
+        )
+    )
+    effects.history.extend(transition_entries(tenant_id, None, result.state, at=now))
+    await apply_commands(
+        tx, parts, effects, run=inserted.run, commands=result.commands, now=now, depth=depth
+    )
+    return inserted
+
+
+async def apply_commands(
+    tx: Tx,
+    parts: EngineParts,
+    effects: Effects,
+    *,
+    run: RunRecord,
+    commands: Sequence[Command],
+    now: datetime,
+    depth: int = 0,
+) -> None:
+    """Gather the writes a tick of `run` asked for into `effects` (child runs
+    are inserted at once); `effects.flush(tx)` writes the rest."""
+    tenant_id = run.tenant_id
+    children: list[StartChildRun] = []
+    cancel_children: list[CancelChildRuns] = []
+    finished: RunFinished | None = None
+    tasks: list[NewTask] = []
+    timers: list[TimerRecord] = []
+    waits: list[WaitRecord] = []
+    for command in commands:
+        if isinstance(command, DispatchTask):
+            tasks.append(NewTask.from_dispatch(tenant_id, run.id, command, available_at=now))
+        elif isinstance(command, SetTimer):
+            timers.append(
+                TimerRecord(
+                    tenant_id=tenant_id,
+                    run_id=run.id,
+                    timer_id=command.timer_id,
+                    fire_at=command.fire_at,
+                )
+            )
+        elif isinstance(command, CancelTimer):
+            effects.cancel_timers.append(
+                TimerRef(tenant_id=tenant_id, run_id=run.id, timer_id=command.timer_id)
+            )
+        elif isinstance(command, RegisterWait):
+            waits.append(
+                WaitRecord(
+                    tenant_id=tenant_id,
+                    run_id=run.id,
+                    step_ref=command.step_ref,
+                    kind=command.kind,
+                    name=command.name,
+                    created_at=now,
+                )
+            )
+        elif isinstance(command, ClearWait):
+            effects.clear_waits.append(
+                WaitRef(tenant_id=tenant_id, run_id=run.id, step_ref=command.step_ref)
+            )
+        elif isinstance(command, StartChildRun):
+            children.append(command)
+        elif isinstance(command, CancelChildRuns):
+            cancel_children.append(command)
+        elif isinstance(command, RunFinished):
+            finished = command
+
+    if finished is None:
+        effects.tasks.extend(tasks)
+        effects.set_timers.extend(timers)
+        effects.add_waits.extend(waits)
+        for child in children:
+            await _start_child(tx, parts, effects, parent=run, command=child, now=now, depth=depth)
+    for cancel in cancel_children:
+        await _cancel_children(tx, effects, run=run, step_ref=cancel.step_ref, now=now)
+    if finished is not None:
+        await _finish(tx, effects, run=run, finished=finished, now=now)
+
+
+async def _start_child(
+    tx: Tx,
+    parts: EngineParts,
+    effects: Effects,
+    *,
+    parent: RunRecord,
+    command: StartChildRun,
+    now: datetime,
+    depth: int,
+) -> None:
+    error: ErrorInfo | None = None
+    resolved = await parts.catalog.resolve(
+        tx, parent.tenant_id, command.family_slug, command.version
+    )
+    if resolved is None:
+        what = command.family_slug + (f" v{command.version}" if command.version else "")
+        error = ErrorInfo(
+            code="workflow.not_found",
+            message=f"child workflow {what} is not published",
+            retryable=False,
+        )
+    elif depth >= MAX_START_DEPTH:
+        error = ErrorInfo(
+            code="run.nesting_too_deep",
+            message=f"child runs nested more than {MAX_START_DEPTH} deep in one step",
+            retryable=False,
+        )
+    if error is not None or resolved is None:
+        effects.inbox.append(
+            NewInboxItem(
+                tenant_id=parent.tenant_id,
+                run_id=parent.id,
+                input=ChildRunEnded(
+                    step_ref=command.step_ref,
+                    item_index=command.item_index,
+                    child_run_id="",
+                    status=RunStatus.FAILED,
+                    error=error,
+                ),
+                available_at=now,
+            )
+        )
+        return
+    record, definition = resolved
+    await create_run(
+        tx,
+        parts,
+        effects,
+        tenant_id=parent.tenant_id,
+        record=record,
+        definition=definition,
+        input=command.input,
+        now=now,
+        parent=parent,
+        parent_step_ref=command.step_ref,
+        parent_item_index=command.item_index,
+        child_key=command.child_key,
+        depth=depth + 1,
+    )
+
+
+async def _cancel_children(
+    tx: Tx, effects: Effects, *, run: RunRecord, step_ref: str | None, now: datetime
+) -> None:
+    children = await tx.list_child_runs(run.tenant_id, run.id, step_ref=step_ref)
+    live = [child for child in children if not child.status.terminal]
+    if not live:
+        return
+    effects.inbox.extend(
+        NewInboxItem(
+            tenant_id=child.tenant_id,
+            run_id=child.id,
+            input=CancelRequested(reason=f"parent run {run.id} cancelled"),
+            available_at=now,
+        )
+        for child in live
+    )
+
+
+async def _finish(
+    tx: Tx, effects: Effects, *, run: RunRecord, finished: RunFinished, now: datetime
+) -> None:
+    await tx.delete_run_timers(run.tenant_id, run.id)
+    await tx.clear_run_waits(run.tenant_id, run.id)
+    await tx.drop_run_tasks(run.tenant_id, run.id)
+    if run.parent_run_id is None or run.parent_step_ref is None:
+        return
+    effects.inbox.append(
+        NewInboxItem(
+            tenant_id=run.tenant_id,
+            run_id=run.parent_run_id,
+            input=ChildRunEnded(
+                step_ref=run.parent_step_ref,
+                item_index=run.parent_item_index,
+                child_run_id=run.id,
+                status=finished.status,
+                output=finished.output,
+                error=finished.error,
+            ),
+            available_at=now,
+        )
+    )

@@ -1,0 +1,186 @@
+"""The `Runtime`: the engine loops (coordinator, workers, timers) of one process.
+
+Started and stopped inside the application's lifespan; holds no state that
+the store does not also hold, so a crash loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections.abc import AsyncIterator, Coroutine, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ductor_core.expressions import ExpressionEngine
+from ductor_server.engine.actions import ActionRegistry, process_registry
+from ductor_server.engine.catalog import WorkflowCatalog
+from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.engine.coordinator import Coordinator
+from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
+from ductor_server.engine.timers import Timers
+from ductor_server.engine.workers import Workers
+from ductor_server.services import Services
+from ductor_server.storage.protocol import Store
+
+
+class Role(enum.StrEnum):
+    """What a process does; `ductor serve` selects any subset, default all."""
+
+    API = "api"
+    COORDINATOR = "coordinator"
+    WORKER = "worker"
+    TIMER = "timer"
+
+
+ALL_ROLES: frozenset[Role] = frozenset(Role)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeConfig:
+    """Tuning of the engine loops.
+
+    Attributes:
+        poll_interval: seconds a loop sleeps without a wake-up before looking again.
+        coordinator_batch: runs claimed and ticked per coordinator transaction.
+        worker_batch: tasks leased per round trip.
+        worker_concurrency: handlers running at once in this process.
+        lease_seconds: how long a leased task is ours before another worker may take it.
+        timer_batch: due timers moved into inboxes per transaction.
+        stop_grace: seconds running handlers may take to finish when stopping.
+    """
+
+    poll_interval: float = 0.5
+    coordinator_batch: int = 64
+    worker_batch: int = 64
+    worker_concurrency: int = 64
+    lease_seconds: float = 60.0
+    timer_batch: int = 256
+    stop_grace: float = 5.0
+
+
+class Runtime:
+    """The engine loops of this process, plus the `Services` bound to them.
+
+    Use `async with Runtime.start(store, roles=...) as runtime:`; the loops run
+    until the block exits, then stop gracefully (running handlers get
+    `config.stop_grace` seconds, unfinished leases go back to the queue).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        roles: Iterable[Role | str] = ALL_ROLES,
+        config: RuntimeConfig | None = None,
+        clock: Clock | None = None,
+        engine: ExpressionEngine | None = None,
+        actions: ActionRegistry | None = None,
+        wakeup: WakeUp | None = None,
+    ) -> None:
+        self.store = store
+        self.roles = frozenset(Role(r) for r in roles)
+        self.config = config or RuntimeConfig()
+        self.clock = clock or SystemClock()
+        self.engine = engine
+        self.actions = actions or process_registry()
+        self.wakeup = wakeup or InProcessWakeUp()
+        self.catalog = WorkflowCatalog()
+        parts = EngineParts(catalog=self.catalog, engine=engine)
+        self.services = Services(
+            store, wake=self.wakeup, engine=engine, clock=self.clock, catalog=self.catalog
+        )
+        cfg = self.config
+        self.coordinator = Coordinator(
+            store,
+            parts,
+            clock=self.clock,
+            wake=self.wakeup,
+            batch=cfg.coordinator_batch,
+            poll_interval=cfg.poll_interval,
+        )
+        self.workers = Workers(
+            store,
+            self.actions,
+            clock=self.clock,
+            wake=self.wakeup,
+            batch=cfg.worker_batch,
+            concurrency=cfg.worker_concurrency,
+            lease_seconds=cfg.lease_seconds,
+            poll_interval=cfg.poll_interval,
+        )
+        self.timers = Timers(
+            store,
+            clock=self.clock,
+            wake=self.wakeup,
+            batch=cfg.timer_batch,
+            poll_interval=cfg.poll_interval,
+        )
+        self._loops: list[asyncio.Task[None]] = []
+
+    @classmethod
+    @asynccontextmanager
+    async def start(
+        cls,
+        store: Store,
+        *,
+        roles: Iterable[Role | str] = ALL_ROLES,
+        config: RuntimeConfig | None = None,
+        clock: Clock | None = None,
+        engine: ExpressionEngine | None = None,
+        actions: ActionRegistry | None = None,
+    ) -> AsyncIterator[Runtime]:
+        """Start the loops for `roles` on an opened, migrated store; stop them on exit."""
+        runtime = cls(
+            store, roles=roles, config=config, clock=clock, engine=engine, actions=actions
+        )
+        runtime.launch()
+        try:
+            yield runtime
+        finally:
+            await runtime.stop()
+
+    @property
+    def running(self) -> bool:
+        """True while the loops are running."""
+        return bool(self._loops)
+
+    def launch(self) -> None:
+        """Start the loops of this process's roles (`start` does this for you)."""
+        if self._loops:
+            return
+        self.coordinator.stopped = self.workers.stopped = self.timers.stopped = False
+
+        def spawn(name: str, coro: Coroutine[Any, Any, None]) -> None:
+            self._loops.append(asyncio.create_task(coro, name=f"ductor-{name}"))
+
+        if Role.COORDINATOR in self.roles:
+            spawn("coordinator", self.coordinator.run_forever())
+        if Role.WORKER in self.roles:
+            spawn("workers", self.workers.run_forever())
+            spawn("worker-reports", self.workers.report_forever())
+            spawn("worker-heartbeat", self.workers.heartbeat_forever())
+        if Role.TIMER in self.roles:
+            spawn("timers", self.timers.run_forever())
+        self.wake()
+
+    async def stop(self) -> None:
+        """Stop the loops: finish or release running tasks, then close the handlers."""
+        loops, self._loops = self._loops, []
+        self.coordinator.stopped = self.workers.stopped = self.timers.stopped = True
+        for loop in loops:
+            loop.cancel()
+        for loop in loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+        if Role.WORKER in self.roles:
+            await self.workers.drain(self.config.stop_grace)
+        await self.actions.aclose()
+
+    def wake(self) -> None:
+        """Wake every loop of this process (after writing outside the services)."""
+        for topic in Topic:
+            self.wakeup.notify(topic)

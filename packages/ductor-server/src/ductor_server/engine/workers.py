@@ -1,0 +1,324 @@
+"""Step workers: lease tasks, run their handlers, and report each outcome.
+
+A worker never touches run state. For every finished attempt it appends the
+attempt row, queues an `AttemptResult` in the run's inbox and completes the
+task, all in one transaction (many attempts per transaction); a redelivered
+task whose attempt is already recorded writes nothing but the completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from ductor_core.runs import AttemptResult, ErrorInfo
+from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
+from ductor_server.engine.clock import Clock
+from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.storage.protocol import Store
+from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecord, TaskRef
+
+log = logging.getLogger("ductor.workers")
+
+
+def worker_owner_id() -> str:
+    """A lease owner id unique to this worker instance."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    task: TaskRecord
+    attempt: AttemptRecord
+
+
+def call_for(task: TaskRecord) -> ActionCall:
+    """The handler call that carries out `task`."""
+    return ActionCall(
+        tenant_id=task.tenant_id,
+        run_id=task.run_id,
+        step_ref=task.step_ref,
+        item_index=task.item_index,
+        attempt=task.attempt,
+        handler=task.handler,
+        step_type=task.step_type,
+        payload=task.payload,
+        idempotency_key=task.idempotency_key,
+        timeout_seconds=task.timeout_seconds,
+    )
+
+
+class _BadOutput(Exception):
+    pass
+
+
+def _as_json(value: Any) -> Any:
+    """`value` as plain JSON data (tuples become lists, datetimes strings...)."""
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value))
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        raise _BadOutput(str(exc)) from exc
+
+
+_SPLIT_AFTER = 3  # failed tries before a batch is reported one outcome at a time
+_GIVE_UP_AFTER = 8  # failed tries before one outcome is dropped (its lease will expire)
+
+
+class Workers:
+    """Leases tasks in batches and runs up to `concurrency` handlers at once."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: ActionRegistry,
+        *,
+        clock: Clock,
+        wake: WakeUp,
+        batch: int = 64,
+        concurrency: int = 64,
+        lease_seconds: float = 60.0,
+        poll_interval: float = 0.5,
+        owner: str | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.wake = wake
+        self.batch = batch
+        self.concurrency = concurrency
+        self.lease = timedelta(seconds=lease_seconds)
+        self.poll_interval = poll_interval
+        self.owner = owner or worker_owner_id()
+        self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
+        self.attempts_recorded = 0  # new attempts committed since start
+        self.redeliveries_dropped = 0  # outcomes whose attempt was already recorded
+        self.lease_batches = 0  # lease round trips that returned tasks
+        self.report_batches = 0  # report transactions
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+        self._leased: dict[str, TaskRecord] = {}
+        self._outcomes: asyncio.Queue[_Outcome] = asyncio.Queue()
+        self._slot_free = asyncio.Event()
+
+    # --- leasing ---------------------------------------------------------------
+
+    async def run_forever(self) -> None:
+        """Lease and run tasks until cancelled (then `stop` finishes the job)."""
+        failures = 0
+        while not self.stopped:
+            free = self.concurrency - len(self._inflight)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._slot_free.wait()
+                continue
+            try:
+                leased = await self.lease_batch(min(self.batch, free))
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                log.exception("leasing tasks failed (%d in a row)", failures)
+                await asyncio.sleep(min(0.05 * 2**failures, 5.0))
+                continue
+            if not leased:
+                await self.wake.wait(Topic.TASKS, self.poll_interval)
+
+    async def lease_batch(self, limit: int) -> list[TaskRecord]:
+        """Lease up to `limit` tasks and start their handlers; return them."""
+        now = self.clock.now()
+        async with self.store.transaction() as tx:
+            tasks = await tx.lease_tasks(
+                owner=self.owner, limit=limit, lease_for=self.lease, now=now
+            )
+        if tasks:
+            self.lease_batches += 1
+        for task in tasks:
+            self._leased[task.id] = task
+            self._inflight[task.id] = asyncio.create_task(
+                self._execute(task), name=f"ductor-task-{task.id}"
+            )
+        return tasks
+
+    async def _execute(self, task: TaskRecord) -> None:
+        started = self.clock.now()
+        try:
+            attempt = await self._attempt(task, started)
+            await self._outcomes.put(_Outcome(task=task, attempt=attempt))
+        finally:
+            self._inflight.pop(task.id, None)
+            self._slot_free.set()
+
+    async def _attempt(self, task: TaskRecord, started: datetime) -> AttemptRecord:
+        ok, output, error = False, None, None
+        try:
+            if task.timeout_seconds is not None and task.timeout_seconds > 0:
+                async with asyncio.timeout(task.timeout_seconds):
+                    output = await self.registry.run(call_for(task))
+            else:
+                output = await self.registry.run(call_for(task))
+            output = _as_json(output)
+            ok = True
+        except _BadOutput as exc:
+            output = None
+            error = ErrorInfo(
+                code="handler.bad_output",
+                message=f"the handler returned a value that is not JSON: {exc}",
+                retryable=False,
+            )
+        except ActionFailed as exc:
+            error = exc.error
+        except TimeoutError:
+            error = ErrorInfo(
+                code="step.timeout",
+                message=f"attempt did not finish within {task.timeout_seconds:g}s",
+                retryable=True,
+            )
+        except Exception as exc:  # a handler bug fails the attempt, not the worker
+            log.exception("handler %s crashed on task %s", task.handler, task.id)
+            error = ErrorInfo(
+                code="handler.crashed", message=f"{type(exc).__name__}: {exc}", retryable=True
+            )
+        return AttemptRecord(
+            tenant_id=task.tenant_id,
+            run_id=task.run_id,
+            step_ref=task.step_ref,
+            item_index=task.item_index,
+            attempt=task.attempt,
+            ok=ok,
+            output=output,
+            error=error,
+            started_at=started,
+            finished_at=self.clock.now(),
+        )
+
+    # --- reporting -------------------------------------------------------------
+
+    async def report_forever(self) -> None:
+        """Commit finished attempts in batches until cancelled."""
+        while not self.stopped:
+            first = await self._outcomes.get()
+            batch = [first]
+            while not self._outcomes.empty() and len(batch) < 512:
+                batch.append(self._outcomes.get_nowait())
+            await self._report_with_retry(batch)
+
+    async def _report_with_retry(self, batch: list[_Outcome]) -> None:
+        """Report a batch; if it keeps failing, report its outcomes one by one, and
+        drop one that still fails (its task is re-leased when the lease expires,
+        so the attempt runs again: at-least-once, never lost)."""
+        failures = 0
+        while not self.stopped:
+            try:
+                await self.report(batch)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                log.exception("reporting %d attempts failed (%d in a row)", len(batch), failures)
+            if len(batch) > 1 and failures >= _SPLIT_AFTER:
+                for outcome in batch:
+                    await self._report_with_retry([outcome])
+                return
+            if failures >= _GIVE_UP_AFTER:
+                [outcome] = batch
+                log.error(
+                    "dropping the outcome of task %s after %d tries", outcome.task.id, failures
+                )
+                self._leased.pop(outcome.task.id, None)
+                return
+            await asyncio.sleep(min(0.05 * 2**failures, 5.0))
+
+    async def report(self, batch: list[_Outcome]) -> None:
+        """Record attempts, queue their results and complete their tasks, in one commit."""
+        async with self.store.transaction() as tx:
+            new = await tx.record_attempts([o.attempt for o in batch])
+            results = [
+                NewInboxItem(
+                    tenant_id=o.task.tenant_id,
+                    run_id=o.task.run_id,
+                    input=AttemptResult(
+                        step_ref=o.attempt.step_ref,
+                        item_index=o.attempt.item_index,
+                        attempt=o.attempt.attempt,
+                        ok=o.attempt.ok,
+                        output=o.attempt.output,
+                        error=o.attempt.error,
+                    ),
+                    available_at=o.attempt.finished_at,
+                )
+                for o, fresh in zip(batch, new, strict=True)
+                if fresh
+            ]
+            if results:
+                await tx.enqueue_inbox(results)
+            await tx.complete_tasks(
+                [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in batch]
+            )
+        for o in batch:
+            self._leased.pop(o.task.id, None)
+        self.report_batches += 1
+        self.attempts_recorded += len(results)
+        self.redeliveries_dropped += len(batch) - len(results)
+        if results:
+            self.wake.notify(Topic.INBOX)
+
+    # --- leases ------------------------------------------------------------------
+
+    async def heartbeat_forever(self) -> None:
+        """Extend the leases of running tasks every third of the lease, until cancelled."""
+        interval = max(self.lease.total_seconds() / 3, 0.05)
+        while not self.stopped:
+            await asyncio.sleep(interval)
+            running = [task for task_id, task in self._leased.items() if task_id in self._inflight]
+            if not running:
+                continue
+            try:
+                async with self.store.transaction() as tx:
+                    await tx.extend_leases(
+                        [TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in running],
+                        owner=self.owner,
+                        lease_until=self.clock.now() + self.lease,
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("extending %d leases failed", len(running))
+
+    async def drain(self, grace: float) -> None:
+        """On shutdown: let running handlers finish for up to `grace` seconds, report
+        what finished, and put the rest back in the queue."""
+        if self._inflight:
+            await asyncio.wait(list(self._inflight.values()), timeout=max(grace, 0.01))
+        for task in list(self._inflight.values()):
+            task.cancel()
+        for task in list(self._inflight.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        batch: list[_Outcome] = []
+        while not self._outcomes.empty():
+            batch.append(self._outcomes.get_nowait())
+        if batch:
+            try:
+                await self.report(batch)
+            except Exception:
+                log.exception("reporting %d attempts at shutdown failed", len(batch))
+        if self._leased:
+            unfinished = [
+                TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in self._leased.values()
+            ]
+            try:
+                async with self.store.transaction() as tx:
+                    await tx.release_tasks(unfinished, available_at=self.clock.now())
+            except Exception:
+                log.exception("releasing %d leases at shutdown failed", len(unfinished))
+            self._leased.clear()

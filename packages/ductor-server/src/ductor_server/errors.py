@@ -1,0 +1,141 @@
+"""The server's errors, each a `DuctorError` with a stable code; no HTTP here.
+
+    DuctorError (ductor_core)
+     └── ServerError
+          ├── NotFoundError
+          │    ├── RunNotFound                 run.not_found
+          │    ├── WorkflowNotFound            workflow.not_found
+          │    └── WorkflowVersionNotFound     workflow.version_not_found
+          ├── DefinitionInvalid                definition.invalid (details: problems)
+          ├── RequestInvalid                   request.invalid
+          ├── EventInvalid                     event.invalid
+          ├── RunNotCancellable                run.not_cancellable
+          ├── RunEnded                         run.ended (a signal to a finished run)
+          ├── Unauthenticated                  auth.unauthenticated
+          └── IdempotencyConflict              idempotency.conflict
+
+The API maps each `code` to an HTTP status in one table (`api/errors.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ductor_core.errors import DuctorError
+
+
+class ServerError(DuctorError):
+    """Base of the errors the service layer raises."""
+
+    code = "server.error"
+
+
+class NotFoundError(ServerError):
+    """Something the tenant asked for does not exist (or belongs to another tenant)."""
+
+    code = "not_found"
+
+
+class RunNotFound(NotFoundError):
+    """No run with this id for this tenant."""
+
+    code = "run.not_found"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} not found", details={"run_id": run_id})
+
+
+class WorkflowNotFound(NotFoundError):
+    """No workflow family with this slug for this tenant."""
+
+    code = "workflow.not_found"
+
+    def __init__(self, family_slug: str) -> None:
+        super().__init__(
+            f"workflow {family_slug!r} not found", details={"family_slug": family_slug}
+        )
+
+
+class WorkflowVersionNotFound(NotFoundError):
+    """The family exists but not at this version."""
+
+    code = "workflow.version_not_found"
+
+    def __init__(self, family_slug: str, version: int) -> None:
+        super().__init__(
+            f"workflow {family_slug!r} has no version {version}",
+            details={"family_slug": family_slug, "version": version},
+        )
+
+
+class DefinitionInvalid(ServerError):
+    """A definition failed validation; `details` is the list of problems."""
+
+    code = "definition.invalid"
+
+
+class RequestInvalid(ServerError):
+    """A request is malformed or names something impossible."""
+
+    code = "request.invalid"
+
+
+class EventInvalid(ServerError):
+    """An event is malformed (empty name, id reused with other content, ...)."""
+
+    code = "event.invalid"
+
+
+class RunNotCancellable(ServerError):
+    """The run has already ended and cannot be cancelled."""
+
+    code = "run.not_cancellable"
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has already ended ({status})",
+            details={"run_id": run_id, "status": status},
+        )
+
+
+class RunEnded(ServerError):
+    """The run has already ended, so it takes no more signals."""
+
+    code = "run.ended"
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has already ended ({status})",
+            details={"run_id": run_id, "status": status},
+        )
+
+
+class Unauthenticated(ServerError):
+    """No valid API key was presented."""
+
+    code = "auth.unauthenticated"
+
+
+class IdempotencyConflict(ServerError):
+    """An idempotency key was reused with a different request."""
+
+    code = "idempotency.conflict"
+
+    def __init__(self, message: str, *, details: Any = None) -> None:
+        super().__init__(message, details=details)
+
+
+__all__ = [
+    "DefinitionInvalid",
+    "EventInvalid",
+    "IdempotencyConflict",
+    "NotFoundError",
+    "RequestInvalid",
+    "RunEnded",
+    "RunNotCancellable",
+    "RunNotFound",
+    "ServerError",
+    "Unauthenticated",
+    "WorkflowNotFound",
+    "WorkflowVersionNotFound",
+]

@@ -1,0 +1,1105 @@
+"""The SQL both backends share: every `Tx` method written once over a few I/O hooks.
+
+Statements use `%s` placeholders (the SQLite backend rewrites them to `?`).
+Backends supply execution, value conversion and their locking clauses; this
+module never opens a connection itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from ductor_core.runs import ErrorInfo, RunInput, RunState, RunStatus
+from ductor_server.storage.errors import InvalidCursor, StoreError
+from ductor_server.storage.records import (
+    ApiKeyRecord,
+    AttemptRecord,
+    EventRecord,
+    HistoryRecord,
+    IdempotencyRecord,
+    InboxItem,
+    InboxRef,
+    NewHistoryEntry,
+    NewInboxItem,
+    NewRun,
+    NewTask,
+    RunInsert,
+    RunPage,
+    RunRecord,
+    RunRef,
+    RunUpdate,
+    TaskRecord,
+    TaskRef,
+    TaskStatus,
+    TenantRecord,
+    TimerRecord,
+    TimerRef,
+    WaitRecord,
+    WaitRef,
+    WorkflowFamilyRecord,
+    WorkflowVersionRecord,
+)
+
+Row = tuple[Any, ...]
+Params = Sequence[Any]
+
+# Batches that become one `IN (...)` list are cut to this many items, well under
+# SQLite's limit on bound variables.
+_CHUNK = 400
+
+_encoder = msgspec.json.Encoder()
+_any_decoder = msgspec.json.Decoder()
+_state_decoder = msgspec.json.Decoder(RunState)
+_input_decoder: msgspec.json.Decoder[RunInput] = msgspec.json.Decoder(RunInput)
+_error_decoder = msgspec.json.Decoder(ErrorInfo)
+_strings_decoder = msgspec.json.Decoder(list[str])
+_cursor_decoder = msgspec.json.Decoder(tuple[str, str])
+
+
+def utc(value: datetime) -> datetime:
+    """`value` as an aware UTC datetime (a naive value is taken to be UTC)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:
+    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+
+
+def _tuples(count: int, width: int) -> str:
+    one = "(" + ", ".join(["%s"] * width) + ")"
+    return ", ".join([one] * count)
+
+
+_TENANT_COLS = "id, name, created_at"
+_KEY_COLS = "id, tenant_id, name, prefix, key_hash, created_at, revoked_at"
+_WF_COLS = "tenant_id, family_slug, version, hash, definition, trigger_events, created_at"
+_RUN_COLS = (
+    "tenant_id, id, family_slug, version, status, state, lock_version, input, output, error,"
+    " parent_run_id, parent_step_ref, parent_item_index, child_key, idempotency_key,"
+    " created_at, updated_at, finished_at"
+)
+_INBOX_COLS = "seq, tenant_id, run_id, input, available_at"
+_TASK_COLS = (
+    "id, tenant_id, run_id, step_ref, item_index, attempt, step_type, handler, payload,"
+    " idempotency_key, timeout_seconds, tier, status, available_at, lease_owner, lease_until,"
+    " deliveries, created_at"
+)
+_ATTEMPT_COLS = (
+    "tenant_id, run_id, step_ref, item_index, attempt, ok, output, error, started_at, finished_at"
+)
+_TIMER_COLS = "tenant_id, run_id, timer_id, fire_at"
+_WAIT_COLS = "tenant_id, run_id, step_ref, kind, name, created_at"
+_EVENT_COLS = "tenant_id, id, name, data, received_at"
+_HISTORY_COLS = "tenant_id, run_id, seq, at, kind, data"
+_IDEM_COLS = "tenant_id, scope, key, request_hash, status_code, response, created_at"
+
+
+class SqlTx:
+    """The `Tx` implementation shared by both backends.
+
+    Subclasses implement the I/O hooks (`_fetchall`, `_execute`,
+    `_executemany_returning`), value conversion (`_ts`, `_dt`) and the locking
+    clauses; everything else lives here so both backends behave the same.
+    """
+
+    # Appended to SELECTs that claim rows for this transaction (Postgres only).
+    _skip_locked: str = ""
+    _skip_locked_runs: str = ""
+
+    # --- I/O hooks ---------------------------------------------------------------
+
+    async def _fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        raise NotImplementedError
+
+    async def _execute(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; return the number of rows it changed."""
+        raise NotImplementedError
+
+    async def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run a statement without results once per params row (batched)."""
+        raise NotImplementedError
+
+    async def _executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
+        """Run `sql` once per params row; return each run's first result row (or None)."""
+        raise NotImplementedError
+
+    async def _lock_family(self, tenant_id: str, family_slug: str) -> None:
+        """Serialize publishers of one workflow family until the transaction ends."""
+        raise NotImplementedError
+
+    def _ts(self, value: datetime) -> Any:
+        """A datetime as the backend's timestamp parameter."""
+        raise NotImplementedError
+
+    def _dt(self, value: Any) -> datetime:
+        """A timestamp column value as an aware UTC datetime."""
+        raise NotImplementedError
+
+    # --- conversion --------------------------------------------------------------
+
+    async def _fetchone(self, sql: str, params: Params = ()) -> Row | None:
+        rows = await self._fetchall(sql, params)
+        return rows[0] if rows else None
+
+    def _ts_or_none(self, value: datetime | None) -> Any:
+        return None if value is None else self._ts(value)
+
+    def _dt_or_none(self, value: Any) -> datetime | None:
+        return None if value is None else self._dt(value)
+
+    def _json(self, value: Any) -> str | None:
+        """`value` as JSON text for a JSON column (None stays SQL NULL)."""
+        return None if value is None else _encoder.encode(value).decode()
+
+    @staticmethod
+    def _any(raw: Any) -> Any:
+        return None if raw is None else _any_decoder.decode(raw)
+
+    @staticmethod
+    def _error(raw: Any) -> ErrorInfo | None:
+        return None if raw is None else _error_decoder.decode(raw)
+
+    def _tenant(self, r: Row) -> TenantRecord:
+        return TenantRecord(id=r[0], name=r[1], created_at=self._dt(r[2]))
+
+    def _key(self, r: Row) -> ApiKeyRecord:
+        return ApiKeyRecord(
+            id=r[0],
+            tenant_id=r[1],
+            name=r[2],
+            prefix=r[3],
+            key_hash=r[4],
+            created_at=self._dt(r[5]),
+            revoked_at=self._dt_or_none(r[6]),
+        )
+
+    def _workflow(self, r: Row) -> WorkflowVersionRecord:
+        return WorkflowVersionRecord(
+            tenant_id=r[0],
+            family_slug=r[1],
+            version=r[2],
+            hash=r[3],
+            definition=self._any(r[4]),
+            trigger_events=_strings_decoder.decode(r[5]),
+            created_at=self._dt(r[6]),
+        )
+
+    def _run(self, r: Row) -> RunRecord:
+        return RunRecord(
+            tenant_id=r[0],
+            id=r[1],
+            family_slug=r[2],
+            version=r[3],
+            status=RunStatus(r[4]),
+            state=_state_decoder.decode(r[5]),
+            lock_version=r[6],
+            input=self._any(r[7]),
+            output=self._any(r[8]),
+            error=self._error(r[9]),
+            parent_run_id=r[10],
+            parent_step_ref=r[11],
+            parent_item_index=r[12],
+            child_key=r[13],
+            idempotency_key=r[14],
+            created_at=self._dt(r[15]),
+            updated_at=self._dt(r[16]),
+            finished_at=self._dt_or_none(r[17]),
+        )
+
+    def _inbox(self, r: Row) -> InboxItem:
+        return InboxItem(
+            seq=r[0],
+            tenant_id=r[1],
+            run_id=r[2],
+            input=_input_decoder.decode(r[3]),
+            available_at=self._dt(r[4]),
+        )
+
+    def _task(self, r: Row) -> TaskRecord:
+        return TaskRecord(
+            id=str(r[0]),
+            tenant_id=r[1],
+            run_id=r[2],
+            step_ref=r[3],
+            item_index=r[4],
+            attempt=r[5],
+            step_type=r[6],
+            handler=r[7],
+            payload=self._any(r[8]),
+            idempotency_key=r[9],
+            timeout_seconds=r[10],
+            tier=r[11],
+            status=TaskStatus(r[12]),
+            available_at=self._dt(r[13]),
+            lease_owner=r[14],
+            lease_until=self._dt_or_none(r[15]),
+            deliveries=r[16],
+            created_at=self._dt(r[17]),
+        )
+
+    def _attempt(self, r: Row) -> AttemptRecord:
+        return AttemptRecord(
+            tenant_id=r[0],
+            run_id=r[1],
+            step_ref=r[2],
+            item_index=r[3],
+            attempt=r[4],
+            ok=bool(r[5]),
+            output=self._any(r[6]),
+            error=self._error(r[7]),
+            started_at=self._dt(r[8]),
+            finished_at=self._dt(r[9]),
+        )
+
+    def _timer(self, r: Row) -> TimerRecord:
+        return TimerRecord(tenant_id=r[0], run_id=r[1], timer_id=r[2], fire_at=self._dt(r[3]))
+
+    def _wait(self, r: Row) -> WaitRecord:
+        return WaitRecord(
+            tenant_id=r[0],
+            run_id=r[1],
+            step_ref=r[2],
+            kind=r[3],
+            name=r[4],
+            created_at=self._dt(r[5]),
+        )
+
+    def _event(self, r: Row) -> EventRecord:
+        return EventRecord(
+            tenant_id=r[0], id=r[1], name=r[2], data=self._any(r[3]), received_at=self._dt(r[4])
+        )
+
+    def _history(self, r: Row) -> HistoryRecord:
+        return HistoryRecord(
+            tenant_id=r[0],
+            run_id=r[1],
+            seq=r[2],
+            at=self._dt(r[3]),
+            kind=r[4],
+            data=self._any(r[5]),
+        )
+
+    def _idem(self, r: Row) -> IdempotencyRecord:
+        return IdempotencyRecord(
+            tenant_id=r[0],
+            scope=r[1],
+            key=r[2],
+            request_hash=r[3],
+            status_code=r[4],
+            response=self._any(r[5]),
+            created_at=self._dt(r[6]),
+        )
+
+    @staticmethod
+    def _task_id(task_id: str) -> int | None:
+        # Task ids are the decimal form of an integer key; anything else names no task.
+        return int(task_id) if task_id.isascii() and task_id.isdigit() else None
+
+    # --- tenants and API keys -------------------------------------------------------
+
+    async def ensure_tenant(self, tenant_id: str, *, name: str, now: datetime) -> TenantRecord:
+        await self._execute(
+            "INSERT INTO tenants (id, name, created_at) VALUES (%s, %s, %s)"
+            " ON CONFLICT (id) DO NOTHING",
+            (tenant_id, name, self._ts(now)),
+        )
+        tenant = await self.get_tenant(tenant_id)
+        if tenant is None:  # pragma: no cover - the row was just written
+            raise StoreError(f"tenant {tenant_id!r} vanished after insert")
+        return tenant
+
+    async def get_tenant(self, tenant_id: str) -> TenantRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_TENANT_COLS} FROM tenants WHERE id = %s", (tenant_id,)
+        )
+        return None if row is None else self._tenant(row)
+
+    async def create_api_key(
+        self, tenant_id: str, *, key_id: str, name: str, prefix: str, key_hash: str, now: datetime
+    ) -> ApiKeyRecord:
+        await self._execute(
+            f"INSERT INTO api_keys ({_KEY_COLS}) VALUES (%s, %s, %s, %s, %s, %s, NULL)",
+            (key_id, tenant_id, name, prefix, key_hash, self._ts(now)),
+        )
+        return ApiKeyRecord(
+            id=key_id,
+            tenant_id=tenant_id,
+            name=name,
+            prefix=prefix,
+            key_hash=key_hash,
+            created_at=utc(now),
+        )
+
+    async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_KEY_COLS} FROM api_keys WHERE key_hash = %s", (key_hash,)
+        )
+        return None if row is None else self._key(row)
+
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_KEY_COLS} FROM api_keys WHERE tenant_id = %s ORDER BY created_at, id",
+            (tenant_id,),
+        )
+        return [self._key(r) for r in rows]
+
+    async def revoke_api_key(self, tenant_id: str, key_id: str, *, now: datetime) -> bool:
+        changed = await self._execute(
+            "UPDATE api_keys SET revoked_at = %s"
+            " WHERE tenant_id = %s AND id = %s AND revoked_at IS NULL",
+            (self._ts(now), tenant_id, key_id),
+        )
+        return changed > 0
+
+    # --- workflow versions ----------------------------------------------------------
+
+    async def insert_workflow_version(
+        self,
+        tenant_id: str,
+        *,
+        family_slug: str,
+        hash: str,
+        definition: Any,
+        trigger_events: Sequence[str],
+        now: datetime,
+    ) -> tuple[WorkflowVersionRecord, bool]:
+        await self._lock_family(tenant_id, family_slug)
+        row = await self._fetchone(
+            f"SELECT {_WF_COLS} FROM workflow_versions"
+            " WHERE tenant_id = %s AND family_slug = %s AND hash = %s",
+            (tenant_id, family_slug, hash),
+        )
+        if row is not None:
+            return self._workflow(row), False
+        top = await self._fetchone(
+            "SELECT COALESCE(MAX(version), 0) FROM workflow_versions"
+            " WHERE tenant_id = %s AND family_slug = %s",
+            (tenant_id, family_slug),
+        )
+        version = int(top[0] if top else 0) + 1
+        events = sorted(set(trigger_events))
+        await self._execute(
+            f"INSERT INTO workflow_versions ({_WF_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                tenant_id,
+                family_slug,
+                version,
+                hash,
+                self._json(definition),
+                self._json(events),
+                self._ts(now),
+            ),
+        )
+        if events:
+            await self._executemany(
+                "INSERT INTO workflow_triggers (tenant_id, event_name, family_slug, version)"
+                " VALUES (%s, %s, %s, %s)",
+                [(tenant_id, name, family_slug, version) for name in events],
+            )
+        record = WorkflowVersionRecord(
+            tenant_id=tenant_id,
+            family_slug=family_slug,
+            version=version,
+            hash=hash,
+            definition=self._any(self._json(definition)),
+            trigger_events=events,
+            created_at=utc(now),
+        )
+        return record, True
+
+    async def get_workflow_version(
+        self, tenant_id: str, family_slug: str, version: int
+    ) -> WorkflowVersionRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_WF_COLS} FROM workflow_versions"
+            " WHERE tenant_id = %s AND family_slug = %s AND version = %s",
+            (tenant_id, family_slug, version),
+        )
+        return None if row is None else self._workflow(row)
+
+    async def get_latest_workflow_version(
+        self, tenant_id: str, family_slug: str
+    ) -> WorkflowVersionRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_WF_COLS} FROM workflow_versions"
+            " WHERE tenant_id = %s AND family_slug = %s ORDER BY version DESC LIMIT 1",
+            (tenant_id, family_slug),
+        )
+        return None if row is None else self._workflow(row)
+
+    async def list_workflow_versions(
+        self, tenant_id: str, family_slug: str
+    ) -> list[WorkflowVersionRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_WF_COLS} FROM workflow_versions"
+            " WHERE tenant_id = %s AND family_slug = %s ORDER BY version",
+            (tenant_id, family_slug),
+        )
+        return [self._workflow(r) for r in rows]
+
+    async def list_workflow_families(self, tenant_id: str) -> list[WorkflowFamilyRecord]:
+        cols = ", ".join(f"w.{c.strip()}" for c in _WF_COLS.split(","))
+        rows = await self._fetchall(
+            f"SELECT {cols}, f.n FROM workflow_versions w JOIN ("
+            "  SELECT family_slug, MAX(version) AS v, COUNT(*) AS n FROM workflow_versions"
+            "  WHERE tenant_id = %s GROUP BY family_slug"
+            ") f ON f.family_slug = w.family_slug AND f.v = w.version"
+            " WHERE w.tenant_id = %s ORDER BY w.family_slug",
+            (tenant_id, tenant_id),
+        )
+        return [
+            WorkflowFamilyRecord(
+                family_slug=r[1], latest=self._workflow(r[:7]), version_count=int(r[7])
+            )
+            for r in rows
+        ]
+
+    async def find_triggered_workflows(
+        self, tenant_id: str, event_name: str
+    ) -> list[WorkflowVersionRecord]:
+        cols = ", ".join(f"w.{c.strip()}" for c in _WF_COLS.split(","))
+        rows = await self._fetchall(
+            f"SELECT {cols} FROM workflow_triggers t JOIN workflow_versions w"
+            " ON w.tenant_id = t.tenant_id AND w.family_slug = t.family_slug"
+            " AND w.version = t.version"
+            " WHERE t.tenant_id = %s AND t.event_name = %s AND t.version = ("
+            "  SELECT MAX(m.version) FROM workflow_versions m"
+            "  WHERE m.tenant_id = t.tenant_id AND m.family_slug = t.family_slug"
+            ") ORDER BY w.family_slug",
+            (tenant_id, event_name),
+        )
+        return [self._workflow(r) for r in rows]
+
+    # --- runs -----------------------------------------------------------------------
+
+    async def insert_runs(self, runs: Sequence[NewRun]) -> list[RunInsert]:
+        if not runs:
+            return []
+        params = []
+        for run in runs:
+            state = run.state
+            params.append(
+                (
+                    run.tenant_id,
+                    state.run_id,
+                    run.family_slug,
+                    run.version,
+                    str(state.status),
+                    self._json(state),
+                    0,
+                    self._json(state.input),
+                    self._json(state.output),
+                    self._json(state.error),
+                    run.parent_run_id,
+                    run.parent_step_ref,
+                    run.parent_item_index,
+                    run.child_key,
+                    run.idempotency_key,
+                    self._ts(state.created_at),
+                    self._ts(state.created_at),
+                    self._ts_or_none(state.finished_at),
+                )
+            )
+        inserted = await self._executemany_returning(
+            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 18)})"
+            " ON CONFLICT DO NOTHING RETURNING id",
+            params,
+        )
+        results: list[RunInsert] = []
+        for run, row in zip(runs, inserted, strict=True):
+            if row is not None:
+                results.append(RunInsert(run=self._new_run_record(run), created=True))
+                continue
+            existing = await self._existing_run(run)
+            if existing is None:
+                raise StoreError(
+                    f"run {run.state.run_id!r} conflicts with a run of another tenant",
+                    code="storage.conflict",
+                    retryable=False,
+                )
+            results.append(RunInsert(run=existing, created=False))
+        return results
+
+    def _new_run_record(self, run: NewRun) -> RunRecord:
+        state = run.state
+        created = utc(state.created_at)
+        return RunRecord(
+            tenant_id=run.tenant_id,
+            id=state.run_id,
+            family_slug=run.family_slug,
+            version=run.version,
+            status=state.status,
+            state=state,
+            lock_version=0,
+            input=state.input,
+            output=state.output,
+            error=state.error,
+            parent_run_id=run.parent_run_id,
+            parent_step_ref=run.parent_step_ref,
+            parent_item_index=run.parent_item_index,
+            child_key=run.child_key,
+            idempotency_key=run.idempotency_key,
+            created_at=created,
+            updated_at=created,
+            finished_at=None if state.finished_at is None else utc(state.finished_at),
+        )
+
+    async def _existing_run(self, run: NewRun) -> RunRecord | None:
+        if run.idempotency_key is not None:
+            found = await self.find_run_by_idempotency_key(run.tenant_id, run.idempotency_key)
+            if found is not None:
+                return found
+        if run.child_key is not None:
+            row = await self._fetchone(
+                f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND child_key = %s",
+                (run.tenant_id, run.child_key),
+            )
+            if row is not None:
+                return self._run(row)
+        return await self.get_run(run.tenant_id, run.state.run_id)
+
+    async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s", (tenant_id, run_id)
+        )
+        return None if row is None else self._run(row)
+
+    async def get_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
+        found: dict[tuple[str, str], RunRecord] = {}
+        for chunk in _chunks(refs):
+            params = [v for ref in chunk for v in (ref.tenant_id, ref.run_id)]
+            rows = await self._fetchall(
+                f"SELECT {_RUN_COLS} FROM runs WHERE (tenant_id, id) IN ({_tuples(len(chunk), 2)})",
+                params,
+            )
+            for r in rows:
+                found[(r[0], r[1])] = self._run(r)
+        out: list[RunRecord] = []
+        for ref in refs:
+            record = found.get((ref.tenant_id, ref.run_id))
+            if record is not None:
+                out.append(record)
+        return out
+
+    async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s",
+            (tenant_id, key),
+        )
+        return None if row is None else self._run(row)
+
+    async def list_child_runs(
+        self, tenant_id: str, parent_run_id: str, *, step_ref: str | None = None
+    ) -> list[RunRecord]:
+        sql = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND parent_run_id = %s"
+        params: list[Any] = [tenant_id, parent_run_id]
+        if step_ref is not None:
+            sql += " AND parent_step_ref = %s"
+            params.append(step_ref)
+        rows = await self._fetchall(sql + " ORDER BY created_at, id", params)
+        return [self._run(r) for r in rows]
+
+    async def list_runs(
+        self,
+        tenant_id: str,
+        *,
+        status: str | None = None,
+        family_slug: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        if limit < 1:
+            raise InvalidCursor(f"limit must be at least 1, got {limit}")
+        sql = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s"
+        params: list[Any] = [tenant_id]
+        if status is not None:
+            sql += " AND status = %s"
+            params.append(status)
+        if family_slug is not None:
+            sql += " AND family_slug = %s"
+            params.append(family_slug)
+        if cursor is not None:
+            created_at, run_id = _decode_cursor(cursor)
+            sql += " AND (created_at, id) < (%s, %s)"
+            params += [self._ts(created_at), run_id]
+        sql += " ORDER BY created_at DESC, id DESC LIMIT %s"
+        params.append(limit + 1)
+        rows = await self._fetchall(sql, params)
+        items = [self._run(r) for r in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = items[-1]
+            next_cursor = _encode_cursor(last.created_at, last.id)
+        return RunPage(items=items, next_cursor=next_cursor)
+
+    async def update_runs(self, updates: Sequence[RunUpdate]) -> list[bool]:
+        if not updates:
+            return []
+        rows = await self._executemany_returning(
+            "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
+            " finished_at = %s, updated_at = %s, lock_version = lock_version + 1"
+            " WHERE tenant_id = %s AND id = %s AND lock_version = %s RETURNING lock_version",
+            [
+                (
+                    self._json(u.state),
+                    str(u.state.status),
+                    self._json(u.state.output),
+                    self._json(u.state.error),
+                    self._ts_or_none(u.state.finished_at),
+                    self._ts(u.updated_at),
+                    u.tenant_id,
+                    u.run_id,
+                    u.expected_lock_version,
+                )
+                for u in updates
+            ],
+        )
+        return [row is not None for row in rows]
+
+    # --- run inbox ------------------------------------------------------------------
+
+    async def enqueue_inbox(self, items: Sequence[NewInboxItem]) -> list[int]:
+        if not items:
+            return []
+        rows = await self._executemany_returning(
+            "INSERT INTO run_inbox (tenant_id, run_id, input, available_at)"
+            " VALUES (%s, %s, %s, %s) RETURNING seq",
+            [(i.tenant_id, i.run_id, self._json(i.input), self._ts(i.available_at)) for i in items],
+        )
+        seqs: list[int] = []
+        for row in rows:
+            if row is None:  # pragma: no cover - a plain insert always returns
+                raise StoreError("inbox insert returned no seq")
+            seqs.append(int(row[0]))
+        return seqs
+
+    async def claim_runs_with_inbox(self, *, now: datetime, limit: int) -> list[RunRef]:
+        # Look a little past `limit` so runs another coordinator holds can be skipped.
+        rows = await self._fetchall(
+            "WITH pending AS ("
+            "  SELECT tenant_id, run_id, MIN(seq) AS first_seq FROM run_inbox"
+            "  WHERE available_at <= %s GROUP BY tenant_id, run_id"
+            "  ORDER BY first_seq LIMIT %s"
+            ") SELECT r.tenant_id, r.id FROM runs r JOIN pending p"
+            " ON p.tenant_id = r.tenant_id AND p.run_id = r.id"
+            f" ORDER BY p.first_seq LIMIT %s{self._skip_locked_runs}",
+            (self._ts(now), limit * 4 + 16, limit),
+        )
+        return [RunRef(tenant_id=r[0], run_id=r[1]) for r in rows]
+
+    async def load_inbox(
+        self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
+    ) -> list[InboxItem]:
+        items: list[InboxItem] = []
+        for chunk in _chunks(refs):
+            params: list[Any] = [v for ref in chunk for v in (ref.tenant_id, ref.run_id)]
+            rows = await self._fetchall(
+                f"SELECT {_INBOX_COLS} FROM run_inbox"
+                f" WHERE (tenant_id, run_id) IN ({_tuples(len(chunk), 2)})"
+                " AND available_at <= %s ORDER BY run_id, seq",
+                [*params, self._ts(now)],
+            )
+            items.extend(self._inbox(r) for r in rows)
+        items.sort(key=lambda i: (i.tenant_id, i.run_id, i.seq))
+        if limit_per_run > 0:
+            counts: dict[tuple[str, str], int] = {}
+            kept: list[InboxItem] = []
+            for item in items:
+                key = (item.tenant_id, item.run_id)
+                counts[key] = counts.get(key, 0) + 1
+                if counts[key] <= limit_per_run:
+                    kept.append(item)
+            items = kept
+        return items
+
+    async def delete_inbox(self, refs: Sequence[InboxRef]) -> int:
+        deleted = 0
+        for chunk in _chunks(refs):
+            params = [v for ref in chunk for v in (ref.tenant_id, ref.seq)]
+            deleted += await self._execute(
+                f"DELETE FROM run_inbox WHERE (tenant_id, seq) IN ({_tuples(len(chunk), 2)})",
+                params,
+            )
+        return deleted
+
+    # --- tasks ----------------------------------------------------------------------
+
+    async def enqueue_tasks(self, tasks: Sequence[NewTask]) -> list[bool]:
+        if not tasks:
+            return []
+        rows = await self._executemany_returning(
+            "INSERT INTO tasks (tenant_id, run_id, step_ref, item_index, attempt, step_type,"
+            " handler, payload, idempotency_key, timeout_seconds, tier, status, available_at,"
+            " deliveries, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', %s, 0, %s)"
+            " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id",
+            [
+                (
+                    t.tenant_id,
+                    t.run_id,
+                    t.step_ref,
+                    t.item_index,
+                    t.attempt,
+                    t.step_type,
+                    t.handler,
+                    self._json(t.payload),
+                    t.idempotency_key,
+                    t.timeout_seconds,
+                    t.tier,
+                    self._ts(t.available_at),
+                    self._ts(t.available_at),
+                )
+                for t in tasks
+            ],
+        )
+        return [row is not None for row in rows]
+
+    async def lease_tasks(
+        self,
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+        handlers: Sequence[str] | None = None,
+    ) -> list[TaskRecord]:
+        if limit < 1 or (handlers is not None and not handlers):
+            return []
+        # Two index-friendly claims instead of one OR: overdue leases first (their
+        # work is the oldest), then queued tasks by tier and availability.
+        expired = await self._lease(
+            "status = 'leased' AND lease_until <= %s",
+            "lease_until, id",
+            owner=owner,
+            limit=limit,
+            lease_for=lease_for,
+            now=now,
+            handlers=handlers,
+        )
+        expired.sort(key=lambda t: (t.available_at, int(t.id)))
+        if len(expired) >= limit:
+            return expired
+        queued = await self._lease(
+            "status = 'queued' AND available_at <= %s",
+            "tier DESC, available_at, id",
+            owner=owner,
+            limit=limit - len(expired),
+            lease_for=lease_for,
+            now=now,
+            handlers=handlers,
+        )
+        queued.sort(key=lambda t: (-t.tier, t.available_at, int(t.id)))
+        return expired + queued
+
+    async def _lease(
+        self,
+        where: str,
+        order: str,
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+        handlers: Sequence[str] | None,
+    ) -> list[TaskRecord]:
+        params: list[Any] = [self._ts(utc(now) + lease_for), owner, self._ts(now)]
+        if handlers is not None:
+            where += f" AND handler IN ({', '.join(['%s'] * len(handlers))})"
+            params.extend(handlers)
+        params.append(limit)
+        rows = await self._fetchall(
+            "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
+            " deliveries = deliveries + 1"
+            f" WHERE id IN (SELECT id FROM tasks WHERE {where}"
+            f" ORDER BY {order} LIMIT %s{self._skip_locked})"
+            f" RETURNING {_TASK_COLS}",
+            params,
+        )
+        return [self._task(r) for r in rows]
+
+    async def extend_leases(
+        self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime
+    ) -> list[bool]:
+        if not refs:
+            return []
+        rows = await self._executemany_returning(
+            "UPDATE tasks SET lease_until = %s WHERE tenant_id = %s AND id = %s"
+            " AND status = 'leased' AND lease_owner = %s RETURNING id",
+            [(self._ts(lease_until), r.tenant_id, self._task_id(r.task_id), owner) for r in refs],
+        )
+        return [row is not None for row in rows]
+
+    async def complete_tasks(self, refs: Sequence[TaskRef]) -> list[bool]:
+        if not refs:
+            return []
+        rows = await self._executemany_returning(
+            "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
+            " WHERE tenant_id = %s AND id = %s AND status <> 'done' RETURNING id",
+            [(r.tenant_id, self._task_id(r.task_id)) for r in refs],
+        )
+        return [row is not None for row in rows]
+
+    async def release_tasks(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
+        if not refs:
+            return 0
+        rows = await self._executemany_returning(
+            "UPDATE tasks SET status = 'queued', lease_owner = NULL, lease_until = NULL,"
+            " available_at = %s WHERE tenant_id = %s AND id = %s AND status = 'leased'"
+            " RETURNING id",
+            [(self._ts(available_at), r.tenant_id, self._task_id(r.task_id)) for r in refs],
+        )
+        return sum(row is not None for row in rows)
+
+    async def drop_run_tasks(self, tenant_id: str, run_id: str) -> int:
+        return await self._execute(
+            "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
+            " WHERE tenant_id = %s AND run_id = %s AND status = 'queued'",
+            (tenant_id, run_id),
+        )
+
+    async def get_task(self, tenant_id: str, task_id: str) -> TaskRecord | None:
+        key = self._task_id(task_id)
+        if key is None:
+            return None
+        row = await self._fetchone(
+            f"SELECT {_TASK_COLS} FROM tasks WHERE tenant_id = %s AND id = %s", (tenant_id, key)
+        )
+        return None if row is None else self._task(row)
+
+    async def count_tasks(self, *, now: datetime) -> dict[str, int]:
+        at = self._ts(now)
+        row = await self._fetchone(
+            "SELECT"
+            " (SELECT COUNT(*) FROM tasks WHERE status = 'queued' AND available_at <= %s),"
+            " (SELECT COUNT(*) FROM tasks WHERE status = 'queued' AND available_at > %s),"
+            " (SELECT COUNT(*) FROM tasks WHERE status = 'leased')",
+            (at, at),
+        )
+        ready, scheduled, leased = row if row is not None else (0, 0, 0)
+        return {"ready": int(ready), "scheduled": int(scheduled), "leased": int(leased)}
+
+    # --- attempts -------------------------------------------------------------------
+
+    async def record_attempts(self, attempts: Sequence[AttemptRecord]) -> list[bool]:
+        if not attempts:
+            return []
+        rows = await self._executemany_returning(
+            f"INSERT INTO attempts ({_ATTEMPT_COLS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING RETURNING attempt",
+            [
+                (
+                    a.tenant_id,
+                    a.run_id,
+                    a.step_ref,
+                    a.item_index,
+                    a.attempt,
+                    a.ok,
+                    self._json(a.output),
+                    self._json(a.error),
+                    self._ts(a.started_at),
+                    self._ts(a.finished_at),
+                )
+                for a in attempts
+            ],
+        )
+        return [row is not None for row in rows]
+
+    async def list_attempts(self, tenant_id: str, run_id: str) -> list[AttemptRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_ATTEMPT_COLS} FROM attempts WHERE tenant_id = %s AND run_id = %s"
+            " ORDER BY started_at, step_ref, item_index, attempt",
+            (tenant_id, run_id),
+        )
+        return [self._attempt(r) for r in rows]
+
+    # --- timers ---------------------------------------------------------------------
+
+    async def set_timers(self, timers: Sequence[TimerRecord]) -> None:
+        if not timers:
+            return
+        await self._executemany(
+            f"INSERT INTO timers ({_TIMER_COLS}) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (tenant_id, run_id, timer_id) DO UPDATE SET fire_at = excluded.fire_at",
+            [(t.tenant_id, t.run_id, t.timer_id, self._ts(t.fire_at)) for t in timers],
+        )
+
+    async def delete_timers(self, refs: Sequence[TimerRef]) -> int:
+        deleted = 0
+        for chunk in _chunks(refs):
+            params = [v for r in chunk for v in (r.tenant_id, r.run_id, r.timer_id)]
+            deleted += await self._execute(
+                "DELETE FROM timers WHERE (tenant_id, run_id, timer_id)"
+                f" IN ({_tuples(len(chunk), 3)})",
+                params,
+            )
+        return deleted
+
+    async def delete_run_timers(self, tenant_id: str, run_id: str) -> int:
+        return await self._execute(
+            "DELETE FROM timers WHERE tenant_id = %s AND run_id = %s", (tenant_id, run_id)
+        )
+
+    async def due_timers(self, *, now: datetime, limit: int) -> list[TimerRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_TIMER_COLS} FROM timers WHERE fire_at <= %s"
+            f" ORDER BY fire_at, tenant_id, run_id, timer_id LIMIT %s{self._skip_locked}",
+            (self._ts(now), limit),
+        )
+        return [self._timer(r) for r in rows]
+
+    async def next_timer_at(self) -> datetime | None:
+        row = await self._fetchone("SELECT MIN(fire_at) FROM timers")
+        return None if row is None or row[0] is None else self._dt(row[0])
+
+    async def list_run_timers(self, tenant_id: str, run_id: str) -> list[TimerRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_TIMER_COLS} FROM timers WHERE tenant_id = %s AND run_id = %s"
+            " ORDER BY fire_at, timer_id",
+            (tenant_id, run_id),
+        )
+        return [self._timer(r) for r in rows]
+
+    # --- waits ----------------------------------------------------------------------
+
+    async def add_waits(self, waits: Sequence[WaitRecord]) -> None:
+        if not waits:
+            return
+        await self._executemany(
+            f"INSERT INTO waits ({_WAIT_COLS}) VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING",
+            [
+                (w.tenant_id, w.run_id, w.step_ref, w.kind, w.name, self._ts(w.created_at))
+                for w in waits
+            ],
+        )
+
+    async def clear_waits(self, refs: Sequence[WaitRef]) -> int:
+        deleted = 0
+        for chunk in _chunks(refs):
+            params = [v for r in chunk for v in (r.tenant_id, r.run_id, r.step_ref)]
+            deleted += await self._execute(
+                "DELETE FROM waits WHERE (tenant_id, run_id, step_ref)"
+                f" IN ({_tuples(len(chunk), 3)})",
+                params,
+            )
+        return deleted
+
+    async def clear_run_waits(self, tenant_id: str, run_id: str) -> int:
+        return await self._execute(
+            "DELETE FROM waits WHERE tenant_id = %s AND run_id = %s", (tenant_id, run_id)
+        )
+
+    async def find_waits(self, tenant_id: str, *, kind: str, name: str) -> list[WaitRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_WAIT_COLS} FROM waits WHERE tenant_id = %s AND kind = %s AND name = %s"
+            " ORDER BY created_at, run_id, step_ref",
+            (tenant_id, kind, name),
+        )
+        return [self._wait(r) for r in rows]
+
+    async def list_run_waits(self, tenant_id: str, run_id: str) -> list[WaitRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_WAIT_COLS} FROM waits WHERE tenant_id = %s AND run_id = %s"
+            " ORDER BY created_at, step_ref, kind, name",
+            (tenant_id, run_id),
+        )
+        return [self._wait(r) for r in rows]
+
+    # --- events ---------------------------------------------------------------------
+
+    async def insert_events(self, events: Sequence[EventRecord]) -> list[bool]:
+        if not events:
+            return []
+        rows = await self._executemany_returning(
+            f"INSERT INTO events ({_EVENT_COLS}) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (tenant_id, id) DO NOTHING RETURNING id",
+            [
+                (e.tenant_id, e.id, e.name, self._json(e.data), self._ts(e.received_at))
+                for e in events
+            ],
+        )
+        return [row is not None for row in rows]
+
+    async def get_event(self, tenant_id: str, event_id: str) -> EventRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_EVENT_COLS} FROM events WHERE tenant_id = %s AND id = %s",
+            (tenant_id, event_id),
+        )
+        return None if row is None else self._event(row)
+
+    # --- run history ----------------------------------------------------------------
+
+    async def append_history(self, entries: Sequence[NewHistoryEntry]) -> None:
+        if not entries:
+            return
+        await self._executemany(
+            "INSERT INTO run_history (tenant_id, run_id, at, kind, data)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            [(e.tenant_id, e.run_id, self._ts(e.at), e.kind, self._json(e.data)) for e in entries],
+        )
+
+    async def list_history(
+        self, tenant_id: str, run_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[HistoryRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_HISTORY_COLS} FROM run_history"
+            " WHERE tenant_id = %s AND run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (tenant_id, run_id, after_seq, limit),
+        )
+        return [self._history(r) for r in rows]
+
+    # --- idempotency records --------------------------------------------------------
+
+    async def get_idempotency(
+        self, tenant_id: str, scope: str, key: str
+    ) -> IdempotencyRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_IDEM_COLS} FROM idempotency_keys"
+            " WHERE tenant_id = %s AND scope = %s AND key = %s",
+            (tenant_id, scope, key),
+        )
+        return None if row is None else self._idem(row)
+
+    async def put_idempotency(self, record: IdempotencyRecord) -> bool:
+        row = await self._fetchone(
+            f"INSERT INTO idempotency_keys ({_IDEM_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (tenant_id, scope, key) DO NOTHING RETURNING key",
+            (
+                record.tenant_id,
+                record.scope,
+                record.key,
+                record.request_hash,
+                record.status_code,
+                self._json(record.response),
+                self._ts(record.created_at),
+            ),
+        )
+        return row is not None
+
+    async def delete_idempotency_before(self, cutoff: datetime) -> int:
+        return await self._execute(
+            "DELETE FROM idempotency_keys WHERE created_at < %s", (self._ts(cutoff),)
+        )
+
+
+def _encode_cursor(created_at: datetime, run_id: str) -> str:
+    raw = _encoder.encode((utc(created_at).isoformat(), run_id))
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, run_id = _cursor_decoder.decode(raw)
+        return utc(datetime.fromisoformat(at)), run_id
+    except (binascii.Error, msgspec.DecodeError, ValueError) as exc:
+        raise InvalidCursor(f"invalid cursor {cursor!r}") from exc

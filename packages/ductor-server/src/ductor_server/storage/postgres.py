@@ -1,0 +1,222 @@
+"""The PostgreSQL backend: psycopg 3 async pool, batched writes, SKIP LOCKED claims.
+
+Batches go through `executemany`, which psycopg runs in pipeline mode (one
+round trip for the whole batch). jsonb columns are read as raw bytes and
+decoded with msgspec straight into typed records.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ductor_server.storage._migrator import migration_files
+from ductor_server.storage._sql_tx import Params, Row, SqlTx, utc
+from ductor_server.storage.errors import StoreError, StoreUnavailable
+from ductor_server.storage.protocol import Tx
+
+# pg_advisory_lock key that serializes `migrate()` across processes.
+_MIGRATE_LOCK = zlib.crc32(b"ductor.migrate")
+
+
+# A JSON `\u0000` escape that is not itself an escaped backslash followed by "u0000".
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+class _RawJsonLoader(Loader):
+    """Hands jsonb/json columns over as bytes; the store decodes them with msgspec."""
+
+    def load(self, data: Buffer) -> bytes:
+        return bytes(data)
+
+
+def store_error(exc: psycopg.Error) -> StoreError:
+    """The store error for a psycopg error: unavailable, conflict, or other."""
+    state = exc.sqlstate or ""
+    if isinstance(exc, psycopg.OperationalError) and (not state or state[:2] in {"08", "57"}):
+        return StoreUnavailable(f"postgres: {exc}")
+    if isinstance(exc, psycopg.IntegrityError):
+        return StoreError(f"postgres: {exc}", code="storage.conflict", retryable=False)
+    if isinstance(exc, psycopg.DataError):
+        return StoreError(f"postgres: {exc}", code="storage.invalid_value", retryable=False)
+    return StoreError(f"postgres: {exc}", retryable=isinstance(exc, psycopg.OperationalError))
+
+
+class PostgresTx(SqlTx):
+    """A transaction on one pooled connection (only valid inside `transaction()`)."""
+
+    _skip_locked = " FOR UPDATE SKIP LOCKED"
+    _skip_locked_runs = " FOR UPDATE OF r SKIP LOCKED"
+
+    def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
+        self._conn = conn
+
+    def _ts(self, value: datetime) -> Any:
+        return utc(value)
+
+    def _json(self, value: Any) -> str | None:
+        text = super()._json(value)
+        if text is not None and "\\u0000" in text:
+            # jsonb cannot hold U+0000; store U+FFFD rather than fail the whole
+            # transaction (a worker would otherwise redeliver the task forever).
+            text = _NUL_ESCAPE.sub(r"\1\\ufffd", text)
+        return text
+
+    def _dt(self, value: Any) -> datetime:
+        moment: datetime = value
+        return moment.astimezone(UTC)
+
+    async def _fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        cur = await self._conn.execute(sql, params)
+        return await cur.fetchall()
+
+    async def _execute(self, sql: str, params: Params = ()) -> int:
+        cur = await self._conn.execute(sql, params)
+        return max(cur.rowcount, 0)
+
+    async def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        if not rows:
+            return
+        async with self._conn.cursor() as cur:
+            await cur.executemany(sql, rows)
+
+    async def _executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
+        if not rows:
+            return []
+        out: list[Row | None] = []
+        async with self._conn.cursor() as cur:
+            await cur.executemany(sql, rows, returning=True)
+            while True:
+                out.append(await cur.fetchone())
+                if not cur.nextset():
+                    break
+        return out
+
+    async def _lock_family(self, tenant_id: str, family_slug: str) -> None:
+        await self._conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            (f"workflow:{tenant_id}:{family_slug}",),
+        )
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    conn.adapters.register_loader("jsonb", _RawJsonLoader)
+    conn.adapters.register_loader("json", _RawJsonLoader)
+    await conn.execute("SET TIME ZONE 'UTC'")
+
+
+class PostgresStore:
+    """The `Store` on PostgreSQL, through a psycopg async connection pool."""
+
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0
+    ) -> None:
+        self.url = url
+        self._connect_timeout = connect_timeout
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Row]] | None = None
+
+    @property
+    def backend(self) -> str:
+        """Always "postgres"."""
+        return "postgres"
+
+    def _require_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Row]]:
+        if self._pool is None:
+            raise StoreUnavailable("the Postgres store is not open")
+        return self._pool
+
+    async def open(self) -> None:
+        """Open the pool and wait (up to `connect_timeout` seconds) for `min_size`
+        connections."""
+        if self._pool is not None:
+            return
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Row]] = AsyncConnectionPool(
+            self.url,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            open=False,
+        )
+        try:
+            await pool.open(wait=True, timeout=self._connect_timeout)
+        except PoolTimeout as exc:
+            await pool.close()
+            raise StoreUnavailable(f"cannot connect to postgres: {exc}") from exc
+        self._pool = pool
+
+    async def close(self) -> None:
+        """Close the pool. Safe to call twice."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def ping(self) -> None:
+        """Raise `StoreUnavailable` unless `SELECT 1` answers within 5 seconds."""
+        try:
+            async with self._require_pool().connection(timeout=5.0) as conn:
+                await conn.execute("SELECT 1")
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"postgres: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"postgres: {exc}") from exc
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations, each in its own transaction, under a session
+        advisory lock so that processes starting together apply each file once."""
+        files = migration_files("postgres")
+        applied: list[str] = []
+        try:
+            async with self._require_pool().connection() as conn:
+                await conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATE_LOCK,))
+                try:
+                    await conn.execute(
+                        "CREATE TABLE IF NOT EXISTS schema_migrations"
+                        " (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                    )
+                    cur = await conn.execute("SELECT name FROM schema_migrations")
+                    done = {r[0] for r in await cur.fetchall()}
+                    for name, statements in files:
+                        if name in done:
+                            continue
+                        async with conn.transaction():
+                            for statement in statements:
+                                await conn.execute(statement)
+                            await conn.execute(
+                                "INSERT INTO schema_migrations (name) VALUES (%s)", (name,)
+                            )
+                        applied.append(name)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATE_LOCK,))
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"postgres: {exc}") from exc
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
+        return applied
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Tx]:
+        pool = self._require_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                yield PostgresTx(conn)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"postgres: {exc}") from exc
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
+
+    def transaction(self) -> AbstractAsyncContextManager[Tx]:
+        """One transaction on a pooled connection; commits on normal exit, rolls
+        back on error."""
+        return self._transaction()

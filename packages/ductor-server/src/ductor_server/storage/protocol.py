@@ -1,0 +1,394 @@
+"""The `Store` and `Tx` protocols: everything the engine and the API may ask of storage.
+
+No implementation here. Every tenant-owned read or write takes the tenant
+(directly, or inside each record of a batch); the only cross-tenant calls are
+the engine's scans (claim runs, lease tasks, due timers) and the API key lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from ductor_server.storage.records import (
+    ApiKeyRecord,
+    AttemptRecord,
+    EventRecord,
+    HistoryRecord,
+    IdempotencyRecord,
+    InboxItem,
+    InboxRef,
+    NewHistoryEntry,
+    NewInboxItem,
+    NewRun,
+    NewTask,
+    RunInsert,
+    RunPage,
+    RunRecord,
+    RunRef,
+    RunUpdate,
+    TaskRecord,
+    TaskRef,
+    TenantRecord,
+    TimerRecord,
+    TimerRef,
+    WaitRecord,
+    WaitRef,
+    WorkflowFamilyRecord,
+    WorkflowVersionRecord,
+)
+
+
+class Tx(Protocol):
+    """One database transaction. Everything written through it commits together
+    when the `transaction()` block exits normally, and nothing does if it raises.
+
+    Batch methods take and return lists in the same order, so the coordinator can
+    commit many runs and a worker many attempts in one round trip.
+    """
+
+    # --- tenants and API keys --------------------------------------------------
+
+    async def ensure_tenant(self, tenant_id: str, *, name: str, now: datetime) -> TenantRecord:
+        """Create the tenant if it does not exist; return it (existing or new)."""
+        ...
+
+    async def get_tenant(self, tenant_id: str) -> TenantRecord | None:
+        """The tenant, or None."""
+        ...
+
+    async def create_api_key(
+        self, tenant_id: str, *, key_id: str, name: str, prefix: str, key_hash: str, now: datetime
+    ) -> ApiKeyRecord:
+        """Store a new API key (its SHA-256 hex hash, never the secret)."""
+        ...
+
+    async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None:
+        """The key whose hash is `key_hash`, revoked or not, or None.
+
+        The one lookup without a tenant: authentication learns the tenant from it.
+        """
+        ...
+
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
+        """The tenant's keys, oldest first."""
+        ...
+
+    async def revoke_api_key(self, tenant_id: str, key_id: str, *, now: datetime) -> bool:
+        """Mark a key revoked; False if the tenant has no such live key."""
+        ...
+
+    # --- workflow versions -----------------------------------------------------
+
+    async def insert_workflow_version(
+        self,
+        tenant_id: str,
+        *,
+        family_slug: str,
+        hash: str,
+        definition: Any,
+        trigger_events: Sequence[str],
+        now: datetime,
+    ) -> tuple[WorkflowVersionRecord, bool]:
+        """Publish a definition as the family's next version number.
+
+        If the family already has a version with this `hash`, that version is
+        returned with False and nothing is written; otherwise the new version
+        (max + 1, starting at 1) with True. Safe under concurrent publishers.
+        `trigger_events` are the event names the definition's triggers listen to.
+        """
+        ...
+
+    async def get_workflow_version(
+        self, tenant_id: str, family_slug: str, version: int
+    ) -> WorkflowVersionRecord | None:
+        """One version, or None."""
+        ...
+
+    async def get_latest_workflow_version(
+        self, tenant_id: str, family_slug: str
+    ) -> WorkflowVersionRecord | None:
+        """The family's highest version, or None if the family does not exist."""
+        ...
+
+    async def list_workflow_versions(
+        self, tenant_id: str, family_slug: str
+    ) -> list[WorkflowVersionRecord]:
+        """Every version of a family, lowest version first (empty if none)."""
+        ...
+
+    async def list_workflow_families(self, tenant_id: str) -> list[WorkflowFamilyRecord]:
+        """Every family of the tenant with its latest version, ordered by slug."""
+        ...
+
+    async def find_triggered_workflows(
+        self, tenant_id: str, event_name: str
+    ) -> list[WorkflowVersionRecord]:
+        """The latest version of each family whose latest version has a trigger
+        on `event_name` (the caller evaluates each trigger's filter)."""
+        ...
+
+    # --- runs ------------------------------------------------------------------
+
+    async def insert_runs(self, runs: Sequence[NewRun]) -> list[RunInsert]:
+        """Insert runs (lock_version 0). A run whose `idempotency_key` or
+        `child_key` is already taken for its tenant is not inserted; the
+        existing run is returned with `created=False`."""
+        ...
+
+    async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
+        """The run, or None (also when it belongs to another tenant)."""
+        ...
+
+    async def get_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
+        """The runs that exist among `refs` (missing ones are left out), in `refs` order."""
+        ...
+
+    async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:
+        """The run triggered with this idempotency key, or None."""
+        ...
+
+    async def list_child_runs(
+        self, tenant_id: str, parent_run_id: str, *, step_ref: str | None = None
+    ) -> list[RunRecord]:
+        """Runs started by `parent_run_id` (optionally by one of its steps), oldest first."""
+        ...
+
+    async def list_runs(
+        self,
+        tenant_id: str,
+        *,
+        status: str | None = None,
+        family_slug: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """A page of runs, newest first, ordered by (created_at, id) descending.
+
+        `status` filters on a `RunStatus` value (e.g. "RUN_STATUS_RUNNING"),
+        `family_slug` on the workflow family; both are exact matches.
+
+        `cursor` is the `next_cursor` of the previous page (opaque); a malformed
+        cursor raises `InvalidCursor`. `next_cursor` is None on the last page.
+        """
+        ...
+
+    async def update_runs(self, updates: Sequence[RunUpdate]) -> list[bool]:
+        """Write new run states, each guarded by its expected lock_version.
+
+        Returns, per update, whether it applied (and bumped lock_version by 1).
+        False means another writer got there first: the caller must write
+        nothing else for that run in this transaction, reload and retry.
+        """
+        ...
+
+    # --- run inbox -------------------------------------------------------------
+
+    async def enqueue_inbox(self, items: Sequence[NewInboxItem]) -> list[int]:
+        """Append pending tick inputs; returns their `seq` numbers."""
+        ...
+
+    async def claim_runs_with_inbox(self, *, now: datetime, limit: int) -> list[RunRef]:
+        """Runs (any tenant) with inbox items available at `now`, oldest input first.
+
+        On Postgres the run rows are locked FOR UPDATE SKIP LOCKED until this
+        transaction ends, so concurrent coordinators claim disjoint runs. On
+        SQLite there is only one writer anyway.
+        """
+        ...
+
+    async def load_inbox(
+        self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
+    ) -> list[InboxItem]:
+        """The available inbox items of these runs, ordered by (run, seq)."""
+        ...
+
+    async def delete_inbox(self, refs: Sequence[InboxRef]) -> int:
+        """Delete consumed inbox rows; returns how many were deleted."""
+        ...
+
+    # --- tasks (the durable queue) ---------------------------------------------
+
+    async def enqueue_tasks(self, tasks: Sequence[NewTask]) -> list[bool]:
+        """Queue tasks; per task, False if its idempotency_key was already queued."""
+        ...
+
+    async def lease_tasks(
+        self,
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+        handlers: Sequence[str] | None = None,
+    ) -> list[TaskRecord]:
+        """Lease up to `limit` tasks (any tenant) to `owner` until `now + lease_for`.
+
+        Leasable: leased with lease_until <= now (an expired lease is re-leased:
+        at-least-once), which come first, then queued with available_at <= now,
+        higher tier first, then available_at, then creation. The result is in
+        that order. Concurrent leasers get disjoint tasks
+        (SKIP LOCKED on Postgres). Each lease bumps `deliveries`. Optionally only
+        tasks whose handler is in `handlers`.
+        """
+        ...
+
+    async def extend_leases(
+        self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime
+    ) -> list[bool]:
+        """Heartbeat: push the lease of tasks `owner` still holds; False where it does not."""
+        ...
+
+    async def complete_tasks(self, refs: Sequence[TaskRef]) -> list[bool]:
+        """Mark tasks done; per task, False if it was already done (or unknown)."""
+        ...
+
+    async def release_tasks(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
+        """Put leased tasks back in the queue (e.g. on shutdown); returns how many."""
+        ...
+
+    async def drop_run_tasks(self, tenant_id: str, run_id: str) -> int:
+        """Mark a run's queued tasks done (the run ended or was cancelled); returns how many."""
+        ...
+
+    async def get_task(self, tenant_id: str, task_id: str) -> TaskRecord | None:
+        """One task, or None."""
+        ...
+
+    async def count_tasks(self, *, now: datetime) -> dict[str, int]:
+        """Queue depth for metrics: {"ready", "scheduled", "leased"} counts."""
+        ...
+
+    # --- attempts --------------------------------------------------------------
+
+    async def record_attempts(self, attempts: Sequence[AttemptRecord]) -> list[bool]:
+        """Append attempt outcomes; per attempt, False if its key already existed
+        (a redelivery): nothing is written for it then."""
+        ...
+
+    async def list_attempts(self, tenant_id: str, run_id: str) -> list[AttemptRecord]:
+        """A run's attempts ordered by (started_at, step_ref, item_index, attempt)."""
+        ...
+
+    # --- timers ----------------------------------------------------------------
+
+    async def set_timers(self, timers: Sequence[TimerRecord]) -> None:
+        """Create or replace timers (same run and timer_id: the new fire_at wins)."""
+        ...
+
+    async def delete_timers(self, refs: Sequence[TimerRef]) -> int:
+        """Forget timers; returns how many existed."""
+        ...
+
+    async def delete_run_timers(self, tenant_id: str, run_id: str) -> int:
+        """Forget every timer of a run; returns how many."""
+        ...
+
+    async def due_timers(self, *, now: datetime, limit: int) -> list[TimerRecord]:
+        """Timers (any tenant) with fire_at <= now, earliest first.
+
+        On Postgres the rows are locked FOR UPDATE SKIP LOCKED: the caller
+        enqueues `TimerFired` and deletes them in this same transaction.
+        """
+        ...
+
+    async def next_timer_at(self) -> datetime | None:
+        """The earliest fire_at of any timer, or None (lets the timer loop sleep)."""
+        ...
+
+    async def list_run_timers(self, tenant_id: str, run_id: str) -> list[TimerRecord]:
+        """A run's timers, earliest first."""
+        ...
+
+    # --- waits -----------------------------------------------------------------
+
+    async def add_waits(self, waits: Sequence[WaitRecord]) -> None:
+        """Register waits (registering the same wait twice is harmless)."""
+        ...
+
+    async def clear_waits(self, refs: Sequence[WaitRef]) -> int:
+        """Remove the waits of these steps; returns how many."""
+        ...
+
+    async def clear_run_waits(self, tenant_id: str, run_id: str) -> int:
+        """Remove every wait of a run; returns how many."""
+        ...
+
+    async def find_waits(self, tenant_id: str, *, kind: str, name: str) -> list[WaitRecord]:
+        """The waits on (kind, name), oldest first."""
+        ...
+
+    async def list_run_waits(self, tenant_id: str, run_id: str) -> list[WaitRecord]:
+        """A run's waits."""
+        ...
+
+    # --- events ----------------------------------------------------------------
+
+    async def insert_events(self, events: Sequence[EventRecord]) -> list[bool]:
+        """Store events; per event, False if the tenant already had that id."""
+        ...
+
+    async def get_event(self, tenant_id: str, event_id: str) -> EventRecord | None:
+        """One event, or None."""
+        ...
+
+    # --- run history -----------------------------------------------------------
+
+    async def append_history(self, entries: Sequence[NewHistoryEntry]) -> None:
+        """Append entries to runs' histories (in the given order)."""
+        ...
+
+    async def list_history(
+        self, tenant_id: str, run_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[HistoryRecord]:
+        """A run's history in append order, entries with seq > after_seq."""
+        ...
+
+    # --- idempotency records ---------------------------------------------------
+
+    async def get_idempotency(
+        self, tenant_id: str, scope: str, key: str
+    ) -> IdempotencyRecord | None:
+        """The remembered response for (scope, key), or None."""
+        ...
+
+    async def put_idempotency(self, record: IdempotencyRecord) -> bool:
+        """Remember a response; False (nothing written) if (tenant, scope, key) exists."""
+        ...
+
+    async def delete_idempotency_before(self, cutoff: datetime) -> int:
+        """Forget records created before `cutoff` (all tenants); returns how many."""
+        ...
+
+
+class Store(Protocol):
+    """A database holding everything Ductor keeps. Open before use, close after."""
+
+    @property
+    def backend(self) -> str:
+        """ "sqlite" or "postgres"."""
+        ...
+
+    async def open(self) -> None:
+        """Connect (create the pool or the SQLite file)."""
+        ...
+
+    async def close(self) -> None:
+        """Release every connection. Safe to call twice."""
+        ...
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations in order; returns the names applied (empty if
+        none). Idempotent and safe when several processes start at once."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise `StoreUnavailable` if the database cannot answer a trivial query."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Tx]:
+        """One transaction: `async with store.transaction() as tx: ...` commits on
+        normal exit and rolls back (writing nothing) if the block raises."""
+        ...

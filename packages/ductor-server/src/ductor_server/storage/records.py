@@ -1,0 +1,352 @@
+"""The rows the store reads and writes, as frozen msgspec records.
+
+Plain data only: no SQL and no I/O here. Times are timezone-aware UTC
+datetimes; JSON-valued fields hold decoded values (`Any`) or typed core structs.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ductor_core.runs import DispatchTask, ErrorInfo, RunInput, RunState, RunStatus
+
+
+class _Record(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every storage record."""
+
+
+# --- tenants and keys ----------------------------------------------------------
+
+
+class TenantRecord(_Record, frozen=True, kw_only=True):
+    """A tenant: the owner of every other row."""
+
+    id: str
+    name: str
+    created_at: datetime
+
+
+class ApiKeyRecord(_Record, frozen=True, kw_only=True):
+    """An API key. Only the SHA-256 hex digest of the secret is stored."""
+
+    id: str
+    tenant_id: str
+    name: str
+    prefix: str  # the first characters of the secret, for display
+    key_hash: str  # sha256 hex of the whole secret
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+# --- workflows -----------------------------------------------------------------
+
+
+class WorkflowVersionRecord(_Record, frozen=True, kw_only=True):
+    """One immutable published version of a workflow family."""
+
+    tenant_id: str
+    family_slug: str
+    version: int
+    hash: str
+    definition: Any  # the definition as decoded JSON (dicts, lists, scalars)
+    trigger_events: list[str] = []  # event names the definition's triggers listen to
+    created_at: datetime
+
+
+class WorkflowFamilyRecord(_Record, frozen=True, kw_only=True):
+    """A workflow family: its latest version and how many versions it has."""
+
+    family_slug: str
+    latest: WorkflowVersionRecord
+    version_count: int
+
+
+# --- runs ----------------------------------------------------------------------
+
+
+class RunRef(_Record, frozen=True, kw_only=True):
+    """Names one run of one tenant."""
+
+    tenant_id: str
+    run_id: str
+
+
+class NewRun(_Record, frozen=True, kw_only=True):
+    """A run to insert. Id, status, input, output, error, created_at and
+    finished_at are all taken from `state`."""
+
+    tenant_id: str
+    family_slug: str
+    version: int
+    state: RunState
+    parent_run_id: str | None = None
+    parent_step_ref: str | None = None
+    parent_item_index: int = -1
+    child_key: str | None = None  # unique per tenant: makes a child start idempotent
+    idempotency_key: str | None = None  # unique per tenant: makes a trigger idempotent
+
+
+class RunRecord(_Record, frozen=True, kw_only=True):
+    """A stored run: the run's state plus the columns lists and filters use."""
+
+    tenant_id: str
+    id: str
+    family_slug: str
+    version: int
+    status: RunStatus
+    state: RunState
+    lock_version: int  # bumped by every successful update (optimistic lock)
+    input: Any = None
+    output: Any = None
+    error: ErrorInfo | None = None
+    parent_run_id: str | None = None
+    parent_step_ref: str | None = None
+    parent_item_index: int = -1
+    child_key: str | None = None
+    idempotency_key: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class RunInsert(_Record, frozen=True, kw_only=True):
+    """The outcome of inserting one `NewRun`: the stored run and whether it is new.
+
+    `created` is False when a run with the same `idempotency_key` or `child_key`
+    (or id) already existed for the tenant; `run` is then that existing run.
+    """
+
+    run: RunRecord
+    created: bool
+
+
+class RunUpdate(_Record, frozen=True, kw_only=True):
+    """A guarded state write: applies only if the stored lock_version still equals
+    `expected_lock_version`. Status, output, error and finished_at come from `state`."""
+
+    tenant_id: str
+    run_id: str
+    expected_lock_version: int
+    state: RunState
+    updated_at: datetime
+
+
+class RunPage(_Record, frozen=True, kw_only=True):
+    """One page of runs, newest first, and the opaque cursor of the next page."""
+
+    items: list[RunRecord]
+    next_cursor: str | None = None
+
+
+# --- run inbox -----------------------------------------------------------------
+
+
+class NewInboxItem(_Record, frozen=True, kw_only=True):
+    """A pending tick input for a run, visible to the coordinator from `available_at`."""
+
+    tenant_id: str
+    run_id: str
+    input: RunInput
+    available_at: datetime
+
+
+class InboxItem(_Record, frozen=True, kw_only=True):
+    """A stored pending tick input; `seq` orders a run's inputs (and is unique)."""
+
+    seq: int
+    tenant_id: str
+    run_id: str
+    input: RunInput
+    available_at: datetime
+
+
+class InboxRef(_Record, frozen=True, kw_only=True):
+    """Names one inbox row."""
+
+    tenant_id: str
+    seq: int
+
+
+# --- tasks (the durable queue) -------------------------------------------------
+
+
+class TaskStatus(enum.StrEnum):
+    """Where a task is: waiting, leased by a worker, or finished (done or dropped)."""
+
+    QUEUED = "queued"
+    LEASED = "leased"
+    DONE = "done"
+
+
+class NewTask(_Record, frozen=True, kw_only=True):
+    """A unit of work for a step worker; a duplicate `idempotency_key` is ignored."""
+
+    tenant_id: str
+    run_id: str
+    step_ref: str
+    item_index: int = -1
+    attempt: int
+    step_type: str
+    handler: str  # "action:<name>" | "bridge" | "route" | "notify"
+    payload: Any = None
+    idempotency_key: str  # f"{run_id}:{step_ref}:{item_index}:{attempt}"
+    timeout_seconds: float | None = None
+    tier: int = 0  # higher tiers are leased first
+    available_at: datetime
+
+    @classmethod
+    def from_dispatch(
+        cls, tenant_id: str, run_id: str, command: DispatchTask, *, available_at: datetime
+    ) -> NewTask:
+        """The task that carries out a tick's `DispatchTask` command."""
+        return cls(
+            tenant_id=tenant_id,
+            run_id=run_id,
+            step_ref=command.step_ref,
+            item_index=command.item_index,
+            attempt=command.attempt,
+            step_type=command.step_type,
+            handler=command.handler,
+            payload=command.payload,
+            idempotency_key=command.idempotency_key,
+            timeout_seconds=command.timeout_seconds,
+            available_at=available_at,
+        )
+
+
+class TaskRecord(_Record, frozen=True, kw_only=True):
+    """A stored task. `deliveries` counts leases: above 1 means a redelivery."""
+
+    id: str
+    tenant_id: str
+    run_id: str
+    step_ref: str
+    item_index: int
+    attempt: int
+    step_type: str
+    handler: str
+    payload: Any = None
+    idempotency_key: str
+    timeout_seconds: float | None = None
+    tier: int
+    status: TaskStatus
+    available_at: datetime
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    deliveries: int = 0
+    created_at: datetime
+
+
+class TaskRef(_Record, frozen=True, kw_only=True):
+    """Names one task."""
+
+    tenant_id: str
+    task_id: str
+
+
+# --- attempts ------------------------------------------------------------------
+
+
+class AttemptRecord(_Record, frozen=True, kw_only=True):
+    """The append-only outcome of one attempt, keyed by
+    (tenant_id, run_id, step_ref, item_index, attempt)."""
+
+    tenant_id: str
+    run_id: str
+    step_ref: str
+    item_index: int = -1
+    attempt: int
+    ok: bool
+    output: Any = None
+    error: ErrorInfo | None = None
+    started_at: datetime
+    finished_at: datetime
+
+
+# --- timers, waits, events -----------------------------------------------------
+
+
+class TimerRecord(_Record, frozen=True, kw_only=True):
+    """A durable timer of a run; (tenant_id, run_id, timer_id) is unique."""
+
+    tenant_id: str
+    run_id: str
+    timer_id: str
+    fire_at: datetime
+
+
+class TimerRef(_Record, frozen=True, kw_only=True):
+    """Names one timer."""
+
+    tenant_id: str
+    run_id: str
+    timer_id: str
+
+
+class WaitRecord(_Record, frozen=True, kw_only=True):
+    """A run's step waits for events (kind "event") or signals (kind "signal") named `name`."""
+
+    tenant_id: str
+    run_id: str
+    step_ref: str
+    kind: str
+    name: str
+    created_at: datetime
+
+
+class WaitRef(_Record, frozen=True, kw_only=True):
+    """Names the waits one step of one run registered."""
+
+    tenant_id: str
+    run_id: str
+    step_ref: str
+
+
+class EventRecord(_Record, frozen=True, kw_only=True):
+    """A received event; (tenant_id, id) is unique, so a resend is a duplicate."""
+
+    tenant_id: str
+    id: str
+    name: str
+    data: Any = None
+    received_at: datetime
+
+
+# --- history and idempotency ---------------------------------------------------
+
+
+class NewHistoryEntry(_Record, frozen=True, kw_only=True):
+    """Something that happened to a run, to append to its history."""
+
+    tenant_id: str
+    run_id: str
+    at: datetime
+    kind: str
+    data: Any = None
+
+
+class HistoryRecord(_Record, frozen=True, kw_only=True):
+    """A stored history entry; `seq` increases in append order (unique store-wide)."""
+
+    tenant_id: str
+    run_id: str
+    seq: int
+    at: datetime
+    kind: str
+    data: Any = None
+
+
+class IdempotencyRecord(_Record, frozen=True, kw_only=True):
+    """The remembered response of a mutating request, keyed by (tenant_id, scope, key)."""
+
+    tenant_id: str
+    scope: str  # e.g. "POST /v1/runs"
+    key: str
+    request_hash: str
+    status_code: int
+    response: Any = None
+    created_at: datetime

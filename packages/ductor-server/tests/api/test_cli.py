@@ -1,0 +1,172 @@
+"""The CLI's client side without a server: where it finds its key, how it reports
+errors, and what `runs watch` draws (an httpx test transport plays the server)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ductor_server.cli import build_parser, main
+from ductor_server.cli_client import (
+    ApiClient,
+    ClientError,
+    cmd_runs_watch,
+    find_api_key,
+    render_run,
+)
+
+
+def _run(status: str, steps: list[tuple[str, str]], output: Any = None) -> dict[str, Any]:
+    return {
+        "id": "r1",
+        "family_slug": "hello-world",
+        "version": 1,
+        "status": status,
+        "output": output,
+        "steps": [{"ref": ref, "status": st, "attempt": 1} for ref, st in steps],
+    }
+
+
+def test_key_comes_from_flag_then_env_then_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "api_key").write_text("dk_from_file\n")
+    monkeypatch.delenv("DUCTOR_API_KEY", raising=False)
+    monkeypatch.delenv("DUCTOR_DATA_DIR", raising=False)
+    assert find_api_key(None, str(tmp_path)) == "dk_from_file"
+    monkeypatch.setenv("DUCTOR_API_KEY", "dk_from_env")
+    assert find_api_key(None, str(tmp_path)) == "dk_from_env"
+    assert find_api_key("dk_flag", str(tmp_path)) == "dk_flag"
+    monkeypatch.delenv("DUCTOR_API_KEY")
+    assert find_api_key(None, str(tmp_path / "empty")) is None
+
+
+def test_an_error_answer_becomes_code_and_message() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == "Bearer k"
+        return httpx.Response(
+            404, json={"code": "run.not_found", "message": "run 'x' not found", "details": None}
+        )
+
+    client = ApiClient("http://test", "k", transport=httpx.MockTransport(handler))
+    with pytest.raises(ClientError) as raised:
+        client.call("GET", "/v1/runs/x")
+    assert (raised.value.code, raised.value.status) == ("run.not_found", 404)
+
+
+def test_cli_prints_the_error_and_exits_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DUCTOR_API_KEY", raising=False)
+    monkeypatch.delenv("DUCTOR_DATA_DIR", raising=False)
+    assert main(["runs", "get", "x"]) == 1
+    assert "no API key" in capsys.readouterr().err
+    # A server that is not there: a clear message, exit 1.
+    code = main(["runs", "get", "x", "--api-key", "k", "--url", "http://127.0.0.1:9"])
+    assert code == 1
+    assert capsys.readouterr().err.startswith("error: client.unreachable: cannot reach")
+
+
+def test_bad_json_flags_are_reported_before_any_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["runs", "trigger", "f", "--input", "{nope", "--api-key", "k", "--url", "http://x"])
+    assert code == 1
+    assert "error: client.bad_json: --input is not valid JSON" in capsys.readouterr().err
+
+
+def test_watch_draws_each_change_and_ends_with_the_output() -> None:
+    states = [
+        _run(
+            "RUN_STATUS_RUNNING",
+            [("greet", "STEP_STATUS_SUCCEEDED"), ("pause", "STEP_STATUS_WAITING")],
+        ),
+        _run(
+            "RUN_STATUS_RUNNING",
+            [("greet", "STEP_STATUS_SUCCEEDED"), ("pause", "STEP_STATUS_WAITING")],
+        ),
+        _run(
+            "RUN_STATUS_SUCCEEDED",
+            [("greet", "STEP_STATUS_SUCCEEDED"), ("pause", "STEP_STATUS_SUCCEEDED")],
+            {"pause": {"waited_until": "t"}},
+        ),
+    ]
+    served = iter(states)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=next(served))
+
+    client = ApiClient("http://test", "k", transport=httpx.MockTransport(handler))
+    args = argparse.Namespace(run_id="r1", interval=0.0, timeout=5.0)
+    out = io.StringIO()
+
+    assert cmd_runs_watch(client, args, out) == 0
+    text = out.getvalue()
+    assert text.count("run r1  hello-world v1") == 2  # the repeat was not redrawn
+    assert "pause  waiting" in text
+    assert text.rstrip().endswith('"waited_until": "t"\n  }\n}'.rstrip())
+
+
+def test_watch_exits_1_when_the_run_fails() -> None:
+    failed = _run("RUN_STATUS_FAILED", [("call", "STEP_STATUS_FAILED")])
+    failed["error"] = {"code": "http.status", "message": "503"}
+    client = ApiClient(
+        "http://test",
+        "k",
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=failed)),
+    )
+
+    out = io.StringIO()
+    args = argparse.Namespace(run_id="r1", interval=0.0, timeout=5.0)
+    assert cmd_runs_watch(client, args, out) == 1
+    assert "error: " in out.getvalue()
+
+
+def test_render_shows_retries_and_waits() -> None:
+    run = _run("RUN_STATUS_RUNNING", [("call", "STEP_STATUS_RETRYING")])
+    run["steps"][0].update(attempt=2, retry_at="2026-01-01T00:00:05Z")
+    text = render_run(run)
+    assert "call  retrying   attempt 2  retry at 2026-01-01T00:00:05Z" in text
+    assert "output" not in text
+    assert json.dumps(None) not in text
+
+
+def test_every_documented_command_parses() -> None:
+    parser = build_parser()
+    for argv in [
+        ["dev", "--port", "7071", "--data-dir", "d"],
+        ["serve", "--roles", "api,worker"],
+        ["migrate"],
+        ["keys", "create", "--tenant", "t"],
+        ["workflows", "validate", "f.json"],
+        ["workflows", "publish", "f.json"],
+        [
+            "runs",
+            "trigger",
+            "fam",
+            "--input",
+            "{}",
+            "--version",
+            "2",
+            "--idempotency-key",
+            "k",
+            "--wait",
+        ],
+        ["runs", "get", "id"],
+        ["runs", "list"],
+        ["runs", "watch", "id"],
+        ["events", "send", "name", "--data", "{}", "--id", "e1"],
+    ]:
+        assert parser.parse_args(argv).func is not None
+
+
+def test_serve_refuses_unknown_roles(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--roles", "api,chef"]) == 2
+    assert "unknown roles" in capsys.readouterr().err

@@ -1,0 +1,130 @@
+"""Fixtures for the engine tests: a migrated store on each backend, a Runtime on a
+manual clock, and helpers to wait for runs without timed assertions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ductor_core.runs import RunStatus
+from ductor_server.engine.actions import ActionRegistry, default_registry
+from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.services import RunView, Services
+from ductor_server.storage import Store, open_store
+
+TENANT = "t_acme"
+OTHER_TENANT = "t_other"
+WAIT_SECONDS = 20.0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """An opened, migrated store with two tenants, on each backend in turn."""
+    if request.param == "sqlite":
+        target: str | Path = tmp_path / "ductor.db"
+    else:
+        target = request.getfixturevalue("postgres_url")
+    opened = open_store(target)
+    await opened.open()
+    try:
+        await opened.migrate()
+        async with opened.transaction() as tx:
+            clock = ManualClock()
+            await tx.ensure_tenant(TENANT, name="Acme", now=clock.now())
+            await tx.ensure_tenant(OTHER_TENANT, name="Other", now=clock.now())
+        yield opened
+    finally:
+        await opened.close()
+
+
+@dataclass
+class Engine:
+    """A running Runtime on a manual clock, with helpers for tests."""
+
+    store: Store
+    clock: ManualClock
+    actions: ActionRegistry
+    runtime: Runtime
+
+    @property
+    def services(self) -> Services:
+        return self.runtime.services
+
+    async def publish(self, definition: dict[str, Any], tenant: str = TENANT) -> int:
+        published = await self.services.publish_workflow(tenant, definition)
+        return published.version
+
+    async def trigger(
+        self, slug: str, input: Any = None, *, tenant: str = TENANT, key: str | None = None
+    ) -> RunView:
+        return await self.services.trigger_run(tenant, slug, None, input, key)
+
+    async def advance(self, seconds: float) -> None:
+        """Move the clock and wake every loop so timers and leases see the new time."""
+        self.clock.advance(timedelta(seconds=seconds))
+        self.runtime.wake()
+
+    async def wait_run(
+        self,
+        run_id: str,
+        predicate: Callable[[RunView], bool] | None = None,
+        *,
+        tenant: str = TENANT,
+        what: str = "the run to end",
+    ) -> RunView:
+        """Poll the run until `predicate` (default: it ended); fail after WAIT_SECONDS."""
+        check = predicate or (lambda r: r.status.terminal)
+        deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+        while True:
+            view = await self.services.get_run(tenant, run_id)
+            if check(view):
+                return view
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}: {view}")
+            await asyncio.sleep(0.01)
+
+    async def wait_step(self, run_id: str, ref: str, status: str, **kw: Any) -> RunView:
+        """Poll until step `ref` has `status` (a StepStatus value or its short name)."""
+        wanted = status if status.startswith("STEP_STATUS_") else f"STEP_STATUS_{status.upper()}"
+
+        def has(view: RunView) -> bool:
+            return any(s.ref == ref and s.status.value == wanted for s in view.steps)
+
+        return await self.wait_run(run_id, has, what=f"step {ref} {wanted}", **kw)
+
+    async def until(self, condition: Callable[[], Awaitable[bool]], what: str) -> None:
+        deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+        while not await condition():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.01)
+
+
+def step(view: RunView, ref: str) -> Any:
+    """The StepView of `ref`."""
+    [found] = [s for s in view.steps if s.ref == ref]
+    return found
+
+
+TEST_CONFIG = RuntimeConfig(poll_interval=0.05, lease_seconds=30.0, stop_grace=2.0)
+
+
+@pytest.fixture
+async def engine(store: Store) -> AsyncIterator[Engine]:
+    """A Runtime with every role, on a manual clock and a private action registry."""
+    clock = ManualClock()
+    actions = default_registry()
+    async with Runtime.start(store, config=TEST_CONFIG, clock=clock, actions=actions) as runtime:
+        yield Engine(store=store, clock=clock, actions=actions, runtime=runtime)
+
+
+SUCCEEDED = RunStatus.SUCCEEDED
+FAILED = RunStatus.FAILED
+CANCELLED = RunStatus.CANCELLED

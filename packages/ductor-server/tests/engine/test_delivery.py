@@ -1,0 +1,350 @@
+"""Delivery guarantees: the http action end to end, redelivery after a lease
+expiry, several engines on one store, handler timeouts and crashes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from ductor_server.engine.actions import ActionCall, default_registry
+from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.queue import InProcessWakeUp
+from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
+from ductor_server.engine.workers import Workers
+from ductor_server.storage import Store
+
+from .conftest import FAILED, SUCCEEDED, TENANT, TEST_CONFIG, Engine, step
+from .httpsink import HttpSink
+
+
+@pytest.fixture
+def sink() -> Iterator[HttpSink]:
+    with HttpSink() as s:
+        yield s
+
+
+async def test_http_action_retries_a_503_and_sends_the_attempt_key(
+    engine: Engine, sink: HttpSink
+) -> None:
+    await engine.publish(
+        {
+            "family_slug": "webhook",
+            "steps": [
+                {
+                    "ref": "call",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {
+                        "action": "http",
+                        "params": {
+                            "url": f"'{sink.url}/flaky/1'",
+                            "body": "{'order': input.id}",
+                            "headers": "{'X-Source': 'ductor'}",
+                        },
+                    },
+                    "retry": {"max_attempts": 3, "initial_interval": "1s"},
+                }
+            ],
+        }
+    )
+    run = await engine.trigger("webhook", {"id": "o-9"})
+    done = await engine.wait_run(run.id)
+    assert done.status == SUCCEEDED
+    seen = sink.requests_to("/flaky")
+    assert [s.headers["idempotency-key"] for s in seen] == [
+        f"{run.id}:call:-1:1",
+        f"{run.id}:call:-1:2",
+    ]
+    assert all(msgspec.json.decode(s.body) == {"order": "o-9"} for s in seen)
+    assert all(s.headers["x-source"] == "ductor" for s in seen)
+    output = step(done, "call").output
+    assert output["status"] == 200
+    assert output["body"]["key"] == f"{run.id}:call:-1:2"
+
+
+async def test_http_4xx_fails_without_retry(engine: Engine, sink: HttpSink) -> None:
+    await engine.publish(
+        {
+            "family_slug": "bad-request",
+            "steps": [
+                {
+                    "ref": "call",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {"action": "http", "params": {"url": f"'{sink.url}/status/422'"}},
+                }
+            ],
+        }
+    )
+    done = await engine.wait_run((await engine.trigger("bad-request", {})).id)
+    assert done.status == FAILED
+    assert step(done, "call").error.code == "http.422"
+    assert step(done, "call").attempt == 1
+    assert len(sink.requests_to("/status/422")) == 1
+
+
+async def test_a_redelivered_task_is_applied_once(store: Store) -> None:
+    """Worker A leases the task and stalls past its lease; worker B leases it again
+    and finishes; when A finally finishes, its duplicate outcome writes nothing."""
+    clock = ManualClock()
+    calls: list[str] = []
+    release_a = asyncio.Event()
+
+    async def slowpoke(call: ActionCall) -> Any:
+        who = "a" if not calls else "b"
+        calls.append(who)
+        if who == "a":
+            await release_a.wait()
+        return {"by": who}
+
+    registry = default_registry()
+    registry.register_action("slowpoke", slowpoke)
+    roles = [Role.COORDINATOR, Role.TIMER]
+    async with Runtime.start(store, roles=roles, config=TEST_CONFIG, clock=clock) as runtime:
+        services = runtime.services
+        await services.publish_workflow(
+            TENANT,
+            {
+                "family_slug": "once",
+                "steps": [{"ref": "s", "type": "STEP_TYPE_ACTION", "args": {"action": "slowpoke"}}],
+            },
+        )
+        run = await services.trigger_run(TENANT, "once", None, {}, None)
+        wake = InProcessWakeUp()
+        a = Workers(store, registry, clock=clock, wake=wake, lease_seconds=10, owner="worker-a")
+        b = Workers(
+            store, registry, clock=clock, wake=runtime.wakeup, lease_seconds=10, owner="worker-b"
+        )
+        reporters = [
+            asyncio.create_task(a.report_forever()),
+            asyncio.create_task(b.report_forever()),
+        ]
+        try:
+            [leased_a] = await a.lease_batch(5)
+            assert await b.lease_batch(5) == []  # leased to A
+            clock.advance(11)  # A's lease expires (A sends no heartbeat here)
+            [leased_b] = await b.lease_batch(5)
+            assert leased_b.id == leased_a.id
+            assert leased_b.deliveries == 2
+            view = await _wait_end(services, run.id)
+            assert view.status == SUCCEEDED
+            assert step(view, "s").output == {"by": "b"}
+            release_a.set()
+            await _until(lambda: a.redeliveries_dropped == 1)
+        finally:
+            for task in reporters:
+                task.cancel()
+            await asyncio.gather(*reporters, return_exceptions=True)
+        assert calls == ["a", "b"]
+        assert a.attempts_recorded == 0
+        assert b.attempts_recorded == 1
+        async with store.transaction() as tx:
+            attempts = await tx.list_attempts(TENANT, run.id)
+            task = await tx.get_task(TENANT, leased_a.id)
+        assert [(x.attempt, x.output) for x in attempts] == [(1, {"by": "b"})]
+        assert task is not None
+        assert task.status.value == "done"
+        final = await services.get_run(TENANT, run.id)
+        assert step(final, "s").output == {"by": "b"}
+        assert step(final, "s").attempt == 1
+
+
+async def _wait_end(services: Any, run_id: str) -> Any:
+    for _ in range(2000):
+        view = await services.get_run(TENANT, run_id)
+        if view.status.terminal:
+            return view
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"run {run_id} did not end")
+
+
+async def _until(predicate: Any) -> None:
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> None:
+    clock = ManualClock()
+    counts: dict[str, int] = {}
+
+    async def count(call: ActionCall) -> Any:
+        counts[call.idempotency_key] = counts.get(call.idempotency_key, 0) + 1
+        await asyncio.sleep(0)
+        return call.step_ref
+
+    registry = default_registry()
+    registry.register_action("count", count)
+    steps = [
+        {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "count"}} for i in range(3)
+    ]
+    edges = [{"source_ref": f"s{i}", "target_ref": f"s{i + 1}"} for i in range(2)]
+    async with (
+        Runtime.start(store, config=TEST_CONFIG, clock=clock, actions=registry) as one,
+        Runtime.start(store, config=TEST_CONFIG, clock=clock, actions=registry) as two,
+    ):
+        await one.services.publish_workflow(
+            TENANT, {"family_slug": "chain", "steps": steps, "edges": edges}
+        )
+        runs = []
+        for i in range(12):
+            services = one.services if i % 2 else two.services
+            runs.append(await services.trigger_run(TENANT, "chain", None, {"i": i}, None))
+        for run in runs:
+            view = await _wait_end(one.services, run.id)
+            assert view.status == SUCCEEDED
+            assert view.output == {"s2": "s2"}
+    assert len(counts) == 36
+    assert set(counts.values()) == {1}
+    assert one.coordinator.ticks + two.coordinator.ticks >= 36
+
+
+async def test_an_attempt_that_overruns_its_timeout_fails_with_step_timeout(engine: Engine) -> None:
+    async def sleepy(call: ActionCall) -> Any:
+        await asyncio.sleep(5)
+
+    engine.actions.register_action("sleepy", sleepy)
+    await engine.publish(
+        {
+            "family_slug": "timeout",
+            "steps": [
+                {
+                    "ref": "s",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {"action": "sleepy"},
+                    "timeout": "100ms",
+                    "retry": {"max_attempts": 1},
+                }
+            ],
+        }
+    )
+    done = await engine.wait_run((await engine.trigger("timeout", {})).id)
+    assert done.status == FAILED
+    assert step(done, "s").error.code == "step.timeout"
+
+
+async def test_a_crashing_handler_fails_the_attempt_not_the_worker(engine: Engine) -> None:
+    async def crash(call: ActionCall) -> Any:
+        raise RuntimeError("kaboom")
+
+    engine.actions.register_action("crash", crash)
+    await engine.publish(
+        {
+            "family_slug": "crash",
+            "steps": [
+                {
+                    "ref": "s",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {"action": "crash"},
+                    "retry": {"max_attempts": 2, "initial_interval": "1s"},
+                }
+            ],
+        }
+    )
+    run = await engine.trigger("crash", {})
+    await engine.wait_step(run.id, "s", "retrying")
+    await engine.advance(2)
+    done = await engine.wait_run(run.id)
+    assert done.status == FAILED
+    assert step(done, "s").error.code == "handler.crashed"
+    assert "kaboom" in step(done, "s").error.message
+    assert step(done, "s").attempt == 2
+    # The worker is still serving.
+    await engine.publish(
+        {
+            "family_slug": "after-crash",
+            "steps": [{"ref": "n", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}],
+        }
+    )
+    assert (await engine.wait_run((await engine.trigger("after-crash", {})).id)).status == SUCCEEDED
+
+
+async def test_stopping_reports_quick_handlers_and_releases_slow_ones(store: Store) -> None:
+    clock = ManualClock()
+    started: list[str] = []
+    gate = asyncio.Event()
+
+    async def handler(call: ActionCall) -> Any:
+        started.append(call.step_ref)
+        if call.step_ref == "slow" and len(started) <= 2:
+            await asyncio.sleep(30)  # outlives the stop grace: released, run again later
+        elif call.step_ref == "quick":
+            await gate.wait()
+        return {"ref": call.step_ref}
+
+    registry = default_registry()
+    registry.register_action("h", handler)
+    config = RuntimeConfig(poll_interval=0.05, lease_seconds=300, stop_grace=0.5)
+    first = Runtime(store, config=config, clock=clock, actions=registry)
+    first.launch()
+    services = first.services
+    await services.publish_workflow(
+        TENANT,
+        {
+            "family_slug": "two",
+            "steps": [
+                {"ref": "slow", "type": "STEP_TYPE_ACTION", "args": {"action": "h"}},
+                {"ref": "quick", "type": "STEP_TYPE_ACTION", "args": {"action": "h"}},
+            ],
+        },
+    )
+    run = await services.trigger_run(TENANT, "two", None, {}, None)
+    await _until(lambda: set(started) == {"slow", "quick"})
+    stopping = asyncio.create_task(first.stop())
+    await asyncio.sleep(0.1)
+    gate.set()  # "quick" finishes inside the grace period
+    await stopping
+    async with store.transaction() as tx:
+        attempts = await tx.list_attempts(TENANT, run.id)
+        depth = await tx.count_tasks(now=clock.now())
+    assert [a.step_ref for a in attempts] == ["quick"]
+    assert depth["ready"] == 1  # "slow" went back to the queue, no lease to wait out
+    assert depth["leased"] == 0
+    async with Runtime.start(store, config=config, clock=clock, actions=registry) as second:
+        done = await _wait_end(second.services, run.id)
+    assert done.status == SUCCEEDED
+    assert step(done, "slow").output == {"ref": "slow"}
+    assert started.count("slow") == 2
+    assert started.count("quick") == 1
+
+
+async def test_roles_split_across_runtimes_cooperate_by_polling(store: Store) -> None:
+    """Coordinator+timer in one runtime, workers in another, an API-only one that
+    triggers: no shared wake-ups, the loops find their work by polling."""
+    clock = ManualClock()
+    registry = default_registry()
+    async with (
+        Runtime.start(store, roles=["api"], config=TEST_CONFIG, clock=clock) as api,
+        Runtime.start(store, roles=["coordinator", "timer"], config=TEST_CONFIG, clock=clock),
+        Runtime.start(store, roles=["worker"], config=TEST_CONFIG, clock=clock, actions=registry),
+    ):
+        assert api.roles == {Role.API}
+        await api.services.publish_workflow(
+            TENANT,
+            {
+                "family_slug": "split",
+                "steps": [
+                    {
+                        "ref": "a",
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {"action": "noop", "params": {"v": "1"}},
+                    },
+                    {"ref": "w", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}},
+                ],
+                "edges": [{"source_ref": "a", "target_ref": "w"}],
+            },
+        )
+        run = await api.services.trigger_run(TENANT, "split", None, {}, None)
+        for _ in range(2000):
+            view = await api.services.get_run(TENANT, run.id)
+            if step(view, "w").status.value == "STEP_STATUS_WAITING":
+                break
+            await asyncio.sleep(0.01)
+        clock.advance(1)
+        done = await _wait_end(api.services, run.id)
+    assert done.status == SUCCEEDED
+    assert step(done, "a").output == {"v": 1}

@@ -1,0 +1,258 @@
+"""Store lifecycle: migrations, ping, closed stores, rollback writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from ductor_server.storage import (
+    AttemptRecord,
+    EventRecord,
+    NewHistoryEntry,
+    RunRef,
+    Store,
+    StoreError,
+    StoreUnavailable,
+    TimerRecord,
+    open_store,
+)
+from ductor_server.storage._migrator import migration_files, split_statements
+from ductor_server.storage.postgres import PostgresStore
+
+from .builders import NOW, new_run, new_task
+
+_SECOND = timedelta(seconds=1)
+
+
+async def test_migrate_again_applies_nothing(store: Store) -> None:
+    assert await store.migrate() == []
+    await store.ping()
+
+
+async def test_concurrent_migrations_apply_each_file_once(store_target: str) -> None:
+    stores = [open_store(store_target) for _ in range(3)]
+    for s in stores:
+        await s.open()
+    try:
+        results = await asyncio.gather(*(s.migrate() for s in stores))
+        applied = [name for result in results for name in result]
+        assert sorted(applied) == [name for name, _ in migration_files(stores[0].backend)]
+        async with stores[0].transaction() as tx:
+            await tx.ensure_tenant("t1", name="one", now=NOW)
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_closed_store_is_unavailable(store_target: str) -> None:
+    s = open_store(store_target)
+    with pytest.raises(StoreUnavailable):
+        await s.ping()
+    await s.open()
+    await s.ping()
+    await s.close()
+    await s.close()  # twice is fine
+    with pytest.raises(StoreUnavailable):
+        async with s.transaction():
+            pass
+
+
+async def test_unreachable_postgres_is_unavailable() -> None:
+    assert open_store("postgresql://postgres@127.0.0.1:1/nothing").backend == "postgres"
+    s = PostgresStore("postgresql://postgres@127.0.0.1:1/nothing", connect_timeout=0.5)
+    with pytest.raises(StoreUnavailable):
+        await s.open()
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_a_rolled_back_transaction_writes_nothing(store: Store) -> None:
+    async def write_then_fail() -> None:
+        async with store.transaction() as tx:
+            await tx.ensure_tenant("t1", name="one", now=NOW)
+            await tx.insert_runs([new_run("t1", "r1")])
+            await tx.enqueue_tasks([new_task("t1", "r1", "a")])
+            await tx.record_attempts(
+                [
+                    AttemptRecord(
+                        tenant_id="t1",
+                        run_id="r1",
+                        step_ref="a",
+                        attempt=1,
+                        ok=True,
+                        started_at=NOW,
+                        finished_at=NOW,
+                    )
+                ]
+            )
+            await tx.set_timers(
+                [TimerRecord(tenant_id="t1", run_id="r1", timer_id="x", fire_at=NOW)]
+            )
+            await tx.insert_events(
+                [EventRecord(tenant_id="t1", id="e1", name="n", received_at=NOW)]
+            )
+            await tx.append_history(
+                [NewHistoryEntry(tenant_id="t1", run_id="r1", at=NOW, kind="run.started")]
+            )
+            raise Boom
+
+    with pytest.raises(Boom):
+        await write_then_fail()
+    async with store.transaction() as tx:
+        assert await tx.get_tenant("t1") is None
+        assert await tx.get_run("t1", "r1") is None
+        assert await tx.get_runs([RunRef(tenant_id="t1", run_id="r1")]) == []
+        assert await tx.lease_tasks(owner="w", limit=10, lease_for=_SECOND, now=NOW) == []
+        assert await tx.list_attempts("t1", "r1") == []
+        assert await tx.due_timers(now=NOW, limit=10) == []
+        assert await tx.get_event("t1", "e1") is None
+        assert await tx.list_history("t1", "r1") == []
+    # ...and the store still works afterwards.
+    async with store.transaction() as tx:
+        assert (await tx.insert_runs([new_run("t1", "r1")]))[0].created
+
+
+async def test_a_cancelled_transaction_writes_nothing(store: Store) -> None:
+    entered = asyncio.Event()
+
+    async def writer() -> None:
+        async with store.transaction() as tx:
+            await tx.insert_runs([new_run("t1", "r1")])
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(writer())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with store.transaction() as tx:
+        assert await tx.get_run("t1", "r1") is None
+
+
+def test_split_statements_drops_comments_and_keeps_multiline_statements() -> None:
+    script = "-- note\nCREATE TABLE a (\n  x int\n);\n\nCREATE INDEX i ON a (x);\n"
+    assert split_statements(script) == ["CREATE TABLE a (\n  x int\n)", "CREATE INDEX i ON a (x)"]
+
+
+def test_both_backends_have_the_same_migrations() -> None:
+    sqlite = [name for name, _ in migration_files("sqlite")]
+    postgres = [name for name, _ in migration_files("postgres")]
+    assert sqlite == postgres
+    assert sqlite[0] == "0001_init"
+
+
+async def test_a_nested_sqlite_transaction_fails_instead_of_deadlocking(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "nested.db")
+    await store.open()
+    await store.migrate()
+    try:
+
+        async def nested() -> None:
+            async with store.transaction() as tx:
+                await tx.ensure_tenant("t1", name="one", now=NOW)
+                async with store.transaction():
+                    pass
+
+        with pytest.raises(StoreError) as info:
+            await asyncio.wait_for(nested(), timeout=10)
+        assert info.value.code == "storage.nested_transaction"
+        async with store.transaction() as tx:
+            assert await tx.get_tenant("t1") is None  # the outer one rolled back
+    finally:
+        await store.close()
+
+
+async def test_the_store_survives_transactions_cancelled_at_any_point(store: Store) -> None:
+    async def writer(i: int) -> None:
+        async with store.transaction() as tx:
+            await tx.insert_runs([new_run("t1", f"r{i}")])
+            await tx.enqueue_tasks([new_task("t1", f"r{i}", "a")])
+
+    for delay in range(12):
+        # cancel after a different number of loop turns each time: before BEGIN,
+        # during a statement, between statements, during COMMIT
+        task = asyncio.create_task(writer(delay))
+        for _ in range(delay):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", "after")])
+    async with store.transaction() as tx:
+        assert await tx.get_run("t1", "after") is not None
+        # every run that committed has its task too: no half-written transaction
+        page = await tx.list_runs("t1", limit=100)
+        tasks = await tx.lease_tasks(owner="w", limit=100, lease_for=_SECOND, now=NOW)
+    assert {r.id for r in page.items} - {"after"} == {t.run_id for t in tasks}
+
+
+async def test_two_stores_on_one_sqlite_file_both_write(tmp_path: Path) -> None:
+    # e.g. `ductor migrate` or a second process while `ductor dev` runs
+    path = tmp_path / "shared.db"
+    first, second = open_store(path), open_store(path)
+    for s in (first, second):
+        await s.open()
+        await s.migrate()
+    try:
+
+        async def write(s: Store, prefix: str) -> None:
+            for i in range(20):
+                async with s.transaction() as tx:
+                    await tx.insert_runs([new_run("t1", f"{prefix}{i}")])
+
+        await asyncio.wait_for(asyncio.gather(write(first, "a"), write(second, "b")), timeout=60)
+        async with first.transaction() as tx:
+            assert len((await tx.list_runs("t1", limit=100)).items) == 40
+    finally:
+        await first.close()
+        await second.close()
+
+
+def test_open_store_picks_the_backend_from_the_target(tmp_path: Path) -> None:
+    assert open_store("postgresql://u@127.0.0.1/db").backend == "postgres"
+    assert open_store("postgres://u@127.0.0.1/db").backend == "postgres"
+    plain = open_store(tmp_path / "a.db")
+    url = open_store(f"sqlite://{tmp_path}/b.db")
+    assert plain.backend == url.backend == "sqlite"
+    assert getattr(url, "path", None) == tmp_path / "b.db"
+
+
+async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:
+    # Reads the live schema, so a future migration that forgets tenant_id fails here.
+    from ductor_server.storage.postgres import PostgresTx
+    from ductor_server.storage.sqlite import SqliteTx
+
+    async with store.transaction() as tx:
+        if isinstance(tx, PostgresTx):
+            rows = await tx._fetchall(
+                "SELECT table_name, column_name FROM information_schema.columns"
+                " WHERE table_schema = 'public'"
+            )
+        else:
+            assert isinstance(tx, SqliteTx)
+            tables = await tx._fetchall(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+            rows = []
+            for (table,) in tables:
+                for column in await tx._fetchall(f"PRAGMA table_info({table})"):
+                    rows.append((table, column[1]))
+    columns: dict[str, set[str]] = {}
+    for table, column in rows:
+        columns.setdefault(table, set()).add(column)
+    assert {"runs", "tasks", "attempts", "timers", "waits", "events"} <= set(columns)
+    missing = sorted(
+        t for t, cols in columns.items() if "tenant_id" not in cols and t not in _GLOBAL_TABLES
+    )
+    assert missing == []
+
+
+_GLOBAL_TABLES = {"tenants", "schema_migrations"}

@@ -1,0 +1,215 @@
+"""The durable task queue (leases, expiry, completion) and append-only attempts."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from ductor_core.runs import DispatchTask, ErrorInfo
+from ductor_server.storage import AttemptRecord, NewTask, Store, TaskRef, TaskStatus
+
+from .builders import NOW, at, new_task
+
+LEASE = timedelta(seconds=30)
+
+
+def ref(task_id: str, tenant_id: str = "t1") -> TaskRef:
+    return TaskRef(tenant_id=tenant_id, task_id=task_id)
+
+
+async def test_a_task_reads_back_as_queued(store: Store) -> None:
+    command = DispatchTask(
+        step_ref="call",
+        item_index=2,
+        attempt=3,
+        step_type="STEP_TYPE_ACTION",
+        handler="action:http",
+        payload={"url": "http://127.0.0.1/x", "body": [1, "two"]},
+        idempotency_key="r1:call:2:3",
+        timeout_seconds=2.5,
+    )
+    task = NewTask.from_dispatch("t1", "r1", command, available_at=NOW)
+    async with store.transaction() as tx:
+        assert await tx.enqueue_tasks([task, task]) == [True, False]
+        [leased] = await tx.lease_tasks(owner="w1", limit=10, lease_for=LEASE, now=NOW)
+        stored = await tx.get_task("t1", leased.id)
+    assert stored == leased
+    assert (leased.step_ref, leased.item_index, leased.attempt) == ("call", 2, 3)
+    assert leased.handler == "action:http"
+    assert leased.payload == command.payload
+    assert leased.idempotency_key == "r1:call:2:3"
+    assert leased.timeout_seconds == 2.5
+    assert leased.status is TaskStatus.LEASED
+    assert leased.lease_owner == "w1"
+    assert leased.lease_until == NOW + LEASE
+    assert leased.deliveries == 1
+    assert leased.created_at == NOW
+
+
+async def test_leasing_order_availability_and_handlers(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks(
+            [
+                new_task("t1", "r1", "late", available_at=at(20)),
+                new_task("t1", "r1", "a", available_at=at(-2)),
+                new_task("t2", "r2", "b", available_at=at(-3)),
+                new_task("t1", "r1", "urgent", available_at=at(0), tier=5),
+                new_task("t1", "r1", "bridge", available_at=at(-9), handler="bridge"),
+            ]
+        )
+    async with store.transaction() as tx:
+        first = await tx.lease_tasks(
+            owner="w", limit=2, lease_for=LEASE, now=NOW, handlers=["action:noop"]
+        )
+        assert [t.step_ref for t in first] == ["urgent", "b"]
+        assert await tx.lease_tasks(owner="w", limit=5, lease_for=LEASE, now=NOW, handlers=[]) == []
+        rest = await tx.lease_tasks(owner="w", limit=10, lease_for=LEASE, now=NOW)
+        assert [t.step_ref for t in rest] == ["bridge", "a"]
+        assert await tx.lease_tasks(owner="w", limit=10, lease_for=LEASE, now=NOW) == []
+        assert await tx.count_tasks(now=NOW) == {"ready": 0, "scheduled": 1, "leased": 4}
+        late = await tx.lease_tasks(owner="w", limit=10, lease_for=LEASE, now=at(20))
+        assert [t.step_ref for t in late] == ["late"]
+
+
+async def test_an_expired_lease_is_leased_again(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", "a")])
+        [task] = await tx.lease_tasks(owner="w1", limit=1, lease_for=LEASE, now=NOW)
+    async with store.transaction() as tx:
+        # still held: nobody else gets it
+        assert await tx.lease_tasks(owner="w2", limit=1, lease_for=LEASE, now=at(29)) == []
+        # heartbeat by the holder pushes the lease; a stranger cannot
+        assert await tx.extend_leases([ref(task.id)], owner="w2", lease_until=at(90)) == [False]
+        assert await tx.extend_leases([ref(task.id)], owner="w1", lease_until=at(45)) == [True]
+        assert await tx.lease_tasks(owner="w2", limit=1, lease_for=LEASE, now=at(44)) == []
+        [again] = await tx.lease_tasks(owner="w2", limit=1, lease_for=LEASE, now=at(45))
+    assert again.id == task.id
+    assert again.idempotency_key == task.idempotency_key  # same attempt key: dedupe works
+    assert again.lease_owner == "w2"
+    assert again.deliveries == 2
+    assert again.lease_until == at(45) + LEASE
+
+
+async def test_completed_tasks_are_never_leased_again(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", s) for s in "abc"])
+        leased = await tx.lease_tasks(owner="w", limit=3, lease_for=LEASE, now=NOW)
+        ids = [t.id for t in leased]
+        assert await tx.complete_tasks([ref(ids[0]), ref(ids[0]), ref(ids[1], "t2")]) == [
+            True,
+            False,
+            False,  # another tenant cannot complete it
+        ]
+        assert await tx.complete_tasks([ref("nope"), ref("999999")]) == [False, False]
+        assert await tx.release_tasks([ref(ids[1])], available_at=at(5)) == 1
+        assert await tx.release_tasks([ref(ids[0])], available_at=at(5)) == 0  # done stays done
+        done = await tx.get_task("t1", ids[0])
+        assert done is not None
+        assert done.status is TaskStatus.DONE
+        assert done.lease_owner is None
+        # long after every lease expired, only the released task comes back
+        later = await tx.lease_tasks(owner="w2", limit=10, lease_for=LEASE, now=at(10))
+        assert [t.id for t in later] == [ids[1]]
+        # ...and the one whose lease expired
+        expired = await tx.lease_tasks(owner="w3", limit=10, lease_for=LEASE, now=at(100))
+        assert sorted(t.id for t in expired) == sorted([ids[1], ids[2]])
+        assert await tx.get_task("t1", "not-a-number") is None
+        assert await tx.get_task("t2", ids[1]) is None
+
+
+async def test_dropping_a_runs_tasks_leaves_leased_and_other_runs_alone(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks(
+            [
+                new_task("t1", "r1", "leased"),
+                new_task("t1", "r1", "queued", available_at=at(1)),
+                new_task("t1", "r2", "other", available_at=at(1)),
+            ]
+        )
+        await tx.lease_tasks(owner="w", limit=1, lease_for=LEASE, now=NOW)
+        assert await tx.drop_run_tasks("t2", "r1") == 0
+        assert await tx.drop_run_tasks("t1", "r1") == 1
+        rest = await tx.lease_tasks(owner="w", limit=10, lease_for=LEASE, now=at(1))
+        assert [t.step_ref for t in rest] == ["other"]
+
+
+async def test_concurrent_leasers_get_disjoint_tasks(store: Store) -> None:
+    count = 120
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", f"r{i}", "a") for i in range(count)])
+
+    async def leaser(name: str) -> list[str]:
+        got: list[str] = []
+        while True:
+            async with store.transaction() as tx:
+                batch = await tx.lease_tasks(owner=name, limit=7, lease_for=LEASE, now=NOW)
+                await asyncio.sleep(0)  # let the others run while our rows are locked
+            if not batch:
+                return got
+            got += [t.id for t in batch]
+
+    results = await asyncio.wait_for(
+        asyncio.gather(*(leaser(f"w{i}") for i in range(4))), timeout=60
+    )
+    every = [task_id for got in results for task_id in got]
+    assert len(every) == count
+    assert len(set(every)) == count
+    if store.backend == "postgres":
+        assert sum(1 for got in results if got) > 1  # really concurrent, not one after another
+
+
+def attempt(
+    n: int, *, ok: bool = True, output: object = None, run_id: str = "r1", tenant_id: str = "t1"
+) -> AttemptRecord:
+    return AttemptRecord(
+        tenant_id=tenant_id,
+        run_id=run_id,
+        step_ref="a",
+        item_index=-1,
+        attempt=n,
+        ok=ok,
+        output=output,
+        error=None if ok else ErrorInfo(code="boom", message="it broke", retryable=True),
+        started_at=at(n),
+        finished_at=at(n + 0.5),
+    )
+
+
+async def test_a_duplicate_attempt_writes_nothing(store: Store) -> None:
+    async with store.transaction() as tx:
+        assert await tx.record_attempts([attempt(1, ok=False)]) == [True]
+        assert await tx.record_attempts(
+            [attempt(1, output="second delivery"), attempt(2, output={"v": 1}), attempt(2)]
+        ) == [False, True, False]
+        assert await tx.record_attempts([attempt(1, tenant_id="t2")]) == [True]
+    async with store.transaction() as tx:
+        stored = await tx.list_attempts("t1", "r1")
+    assert [(a.attempt, a.ok, a.output) for a in stored] == [(1, False, None), (2, True, {"v": 1})]
+    assert stored[0].error == ErrorInfo(code="boom", message="it broke", retryable=True)
+    assert stored[1].started_at == at(2)
+    assert stored[1].finished_at == at(2.5)
+
+
+async def test_concurrent_deliveries_of_one_attempt_record_it_once(store: Store) -> None:
+    async def deliver(tag: int) -> bool:
+        async with store.transaction() as tx:
+            [new] = await tx.record_attempts([attempt(1, output=tag)])
+            return new
+
+    results = await asyncio.gather(*(deliver(i) for i in range(5)))
+    assert results.count(True) == 1
+    async with store.transaction() as tx:
+        [stored] = await tx.list_attempts("t1", "r1")
+    assert stored.output == results.index(True)
+
+
+async def test_overdue_leases_come_before_queued_tasks(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", "stuck"), new_task("t1", "r1", "stuck2")])
+        await tx.lease_tasks(owner="w1", limit=2, lease_for=LEASE, now=NOW)
+        await tx.enqueue_tasks([new_task("t1", "r1", "vip", tier=9, available_at=at(1))])
+        first = await tx.lease_tasks(owner="w2", limit=1, lease_for=LEASE, now=at(31))
+        rest = await tx.lease_tasks(owner="w2", limit=5, lease_for=LEASE, now=at(31))
+    assert [t.step_ref for t in first] == ["stuck"]
+    assert [t.step_ref for t in rest] == ["stuck2", "vip"]
+    assert [t.deliveries for t in first + rest] == [2, 2, 1]

@@ -1,0 +1,45 @@
+"""docs/api.md agrees with the server: the error-code table is the one the API
+uses, every resource in the docs is in the OpenAPI document, and the error
+example is what the server really answers."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ductor_server.api.bodies import TriggerRunBody, decode_body
+from ductor_server.api.errors import STATUS_BY_CODE, ApiError
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+
+
+def test_the_error_table_is_the_servers() -> None:
+    rows = re.findall(r"^\| `([a-z_.]+)` \| (\d{3}) \|", DOC, re.MULTILINE)
+    assert {code: int(status) for code, status in rows} == STATUS_BY_CODE
+    assert len(rows) == len(STATUS_BY_CODE), "a code is listed twice"
+
+
+def test_the_error_example_is_real() -> None:
+    example = json.loads(re.search(r"```json\n(.*?)\n```", DOC, re.DOTALL).group(1))  # type: ignore[union-attr]
+    with pytest.raises(ApiError) as refused:
+        decode_body(b'{"family_slug": "x", "version": "one"}', TriggerRunBody)
+    exc = refused.value
+    assert {"code": exc.code, "message": exc.message, "details": exc.details} == example
+
+
+def test_every_documented_resource_is_routed() -> None:
+    from ductor_server import Settings, create_app
+
+    app = create_app(Settings())
+    routed = {
+        (method, route.path_format)
+        for route in app.routes
+        for method in getattr(route, "methods", ())
+    }
+    documented = re.findall(r"^\| `(GET|POST) (/[^`?]*)", DOC, re.MULTILINE)
+    assert documented
+    for method, path in documented:
+        assert (method, path) in routed, (method, path)

@@ -1,0 +1,122 @@
+"""docs/getting-started.md, executed: every ```sh block runs, in order, in one bash.
+
+A block that starts the server (`ductor dev`) runs in the background and the
+next block waits until the server answers; `kill -9` in the doc really kills
+it. The port is a free one instead of 7070 (via DUCTOR_PORT / DUCTOR_URL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
+SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+WAIT_READY = """\
+"$PYTHON" - <<'PY'
+import os, sys, time, httpx
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    try:
+        if httpx.get(os.environ["DUCTOR_URL"] + "/readyz", timeout=1).status_code == 200:
+            sys.exit(0)
+    except httpx.TransportError:
+        pass
+    time.sleep(0.1)
+sys.exit("the server did not become ready in 60s")
+PY
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def doc_blocks() -> list[str]:
+    return SH_BLOCK.findall(DOC.read_text())
+
+
+def doc_script(port: int) -> str:
+    """The doc's shell blocks as one script; server starts go to the background."""
+    parts = ["set -euo pipefail"]
+    for block in doc_blocks():
+        if block.strip().startswith("ductor dev"):
+            parts.append(f"{block.strip()} >> server.log 2>&1 &")
+            parts.append(WAIT_READY)
+        else:
+            parts.append(block.replace("127.0.0.1:7070", f"127.0.0.1:{port}"))
+    return "\n".join(parts) + "\n"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    pid_file = tmp_path / ".ductor" / "ductor.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_the_doc_has_the_steps_it_promises() -> None:
+    blocks = doc_blocks()
+    starts = [b for b in blocks if b.strip().startswith("ductor dev")]
+    assert len(starts) == 2, "start, then start again after the kill"
+    text = "\n".join(blocks)
+    for command in (
+        "ductor workflows validate",
+        "ductor workflows publish",
+        "ductor runs trigger",
+        "ductor runs watch",
+        'kill -9 "$(cat .ductor/ductor.pid)"',
+    ):
+        assert command in text, command
+
+
+@pytest.mark.slow
+def test_getting_started_runs_as_written(workdir: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
+    env.update(
+        {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "PYTHON": sys.executable,
+            "DUCTOR_PORT": str(port),
+            "DUCTOR_URL": f"http://127.0.0.1:{port}",
+            "DUCTOR_POLL_INTERVAL": "0.2",
+        }
+    )
+    result = subprocess.run(
+        ["bash", "-c", doc_script(port)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    log = (workdir / "server.log").read_text() if (workdir / "server.log").exists() else ""
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n--- server\n{log}"
+    out = result.stdout
+    assert "hello-world.json: valid" in out
+    assert "published hello-world version 1 (sha256:" in out
+    assert "published nap version 1" in out
+    assert '"waited_until"' in out
+    assert '"rested": true' in out
+    assert '"message":"hello"' in out.replace(" ", "")  # from the curl call
+    # Two servers started; the first was killed, the second finished the nap.
+    assert log.count("(embedded) on http://127.0.0.1:") == 2
+    assert "API key (created" in log
+    assert "API key (from" in log
+    assert oct((workdir / ".ductor" / "api_key").stat().st_mode & 0o777) == "0o600"
