@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ductor_server import __version__
 from ductor_server.cli_client import add_client_commands
+from ductor_server.cli_routing import register as add_routing_commands
 from ductor_server.cli_server import add_server_commands
 
 
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_server_commands(sub)
     add_client_commands(sub)
+    add_routing_commands(sub)
     return parser
 
 
