@@ -173,6 +173,14 @@ class CelRustEngine:
                 code="expression.syntax",
             ) from exc
         called = {name for name in program.functions() if _IDENTIFIER.match(name)}
+        if "has" in called:
+            # The macro never shows up as a call; a `has` that does is has()
+            # with no argument or several, which cel-rust leaves to run time.
+            raise ExpressionError(
+                "syntax error: invalid argument to has(): it takes a field, has(e.f)",
+                expression=source,
+                code="expression.syntax",
+            )
         unknown = unknown_functions(called, self._registry)
         if unknown:
             raise ExpressionError(

@@ -459,6 +459,16 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
 # ------------------------------------------------------------ the evaluator
 
 
+def _has_selection(exprlist: Any) -> Tree[Any] | None:
+    """The `e.f` inside has(e.f), or None when the argument is not one."""
+    node: Any = exprlist
+    while isinstance(node, Tree) and node.data != "member_dot" and len(node.children) == 1:
+        node = node.children[0]
+    if isinstance(node, Tree) and node.data == "member_dot":
+        return node
+    return None
+
+
 class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
     """celpy's evaluator, but an error inside a map literal is the map's value.
 
@@ -477,6 +487,54 @@ class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
                 raise ValueError(f"Duplicate key {key!r}")
             result[key] = value
         return result
+
+    def member_dot_arg(self, tree: Tree[Any]) -> Any:
+        # filter() and exists_one() take Python truthiness in celpy
+        # (`[1, 2].filter(x, x)` keeps both); CEL wants a bool predicate.
+        method = str(tree.children[1])
+        if method not in ("filter", "exists_one"):
+            return super().member_dot_arg(tree)
+        source = self.visit(tree.children[0])
+        if isinstance(source, celpy.CELEvalError):
+            return source
+        if _kind(source) not in ("list", "map"):
+            return celpy.CELEvalError(
+                f"no such overload: {method}() on a {_kind(source)}", TypeError, ()
+            )
+        predicate = self.build_macro_eval(tree)
+        kept = []
+        for item in source:
+            verdict = predicate(item)
+            if isinstance(verdict, celpy.CELEvalError):
+                return verdict
+            if _kind(verdict) != "bool":
+                return celpy.CELEvalError(
+                    f"no such overload: the {method}() predicate gave a {_kind(verdict)}",
+                    TypeError,
+                    (),
+                )
+            if verdict:
+                kept.append(item)
+        if method == "filter":
+            return celtypes.ListType(kept)
+        return celtypes.BoolType(len(kept) == 1)
+
+    def macro_has_eval(self, exprlist: Tree[Any]) -> Any:
+        # celpy answers has(e.f) with "did e.f evaluate", so a missing `e`, or
+        # an `e` that is a number, gives false. The spec (and cel-rust): e
+        # must evaluate, to a map, and the answer is whether f is a key.
+        node = _has_selection(exprlist)
+        if node is None:
+            return celpy.CELEvalError("has() needs a field selection: has(e.f)", TypeError, ())
+        member_tree, field = node.children
+        member = self.visit(member_tree)
+        if isinstance(member, celpy.CELEvalError):
+            return member
+        if _kind(member) != "map":
+            return celpy.CELEvalError(
+                f"has() on a {_kind(member)}: no such field", TypeError, (str(field),)
+            )
+        return celtypes.BoolType(_map_lookup(member, celtypes.StringType(field)) is not _MISSING)
 
 
 class _SpecRunner(celpy.InterpretedRunner):  # type: ignore[misc]
@@ -659,6 +717,17 @@ class CelPyEngine:
                 expression=source,
                 code="expression.syntax",
             ) from exc
+        for node in ast.iter_subtrees():
+            if (
+                node.data == "ident_arg"
+                and str(node.children[0]) == "has"
+                and (len(node.children) < 2 or _has_selection(node.children[1]) is None)
+            ):
+                raise ExpressionError(
+                    "syntax error: invalid argument to has(): it takes a field, has(e.f)",
+                    expression=source,
+                    code="expression.syntax",
+                )
         unknown = unknown_functions(_called_functions(ast), self._registry)
         if unknown:
             raise ExpressionError(
