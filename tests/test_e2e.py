@@ -8,6 +8,7 @@ output; runs caught in a WAIT, a retry backoff and a slow ACTION survive a
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,49 @@ def test_api_and_engine_in_separate_processes(make_server: Any, postgres_url: st
     assert run["status"] == "RUN_STATUS_SUCCEEDED"
     greet = next(s for s in run["steps"] if s["ref"] == "greet")
     assert greet["output"] == {"message": "hello"}
+
+
+def _chain(url: str) -> dict[str, Any]:
+    def call(ref: str) -> dict[str, Any]:
+        return {
+            "ref": ref,
+            "type": "STEP_TYPE_ACTION",
+            "args": {"action": "http", "params": {"url": json.dumps(url), "body": "input"}},
+            "retry": {"max_attempts": 5, "initial_interval": "1s"},
+        }
+
+    return {
+        "family_slug": "chain",
+        "steps": [
+            call("first"),
+            {"ref": "rest", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}},
+            call("second"),
+        ],
+        "edges": [
+            {"source_ref": "first", "target_ref": "rest"},
+            {"source_ref": "rest", "target_ref": "second"},
+        ],
+    }
+
+
+@pytest.mark.slow
+def test_repeated_kills_at_arbitrary_moments_lose_and_repeat_nothing(
+    server: Any, sink: Any
+) -> None:
+    server.start()
+    with server.client() as http:
+        _publish(http, _chain(f"{sink.url}/ok"))
+        runs = [_trigger(http, "chain", {"n": n}) for n in range(12)]
+    for pause in (1.5, 1.0):
+        time.sleep(pause)
+        server.kill9()
+        server.start()
+    for run_id in runs:
+        run = server.wait_for_run(run_id, timeout=90)
+        assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+        steps = {s["ref"]: s for s in run["steps"]}
+        # Each call's side effect happened under one idempotency key only: the
+        # key of the attempt the run recorded (a redelivery reuses that key).
+        for ref in ("first", "second"):
+            keys = {k for k in sink.effects_for(run_id) if k.split(":")[1] == ref}
+            assert keys == {f"{run_id}:{ref}:-1:{steps[ref]['attempt']}"}, (ref, keys)
