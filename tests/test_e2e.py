@@ -235,6 +235,16 @@ def test_tenants_see_only_their_own(sqlite_server: Any) -> None:
         assert trigger.json()["code"] == "workflow.not_found"
     # The owner still sees its run complete.
     assert server.wait_for_run(run_id)["status"] == "RUN_STATUS_SUCCEEDED"
+    listing = server.cli("runs", "list").stdout
+    assert run_id in listing
+    assert "succeeded" in listing
+    other_listing = server.cli("runs", "list", "--api-key", other_key).stdout
+    assert run_id not in other_listing
+    sent = json.loads(
+        server.cli("events", "send", "nothing.yet", "--data", "{}", "--id", "e1").stdout
+    )
+    assert sent["id"] == "e1"
+    assert sent["duplicate"] is False
 
 
 def test_api_and_engine_in_separate_processes(make_server: Any, postgres_url: str) -> None:
