@@ -262,7 +262,7 @@ class Sink:
     effects the external system performed. `deliveries` logs every request.
     """
 
-    def __init__(self, *, slow_seconds: float = 4.0) -> None:
+    def __init__(self, *, slow_seconds: float = 6.0) -> None:
         self.slow_seconds = slow_seconds
         self.lock = threading.Lock()
         self.effects: dict[str, int] = {}

@@ -8,6 +8,7 @@ output; runs caught in a WAIT, a retry backoff and a slow ACTION survive a
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -157,8 +158,8 @@ def test_hello_world_through_the_cli_and_http(server: Any, tmp_path: Path) -> No
 def test_runs_survive_kill_9_of_the_server(server: Any, sink: Any, wait_until: Any) -> None:
     server.start()
     with server.client() as http:
-        _publish(http, _nap(6))
-        _publish(http, _call("flaky-call", f"{sink.url}/flaky", backoff="6s"))
+        _publish(http, _nap(8))
+        _publish(http, _call("flaky-call", f"{sink.url}/flaky", backoff="8s"))
         _publish(http, _call("slow-call", f"{sink.url}/slow"))
         nap = _trigger(http, "nap", {"who": "ada"})
         flaky = _trigger(http, "flaky-call", {"n": 1})
@@ -175,10 +176,10 @@ def test_runs_survive_kill_9_of_the_server(server: Any, sink: Any, wait_until: A
             what="flaky call to back off",
         )
         wait_until(sink.slow_started.is_set, what="the slow call to reach the sink")
-        # Still there at the moment of the kill (else the test proves nothing).
+        # Still there just before the kill (else the test proves nothing); the
+        # slow request has seconds left, the wait and the backoff more.
         assert _step(http, nap, "nap")["status"] == "STEP_STATUS_WAITING"
         assert _step(http, flaky, "call")["status"] == "STEP_STATUS_RETRYING"
-        assert _step(http, slow, "call")["status"] == "STEP_STATUS_RUNNING"
     server.kill9()
     # The kill landed while the slow request was still open at the sink.
     assert sink.effects_for(slow) == {}
@@ -234,6 +235,16 @@ def test_tenants_see_only_their_own(sqlite_server: Any) -> None:
         assert trigger.json()["code"] == "workflow.not_found"
     # The owner still sees its run complete.
     assert server.wait_for_run(run_id)["status"] == "RUN_STATUS_SUCCEEDED"
+    listing = server.cli("runs", "list").stdout
+    assert run_id in listing
+    assert "succeeded" in listing
+    other_listing = server.cli("runs", "list", "--api-key", other_key).stdout
+    assert run_id not in other_listing
+    sent = json.loads(
+        server.cli("events", "send", "nothing.yet", "--data", "{}", "--id", "e1").stdout
+    )
+    assert sent["id"] == "e1"
+    assert sent["duplicate"] is False
 
 
 def test_api_and_engine_in_separate_processes(make_server: Any, postgres_url: str) -> None:
@@ -254,3 +265,49 @@ def test_api_and_engine_in_separate_processes(make_server: Any, postgres_url: st
     assert run["status"] == "RUN_STATUS_SUCCEEDED"
     greet = next(s for s in run["steps"] if s["ref"] == "greet")
     assert greet["output"] == {"message": "hello"}
+
+
+def _chain(url: str) -> dict[str, Any]:
+    def call(ref: str) -> dict[str, Any]:
+        return {
+            "ref": ref,
+            "type": "STEP_TYPE_ACTION",
+            "args": {"action": "http", "params": {"url": json.dumps(url), "body": "input"}},
+            "retry": {"max_attempts": 5, "initial_interval": "1s"},
+        }
+
+    return {
+        "family_slug": "chain",
+        "steps": [
+            call("first"),
+            {"ref": "rest", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}},
+            call("second"),
+        ],
+        "edges": [
+            {"source_ref": "first", "target_ref": "rest"},
+            {"source_ref": "rest", "target_ref": "second"},
+        ],
+    }
+
+
+@pytest.mark.slow
+def test_repeated_kills_at_arbitrary_moments_lose_and_repeat_nothing(
+    server: Any, sink: Any
+) -> None:
+    server.start()
+    with server.client() as http:
+        _publish(http, _chain(f"{sink.url}/ok"))
+        runs = [_trigger(http, "chain", {"n": n}) for n in range(12)]
+    for pause in (1.5, 1.0):
+        time.sleep(pause)
+        server.kill9()
+        server.start()
+    for run_id in runs:
+        run = server.wait_for_run(run_id, timeout=90)
+        assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+        steps = {s["ref"]: s for s in run["steps"]}
+        # Each call's side effect happened under one idempotency key only: the
+        # key of the attempt the run recorded (a redelivery reuses that key).
+        for ref in ("first", "second"):
+            keys = {k for k in sink.effects_for(run_id) if k.split(":")[1] == ref}
+            assert keys == {f"{run_id}:{ref}:-1:{steps[ref]['attempt']}"}, (ref, keys)

@@ -114,6 +114,7 @@ def test_getting_started_runs_as_written(workdir: Path) -> None:
     assert "published nap version 1" in out
     assert '"waited_until"' in out
     assert '"rested": true' in out
+    assert "STEP_STATUS_WAITING" in out  # the nap was asleep when the server died
     assert '"message":"hello"' in out.replace(" ", "")  # from the curl call
     # Two servers started; the first was killed, the second finished the nap.
     assert log.count("(embedded) on http://127.0.0.1:") == 2

@@ -36,6 +36,7 @@ async def test_readyz_follows_the_database(tmp_path: Path, postgres_url: str) ->
             body = down.json()
             assert body["status"] == "unavailable"
             assert body["checks"]["store"].startswith("error")
+            assert body["checks"]["queue"].startswith("error")
             assert (await client.get("/healthz")).status_code == 200  # alive, not ready
         finally:
             _set_connections(postgres_url, allowed=True)

@@ -351,3 +351,19 @@ async def test_versions_number_distinct_contents_in_order_of_first_publish(
         (i + 1, h, {"h": h}) for i, h in enumerate(first_seen)
     ]
     assert latest == versions[-1]
+
+
+async def test_purging_old_events_reopens_their_ids(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_events(
+            [
+                EventRecord(tenant_id="t1", id="old", name="x", received_at=at(0)),
+                EventRecord(tenant_id="t2", id="old", name="x", received_at=at(1)),
+                EventRecord(tenant_id="t1", id="new", name="x", received_at=at(100)),
+            ]
+        )
+        assert await tx.purge_events(received_before=at(50)) == 2
+        assert await tx.get_event("t1", "old") is None
+        assert await tx.get_event("t1", "new") is not None
+        again = EventRecord(tenant_id="t1", id="old", name="x", received_at=at(200))
+        assert await tx.insert_events([again]) == [True]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import msgspec
+
 from ductor_core.runs import DispatchTask, ErrorInfo
 from ductor_server.storage import AttemptRecord, NewTask, Store, TaskRef, TaskStatus
 
@@ -29,10 +31,16 @@ async def test_a_task_reads_back_as_queued(store: Store) -> None:
         timeout_seconds=2.5,
     )
     task = NewTask.from_dispatch("t1", "r1", command, available_at=NOW)
+    later = msgspec.structs.replace(
+        task, idempotency_key="r1:call:2:4", available_at=at(20), created_at=NOW
+    )
     async with store.transaction() as tx:
-        assert await tx.enqueue_tasks([task, task]) == [True, False]
+        assert await tx.enqueue_tasks([task, task, later]) == [True, False, True]
         [leased] = await tx.lease_tasks(owner="w1", limit=10, lease_for=LEASE, now=NOW)
         stored = await tx.get_task("t1", leased.id)
+        [scheduled] = await tx.lease_tasks(owner="w1", limit=10, lease_for=LEASE, now=at(25))
+    assert scheduled.available_at == at(20)
+    assert scheduled.created_at == NOW
     assert stored == leased
     assert (leased.step_ref, leased.item_index, leased.attempt) == ("call", 2, 3)
     assert leased.handler == "action:http"
@@ -213,3 +221,30 @@ async def test_overdue_leases_come_before_queued_tasks(store: Store) -> None:
     assert [t.step_ref for t in first] == ["stuck"]
     assert [t.step_ref for t in rest] == ["stuck2", "vip"]
     assert [t.deliveries for t in first + rest] == [2, 2, 1]
+
+
+async def test_purging_removes_only_old_done_tasks(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks(
+            [
+                new_task("t1", "r1", "old-done", available_at=at(0)),
+                new_task("t2", "r2", "old-done-2", available_at=at(1)),
+                new_task("t1", "r1", "old-queued", available_at=at(2)),
+                new_task("t1", "r1", "new-done", available_at=at(50)),
+            ]
+        )
+        leased = await tx.lease_tasks(owner="w", limit=10, lease_for=LEASE, now=at(100))
+        by_step = {t.step_ref: t for t in leased}
+        await tx.complete_tasks(
+            [
+                ref(by_step["old-done"].id),
+                ref(by_step["old-done-2"].id, "t2"),
+                ref(by_step["new-done"].id),
+            ]
+        )
+        assert await tx.purge_done_tasks(created_before=at(10), limit=1) == 1
+        assert await tx.purge_done_tasks(created_before=at(10)) == 1
+        assert await tx.purge_done_tasks(created_before=at(10)) == 0
+        assert await tx.get_task("t1", by_step["old-done"].id) is None
+        assert await tx.get_task("t1", by_step["old-queued"].id) is not None
+        assert await tx.get_task("t1", by_step["new-done"].id) is not None

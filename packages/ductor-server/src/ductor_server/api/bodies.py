@@ -53,11 +53,12 @@ class EventBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
 
 def line_column(raw: bytes, offset: int) -> tuple[int, int]:
-    """The 1-based line and column of byte `offset` in `raw`."""
+    """The 1-based line and column (in characters) of byte `offset` in `raw`."""
     offset = max(0, min(offset, len(raw)))
     before = raw[:offset]
     line = before.count(b"\n") + 1
-    column = offset - (before.rfind(b"\n") + 1) + 1
+    line_start = before.rfind(b"\n") + 1
+    column = len(raw[line_start:offset].decode("utf-8", "replace")) + 1
     return line, column
 
 

@@ -41,7 +41,8 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Health]:
     if queue_ping is not None:
         checks["queue"] = await _check(queue_ping)
     else:
-        checks["queue"] = "ok"
+        # The durable queue is a table of the store: reachable when the store is.
+        checks["queue"] = checks["store"]
     ok = all(v == "ok" for v in checks.values())
     return Response(
         Health(status="ok" if ok else "unavailable", checks=checks),

@@ -13,6 +13,7 @@ from collections import defaultdict
 from datetime import datetime
 
 import msgspec
+from opentelemetry import trace
 
 from ductor_core.errors import DuctorError
 from ductor_core.runs import ErrorInfo, IgnoredInput, RunFinished, RunState, RunStatus, TickResult
@@ -25,6 +26,7 @@ from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunUpdate
 
 log = logging.getLogger("ductor.coordinator")
+tracer = trace.get_tracer("ductor.engine")
 
 
 def _failed(state: RunState, error: ErrorInfo, now: datetime) -> TickResult:
@@ -80,8 +82,17 @@ class Coordinator:
         commit; return how many."""
         now = self.clock.now()
         effects = Effects()
+        with tracer.start_as_current_span("ductor.coordinator.batch") as span:
+            ticked = await self._tick_batch(now, effects, limit or self.batch)
+            span.set_attribute("ductor.runs", ticked)
+        if ticked:
+            self.batches += 1
+            effects.notify(self.wake)
+        return ticked
+
+    async def _tick_batch(self, now: datetime, effects: Effects, limit: int) -> int:
         async with self.store.transaction() as tx:
-            refs = await tx.claim_runs_with_inbox(now=now, limit=limit or self.batch)
+            refs = await tx.claim_runs_with_inbox(now=now, limit=limit)
             if not refs:
                 return 0
             runs = await tx.get_runs(refs)
@@ -150,8 +161,6 @@ class Coordinator:
             if consumed:
                 await tx.delete_inbox(consumed)
             await effects.flush(tx)
-        self.batches += 1
-        effects.notify(self.wake)
         return len(runs)
 
     async def _tick(

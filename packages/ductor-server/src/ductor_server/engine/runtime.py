@@ -11,7 +11,7 @@ import contextlib
 import enum
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ductor_core.expressions import ExpressionEngine
@@ -20,6 +20,7 @@ from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
 from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.housekeeping import Housekeeping, Retention
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
@@ -51,6 +52,8 @@ class RuntimeConfig:
         lease_seconds: how long a leased task is ours before another worker may take it.
         timer_batch: due timers moved into inboxes per transaction.
         stop_grace: seconds running handlers may take to finish when stopping.
+        housekeeping_interval: seconds between sweeps of expired rows (timer role).
+        retention: how long done tasks, idempotency records and events are kept.
     """
 
     poll_interval: float = 0.5
@@ -60,6 +63,8 @@ class RuntimeConfig:
     lease_seconds: float = 60.0
     timer_batch: int = 256
     stop_grace: float = 5.0
+    housekeeping_interval: float = 300.0
+    retention: Retention = field(default_factory=Retention)
 
 
 class Runtime:
@@ -119,6 +124,12 @@ class Runtime:
             batch=cfg.timer_batch,
             poll_interval=cfg.poll_interval,
         )
+        self.housekeeping = Housekeeping(
+            store,
+            clock=self.clock,
+            retention=cfg.retention,
+            interval=cfg.housekeeping_interval,
+        )
         self._loops: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -153,6 +164,7 @@ class Runtime:
         if self._loops:
             return
         self.coordinator.stopped = self.workers.stopped = self.timers.stopped = False
+        self.housekeeping.stopped = False
 
         def spawn(name: str, coro: Coroutine[Any, Any, None]) -> None:
             self._loops.append(asyncio.create_task(coro, name=f"ductor-{name}"))
@@ -165,12 +177,14 @@ class Runtime:
             spawn("worker-heartbeat", self.workers.heartbeat_forever())
         if Role.TIMER in self.roles:
             spawn("timers", self.timers.run_forever())
+            spawn("housekeeping", self.housekeeping.run_forever())
         self.wake()
 
     async def stop(self) -> None:
         """Stop the loops: finish or release running tasks, then close the handlers."""
         loops, self._loops = self._loops, []
         self.coordinator.stopped = self.workers.stopped = self.timers.stopped = True
+        self.housekeeping.stopped = True
         for loop in loops:
             loop.cancel()
         for loop in loops:

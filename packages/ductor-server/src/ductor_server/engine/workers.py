@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from opentelemetry import trace
 
 from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
@@ -28,6 +29,7 @@ from ductor_server.storage.protocol import Store
 from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.workers")
+tracer = trace.get_tracer("ductor.engine")
 
 
 def worker_owner_id() -> str:
@@ -151,7 +153,21 @@ class Workers:
     async def _execute(self, task: TaskRecord) -> None:
         started = self.clock.now()
         try:
-            attempt = await self._attempt(task, started)
+            with tracer.start_as_current_span(
+                "ductor.attempt",
+                attributes={
+                    "ductor.run_id": task.run_id,
+                    "ductor.step_ref": task.step_ref,
+                    "ductor.item_index": task.item_index,
+                    "ductor.attempt": task.attempt,
+                    "ductor.handler": task.handler,
+                    "ductor.deliveries": task.deliveries,
+                },
+            ) as span:
+                attempt = await self._attempt(task, started)
+                span.set_attribute("ductor.ok", attempt.ok)
+                if attempt.error is not None:
+                    span.set_attribute("ductor.error_code", attempt.error.code)
             await self._outcomes.put(_Outcome(task=task, attempt=attempt))
         finally:
             self._inflight.pop(task.id, None)

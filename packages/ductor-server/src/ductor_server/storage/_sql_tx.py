@@ -755,7 +755,7 @@ class SqlTx:
                     t.timeout_seconds,
                     t.tier,
                     self._ts(t.available_at),
-                    self._ts(t.available_at),
+                    self._ts(t.created_at or t.available_at),
                 )
                 for t in tasks
             ],
@@ -863,6 +863,13 @@ class SqlTx:
             "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
             " WHERE tenant_id = %s AND run_id = %s AND status = 'queued'",
             (tenant_id, run_id),
+        )
+
+    async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
+        return await self._execute(
+            "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks"
+            " WHERE status = 'done' AND created_at < %s ORDER BY id LIMIT %s)",
+            (self._ts(created_before), limit),
         )
 
     async def get_task(self, tenant_id: str, task_id: str) -> TaskRecord | None:
@@ -1028,6 +1035,13 @@ class SqlTx:
             ],
         )
         return [row is not None for row in rows]
+
+    async def purge_events(self, *, received_before: datetime, limit: int = 1000) -> int:
+        return await self._execute(
+            "DELETE FROM events WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM events"
+            " WHERE received_at < %s ORDER BY received_at LIMIT %s)",
+            (self._ts(received_before), limit),
+        )
 
     async def get_event(self, tenant_id: str, event_id: str) -> EventRecord | None:
         row = await self._fetchone(

@@ -253,6 +253,11 @@ class Tx(Protocol):
         """Mark a run's queued tasks done (the run ended or was cancelled); returns how many."""
         ...
 
+    async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
+        """Delete up to `limit` done tasks (any tenant) created before the cutoff;
+        returns how many. Attempts keep the outcome; done tasks are dead weight."""
+        ...
+
     async def get_task(self, tenant_id: str, task_id: str) -> TaskRecord | None:
         """One task, or None."""
         ...
@@ -328,6 +333,11 @@ class Tx(Protocol):
 
     async def insert_events(self, events: Sequence[EventRecord]) -> list[bool]:
         """Store events; per event, False if the tenant already had that id."""
+        ...
+
+    async def purge_events(self, *, received_before: datetime, limit: int = 1000) -> int:
+        """Delete up to `limit` events (any tenant) received before the cutoff; returns
+        how many. The cutoff bounds the window in which a resent id is a duplicate."""
         ...
 
     async def get_event(self, tenant_id: str, event_id: str) -> EventRecord | None:

@@ -197,6 +197,7 @@ class NewTask(_Record, frozen=True, kw_only=True):
     timeout_seconds: float | None = None
     tier: int = 0  # higher tiers are leased first
     available_at: datetime
+    created_at: datetime | None = None  # when enqueued; `available_at` if not given
 
     @classmethod
     def from_dispatch(

@@ -101,6 +101,7 @@ CREATE TABLE tasks (
 CREATE INDEX tasks_ready ON tasks (tier DESC, available_at, id) WHERE status = 'queued';
 CREATE INDEX tasks_leased ON tasks (lease_until) WHERE status = 'leased';
 CREATE INDEX tasks_by_run ON tasks (tenant_id, run_id);
+CREATE INDEX tasks_done ON tasks (created_at) WHERE status = 'done';
 -- Queue tables churn: vacuum them early so dead index entries do not slow leasing.
 ALTER TABLE tasks SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 500);
 
@@ -147,6 +148,7 @@ CREATE TABLE events (
     received_at timestamptz NOT NULL,
     PRIMARY KEY (tenant_id, id)
 );
+CREATE INDEX events_by_age ON events (received_at);
 
 CREATE TABLE run_history (
     seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

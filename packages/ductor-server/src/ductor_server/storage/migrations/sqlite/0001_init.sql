@@ -100,6 +100,7 @@ CREATE TABLE tasks (
 CREATE INDEX tasks_ready ON tasks (tier DESC, available_at, id) WHERE status = 'queued';
 CREATE INDEX tasks_leased ON tasks (lease_until) WHERE status = 'leased';
 CREATE INDEX tasks_by_run ON tasks (tenant_id, run_id);
+CREATE INDEX tasks_done ON tasks (created_at) WHERE status = 'done';
 
 CREATE TABLE attempts (
     tenant_id TEXT NOT NULL,
@@ -143,6 +144,7 @@ CREATE TABLE events (
     received_at TEXT NOT NULL,
     PRIMARY KEY (tenant_id, id)
 );
+CREATE INDEX events_by_age ON events (received_at);
 
 CREATE TABLE run_history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,0 +1,85 @@
+"""Request-body decoding: bad JSON is located by line and column, wrong types by path."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ductor_server.api.bodies import (
+    CancelRunBody,
+    EventBody,
+    SignalBody,
+    TriggerRunBody,
+    decode_body,
+    line_column,
+)
+from ductor_server.api.errors import ApiError, status_for
+
+
+def test_line_column_counts_characters_not_bytes() -> None:
+    raw = '{"name": "café",\n  "x": é}'.encode()
+    assert line_column(raw, 0) == (1, 1)
+    assert line_column(raw, raw.index(b"\n") + 1) == (2, 1)
+    # "é" is two bytes; the column still counts it as one character.
+    assert line_column(raw, raw.rindex("é".encode())) == (2, 8)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=json_values, data=st.data())
+def test_a_stray_character_is_found_where_it_was_put(value: Any, data: st.DataObject) -> None:
+    lines = json.dumps({"input": value}, indent=2, ensure_ascii=False).split("\n")
+    # Put a stray "@" at the start of any line but the first (where JSON expects a
+    # value, a key or a closing bracket, never "@").
+    index = data.draw(st.integers(min_value=1, max_value=len(lines) - 1))
+    indent = len(lines[index]) - len(lines[index].lstrip(" "))
+    lines[index] = lines[index][:indent] + "@" + lines[index][indent:]
+    with pytest.raises(ApiError) as raised:
+        decode_body("\n".join(lines).encode(), Any)
+    error = raised.value
+    assert error.code == "request.malformed_json"
+    assert (error.details["line"], error.details["column"]) == (index + 1, indent + 1)
+
+
+@pytest.mark.parametrize(
+    ("raw", "into", "path"),
+    [
+        (b'{"family_slug": "a", "version": 1.5}', TriggerRunBody, "$.version"),
+        (b'{"family_slug": null}', TriggerRunBody, "$.family_slug"),
+        (b'{"name": "a", "id": {"x": 1}}', EventBody, "$.id"),
+        (b'"just a string"', EventBody, "$"),
+    ],
+)
+def test_wrong_types_are_request_invalid_with_a_path(raw: bytes, into: Any, path: str) -> None:
+    with pytest.raises(ApiError) as raised:
+        decode_body(raw, into)
+    assert raised.value.code == "request.invalid"
+    assert raised.value.details["path"] == path
+    assert status_for(raised.value.code) == 422
+
+
+def test_optional_bodies_may_be_empty_but_not_required_ones() -> None:
+    assert decode_body(b"  ", CancelRunBody, optional=True) == CancelRunBody(reason="")
+    assert decode_body(b"", SignalBody, optional=True) == SignalBody(payload=None, id=None)
+    with pytest.raises(ApiError) as raised:
+        decode_body(b"", EventBody)
+    assert raised.value.details == {"path": "$", "reason": "empty body"}
+
+
+def test_status_families() -> None:
+    assert status_for("thing.not_found") == 404
+    assert status_for("definition.something_new") == 422
+    assert status_for("mystery", retryable=True) == 503
+    assert status_for("mystery") == 422
