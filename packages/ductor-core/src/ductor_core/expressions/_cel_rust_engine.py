@@ -7,12 +7,13 @@ holds the two to the same answers.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 import re
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
-
-import cel
 
 from ductor_core.errors import ExpressionError
 from ductor_core.expressions._functions import (
@@ -26,6 +27,13 @@ from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
 CEL_RUST_ENGINE_NAME = "cel-rust"
+
+
+@functools.cache
+def _cel() -> ModuleType:
+    # Imported on first use: the `cel` package also loads its command-line tool
+    # (prompt_toolkit, rich), which costs about a second of every process start.
+    return importlib.import_module("cel")
 
 # Operators show up in a program's function list as `_+_`, `!_`, `@in`, ...;
 # only plain identifiers are function calls.
@@ -160,12 +168,12 @@ class CelRustEngine:
             variables = {name: to_plain(value) for name, value in activation.items()}
         except ValueConversionError as exc:
             raise _evaluation_error(source, str(exc)) from exc
-        return cel.Context(variables=variables, functions=self._functions)
+        return _cel().Context(variables=variables, functions=self._functions)
 
     def _compile(self, source: str) -> CelRustProgram:
         check_source(source)
         try:
-            program = cel.compile(source)
+            program = _cel().compile(source)
         except Exception as exc:
             raise ExpressionError(
                 f"syntax error: {_syntax_message(exc)}",
