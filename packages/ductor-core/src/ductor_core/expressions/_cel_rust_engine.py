@@ -35,6 +35,7 @@ def _cel() -> ModuleType:
     # (prompt_toolkit, rich), which costs about a second of every process start.
     return importlib.import_module("cel")
 
+
 # Operators show up in a program's function list as `_+_`, `!_`, `@in`, ...;
 # only plain identifiers are function calls.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
