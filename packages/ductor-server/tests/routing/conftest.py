@@ -1,17 +1,27 @@
-"""Fixtures for routing in the server: an in-process app on either backend, two tenants."""
+"""Fixtures for routing in the server: an in-process app on either backend with two
+tenants, and an engine whose `route` handler is the routing service."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
+from ductor_core.expressions import engine_by_name
 from ductor_server import Settings, create_app
 from ductor_server.cli_server import create_key
-from ductor_server.storage import open_store
+from ductor_server.engine.actions import default_registry
+from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.routing import AssignmentView, RouteStep, RoutingService
+from ductor_server.services import RunView
+from ductor_server.storage import Store, open_store
 
 
 class Api:
@@ -55,3 +65,77 @@ async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[A
             yield Api(client, key_a, key_b, store)
         finally:
             await store.close()
+
+
+TENANT = "t_route"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """An opened, migrated store on each backend in turn, with one tenant."""
+    target = (
+        request.getfixturevalue("postgres_url")
+        if request.param == "postgres"
+        else str(tmp_path / "ductor.db")
+    )
+    opened = open_store(target)
+    await opened.open()
+    try:
+        await opened.migrate()
+        async with opened.transaction() as tx:
+            await tx.ensure_tenant(TENANT, name="Route", now=ManualClock().now())
+        yield opened
+    finally:
+        await opened.close()
+
+
+@dataclass
+class Engine:
+    """A Runtime on a manual clock whose `route` handler is the routing service's."""
+
+    store: Store
+    clock: ManualClock
+    runtime: Runtime
+    routing: RoutingService
+
+    async def wait_run(
+        self, run_id: str, predicate: Callable[[RunView], bool] | None = None, what: str = "end"
+    ) -> RunView:
+        """Poll until `predicate` holds for the run (default: it ended); fail after 20 s."""
+        check = predicate or (lambda r: r.status.terminal)
+        deadline = asyncio.get_running_loop().time() + 20.0
+        while True:
+            view = await self.runtime.services.get_run(TENANT, run_id)
+            if check(view):
+                return view
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}: {view}")
+            await asyncio.sleep(0.01)
+
+    async def open_assignment(self, routable_id: str, *, after: int = 0) -> AssignmentView:
+        """Wait for the routable's assignment number `after` + 1 to exist and be open."""
+        deadline = asyncio.get_running_loop().time() + 20.0
+        while True:
+            found = await self.routing.assignments_of(TENANT, routable_id)
+            if len(found) > after and found[after].status == "assigned":
+                return found[after]
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"no assignment #{after + 1} for {routable_id}: {found}")
+            await asyncio.sleep(0.01)
+
+    def advance(self, seconds: float) -> None:
+        """Move the manual clock (retry backoffs) and wake the loops."""
+        self.clock.advance(timedelta(seconds=seconds))
+        self.runtime.wake()
+
+
+@pytest.fixture
+async def engine(store: Store) -> AsyncIterator[Engine]:
+    """Every engine role on a manual clock, with RouteStep registered as `route`."""
+    clock = ManualClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
+    actions = default_registry()
+    routing = RoutingService(store, engine=engine_by_name("cel-rust"), clock=clock)
+    actions.register("route", RouteStep(routing, poll_interval=0.02))
+    config = RuntimeConfig(poll_interval=0.05, lease_seconds=30.0, stop_grace=0.5)
+    async with Runtime.start(store, config=config, clock=clock, actions=actions) as runtime:
+        yield Engine(store=store, clock=clock, runtime=runtime, routing=routing)

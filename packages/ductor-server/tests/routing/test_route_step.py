@@ -1,0 +1,121 @@
+"""STEP_TYPE_ROUTE in workflows: route and go on, or hold until the assignee completes,
+rerouting on reject and on timeout (excluding who declined), on both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ductor_core.runs import RunStatus
+from ductor_routing import Cap, KindSchema, Member, Pool, StrategySpec, Worker
+from ductor_routing.pools import Window
+from ductor_server.routing import RulesBody
+
+from .conftest import TENANT, Engine
+
+
+def workflow(*, await_completion: bool, timeout: str | None = None, attempts: int = 3) -> Any:
+    args: dict[str, Any] = {
+        "kind": "ticket",
+        "attributes": {"topic": "input.topic", "size": "size(input.topic)"},
+        "await_completion": await_completion,
+    }
+    if timeout is not None:
+        args["timeout"] = timeout
+    return {
+        "family_slug": "triage",
+        "title": "Triage",
+        "steps": [
+            {
+                "ref": "assign",
+                "type": "STEP_TYPE_ROUTE",
+                "args": args,
+                "retry": {"max_attempts": attempts, "initial_interval": "1s"},
+            }
+        ],
+        "edges": [],
+    }
+
+
+async def configure(engine: Engine) -> None:
+    routing = engine.routing
+    for worker in ("ana", "ben", "cy"):
+        await routing.put_worker(TENANT, Worker(id=worker))
+    members = tuple(
+        Member(worker=w, caps=(Cap(window=Window.DAY, limit=5),)) for w in ("ana", "ben", "cy")
+    )
+    await routing.put_pool(
+        TENANT, Pool(id="desk", members=members, strategy=StrategySpec(name="round_robin"))
+    )
+    await routing.publish_rules(
+        TENANT, RulesBody(kinds={"ticket": KindSchema()}, default_pool="desk")
+    )
+
+
+async def start(engine: Engine, definition: Any) -> str:
+    await engine.runtime.services.publish_workflow(TENANT, definition)
+    run = await engine.runtime.services.trigger_run(TENANT, "triage", None, {"topic": "vpn"}, None)
+    return run.id
+
+
+async def test_route_step_routes_and_the_run_goes_on(engine: Engine) -> None:
+    await configure(engine)
+    run_id = await start(engine, workflow(await_completion=False))
+    view = await engine.wait_run(run_id)
+    assert view.status is RunStatus.SUCCEEDED, view
+    (step,) = view.steps
+    output = step.output
+    assert output["outcome"] == "assigned"
+    assert output["worker"] == "ana"
+    decision = await engine.routing.get_decision(TENANT, output["id"])
+    assert decision.routable_id == f"{run_id}:assign:-1"
+    assert decision.explanation.pool == "desk"
+    (assignment,) = await engine.routing.assignments_of(TENANT, f"{run_id}:assign:-1")
+    assert assignment.status == "assigned"
+    assert assignment.id == output["assignment_id"]
+
+
+async def test_awaited_route_reroutes_on_reject_then_completes(engine: Engine) -> None:
+    await configure(engine)
+    run_id = await start(engine, workflow(await_completion=True))
+    routable = f"{run_id}:assign:-1"
+    first = await engine.open_assignment(routable)
+    view = await engine.runtime.services.get_run(TENANT, run_id)
+    assert view.status is RunStatus.RUNNING
+    await engine.routing.move_assignment(TENANT, first.id, "rejected", reason="on leave")
+    # The attempt fails (retryable); after the backoff the step routes again,
+    # and the worker who declined is excluded.
+    await engine.wait_run(run_id, lambda r: r.steps[0].retry_at is not None, what="a retry")
+    engine.advance(5)
+    second = await engine.open_assignment(routable, after=1)
+    assert second.worker != first.worker
+    decision = await engine.routing.get_decision(TENANT, second.decision_id)
+    excluded = {
+        w for e in decision.explanation.excluded if e.reason == "excluded" for w in e.workers
+    }
+    assert excluded == {first.worker}
+    await engine.routing.move_assignment(TENANT, second.id, "completed", result={"fixed": True})
+    view = await engine.wait_run(run_id)
+    assert view.status is RunStatus.SUCCEEDED, view
+    (step,) = view.steps
+    assert step.output["result"] == {"fixed": True}
+    assert step.output["worker"] == second.worker
+    assert step.attempt == 2
+
+
+async def test_awaited_route_times_out_expires_and_fails_after_its_attempts(
+    engine: Engine,
+) -> None:
+    await configure(engine)
+    run_id = await start(engine, workflow(await_completion=True, timeout="1s", attempts=2))
+    routable = f"{run_id}:assign:-1"
+    await engine.open_assignment(routable)
+    await engine.wait_run(run_id, lambda r: r.steps[0].retry_at is not None, what="a retry")
+    engine.advance(5)
+    await engine.open_assignment(routable, after=1)
+    view = await engine.wait_run(run_id)
+    assert view.status is RunStatus.FAILED
+    assert view.steps[0].error is not None
+    assert view.steps[0].error.code == "route.timeout"
+    found = await engine.routing.assignments_of(TENANT, routable)
+    assert [a.status for a in found] == ["expired", "expired"]
+    assert found[0].worker != found[1].worker
