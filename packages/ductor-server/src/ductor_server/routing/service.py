@@ -2,9 +2,9 @@
 
 It speaks in tenants, structs and `DuctorError`s, never HTTP. Routing itself
 is `ductor_routing.Router`; this module loads its configuration, gives it a
-snapshot of the live counters and marks, and commits its Assign intent in one
-transaction whose conditional counter updates keep every cap under
-concurrency (a lost race routes again on fresh state).
+snapshot of the live counters and marks, and commits its Assign intent in the
+same transaction, whose conditional counter updates keep every cap under
+concurrency (a lost race rolls back and routes again on fresh state).
 """
 
 from __future__ import annotations
@@ -458,21 +458,23 @@ class RoutingService:
         )
         for attempt in range(self.max_attempts):
             now = self.clock.now()
-            async with self.store.transaction() as tx:
-                rtx = RoutingTx(tx)
-                router = await self._router(rtx, tenant_id, body.pool)
-                state = await self._snapshot(rtx, tenant_id, router, now)
-            decision = router.route(routable, state, now, decision_id=did, exclude=body.exclude)
-            if decision.outcome is Outcome.INVALID:
-                raise RoutableInvalid(
-                    f"routable {body.id!r} is invalid for kind {body.kind!r}",
-                    msgspec.to_builtins(decision.problems),
-                )
             try:
+                # Read, route and commit in one transaction. The snapshot may
+                # still be stale on Postgres (read committed): the conditional
+                # counter updates catch that and this loop routes again.
                 async with self.store.transaction() as tx:
-                    fresh, assignment_id = await self._commit(
-                        RoutingTx(tx), tenant_id, decision, origin, now
+                    rtx = RoutingTx(tx)
+                    router = await self._router(rtx, tenant_id, body.pool)
+                    state = await self._snapshot(rtx, tenant_id, router, now)
+                    decision = router.route(
+                        routable, state, now, decision_id=did, exclude=body.exclude
                     )
+                    if decision.outcome is Outcome.INVALID:
+                        raise RoutableInvalid(
+                            f"routable {body.id!r} is invalid for kind {body.kind!r}",
+                            msgspec.to_builtins(decision.problems),
+                        )
+                    fresh, assignment_id = await self._commit(rtx, tenant_id, decision, origin, now)
             except AssignConflict:
                 self.conflicts += 1
                 await asyncio.sleep(0.001 * min(attempt, 10))
