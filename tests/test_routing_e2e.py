@@ -145,7 +145,8 @@ def test_lead_distribution_through_the_api(server: ServerProcess) -> None:
         state, vertical = lead["attributes"]["state"], lead["attributes"]["vertical"]
         ex = d["explanation"]
         assert ex["rule"] == f"to-{vertical}"
-        assert ex["rule_set"] == "leads" and ex["rule_set_version"] == 1
+        assert ex["rule_set"] == "leads"
+        assert ex["rule_set_version"] == 1
         assert d["pool"] == vertical
         members = [b for b in people if vertical in b["bids"]]
         in_state = {b["id"] for b in members if state in b["states"]}
