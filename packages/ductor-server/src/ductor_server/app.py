@@ -20,7 +20,7 @@ from ductor_server.api.errors import EXCEPTION_HANDLERS
 from ductor_server.api.events import EventsController
 from ductor_server.api.health import healthz, readyz
 from ductor_server.api.openapi_bodies import document_request_bodies
-from ductor_server.api.routing import ROUTING_CONTROLLERS
+from ductor_server.api.routing import ROUTING_CONTROLLERS, document_routing
 from ductor_server.api.runs import RunsController
 from ductor_server.api.workflows import WorkflowsController
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
@@ -94,7 +94,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             description="The clearing layer for units of work: workflows, runs and events.",
             path="/docs",
         ),
-        on_startup=[document_request_bodies],
+        on_startup=[document_request_bodies, document_routing],
     )
     app.state.settings = settings
     return app

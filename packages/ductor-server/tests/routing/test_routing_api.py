@@ -304,3 +304,17 @@ async def test_shadow_report_counts_agreement(api: Api) -> None:
     assert row["decisions"] == 6
     assert sum(row["live_distribution"].values()) == 6
     assert 0 <= row["agreements"] <= 6
+
+
+async def test_openapi_documents_routing_bodies_and_answers(api: Api) -> None:
+    doc = (await api.client.get("/docs/openapi.json")).json()
+    paths = doc["paths"]
+    route = paths["/v1/route"]["post"]
+    body_ref = route["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert body_ref.endswith("/RouteBody")
+    answer = route["responses"]["201"]["content"]["application/json"]["schema"]["$ref"]
+    assert answer.endswith("/DecisionView")
+    assert "explanation" in doc["components"]["schemas"]["DecisionView"]["properties"]
+    assert "401" in paths["/v1/pools/{pool_id}/shadow-report"]["get"]["responses"]
+    for path in ("/v1/workers", "/v1/pools", "/v1/rules", "/v1/assignments/{assignment_id}/reject"):
+        assert "post" in paths[path], path

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-from litestar import Controller, MediaType, Request, Response, delete, get, post
+import msgspec
+from litestar import Controller, Litestar, MediaType, Request, Response, delete, get, post
+from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.di import NamedDependency
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
@@ -26,7 +28,9 @@ from ductor_server.routing.service import (
     RouteBody,
     RoutingService,
     RulesBody,
+    RuleSetVersion,
     RuleSetView,
+    ShadowReportView,
 )
 
 IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
@@ -316,3 +320,58 @@ class RouteController(Controller):
 
 ROUTING_CONTROLLERS = (WorkersController, PoolsController, RulesController, RouteController)
 """Every routing controller, for the app's route list."""
+
+
+#: (path, method) -> (request body type or None, body required, success response type).
+ROUTING_OPERATIONS: dict[tuple[str, str], tuple[Any, bool, Any]] = {
+    ("/v1/workers", "post"): (Worker, True, Worker),
+    ("/v1/workers", "get"): (None, False, list[Worker]),
+    ("/v1/workers/{worker_id}", "get"): (None, False, Worker),
+    ("/v1/pools", "post"): (Pool, True, Pool),
+    ("/v1/pools", "get"): (None, False, list[Pool]),
+    ("/v1/pools/{pool_id}", "get"): (None, False, Pool),
+    ("/v1/pools/{pool_id}/shadow-report", "get"): (None, False, ShadowReportView),
+    ("/v1/rules", "post"): (RulesBody, True, RuleSetView),
+    ("/v1/rules", "get"): (None, False, RuleSetView),
+    ("/v1/rules/versions", "get"): (None, False, list[RuleSetVersion]),
+    ("/v1/rules/versions/{version}", "get"): (None, False, RuleSetView),
+    ("/v1/route", "post"): (RouteBody, True, DecisionView),
+    ("/v1/decisions/{decision_id}", "get"): (None, False, DecisionView),
+    ("/v1/assignments/{assignment_id}", "get"): (None, False, AssignmentView),
+    **{
+        (f"/v1/assignments/{{assignment_id}}/{move}", "post"): (OutcomeBody, False, AssignmentView)
+        for move in ("accept", "complete", "reject")
+    },
+}
+
+
+def document_routing(app: Litestar) -> None:
+    """Describe the routing operations' bodies and answers in the OpenAPI document
+    with msgspec's schemas (the handlers decode and encode with msgspec)."""
+    schema = app.plugins.get(OpenAPIPlugin).provide_openapi_schema()
+    entries = list(ROUTING_OPERATIONS.items())
+    types: list[Any] = []
+    for _, (body, _, answer) in entries:
+        types.extend(t for t in (body, answer) if t is not None)
+    refs, components = msgspec.json.schema_components(
+        types, ref_template="#/components/schemas/{name}"
+    )
+    existing = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name, component in components.items():
+        existing.setdefault(name, component)
+    found = iter(refs)
+    paths = schema.get("paths", {})
+    for (path, method), (body, required, _) in entries:
+        body_ref = next(found) if body is not None else None
+        answer_ref = next(found)
+        operation = paths.get(path, {}).get(method)
+        if operation is None:
+            continue
+        if body_ref is not None:
+            operation["requestBody"] = {
+                "required": required,
+                "content": {"application/json": {"schema": body_ref}},
+            }
+        for status, response in operation.get("responses", {}).items():
+            if status.startswith("2") and status != "204":
+                response["content"] = {"application/json": {"schema": answer_ref}}
