@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+import pytest
+
 from ductor_core.runs import RunStatus
-from ductor_routing import Cap, KindSchema, Member, Pool, StrategySpec, Worker
+from ductor_routing import Availability, Cap, KindSchema, Member, Pool, StrategySpec, Worker
 from ductor_routing.pools import Window
-from ductor_server.routing import RulesBody
+from ductor_server.engine.actions import ActionCall, ActionFailed
+from ductor_server.routing import RouteStep, RulesBody
 
 from .conftest import TENANT, Engine
 
@@ -119,3 +123,78 @@ async def test_awaited_route_times_out_expires_and_fails_after_its_attempts(
     found = await engine.routing.assignments_of(TENANT, routable)
     assert [a.status for a in found] == ["expired", "expired"]
     assert found[0].worker != found[1].worker
+
+
+async def test_a_redelivered_attempt_finds_its_decision_and_books_once(engine: Engine) -> None:
+    await configure(engine)
+    step = RouteStep(engine.routing, poll_interval=0.01)
+    call = ActionCall(
+        tenant_id=TENANT,
+        run_id="run-x",
+        step_ref="assign",
+        attempt=1,
+        handler="route",
+        payload={"kind": "ticket", "attributes": {"topic": "vpn"}},
+        idempotency_key="run-x:assign:-1:1",
+    )
+    first = await step(call)
+    again = await step(call)
+    assert again == first
+    (assignment,) = await engine.routing.assignments_of(TENANT, "run-x:assign:-1")
+    assert assignment.decision_id == first["id"]
+    # The next attempt is a new decision, on the same routable.
+    nxt = await step(msgspec.structs.replace(call, attempt=2, idempotency_key="run-x:assign:-1:2"))
+    assert nxt["id"] != first["id"]
+    assert len(await engine.routing.assignments_of(TENANT, "run-x:assign:-1")) == 2
+
+
+async def test_route_step_bad_params_and_unknown_pool_fail_without_retry(engine: Engine) -> None:
+    await configure(engine)
+    step = RouteStep(engine.routing)
+    base = ActionCall(
+        tenant_id=TENANT,
+        run_id="run-y",
+        step_ref="assign",
+        attempt=1,
+        handler="route",
+        payload=None,
+        idempotency_key="run-y:assign:-1:1",
+    )
+    for payload, code in [
+        ({"attributes": {}}, "route.bad_params"),
+        ({"kind": "ticket", "price": "12"}, "route.bad_params"),
+        ({"kind": "ticket", "pool": "nowhere"}, "pool.not_found"),
+        ({"kind": "bogus"}, "routing.routable_invalid"),
+    ]:
+        with pytest.raises(ActionFailed) as failed:
+            await step(msgspec.structs.replace(base, payload=payload))
+        assert failed.value.error.code == code
+        assert not failed.value.error.retryable
+    assert await engine.routing.assignments_of(TENANT, "run-y:assign:-1") == []
+    # A pool named in the step skips the rules.
+    out = await step(msgspec.structs.replace(base, payload={"kind": "ticket", "pool": "desk"}))
+    assert out["explanation"]["rule"] == "default"
+    assert out["pool"] == "desk"
+
+
+async def test_no_recipient_is_a_retryable_failure(engine: Engine) -> None:
+    await configure(engine)
+    for worker in ("ana", "ben", "cy"):
+        await engine.routing.put_worker(
+            TENANT, Worker(id=worker, availability=Availability.OFFLINE)
+        )
+    step = RouteStep(engine.routing)
+    call = ActionCall(
+        tenant_id=TENANT,
+        run_id="run-z",
+        step_ref="assign",
+        attempt=1,
+        handler="route",
+        payload={"kind": "ticket"},
+        idempotency_key="run-z:assign:-1:1",
+    )
+    with pytest.raises(ActionFailed) as failed:
+        await step(call)
+    assert failed.value.error.code == "route.unassigned"
+    assert failed.value.error.retryable
+    assert failed.value.error.details["outcome"] == "unassigned"

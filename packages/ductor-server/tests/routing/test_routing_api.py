@@ -318,3 +318,36 @@ async def test_openapi_documents_routing_bodies_and_answers(api: Api) -> None:
     assert "401" in paths["/v1/pools/{pool_id}/shadow-report"]["get"]["responses"]
     for path in ("/v1/workers", "/v1/pools", "/v1/rules", "/v1/assignments/{assignment_id}/reject"):
         assert "post" in paths[path], path
+
+
+async def test_tenants_with_the_same_ids_have_their_own_caps(api: Api) -> None:
+    await setup_desk(api, cap=1)
+    # Tenant b builds the very same configuration: same worker and pool ids.
+    for worker in ("ana", "ben"):
+        await api.ok("POST", "/v1/workers", json={"id": worker}, as_b=True)
+    await api.ok(
+        "POST",
+        "/v1/pools",
+        json={
+            "id": "desk",
+            "members": [
+                {"worker": "ana", "caps": [{"window": "day", "limit": 1}]},
+                {"worker": "ben", "caps": [{"window": "day", "limit": 1}]},
+            ],
+        },
+        as_b=True,
+    )
+    await api.ok(
+        "POST", "/v1/rules", json={"kinds": {"lead": {}}, "default_pool": "desk"}, as_b=True
+    )
+    lead = {"kind": "lead", "attributes": {"state": "CA"}}
+    a = [await api.ok("POST", "/v1/route", json={**lead, "id": f"a{i}"}) for i in range(3)]
+    b = [
+        await api.ok("POST", "/v1/route", json={**lead, "id": f"a{i}"}, as_b=True) for i in range(3)
+    ]
+    assert sorted(str(d["worker"]) for d in a) == ["None", "ana", "ben"]
+    assert sorted(str(d["worker"]) for d in b) == ["None", "ana", "ben"]
+    # b's rule set is its own version 1, and b sees none of a's decisions.
+    assert b[0]["explanation"]["rule_set"] == "default"
+    for d in a:
+        assert (await api.call("GET", f"/v1/decisions/{d['id']}", as_b=True)).status_code == 404
