@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -203,3 +205,69 @@ def test_lead_distribution_through_the_api(server: ServerProcess) -> None:
             assert row["strategy"] == "round_robin"
             live = {k: v for k, v in row["live_distribution"].items() if k != "(none)"}
             assert live == Counter(d["worker"] for d in in_pool if d["worker"])
+
+
+def _poll(fn: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = fn()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_workflow_waits_for_the_human_it_routed_to(server: ServerProcess) -> None:
+    server.start()
+    with server.client() as http:
+        for worker in ("ana", "ben"):
+            assert http.post("/v1/workers", json={"id": worker}).status_code == 201
+        pool = {"id": "desk", "members": [{"worker": "ana"}, {"worker": "ben"}]}
+        assert http.post("/v1/pools", json=pool).status_code == 201
+        rules = {"kinds": {"ticket": {}}, "default_pool": "desk"}
+        assert http.post("/v1/rules", json=rules).status_code == 201
+        definition = {
+            "family_slug": "support",
+            "steps": [
+                {
+                    "ref": "handle",
+                    "type": "STEP_TYPE_ROUTE",
+                    "args": {
+                        "kind": "ticket",
+                        "attributes": {"subject": "input.subject"},
+                        "await_completion": True,
+                    },
+                    "retry": {"max_attempts": 3, "initial_interval": "100ms"},
+                }
+            ],
+            "edges": [],
+        }
+        assert http.post("/v1/workflows", json=definition).status_code in (200, 201)
+        run = http.post(
+            "/v1/runs", json={"family_slug": "support", "input": {"subject": "refund"}}
+        ).json()
+        routable = f"{run['id']}:handle:-1"
+
+        def open_for(n: int) -> Any:
+            found = http.get("/v1/assignments", params={"routable_id": routable}).json()
+            return found[n] if len(found) > n and found[n]["status"] == "assigned" else None
+
+        first = _poll(lambda: open_for(0), "the first assignment")
+        # The assignee's inbox shows it; the run waits.
+        inbox = http.get("/v1/assignments", params={"worker": first["worker"]}).json()
+        assert [a["id"] for a in inbox] == [first["id"]]
+        assert http.get(f"/v1/runs/{run['id']}").json()["status"] == "RUN_STATUS_RUNNING"
+        rejected = http.post(f"/v1/assignments/{first['id']}/reject", json={"reason": "away"})
+        assert rejected.status_code == 200
+        second = _poll(lambda: open_for(1), "the reroute")
+        assert second["worker"] != first["worker"]
+        done = http.post(
+            f"/v1/assignments/{second['id']}/complete", json={"result": {"refunded": True}}
+        )
+        assert done.status_code == 200
+        finished = server.wait_for_run(run["id"])
+        assert finished["status"] == "RUN_STATUS_SUCCEEDED", finished
+        (step,) = finished["steps"]
+        assert step["output"]["result"] == {"refunded": True}
+        assert step["output"]["worker"] == second["worker"]

@@ -13,7 +13,7 @@ import msgspec
 from litestar import Controller, Litestar, MediaType, Request, Response, delete, get, post
 from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.di import NamedDependency
-from litestar.params import FromPath, HeaderParameter, QueryParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, QueryParameter
 
 from ductor_routing import Pool, Worker
 from ductor_server.api.bodies import decode_body
@@ -256,6 +256,23 @@ class RouteController(Controller):
         """A stored decision with its explanation."""
         return _json(await _routing(request).get_decision(tenant_id, decision_id))
 
+    @get("/assignments")
+    async def assignments(
+        self,
+        request: Request[Any, Any, Any],
+        tenant_id: NamedDependency[str],
+        routable_id: FromQuery[str | None] = None,
+        worker: FromQuery[str | None] = None,
+        status: FromQuery[str | None] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+    ) -> Response[Any]:
+        """Assignments by `routable_id`, `worker` (an assignee's inbox) and `status`."""
+        return _json(
+            await _routing(request).list_assignments(
+                tenant_id, routable_id=routable_id, worker=worker, status=status, limit=limit
+            )
+        )
+
     @get("/assignments/{assignment_id:str}")
     async def assignment(
         self,
@@ -337,6 +354,7 @@ ROUTING_OPERATIONS: dict[tuple[str, str], tuple[Any, bool, Any]] = {
     ("/v1/rules/versions/{version}", "get"): (None, False, RuleSetView),
     ("/v1/route", "post"): (RouteBody, True, DecisionView),
     ("/v1/decisions/{decision_id}", "get"): (None, False, DecisionView),
+    ("/v1/assignments", "get"): (None, False, list[AssignmentView]),
     ("/v1/assignments/{assignment_id}", "get"): (None, False, AssignmentView),
     **{
         (f"/v1/assignments/{{assignment_id}}/{move}", "post"): (OutcomeBody, False, AssignmentView)

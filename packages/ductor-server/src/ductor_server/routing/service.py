@@ -665,6 +665,22 @@ class RoutingService:
         assert updated is not None
         return assignment_view(updated)
 
+    async def list_assignments(
+        self,
+        tenant_id: str,
+        *,
+        routable_id: str | None = None,
+        worker: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+    ) -> list[AssignmentView]:
+        """Assignments by routable, worker (an assignee's inbox) and status, oldest first."""
+        async with self.store.transaction() as tx:
+            records = await RoutingTx(tx).list_assignments(
+                tenant_id, routable_id=routable_id, worker=worker, status=status, limit=limit
+            )
+        return [assignment_view(r) for r in records]
+
     async def assignments_of(self, tenant_id: str, routable_id: str) -> list[AssignmentView]:
         """Every assignment of one routable, oldest first."""
         async with self.store.transaction() as tx:

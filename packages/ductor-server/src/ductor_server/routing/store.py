@@ -351,6 +351,29 @@ class RoutingTx:
         )
         return [self._assignment(r) for r in rows]
 
+    async def list_assignments(
+        self,
+        tenant_id: str,
+        *,
+        routable_id: str | None = None,
+        worker: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+    ) -> list[AssignmentRecord]:
+        """Assignments matching every filter given, oldest first, at most `limit`."""
+        where = ["tenant_id = %s"]
+        params: list[Any] = [tenant_id]
+        for column, value in (("routable_id", routable_id), ("worker", worker), ("status", status)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        rows = await self._tx._fetchall(
+            f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments WHERE {' AND '.join(where)}"
+            " ORDER BY created_at, id LIMIT %s",
+            (*params, limit),
+        )
+        return [self._assignment(r) for r in rows]
+
     async def count_assignments(self, tenant_id: str) -> dict[tuple[str, str, str], int]:
         """Assignments per (pool, worker, status) of the tenant."""
         rows = await self._tx._fetchall(
