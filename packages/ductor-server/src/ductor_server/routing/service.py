@@ -532,16 +532,22 @@ class RoutingService:
         intent = decision.intent
         if decision.outcome is not Outcome.ASSIGNED or intent is None:
             return True, None
-        held: list[StoredReservation] = []
         # A fixed lock order (sorted keys) means concurrent commits never deadlock.
-        for res in sorted(intent.reservations, key=lambda r: counter_text(r.key)):
-            text = counter_text(res.key)
-            if not await rtx.reserve(tenant_id, text, res.amount, res.limit):
+        ordered = sorted(intent.reservations, key=lambda r: counter_text(r.key))
+        texts = [counter_text(r.key) for r in ordered]
+        fits = await rtx.reserve_many(
+            tenant_id, [(t, r.amount, r.limit) for t, r in zip(texts, ordered, strict=True)]
+        )
+        for res, fit in zip(ordered, fits, strict=True):
+            if not fit:
                 raise AssignConflict(
                     f"{res.key.scope.value} counter of {res.key.worker!r} is at its limit",
                     details={"decision_id": decision.id},
                 )
-            held.append(StoredReservation(key=text, amount=res.amount, scope=res.key.scope.value))
+        held = [
+            StoredReservation(key=t, amount=r.amount, scope=r.key.scope.value)
+            for t, r in zip(texts, ordered, strict=True)
+        ]
         await rtx.set_marks(
             tenant_id,
             [

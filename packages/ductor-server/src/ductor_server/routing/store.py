@@ -54,6 +54,9 @@ class AssignmentRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 _reservations_decoder = msgspec.json.Decoder(tuple[StoredReservation, ...])
 
+# "No limit", as a bound far above any counter (counters are bigint).
+_NO_LIMIT = 2**62
+
 
 class RoutingTx:
     """The routing tables, read and written through one storage transaction.
@@ -193,19 +196,34 @@ class RoutingTx:
     async def reserve(self, tenant_id: str, key: str, amount: int, limit: int | None) -> bool:
         """Add `amount` to a counter if the result stays <= `limit`; False (nothing
         changed) if it would not. Takes the row lock, so concurrent callers queue."""
-        if limit is not None and amount > limit:
-            return False
-        sql = (
+        (done,) = await self.reserve_many(tenant_id, [(key, amount, limit)])
+        return done
+
+    async def reserve_many(
+        self, tenant_id: str, reservations: Sequence[tuple[str, int, int | None]]
+    ) -> list[bool]:
+        """`reserve` each (key, amount, limit) in the given order, in one round trip
+        where the backend can; per reservation, whether it fit. The caller rolls
+        the transaction back if any did not."""
+        out: list[bool] = [False] * len(reservations)
+        batch: list[tuple[int, tuple[Any, ...]]] = [
+            (i, (tenant_id, key, amount, _NO_LIMIT if limit is None else limit))
+            for i, (key, amount, limit) in enumerate(reservations)
+            if limit is None or amount <= limit
+        ]
+        if not batch:
+            return out
+        # One statement for every row keeps the caller's (sorted) lock order.
+        rows = await self._tx._executemany_returning(
             "INSERT INTO routing_counters (tenant_id, key, value) VALUES (%s, %s, %s)"
             " ON CONFLICT (tenant_id, key) DO UPDATE"
             " SET value = routing_counters.value + excluded.value"
+            " WHERE routing_counters.value + excluded.value <= %s RETURNING value",
+            [params for _, params in batch],
         )
-        params: tuple[Any, ...] = (tenant_id, key, amount)
-        if limit is not None:
-            sql += " WHERE routing_counters.value + excluded.value <= %s"
-            params = (*params, limit)
-        row = await self._tx._fetchone(sql + " RETURNING value", params)
-        return row is not None
+        for (i, _), row in zip(batch, rows, strict=True):
+            out[i] = row is not None
+        return out
 
     async def release(self, tenant_id: str, key: str, amount: int) -> None:
         """Take `amount` off a counter, never below zero."""
@@ -233,14 +251,14 @@ class RoutingTx:
         return out
 
     async def set_marks(self, tenant_id: str, marks: Sequence[tuple[str, str, str, str]]) -> None:
-        """Upsert (kind, scope, key, value) marks, in a stable order (no lock cycles)."""
-        for kind, scope, key, value in sorted(marks):
-            await self._tx._execute(
-                "INSERT INTO routing_marks (tenant_id, kind, scope, key, value)"
-                " VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT (tenant_id, kind, scope, key) DO UPDATE SET value = excluded.value",
-                (tenant_id, kind, scope, key, value),
-            )
+        """Upsert (kind, scope, key, value) marks, in a stable order (no lock cycles),
+        in one round trip where the backend can."""
+        await self._tx._executemany(
+            "INSERT INTO routing_marks (tenant_id, kind, scope, key, value)"
+            " VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (tenant_id, kind, scope, key) DO UPDATE SET value = excluded.value",
+            [(tenant_id, *mark) for mark in sorted(set(marks))],
+        )
 
     # --- decisions -------------------------------------------------------------------
 
