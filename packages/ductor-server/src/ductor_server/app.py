@@ -14,14 +14,17 @@ from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
+from ductor_core.expressions import engine_by_name
 from ductor_server.api.dependencies import provide_services, provide_tenant_id
 from ductor_server.api.errors import EXCEPTION_HANDLERS
 from ductor_server.api.events import EventsController
 from ductor_server.api.health import healthz, readyz
 from ductor_server.api.openapi_bodies import document_request_bodies
+from ductor_server.api.routing import ROUTING_CONTROLLERS, document_routing
 from ductor_server.api.runs import RunsController
 from ductor_server.api.workflows import WorkflowsController
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.routing import RouteStep, RoutingService
 from ductor_server.settings import Settings
 from ductor_server.storage import open_store
 
@@ -43,6 +46,12 @@ def _lifespan(settings: Settings) -> Any:
                 app.state.store = store
                 app.state.runtime = runtime
                 app.state.services = runtime.services
+                # Routing (issue 5): the service for /v1/route et al. and the
+                # worker handler of STEP_TYPE_ROUTE, on the configured CEL engine.
+                app.state.routing = RoutingService(
+                    store, engine=engine_by_name(settings.cel_engine), clock=runtime.clock
+                )
+                runtime.actions.register("route", RouteStep(app.state.routing))
                 yield
         finally:
             await store.close()
@@ -62,7 +71,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
         handlers.append(
             Router(
                 "/",
-                route_handlers=[WorkflowsController, RunsController, EventsController],
+                route_handlers=[
+                    WorkflowsController,
+                    RunsController,
+                    EventsController,
+                    *ROUTING_CONTROLLERS,  # routing (issue 5)
+                ],
                 dependencies={
                     "tenant_id": Provide(provide_tenant_id),
                     "services": Provide(provide_services, sync_to_thread=False),
@@ -80,7 +94,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             description="The clearing layer for units of work: workflows, runs and events.",
             path="/docs",
         ),
-        on_startup=[document_request_bodies],
+        on_startup=[document_request_bodies, document_routing],
     )
     app.state.settings = settings
     return app

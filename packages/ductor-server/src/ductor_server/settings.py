@@ -41,6 +41,7 @@ class Settings:
         migrate_on_start: apply pending migrations when the app starts.
         lease_seconds: how long a worker owns a leased task before another may retry it.
         poll_interval: seconds an idle engine loop sleeps before looking again.
+        cel_engine: the CEL engine routing compiles with ("cel-rust" or "cel-python").
     """
 
     host: str = "127.0.0.1"
@@ -53,6 +54,7 @@ class Settings:
     migrate_on_start: bool = True
     lease_seconds: float = 60.0
     poll_interval: float = 0.5
+    cel_engine: str = "cel-rust"
 
     @property
     def embedded(self) -> bool:
@@ -101,5 +103,7 @@ class Settings:
             values["lease_seconds"] = float(lease)
         if poll := env.get("DUCTOR_POLL_INTERVAL"):
             values["poll_interval"] = float(poll)
+        if cel := env.get("DUCTOR_CEL_ENGINE"):
+            values["cel_engine"] = cel
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -42,6 +42,11 @@ STATUS_BY_CODE: dict[str, int] = {
     "run.not_cancellable": 409,
     "run.ended": 409,
     "event.invalid": 422,
+    # routing (issue 5)
+    "routing.config": 422,
+    "routing.routable_invalid": 422,
+    "routing.assign_conflict": 409,
+    "routing.assignment_state": 409,
     # the server
     "service.unavailable": 503,
     "storage.unavailable": 503,

@@ -1,0 +1,694 @@
+"""The routing service: workers, pools and rule sets kept in the store, and `route`.
+
+It speaks in tenants, structs and `DuctorError`s, never HTTP. Routing itself
+is `ductor_routing.Router`; this module loads its configuration, gives it a
+snapshot of the live counters and marks, and commits its Assign intent in the
+same transaction, whose conditional counter updates keep every cap under
+concurrency (a lost race rolls back and routes again on fresh state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ductor_core.expressions import ExpressionEngine
+from ductor_routing import (
+    AssignConflict,
+    Consent,
+    CounterKey,
+    CounterScope,
+    Decision,
+    EnricherSpec,
+    Explanation,
+    KindSchema,
+    MarkKind,
+    Outcome,
+    Pool,
+    Routable,
+    Router,
+    Rule,
+    RuleSet,
+    ShadowStrategyReport,
+    StrategyRegistry,
+    Worker,
+    encode_decision,
+    shadow_report,
+)
+from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.routing.errors import (
+    AssignmentStateConflict,
+    RoutableInvalid,
+    RoutingObjectNotFound,
+)
+from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
+from ductor_server.storage.protocol import Store
+
+# --- bodies and views ---------------------------------------------------------------
+
+
+class RulesBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/rules`: the tenant's rule set, kinds and enrichers (a new version each time).
+
+    Attributes:
+        id: the rule set's name, recorded in every decision.
+        rules: priority-ordered rules, each picking a pool.
+        default_pool: the pool used when no rule matches.
+        kinds: routable kind to its schema (an undeclared kind is invalid).
+        enrichers: CEL enrichers and enricher plugins, applied in order.
+        seed: fixes the seeded draws (weighted random).
+    """
+
+    id: str = "default"
+    rules: tuple[Rule, ...] = ()
+    default_pool: str | None = None
+    kinds: dict[str, KindSchema] = {}
+    enrichers: tuple[EnricherSpec, ...] = ()
+    seed: int = 0
+
+
+class RuleSetView(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored version of the tenant's rule set."""
+
+    version: int
+    created_at: datetime
+    rule_set: RulesBody
+
+
+class RuleSetVersion(msgspec.Struct, frozen=True, kw_only=True):
+    """A rule set version in a listing."""
+
+    version: int
+    created_at: datetime
+
+
+class RouteBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/route`: the routable (its tenant is the caller's) and who to exclude.
+
+    Attributes:
+        id: the caller's id for the routable.
+        kind: selects the schema it is validated against.
+        attributes: JSON attributes.
+        consent: the consent trail, when the kind needs one.
+        price: the routable's own price in micros.
+        exclude: workers that must not get it (e.g. on a reroute).
+        pool: route straight to this pool, skipping the rules.
+    """
+
+    id: str
+    kind: str
+    attributes: dict[str, Any] = {}
+    consent: Consent | None = None
+    price: int | None = None
+    exclude: tuple[str, ...] = ()
+    pool: str | None = None
+
+
+class DecisionView(msgspec.Struct, frozen=True, kw_only=True):
+    """A routing decision as the API shows it, with its explanation and assignment."""
+
+    id: str
+    routable_id: str
+    kind: str
+    at: str
+    outcome: Outcome
+    pool: str | None = None
+    worker: str | None = None
+    charge: int = 0
+    assignment_id: str | None = None
+    explanation: Explanation
+
+
+class AssignmentView(msgspec.Struct, frozen=True, kw_only=True):
+    """An assignment: who holds which routable, and where it stands."""
+
+    id: str
+    decision_id: str
+    routable_id: str
+    pool: str
+    worker: str
+    channel: str
+    charge: int
+    status: str
+    result: Any = None
+    reason: str = ""
+    created_at: datetime
+    updated_at: datetime
+
+
+class ShadowReportView(msgspec.Struct, frozen=True, kw_only=True):
+    """How often each shadow strategy of a pool agreed with the live one."""
+
+    pool: str
+    decisions: int
+    strategies: tuple[ShadowStrategyReport, ...]
+
+
+class OutcomeBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/assignments/{id}/complete|reject|accept`: an optional result and reason."""
+
+    result: Any = None
+    reason: str = ""
+
+
+#: Assignment statuses.
+ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED = (
+    "assigned",
+    "accepted",
+    "completed",
+    "rejected",
+    "expired",
+)
+OPEN_STATUSES = (ASSIGNED, ACCEPTED)
+
+
+def counter_text(key: CounterKey) -> str:
+    """The stored form of a counter key (JSON array: unambiguous and sortable)."""
+    window = key.window.value if key.window is not None else ""
+    return msgspec.json.encode(
+        [key.scope.value, key.worker, key.pool, key.channel, window, key.period]
+    ).decode()
+
+
+class Snapshot:
+    """A `RoutingState` read from the store at one moment; routing only reads it."""
+
+    def __init__(
+        self, counters: dict[CounterKey, int], marks: dict[tuple[MarkKind, str, str], str]
+    ) -> None:
+        self._counters = counters
+        self._marks = marks
+
+    def counter(self, key: CounterKey) -> int:
+        """The counter's value when the snapshot was taken (0 if absent)."""
+        return self._counters.get(key, 0)
+
+    def mark(self, kind: MarkKind, scope: str, key: str) -> str | None:
+        """The mark's value when the snapshot was taken, or None."""
+        return self._marks.get((kind, scope, key))
+
+
+def _decode(raw: bytes, into: type[Any]) -> Any:
+    return msgspec.json.decode(raw, type=into)
+
+
+def _view(decision: Decision, assignment_id: str | None) -> DecisionView:
+    return DecisionView(
+        id=decision.id,
+        routable_id=decision.routable_id,
+        kind=decision.kind,
+        at=decision.at,
+        outcome=decision.outcome,
+        pool=decision.pool,
+        worker=decision.worker,
+        charge=decision.charge,
+        assignment_id=assignment_id,
+        explanation=decision.explanation,
+    )
+
+
+def assignment_view(record: AssignmentRecord) -> AssignmentView:
+    """The API view of an assignment row."""
+    return AssignmentView(
+        id=record.id,
+        decision_id=record.decision_id,
+        routable_id=record.routable_id,
+        pool=record.pool,
+        worker=record.worker,
+        channel=record.channel,
+        charge=record.charge,
+        status=record.status,
+        result=record.result,
+        reason=record.reason,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+
+
+class _Config(msgspec.Struct, frozen=True, kw_only=True):
+    workers: tuple[Worker, ...]
+    pools: tuple[Pool, ...]
+    rules: RulesBody
+    version: int
+
+
+class RoutingService:
+    """Routing configuration and decisions of every tenant, on one store.
+
+    Args:
+        store: the opened store.
+        engine: the CEL engine routers compile with.
+        clock: the decision time source.
+        registry: strategy registry (built-ins plus installed entry points by default).
+        max_attempts: how often a decision is routed again after losing a cap race.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        engine: ExpressionEngine,
+        clock: Clock | None = None,
+        registry: StrategyRegistry | None = None,
+        max_attempts: int = 20,
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.clock = clock or SystemClock()
+        if registry is None:
+            registry = StrategyRegistry()
+            registry.discover()
+        self.registry = registry
+        self.max_attempts = max_attempts
+        self.conflicts = 0  # commits that lost a race and routed again
+        self._routers: dict[tuple[str, str | None], tuple[int, Router]] = {}
+
+    # --- configuration -------------------------------------------------------------
+
+    async def _load_config(self, rtx: RoutingTx, tenant_id: str) -> _Config:
+        workers = tuple(_decode(b, Worker) for b in await rtx.list_entities("worker", tenant_id))
+        pools = tuple(_decode(b, Pool) for b in await rtx.list_entities("pool", tenant_id))
+        found = await rtx.get_rule_set(tenant_id)
+        if found is None:
+            return _Config(workers=workers, pools=pools, rules=RulesBody(), version=0)
+        version, body, _ = found
+        return _Config(
+            workers=workers, pools=pools, rules=_decode(body, RulesBody), version=version
+        )
+
+    def _build(self, config: _Config, pool: str | None = None) -> Router:
+        rules = config.rules
+        rule_set = RuleSet(
+            id=rules.id,
+            version=config.version,
+            rules=rules.rules if pool is None else (),
+            default_pool=rules.default_pool if pool is None else pool,
+        )
+        return Router(
+            rule_set=rule_set,
+            pools=config.pools,
+            workers=config.workers,
+            kinds=rules.kinds,
+            engine=self.engine,
+            enrichers=rules.enrichers,
+            registry=self.registry,
+            seed=rules.seed,
+        )
+
+    async def _change(self, tenant_id: str, apply: Any) -> Any:
+        """Run `apply(rtx)` and check the whole new configuration compiles, atomically."""
+        async with self.store.transaction() as tx:
+            rtx = RoutingTx(tx)
+            await rtx.bump_generation(tenant_id)
+            result = await apply(rtx)
+            self._build(await self._load_config(rtx, tenant_id))
+        return result
+
+    async def put_worker(self, tenant_id: str, worker: Worker) -> tuple[bool, Worker]:
+        """Create or replace a worker; (created, worker).
+
+        Raises:
+            ConfigError: the change would leave the configuration inconsistent.
+        """
+        now = self.clock.now()
+
+        async def apply(rtx: RoutingTx) -> bool:
+            return await rtx.put_entity(
+                "worker", tenant_id, worker.id, msgspec.json.encode(worker), now
+            )
+
+        return await self._change(tenant_id, apply), worker
+
+    async def put_pool(self, tenant_id: str, pool: Pool) -> tuple[bool, Pool]:
+        """Create or replace a pool (its members must be existing workers); (created, pool).
+
+        Raises:
+            ConfigError: unknown member, bad strategy or CEL, duplicates (every problem).
+        """
+        now = self.clock.now()
+
+        async def apply(rtx: RoutingTx) -> bool:
+            return await rtx.put_entity("pool", tenant_id, pool.id, msgspec.json.encode(pool), now)
+
+        return await self._change(tenant_id, apply), pool
+
+    async def delete_entity(self, tenant_id: str, what: str, entity_id: str) -> None:
+        """Delete a worker or pool.
+
+        Raises:
+            RoutingObjectNotFound: no such worker or pool.
+            ConfigError: a pool or rule still refers to it.
+        """
+
+        async def apply(rtx: RoutingTx) -> None:
+            if not await rtx.delete_entity(what, tenant_id, entity_id):
+                raise RoutingObjectNotFound(what, entity_id)
+
+        await self._change(tenant_id, apply)
+
+    async def get_worker(self, tenant_id: str, worker_id: str) -> Worker:
+        """One worker (RoutingObjectNotFound if absent)."""
+        raw = await self._get("worker", tenant_id, worker_id)
+        worker: Worker = _decode(raw, Worker)
+        return worker
+
+    async def get_pool(self, tenant_id: str, pool_id: str) -> Pool:
+        """One pool (RoutingObjectNotFound if absent)."""
+        raw = await self._get("pool", tenant_id, pool_id)
+        pool: Pool = _decode(raw, Pool)
+        return pool
+
+    async def _get(self, what: str, tenant_id: str, entity_id: str) -> bytes:
+        async with self.store.transaction() as tx:
+            raw = await RoutingTx(tx).get_entity(what, tenant_id, entity_id)
+        if raw is None:
+            raise RoutingObjectNotFound(what, entity_id)
+        return raw
+
+    async def list_workers(self, tenant_id: str) -> list[Worker]:
+        """Every worker of the tenant, by id."""
+        async with self.store.transaction() as tx:
+            raws = await RoutingTx(tx).list_entities("worker", tenant_id)
+        return [_decode(r, Worker) for r in raws]
+
+    async def list_pools(self, tenant_id: str) -> list[Pool]:
+        """Every pool of the tenant, by id."""
+        async with self.store.transaction() as tx:
+            raws = await RoutingTx(tx).list_entities("pool", tenant_id)
+        return [_decode(r, Pool) for r in raws]
+
+    async def publish_rules(self, tenant_id: str, rules: RulesBody) -> RuleSetView:
+        """Store `rules` as the tenant's next rule set version; routing uses it at once.
+
+        Raises:
+            ConfigError: unknown pool, bad CEL, duplicate rule (every problem, with pointers).
+        """
+        now = self.clock.now()
+
+        async def apply(rtx: RoutingTx) -> int:
+            return await rtx.insert_rule_set(tenant_id, msgspec.json.encode(rules), now)
+
+        version = await self._change(tenant_id, apply)
+        return RuleSetView(version=version, created_at=now, rule_set=rules)
+
+    async def get_rules(self, tenant_id: str, version: int | None = None) -> RuleSetView:
+        """The latest rule set, or one version (RoutingObjectNotFound if absent)."""
+        async with self.store.transaction() as tx:
+            found = await RoutingTx(tx).get_rule_set(tenant_id, version)
+        if found is None:
+            raise RoutingObjectNotFound("rule_set", "latest" if version is None else str(version))
+        number, body, created_at = found
+        return RuleSetView(version=number, created_at=created_at, rule_set=_decode(body, RulesBody))
+
+    async def list_rule_versions(self, tenant_id: str) -> list[RuleSetVersion]:
+        """Every version of the tenant's rule set, newest first."""
+        async with self.store.transaction() as tx:
+            found = await RoutingTx(tx).list_rule_set_versions(tenant_id)
+        return [RuleSetVersion(version=v, created_at=at) for v, at in found]
+
+    # --- routing ---------------------------------------------------------------------
+
+    async def _router(self, rtx: RoutingTx, tenant_id: str, pool: str | None) -> Router:
+        generation = await rtx.generation(tenant_id)
+        cached = self._routers.get((tenant_id, pool))
+        if cached is None or cached[0] != generation:
+            config = await self._load_config(rtx, tenant_id)
+            if pool is not None and pool not in {p.id for p in config.pools}:
+                raise RoutingObjectNotFound("pool", pool)
+            router = self._build(config, pool)
+            cached = (generation, router)
+            self._routers[(tenant_id, pool)] = cached
+        return cached[1]
+
+    async def route(
+        self,
+        tenant_id: str,
+        body: RouteBody,
+        *,
+        decision_id: str | None = None,
+        origin: str | None = None,
+    ) -> DecisionView:
+        """Route one routable and commit the decision (and its assignment) atomically.
+
+        `decision_id` makes the call idempotent: a decision already stored under
+        it is returned as it was. `origin` ties the assignment to a workflow step.
+
+        Raises:
+            RoutableInvalid: the routable fails its kind's schema (nothing is stored).
+            RoutingObjectNotFound: `body.pool` names no pool.
+            AssignConflict: caps kept changing under it for `max_attempts` tries.
+        """
+        if decision_id is not None:
+            found = await self._stored_decision(tenant_id, decision_id)
+            if found is not None:
+                return found
+        did = decision_id or f"dec_{uuid.uuid4().hex}"
+        routable = Routable(
+            id=body.id,
+            kind=body.kind,
+            tenant=tenant_id,
+            attributes=body.attributes,
+            consent=body.consent,
+            price=body.price,
+        )
+        for attempt in range(self.max_attempts):
+            now = self.clock.now()
+            try:
+                # Read, route and commit in one transaction. The snapshot may
+                # still be stale on Postgres (read committed): the conditional
+                # counter updates catch that and this loop routes again.
+                async with self.store.transaction() as tx:
+                    rtx = RoutingTx(tx)
+                    router = await self._router(rtx, tenant_id, body.pool)
+                    state = await self._snapshot(rtx, tenant_id, router, now)
+                    decision = router.route(
+                        routable, state, now, decision_id=did, exclude=body.exclude
+                    )
+                    if decision.outcome is Outcome.INVALID:
+                        raise RoutableInvalid(
+                            f"routable {body.id!r} is invalid for kind {body.kind!r}",
+                            msgspec.to_builtins(decision.problems),
+                        )
+                    fresh, assignment_id = await self._commit(rtx, tenant_id, decision, origin, now)
+            except AssignConflict:
+                self.conflicts += 1
+                await asyncio.sleep(0.001 * min(attempt, 10))
+                continue
+            if not fresh:
+                stored = await self._stored_decision(tenant_id, did)
+                assert stored is not None
+                return stored
+            return _view(decision, assignment_id)
+        raise AssignConflict(
+            f"routable {body.id!r} lost {self.max_attempts} races for capacity; try again",
+            details={"decision_id": did},
+        )
+
+    async def _snapshot(
+        self, rtx: RoutingTx, tenant_id: str, router: Router, now: datetime
+    ) -> Snapshot:
+        keys: dict[str, CounterKey] = {}
+        scopes: list[str] = [""]
+        for pool_id in router.pool_ids:
+            for key in router.counter_keys(pool_id, now):
+                keys[counter_text(key)] = key
+            scopes.extend(router.mark_scopes(pool_id))
+        values = await rtx.read_counters(tenant_id, list(keys))
+        counters = {keys[text]: value for text, value in values.items()}
+        marks = {
+            (MarkKind(kind), scope, key): value
+            for kind, scope, key, value in await rtx.read_marks(tenant_id, scopes)
+        }
+        return Snapshot(counters, marks)
+
+    async def _commit(
+        self,
+        rtx: RoutingTx,
+        tenant_id: str,
+        decision: Decision,
+        origin: str | None,
+        now: datetime,
+    ) -> tuple[bool, str | None]:
+        """Store the decision and make its intent real: (fresh, assignment id);
+        fresh is False (nothing written) when the decision id was already stored."""
+        fresh = await rtx.insert_decision(
+            tenant_id,
+            decision_id=decision.id,
+            routable_id=decision.routable_id,
+            outcome=decision.outcome.value,
+            pool=decision.pool,
+            worker=decision.worker,
+            charge=decision.charge,
+            body=encode_decision(decision),
+            now=now,
+        )
+        if not fresh:
+            return False, None
+        intent = decision.intent
+        if decision.outcome is not Outcome.ASSIGNED or intent is None:
+            return True, None
+        # A fixed lock order (sorted keys) means concurrent commits never deadlock.
+        ordered = sorted(intent.reservations, key=lambda r: counter_text(r.key))
+        texts = [counter_text(r.key) for r in ordered]
+        fits = await rtx.reserve_many(
+            tenant_id, [(t, r.amount, r.limit) for t, r in zip(texts, ordered, strict=True)]
+        )
+        for res, fit in zip(ordered, fits, strict=True):
+            if not fit:
+                raise AssignConflict(
+                    f"{res.key.scope.value} counter of {res.key.worker!r} is at its limit",
+                    details={"decision_id": decision.id},
+                )
+        held = [
+            StoredReservation(key=t, amount=r.amount, scope=r.key.scope.value)
+            for t, r in zip(texts, ordered, strict=True)
+        ]
+        await rtx.set_marks(
+            tenant_id,
+            [
+                (m.kind.value, m.scope, m.key, m.value)
+                for m in (*intent.marks, *intent.shadow_marks)
+            ],
+        )
+        assignment_id = "asg_" + decision.id.removeprefix("dec_")
+        await rtx.insert_assignment(
+            AssignmentRecord(
+                tenant_id=tenant_id,
+                id=assignment_id,
+                decision_id=decision.id,
+                routable_id=decision.routable_id,
+                pool=intent.pool,
+                worker=intent.worker,
+                channel=intent.channel,
+                charge=intent.charge,
+                status=ASSIGNED,
+                reservations=tuple(held),
+                origin=origin,
+                result=None,
+                reason="",
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        return True, assignment_id
+
+    async def _stored_decision(self, tenant_id: str, decision_id: str) -> DecisionView | None:
+        async with self.store.transaction() as tx:
+            rtx = RoutingTx(tx)
+            raw = await rtx.get_decision(tenant_id, decision_id)
+            if raw is None:
+                return None
+            assignment = await rtx.find_assignment_by_decision(tenant_id, decision_id)
+        decision: Decision = _decode(raw, Decision)
+        return _view(decision, assignment.id if assignment is not None else None)
+
+    async def get_decision(self, tenant_id: str, decision_id: str) -> DecisionView:
+        """A stored decision with its explanation (RoutingObjectNotFound if absent)."""
+        found = await self._stored_decision(tenant_id, decision_id)
+        if found is None:
+            raise RoutingObjectNotFound("decision", decision_id)
+        return found
+
+    async def shadow_report(self, tenant_id: str, pool_id: str, *, limit: int) -> ShadowReportView:
+        """Agreement of the pool's shadow strategies over its latest `limit` decisions."""
+        async with self.store.transaction() as tx:
+            rtx = RoutingTx(tx)
+            if await rtx.get_entity("pool", tenant_id, pool_id) is None:
+                raise RoutingObjectNotFound("pool", pool_id)
+            raws = await rtx.list_pool_decisions(tenant_id, pool_id, limit=limit)
+        decisions = [_decode(r, Decision) for r in raws]
+        return ShadowReportView(
+            pool=pool_id,
+            decisions=len(decisions),
+            strategies=tuple(r for r in shadow_report(decisions) if r.pool == pool_id),
+        )
+
+    # --- assignments -----------------------------------------------------------------
+
+    async def get_assignment(self, tenant_id: str, assignment_id: str) -> AssignmentView:
+        """One assignment (RoutingObjectNotFound if absent)."""
+        async with self.store.transaction() as tx:
+            record = await RoutingTx(tx).get_assignment(tenant_id, assignment_id)
+        if record is None:
+            raise RoutingObjectNotFound("assignment", assignment_id)
+        return assignment_view(record)
+
+    async def move_assignment(
+        self,
+        tenant_id: str,
+        assignment_id: str,
+        to_status: str,
+        *,
+        result: Any = None,
+        reason: str = "",
+    ) -> AssignmentView:
+        """Accept, complete, reject or expire an assignment.
+
+        Completing gives back the worker's load; rejecting or expiring gives
+        back every reservation (load, cap, budget), so the work can go elsewhere.
+
+        Raises:
+            RoutingObjectNotFound: no such assignment.
+            AssignmentStateConflict: it is not open (or, to accept, already accepted).
+        """
+        sources: Sequence[str] = (ASSIGNED,) if to_status == ACCEPTED else OPEN_STATUSES
+        now = self.clock.now()
+        async with self.store.transaction() as tx:
+            rtx = RoutingTx(tx)
+            record = await rtx.get_assignment(tenant_id, assignment_id)
+            if record is None:
+                raise RoutingObjectNotFound("assignment", assignment_id)
+            moved = await rtx.move_assignment(
+                tenant_id,
+                assignment_id,
+                from_statuses=sources,
+                to_status=to_status,
+                result=result,
+                reason=reason,
+                now=now,
+            )
+            if not moved:
+                raise AssignmentStateConflict(
+                    f"assignment {assignment_id!r} is {record.status};"
+                    f" it cannot become {to_status}",
+                    details={"assignment": assignment_id, "status": record.status},
+                )
+            if to_status != ACCEPTED:
+                give_back: Collection[str] = (
+                    (CounterScope.LOAD.value,)
+                    if to_status == COMPLETED
+                    else tuple(s.value for s in CounterScope)
+                )
+                for res in sorted(record.reservations, key=lambda r: r.key):
+                    if res.scope in give_back and res.amount:
+                        await rtx.release(tenant_id, res.key, res.amount)
+            updated = await rtx.get_assignment(tenant_id, assignment_id)
+        assert updated is not None
+        return assignment_view(updated)
+
+    async def list_assignments(
+        self,
+        tenant_id: str,
+        *,
+        routable_id: str | None = None,
+        worker: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+    ) -> list[AssignmentView]:
+        """Assignments by routable, worker (an assignee's inbox) and status, oldest first."""
+        async with self.store.transaction() as tx:
+            records = await RoutingTx(tx).list_assignments(
+                tenant_id, routable_id=routable_id, worker=worker, status=status, limit=limit
+            )
+        return [assignment_view(r) for r in records]
+
+    async def assignments_of(self, tenant_id: str, routable_id: str) -> list[AssignmentView]:
+        """Every assignment of one routable, oldest first."""
+        async with self.store.transaction() as tx:
+            records = await RoutingTx(tx).list_assignments_of_routable(tenant_id, routable_id)
+        return [assignment_view(r) for r in records]
