@@ -14,6 +14,7 @@ from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
+from ductor_server.api.bridge import BridgeController
 from ductor_server.api.dependencies import provide_services, provide_tenant_id
 from ductor_server.api.errors import EXCEPTION_HANDLERS
 from ductor_server.api.events import EventsController
@@ -62,7 +63,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
         handlers.append(
             Router(
                 "/",
-                route_handlers=[WorkflowsController, RunsController, EventsController],
+                # BridgeController: the server side of the bridge SDK (ductor_server.bridge).
+                route_handlers=[
+                    WorkflowsController,
+                    RunsController,
+                    EventsController,
+                    BridgeController,
+                ],
                 dependencies={
                     "tenant_id": Provide(provide_tenant_id),
                     "services": Provide(provide_services, sync_to_thread=False),

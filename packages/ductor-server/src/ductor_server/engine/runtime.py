@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ductor_core.expressions import ExpressionEngine
+from ductor_server.bridge.driver import BridgeDriver
 from ductor_server.engine.actions import ActionRegistry, process_registry
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
@@ -87,6 +88,8 @@ class Runtime:
         self.clock = clock or SystemClock()
         self.engine = engine
         self.actions = actions or process_registry()
+        # Bridge runs: the `bridge` handler calls the SDK apps (ductor_server.bridge).
+        self.actions.register("bridge", BridgeDriver(store, clock=self.clock))
         self.wakeup = wakeup or InProcessWakeUp()
         self.catalog = WorkflowCatalog()
         parts = EngineParts(catalog=self.catalog, engine=engine)

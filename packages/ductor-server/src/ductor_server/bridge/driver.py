@@ -1,0 +1,175 @@
+"""The `bridge` step handler: one signed execute call to an app's endpoint.
+
+Run by the step workers; it reads the app registry, never run state, and
+returns the app's opcodes as the attempt's output (the bridge tick applies them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import msgspec
+
+from ductor.errors import ProtocolError, SignatureError
+from ductor.protocol import (
+    INLINE_LIMIT_BYTES,
+    SIGNATURE_HEADER,
+    ErrorResponse,
+    ExecuteRequest,
+    ExecuteResponse,
+    SigningKeys,
+    decode,
+    encode,
+)
+from ductor_server.bridge.keys import signing_keys_from_env
+from ductor_server.bridge.registry import get_app, touch_app
+from ductor_server.engine.actions import ActionCall, failure
+from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.storage.protocol import Store
+
+log = logging.getLogger("ductor.bridge")
+
+TOUCH_EVERY_SECONDS = 30.0
+"""How often (at most) a successful call refreshes the app's `last_seen_at`."""
+
+
+class BridgeDriver:
+    """Calls the app that hosts a run's workflow with an `execute` request.
+
+    Args:
+        store: where the app registry lives.
+        keys: the bridge signing keys; read from the environment when None.
+        clock: the clock for signatures and `last_seen_at`.
+        timeout: seconds one call may take.
+        transport: an httpx transport (tests); a real connection pool when None.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        keys: SigningKeys | None = None,
+        clock: Clock | None = None,
+        timeout: float = 120.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        keys_loader: Callable[[], SigningKeys | None] = signing_keys_from_env,
+    ) -> None:
+        self.store = store
+        self.keys = keys if keys is not None else keys_loader()
+        self.clock = clock or SystemClock()
+        self.timeout = timeout
+        self.transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._touched: dict[tuple[str, str], float] = {}
+        self.calls = 0  # execute calls sent (for tests and benchmarks)
+
+    async def aclose(self) -> None:
+        """Close the connection pool (it reopens on next use)."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(transport=self.transport, timeout=self.timeout)
+        return self._http
+
+    async def __call__(self, call: ActionCall) -> Any:
+        payload = call.payload if isinstance(call.payload, dict) else {}
+        raw_request = payload.get("request")
+        if raw_request is None:
+            raise failure(
+                "bridge.dag_step_unsupported",
+                "a DAG BRIDGE step is not driven by a worker; use STEP_TYPE_SUBWORKFLOW with"
+                " family_slug 'bridge:<app_id>:<workflow_id>'",
+                retryable=False,
+            )
+        if self.keys is None:
+            raise failure(
+                "bridge.not_configured",
+                "no bridge signing key: set DUCTOR_BRIDGE_SIGNING_KEY",
+                retryable=False,
+            )
+        app_id = str(payload.get("app_id"))
+        async with self.store.transaction() as tx:
+            app = await get_app(tx, call.tenant_id, app_id)
+        if app is None or not app.url:
+            raise failure(
+                "bridge.app_not_found",
+                f"app {app_id!r} is not registered (or has no URL): POST /v1/bridge/sync",
+                retryable=True,
+            )
+        request = msgspec.convert(raw_request, ExecuteRequest)
+        body = encode(request)
+        if len(body) > INLINE_LIMIT_BYTES:
+            request = msgspec.structs.replace(
+                request,
+                input=None,
+                steps=[],
+                event=None,
+                payload_ref=f"{call.run_id}:{call.attempt}",
+            )
+            body = encode(request)
+        now = int(self.clock.now().timestamp())
+        headers = {
+            SIGNATURE_HEADER: self.keys.header(body, now=now),
+            "content-type": "application/json",
+            "Idempotency-Key": call.idempotency_key,
+        }
+        self.calls += 1
+        try:
+            response = await self._client().post(app.url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise failure(
+                "bridge.unreachable", f"POST {app.url} failed: {exc!r}", retryable=True
+            ) from exc
+        answered = int(self.clock.now().timestamp())
+        try:
+            self.keys.verify(response.content, response.headers.get(SIGNATURE_HEADER), now=answered)
+        except SignatureError as exc:
+            raise failure(
+                exc.code,
+                f"the answer of app {app_id!r} failed verification: {exc.message}"
+                f" (HTTP {response.status_code})",
+                retryable=False,
+            ) from None
+        if response.status_code >= 400:
+            raise self._refused(app_id, response)
+        try:
+            answer = decode(response.content, ExecuteResponse)
+        except ProtocolError as exc:
+            raise failure("bridge.bad_response", exc.message, retryable=False) from None
+        await self._touch(call.tenant_id, app_id)
+        return {"opcodes": msgspec.to_builtins(answer.opcodes)}
+
+    def _refused(self, app_id: str, response: httpx.Response) -> Exception:
+        try:
+            error = decode(response.content, ErrorResponse)
+            code, message, retryable = error.code, error.message, error.retryable
+        except ProtocolError:
+            code, message, retryable = "bridge.call_failed", response.text[:500], False
+        retryable = retryable or response.status_code >= 500 or response.status_code == 429
+        return failure(
+            code,
+            f"app {app_id!r} answered HTTP {response.status_code}: {message}",
+            retryable=retryable,
+        )
+
+    async def _touch(self, tenant_id: str, app_id: str) -> None:
+        key = (tenant_id, app_id)
+        moment = time.monotonic()
+        if moment - self._touched.get(key, -TOUCH_EVERY_SECONDS) < TOUCH_EVERY_SECONDS:
+            return
+        self._touched[key] = moment
+        try:
+            async with self.store.transaction() as tx:
+                await touch_app(tx, tenant_id, app_id, now=self.clock.now())
+        except Exception:  # last_seen_at is advisory: never fail the attempt for it
+            log.exception("could not record that app %s answered", app_id)
+
+
+__all__ = ["TOUCH_EVERY_SECONDS", "BridgeDriver"]
