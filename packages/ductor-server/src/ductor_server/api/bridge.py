@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.di import NamedDependency
-from litestar.params import FromQuery
+from litestar.params import FromPath, FromQuery
 
 from ductor.errors import ProtocolError, SignatureError
 from ductor.protocol import (
@@ -148,7 +148,7 @@ class BridgeController(Controller):
         request: Request[Any, Any, Any],
         tenant_id: NamedDependency[str],
         services: NamedDependency[Services],
-        run_id: str,
+        run_id: FromPath[str],
     ) -> Response[bytes]:
         """Record opcodes an app produced in-process: `CheckpointRequest` -> `CheckpointAck`."""
         service = _service(request, services)
@@ -164,7 +164,7 @@ class BridgeController(Controller):
         request: Request[Any, Any, Any],
         tenant_id: NamedDependency[str],
         services: NamedDependency[Services],
-        run_id: str,
+        run_id: FromPath[str],
         ref: FromQuery[str | None] = None,
     ) -> Response[bytes]:
         """The input, steps and event of an execute sent with `payload_ref`."""

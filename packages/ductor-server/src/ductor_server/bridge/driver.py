@@ -83,7 +83,7 @@ class BridgeDriver:
         raw_request = payload.get("request")
         if raw_request is None:
             raise failure(
-                "bridge.dag_step_unsupported",
+                "handler.unavailable",
                 "a DAG BRIDGE step is not driven by a worker; use STEP_TYPE_SUBWORKFLOW with"
                 " family_slug 'bridge:<app_id>:<workflow_id>'",
                 retryable=False,
