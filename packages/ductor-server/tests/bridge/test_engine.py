@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from ductor import Client, Context, NonRetriableError
 from ductor.protocol import Event, Signal
 from ductor_core.runs import RunStatus
 from ductor_server.bridge.tick import load_data
+from ductor_server.errors import WorkflowNotFound
 
 from .conftest import KEY, TENANT
 
@@ -182,5 +184,68 @@ async def test_changed_code_fails_the_run_as_workflow_changed(make_engine: Any) 
 
 async def test_an_unknown_bridge_workflow_is_not_found(make_engine: Any) -> None:
     async with make_engine(_app({})) as engine:
-        run = await engine.services.trigger_run(TENANT, "bridge:shop:order", None, {"id": 1}, None)
-        assert run.family_slug == "bridge:shop:order"
+        with pytest.raises(WorkflowNotFound):
+            await engine.services.trigger_run(TENANT, "bridge:shop:nope", None, None, None)
+        with pytest.raises(WorkflowNotFound):
+            await engine.services.trigger_run(TENANT, "bridge:elsewhere:order", None, None, None)
+
+
+async def test_a_dag_bridge_step_runs_the_sdk_workflow_as_a_child(make_engine: Any) -> None:
+    counts: dict[str, int] = {}
+    async with make_engine(_app(counts)) as engine:
+        await engine.services.publish_workflow(
+            TENANT,
+            {
+                "family_slug": "checkout",
+                "steps": [
+                    {
+                        "ref": "receipt",
+                        "type": "STEP_TYPE_BRIDGE",
+                        "args": {"app_id": "shop", "workflow": "receipt", "input": "input"},
+                    },
+                    {
+                        "ref": "done",
+                        "type": "STEP_TYPE_DATAFLOW",
+                        "args": {
+                            "operation": "project",
+                            "project": {"note": "steps.receipt.output"},
+                        },
+                    },
+                ],
+                "edges": [{"source_ref": "receipt", "target_ref": "done"}],
+            },
+        )
+        run = await engine.services.trigger_run(TENANT, "checkout", None, {"charged": 9}, None)
+        view = await engine.wait_run(run.id)
+        async with engine.store.transaction() as tx:
+            children = await tx.list_child_runs(TENANT, run.id)
+    assert view.status == RunStatus.SUCCEEDED, view.error
+    [done] = [s for s in view.steps if s.ref == "done"]
+    assert done.output == {"note": "receipt for 9"}
+    [child] = children
+    assert child.family_slug == "bridge:shop:receipt"
+    assert child.status == RunStatus.SUCCEEDED
+
+
+async def test_a_dag_bridge_step_to_an_unknown_workflow_fails_clearly(make_engine: Any) -> None:
+    async with make_engine(_app({})) as engine:
+        await engine.services.publish_workflow(
+            TENANT,
+            {
+                "family_slug": "lost",
+                "steps": [
+                    {
+                        "ref": "call",
+                        "type": "STEP_TYPE_BRIDGE",
+                        "args": {"app_id": "shop", "workflow": "nope"},
+                    }
+                ],
+                "edges": [],
+            },
+        )
+        run = await engine.services.trigger_run(TENANT, "lost", None, None, None)
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.FAILED
+    [call] = [s for s in view.steps if s.ref == "call"]
+    assert call.error is not None
+    assert call.error.code == "workflow.not_found"

@@ -1,11 +1,14 @@
-"""The `bridge` step handler: one signed execute call to an app's endpoint.
+"""The `bridge` step handler: one signed execute call to an app's endpoint, or, for
+a DAG `STEP_TYPE_BRIDGE` step, a child bridge run awaited to its end.
 
-Run by the step workers; it reads the app registry, never run state, and
-returns the app's opcodes as the attempt's output (the bridge tick applies them).
+Run by the step workers; it never writes the state of the run it works for.
+For an execute it returns the app's opcodes as the attempt's output (the
+bridge tick applies them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -25,10 +28,15 @@ from ductor.protocol import (
     decode,
     encode,
 )
+from ductor_core.runs import ErrorInfo, RunStatus
 from ductor_server.bridge.keys import signing_keys_from_env
-from ductor_server.bridge.registry import get_app, touch_app
-from ductor_server.engine.actions import ActionCall, failure
+from ductor_server.bridge.registry import get_app, get_workflow, touch_app
+from ductor_server.bridge.runs import create_bridge_run
+from ductor_server.engine.actions import ActionCall, ActionFailed, failure
+from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.engine.effects import Effects, EngineParts
+from ductor_server.engine.queue import WakeUp
 from ductor_server.storage.protocol import Store
 
 log = logging.getLogger("ductor.bridge")
@@ -46,6 +54,8 @@ class BridgeDriver:
         clock: the clock for signatures and `last_seen_at`.
         timeout: seconds one call may take.
         transport: an httpx transport (tests); a real connection pool when None.
+        wake: the engine's wake-up, to start child runs (DAG BRIDGE steps) promptly.
+        poll_interval: seconds between looks at a child run a DAG BRIDGE step awaits.
     """
 
     def __init__(
@@ -57,8 +67,13 @@ class BridgeDriver:
         timeout: float = 120.0,
         transport: httpx.AsyncBaseTransport | None = None,
         keys_loader: Callable[[], SigningKeys | None] = signing_keys_from_env,
+        wake: WakeUp | None = None,
+        poll_interval: float = 0.2,
     ) -> None:
         self.store = store
+        self.wake = wake
+        self.poll_interval = poll_interval
+        self.parts = EngineParts(catalog=WorkflowCatalog())
         self.keys = keys if keys is not None else keys_loader()
         self.clock = clock or SystemClock()
         self.timeout = timeout
@@ -80,20 +95,15 @@ class BridgeDriver:
 
     async def __call__(self, call: ActionCall) -> Any:
         payload = call.payload if isinstance(call.payload, dict) else {}
-        raw_request = payload.get("request")
-        if raw_request is None:
-            raise failure(
-                "handler.unavailable",
-                "a DAG BRIDGE step is not driven by a worker; use STEP_TYPE_SUBWORKFLOW with"
-                " family_slug 'bridge:<app_id>:<workflow_id>'",
-                retryable=False,
-            )
         if self.keys is None:
             raise failure(
-                "bridge.not_configured",
-                "no bridge signing key: set DUCTOR_BRIDGE_SIGNING_KEY",
+                "handler.unavailable",
+                "the bridge is not configured: set DUCTOR_BRIDGE_SIGNING_KEY",
                 retryable=False,
             )
+        raw_request = payload.get("request")
+        if raw_request is None:
+            return await self._drive_child(call, payload)
         app_id = str(payload.get("app_id"))
         async with self.store.transaction() as tx:
             app = await get_app(tx, call.tenant_id, app_id)
@@ -157,6 +167,64 @@ class BridgeDriver:
             code,
             f"app {app_id!r} answered HTTP {response.status_code}: {message}",
             retryable=retryable,
+        )
+
+    async def _drive_child(self, call: ActionCall, payload: dict[str, Any]) -> Any:
+        """A DAG `STEP_TYPE_BRIDGE` step: start the SDK workflow as a child run of the
+        step's run (once per attempt, by child key) and wait for it to end.
+
+        A redelivered attempt finds the child already started and waits for it.
+        """
+        app_id, workflow_id = str(payload.get("app_id")), str(payload.get("workflow"))
+        child_key = f"{call.run_id}:{call.step_ref}:{call.item_index}:{call.attempt}"
+        effects = Effects()
+        async with self.store.transaction() as tx:
+            workflow = await get_workflow(tx, call.tenant_id, app_id, workflow_id)
+            parent = await tx.get_run(call.tenant_id, call.run_id)
+            if workflow is None:
+                raise failure(
+                    "workflow.not_found",
+                    f"app {app_id!r} has no registered workflow {workflow_id!r}",
+                    retryable=False,
+                )
+            if parent is None:
+                raise failure("run.not_found", f"run {call.run_id} is gone", retryable=False)
+            inserted = await create_bridge_run(
+                tx,
+                self.parts,
+                effects,
+                tenant_id=call.tenant_id,
+                workflow=workflow,
+                input=payload.get("input"),
+                now=self.clock.now(),
+                # The parent is named (so cancelling it cancels the child) without a
+                # step ref: the DAG tick hears of the child's end through this attempt.
+                parent=parent,
+                child_key=child_key,
+            )
+            await effects.flush(tx)
+        if self.wake is not None:
+            effects.notify(self.wake)
+        child_id = inserted.run.id
+        while True:
+            async with self.store.transaction() as tx:
+                child = await tx.get_run(call.tenant_id, child_id)
+            if child is None:
+                raise failure("run.not_found", f"child run {child_id} is gone", retryable=False)
+            if child.status.terminal:
+                break
+            await asyncio.sleep(self.poll_interval)
+        if child.status == RunStatus.SUCCEEDED:
+            return child.state.output
+        error = child.state.error
+        raise ActionFailed(
+            ErrorInfo(
+                code=error.code if error is not None else "run.failed",
+                message=f"bridge run {child_id}: "
+                + (error.message if error is not None else child.status.value),
+                retryable=False,
+                details={"child_run_id": child_id},
+            )
         )
 
     async def _touch(self, tenant_id: str, app_id: str) -> None:

@@ -88,9 +88,9 @@ class Runtime:
         self.clock = clock or SystemClock()
         self.engine = engine
         self.actions = actions or process_registry()
-        # Bridge runs: the `bridge` handler calls the SDK apps (ductor_server.bridge).
-        self.actions.register("bridge", BridgeDriver(store, clock=self.clock))
         self.wakeup = wakeup or InProcessWakeUp()
+        # Bridge runs: the `bridge` handler calls the SDK apps (ductor_server.bridge).
+        self.actions.register("bridge", BridgeDriver(store, clock=self.clock, wake=self.wakeup))
         self.catalog = WorkflowCatalog()
         parts = EngineParts(catalog=self.catalog, engine=engine)
         self.services = Services(
