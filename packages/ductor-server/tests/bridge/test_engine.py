@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from ductor import Client, Context, NonRetriableError
 from ductor.protocol import Event, Signal
 from ductor_core.runs import RunStatus
