@@ -24,7 +24,16 @@ import httpx
 import pytest
 
 from ductor import Client, Context
-from ductor.protocol import SIGNATURE_HEADER, DescribeResponse, encode, signature_header
+from ductor.protocol import (
+    INLINE_LIMIT_BYTES,
+    SIGNATURE_HEADER,
+    DescribeResponse,
+    ExecutePayload,
+    SigningKeys,
+    decode,
+    encode,
+    signature_header,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "bridge_app" / "app.py"
@@ -113,9 +122,16 @@ class AppProcess:
 
 
 @pytest.fixture
-def bridge(make_server: Callable[..., Any], tmp_path: Path) -> Iterator[tuple[Any, AppProcess]]:
-    """A started server (SQLite) with the bridge key, and a started example app."""
-    server = make_server("bridge", env={"DUCTOR_BRIDGE_SIGNING_KEY": KEY}).start()
+def bridge(
+    make_server: Callable[..., Any], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Any, AppProcess]]:
+    """A started server with the bridge key (SQLite, or the backend given by indirect
+    parametrization), and a started example app."""
+    backend = getattr(request, "param", "sqlite")
+    database_url = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+    server = make_server(
+        "bridge", database_url=database_url, env={"DUCTOR_BRIDGE_SIGNING_KEY": KEY}
+    ).start()
     app = AppProcess(server, tmp_path).start()
     try:
         yield server, app
@@ -154,6 +170,7 @@ def _trigger(http: httpx.Client, workflow: str, input: Any = None) -> str:
     return run_id
 
 
+@pytest.mark.parametrize("bridge", ["sqlite", "postgres"], indirect=True)
 def test_an_event_runs_a_workflow_using_every_primitive(bridge: tuple[Any, AppProcess]) -> None:
     server, app = bridge
     with server.client() as http:
@@ -194,6 +211,7 @@ def test_an_event_runs_a_workflow_using_every_primitive(bridge: tuple[Any, AppPr
     assert app.count("done send") == 1
 
 
+@pytest.mark.parametrize("bridge", ["sqlite", "postgres"], indirect=True)
 def test_the_app_killed_mid_run_restarts_and_no_succeeded_step_runs_twice(
     bridge: tuple[Any, AppProcess],
 ) -> None:
@@ -302,3 +320,28 @@ def test_inline_runs_checkpoint_and_bad_signatures_are_refused(
         assert missing.status_code == 401
         assert missing.json()["code"] == "signature.missing"
         assert [a["app_id"] for a in http.get("/v1/bridge/apps").json()] == ["shop"]
+
+
+def test_inputs_above_the_inline_limit_travel_by_reference(bridge: tuple[Any, AppProcess]) -> None:
+    server, _ = bridge
+    # Under the API's body limit, but with the first step's result recorded the
+    # execute requests outgrow the inline limit and go out as a payload_ref.
+    name = "x" * (INLINE_LIMIT_BYTES * 6 // 10)
+    with server.client() as http:
+        run_id = _trigger(http, "quick", name)
+        run = server.wait_for_run(run_id, timeout=TIMEOUT)
+        assert run["status"] == "RUN_STATUS_SUCCEEDED", run["error"]
+        assert run["output"] == f"HELLO {name.upper()}"
+        # What the app fetched: the run's input and recorded steps, signed.
+        path = f"/v1/bridge/runs/{run_id}/payload"
+        header = signature_header(b"", [KEY], int(time.time()))
+        fetched = http.get(path, params={"ref": f"{run_id}:1"}, headers={SIGNATURE_HEADER: header})
+        assert fetched.status_code == 200, fetched.text
+        SigningKeys(KEY).verify(
+            fetched.content, fetched.headers[SIGNATURE_HEADER], now=int(time.time())
+        )
+        payload = decode(fetched.content, ExecutePayload)
+        assert payload.input == name
+        assert [s.name for s in payload.steps] == ["hello", "shout"]
+        unsigned = http.get(path, params={"ref": "x"})
+        assert unsigned.status_code == 401
