@@ -250,3 +250,40 @@ async def test_a_dag_bridge_step_to_an_unknown_workflow_fails_clearly(make_engin
     [call] = [s for s in view.steps if s.ref == "call"]
     assert call.error is not None
     assert call.error.code == "workflow.not_found"
+
+
+async def test_cancelling_a_bridge_run_cancels_its_invoked_child(make_engine: Any) -> None:
+    client = Client("shop", signing_key=KEY)
+
+    @client.workflow("waiter")
+    async def waiter(ctx: Context, _: None) -> Any:
+        return await ctx.step.wait_for_signal("hold", signal="never", timeout="1h")
+
+    @client.workflow("parent")
+    async def parent(ctx: Context, _: None) -> Any:
+        return await ctx.step.invoke("child", workflow="waiter", app_id="shop")
+
+    async with make_engine(client) as engine:
+        run = await engine.services.trigger_run(TENANT, "bridge:shop:parent", None, None, None)
+
+        async def child_waits() -> list[Any]:
+            async with engine.store.transaction() as tx:
+                children = await tx.list_child_runs(TENANT, run.id)
+            if not children:
+                return []
+            view = await engine.services.get_run(TENANT, children[0].id)
+            return [view] if any(s.waiting_for == "signal never" for s in view.steps) else []
+
+        for _ in range(1000):
+            if found := await child_waits():
+                break
+            await asyncio.sleep(0.02)
+        [child] = found
+        await engine.services.cancel_run(TENANT, run.id, "changed my mind")
+        view = await engine.wait_run(run.id)
+        child_view = await engine.wait_run(child.id)
+        history = await engine.services.run_history(TENANT, run.id)
+    assert view.status == RunStatus.CANCELLED
+    assert child_view.status == RunStatus.CANCELLED
+    assert history
+    assert history[0].kind == "run.created"
