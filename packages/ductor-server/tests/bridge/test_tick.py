@@ -393,3 +393,17 @@ def test_any_workflow_completes_once_whatever_the_delivery_order(
     assert all(count == 1 for count in executed.values()), executed
     history = load_data(state).history if "_bridge" in state.steps else []
     assert len({r.id for r in history}) == len(history)
+
+
+def test_the_workflow_timeout_fails_a_run_still_going() -> None:
+    first = _start(timeout="1m")
+    timers = {c.timer_id: c.fire_at for c in _of(first.commands, SetTimer)}
+    assert timers == {"run-timeout": T0 + timedelta(minutes=1)}
+    result = bridge_tick(
+        first.state, [TimerFired(timer_id="run-timeout")], T0 + timedelta(minutes=1)
+    )
+    assert result.state.status == RunStatus.FAILED
+    assert result.state.error is not None
+    assert result.state.error.code == "run.timeout"
+    assert CancelChildRuns() in result.commands
+    assert _dispatches(result) == []

@@ -54,6 +54,7 @@ async def create_bridge_run(
         now=now,
         event=event,
         inline=inline,
+        timeout=workflow.info.timeout,
     )
     slug = bridge_slug(workflow.app_id, workflow.workflow_id)
     [inserted] = await tx.insert_runs(

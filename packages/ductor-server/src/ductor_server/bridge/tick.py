@@ -87,6 +87,9 @@ MAX_TRANSPORT_FAILURES: Final = 40
 INLINE_GRACE: Final = timedelta(seconds=60)
 """How long an inline run may go without a checkpoint before the engine takes over."""
 
+RUN_TIMEOUT_TIMER: Final = "run-timeout"
+"""The timer that fails a run still going when its workflow's `timeout` passes."""
+
 _RETRY_BASE_SECONDS: Final = 0.5
 _RETRY_MAX_SECONDS: Final = 60.0
 _TRANSPORT_MAX_SECONDS: Final = 10.0
@@ -575,7 +578,17 @@ class _BridgeTick:
             self.ignored.append(IgnoredInput(input=item, reason="unknown timer"))
             return
         kind, _, step_id = item.timer_id.partition(":")
-        if item.timer_id == "retry:main":
+        if item.timer_id == RUN_TIMEOUT_TIMER:
+            self.commands.append(CancelChildRuns())
+            self.finish(
+                RunStatus.FAILED,
+                error=ErrorInfo(
+                    code="run.timeout",
+                    message="the run did not end within its workflow's timeout",
+                    retryable=False,
+                ),
+            )
+        elif item.timer_id == "retry:main":
             self.main_retry = False
         elif item.timer_id == "inline":
             self.inline = False
@@ -701,9 +714,14 @@ def bridge_start(
     now: datetime,
     event: Event | None = None,
     inline: bool = False,
+    timeout: str | None = None,
 ) -> TickResult:
     """The first tick of a bridge run: dispatch its first execute (or, for an
-    inline run, give the caller `INLINE_GRACE` to checkpoint before taking over)."""
+    inline run, give the caller `INLINE_GRACE` to checkpoint before taking over).
+
+    With a `timeout` ("1h", the workflow's option) the run fails with
+    `run.timeout` if it has not ended by then.
+    """
     data = BridgeData(
         app_id=app_id,
         workflow_id=workflow_id,
@@ -720,6 +738,8 @@ def bridge_start(
     work = _BridgeTick(state, data, now, None)
     if inline:
         work.set_timer("inline", now + INLINE_GRACE)
+    if timeout:
+        work.set_timer(RUN_TIMEOUT_TIMER, now + work.duration(timeout))
     work.advance()
     return work.result()
 
@@ -754,6 +774,7 @@ __all__ = [
     "HANDLER",
     "INLINE_GRACE",
     "MAX_TRANSPORT_FAILURES",
+    "RUN_TIMEOUT_TIMER",
     "STATE_KEY",
     "BridgeData",
     "Pending",
