@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ductor import Client, Context, NonRetriableError
+from ductor import CancelContext, Client, Context, NonRetriableError
 from ductor.protocol import Event, Signal
 from ductor_core.runs import RunStatus
 from ductor_server.bridge.tick import load_data
@@ -287,3 +287,32 @@ async def test_cancelling_a_bridge_run_cancels_its_invoked_child(make_engine: An
     assert child_view.status == RunStatus.CANCELLED
     assert history
     assert history[0].kind == "run.created"
+
+
+async def test_cancelling_runs_the_workflows_on_cancel_handler_on_the_app(
+    make_engine: Any,
+) -> None:
+    client = Client("shop", signing_key=KEY)
+    handled: list[tuple[str, Any, str | None]] = []
+
+    async def undo(ctx: CancelContext, input: Any) -> None:
+        handled.append((ctx.run_id, input, ctx.reason))
+
+    @client.workflow("undoable", on_cancel=undo)
+    async def undoable(ctx: Context, _: Any) -> Any:
+        return await ctx.step.wait_for_signal("hold", signal="never", timeout="1h")
+
+    async with make_engine(client) as engine:
+        run = await engine.services.trigger_run(
+            TENANT, "bridge:shop:undoable", None, {"order": 1}, None
+        )
+        await engine.wait_run(
+            run.id, lambda v: any(s.waiting_for == "signal never" for s in v.steps), "wait"
+        )
+        await engine.services.cancel_run(TENANT, run.id, "customer left")
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.CANCELLED
+    assert view.error is not None
+    assert view.error.message == "customer left"
+    assert view.error.details == {"run_id": run.id, "handled": True, "error": None}
+    assert handled == [(run.id, {"order": 1}, "customer left")]

@@ -407,3 +407,24 @@ def test_the_workflow_timeout_fails_a_run_still_going() -> None:
     assert result.state.error.code == "run.timeout"
     assert CancelChildRuns() in result.commands
     assert _dispatches(result) == []
+
+
+def test_a_cancellable_run_calls_the_app_before_it_ends() -> None:
+    first = _start(cancellable=True)
+    [execute] = _dispatches(first)
+    result = bridge_tick(first.state, [CancelRequested(reason="stop")], T0)
+    assert result.state.status == RunStatus.RUNNING
+    assert result.state.cancel_requested
+    [cancel] = _dispatches(result)
+    assert cancel.step_ref == "cancel"
+    assert cancel.payload["cancel"]["reason"] == "stop"
+    # Whatever else arrives meanwhile is ignored; the cancel call's end ends the run.
+    late = _answer(execute, StepRunOp(id="a" * 32, name="x", result=1))
+    done = AttemptResult(
+        step_ref="cancel", attempt=cancel.attempt, ok=True, output={"handled": True}
+    )
+    result = bridge_tick(result.state, [late, done], T0)
+    assert result.state.status == RunStatus.CANCELLED
+    assert result.state.error is not None
+    assert result.state.error.details == {"handled": True}
+    assert load_data(result.state).history == []

@@ -21,6 +21,8 @@ from ductor.errors import ProtocolError, SignatureError
 from ductor.protocol import (
     INLINE_LIMIT_BYTES,
     SIGNATURE_HEADER,
+    CancelRequest,
+    CancelResponse,
     ErrorResponse,
     ExecuteRequest,
     ExecuteResponse,
@@ -102,7 +104,7 @@ class BridgeDriver:
                 retryable=False,
             )
         raw_request = payload.get("request")
-        if raw_request is None:
+        if raw_request is None and payload.get("cancel") is None:
             return await self._drive_child(call, payload)
         app_id = str(payload.get("app_id"))
         async with self.store.transaction() as tx:
@@ -113,6 +115,14 @@ class BridgeDriver:
                 f"app {app_id!r} is not registered (or has no URL): POST /v1/bridge/sync",
                 retryable=True,
             )
+        if raw_request is None:
+            cancel = msgspec.convert(payload["cancel"], CancelRequest)
+            raw = await self._post(call, app_id, app.url, encode(cancel))
+            try:
+                cancelled = decode(raw, CancelResponse)
+            except ProtocolError as exc:
+                raise failure("bridge.bad_response", exc.message, retryable=False) from None
+            return msgspec.to_builtins(cancelled)
         request = msgspec.convert(raw_request, ExecuteRequest)
         body = encode(request)
         if len(body) > INLINE_LIMIT_BYTES:
@@ -124,6 +134,17 @@ class BridgeDriver:
                 payload_ref=f"{call.run_id}:{call.attempt}",
             )
             body = encode(request)
+        content = await self._post(call, app_id, app.url, body)
+        try:
+            answer = decode(content, ExecuteResponse)
+        except ProtocolError as exc:
+            raise failure("bridge.bad_response", exc.message, retryable=False) from None
+        await self._touch(call.tenant_id, app_id)
+        return {"opcodes": msgspec.to_builtins(answer.opcodes)}
+
+    async def _post(self, call: ActionCall, app_id: str, url: str, body: bytes) -> bytes:
+        """POST a signed body to the app; return its verified 2xx answer."""
+        assert self.keys is not None
         now = int(self.clock.now().timestamp())
         headers = {
             SIGNATURE_HEADER: self.keys.header(body, now=now),
@@ -132,10 +153,10 @@ class BridgeDriver:
         }
         self.calls += 1
         try:
-            response = await self._client().post(app.url, content=body, headers=headers)
+            response = await self._client().post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             raise failure(
-                "bridge.unreachable", f"POST {app.url} failed: {exc!r}", retryable=True
+                "bridge.unreachable", f"POST {url} failed: {exc!r}", retryable=True
             ) from exc
         answered = int(self.clock.now().timestamp())
         try:
@@ -149,12 +170,7 @@ class BridgeDriver:
             ) from None
         if response.status_code >= 400:
             raise self._refused(app_id, response)
-        try:
-            answer = decode(response.content, ExecuteResponse)
-        except ProtocolError as exc:
-            raise failure("bridge.bad_response", exc.message, retryable=False) from None
-        await self._touch(call.tenant_id, app_id)
-        return {"opcodes": msgspec.to_builtins(answer.opcodes)}
+        return response.content
 
     def _refused(self, app_id: str, response: httpx.Response) -> Exception:
         try:

@@ -55,6 +55,7 @@ async def create_bridge_run(
         event=event,
         inline=inline,
         timeout=workflow.info.timeout,
+        cancellable=workflow.info.cancellable,
     )
     slug = bridge_slug(workflow.app_id, workflow.workflow_id)
     [inserted] = await tx.insert_runs(

@@ -13,9 +13,7 @@ from typing import Any, Final
 import msgspec
 
 from ductor.protocol import (
-    ErrorInfo as WireError,
-)
-from ductor.protocol import (
+    CancelRequest,
     Event,
     ExecuteRequest,
     InvokeOp,
@@ -33,6 +31,9 @@ from ductor.protocol import (
     WaitForEventOp,
     WaitForSignalOp,
     step_record,
+)
+from ductor.protocol import (
+    ErrorInfo as WireError,
 )
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DuctorError
@@ -74,6 +75,9 @@ STATE_KEY: Final = "_bridge"
 
 EXECUTE_REF: Final = "execute"
 """Task `step_ref` of a plain execute (no target step)."""
+
+CANCEL_REF: Final = "cancel"
+"""Task `step_ref` of the `cancel` call that runs the workflow's `on_cancel` handler."""
 
 CHECKPOINT_REF: Final = "checkpoint"
 """`AttemptResult.step_ref` of opcodes an app checkpointed (see `checkpoint_input`)."""
@@ -148,6 +152,10 @@ class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
         inline: the caller executes the body itself (inline run) until it hands over.
         failures: calls in a row that did not reach the app or were refused.
         pending: steps being resolved, by step id, in the order found.
+        cancellable: the workflow has an `on_cancel` handler on the app.
+        cancelling: attempt number of the `cancel` call in flight; the run ends
+            CANCELLED when it returns.
+        cancel_reason: why the run is being cancelled.
     """
 
     app_id: str
@@ -161,6 +169,9 @@ class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
     inline: bool = False
     failures: int = 0
     pending: dict[str, Pending] = {}
+    cancellable: bool = False
+    cancelling: int | None = None
+    cancel_reason: str = ""
 
 
 _OPS_TYPE: Final = list[Opcode]
@@ -233,6 +244,9 @@ class _BridgeTick:
         self.inline = data.inline
         self.failures = data.failures
         self.pending = dict(data.pending)
+        self.cancellable = data.cancellable
+        self.cancelling = data.cancelling
+        self.cancel_reason = data.cancel_reason
         self.timers = dict(state.timers)
         self.pending_signals = list(state.pending_signals)
         self.received_ids = list(state.received_ids)
@@ -253,6 +267,9 @@ class _BridgeTick:
             inline=self.inline,
             failures=self.failures,
             pending=self.pending,
+            cancellable=self.cancellable,
+            cancelling=self.cancelling,
+            cancel_reason=self.cancel_reason,
         )
 
     def result(self) -> TickResult:
@@ -275,6 +292,7 @@ class _BridgeTick:
             timers={} if self.finished is not None else self.timers,
             pending_signals=self.pending_signals,
             received_ids=self.received_ids,
+            cancel_requested=state.cancel_requested or self.cancelling is not None,
         )
         return TickResult(state=new_state, commands=self.commands, ignored=self.ignored)
 
@@ -390,15 +408,63 @@ class _BridgeTick:
             self.on_cancel(item)
 
     def on_cancel(self, item: CancelRequested) -> None:
+        if self.cancelling is not None:
+            self.ignored.append(IgnoredInput(input=item, reason="already cancelling"))
+            return
         self.commands.append(CancelChildRuns())
+        if not self.cancellable:
+            self.cancelled(item.reason, None)
+            return
+        # Run the workflow's on_cancel handler on the app first; end when it returns.
+        self.cancel_reason = item.reason
+        self.seq += 1
+        self.cancelling = self.seq
+        request = CancelRequest(
+            run_id=self.state.run_id,
+            workflow_id=self.workflow_id,
+            input=self.state.input,
+            reason=item.reason or None,
+        )
+        self.commands.append(
+            DispatchTask(
+                step_ref=CANCEL_REF,
+                attempt=self.seq,
+                step_type="STEP_TYPE_BRIDGE",
+                handler=HANDLER,
+                payload={
+                    "app_id": self.app_id,
+                    "workflow_id": self.workflow_id,
+                    "cancel": msgspec.to_builtins(request),
+                },
+                idempotency_key=f"{self.state.run_id}:{CANCEL_REF}:{self.seq}",
+            )
+        )
+
+    def cancelled(self, reason: str, details: Any) -> None:
         self.finish(
             RunStatus.CANCELLED,
             error=ErrorInfo(
-                code="run.cancelled", message=item.reason or "cancelled", retryable=False
+                code="run.cancelled",
+                message=reason or "cancelled",
+                retryable=False,
+                details=details,
             ),
         )
 
+    def on_cancel_done(self, item: AttemptResult) -> None:
+        if item.attempt != self.cancelling:
+            self.ignored.append(IgnoredInput(input=item, reason="stale cancel call"))
+            return
+        if item.ok:
+            details = item.output
+        else:
+            details = {"cancel_error": msgspec.to_builtins(item.error)}
+        self.cancelled(self.cancel_reason, details)
+
     def on_attempt(self, item: AttemptResult) -> None:
+        if item.step_ref == CANCEL_REF:
+            self.on_cancel_done(item)
+            return
         if item.step_ref == CHECKPOINT_REF:
             self.on_checkpoint(item)
             return
@@ -683,6 +749,8 @@ class _BridgeTick:
         """Dispatch the next plain execute when nothing else is outstanding."""
         if self.finished is not None or self.main is not None or self.main_retry or self.inline:
             return
+        if self.cancelling is not None:
+            return
         if self.pending:
             return
         self.main = self.dispatch(None)
@@ -715,6 +783,7 @@ def bridge_start(
     event: Event | None = None,
     inline: bool = False,
     timeout: str | None = None,
+    cancellable: bool = False,
 ) -> TickResult:
     """The first tick of a bridge run: dispatch its first execute (or, for an
     inline run, give the caller `INLINE_GRACE` to checkpoint before taking over).
@@ -727,6 +796,7 @@ def bridge_start(
         workflow_id=workflow_id,
         event=msgspec.to_builtins(event) if event is not None else None,
         inline=inline,
+        cancellable=cancellable,
     )
     state = RunState(
         run_id=run_id,
@@ -762,6 +832,10 @@ def bridge_tick(
         if work.finished is not None:
             work.ignored.append(IgnoredInput(input=item, reason="run has ended"))
             continue
+        cancel_done = isinstance(item, AttemptResult) and item.step_ref == CANCEL_REF
+        if work.cancelling is not None and not cancel_done:
+            work.ignored.append(IgnoredInput(input=item, reason="run is being cancelled"))
+            continue
         work.apply(item)
     work.advance()
     return work.result()
@@ -769,6 +843,7 @@ def bridge_tick(
 
 __all__ = [
     "BRIDGE_SLUG_PREFIX",
+    "CANCEL_REF",
     "CHECKPOINT_REF",
     "EXECUTE_REF",
     "HANDLER",
