@@ -345,3 +345,26 @@ def test_inputs_above_the_inline_limit_travel_by_reference(bridge: tuple[Any, Ap
         assert [s.name for s in payload.steps] == ["hello", "shout"]
         unsigned = http.get(path, params={"ref": "x"})
         assert unsigned.status_code == 401
+
+
+def test_the_server_asks_an_app_to_sync_and_probes_its_health(
+    bridge: tuple[Any, AppProcess],
+) -> None:
+    server, app = bridge
+    with server.client() as http:
+        synced = http.post("/v1/bridge/apps", json={"url": app.url})
+        assert synced.status_code == 200, synced.text
+        assert synced.json()["app_id"] == "shop"
+        assert synced.json()["synced"] is True
+        assert "fulfil-order" in synced.json()["accepted"]
+        health = http.post("/v1/bridge/apps/shop/health")
+        assert health.status_code == 200, health.text
+        assert health.json()["status"] == "ok"
+        assert health.json()["app_id"] == "shop"
+        unknown = http.post("/v1/bridge/apps/nobody/health")
+        assert unknown.status_code == 404
+        assert unknown.json()["code"] == "app.not_found"
+        app.stop()
+        down = http.post("/v1/bridge/apps/shop/health")
+        assert down.status_code == 503
+        assert down.json()["code"] == "bridge.app_call_failed"

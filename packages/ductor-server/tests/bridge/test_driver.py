@@ -125,5 +125,5 @@ async def test_an_unreachable_or_unknown_app_is_retryable(store: Store) -> None:
     other = msgspec.structs.replace(_call(), payload={**_call().payload, "app_id": "nobody"})
     with pytest.raises(ActionFailed) as missing:
         await driver(other)
-    assert missing.value.error.code == "bridge.app_not_found"
+    assert missing.value.error.code == "app.not_found"
     await driver.aclose()

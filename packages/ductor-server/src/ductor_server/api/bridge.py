@@ -21,15 +21,19 @@ from ductor.protocol import (
     CheckpointRequest,
     DescribeResponse,
     ErrorResponse,
+    HealthResponse,
     InlineRunRequest,
     SigningKeys,
+    SyncResponse,
     decode,
     encode,
 )
 from ductor_core.errors import DuctorError
+from ductor_server.api.bodies import decode_body
 from ductor_server.api.errors import status_for
 from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.bridge.service import AppView, BridgeService
+from ductor_server.errors import ServerError
 from ductor_server.services import Services
 
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -41,6 +45,29 @@ def _keys(request: Request[Any, Any, Any]) -> SigningKeys | None:
         state.bridge_keys = signing_keys_from_env()
     keys: SigningKeys | None = state.bridge_keys
     return keys
+
+
+class AppUrlBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/bridge/apps`: where the app's bridge endpoint is."""
+
+    url: str
+
+
+def _required_keys(request: Request[Any, Any, Any]) -> SigningKeys:
+    keys = _keys(request)
+    if keys is None:
+        raise BridgeNotConfigured()
+    return keys
+
+
+class BridgeNotConfigured(ServerError):
+    """The server has no bridge signing key."""
+
+    code = "bridge.not_configured"
+    retryable = True
+
+    def __init__(self) -> None:
+        super().__init__("the server has no bridge signing key: set DUCTOR_BRIDGE_SIGNING_KEY")
 
 
 def _service(request: Request[Any, Any, Any], services: Services) -> BridgeService:
@@ -174,6 +201,34 @@ class BridgeController(Controller):
             return await service.payload(tenant_id, run_id, ref)
 
         return await _call(request, None, run)
+
+    @post("/apps", status_code=200)
+    async def request_sync(
+        self,
+        request: Request[Any, Any, Any],
+        tenant_id: NamedDependency[str],
+        services: NamedDependency[Services],
+    ) -> SyncResponse:
+        """Ask an app to register itself: body `{"url": "<its bridge endpoint>"}`.
+
+        The server sends the app the signed `sync` action; the app POSTs its
+        describe payload to `/v1/bridge/sync` and the app's answer comes back.
+        """
+        body = decode_body(await request.body(), AppUrlBody)
+        return await _service(request, services).request_sync(_required_keys(request), body.url)
+
+    @post("/apps/{app_id:str}/health", status_code=200)
+    async def probe(
+        self,
+        request: Request[Any, Any, Any],
+        tenant_id: NamedDependency[str],
+        services: NamedDependency[Services],
+        app_id: FromPath[str],
+    ) -> HealthResponse:
+        """Call a registered app's `health` action now (a quiet app stops being stale)."""
+        service = _service(request, services)
+        keys = _required_keys(request)
+        return await service.probe(tenant_id, app_id, keys, now=services.clock.now())
 
     @get("/apps")
     async def apps(

@@ -111,7 +111,7 @@ class BridgeDriver:
             app = await get_app(tx, call.tenant_id, app_id)
         if app is None or not app.url:
             raise failure(
-                "bridge.app_not_found",
+                "app.not_found",
                 f"app {app_id!r} is not registered (or has no URL): POST /v1/bridge/sync",
                 retryable=True,
             )

@@ -18,12 +18,18 @@ from ductor.protocol import (
     DescribeResponse,
     Event,
     ExecutePayload,
+    HealthRequest,
+    HealthResponse,
     InlineRunRequest,
     InlineRunResponse,
+    SigningKeys,
     SyncAck,
+    SyncRequest,
+    SyncResponse,
 )
 from ductor_core.errors import DuctorError
-from ductor_server.bridge.registry import list_apps, sync_app
+from ductor_server.bridge.probe import call_app
+from ductor_server.bridge.registry import get_app, list_apps, sync_app, touch_app
 from ductor_server.bridge.runs import create_bridge_run, find_workflow
 from ductor_server.bridge.tick import checkpoint_input, is_bridge_slug, load_data, parse_bridge_slug
 from ductor_server.engine.effects import Effects, EngineParts
@@ -46,6 +52,15 @@ class BridgeWorkflowNotFound(ServerError):
             f"app {app_id!r} has no registered workflow {workflow_id!r}: sync the app first",
             details={"app_id": app_id, "workflow_id": workflow_id},
         )
+
+
+class AppNotFound(ServerError):
+    """No app registered under this id for this tenant."""
+
+    code = "app.not_found"
+
+    def __init__(self, app_id: str) -> None:
+        super().__init__(f"app {app_id!r} is not registered", details={"app_id": app_id})
 
 
 class AppView(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,6 +109,25 @@ class BridgeService:
             )
             for app in apps
         ]
+
+    async def request_sync(self, keys: SigningKeys, url: str) -> SyncResponse:
+        """Ask the app at `url` to sync: it POSTs its describe payload back to us."""
+        if not url.startswith(("http://", "https://")):
+            raise RequestInvalid("url must be an http(s) URL of the app's bridge endpoint")
+        return await call_app(keys, url, SyncRequest(url=url), SyncResponse)
+
+    async def probe(
+        self, tenant_id: str, app_id: str, keys: SigningKeys, *, now: datetime
+    ) -> HealthResponse:
+        """Call a registered app's `health` action; record when it answered."""
+        async with self.store.transaction() as tx:
+            app = await get_app(tx, tenant_id, app_id)
+        if app is None or not app.url:
+            raise AppNotFound(app_id)
+        health = await call_app(keys, app.url, HealthRequest(), HealthResponse)
+        async with self.store.transaction() as tx:
+            await touch_app(tx, tenant_id, app_id, now=now)
+        return health
 
     async def inline_run(
         self, tenant_id: str, body: InlineRunRequest, *, now: datetime
@@ -165,4 +199,4 @@ class BridgeService:
         return ExecutePayload(run_id=run_id, input=run.state.input, steps=data.history, event=event)
 
 
-__all__ = ["STALE_AFTER", "AppView", "BridgeService", "BridgeWorkflowNotFound"]
+__all__ = ["STALE_AFTER", "AppNotFound", "AppView", "BridgeService", "BridgeWorkflowNotFound"]
