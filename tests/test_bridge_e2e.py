@@ -27,9 +27,11 @@ from ductor import Client, Context
 from ductor.protocol import (
     INLINE_LIMIT_BYTES,
     SIGNATURE_HEADER,
+    CheckpointRequest,
     DescribeResponse,
     ExecutePayload,
     SigningKeys,
+    StepRunOp,
     decode,
     encode,
     signature_header,
@@ -316,6 +318,32 @@ def test_inline_runs_checkpoint_and_bad_signatures_are_refused(
             )
             assert answer.status_code == 401, answer.text
             assert answer.json()["code"] == code
+        # A checkpoint with a bad signature records nothing; one for an ended run is refused.
+        run_id = outcome.run_id
+        late = encode(
+            CheckpointRequest(
+                run_id=run_id,
+                app_id="shop",
+                workflow_id="quick",
+                opcodes=[StepRunOp(id="f" * 32, name="late", result=1)],
+            )
+        )
+        path = f"/v1/bridge/runs/{run_id}/checkpoint"
+        forged = http.post(
+            path,
+            content=late,
+            headers={SIGNATURE_HEADER: signature_header(late, ["wrong-key"], now)},
+        )
+        assert forged.status_code == 401
+        assert forged.json()["code"] == "signature.mismatch"
+        ended = http.post(
+            path, content=late, headers={SIGNATURE_HEADER: signature_header(late, [KEY], now)}
+        )
+        assert ended.status_code == 409
+        assert ended.json()["code"] == "run.ended"
+        after = _run(http, run_id)
+        assert after["output"] == "HELLO ADA"
+        assert "late" not in {s["ref"] for s in after["steps"]}
         missing = http.post("/v1/bridge/sync", content=bogus)
         assert missing.status_code == 401
         assert missing.json()["code"] == "signature.missing"
