@@ -36,6 +36,8 @@ from ductor.protocol import (
     encode,
     signature_header,
 )
+from ductor_server.api.auth import hash_api_key
+from ductor_server.storage import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "bridge_app" / "app.py"
@@ -63,7 +65,7 @@ class AppProcess:
         self.out_path = tmp_path / "app-output.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, variant: str = "1") -> AppProcess:
+    def start(self, variant: str = "1", *, checkpoint: bool = False) -> AppProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DUCTOR_", "BRIDGE_"))}
         env.update(
             DUCTOR_URL=self.server.url,
@@ -72,6 +74,7 @@ class AppProcess:
             BRIDGE_APP_URL=self.url,
             BRIDGE_APP_LOG=str(self.log_path),
             BRIDGE_APP_VARIANT=variant,
+            BRIDGE_APP_CHECKPOINT="1" if checkpoint else "0",
             PYTHONUNBUFFERED="1",
         )
         out = self.out_path.open("ab")
@@ -396,3 +399,35 @@ def test_the_server_asks_an_app_to_sync_and_probes_its_health(
         down = http.post("/v1/bridge/apps/shop/health")
         assert down.status_code == 503
         assert down.json()["code"] == "bridge.app_call_failed"
+
+
+def test_an_app_in_checkpoint_mode_reports_steps_as_it_goes(
+    bridge: tuple[Any, AppProcess],
+) -> None:
+    server, app = bridge
+    app.stop()
+    app.start(checkpoint=True)
+    with server.client() as http:
+        run_id = _trigger(http, "many-steps", 6)
+        run = server.wait_for_run(run_id, timeout=TIMEOUT)
+    assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+    assert run["output"] == [f"s{i}" for i in range(6)]
+    for i in range(6):
+        assert app.count(f"done s{i}") == 1
+    # The steps came in as checkpoints while one execute ran them: far fewer
+    # execute calls than the 7 (6 steps + the return) of the plain protocol.
+    executes = asyncio.run(_attempts(server, run_id))
+    assert 1 <= len(executes) <= 3, executes
+
+
+async def _attempts(server: Any, run_id: str) -> list[str]:
+    store = open_store(str(server.data_dir / "ductor.db"))
+    await store.open()
+    try:
+        async with store.transaction() as tx:
+            key = await tx.find_api_key(hash_api_key(server.api_key))
+            assert key is not None
+            attempts = await tx.list_attempts(key.tenant_id, run_id)
+    finally:
+        await store.close()
+    return [a.step_ref for a in attempts]

@@ -3,7 +3,8 @@
 Every step body appends a line to `BRIDGE_APP_LOG` ("start <step>" then
 "done <step>"), so a test can count how often each body ran. Configured by
 the environment: DUCTOR_URL, DUCTOR_API_KEY, DUCTOR_BRIDGE_SIGNING_KEY,
-BRIDGE_APP_URL (where the server reaches this app), BRIDGE_APP_VARIANT.
+BRIDGE_APP_URL (where the server reaches this app), BRIDGE_APP_VARIANT,
+BRIDGE_APP_CHECKPOINT=1 (run consecutive steps in one execute, checkpointing each).
 
 Run: `python examples/bridge_app/app.py --port 8010`.
 """
@@ -31,6 +32,7 @@ client = Client(
     server_url=os.environ.get("DUCTOR_URL", "http://127.0.0.1:7070"),
     api_key=os.environ.get("DUCTOR_API_KEY"),
     url=os.environ.get("BRIDGE_APP_URL"),
+    checkpoint=os.environ.get("BRIDGE_APP_CHECKPOINT") == "1",
 )
 
 
