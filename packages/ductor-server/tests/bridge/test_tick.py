@@ -428,3 +428,17 @@ def test_a_cancellable_run_calls_the_app_before_it_ends() -> None:
     assert result.state.error is not None
     assert result.state.error.details == {"handled": True}
     assert load_data(result.state).history == []
+
+
+def test_answers_without_progress_back_off_and_end_the_run() -> None:
+    result = _start()
+    for _ in range(MAX_TRANSPORT_FAILURES):
+        [task] = _dispatches(result)
+        result = bridge_tick(result.state, [_answer(task)], T0)  # no opcode at all
+        if result.state.status.terminal:
+            break
+        [timer] = _of(result.commands, SetTimer)
+        result = bridge_tick(result.state, [TimerFired(timer_id=timer.timer_id)], timer.fire_at)
+    assert result.state.status == RunStatus.FAILED
+    assert result.state.error is not None
+    assert result.state.error.code == "bridge.no_progress"

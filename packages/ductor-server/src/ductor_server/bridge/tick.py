@@ -485,7 +485,6 @@ class _BridgeTick:
         if not item.ok:
             self.on_call_failed(item, target)
             return
-        self.failures = 0
         try:
             ops = msgspec.convert((item.output or {}).get("opcodes", []), _OPS_TYPE)
         except (msgspec.ValidationError, AttributeError) as exc:
@@ -498,10 +497,36 @@ class _BridgeTick:
                 ),
             )
             return
+        before = self.progress()
         if target is not None:
             self.on_target_ops(target, ops)
         else:
             self.on_ops(ops)
+        if self.progress() != before:
+            self.failures = 0
+        else:
+            # An answer that changes nothing (no opcode, or only known steps) would
+            # make the next execute ask the same again: back off as for a failed call.
+            error = ErrorInfo(
+                code="bridge.no_progress",
+                message="the app answered without a new opcode",
+                retryable=True,
+            )
+            self.on_call_failed(
+                AttemptResult(step_ref=item.step_ref, attempt=item.attempt, ok=False, error=error),
+                target,
+            )
+
+    def progress(self) -> tuple[Any, ...]:
+        """What an answer must change to count as progress."""
+        return (
+            len(self.history),
+            tuple(self.pending),
+            tuple(p.attempt for p in self.pending.values()),
+            self.attempt,
+            self.finished,
+            self.main_retry,
+        )
 
     def on_checkpoint(self, item: AttemptResult) -> None:
         try:
