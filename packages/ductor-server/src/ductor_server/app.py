@@ -15,6 +15,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from ductor_core.expressions import engine_by_name
+from ductor_server.api.bridge import BridgeController
 from ductor_server.api.dependencies import provide_services, provide_tenant_id
 from ductor_server.api.errors import EXCEPTION_HANDLERS
 from ductor_server.api.events import EventsController
@@ -71,11 +72,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
         handlers.append(
             Router(
                 "/",
+                # BridgeController: the server side of the bridge SDK (ductor_server.bridge).
                 route_handlers=[
                     WorkflowsController,
                     RunsController,
                     EventsController,
                     *ROUTING_CONTROLLERS,  # routing (issue 5)
+                    BridgeController,
                 ],
                 dependencies={
                     "tenant_id": Provide(provide_tenant_id),

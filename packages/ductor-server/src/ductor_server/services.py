@@ -33,6 +33,8 @@ from ductor_core.runs import (
     StepStatus,
 )
 from ductor_core.validation import ValidationReport, validate_definition
+from ductor_server.bridge.runs import trigger_bridge_run
+from ductor_server.bridge.tick import is_bridge_slug
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.effects import Effects, EngineParts, create_run
@@ -511,6 +513,24 @@ class Services:
             raise RequestInvalid("version must be a positive integer")
         effects = Effects()
         now = self.clock.now()
+        # SDK-hosted workflows ("bridge:<app>:<workflow>") start bridge runs (ductor_server.bridge).
+        if is_bridge_slug(family_slug):
+            async with self.store.transaction() as tx:
+                bridge_run = await trigger_bridge_run(
+                    tx,
+                    self._parts,
+                    effects,
+                    tenant_id=tenant_id,
+                    family_slug=family_slug,
+                    input=input,
+                    now=now,
+                    idempotency_key=idempotency_key,
+                )
+                if bridge_run is None:
+                    raise WorkflowNotFound(family_slug)
+                await effects.flush(tx)
+            effects.notify(self.wake)
+            return run_view(bridge_run, None)
         async with self.store.transaction() as tx:
             if idempotency_key is not None:
                 existing = await tx.find_run_by_idempotency_key(tenant_id, idempotency_key)

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from ductor_core.errors import DuctorError
 from ductor_core.runs import ErrorInfo, IgnoredInput, RunFinished, RunState, RunStatus, TickResult
 from ductor_core.tick import tick
+from ductor_server.bridge.tick import bridge_tick, is_bridge_slug
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
@@ -166,6 +167,17 @@ class Coordinator:
     async def _tick(
         self, tx: Tx, run: RunRecord, pending: list[InboxItem], now: datetime
     ) -> TickResult:
+        # Bridge runs (SDK-hosted workflows, slug "bridge:<app>:<workflow>") have no
+        # definition: the pure bridge tick drives them instead of the DAG tick.
+        if is_bridge_slug(run.family_slug):
+            try:
+                return bridge_tick(
+                    run.state, [i.input for i in pending], now, engine=self.parts.engine
+                )
+            except Exception as exc:
+                log.exception("bridge tick of run %s failed", run.id)
+                error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
+                return _failed(run.state, error, now)
         try:
             definition = await self.parts.catalog.definition(
                 tx, run.tenant_id, run.family_slug, run.version

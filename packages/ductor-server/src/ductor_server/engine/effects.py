@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from ductor_core.definitions import WorkflowDefinition
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import (
@@ -31,6 +33,7 @@ from ductor_core.runs import (
     StartChildRun,
 )
 from ductor_core.tick import start_run
+from ductor_server.bridge.tick import is_bridge_slug
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.history import transition_entries
 from ductor_server.engine.queue import Topic, WakeUp
@@ -250,6 +253,25 @@ async def _start_child(
     depth: int,
 ) -> None:
     error: ErrorInfo | None = None
+    # A bridge workflow (an SDK INVOKE with app_id) starts a bridge run, not a DAG run.
+    if is_bridge_slug(command.family_slug):
+        from ductor_server.bridge.runs import start_bridge_child
+
+        started = await start_bridge_child(
+            tx,
+            parts,
+            effects,
+            parent=parent,
+            step_ref=command.step_ref,
+            item_index=command.item_index,
+            child_key=command.child_key,
+            family_slug=command.family_slug,
+            input=command.input,
+            now=now,
+        )
+        if started:
+            return
+        command = msgspec.structs.replace(command, version=None)
     resolved = await parts.catalog.resolve(
         tx, parent.tenant_id, command.family_slug, command.version
     )

@@ -87,6 +87,21 @@ async def ingest_event(
         )
         if inserted.created:
             outcome.runs_started.append(inserted.run.id)
+    # SDK-hosted workflows registered over the bridge may be triggered by it too.
+    from ductor_server.bridge.runs import start_triggered_runs
+
+    outcome.runs_started.extend(
+        await start_triggered_runs(
+            tx,
+            parts,
+            effects,
+            tenant_id=tenant_id,
+            event_id=event_id,
+            name=name,
+            data=data,
+            now=now,
+        )
+    )
     waiting = await tx.find_waits(tenant_id, kind="event", name=name)
     run_ids = list(dict.fromkeys(w.run_id for w in waiting))
     effects.inbox.extend(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ductor_core.expressions import ExpressionEngine
+from ductor_server.bridge.driver import BridgeDriver
 from ductor_server.engine.actions import ActionRegistry, process_registry
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
@@ -93,6 +94,8 @@ class Runtime:
         self.engine = engine
         self.actions = actions or process_registry()
         self.wakeup = wakeup or InProcessWakeUp()
+        # Bridge runs: the `bridge` handler calls the SDK apps (ductor_server.bridge).
+        self.actions.register("bridge", BridgeDriver(store, clock=self.clock, wake=self.wakeup))
         self.catalog = WorkflowCatalog()
         parts = EngineParts(catalog=self.catalog, engine=engine)
         self.services = Services(

@@ -1,0 +1,84 @@
+"""Calls the server makes to an app outside a run: `health` and `sync`.
+
+Signed both ways like every bridge message; used by the `/v1/bridge/apps`
+endpoints. Holds no state and writes nothing itself.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TypeVar
+
+import httpx
+import msgspec
+
+from ductor.errors import ProtocolError, SignatureError
+from ductor.protocol import (
+    SIGNATURE_HEADER,
+    ErrorResponse,
+    HealthRequest,
+    SigningKeys,
+    SyncRequest,
+    decode,
+    encode,
+)
+from ductor_server.errors import ServerError
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+class AppCallFailed(ServerError):
+    """The app could not be reached, refused the call or answered badly."""
+
+    code = "bridge.app_call_failed"
+    retryable = True
+
+
+async def call_app(
+    keys: SigningKeys,
+    url: str,
+    request: HealthRequest | SyncRequest,
+    answer_type: type[_S],
+    *,
+    call_seconds: float = 30.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> _S:
+    """POST one signed action to the app at `url` and return its verified answer.
+
+    Raises:
+        AppCallFailed: unreachable, an error answer, a bad signature or body.
+    """
+    body = encode(request)
+    headers = {
+        SIGNATURE_HEADER: keys.header(body, now=int(time.time())),
+        "content-type": "application/json",
+    }
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=call_seconds) as http:
+            response = await http.post(url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        raise AppCallFailed(f"POST {url} failed: {exc!r}") from exc
+    try:
+        keys.verify(response.content, response.headers.get(SIGNATURE_HEADER), now=int(time.time()))
+    except SignatureError as exc:
+        raise AppCallFailed(
+            f"the answer of {url} failed verification: {exc.message}",
+            details={"code": exc.code},
+        ) from None
+    if response.status_code >= 400:
+        try:
+            error = decode(response.content, ErrorResponse)
+            details: object = {"status": response.status_code, "code": error.code}
+            message = error.message
+        except ProtocolError:
+            details, message = {"status": response.status_code}, response.text[:500]
+        raise AppCallFailed(
+            f"{url} answered HTTP {response.status_code}: {message}", details=details
+        )
+    try:
+        return decode(response.content, answer_type)
+    except ProtocolError as exc:
+        raise AppCallFailed(f"{url} answered an unexpected body: {exc.message}") from None
+
+
+__all__ = ["AppCallFailed", "call_app"]

@@ -1,0 +1,318 @@
+"""Bridge runs through a real Runtime on both backends, the app reached in-process:
+every primitive, retries, non-retriable failures, changed code, bad signatures."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ductor import CancelContext, Client, Context, NonRetriableError
+from ductor.protocol import Event, Signal
+from ductor_core.runs import RunStatus
+from ductor_server.bridge.tick import load_data
+from ductor_server.errors import WorkflowNotFound
+
+from .conftest import KEY, TENANT
+
+
+def _app(counts: dict[str, int]) -> Client:
+    client = Client("shop", signing_key=KEY)
+
+    def bump(name: str) -> None:
+        counts[name] = counts.get(name, 0) + 1
+
+    async def charge(order: dict[str, Any]) -> dict[str, Any]:
+        bump("charge")
+        return {"charged": order["total"]}
+
+    @client.workflow("receipt")
+    async def receipt(ctx: Context, charge: dict[str, Any]) -> str:
+        return await ctx.step.run("format", lambda: f"receipt for {charge['charged']}")
+
+    @client.workflow("order", trigger="order.created", retries=2)
+    async def order(ctx: Context, order: dict[str, Any]) -> dict[str, Any]:
+        charged = await ctx.step.run("charge", charge, order)
+        await ctx.step.sleep("cool-off", "1s")
+        shipped = await ctx.step.wait_for_event(
+            "shipped", event="order.shipped", match="event.data.id == input.id", timeout="30s"
+        )
+        approval = await ctx.step.wait_for_signal("approve", signal="approve", timeout="30s")
+        both = await asyncio.gather(
+            ctx.step.run("left", lambda: "L"), ctx.step.run("right", lambda: "R")
+        )
+        note = await ctx.step.invoke("receipt", workflow="receipt", app_id="shop", input=charged)
+        assert isinstance(shipped, Event)
+        assert isinstance(approval, Signal)
+        return {
+            "charged": charged,
+            "shipped": shipped.data,
+            "approved_by": approval.data,
+            "both": list(both),
+            "note": note,
+        }
+
+    flaky_tries = {"n": 0}
+
+    async def flaky() -> str:
+        flaky_tries["n"] += 1
+        bump("flaky")
+        if flaky_tries["n"] < 3:
+            raise RuntimeError(f"try {flaky_tries['n']} fails")
+        return "finally"
+
+    @client.workflow("flaky", retries=3)
+    async def flaky_wf(ctx: Context, _: None) -> str:
+        return await ctx.step.run("flaky", flaky)
+
+    async def declined() -> None:
+        raise NonRetriableError("card declined", code="card.declined")
+
+    @client.workflow("declined")
+    async def declined_wf(ctx: Context, _: None) -> None:
+        await ctx.step.run("charge", declined)
+
+    return client
+
+
+async def test_every_primitive_through_the_engine(make_engine: Any) -> None:
+    counts: dict[str, int] = {}
+    async with make_engine(_app(counts)) as engine:
+        accepted = await engine.services.send_event(
+            TENANT, "order.created", {"id": 7, "total": 500}, "evt-1"
+        )
+        [run_id] = accepted.runs_started
+        # Resending the event starts nothing.
+        again = await engine.services.send_event(
+            TENANT, "order.created", {"id": 7, "total": 500}, "evt-1"
+        )
+        assert again.runs_started == []
+
+        def waiting_for(what: str) -> Any:
+            return lambda v: any(s.waiting_for == what for s in v.steps)
+
+        await engine.wait_run(run_id, waiting_for("event order.shipped"), "wait for the event")
+        # An event for another order does not match the wait.
+        await engine.services.send_event(TENANT, "order.shipped", {"id": 8}, "evt-2")
+        await engine.services.send_event(TENANT, "order.shipped", {"id": 7}, "evt-3")
+        await engine.wait_run(run_id, waiting_for("signal approve"), "wait for the signal")
+        await engine.services.signal_run(TENANT, run_id, "approve", "ops", None)
+        view = await engine.wait_run(run_id)
+
+    assert view.status == RunStatus.SUCCEEDED, view.error
+    assert view.output == {
+        "charged": {"charged": 500},
+        "shipped": {"id": 7},
+        "approved_by": "ops",
+        "both": ["L", "R"],
+        "note": "receipt for 500",
+    }
+    assert counts["charge"] == 1
+    assert view.family_slug == "bridge:shop:order"
+    # (Postgres jsonb does not keep the order of the steps map; the history list keeps order.)
+    refs = {s.ref for s in view.steps if s.ref != "_bridge"}
+    assert refs == {"charge", "cool-off", "shipped", "approve", "left", "right", "receipt"}
+    async with engine.store.transaction() as tx:
+        run = await tx.get_run(TENANT, run_id)
+        children = await tx.list_child_runs(TENANT, run_id)
+    assert run is not None
+    history = load_data(run.state).history
+    assert len({r.id for r in history}) == len(history) == 7
+    names = [r.name for r in history]
+    assert names[:4] == ["charge", "cool-off", "shipped", "approve"]
+    assert set(names[4:6]) == {"left", "right"}
+    assert names[6] == "receipt"
+    assert [c.family_slug for c in children] == ["bridge:shop:receipt"]
+    assert children[0].status == RunStatus.SUCCEEDED
+
+
+async def test_a_failing_step_is_retried_then_succeeds(make_engine: Any) -> None:
+    counts: dict[str, int] = {}
+    async with make_engine(_app(counts)) as engine:
+        run = await engine.services.trigger_run(TENANT, "bridge:shop:flaky", None, None, None)
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.SUCCEEDED, view.error
+    assert view.output == "finally"
+    assert counts["flaky"] == 3
+
+
+async def test_a_non_retriable_error_fails_the_run_with_the_error(make_engine: Any) -> None:
+    async with make_engine(_app({})) as engine:
+        run = await engine.services.trigger_run(TENANT, "bridge:shop:declined", None, None, None)
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.FAILED
+    assert view.error is not None
+    assert view.error.code == "card.declined"
+    assert "card declined" in view.error.message
+    [charge] = [s for s in view.steps if s.ref == "charge"]
+    assert charge.status.value == "STEP_STATUS_FAILED"
+
+
+async def test_a_bad_signature_fails_the_run_and_records_nothing(make_engine: Any) -> None:
+    counts: dict[str, int] = {}
+    async with make_engine(_app(counts), server_key="another-key") as engine:
+        run = await engine.services.trigger_run(TENANT, "bridge:shop:order", None, {"id": 1}, None)
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.FAILED
+    assert view.error is not None
+    assert view.error.code == "signature.mismatch"
+    assert counts == {}
+    assert [s.ref for s in view.steps] == ["_bridge"]
+
+
+async def test_changed_code_fails_the_run_as_workflow_changed(make_engine: Any) -> None:
+    client = Client("shop", signing_key=KEY)
+    version = {"n": 1}
+
+    @client.workflow("evolving")
+    async def evolving(ctx: Context, _: None) -> str:
+        await ctx.step.run("first" if version["n"] == 1 else "renamed", lambda: 1)
+        await ctx.step.sleep("pause", "1s")
+        return "done"
+
+    async with make_engine(client) as engine:
+        run = await engine.services.trigger_run(TENANT, "bridge:shop:evolving", None, None, None)
+        await engine.wait_run(
+            run.id, lambda v: any(s.waiting_for == "timer" for s in v.steps), "sleep"
+        )
+        version["n"] = 2  # the code changes under the sleeping run
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.FAILED
+    assert view.error is not None
+    assert view.error.code == "workflow.changed"
+
+
+async def test_an_unknown_bridge_workflow_is_not_found(make_engine: Any) -> None:
+    async with make_engine(_app({})) as engine:
+        with pytest.raises(WorkflowNotFound):
+            await engine.services.trigger_run(TENANT, "bridge:shop:nope", None, None, None)
+        with pytest.raises(WorkflowNotFound):
+            await engine.services.trigger_run(TENANT, "bridge:elsewhere:order", None, None, None)
+
+
+async def test_a_dag_bridge_step_runs_the_sdk_workflow_as_a_child(make_engine: Any) -> None:
+    counts: dict[str, int] = {}
+    async with make_engine(_app(counts)) as engine:
+        await engine.services.publish_workflow(
+            TENANT,
+            {
+                "family_slug": "checkout",
+                "steps": [
+                    {
+                        "ref": "receipt",
+                        "type": "STEP_TYPE_BRIDGE",
+                        "args": {"app_id": "shop", "workflow": "receipt", "input": "input"},
+                    },
+                    {
+                        "ref": "done",
+                        "type": "STEP_TYPE_DATAFLOW",
+                        "args": {
+                            "operation": "project",
+                            "project": {"note": "steps.receipt.output"},
+                        },
+                    },
+                ],
+                "edges": [{"source_ref": "receipt", "target_ref": "done"}],
+            },
+        )
+        run = await engine.services.trigger_run(TENANT, "checkout", None, {"charged": 9}, None)
+        view = await engine.wait_run(run.id)
+        async with engine.store.transaction() as tx:
+            children = await tx.list_child_runs(TENANT, run.id)
+    assert view.status == RunStatus.SUCCEEDED, view.error
+    [done] = [s for s in view.steps if s.ref == "done"]
+    assert done.output == {"note": "receipt for 9"}
+    [child] = children
+    assert child.family_slug == "bridge:shop:receipt"
+    assert child.status == RunStatus.SUCCEEDED
+
+
+async def test_a_dag_bridge_step_to_an_unknown_workflow_fails_clearly(make_engine: Any) -> None:
+    async with make_engine(_app({})) as engine:
+        await engine.services.publish_workflow(
+            TENANT,
+            {
+                "family_slug": "lost",
+                "steps": [
+                    {
+                        "ref": "call",
+                        "type": "STEP_TYPE_BRIDGE",
+                        "args": {"app_id": "shop", "workflow": "nope"},
+                    }
+                ],
+                "edges": [],
+            },
+        )
+        run = await engine.services.trigger_run(TENANT, "lost", None, None, None)
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.FAILED
+    [call] = [s for s in view.steps if s.ref == "call"]
+    assert call.error is not None
+    assert call.error.code == "workflow.not_found"
+
+
+async def test_cancelling_a_bridge_run_cancels_its_invoked_child(make_engine: Any) -> None:
+    client = Client("shop", signing_key=KEY)
+
+    @client.workflow("waiter")
+    async def waiter(ctx: Context, _: None) -> Any:
+        return await ctx.step.wait_for_signal("hold", signal="never", timeout="1h")
+
+    @client.workflow("parent")
+    async def parent(ctx: Context, _: None) -> Any:
+        return await ctx.step.invoke("child", workflow="waiter", app_id="shop")
+
+    async with make_engine(client) as engine:
+        run = await engine.services.trigger_run(TENANT, "bridge:shop:parent", None, None, None)
+
+        async def child_waits() -> list[Any]:
+            async with engine.store.transaction() as tx:
+                children = await tx.list_child_runs(TENANT, run.id)
+            if not children:
+                return []
+            view = await engine.services.get_run(TENANT, children[0].id)
+            return [view] if any(s.waiting_for == "signal never" for s in view.steps) else []
+
+        for _ in range(1000):
+            if found := await child_waits():
+                break
+            await asyncio.sleep(0.02)
+        [child] = found
+        await engine.services.cancel_run(TENANT, run.id, "changed my mind")
+        view = await engine.wait_run(run.id)
+        child_view = await engine.wait_run(child.id)
+        history = await engine.services.run_history(TENANT, run.id)
+    assert view.status == RunStatus.CANCELLED
+    assert child_view.status == RunStatus.CANCELLED
+    assert history
+    assert history[0].kind == "run.created"
+
+
+async def test_cancelling_runs_the_workflows_on_cancel_handler_on_the_app(
+    make_engine: Any,
+) -> None:
+    client = Client("shop", signing_key=KEY)
+    handled: list[tuple[str, Any, str | None]] = []
+
+    async def undo(ctx: CancelContext, input: Any) -> None:
+        handled.append((ctx.run_id, input, ctx.reason))
+
+    @client.workflow("undoable", on_cancel=undo)
+    async def undoable(ctx: Context, _: Any) -> Any:
+        return await ctx.step.wait_for_signal("hold", signal="never", timeout="1h")
+
+    async with make_engine(client) as engine:
+        run = await engine.services.trigger_run(
+            TENANT, "bridge:shop:undoable", None, {"order": 1}, None
+        )
+        await engine.wait_run(
+            run.id, lambda v: any(s.waiting_for == "signal never" for s in v.steps), "wait"
+        )
+        await engine.services.cancel_run(TENANT, run.id, "customer left")
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.CANCELLED
+    assert view.error is not None
+    assert view.error.message == "customer left"
+    assert view.error.details == {"run_id": run.id, "handled": True, "error": None}
+    assert handled == [(run.id, {"order": 1}, "customer left")]
