@@ -29,7 +29,11 @@ from ductor_core.expressions._engine_base import (
     syntax_error,
     wrong_activation,
 )
-from ductor_core.expressions._functions import CustomFunction, FunctionRegistry
+from ductor_core.expressions._functions import (
+    TIMESTAMP_ACCESSORS,
+    CustomFunction,
+    FunctionRegistry,
+)
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
 CELPY_ENGINE_NAME = "cel-python"
@@ -372,20 +376,6 @@ def _duration(value: Any) -> Any:
     return celtypes.DurationType(value)
 
 
-_ACCESSORS = (
-    "getFullYear",
-    "getMonth",
-    "getDate",
-    "getDayOfMonth",
-    "getDayOfWeek",
-    "getDayOfYear",
-    "getHours",
-    "getMinutes",
-    "getSeconds",
-    "getMilliseconds",
-)
-
-
 def _accessor(name: str) -> Callable[..., Any]:
     # cel-rust has no time zone argument (`getHours('Europe/Paris')`), so
     # neither do we; `local_time(ts, zone)` is the portable way.
@@ -433,7 +423,7 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "startsWith": _string_method("startsWith"),
         "endsWith": _string_method("endsWith"),
         "matches": _string_method("matches"),
-        **{name: _accessor(name) for name in _ACCESSORS},
+        **{name: _accessor(name) for name in TIMESTAMP_ACCESSORS},
     }
     guarded = {name: _passing_errors(function) for name, function in functions.items()}
     numbers = frozenset({"int", "uint", "double", "string"})
