@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
+from ductor._answers import ErrorBody, decode_answer
 from ductor.errors import ApiError
 
 __all__ = [
@@ -86,12 +87,6 @@ class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
     runs: list[str] = []
 
 
-class _ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
-    code: str = "api.error"
-    message: str = ""
-    details: Any = None
-
-
 class _Call(msgspec.Struct, frozen=True, kw_only=True):
     """One prepared API call, shared by the sync and async clients."""
 
@@ -140,14 +135,7 @@ def _cancel(run_id: str) -> _Call:
 
 def _decode(call: _Call, response: httpx.Response, type_: type[R]) -> R:
     _raise_for(call, response)
-    try:
-        return msgspec.json.decode(response.content, type=type_)
-    except msgspec.DecodeError as exc:
-        raise ApiError(
-            f"{call.method} {call.path}: unexpected answer: {exc}",
-            status=response.status_code,
-            code="api.bad_response",
-        ) from None
+    return decode_answer(call.method, call.path, response, type_)
 
 
 def _raise_for(call: _Call, response: httpx.Response) -> None:
@@ -155,7 +143,7 @@ def _raise_for(call: _Call, response: httpx.Response) -> None:
         return
     retryable = response.status_code >= 500 or response.status_code == 429
     try:
-        err = msgspec.json.decode(response.content, type=_ErrorBody)
+        err = msgspec.json.decode(response.content, type=ErrorBody)
     except msgspec.DecodeError:
         raise ApiError(
             f"{call.method} {call.path} answered {response.status_code}: {response.text[:200]}",
