@@ -21,13 +21,12 @@ from ductor_core.expressions._engine_base import (
     clip_message,
     evaluation_error,
     invalid_has_error,
-    plain_variables,
     result_to_json,
     syntax_error,
     wrong_activation,
 )
 from ductor_core.expressions._functions import CustomFunction, FunctionRegistry
-from ductor_core.expressions._values import to_json, to_plain
+from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
 CEL_RUST_ENGINE_NAME = "cel-rust"
 
@@ -143,7 +142,10 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
         return CelRustBoundVariables(self._context(activation, "<bind>"), self)
 
     def _context(self, activation: Mapping[str, Any], source: str) -> Any:
-        variables = plain_variables(activation, source)
+        try:
+            variables = {name: to_plain(value) for name, value in activation.items()}
+        except ValueConversionError as exc:
+            raise evaluation_error(source, str(exc)) from exc
         return _cel().Context(variables=variables, functions=self._functions)
 
     def _compile(self, source: str) -> CelRustProgram:

@@ -5,7 +5,6 @@ Imports no CEL library; each engine module supplies its own parsing and running.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from ductor_core.errors import ExpressionError
@@ -16,7 +15,7 @@ from ductor_core.expressions._functions import (
 )
 from ductor_core.expressions._limits import check_source
 from ductor_core.expressions._program_cache import ProgramCache
-from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
+from ductor_core.expressions._values import ValueConversionError, to_json
 
 P = TypeVar("P")
 
@@ -62,14 +61,6 @@ def wrong_activation(engine_name: str, activation: object) -> TypeError:
         f"cannot evaluate on {engine_name} against {type(activation).__name__}; "
         "pass a mapping or variables bound by the same engine"
     )
-
-
-def plain_variables(activation: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The activation's values as plain JSON-like Python values (evaluation error if not)."""
-    try:
-        return {name: to_plain(value) for name, value in activation.items()}
-    except ValueConversionError as exc:
-        raise evaluation_error(source, str(exc)) from exc
 
 
 def result_to_json(source: str, result: Any) -> Any:
