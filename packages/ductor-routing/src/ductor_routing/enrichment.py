@@ -6,13 +6,13 @@ Enrichers are pure functions of the routable and `now`; they never do I/O.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable, Mapping
-from importlib import metadata
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
+from ductor_routing._plugin_registry import PluginRegistry
 from ductor_routing.activations import Activations
 from ductor_routing.errors import ConfigError
 from ductor_routing.routables import Routable
@@ -81,25 +81,15 @@ EnricherFactory = Callable[[Mapping[str, Any]], Enricher]
 """Builds an enricher plugin from its options."""
 
 
-class EnricherRegistry:
+class EnricherRegistry(PluginRegistry[EnricherFactory]):
     """Enricher plugin factories by name (none built in).
 
     Discovery reads installed package metadata and happens only when
     `discover()` is called, never while routing.
     """
 
-    def __init__(self) -> None:
-        self._factories: dict[str, EnricherFactory] = {}
-
-    def register(self, name: str, factory: EnricherFactory, *, replace: bool = False) -> None:
-        """Add a factory under `name`; refuses to shadow an existing one unless `replace`."""
-        if name in self._factories and not replace:
-            raise ConfigError(f"enricher {name!r} is already registered")
-        self._factories[name] = factory
-
-    def names(self) -> tuple[str, ...]:
-        """Every registered enricher name, sorted."""
-        return tuple(sorted(self._factories))
+    kind = "enricher"
+    entry_point_group = ENRICHER_ENTRY_POINT_GROUP
 
     def create(self, name: str, options: Mapping[str, Any]) -> Enricher:
         """Build the plugin `name` with `options` (ConfigError if unknown)."""
@@ -108,18 +98,3 @@ class EnricherRegistry:
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"unknown enricher plugin {name!r}; registered: {known}")
         return factory(options)
-
-    def load_entry_points(self, entry_points: Iterable[metadata.EntryPoint]) -> tuple[str, ...]:
-        """Register the factory each entry point names; return the names added."""
-        added = []
-        for ep in entry_points:
-            factory: Any = ep.load()
-            if not callable(factory):
-                raise ConfigError(f"entry point {ep.name!r} ({ep.value}) is not callable")
-            self.register(ep.name, factory)
-            added.append(ep.name)
-        return tuple(added)
-
-    def discover(self) -> tuple[str, ...]:
-        """Register every factory installed under ENRICHER_ENTRY_POINT_GROUP."""
-        return self.load_entry_points(metadata.entry_points(group=ENRICHER_ENTRY_POINT_GROUP))

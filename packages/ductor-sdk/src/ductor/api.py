@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
+from ductor._answers import ErrorBody, decode_answer
 from ductor.errors import ApiError
 
 __all__ = [
@@ -86,12 +87,6 @@ class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
     runs: list[str] = []
 
 
-class _ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
-    code: str = "api.error"
-    message: str = ""
-    details: Any = None
-
-
 class _Call(msgspec.Struct, frozen=True, kw_only=True):
     """One prepared API call, shared by the sync and async clients."""
 
@@ -101,43 +96,46 @@ class _Call(msgspec.Struct, frozen=True, kw_only=True):
     headers: dict[str, str] = {}
 
 
+def _post(path: str, body: Any, idempotency_key: str | None = None) -> _Call:
+    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+    return _Call(method="POST", path=path, body=msgspec.json.encode(body), headers=headers)
+
+
 def _trigger(
     family_slug: str, input: Any, version: int | None, idempotency_key: str | None
 ) -> _Call:
     body: dict[str, Any] = {"family_slug": family_slug, "input": input}
     if version is not None:
         body["version"] = version
-    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
-    return _Call(method="POST", path="/v1/runs", body=msgspec.json.encode(body), headers=headers)
+    return _post("/v1/runs", body, idempotency_key)
 
 
 def _event(name: str, data: Any, id: str | None, idempotency_key: str | None) -> _Call:
     body: dict[str, Any] = {"name": name, "data": data}
     if id is not None:
         body["id"] = id
-    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
-    return _Call(method="POST", path="/v1/events", body=msgspec.json.encode(body), headers=headers)
+    return _post("/v1/events", body, idempotency_key)
 
 
 def _run_path(run_id: str, suffix: str = "") -> str:
     return f"/v1/runs/{quote(run_id, safe='')}{suffix}"
 
 
+def _get_run(run_id: str) -> _Call:
+    return _Call(method="GET", path=_run_path(run_id))
+
+
 def _signal(run_id: str, name: str, payload: Any) -> _Call:
-    path = _run_path(run_id, f"/signals/{quote(name, safe='')}")
-    return _Call(method="POST", path=path, body=msgspec.json.encode(payload))
+    return _post(_run_path(run_id, f"/signals/{quote(name, safe='')}"), payload)
+
+
+def _cancel(run_id: str) -> _Call:
+    return _Call(method="POST", path=_run_path(run_id, "/cancel"))
 
 
 def _decode(call: _Call, response: httpx.Response, type_: type[R]) -> R:
     _raise_for(call, response)
-    try:
-        return msgspec.json.decode(response.content, type=type_)
-    except msgspec.DecodeError as exc:
-        raise ApiError(
-            f"{call.method} {call.path}: unexpected answer: {exc}",
-            status=response.status_code,
-            code="api.bad_response",
-        ) from None
+    return decode_answer(call.method, call.path, response, type_)
 
 
 def _raise_for(call: _Call, response: httpx.Response) -> None:
@@ -145,7 +143,7 @@ def _raise_for(call: _Call, response: httpx.Response) -> None:
         return
     retryable = response.status_code >= 500 or response.status_code == 429
     try:
-        err = msgspec.json.decode(response.content, type=_ErrorBody)
+        err = msgspec.json.decode(response.content, type=ErrorBody)
     except msgspec.DecodeError:
         raise ApiError(
             f"{call.method} {call.path} answered {response.status_code}: {response.text[:200]}",
@@ -161,15 +159,30 @@ def _raise_for(call: _Call, response: httpx.Response) -> None:
     )
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
+def _http_options(base_url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
+    """The httpx client settings both API clients share."""
     headers = {"content-type": "application/json", "accept": "application/json"}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
-    return headers
+    return {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout}
 
 
-def _timed_out(run_id: str, timeout: float, last: Run) -> TimeoutError:
-    return TimeoutError(f"run {run_id!r} still {last.status} after {timeout}s")
+class _Poll:
+    """The deadline of one `wait_for_result`; the clients only fetch and sleep."""
+
+    def __init__(self, run_id: str, timeout: float, clock: Callable[[], float]) -> None:
+        self._run_id = run_id
+        self._timeout = timeout
+        self._clock = clock
+        self._deadline = clock() + timeout
+
+    def finished(self, run: Run) -> bool:
+        """Whether `run` is done; raises TimeoutError once the deadline has passed."""
+        if run.done:
+            return True
+        if self._clock() >= self._deadline:
+            raise TimeoutError(f"run {self._run_id!r} still {run.status} after {self._timeout}s")
+        return False
 
 
 class ApiClient:
@@ -190,12 +203,7 @@ class ApiClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers=_headers(api_key),
-            timeout=timeout,
-            transport=transport,
-        )
+        self._http = httpx.Client(**_http_options(base_url, api_key, timeout), transport=transport)
 
     def __enter__(self) -> Self:
         return self
@@ -229,7 +237,7 @@ class ApiClient:
 
     def get_run(self, run_id: str) -> Run:
         """Read a run: status, output, error and per-step state."""
-        call = _Call(method="GET", path=_run_path(run_id))
+        call = _get_run(run_id)
         return _decode(call, self._send(call), Run)
 
     def send_event(
@@ -251,7 +259,7 @@ class ApiClient:
 
     def cancel(self, run_id: str) -> None:
         """Cancel a run (and its children)."""
-        call = _Call(method="POST", path=_run_path(run_id, "/cancel"))
+        call = _cancel(run_id)
         _raise_for(call, self._send(call))
 
     def wait_for_result(
@@ -267,13 +275,11 @@ class ApiClient:
         Raises:
             TimeoutError: the run is still going after `timeout` seconds.
         """
-        deadline = clock() + timeout
+        poll = _Poll(run_id, timeout, clock)
         while True:
             run = self.get_run(run_id)
-            if run.done:
+            if poll.finished(run):
                 return run
-            if clock() >= deadline:
-                raise _timed_out(run_id, timeout, run)
             time.sleep(interval)
 
 
@@ -296,10 +302,7 @@ class AsyncApiClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=_headers(api_key),
-            timeout=timeout,
-            transport=transport,
+            **_http_options(base_url, api_key, timeout), transport=transport
         )
 
     async def __aenter__(self) -> Self:
@@ -336,7 +339,7 @@ class AsyncApiClient:
 
     async def get_run(self, run_id: str) -> Run:
         """Read a run: status, output, error and per-step state."""
-        call = _Call(method="GET", path=_run_path(run_id))
+        call = _get_run(run_id)
         return _decode(call, await self._send(call), Run)
 
     async def send_event(
@@ -358,7 +361,7 @@ class AsyncApiClient:
 
     async def cancel(self, run_id: str) -> None:
         """Cancel a run (and its children)."""
-        call = _Call(method="POST", path=_run_path(run_id, "/cancel"))
+        call = _cancel(run_id)
         _raise_for(call, await self._send(call))
 
     async def wait_for_result(
@@ -374,11 +377,9 @@ class AsyncApiClient:
         Raises:
             TimeoutError: the run is still going after `timeout` seconds.
         """
-        deadline = clock() + timeout
+        poll = _Poll(run_id, timeout, clock)
         while True:
             run = await self.get_run(run_id)
-            if run.done:
+            if poll.finished(run):
                 return run
-            if clock() >= deadline:
-                raise _timed_out(run_id, timeout, run)
             await asyncio.sleep(interval)

@@ -18,6 +18,7 @@ from typing import Any, Generic, Literal, TypeVar
 import httpx
 import msgspec
 
+from ductor._answers import ErrorBody, decode_answer
 from ductor._replay import Context, ExecuteParams, execute_workflow
 from ductor._version import __version__
 from ductor.durations import canonical_duration
@@ -546,14 +547,7 @@ class Client:
                 status=response.status_code,
                 code=exc.code,
             ) from None
-        try:
-            return msgspec.json.decode(response.content, type=response_type)
-        except msgspec.DecodeError as exc:
-            raise ApiError(
-                f"{method} {path}: unexpected answer: {exc}",
-                status=response.status_code,
-                code="api.bad_response",
-            ) from None
+        return decode_answer(method, path, response, response_type)
 
     # ------------------------------------------------------------ internals
 
@@ -609,7 +603,7 @@ def _triggers(trigger: str | Trigger | Sequence[str | Trigger] | None) -> tuple[
 
 def _api_error(method: str, path: str, response: httpx.Response) -> ApiError:
     try:
-        err = msgspec.json.decode(response.content, type=_LooseError)
+        err = msgspec.json.decode(response.content, type=ErrorBody)
     except msgspec.DecodeError:
         return ApiError(
             f"{method} {path} answered {response.status_code}: {response.text[:200]}",
@@ -623,11 +617,3 @@ def _api_error(method: str, path: str, response: httpx.Response) -> ApiError:
         details=err.details,
         retryable=response.status_code >= 500 or response.status_code == 429,
     )
-
-
-class _LooseError(msgspec.Struct, frozen=True, kw_only=True):
-    """The server's error shape, read leniently (unknown fields are ignored)."""
-
-    code: str = "api.error"
-    message: str = ""
-    details: Any = None

@@ -15,15 +15,17 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from ductor_core.errors import ExpressionError
-from ductor_core.expressions._functions import (
-    CustomFunction,
-    FunctionRegistry,
-    default_registry,
-    unknown_functions,
+from ductor_core.expressions._engine_base import (
+    CachedEngine,
+    check_functions,
+    clip_message,
+    evaluation_error,
+    invalid_has_error,
+    result_to_json,
+    syntax_error,
+    wrong_activation,
 )
-from ductor_core.expressions._limits import check_source
-from ductor_core.expressions._program_cache import ProgramCache
+from ductor_core.expressions._functions import CustomFunction, FunctionRegistry
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
 CEL_RUST_ENGINE_NAME = "cel-rust"
@@ -59,17 +61,6 @@ def _wrap(function: CustomFunction) -> Callable[..., Any]:
 
     call.__name__ = function.name
     return call
-
-
-def _message(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _evaluation_error(source: str, message: str) -> ExpressionError:
-    return ExpressionError(
-        f"evaluation failed: {message}", expression=source, code="expression.evaluation"
-    )
 
 
 class CelRustBoundVariables:
@@ -113,21 +104,17 @@ class CelRustProgram:
         elif isinstance(activation, Mapping):
             context = self._engine._context(activation, self.source)
         else:
-            raise TypeError(
-                f"cannot evaluate on {CEL_RUST_ENGINE_NAME} against {type(activation).__name__}; "
-                "pass a mapping or variables bound by the same engine"
-            )
+            raise wrong_activation(CEL_RUST_ENGINE_NAME, activation)
         try:
             result = self._program.execute(context)
         except Exception as exc:
-            raise _evaluation_error(self.source, _message(exc)) from exc
-        try:
-            return to_json(result)
-        except ValueConversionError as exc:
-            raise _evaluation_error(self.source, str(exc)) from exc
+            raise evaluation_error(
+                self.source, clip_message(f"{type(exc).__name__}: {exc}")
+            ) from exc
+        return result_to_json(self.source, result)
 
 
-class CelRustEngine:
+class CelRustEngine(CachedEngine[CelRustProgram]):
     """The fast engine: cel-rust through its Python bindings.
 
     Args:
@@ -139,22 +126,12 @@ class CelRustEngine:
     def __init__(
         self, functions: FunctionRegistry | None = None, *, cache_size: int = 4096
     ) -> None:
-        self._registry = (functions or default_registry()).copy()
+        super().__init__(functions, cache_size)
         self._functions = {f.name: _wrap(f) for f in self._registry}
-        self._cache: ProgramCache[CelRustProgram] = ProgramCache(cache_size)
 
     @property
     def name(self) -> str:
         return CEL_RUST_ENGINE_NAME
-
-    @property
-    def functions(self) -> FunctionRegistry:
-        """The custom functions this engine exposes (a snapshot)."""
-        return self._registry
-
-    def compile(self, source: str) -> CelRustProgram:
-        """Compile `source` once (cached); raises ExpressionError."""
-        return self._cache.get_or_compile(source, self._compile)
 
     def evaluate(self, source: str, activation: Mapping[str, Any] | CelRustBoundVariables) -> Any:
         """Compile (cached) and evaluate `source`."""
@@ -168,35 +145,20 @@ class CelRustEngine:
         try:
             variables = {name: to_plain(value) for name, value in activation.items()}
         except ValueConversionError as exc:
-            raise _evaluation_error(source, str(exc)) from exc
+            raise evaluation_error(source, str(exc)) from exc
         return _cel().Context(variables=variables, functions=self._functions)
 
     def _compile(self, source: str) -> CelRustProgram:
-        check_source(source)
         try:
             program = _cel().compile(source)
         except Exception as exc:
-            raise ExpressionError(
-                f"syntax error: {_syntax_message(exc)}",
-                expression=source,
-                code="expression.syntax",
-            ) from exc
+            raise syntax_error(source, _syntax_message(exc)) from exc
         called = {name for name in program.functions() if _IDENTIFIER.match(name)}
         if "has" in called:
             # The macro never shows up as a call; a `has` that does is has()
             # with no argument or several, which cel-rust leaves to run time.
-            raise ExpressionError(
-                "syntax error: invalid argument to has(): it takes a field, has(e.f)",
-                expression=source,
-                code="expression.syntax",
-            )
-        unknown = unknown_functions(called, self._registry)
-        if unknown:
-            raise ExpressionError(
-                f"unknown function {', '.join(unknown)}",
-                expression=source,
-                code="expression.unknown_function",
-            )
+            raise invalid_has_error(source)
+        check_functions(source, called, self._registry)
         return CelRustProgram(source, program, self)
 
 

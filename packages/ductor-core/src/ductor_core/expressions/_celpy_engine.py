@@ -19,14 +19,21 @@ from celpy import celtypes
 from lark import Tree
 
 from ductor_core.errors import ExpressionError
+from ductor_core.expressions._engine_base import (
+    CachedEngine,
+    check_functions,
+    clip_message,
+    evaluation_error,
+    invalid_has_error,
+    result_to_json,
+    syntax_error,
+    wrong_activation,
+)
 from ductor_core.expressions._functions import (
+    TIMESTAMP_ACCESSORS,
     CustomFunction,
     FunctionRegistry,
-    default_registry,
-    unknown_functions,
 )
-from ductor_core.expressions._limits import check_source
-from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
 
 CELPY_ENGINE_NAME = "cel-python"
@@ -369,20 +376,6 @@ def _duration(value: Any) -> Any:
     return celtypes.DurationType(value)
 
 
-_ACCESSORS = (
-    "getFullYear",
-    "getMonth",
-    "getDate",
-    "getDayOfMonth",
-    "getDayOfWeek",
-    "getDayOfYear",
-    "getHours",
-    "getMinutes",
-    "getSeconds",
-    "getMilliseconds",
-)
-
-
 def _accessor(name: str) -> Callable[..., Any]:
     # cel-rust has no time zone argument (`getHours('Europe/Paris')`), so
     # neither do we; `local_time(ts, zone)` is the portable way.
@@ -430,7 +423,7 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "startsWith": _string_method("startsWith"),
         "endsWith": _string_method("endsWith"),
         "matches": _string_method("matches"),
-        **{name: _accessor(name) for name in _ACCESSORS},
+        **{name: _accessor(name) for name in TIMESTAMP_ACCESSORS},
     }
     guarded = {name: _passing_errors(function) for name, function in functions.items()}
     numbers = frozenset({"int", "uint", "double", "string"})
@@ -595,7 +588,7 @@ def _describe(exc: BaseException) -> str:
             text = f"{args[1].__name__}: {detail}"
         else:
             text = f"{text} ({args[1].__name__}: {detail})"
-    return text if len(text) <= 300 else text[:297] + "..."
+    return clip_message(text)
 
 
 # ------------------------------------------------------------------ the engine
@@ -631,31 +624,19 @@ class CelPyProgram:
         elif isinstance(activation, Mapping):
             variables = self._engine._convert(activation, self.source)
         else:
-            raise TypeError(
-                f"cannot evaluate on {CELPY_ENGINE_NAME} against {type(activation).__name__}; "
-                "pass a mapping or variables bound by the same engine"
-            )
+            raise wrong_activation(CELPY_ENGINE_NAME, activation)
         try:
             result = self._runner.evaluate(variables)
         except celpy.CELEvalError as exc:
-            raise _evaluation_error(self.source, _describe(exc)) from exc
+            raise evaluation_error(self.source, _describe(exc)) from exc
         except Exception as exc:
-            raise _evaluation_error(self.source, f"{type(exc).__name__}: {exc}") from exc
+            raise evaluation_error(self.source, f"{type(exc).__name__}: {exc}") from exc
         if isinstance(result, celpy.CELEvalError):
-            raise _evaluation_error(self.source, _describe(result))
-        try:
-            return to_json(_as_type(result))
-        except ValueConversionError as exc:
-            raise _evaluation_error(self.source, str(exc)) from exc
+            raise evaluation_error(self.source, _describe(result))
+        return result_to_json(self.source, _as_type(result))
 
 
-def _evaluation_error(source: str, message: str) -> ExpressionError:
-    return ExpressionError(
-        f"evaluation failed: {message}", expression=source, code="expression.evaluation"
-    )
-
-
-class CelPyEngine:
+class CelPyEngine(CachedEngine[CelPyProgram]):
     """The reference engine: cel-python, interpreted, with CEL spec number semantics.
 
     Args:
@@ -667,25 +648,15 @@ class CelPyEngine:
     def __init__(
         self, functions: FunctionRegistry | None = None, *, cache_size: int = 4096
     ) -> None:
-        self._registry = (functions or default_registry()).copy()
+        super().__init__(functions, cache_size)
         self._env = celpy.Environment(runner_class=_SpecRunner)
         self._functions: dict[str, Callable[..., Any]] = _spec_functions()
         for function in self._registry:
             self._functions[function.name] = _wrap(function)
-        self._cache: ProgramCache[CelPyProgram] = ProgramCache(cache_size)
 
     @property
     def name(self) -> str:
         return CELPY_ENGINE_NAME
-
-    @property
-    def functions(self) -> FunctionRegistry:
-        """The custom functions this engine exposes (a snapshot)."""
-        return self._registry
-
-    def compile(self, source: str) -> CelPyProgram:
-        """Compile `source` once (cached); raises ExpressionError."""
-        return self._cache.get_or_compile(source, self._compile)
 
     def evaluate(self, source: str, activation: Mapping[str, Any] | CelPyBoundVariables) -> Any:
         """Compile (cached) and evaluate `source`."""
@@ -699,10 +670,9 @@ class CelPyEngine:
         try:
             return {name: _to_cel(to_plain(value)) for name, value in activation.items()}
         except ValueConversionError as exc:
-            raise _evaluation_error(source, str(exc)) from exc
+            raise evaluation_error(source, str(exc)) from exc
 
     def _compile(self, source: str) -> CelPyProgram:
-        check_source(source)
         try:
             ast = self._env.compile(source)
         except celpy.CELParseError as exc:
@@ -712,28 +682,14 @@ class CelPyEngine:
                 code="expression.syntax",
             ) from exc
         except Exception as exc:
-            raise ExpressionError(
-                f"syntax error: {type(exc).__name__}: {exc}",
-                expression=source,
-                code="expression.syntax",
-            ) from exc
+            raise syntax_error(source, f"{type(exc).__name__}: {exc}") from exc
         for node in ast.iter_subtrees():
             if (
                 node.data == "ident_arg"
                 and str(node.children[0]) == "has"
                 and (len(node.children) < 2 or _has_selection(node.children[1]) is None)
             ):
-                raise ExpressionError(
-                    "syntax error: invalid argument to has(): it takes a field, has(e.f)",
-                    expression=source,
-                    code="expression.syntax",
-                )
-        unknown = unknown_functions(_called_functions(ast), self._registry)
-        if unknown:
-            raise ExpressionError(
-                f"unknown function {', '.join(unknown)}",
-                expression=source,
-                code="expression.unknown_function",
-            )
+                raise invalid_has_error(source)
+        check_functions(source, _called_functions(ast), self._registry)
         runner = self._env.program(ast, functions=self._functions)
         return CelPyProgram(source, runner, self)

@@ -19,6 +19,20 @@ from ductor_core.expressions._values import INT64_MAX, INT64_MIN, UINT64_MAX
 
 JsonFunction = Callable[..., Any]
 
+# The timestamp accessor methods of the CEL standard, as in `ts.getHours()`.
+TIMESTAMP_ACCESSORS = (
+    "getFullYear",
+    "getMonth",
+    "getDate",
+    "getDayOfMonth",
+    "getDayOfWeek",
+    "getDayOfYear",
+    "getHours",
+    "getMinutes",
+    "getSeconds",
+    "getMilliseconds",
+)
+
 # Functions of the CEL standard both engines implement the same way. An
 # expression may call these, the macros and registered functions, nothing else.
 STANDARD_FUNCTIONS = frozenset(
@@ -37,17 +51,8 @@ STANDARD_FUNCTIONS = frozenset(
         "duration",
         "type",
         "dyn",
-        "getFullYear",
-        "getMonth",
-        "getDate",
-        "getDayOfMonth",
-        "getDayOfWeek",
-        "getDayOfYear",
-        "getHours",
-        "getMinutes",
-        "getSeconds",
-        "getMilliseconds",
     }
+    | set(TIMESTAMP_ACCESSORS)
 )
 MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
 _RESERVED = frozenset(

@@ -158,3 +158,22 @@ class Strategy(Protocol):
 
 StrategyFactory = Callable[[Mapping[str, Any], "StrategyRegistry"], Strategy]
 """Builds a strategy from its options; the registry lets it build nested ones."""
+
+
+def select_lowest(
+    ctx: SelectionContext, rank: Callable[[Candidate], tuple[tuple[Any, ...], Score]]
+) -> Selection:
+    """Score every candidate with `rank` and pick the one whose key is lowest.
+
+    `rank(candidate)` returns `(key, score)`; ties on the key go to the earlier
+    member (lower position), then to the lower worker id.
+    """
+    if not ctx.candidates:
+        return Selection(pick=None, note="no candidates")
+    ranked = []
+    scores = []
+    for c in ctx.candidates:
+        key, score = rank(c)
+        ranked.append((*key, c.position, c.worker.id))
+        scores.append(score)
+    return Selection(pick=min(ranked)[-1], scores=tuple(scores))

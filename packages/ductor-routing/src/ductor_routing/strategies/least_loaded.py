@@ -8,7 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.strategies.base import (
+    Candidate,
+    Score,
+    Selection,
+    SelectionContext,
+    select_lowest,
+)
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -21,15 +27,13 @@ class LeastLoaded:
 
     def select(self, ctx: SelectionContext) -> Selection:
         """Rank by utilisation, then by raw load, then by position."""
-        if not ctx.candidates:
-            return Selection(pick=None, note="no candidates")
-        ranked = []
-        scores = []
-        for c in ctx.candidates:
+
+        def rank(c: Candidate) -> tuple[tuple[float, int], Score]:
             utilisation = c.load / c.capacity if c.capacity else float(c.load)
-            ranked.append((utilisation, c.load, c.position, c.worker.id))
-            scores.append(Score(worker=c.worker.id, value=utilisation, note=f"load {c.load}"))
-        return Selection(pick=min(ranked)[3], scores=tuple(scores))
+            score = Score(worker=c.worker.id, value=utilisation, note=f"load {c.load}")
+            return (utilisation, c.load), score
+
+        return select_lowest(ctx, rank)
 
 
 def least_loaded(options: Mapping[str, Any], registry: StrategyRegistry) -> LeastLoaded:

@@ -10,7 +10,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ductor_routing.state import MarkKind
-from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.strategies.base import (
+    Candidate,
+    Score,
+    Selection,
+    SelectionContext,
+    select_lowest,
+)
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -23,20 +29,15 @@ class LongestIdle:
 
     def select(self, ctx: SelectionContext) -> Selection:
         """Rank by last-assigned time, oldest first."""
-        if not ctx.candidates:
-            return Selection(pick=None, note="no candidates")
-        ranked = []
-        scores = []
-        for c in ctx.candidates:
+
+        def rank(c: Candidate) -> tuple[tuple[str], Score]:
             last = ctx.state.mark(MarkKind.LAST_ASSIGNED, "", c.worker.id)
             if last is None:
-                scores.append(Score(worker=c.worker.id, value=None, note="never assigned"))
-                ranked.append(("", c.position, c.worker.id))
-                continue
+                return ("",), Score(worker=c.worker.id, value=None, note="never assigned")
             idle = (ctx.now - datetime.datetime.fromisoformat(last)).total_seconds()
-            scores.append(Score(worker=c.worker.id, value=idle, note="idle seconds"))
-            ranked.append((last, c.position, c.worker.id))
-        return Selection(pick=min(ranked)[2], scores=tuple(scores))
+            return (last,), Score(worker=c.worker.id, value=idle, note="idle seconds")
+
+        return select_lowest(ctx, rank)
 
 
 def longest_idle(options: Mapping[str, Any], registry: StrategyRegistry) -> LongestIdle:

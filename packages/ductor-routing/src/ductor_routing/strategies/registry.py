@@ -7,11 +7,10 @@ package metadata and happens only when `discover()` is called, never while routi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from importlib import metadata
-from typing import Any
+from collections.abc import Mapping
 
-from ductor_routing.errors import ConfigError, UnknownStrategy
+from ductor_routing._plugin_registry import PluginRegistry
+from ductor_routing.errors import UnknownStrategy
 from ductor_routing.pools import StrategySpec
 from ductor_routing.strategies.auction import auction
 from ductor_routing.strategies.base import Strategy, StrategyFactory
@@ -38,21 +37,14 @@ BUILTIN_STRATEGIES: Mapping[str, StrategyFactory] = {
 }
 
 
-class StrategyRegistry:
+class StrategyRegistry(PluginRegistry[StrategyFactory]):
     """Strategy factories by name; starts with the built-ins."""
 
+    kind = "strategy"
+    entry_point_group = ENTRY_POINT_GROUP
+
     def __init__(self, *, builtins: bool = True) -> None:
-        self._factories: dict[str, StrategyFactory] = dict(BUILTIN_STRATEGIES) if builtins else {}
-
-    def register(self, name: str, factory: StrategyFactory, *, replace: bool = False) -> None:
-        """Add a factory under `name`; refuses to shadow an existing one unless `replace`."""
-        if name in self._factories and not replace:
-            raise ConfigError(f"strategy {name!r} is already registered")
-        self._factories[name] = factory
-
-    def names(self) -> tuple[str, ...]:
-        """Every registered strategy name, sorted."""
-        return tuple(sorted(self._factories))
+        super().__init__(dict(BUILTIN_STRATEGIES) if builtins else {})
 
     def create(self, spec: StrategySpec) -> Strategy:
         """Build the strategy `spec` names, with its options.
@@ -67,18 +59,3 @@ class StrategyRegistry:
                 f"unknown strategy {spec.name!r}; registered: {', '.join(self.names())}"
             )
         return factory(spec.options, self)
-
-    def load_entry_points(self, entry_points: Iterable[metadata.EntryPoint]) -> tuple[str, ...]:
-        """Register the factory each entry point names; return the names added."""
-        added = []
-        for ep in entry_points:
-            factory: Any = ep.load()
-            if not callable(factory):
-                raise ConfigError(f"entry point {ep.name!r} ({ep.value}) is not callable")
-            self.register(ep.name, factory)
-            added.append(ep.name)
-        return tuple(added)
-
-    def discover(self) -> tuple[str, ...]:
-        """Register every factory installed under ENTRY_POINT_GROUP; return the names added."""
-        return self.load_entry_points(metadata.entry_points(group=ENTRY_POINT_GROUP))

@@ -1,0 +1,104 @@
+"""What the CEL engines share: the cached-engine base, compile checks, error builders.
+
+Imports no CEL library; each engine module supplies its own parsing and running.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from ductor_core.errors import ExpressionError
+from ductor_core.expressions._functions import (
+    FunctionRegistry,
+    default_registry,
+    unknown_functions,
+)
+from ductor_core.expressions._limits import check_source
+from ductor_core.expressions._program_cache import ProgramCache
+from ductor_core.expressions._values import ValueConversionError, to_json
+
+P = TypeVar("P")
+
+_MAX_MESSAGE = 300
+
+
+def clip_message(text: str) -> str:
+    """`text`, cut to at most 300 characters."""
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def evaluation_error(source: str, message: str) -> ExpressionError:
+    """The `expression.evaluation` error for `source`."""
+    return ExpressionError(
+        f"evaluation failed: {message}", expression=source, code="expression.evaluation"
+    )
+
+
+def syntax_error(source: str, message: str) -> ExpressionError:
+    """The `expression.syntax` error for `source`."""
+    return ExpressionError(f"syntax error: {message}", expression=source, code="expression.syntax")
+
+
+def invalid_has_error(source: str) -> ExpressionError:
+    """The syntax error for a `has()` whose argument is not a field selection."""
+    return syntax_error(source, "invalid argument to has(): it takes a field, has(e.f)")
+
+
+def check_functions(source: str, called: set[str], registry: FunctionRegistry) -> None:
+    """Raise `expression.unknown_function` if `source` calls a function nobody provides."""
+    unknown = unknown_functions(called, registry)
+    if unknown:
+        raise ExpressionError(
+            f"unknown function {', '.join(unknown)}",
+            expression=source,
+            code="expression.unknown_function",
+        )
+
+
+def wrong_activation(engine_name: str, activation: object) -> TypeError:
+    """The error for evaluating against something neither a mapping nor bound variables."""
+    return TypeError(
+        f"cannot evaluate on {engine_name} against {type(activation).__name__}; "
+        "pass a mapping or variables bound by the same engine"
+    )
+
+
+def result_to_json(source: str, result: Any) -> Any:
+    """An engine's result as a JSON value (evaluation error if it has none)."""
+    try:
+        return to_json(result)
+    except ValueConversionError as exc:
+        raise evaluation_error(source, str(exc)) from exc
+
+
+class CachedEngine(Generic[P]):
+    """The part of an engine that keeps its functions and its compiled programs.
+
+    Subclasses implement `_compile(source)`, called once per source not cached;
+    `compile` has already checked the source's length before.
+
+    Args:
+        functions: the custom functions to expose (read once, now); the
+            process-wide default registry when omitted.
+        cache_size: how many compiled programs to keep.
+    """
+
+    def __init__(self, functions: FunctionRegistry | None, cache_size: int) -> None:
+        self._registry = (functions or default_registry()).copy()
+        self._cache: ProgramCache[P] = ProgramCache(cache_size)
+
+    @property
+    def functions(self) -> FunctionRegistry:
+        """The custom functions this engine exposes (a snapshot)."""
+        return self._registry
+
+    def compile(self, source: str) -> P:
+        """Compile `source` once (cached); raises ExpressionError."""
+        return self._cache.get_or_compile(source, self._checked_compile)
+
+    def _checked_compile(self, source: str) -> P:
+        check_source(source)
+        return self._compile(source)
+
+    def _compile(self, source: str) -> P:
+        raise NotImplementedError
