@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import ductor.protocol
 from ductor.durations import canonical_duration, format_duration, parse_duration
-from ductor.errors import DurationError, SignatureError
+from ductor.errors import DurationError, ProtocolError, SignatureError
 from ductor.protocol import SigningKeys, parse_signature_header, sign, verify_signature
 
 KEYS = st.text(min_size=1, max_size=40)
@@ -119,3 +119,11 @@ def test_bad_durations(text: str) -> None:
 def test_negative_timedelta_is_refused() -> None:
     with pytest.raises(DurationError):
         format_duration(timedelta(seconds=-1))
+
+
+def test_decode_of_a_union_type_reports_a_protocol_error() -> None:
+    from ductor.protocol import Opcode, decode
+
+    with pytest.raises(ProtocolError) as info:
+        decode(b'{"op": "NOT_AN_OPCODE"}', Opcode)  # type: ignore[arg-type]
+    assert "invalid" in str(info.value)

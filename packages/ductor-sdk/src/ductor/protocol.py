@@ -563,7 +563,9 @@ def decode(body: bytes, type_: type[_T]) -> _T:
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.DecodeError as exc:
-        raise ProtocolError(f"invalid {type_.__name__}: {exc}") from None
+        # A union such as `Opcode` has no __name__; name it by its text instead.
+        name = getattr(type_, "__name__", None) or str(type_)
+        raise ProtocolError(f"invalid {name}: {exc}") from None
 
 
 def decode_request(body: bytes) -> BridgeRequest:
