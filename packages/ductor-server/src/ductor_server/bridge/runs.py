@@ -12,6 +12,7 @@ from typing import Any
 
 from ductor.protocol import Event
 from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_server.bridge.concurrency import record_slot, take_slot
 from ductor_server.bridge.registry import BridgeWorkflow, get_workflow, triggered_workflows
 from ductor_server.bridge.tick import bridge_slug, bridge_start, parse_bridge_slug
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands, new_run_id
@@ -44,8 +45,23 @@ async def create_bridge_run(
 
     The run's version is the registered workflow's version. A taken
     idempotency or child key returns the existing run with `created=False`.
+    With a `concurrency` option and no free slot, the run is created waiting
+    (PENDING, nothing dispatched) until `release_slot` gives it one.
     """
     run_id = new_run_id()
+    slug = bridge_slug(workflow.app_id, workflow.workflow_id)
+    slot: tuple[str, bool] | None = None
+    if workflow.info.concurrency is not None:
+        # An inline run is already executing in its caller: it takes a slot regardless.
+        slot = await take_slot(
+            tx,
+            parts.engine or default_engine(),
+            tenant_id=tenant_id,
+            family_slug=slug,
+            workflow=workflow,
+            input=input,
+            force=inline,
+        )
     result = bridge_start(
         run_id=run_id,
         app_id=workflow.app_id,
@@ -56,8 +72,8 @@ async def create_bridge_run(
         inline=inline,
         timeout=workflow.info.timeout,
         cancellable=workflow.info.cancellable,
+        queued=slot is not None and not slot[1],
     )
-    slug = bridge_slug(workflow.app_id, workflow.workflow_id)
     [inserted] = await tx.insert_runs(
         [
             NewRun(
@@ -75,6 +91,16 @@ async def create_bridge_run(
     )
     if not inserted.created:
         return inserted
+    if slot is not None:
+        await record_slot(
+            tx,
+            tenant_id=tenant_id,
+            run_id=run_id,
+            family_slug=slug,
+            key=slot[0],
+            active=slot[1],
+            now=now,
+        )
     data: dict[str, Any] = {"family_slug": slug, "version": workflow.version, "inline": inline}
     if parent is not None:
         data.update(parent_run_id=parent.id, parent_step_ref=parent_step_ref)

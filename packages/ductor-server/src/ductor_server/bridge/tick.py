@@ -94,6 +94,9 @@ INLINE_GRACE: Final = timedelta(seconds=60)
 RUN_TIMEOUT_TIMER: Final = "run-timeout"
 """The timer that fails a run still going when its workflow's `timeout` passes."""
 
+SLOT_TIMER: Final = "concurrency"
+"""The `TimerFired` id put in a waiting run's inbox when it is given a concurrency slot."""
+
 _RETRY_BASE_SECONDS: Final = 0.5
 _RETRY_MAX_SECONDS: Final = 60.0
 _TRANSPORT_MAX_SECONDS: Final = 10.0
@@ -156,6 +159,8 @@ class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
         cancelling: attempt number of the `cancel` call in flight; the run ends
             CANCELLED when it returns.
         cancel_reason: why the run is being cancelled.
+        queued: the run waits for a slot of its workflow's `concurrency` limit
+            (it stays PENDING, dispatching nothing, until `SLOT_TIMER` fires).
     """
 
     app_id: str
@@ -172,6 +177,7 @@ class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
     cancellable: bool = False
     cancelling: int | None = None
     cancel_reason: str = ""
+    queued: bool = False
 
 
 _OPS_TYPE: Final = list[Opcode]
@@ -247,6 +253,7 @@ class _BridgeTick:
         self.cancellable = data.cancellable
         self.cancelling = data.cancelling
         self.cancel_reason = data.cancel_reason
+        self.queued = data.queued
         self.timers = dict(state.timers)
         self.pending_signals = list(state.pending_signals)
         self.received_ids = list(state.received_ids)
@@ -270,6 +277,7 @@ class _BridgeTick:
             cancellable=self.cancellable,
             cancelling=self.cancelling,
             cancel_reason=self.cancel_reason,
+            queued=self.queued,
         )
 
     def result(self) -> TickResult:
@@ -280,8 +288,8 @@ class _BridgeTick:
             status = self.finished.status
             output, error, finished_at = self.finished.output, self.finished.error, self.now
             self.commands.append(self.finished)
-        elif status == RunStatus.PENDING:
-            status = RunStatus.RUNNING
+        elif status == RunStatus.PENDING and not self.queued:
+            status = RunStatus.RUNNING  # a run waiting for a concurrency slot stays PENDING
         new_state = msgspec.structs.replace(
             state,
             status=status,
@@ -302,7 +310,12 @@ class _BridgeTick:
         steps: dict[str, StepState] = {
             STATE_KEY: StepState(
                 ref=STATE_KEY,
-                status=StepStatus.SUCCEEDED if ended else StepStatus.RUNNING,
+                status=StepStatus.SUCCEEDED
+                if ended
+                else StepStatus.WAITING
+                if self.queued
+                else StepStatus.RUNNING,
+                waiting_for="concurrency slot" if self.queued and not ended else None,
                 data=msgspec.to_builtins(self.data()),
             )
         }
@@ -412,7 +425,7 @@ class _BridgeTick:
             self.ignored.append(IgnoredInput(input=item, reason="already cancelling"))
             return
         self.commands.append(CancelChildRuns())
-        if not self.cancellable:
+        if not self.cancellable or self.queued:  # a waiting run never reached the app
             self.cancelled(item.reason, None)
             return
         # Run the workflow's on_cancel handler on the app first; end when it returns.
@@ -665,6 +678,11 @@ class _BridgeTick:
         return self.now + self.duration(op.duration or "0s")
 
     def on_timer(self, item: TimerFired) -> None:
+        if item.timer_id == SLOT_TIMER:  # not a stored timer: the slot table's wake-up
+            if not self.queued:
+                self.ignored.append(IgnoredInput(input=item, reason="already holds a slot"))
+            self.queued = False
+            return
         if self.timers.pop(item.timer_id, None) is None:
             self.ignored.append(IgnoredInput(input=item, reason="unknown timer"))
             return
@@ -774,7 +792,7 @@ class _BridgeTick:
         """Dispatch the next plain execute when nothing else is outstanding."""
         if self.finished is not None or self.main is not None or self.main_retry or self.inline:
             return
-        if self.cancelling is not None:
+        if self.cancelling is not None or self.queued:
             return
         if self.pending:
             return
@@ -809,9 +827,11 @@ def bridge_start(
     inline: bool = False,
     timeout: str | None = None,
     cancellable: bool = False,
+    queued: bool = False,
 ) -> TickResult:
     """The first tick of a bridge run: dispatch its first execute (or, for an
-    inline run, give the caller `INLINE_GRACE` to checkpoint before taking over).
+    inline run, give the caller `INLINE_GRACE` to checkpoint before taking over;
+    a `queued` run dispatches nothing until it is given a concurrency slot).
 
     With a `timeout` ("1h", the workflow's option) the run fails with
     `run.timeout` if it has not ended by then.
@@ -822,6 +842,7 @@ def bridge_start(
         event=msgspec.to_builtins(event) if event is not None else None,
         inline=inline,
         cancellable=cancellable,
+        queued=queued,
     )
     state = RunState(
         run_id=run_id,
@@ -875,6 +896,7 @@ __all__ = [
     "INLINE_GRACE",
     "MAX_TRANSPORT_FAILURES",
     "RUN_TIMEOUT_TIMER",
+    "SLOT_TIMER",
     "STATE_KEY",
     "BridgeData",
     "Pending",

@@ -346,6 +346,11 @@ async def _finish(
     await tx.delete_run_timers(run.tenant_id, run.id)
     await tx.clear_run_waits(run.tenant_id, run.id)
     await tx.drop_run_tasks(run.tenant_id, run.id)
+    if is_bridge_slug(run.family_slug):
+        # A bridge run's end frees its workflow's concurrency slot (if it held one).
+        from ductor_server.bridge.concurrency import release_slot
+
+        await release_slot(tx, effects, run=run, now=now)
     if run.parent_run_id is None or run.parent_step_ref is None:
         return
     effects.inbox.append(
