@@ -1,15 +1,19 @@
 """A workflow's `concurrency` option enforced by the server, on both backends:
 runs beyond the limit wait PENDING and start in order as slots free, per key,
-across cancels and across a restart of the runtime."""
+across cancels and across a restart of the runtime; plus the pure tick's part."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 from typing import Any
 
 from ductor import Client, Concurrency, Context
-from ductor_core.runs import RunStatus
+from ductor_core.expressions import default_engine
+from ductor_core.runs import CancelRequested, Command, DispatchTask, RunStatus, TimerFired
+from ductor_server.bridge.concurrency import concurrency_key
+from ductor_server.bridge.tick import SLOT_TIMER, bridge_start, bridge_tick, load_data
 from ductor_server.services import RunView
 from ductor_server.storage import Store
 
@@ -56,7 +60,7 @@ class Tracker:
 def _app(tracker: Tracker) -> Client:
     client = Client("shop", signing_key=KEY)
 
-    @client.workflow("serial", concurrency=1)
+    @client.workflow("serial", trigger="job.queued", concurrency=1)
     async def serial(ctx: Context, input: dict[str, Any]) -> Any:
         return await ctx.step.run("work", tracker.work, "all", input["n"], hold=0.15)
 
@@ -103,6 +107,23 @@ async def test_a_limit_of_one_runs_three_runs_one_after_another(make_engine: Any
     assert tracker.most == {"all": 1}
     assert tracker.order == [0, 1, 2]  # in creation order
     assert rows == []  # ended runs leave no slot behind
+
+
+async def test_runs_started_by_events_sent_at_once_never_overlap(make_engine: Any) -> None:
+    tracker = Tracker()
+    async with make_engine(_app(tracker)) as engine:
+        accepted = await asyncio.gather(
+            *(
+                engine.services.send_event(TENANT, "job.queued", {"n": n}, f"evt-{n}")
+                for n in range(4)
+            )
+        )
+        run_ids = [run_id for a in accepted for run_id in a.runs_started]
+        assert len(run_ids) == 4
+        ended = [await engine.wait_run(run_id) for run_id in run_ids]
+    assert [v.status for v in ended] == [RunStatus.SUCCEEDED] * 4
+    assert tracker.most == {"all": 1}
+    assert sorted(tracker.order) == [0, 1, 2, 3]
 
 
 async def test_a_keyed_limit_serializes_same_keys_and_runs_other_keys_in_parallel(
@@ -175,3 +196,53 @@ async def test_the_limit_survives_a_restart_of_the_runtime(make_engine: Any) -> 
             assert (await engine.wait_run(run_id)).status == RunStatus.SUCCEEDED
     assert tracker.order == [0, 1, 2]
     assert tracker.most == {"gated": 1}
+
+
+# --- the pure tick and the key, without a store ------------------------------------
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _dispatches(commands: list[Command]) -> list[DispatchTask]:
+    return [c for c in commands if isinstance(c, DispatchTask)]
+
+
+def test_a_queued_run_dispatches_nothing_until_it_is_given_a_slot() -> None:
+    start = bridge_start(
+        run_id="r1", app_id="shop", workflow_id="w", input={"n": 1}, now=T0, queued=True
+    )
+    assert start.state.status == RunStatus.PENDING
+    assert _dispatches(start.commands) == []
+    [holder] = [s for s in start.state.steps.values() if s.ref == "_bridge"]
+    assert holder.waiting_for == SLOT
+    woken = bridge_tick(start.state, [TimerFired(timer_id=SLOT_TIMER)], T0)
+    assert woken.state.status == RunStatus.RUNNING
+    assert [d.step_ref for d in _dispatches(woken.commands)] == ["execute"]
+    assert not load_data(woken.state).queued
+    # A second wake-up (a slot given twice) is ignored and dispatches nothing more.
+    again = bridge_tick(woken.state, [TimerFired(timer_id=SLOT_TIMER)], T0)
+    assert _dispatches(again.commands) == []
+    assert [i.reason for i in again.ignored] == ["already holds a slot"]
+
+
+def test_cancelling_a_queued_run_ends_it_without_calling_the_app() -> None:
+    start = bridge_start(
+        run_id="r1",
+        app_id="shop",
+        workflow_id="w",
+        input=None,
+        now=T0,
+        queued=True,
+        cancellable=True,
+    )
+    ended = bridge_tick(start.state, [CancelRequested(reason="no")], T0)
+    assert ended.state.status == RunStatus.CANCELLED
+    assert _dispatches(ended.commands) == []  # no on_cancel call: the body never ran
+
+
+def test_the_key_is_the_cel_value_over_input_as_text() -> None:
+    cel = default_engine()
+    assert concurrency_key(cel, None, {"user": "ann"}) == ""
+    assert concurrency_key(cel, "input.user", {"user": "ann"}) == "ann"
+    assert concurrency_key(cel, "input.shard", {"shard": 3}) == "3"
+    assert concurrency_key(cel, "input.missing", {"user": "ann"}) == ""
