@@ -101,4 +101,5 @@ class CachedEngine(Generic[P]):
         return self._compile(source)
 
     def _compile(self, source: str) -> P:
-        raise NotImplementedError
+        # Each engine (cel-python, cel-rust) supplies its own compiler.
+        raise NotImplementedError(f"{type(self).__name__} must implement _compile")

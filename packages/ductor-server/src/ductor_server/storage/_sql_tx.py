@@ -115,33 +115,35 @@ class SqlTx:
     _skip_locked_runs: str = ""
 
     # --- I/O hooks ---------------------------------------------------------------
+    # Each backend (SqliteTx, PostgresTx) overrides every hook below; the base
+    # class is never used on its own, so reaching one of these raises loudly.
 
     async def _fetchall(self, sql: str, params: Params = ()) -> list[Row]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _fetchall")
 
     async def _execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; return the number of rows it changed."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _execute")
 
     async def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
         """Run a statement without results once per params row (batched)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _executemany")
 
     async def _executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         """Run `sql` once per params row; return each run's first result row (or None)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _executemany_returning")
 
     async def _lock_family(self, tenant_id: str, family_slug: str) -> None:
         """Serialize publishers of one workflow family until the transaction ends."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _lock_family")
 
     def _ts(self, value: datetime) -> Any:
         """A datetime as the backend's timestamp parameter."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _ts")
 
     def _dt(self, value: Any) -> datetime:
         """A timestamp column value as an aware UTC datetime."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _dt")
 
     # --- conversion --------------------------------------------------------------
 
