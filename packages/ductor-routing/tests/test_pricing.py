@@ -175,3 +175,55 @@ def test_the_second_price_is_the_least_bid_that_still_wins(
 def test_invalid_auction_options_are_refused() -> None:
     with pytest.raises(ConfigError):
         router([Member(worker="a", bid=1)], reserve=True)
+
+
+# -- weighted random: a score for every candidate, nobody when every weight is 0 --------
+
+
+def test_every_candidate_gets_a_weighted_score_and_zero_weights_are_never_picked() -> None:
+    members = [
+        Member(worker="a", weight=3),
+        Member(worker="drained", weight=0),
+        Member(worker="b", weight=1),
+    ]
+    r = router(members, "weighted_random")
+    picks = set()
+    for i in range(40):
+        d = r.route(Routable(id=f"j{i}", kind="job"), InMemoryRoutingState(), NOW)
+        assert [(s.worker, s.value, s.note) for s in d.explanation.scores] == [
+            ("a", 0.75, "weight 3 of 4"),
+            ("drained", None, "weight 0"),
+            ("b", 0.25, "weight 1 of 4"),
+        ]
+        picks.add(d.worker)
+    assert picks == {"a", "b"}
+
+
+def test_when_every_weight_is_zero_nobody_is_picked_and_each_candidate_is_scored() -> None:
+    members = [Member(worker="a", weight=0), Member(worker="b", weight=0)]
+    d = route(members, "weighted_random")
+    assert d.outcome is Outcome.UNASSIGNED
+    assert d.intent is None
+    assert d.explanation.candidates == ("a", "b")
+    assert d.explanation.note == "every candidate has weight 0"
+    assert [(s.worker, s.value, s.note) for s in d.explanation.scores] == [
+        ("a", None, "weight 0"),
+        ("b", None, "weight 0"),
+    ]
+    # the worker's own weight counts when the member sets none
+    workers = [Worker(id="a", weight=0), Worker(id="b", weight=2)]
+    pool = Pool(
+        id="p",
+        members=(Member(worker="a"), Member(worker="b")),
+        strategy=StrategySpec(name="weighted_random"),
+    )
+    r = Router(
+        rule_set=RuleSet(default_pool="p"),
+        pools=[pool],
+        workers=workers,
+        kinds={"job": KindSchema()},
+        engine=ENGINE,
+    )
+    d = r.route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
+    assert d.worker == "b"
+    assert [s.value for s in d.explanation.scores] == [None, 1.0]
