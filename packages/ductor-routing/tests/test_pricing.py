@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from ductor_core.expressions import default_engine
 from ductor_routing import (
+    Budget,
     ConfigError,
     Decision,
     InMemoryRoutingState,
@@ -24,8 +25,10 @@ from ductor_routing import (
     Router,
     RuleSet,
     StrategySpec,
+    Window,
     Worker,
 )
+from ductor_routing.state import CounterKey, CounterScope
 
 NOW = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.UTC)
 ENGINE = default_engine()
@@ -227,3 +230,122 @@ def test_when_every_weight_is_zero_nobody_is_picked_and_each_candidate_is_scored
     d = r.route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
     assert d.worker == "b"
     assert [s.value for s in d.explanation.scores] == [None, 1.0]
+
+
+# -- budgets are checked against the bid, the most a member can be charged --------------
+
+
+def spent(state: InMemoryRoutingState, worker: str) -> int:
+    key = CounterKey(
+        scope=CounterScope.BUDGET, worker=worker, pool="p", window=Window.TOTAL, period="all"
+    )
+    return state.counter(key)
+
+
+def test_a_budget_equal_to_the_bid_is_eligible_and_spends_only_the_clearing_price() -> None:
+    members = [
+        Member(worker="r", bid=6_000_000),
+        Member(worker="w", bid=10_000_000, budget=Budget(limit=10_000_000)),
+    ]
+    r = router(members, pricing="second", reserve=2_000_000)
+    state = InMemoryRoutingState()
+    d = r.route(Routable(id="one", kind="job"), state, NOW)
+    assert (d.worker, d.charge) == ("w", 6_000_001)
+    assert d.intent is not None
+    assert state.commit(d.intent)
+    assert spent(state, "w") == 6_000_001
+    # 3_999_999 left does not cover the 10_000_000 bid: excluded, and it does
+    # not set the price either, so r wins alone at the reserve
+    d = r.route(Routable(id="two", kind="job"), state, NOW)
+    assert [(e.reason, e.workers) for e in d.explanation.excluded] == [("budget", ("w",))]
+    assert (d.worker, d.charge) == ("r", 2_000_000)
+    assert d.intent is not None
+    assert state.commit(d.intent)
+    assert spent(state, "w") == 6_000_001
+
+
+def test_a_budget_below_the_bid_excludes_even_when_the_clearing_price_would_fit() -> None:
+    members = [
+        Member(worker="r", bid=6_000_000),
+        Member(worker="w", bid=10_000_000, budget=Budget(limit=8_000_000)),
+    ]
+    d = route(members, pricing="second", reserve=2_000_000)
+    assert d.explanation.candidates == ("r",)
+    assert [(e.reason, e.detail, e.workers) for e in d.explanation.excluded] == [
+        ("budget", "total", ("w",))
+    ]
+    assert (d.worker, d.charge) == ("r", 2_000_000)
+
+
+def test_first_price_spends_the_whole_bid_then_the_member_is_out_of_budget() -> None:
+    members = [
+        Member(worker="w", bid=5, budget=Budget(limit=10, window=Window.DAY)),
+        Member(worker="r", bid=1),
+    ]
+    state = InMemoryRoutingState()
+    r = router(members)
+    picks = []
+    for i in range(3):
+        d = r.route(Routable(id=f"j{i}", kind="job"), state, NOW)
+        assert d.intent is not None
+        assert state.commit(d.intent)
+        picks.append((d.worker, d.charge))
+    assert picks == [("w", 5), ("w", 5), ("r", 1)]
+
+
+budget_members_st = st.lists(
+    st.tuples(
+        st.integers(0, 12),  # bid
+        st.sampled_from([5_000, 10_000, 20_000]),  # quality
+        st.none() | st.integers(0, 30),  # budget limit
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(budget_members_st, st.integers(0, 6), st.sampled_from(["first", "second"]))
+def test_auction_budgets_are_checked_against_the_bid_and_never_exceeded(
+    specs: list[tuple[int, int, int | None]], reserve: int, pricing: str
+) -> None:
+    members = [
+        Member(
+            worker=f"m{i}",
+            bid=bid,
+            quality=quality,
+            budget=Budget(limit=limit) if limit is not None else None,
+        )
+        for i, (bid, quality, limit) in enumerate(specs)
+    ]
+    r = router(members, pricing=pricing, reserve=reserve)
+    state = InMemoryRoutingState()
+    for i in range(12):
+        before = {m.worker: spent(state, m.worker) for m in members}
+        d = r.route(Routable(id=f"j{i}", kind="job"), state, NOW)
+        out_of_budget = {
+            m.worker
+            for m in members
+            if m.budget is not None and before[m.worker] + (m.bid or 0) > m.budget.limit
+        }
+        excluded = {w for e in d.explanation.excluded if e.reason == "budget" for w in e.workers}
+        assert excluded == out_of_budget
+        assert set(d.explanation.candidates) == {m.worker for m in members} - out_of_budget
+        if d.intent is None:
+            continue
+        # Only the candidates set the price: the same auction without the
+        # excluded members (and without budgets) picks and charges the same.
+        rest = [
+            msgspec.structs.replace(m, budget=None)
+            for m in members
+            if m.worker not in out_of_budget
+        ]
+        alone = route(rest, pricing=pricing, reserve=reserve)
+        assert (alone.worker, alone.charge) == (d.worker, d.charge)
+        assert state.commit(d.intent)
+        winner = next(m for m in members if m.worker == d.worker)
+        if winner.budget is not None:  # the budget spends the charge, not the bid
+            assert spent(state, winner.worker) == before[winner.worker] + d.charge
+    for m in members:
+        if m.budget is not None:
+            assert spent(state, m.worker) <= m.budget.limit
