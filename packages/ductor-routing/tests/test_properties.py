@@ -45,6 +45,7 @@ STRATEGIES = [
     StrategySpec(name="skills_match"),
     StrategySpec(name="auction", options={"reserve": 2}),
     StrategySpec(name="auction", options={"pricing": "second"}),
+    StrategySpec(name="auction", options={"pricing": "second", "reserve": 3}),
     StrategySpec(name="sticky", options={"key": "customer"}),
 ]
 
@@ -132,6 +133,7 @@ def test_caps_and_budgets_are_never_exceeded(
 ) -> None:
     pool, workers = setup
     r = router(pool, workers)
+    by_worker = {m.worker: m for m in pool.members}
     state = InMemoryRoutingState()
     assigned: list[tuple[str, datetime.datetime, int]] = []
     # Route `batch` events against the same state before committing any, as
@@ -140,13 +142,24 @@ def test_caps_and_budgets_are_never_exceeded(
         decisions = []
         for i, (offset, st_, customer, price) in enumerate(events[start : start + batch]):
             now = START + datetime.timedelta(seconds=offset)
-            decisions.append((now, r.route(routable(start + i, st_, customer, price), state, now)))
-        for now, d in decisions:
+            d = r.route(routable(start + i, st_, customer, price), state, now)
+            if d.intent is not None:
+                # Budgets were checked against the most the member can be
+                # charged (its bid, else the price); no strategy charges more.
+                m = by_worker[d.intent.worker]
+                most = m.bid if m.bid is not None else (price if price is not None else 0)
+                assert 0 <= d.intent.charge <= most
+            decisions.append((now, d))
+        for j, (now, d) in enumerate(decisions):
             if d.intent is None:
                 continue
             try:
                 state.commit(d.intent)
             except AssignConflict:
+                # Only a decision routed on stale state may no longer fit: the
+                # first of a batch saw the state it commits to, so the pipeline
+                # itself must have kept it within every cap and budget.
+                assert j > 0
                 continue
             assigned.append((d.intent.worker, now, d.intent.charge))
     for m in pool.members:

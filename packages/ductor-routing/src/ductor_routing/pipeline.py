@@ -763,6 +763,10 @@ class Router:
                     if state.counter(cm.cap_key(pool.id, cap.window, period)) >= cap.limit:
                         reason = ("cap", cap.window.value)
                         break
+            # The most this member can be charged: an auction's clearing price is not
+            # known until every candidate is, and never exceeds the bid. A member that
+            # cannot cover its own bid is not eligible, so it cannot set the price
+            # others pay with money it does not have.
             charge = member.bid if member.bid is not None else price
             if reason is None and member.budget is not None:
                 budget = member.budget

@@ -62,7 +62,12 @@ class Cap(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """At most `limit` micros charged to a member per window."""
+    """At most `limit` micros charged to a member per window.
+
+    Checked before selection against the most the member can be charged (its
+    bid, else the routable's price), so a later, lower clearing price never
+    overspends it.
+    """
 
     limit: int
     window: Window = Window.TOTAL
@@ -77,10 +82,11 @@ class Member(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         when: an optional CEL condition over `routable`, `worker` and `member`,
             evaluated only for members the structured filters kept.
         caps: count caps per window.
-        budget: a spend limit in micros.
+        budget: a spend limit in micros; the member is eligible only while
+            what is left of it covers its bid (the most it can be charged).
         bid: the member's bid in micros (auction) or fixed price per item.
         quality: multiplier in basis points applied to the bid to rank it
-            (10_000 = 1.0); the charge is still the bid.
+            (10_000 = 1.0); the reserve and the charge are in raw bid micros.
         priority: rank for the waterfall strategy, lower first.
         weight: overrides the worker's weight in this pool.
     """

@@ -1,6 +1,7 @@
 """Auction: the highest effective bid wins; first price (or second) with a reserve.
 
-Effective bid = bid x quality (basis points). Money is int micros throughout.
+Effective bid = bid x quality // 10_000 (quality in basis points); it only ranks.
+The reserve and every price are in raw bid micros. Reads no state, writes none.
 """
 
 from __future__ import annotations
@@ -17,13 +18,43 @@ if TYPE_CHECKING:
 _BASIS = 10_000
 
 
+def effective_bid(bid: int, quality: int) -> int:
+    """The bid as the auction ranks it: `bid * quality // 10_000`, in micros."""
+    return bid * quality // _BASIS
+
+
+def least_winning_bid(target: int, quality: int) -> int:
+    """The least raw bid whose effective bid (at `quality`) is at least `target`."""
+    if target <= 0:
+        return 0
+    # floor(b * q / B) >= t  <=>  b >= t * B / q, so round t * B / q up.
+    return -(-target * _BASIS // max(quality, 1))
+
+
 class Auction:
-    """Pick the highest effective bid at or above the reserve; ties go to the earlier member.
+    """Pick the highest effective bid among bids at or above the reserve.
+
+    Ties on the effective bid go to the member listed earlier in the pool.
+
+    The reserve applies to the **raw** bid, not the effective one: it is the
+    least money accepted, and quality only ranks. A bid below the reserve
+    cannot win whatever its quality; a bid at or above it can, even when its
+    effective bid is below the reserve.
+
+    Prices (raw micros, never above the winner's bid, never below the reserve):
+
+    - first: the winner pays its bid.
+    - second: the winner pays the least bid that would still have won, holding
+      every other bid fixed. Let E be the runner-up's effective bid. A winner
+      listed before the runner-up wins a tie, so it needs an effective bid of
+      E; a winner listed after it must beat it, so it needs E + 1 micro. The
+      price is the least raw bid reaching that at the winner's quality
+      (rounded up), or the reserve if higher. Alone, the winner pays the
+      reserve.
 
     Args:
-        reserve: the least bid accepted, in micros.
-        pricing: "first" (the winner pays its bid) or "second" (the least it
-            needed to win, never below the reserve nor above its bid).
+        reserve: the least raw bid accepted, in micros.
+        pricing: "first" or "second".
     """
 
     name = "auction"
@@ -35,8 +66,8 @@ class Auction:
     def select(self, ctx: SelectionContext) -> Selection:
         """Rank bids; price the winner."""
         scores: list[Score] = []
-        ranked: list[tuple[int, int, int, str]] = []
-        bids: dict[str, tuple[int, int]] = {}
+        # (-effective, position, worker id, bid, quality): sorting puts the winner first.
+        ranked: list[tuple[int, int, str, int, int]] = []
         for c in ctx.candidates:
             bid = c.member.bid
             if bid is None:
@@ -45,26 +76,35 @@ class Auction:
             if bid < self.reserve:
                 scores.append(Score(worker=c.worker.id, value=None, note="below reserve"))
                 continue
-            effective = bid * c.member.quality // _BASIS
+            effective = effective_bid(bid, c.member.quality)
             scores.append(Score(worker=c.worker.id, value=effective, note=f"bid {bid}"))
-            ranked.append((-effective, c.position, bid, c.worker.id))
-            bids[c.worker.id] = (bid, c.member.quality)
+            ranked.append((-effective, c.position, c.worker.id, bid, c.member.quality))
         if not ranked:
             return Selection(pick=None, scores=tuple(scores), note="reserve not met")
         ranked.sort()
-        winner = ranked[0]
-        bid, quality = bids[winner[3]]
-        price = bid
-        if self.pricing == "second":
-            runner_up = -ranked[1][0] if len(ranked) > 1 else 0
-            # The least bid that still ranks first given the winner's quality, rounded up.
-            needed = -(-runner_up * _BASIS // max(quality, 1))
-            price = min(bid, max(self.reserve, needed))
-        return Selection(pick=winner[3], scores=tuple(scores), price=price)
+        _, position, winner, bid, quality = ranked[0]
+        if self.pricing == "first":
+            return Selection(pick=winner, scores=tuple(scores), price=bid)
+        if len(ranked) == 1:
+            return Selection(
+                pick=winner,
+                scores=tuple(scores),
+                price=self.reserve,  # at most the bid: a bid below the reserve is not ranked
+                note="second price: no runner-up",
+            )
+        neg_runner, runner_position, runner, _, _ = ranked[1]
+        listed_earlier = runner_position < position
+        # A runner-up listed earlier wins ties, so the winner must beat it by one micro.
+        needed = least_winning_bid(-neg_runner + (1 if listed_earlier else 0), quality)
+        price = min(bid, max(self.reserve, needed))
+        note = f"second price: runner-up {runner} at {-neg_runner}" + (
+            " + 1 (listed earlier)" if listed_earlier else ""
+        )
+        return Selection(pick=winner, scores=tuple(scores), price=price, note=note)
 
 
 def auction(options: Mapping[str, Any], registry: StrategyRegistry) -> Auction:
-    """Factory: options `reserve` (int micros) and `pricing` ("first" or "second")."""
+    """Factory: options `reserve` (int micros, on the raw bid) and `pricing` ("first"/"second")."""
     reserve = options.get("reserve", 0)
     pricing = options.get("pricing", "first")
     if not isinstance(reserve, int) or isinstance(reserve, bool) or reserve < 0:

@@ -29,7 +29,9 @@ class Candidate(msgspec.Struct, frozen=True, kw_only=True):
         position: the member's position in the pool (breaks ties, lower first).
         worker: the worker.
         member: the membership (bid, priority, weight, ...).
-        charge: what assigning to it would charge its budget, in micros.
+        charge: the most assigning to it can charge its budget, in micros (its
+            bid, else the routable's price, else 0); the budget check used it,
+            and a strategy's price may be lower, never higher.
         load: the worker's current load on the pool's channel.
         capacity: the worker's capacity on the channel, None if unlimited.
     """
