@@ -59,10 +59,46 @@ def test_outside_the_window_is_expired(t: int, late: int, early: bool) -> None:
 
 
 def test_header_parts() -> None:
-    assert parse_signature_header("t=5,v1=AB,v0=x,v1=cd") == (5, ["ab", "cd"])
+    ab, cd = "AB" * 32, "cd" * 32
+    assert parse_signature_header(f"t=5,v1={ab},v0=x,v1={cd}") == (5, [ab.lower(), cd])
     assert sign(b"", "k", 0) == sign(b"", "k", 0)
     with pytest.raises(SignatureError, match="must not be empty"):
         SigningKeys("")
+
+
+HEX = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        f"t=\u00b2,v1={HEX}",  # a digit to str.isdigit(), not to int()
+        f"t=\u0661,v1={HEX}",  # Arabic-Indic one
+        f"t={'9' * 4400},v1={HEX}",  # past int()'s digit limit
+        f"t={'9' * 16},v1={HEX}",
+        f"t=,v1={HEX}",
+        f"t=-5,v1={HEX}",
+        f"t=5,t=6,v1={HEX}",
+        "t=5,v1=\u00e9" + "a" * 63,  # compare_digest refuses non-ASCII text
+        "t=5,v1=abc",
+        "t=5,v1=" + "g" * 64,
+        "t=5",
+        f"v1={HEX}",
+        "t=5,garbage",
+        f"t=5,v1={HEX}," + "v0=x," * 300,
+    ],
+)
+def test_malformed_headers_are_a_signature_error_never_a_crash(header: str) -> None:
+    with pytest.raises(SignatureError) as info:
+        verify_signature(b"{}", header, key="k", now=5)
+    assert info.value.code == "signature.malformed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_header_text_verifies_or_raises_a_signature_error(header: str) -> None:
+    with pytest.raises(SignatureError):
+        verify_signature(b"{}", header, key="k", now=5)
 
 
 def test_protocol_module_depends_on_msgspec_hashlib_and_hmac_only() -> None:

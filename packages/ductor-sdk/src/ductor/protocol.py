@@ -36,6 +36,7 @@ __all__ = [
     "CHECKPOINT_PATH",
     "INLINE_LIMIT_BYTES",
     "INLINE_RUN_PATH",
+    "MAX_SIGNATURE_HEADER_LENGTH",
     "PAYLOAD_PATH",
     "PROTOCOL_VERSION",
     "REPLAY_WINDOW_SECONDS",
@@ -632,42 +633,58 @@ def signature_header(body: bytes, keys: Iterable[str], timestamp: int) -> str:
     return ",".join(parts)
 
 
+MAX_SIGNATURE_HEADER_LENGTH: Final = 1024
+"""The longest `Ductor-Signature` value accepted (a timestamp and a few signatures)."""
+
+_MAX_TIMESTAMP_DIGITS = 15
+_SIGNATURE_HEX_LENGTH = 64
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+def _malformed(reason: str) -> SignatureError:
+    return SignatureError(
+        f"malformed {SIGNATURE_HEADER} header: {reason}", code="signature.malformed"
+    )
+
+
 def parse_signature_header(header: str) -> tuple[int, list[str]]:
     """Split a `Ductor-Signature` value into its timestamp and its `v1` signatures.
 
-    Unknown schemes (`v0=`, `v2=`) are ignored so the header can grow.
+    The timestamp is 1 to 15 ASCII digits; a `v1` signature is 64 hex digits.
+    Unknown schemes (`v0=`, `v2=`) are ignored so the header can grow, but the
+    whole value is at most `MAX_SIGNATURE_HEADER_LENGTH` characters.
 
     Raises:
-        SignatureError: no timestamp, a non-integer one, or no `v1` signature.
+        SignatureError: an oversized header, no timestamp or a malformed one, a
+            malformed `v1`, or no `v1` signature at all (`signature.malformed`).
     """
+    if len(header) > MAX_SIGNATURE_HEADER_LENGTH:
+        raise _malformed(f"longer than {MAX_SIGNATURE_HEADER_LENGTH} characters")
     timestamp: int | None = None
     signatures: list[str] = []
     for raw in header.split(","):
         name, sep, value = raw.strip().partition("=")
         if not sep:
-            raise SignatureError(
-                f"malformed {SIGNATURE_HEADER} header: {raw.strip()!r} is not key=value",
-                code="signature.malformed",
-            )
+            raise _malformed(f"{raw.strip()!r} is not key=value")
         if name == "t":
-            if timestamp is not None or not value.isdigit():
-                raise SignatureError(
-                    f"malformed {SIGNATURE_HEADER} header: bad timestamp {value!r}",
-                    code="signature.malformed",
-                )
+            # str.isdigit() accepts "²" and other digits int() refuses: check ASCII.
+            if (
+                timestamp is not None
+                or not 0 < len(value) <= _MAX_TIMESTAMP_DIGITS
+                or not (value.isascii() and value.isdigit())
+            ):
+                raise _malformed(f"bad timestamp {value!r} (1 to 15 digits)")
             timestamp = int(value)
         elif name == "v1":
-            signatures.append(value.lower())
+            signature = value.lower()
+            # compare_digest refuses non-ASCII text, so the shape is checked first.
+            if len(signature) != _SIGNATURE_HEX_LENGTH or not _HEX_DIGITS.issuperset(signature):
+                raise _malformed(f"v1 must be {_SIGNATURE_HEX_LENGTH} hex digits")
+            signatures.append(signature)
     if timestamp is None:
-        raise SignatureError(
-            f"malformed {SIGNATURE_HEADER} header: no t=<unix seconds>",
-            code="signature.malformed",
-        )
+        raise _malformed("no t=<unix seconds>")
     if not signatures:
-        raise SignatureError(
-            f"malformed {SIGNATURE_HEADER} header: no v1=<hex> signature",
-            code="signature.malformed",
-        )
+        raise _malformed("no v1=<hex> signature")
     return timestamp, signatures
 
 
