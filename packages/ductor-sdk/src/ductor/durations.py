@@ -10,6 +10,10 @@ from ductor.errors import DurationError
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
+MAX_DURATION = timedelta(days=36_500)
+"""The longest duration accepted (100 years): anything longer would overflow the clock."""
+_MAX_TEXT_LENGTH = 64
+
 
 def parse_duration(text: str) -> timedelta:
     """Parse a duration such as "2s", "1h30m", "500ms" or "7d" into a timedelta.
@@ -19,6 +23,8 @@ def parse_duration(text: str) -> timedelta:
     """
     if not isinstance(text, str) or not text:
         raise DurationError(f"duration must be a non-empty string like '2s', got {text!r}")
+    if len(text) > _MAX_TEXT_LENGTH:
+        raise DurationError(f"duration is longer than {_MAX_TEXT_LENGTH} characters")
     pos = 0
     seconds = 0.0
     for match in _PART.finditer(text):
@@ -30,6 +36,8 @@ def parse_duration(text: str) -> timedelta:
         raise DurationError(
             f"invalid duration {text!r}: use numbers with units ms, s, m, h, d (e.g. '1h30m')"
         )
+    if seconds > MAX_DURATION.total_seconds():
+        raise DurationError(f"duration {text!r} is longer than the limit of 36500d (100 years)")
     return timedelta(seconds=seconds)
 
 
