@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from ductor_core.builtin_steps import ARGS_BY_TYPE, StepArgs, decode_args
 from ductor_core.errors import DefinitionError
 from ductor_core.step_args import (
     ActionArgs,
@@ -32,6 +33,7 @@ from ductor_core.step_args import (
     WaitForSignalArgs,
     WorkflowRef,
 )
+from ductor_core.step_specs import StepSpecs
 
 __all__ = [
     "ARGS_BY_TYPE",
@@ -92,7 +94,8 @@ class Step(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
     @property
     def step_type(self) -> StepType:
-        """The step's type; raises DefinitionError if it is not one we know."""
+        """The step's built-in type; raises DefinitionError for any other (a type
+        added with a `StepSpec` is only in `type`)."""
         try:
             return StepType(self.type)
         except ValueError:
@@ -100,9 +103,16 @@ class Step(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
                 f"unknown step type {self.type!r}", code="definition.unknown_step_type"
             ) from None
 
-    def typed_args(self) -> StepArgs:
-        """Decode `args` into the struct for this step's type."""
-        return decode_args(self.step_type, self.args)
+    def typed_args(self, *, specs: StepSpecs | None = None) -> msgspec.Struct:
+        """Decode `args` into the struct for this step's type.
+
+        Args:
+            specs: the step types to look the type up in; the built-in ones if None.
+
+        Raises:
+            DefinitionError: `definition.unknown_step_type` or `definition.bad_args`.
+        """
+        return decode_args(self.type, self.args, specs=specs)
 
 
 class Edge(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -144,47 +154,6 @@ class WorkflowDefinition(_Wire, frozen=True, kw_only=True, forbid_unknown_fields
     # CEL over `input`, `steps` and `run`. A string is one expression; a map
     # projects each key. None: the outputs of the steps that end the graph.
     output: str | dict[str, str] | None = None
-
-
-StepArgs = (
-    DataflowArgs
-    | WaitArgs
-    | WaitForEventArgs
-    | WaitForSignalArgs
-    | ActionArgs
-    | ScatterArgs
-    | GatherArgs
-    | SubworkflowArgs
-    | BridgeArgs
-    | RouteArgs
-    | NotifyArgs
-)
-
-ARGS_BY_TYPE: dict[StepType, type[StepArgs]] = {
-    StepType.DATAFLOW: DataflowArgs,
-    StepType.WAIT: WaitArgs,
-    StepType.WAIT_FOR_EVENT: WaitForEventArgs,
-    StepType.WAIT_FOR_SIGNAL: WaitForSignalArgs,
-    StepType.ACTION: ActionArgs,
-    StepType.SCATTER: ScatterArgs,
-    StepType.GATHER: GatherArgs,
-    StepType.SUBWORKFLOW: SubworkflowArgs,
-    StepType.BRIDGE: BridgeArgs,
-    StepType.ROUTE: RouteArgs,
-    StepType.NOTIFY: NotifyArgs,
-}
-
-
-def decode_args(step_type: StepType, args: dict[str, Any]) -> StepArgs:
-    """Convert a step's raw `args` into the typed struct for `step_type`.
-
-    Raises:
-        DefinitionError: code `definition.bad_args`, naming the field at fault.
-    """
-    try:
-        return msgspec.convert(args, ARGS_BY_TYPE[step_type])
-    except msgspec.ValidationError as exc:
-        raise DefinitionError(str(exc), code="definition.bad_args") from exc
 
 
 _decoder = msgspec.json.Decoder(WorkflowDefinition)
