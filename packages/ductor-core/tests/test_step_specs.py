@@ -16,6 +16,7 @@ import pytest
 from ductor_core import (
     ARGS_BY_TYPE,
     BUILTIN_STEP_SPECS,
+    ArgsCheck,
     AttemptResult,
     DataflowArgs,
     DefinitionError,
@@ -38,7 +39,6 @@ from ductor_core import (
     tick,
     validate_definition,
 )
-from ductor_core.step_specs import ArgsCheck
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -164,6 +164,20 @@ def test_a_scatter_may_run_the_new_type_per_item_and_checks_its_template() -> No
     assert problems(definition) == [("definition.bad_args", "/steps/0/args/step/args/message")]
     definition["steps"][0]["args"]["step"]["args"] = {"message": "'hi ' + item"}
     assert problems(definition) == []
+
+
+def test_a_check_that_raises_is_reported_not_raised() -> None:
+    def broken(a: ArgsCheck) -> None:
+        raise KeyError("oops")
+
+    faulty = StepSpec(
+        type="STEP_TYPE_ECHO", args=EchoArgs, start=OnWorker(handler="echo"), check=broken
+    )
+    report = validate_definition(echo_definition(), specs=BUILTIN_STEP_SPECS.with_specs(faulty))
+    assert [(p.code, p.pointer) for p in report.problems] == [
+        ("definition.bad_args", "/steps/1/args")
+    ]
+    assert "could not be checked (KeyError)" in report.problems[0].message
 
 
 # --- running -------------------------------------------------------------------------

@@ -22,7 +22,8 @@ they would deadlock too, which is exactly why every cycle is an error.
 
 What a step's args must hold comes from its type's spec (`step_specs`): the
 args struct gives the structure, the spec's `expressions` the CEL to compile
-and its `check` the rest, reported through `ArgsCheck`. No step type is named here.
+and its `check` the rest, reported through `ArgsCheck`. A `check` that raises
+is reported as `definition.bad_args` on the args, never raised.
 
 What an expression may read. A step's expressions (its args, and a SCATTER's
 per-item template) may read `steps.<ref>` only for steps that come before it
