@@ -1,7 +1,7 @@
 """Step types as specs: one value per type says what its args are, how they are
 checked beyond their structure, how a run starts the step and which worker handler runs it.
 
-Validation, the tick's index and its dispatch read specs and name no step type,
+Validation, the tick's index and its dispatch look a step's type up in specs,
 so a new worker-run type is one `StepSpec` (an args struct and a handler name)
 added to a `StepSpecs` value that is passed to `validate_definition`,
 `start_run` and `tick`, plus a handler of that name in the server:
