@@ -68,3 +68,26 @@ def test_durations_round_trip(text: str, expected: timedelta) -> None:
 def test_bad_durations_are_rejected(text: str) -> None:
     with pytest.raises(DurationError):
         parse_duration(text)
+
+
+# Content hashes computed from these files before step types became specs: a
+# published version is found again by its hash, so these must never move.
+PINNED_HASHES = {
+    "hello-world.json": "sha256:27dccadebf03227fa66fa9aa1540a60210632152a848579f6fb989fbcb81a123",
+    "valid/diamond.json": "sha256:b2deb2507cb4e4ba4c1d92eb4838b41a438e4f89a8bae02dbf1ba98dfa1d84ae",
+    "valid/lead-intake.json": (
+        "sha256:a55ec92bb7fdb4b6ebebe68aaf5b4f748ddbdef4f091ccaca21187f69cab8a8b"
+    ),
+    "valid/nightly-fanout.json": (
+        "sha256:e18c6b6e92fbf0f60561d6c67b0ac425effa41e6021b8e6a11745eb2a623a3af"
+    ),
+    "valid/single-step.json": (
+        "sha256:32aa9d91058a824d6d7eccd8053c7365abc8435e615a1836baf3215100585d01"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_HASHES))
+def test_content_hash_of_corpus_definitions_is_pinned(name: str) -> None:
+    raw = (Path(__file__).parent / "data" / name).read_bytes()
+    assert content_hash(decode_definition(raw)) == PINNED_HASHES[name]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import (
     ARGS_BY_TYPE,
     ActionArgs,
     BridgeArgs,
     DataflowArgs,
+    DefinitionStruct,
     Edge,
     EdgeType,
     GatherArgs,
@@ -73,6 +75,7 @@ from ductor_core.runs import (
     TickResult,
     TimerFired,
 )
+from ductor_core.step_specs import ArgsCheck, Evaluate, InCoordinator, OnWorker, StepSpec, StepSpecs
 from ductor_core.tick import start_run, tick
 from ductor_core.validation import (
     PROBLEM_CODES,
@@ -87,8 +90,11 @@ __version__ = "0.1.0"
 __all__ = [
     # definitions
     "ARGS_BY_TYPE",
+    # step types as specs
+    "BUILTIN_STEP_SPECS",
     "PROBLEM_CODES",
     "ActionArgs",
+    "ArgsCheck",
     # runs: inputs, commands, state
     "AttemptResult",
     # expressions
@@ -107,12 +113,14 @@ __all__ = [
     "DataflowArgs",
     # errors
     "DefinitionError",
+    "DefinitionStruct",
     "DispatchTask",
     "DuctorError",
     "DurationError",
     "Edge",
     "EdgeType",
     "ErrorInfo",
+    "Evaluate",
     "EventReceived",
     "ExpressionEngine",
     "ExpressionError",
@@ -120,8 +128,10 @@ __all__ = [
     "GatherArgs",
     "Graph",
     "IgnoredInput",
+    "InCoordinator",
     "ItemState",
     "NotifyArgs",
+    "OnWorker",
     "Problem",
     "RegisterWait",
     "RetryPolicy",
@@ -136,6 +146,8 @@ __all__ = [
     "StartChildRun",
     "Step",
     "StepArgs",
+    "StepSpec",
+    "StepSpecs",
     "StepState",
     "StepStatus",
     "StepTemplate",

@@ -1,4 +1,5 @@
-"""A definition indexed for the tick: steps by ref, edges by source and target, typed args.
+"""A definition indexed for the tick: steps by ref with their specs and typed args,
+edges by source and target.
 
 Built once per definition and cached (small LRUs keyed by identity and by
 content), so a tick costs in proportion to the steps it touches, not to the
@@ -19,23 +20,22 @@ from typing import Any
 
 import msgspec
 
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import (
     Edge,
     EdgeType,
     RetryPolicy,
     ScatterArgs,
     Step,
-    StepArgs,
     StepTemplate,
-    StepType,
     WaitForEventArgs,
     WaitForSignalArgs,
     WorkflowDefinition,
-    decode_args,
 )
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DuctorError
 from ductor_core.graph import Graph
+from ductor_core.step_specs import InCoordinator, OnWorker, StepSpec, StepSpecs
 
 _CACHE_SIZE = 128
 
@@ -86,16 +86,36 @@ class StepIndex:
 
     step: Step
     position: int
-    kind: StepType | None
-    args: StepArgs | None
+    spec: StepSpec[Any] | None
+    args: msgspec.Struct | None
     problem: DuctorError | None  # why the step cannot run (bad type, args, timeout...)
     timeout: timedelta | None
     incoming: list[IndexedEdge] = field(default_factory=list)
     outgoing: list[IndexedEdge] = field(default_factory=list)
-    template_kind: StepType | None = None  # SCATTER of a step: the template's type
-    template_args: StepArgs | None = None
+    template_spec: StepSpec[Any] | None = None  # SCATTER of a step: the template's type
+    template_args: msgspec.Struct | None = None
     template_timeout: timedelta | None = None
     uses: tuple[str, ...] | None = None  # refs its expressions read (None: all)
+
+    @property
+    def kind(self) -> str | None:
+        """The step's type (None if it is unknown)."""
+        return None if self.spec is None else self.spec.type
+
+    @property
+    def template_kind(self) -> str | None:
+        """A SCATTER's template's type (None without a step template)."""
+        return None if self.template_spec is None else self.template_spec.type
+
+    @property
+    def start(self) -> OnWorker[Any] | InCoordinator | None:
+        """How the step starts (None if its type is unknown)."""
+        return None if self.spec is None else self.spec.start
+
+    @property
+    def template_start(self) -> OnWorker[Any] | InCoordinator | None:
+        """How a SCATTER's template starts (None without a step template)."""
+        return None if self.template_spec is None else self.template_spec.start
 
     @property
     def handles_failure(self) -> bool:
@@ -113,6 +133,7 @@ class DefinitionIndex:
     """A definition indexed by ref, with the waits by event / signal name."""
 
     definition: WorkflowDefinition
+    specs: StepSpecs
     steps: dict[str, StepIndex]
     order: list[str]
     roots: list[str]
@@ -126,40 +147,43 @@ def _timeout(text: str | None) -> timedelta | None:
     return None if text is None else parse_duration(text)
 
 
-def _index_template(info: StepIndex, template: StepTemplate) -> None:
-    try:
-        info.template_kind = StepType(template.type)
-    except ValueError:
+def _index_template(info: StepIndex, template: StepTemplate, specs: StepSpecs) -> None:
+    spec = specs.get(template.type)
+    if spec is None:
         info.problem = DuctorError(
             f"unknown scatter template type {template.type!r}",
             code="definition.unknown_step_type",
         )
         return
-    info.template_args = decode_args(info.template_kind, template.args)
+    info.template_spec = spec
+    info.template_args = spec.decode(template.args)
     info.template_timeout = _timeout(template.timeout)
 
 
-def _index_step(position: int, step: Step) -> StepIndex:
-    info = StepIndex(step=step, position=position, kind=None, args=None, problem=None, timeout=None)
+def _index_step(position: int, step: Step, specs: StepSpecs) -> StepIndex:
+    info = StepIndex(step=step, position=position, spec=None, args=None, problem=None, timeout=None)
     info.uses = referenced_steps(_strings(step.args))
     try:
-        info.kind = step.step_type
-        info.args = step.typed_args()
+        info.spec = specs.require(step.type)
+        info.args = info.spec.decode(step.args)
         info.timeout = _timeout(step.timeout)
         if isinstance(info.args, ScatterArgs) and info.args.step is not None:
-            _index_template(info, info.args.step)
+            _index_template(info, info.args.step, specs)
     except DuctorError as exc:
         info.problem = exc
     return info
 
 
-def build_index(definition: WorkflowDefinition) -> DefinitionIndex:
-    """Index `definition`; problems are recorded per step, never raised."""
+def build_index(
+    definition: WorkflowDefinition, specs: StepSpecs = BUILTIN_STEP_SPECS
+) -> DefinitionIndex:
+    """Index `definition` against the step types `specs`; problems are recorded per
+    step, never raised."""
     graph = Graph.from_definition(definition)
     steps: dict[str, StepIndex] = {}
     for position, step in enumerate(definition.steps):
         if step.ref not in steps:  # validation rejects duplicates; the first one wins here
-            steps[step.ref] = _index_step(position, step)
+            steps[step.ref] = _index_step(position, step, specs)
     edges: list[IndexedEdge] = []
     for position, edge in enumerate(graph.edges):
         try:
@@ -187,6 +211,7 @@ def build_index(definition: WorkflowDefinition) -> DefinitionIndex:
     return DefinitionIndex(
         problem=problem,
         definition=definition,
+        specs=specs,
         steps=steps,
         order=order,
         roots=graph.roots,
@@ -196,8 +221,8 @@ def build_index(definition: WorkflowDefinition) -> DefinitionIndex:
     )
 
 
-_by_identity: OrderedDict[int, DefinitionIndex] = OrderedDict()
-_by_content: OrderedDict[bytes, DefinitionIndex] = OrderedDict()
+_by_identity: OrderedDict[tuple[int, int], DefinitionIndex] = OrderedDict()
+_by_content: OrderedDict[tuple[bytes, int], DefinitionIndex] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -208,27 +233,30 @@ def _remember(cache: OrderedDict[Any, DefinitionIndex], key: Any, index: Definit
         cache.popitem(last=False)
 
 
-def index_for(definition: WorkflowDefinition) -> DefinitionIndex:
-    """The cached index of `definition`.
+def index_for(
+    definition: WorkflowDefinition, specs: StepSpecs = BUILTIN_STEP_SPECS
+) -> DefinitionIndex:
+    """The cached index of `definition` against the step types `specs`.
 
-    Looked up by object identity first (the entry keeps the object alive, so
-    an id is never reused while cached), then by content, so a coordinator
-    that decodes the same definition afresh for every tick pays one encode and
-    hash instead of a rebuild.
+    Looked up by object identity first (the entry keeps the definition and the
+    specs alive, so neither id is reused while cached), then by content, so a
+    coordinator that decodes the same definition afresh for every tick pays
+    one encode and hash instead of a rebuild.
     """
-    key = id(definition)
+    key = (id(definition), id(specs))
     with _cache_lock:
         hit = _by_identity.get(key)
-        if hit is not None and hit.definition is definition:
+        if hit is not None and hit.definition is definition and hit.specs is specs:
             _by_identity.move_to_end(key)
             return hit
     digest = hashlib.blake2b(msgspec.json.encode(definition), digest_size=20).digest()
+    content_key = (digest, id(specs))
     with _cache_lock:
-        shared = _by_content.get(digest)
-    if shared is None:
-        shared = build_index(definition)
+        shared = _by_content.get(content_key)
+    if shared is None or shared.specs is not specs:
+        shared = build_index(definition, specs)
         with _cache_lock:
-            _remember(_by_content, digest, shared)
+            _remember(_by_content, content_key, shared)
     index = shared if shared.definition is definition else replace(shared, definition=definition)
     with _cache_lock:
         _remember(_by_identity, key, index)

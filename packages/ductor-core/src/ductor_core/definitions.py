@@ -1,6 +1,7 @@
-"""The JSON workflow definition: steps, edges, triggers, and typed args per step type.
+"""The JSON workflow definition: steps, edges, triggers; decoding and the content hash.
 
-This module only models and decodes. `validation` checks a decoded definition
+The args structs of the step types live in `step_args` and are re-exported
+here. This module only models and decodes. `validation` checks a decoded definition
 and reports every problem; `tick` runs one. Expressions are CEL source strings.
 """
 
@@ -8,27 +9,62 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
+from ductor_core.builtin_steps import ARGS_BY_TYPE, StepArgs, decode_args
 from ductor_core.errors import DefinitionError
+from ductor_core.step_args import (
+    ActionArgs,
+    BridgeArgs,
+    DataflowArgs,
+    DefinitionStruct,
+    GatherArgs,
+    NotifyArgs,
+    RetryPolicy,
+    RouteArgs,
+    ScatterArgs,
+    StepTemplate,
+    StepType,
+    SubworkflowArgs,
+    WaitArgs,
+    WaitForEventArgs,
+    WaitForSignalArgs,
+    WorkflowRef,
+)
+from ductor_core.step_specs import StepSpecs
 
-
-class StepType(enum.StrEnum):
-    """What a step does; wire names in protobuf enum style."""
-
-    DATAFLOW = "STEP_TYPE_DATAFLOW"
-    WAIT = "STEP_TYPE_WAIT"
-    WAIT_FOR_EVENT = "STEP_TYPE_WAIT_FOR_EVENT"
-    WAIT_FOR_SIGNAL = "STEP_TYPE_WAIT_FOR_SIGNAL"
-    ACTION = "STEP_TYPE_ACTION"
-    SCATTER = "STEP_TYPE_SCATTER"
-    GATHER = "STEP_TYPE_GATHER"
-    SUBWORKFLOW = "STEP_TYPE_SUBWORKFLOW"
-    BRIDGE = "STEP_TYPE_BRIDGE"
-    ROUTE = "STEP_TYPE_ROUTE"
-    NOTIFY = "STEP_TYPE_NOTIFY"
+__all__ = [
+    "ARGS_BY_TYPE",
+    "ActionArgs",
+    "BridgeArgs",
+    "DataflowArgs",
+    "DefinitionStruct",
+    "Edge",
+    "EdgeType",
+    "GatherArgs",
+    "NotifyArgs",
+    "RetryPolicy",
+    "RouteArgs",
+    "ScatterArgs",
+    "Step",
+    "StepArgs",
+    "StepTemplate",
+    "StepType",
+    "SubworkflowArgs",
+    "Trigger",
+    "WaitArgs",
+    "WaitForEventArgs",
+    "WaitForSignalArgs",
+    "WorkflowDefinition",
+    "WorkflowRef",
+    "canonical_json",
+    "content_hash",
+    "decode_args",
+    "decode_definition",
+    "definition_from_obj",
+]
 
 
 class EdgeType(enum.StrEnum):
@@ -41,17 +77,7 @@ class EdgeType(enum.StrEnum):
 
 
 class _Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Base of definition structs: frozen, keyword-only, unknown fields rejected."""
-
-
-class RetryPolicy(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Per-step retry: attempts in all (1 = no retry), exponential backoff with a cap."""
-
-    max_attempts: int = 3
-    initial_interval: str = "1s"
-    backoff_coefficient: float = 2.0
-    max_interval: str = "5m"
-    non_retryable_codes: list[str] = []
+    """Base of the document's structs: frozen, keyword-only, unknown fields rejected."""
 
 
 class Step(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -68,7 +94,8 @@ class Step(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
     @property
     def step_type(self) -> StepType:
-        """The step's type; raises DefinitionError if it is not one we know."""
+        """The step's built-in type; raises DefinitionError for any other (a type
+        added with a `StepSpec` is only in `type`)."""
         try:
             return StepType(self.type)
         except ValueError:
@@ -76,9 +103,16 @@ class Step(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
                 f"unknown step type {self.type!r}", code="definition.unknown_step_type"
             ) from None
 
-    def typed_args(self) -> StepArgs:
-        """Decode `args` into the struct for this step's type."""
-        return decode_args(self.step_type, self.args)
+    def typed_args(self, *, specs: StepSpecs | None = None) -> msgspec.Struct:
+        """Decode `args` into the struct for this step's type.
+
+        Args:
+            specs: the step types to look the type up in; the built-in ones if None.
+
+        Raises:
+            DefinitionError: `definition.unknown_step_type` or `definition.bad_args`.
+        """
+        return decode_args(self.type, self.args, specs=specs)
 
 
 class Edge(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -120,171 +154,6 @@ class WorkflowDefinition(_Wire, frozen=True, kw_only=True, forbid_unknown_fields
     # CEL over `input`, `steps` and `run`. A string is one expression; a map
     # projects each key. None: the outputs of the steps that end the graph.
     output: str | dict[str, str] | None = None
-
-
-# --- typed args, one struct per step type ------------------------------------
-
-
-class DataflowArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Deterministic transform evaluated in the coordinator.
-
-    - project: `project` maps output keys to expressions;
-    - filter: keep the elements of `items` for which `predicate` (over `item`) holds;
-    - map: `expression` (over `item`, `index`) applied to each element of `items`;
-    - merge: the maps that `sources` evaluate to, merged left to right;
-    - pick: the `keys` of the map that `source` evaluates to.
-    """
-
-    operation: Literal["project", "filter", "map", "merge", "pick"]
-    project: dict[str, str] | None = None
-    items: str | None = None
-    predicate: str | None = None
-    expression: str | None = None
-    sources: list[str] | None = None
-    source: str | None = None
-    keys: list[str] | None = None
-
-
-class WaitArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A durable delay: exactly one of `duration` ("2s") or `until` (CEL timestamp)."""
-
-    duration: str | None = None
-    until: str | None = None
-
-
-class WaitForEventArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Wait for an event named `event` whose `match` (CEL over `event`, `input`, `steps`) holds."""
-
-    event: str
-    match: str | None = None
-    timeout: str | None = None
-
-
-class WaitForSignalArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Wait for the signal `signal` sent to this run."""
-
-    signal: str
-    timeout: str | None = None
-
-
-class ActionArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Dispatch a provider action to a worker. `params` values are CEL, evaluated
-    by the coordinator, so workers receive plain values."""
-
-    action: str
-    params: dict[str, str] = {}
-    connection: str | None = None
-
-
-class StepTemplate(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The step a SCATTER runs once per item (its expressions also see `item`, `index`)."""
-
-    type: str
-    args: dict[str, Any] = {}
-    retry: RetryPolicy | None = None
-    timeout: str | None = None
-
-
-class WorkflowRef(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A published workflow family, at `version` or the latest."""
-
-    family_slug: str
-    version: int | None = None
-
-
-class ScatterArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Fan out `step` or `workflow` once per element of `items`, at most
-    `max_concurrency` at a time. Output: the per-item results in item order."""
-
-    items: str
-    step: StepTemplate | None = None
-    workflow: WorkflowRef | None = None
-    input: str | None = None
-    max_concurrency: int = 10
-    tolerate_failures: bool = False
-
-
-class GatherArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Collect a SCATTER's results in item order: `{items, succeeded, failed}`."""
-
-    scatter: str
-
-
-class SubworkflowArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Start a child run of `family_slug` (at `version`, else latest) with `input` (CEL)."""
-
-    family_slug: str
-    version: int | None = None
-    input: str | None = None
-
-
-class BridgeArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Drive a workflow hosted by an SDK app through the bridge protocol."""
-
-    app_id: str
-    workflow: str
-    input: str | None = None
-
-
-class RouteArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Route a routable built from CEL; optionally wait for the assignee to complete it."""
-
-    kind: str
-    attributes: dict[str, str] = {}
-    pool: str | None = None
-    price: str | None = None
-    await_completion: bool = False
-    timeout: str | None = None
-
-
-class NotifyArgs(_Wire, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Create an inbox notification; every field is CEL."""
-
-    recipient: str
-    title: str
-    body: str = '""'
-    channel: str | None = None
-
-
-StepArgs = (
-    DataflowArgs
-    | WaitArgs
-    | WaitForEventArgs
-    | WaitForSignalArgs
-    | ActionArgs
-    | ScatterArgs
-    | GatherArgs
-    | SubworkflowArgs
-    | BridgeArgs
-    | RouteArgs
-    | NotifyArgs
-)
-
-ARGS_BY_TYPE: dict[StepType, type[StepArgs]] = {
-    StepType.DATAFLOW: DataflowArgs,
-    StepType.WAIT: WaitArgs,
-    StepType.WAIT_FOR_EVENT: WaitForEventArgs,
-    StepType.WAIT_FOR_SIGNAL: WaitForSignalArgs,
-    StepType.ACTION: ActionArgs,
-    StepType.SCATTER: ScatterArgs,
-    StepType.GATHER: GatherArgs,
-    StepType.SUBWORKFLOW: SubworkflowArgs,
-    StepType.BRIDGE: BridgeArgs,
-    StepType.ROUTE: RouteArgs,
-    StepType.NOTIFY: NotifyArgs,
-}
-
-
-def decode_args(step_type: StepType, args: dict[str, Any]) -> StepArgs:
-    """Convert a step's raw `args` into the typed struct for `step_type`.
-
-    Raises:
-        DefinitionError: code `definition.bad_args`, naming the field at fault.
-    """
-    try:
-        return msgspec.convert(args, ARGS_BY_TYPE[step_type])
-    except msgspec.ValidationError as exc:
-        raise DefinitionError(str(exc), code="definition.bad_args") from exc
 
 
 _decoder = msgspec.json.Decoder(WorkflowDefinition)

@@ -3,6 +3,11 @@
 Deterministic and free of I/O: no clock (`now` is passed in), no randomness
 (retry jitter is a hash of the attempt's identity), no store, no queue.
 
+How a step starts comes from its type's spec (`step_specs`, passed in as
+`specs`): a worker-run type becomes a DispatchTask with the spec's handler
+name and payload; the other types name one of the coordinator behaviours
+(`InCoordinator`) implemented here. No step type is named in this module.
+
 Semantics the server and users rely on (see also DESIGN.md, "Definitions"):
 
 - Edges are decided when their source is terminal: SUCCESS is taken if the
@@ -71,23 +76,19 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from msgspec.structs import replace
 
 from ductor_core._dataflow import run_dataflow
 from ductor_core._retry import DEFAULT_RETRY, backoff_delay, may_retry
 from ductor_core._step_index import DefinitionIndex, IndexedEdge, StepIndex, index_for
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import (
-    ActionArgs,
-    BridgeArgs,
     DataflowArgs,
     EdgeType,
     GatherArgs,
-    NotifyArgs,
     RetryPolicy,
-    RouteArgs,
     ScatterArgs,
-    StepArgs,
-    StepType,
     SubworkflowArgs,
     WaitArgs,
     WaitForEventArgs,
@@ -124,10 +125,11 @@ from ductor_core.runs import (
     TickResult,
     TimerFired,
 )
+from ductor_core.step_specs import InCoordinator, OnWorker, StepSpec, StepSpecs
 
 __all__ = ["start_run", "tick"]
 
-_WORKER_TYPES = (StepType.ACTION, StepType.BRIDGE, StepType.ROUTE, StepType.NOTIFY)
+_WAITS = (InCoordinator.WAIT_FOR_EVENT, InCoordinator.WAIT_FOR_SIGNAL)
 
 
 def _iso(moment: datetime) -> str:
@@ -412,18 +414,15 @@ class _Tick:
             step = self.steps[ref]
             if step.status.terminal:
                 continue
-            kind = self.ix.steps[ref].kind
-            if step.status is StepStatus.WAITING and kind in (
-                StepType.WAIT_FOR_EVENT,
-                StepType.WAIT_FOR_SIGNAL,
-            ):
+            start = self.ix.steps[ref].start
+            if step.status is StepStatus.WAITING and start in _WAITS:
                 self.emit(ClearWait(step_ref=ref))
-            if kind is StepType.SUBWORKFLOW and step.status is StepStatus.WAITING:
+            if start is InCoordinator.SUBWORKFLOW and step.status is StepStatus.WAITING:
                 children = True
             items = step.items
             if items is not None:
-                if kind is StepType.SCATTER and any(
-                    i.status is StepStatus.RUNNING and self.ix.steps[ref].template_kind is None
+                if start is InCoordinator.SCATTER and any(
+                    i.status is StepStatus.RUNNING and self.ix.steps[ref].template_spec is None
                     for i in items
                 ):
                     children = True
@@ -466,29 +465,37 @@ class _Tick:
             self.finish(ref, StepStatus.FAILED, error=_error_of(exc))
 
     def _start(self, ref: str, info: StepIndex) -> None:
-        args = info.args
-        if info.kind in _WORKER_TYPES:
+        """Start a step by its spec: dispatch it to a worker, or run the built-in
+        coordinator behaviour the spec names (its args have that behaviour's type)."""
+        start, args = info.start, info.args
+        if isinstance(start, OnWorker):
             self.dispatch(ref, -1, 1)
-        elif isinstance(args, DataflowArgs):
+        elif start is InCoordinator.DATAFLOW:
+            assert isinstance(args, DataflowArgs)
             self.finish(
                 ref,
                 StepStatus.SUCCEEDED,
                 run_dataflow(args, self.engine, self.activation(None, info.uses)),
             )
-        elif isinstance(args, GatherArgs):
+        elif start is InCoordinator.GATHER:
+            assert isinstance(args, GatherArgs)
             self.finish(ref, StepStatus.SUCCEEDED, self.gathered(args.scatter))
-        elif isinstance(args, WaitArgs):
+        elif start is InCoordinator.WAIT:
+            assert isinstance(args, WaitArgs)
             self.start_wait(ref, args)
-        elif isinstance(args, WaitForEventArgs):
+        elif start is InCoordinator.WAIT_FOR_EVENT:
+            assert isinstance(args, WaitForEventArgs)
             self.start_wait_for(ref, "event", args.event, args.timeout or info.step.timeout)
-        elif isinstance(args, WaitForSignalArgs):
+        elif start is InCoordinator.WAIT_FOR_SIGNAL:
+            assert isinstance(args, WaitForSignalArgs)
             buffered = next((s for s in self.pending_signals if s.name == args.signal), None)
             if buffered is not None:
                 self.pending_signals.remove(buffered)
                 self.finish(ref, StepStatus.SUCCEEDED, buffered.payload)
             else:
                 self.start_wait_for(ref, "signal", args.signal, args.timeout or info.step.timeout)
-        elif isinstance(args, SubworkflowArgs):
+        elif start is InCoordinator.SUBWORKFLOW:
+            assert isinstance(args, SubworkflowArgs)
             child_input = None if args.input is None else self.evaluate(args.input, None, info.uses)
             self.emit(
                 StartChildRun(
@@ -502,9 +509,10 @@ class _Tick:
             if info.timeout is not None:
                 self.set_timer(_key(ref, -1, "timeout", 1), self.now + info.timeout)
             self.update(ref, status=StepStatus.WAITING, waiting_for="child run")
-        elif isinstance(args, ScatterArgs):
+        elif start is InCoordinator.SCATTER:
+            assert isinstance(args, ScatterArgs)
             self.start_scatter(ref, args)
-        else:  # pragma: no cover - every step type is handled above
+        else:  # pragma: no cover - a step with a problem never gets here
             raise DuctorError(f"step {ref!r} has no runnable type", code="definition.bad_args")
 
     def gathered(self, scatter_ref: str) -> dict[str, Any]:
@@ -562,10 +570,12 @@ class _Tick:
             self.update(ref, items=items)
         items[index] = replace(items[index], **changes)
 
-    def unit_kind(self, info: StepIndex, index: int) -> tuple[StepType | None, StepArgs | None]:
+    def unit_spec(
+        self, info: StepIndex, index: int
+    ) -> tuple[StepSpec[Any] | None, msgspec.Struct | None]:
         if index < 0:
-            return info.kind, info.args
-        return info.template_kind, info.template_args
+            return info.spec, info.args
+        return info.template_spec, info.template_args
 
     def retry_policy(self, info: StepIndex, index: int) -> RetryPolicy:
         if index < 0:
@@ -577,23 +587,28 @@ class _Tick:
     def dispatch(self, ref: str, index: int, attempt: int) -> None:
         """Send attempt `attempt` of a worker unit; a bad expression fails the unit."""
         info = self.ix.steps[ref]
-        kind, args = self.unit_kind(info, index)
+        spec, args = self.unit_spec(info, index)
         timeout = info.timeout if index < 0 else info.template_timeout
         extra = None if index < 0 else self.item_vars(ref, index)
         try:
-            handler, payload = self.payload(kind, args, extra, info.uses)
-            if timeout is None and isinstance(args, RouteArgs) and args.timeout is not None:
-                timeout = parse_duration(args.timeout)
+            if spec is None or args is None or spec.worker is None:
+                kind = None if spec is None else spec.type
+                raise DuctorError(
+                    f"no worker handler for step type {kind}", code="definition.bad_args"
+                )
+            handler, payload = self.payload(spec, args, extra, info.uses)
+            limit = spec.attempt_timeout(args) if timeout is None else None
+            if limit is not None:
+                timeout = parse_duration(limit)
         except DuctorError as exc:
             self.unit_done(ref, index, StepStatus.FAILED, error=_error_of(exc))
             return
-        assert kind is not None
         self.emit(
             DispatchTask(
                 step_ref=ref,
                 item_index=index,
                 attempt=attempt,
-                step_type=kind.value,
+                step_type=spec.type,
                 handler=handler,
                 payload=payload,
                 idempotency_key=f"{self.run_id}:{ref}:{index}:{attempt}",
@@ -615,48 +630,20 @@ class _Tick:
 
     def payload(
         self,
-        kind: StepType | None,
-        args: StepArgs | None,
+        spec: StepSpec[Any],
+        args: msgspec.Struct,
         extra: Mapping[str, Any] | None,
         uses: tuple[str, ...] | None,
     ) -> tuple[str, Any]:
+        """The worker task's handler name and payload, from the unit's spec."""
         cache: dict[str, Any] = {}
 
-        def ev(source: str) -> Any:
-            if "act" not in cache:
+        def evaluate(source: str) -> Any:
+            if "act" not in cache:  # built once, and only if the payload has CEL
                 cache["act"] = self.activation(extra, uses)
             return self.engine.evaluate(source, cache["act"])
 
-        def opt(source: str | None) -> Any:
-            return None if source is None else ev(source)
-
-        if isinstance(args, ActionArgs):
-            return f"action:{args.action}", {
-                "params": {key: ev(expr) for key, expr in args.params.items()},
-                "connection": args.connection,
-            }
-        if isinstance(args, BridgeArgs):
-            return "bridge", {
-                "app_id": args.app_id,
-                "workflow": args.workflow,
-                "input": opt(args.input),
-            }
-        if isinstance(args, RouteArgs):
-            return "route", {
-                "kind": args.kind,
-                "attributes": {key: ev(expr) for key, expr in args.attributes.items()},
-                "pool": args.pool,
-                "price": opt(args.price),
-                "await_completion": args.await_completion,
-            }
-        if isinstance(args, NotifyArgs):
-            return "notify", {
-                "recipient": ev(args.recipient),
-                "title": ev(args.title),
-                "body": ev(args.body),
-                "channel": opt(args.channel),
-            }
-        raise DuctorError(f"no worker handler for step type {kind}", code="definition.bad_args")
+        return spec.task(args, evaluate)
 
     def unit_error(self, ref: str, index: int, attempt: int, error: ErrorInfo) -> None:
         """An attempt failed: schedule the next one, or fail the unit for good."""
@@ -787,7 +774,8 @@ class _Tick:
             )
             self.set_unit(ref, index, status=StepStatus.RUNNING, attempt=1)
             return
-        if isinstance(info.template_args, DataflowArgs):
+        if info.template_start is InCoordinator.DATAFLOW:
+            assert isinstance(info.template_args, DataflowArgs)
             try:
                 output = run_dataflow(
                     info.template_args,
@@ -800,7 +788,7 @@ class _Tick:
             self.set_unit(ref, index, attempt=1)
             self.unit_done(ref, index, StepStatus.SUCCEEDED, output)
             return
-        if info.template_kind not in _WORKER_TYPES:
+        if not isinstance(info.template_start, OnWorker):
             self.unit_done(
                 ref,
                 index,
@@ -863,8 +851,10 @@ class _Tick:
         if info is None:
             self.ignore(item, f"unknown step {ref!r}")
             return
-        kind, _ = self.unit_kind(info, index)
-        if kind not in _WORKER_TYPES or (index >= 0 and info.kind is not StepType.SCATTER):
+        spec, _ = self.unit_spec(info, index)
+        if (spec is None or spec.worker is None) or (
+            index >= 0 and info.start is not InCoordinator.SCATTER
+        ):
             self.ignore(item, f"step {ref!r} item {index} is not run by a worker")
             return
         unit = self.unit(ref, index)
@@ -913,7 +903,7 @@ class _Tick:
             and unit.attempt == attempt - 1
         ):
             self.dispatch(ref, index, attempt)
-        elif purpose == "timeout" and info.kind is StepType.SUBWORKFLOW:
+        elif purpose == "timeout" and info.start is InCoordinator.SUBWORKFLOW:
             if unit.status is not StepStatus.WAITING:
                 self.ignore(item, f"step {ref!r} is no longer waiting for its child")
                 return
@@ -1008,7 +998,7 @@ class _Tick:
         unit = self.unit(ref, index)
         if index < 0:
             live = (
-                info.kind is StepType.SUBWORKFLOW
+                info.start is InCoordinator.SUBWORKFLOW
                 and unit is not None
                 and unit.status is StepStatus.WAITING
             )
@@ -1046,14 +1036,18 @@ def start_run(
     input: Any,
     now: datetime,
     engine: ExpressionEngine | None = None,
+    specs: StepSpecs | None = None,
 ) -> TickResult:
     """Create a run of `definition` and start its root steps.
+
+    `specs` are the step types the definition may use (the built-in ones if
+    None); pass the same set to every `tick` of the run.
 
     Returns the first state (RUN_STATUS_RUNNING, or already terminal if the
     steps that could run inline finished the run) and the commands to commit
     with it. Pure: same arguments, same result.
     """
-    index = index_for(definition)
+    index = index_for(definition, BUILTIN_STEP_SPECS if specs is None else specs)
     state = RunState(
         run_id=run_id,
         status=RunStatus.RUNNING,
@@ -1082,6 +1076,7 @@ def tick(
     now: datetime,
     *,
     engine: ExpressionEngine | None = None,
+    specs: StepSpecs | None = None,
 ) -> TickResult:
     """Apply `inputs` in order to the run `state` at time `now`.
 
@@ -1089,8 +1084,10 @@ def tick(
     reason (duplicate, stale attempt, unknown step or timer, run already
     ended). Returns the next state and the commands to commit with it
     atomically. Pure: same arguments, same result; `state` is not modified.
+    `specs` are the step types the definition may use (the built-in ones if None).
     """
-    run = _Tick(index_for(definition), state, now, engine or default_engine())
+    index = index_for(definition, BUILTIN_STEP_SPECS if specs is None else specs)
+    run = _Tick(index, state, now, engine or default_engine())
     for item in inputs:
         run.apply(item)
     return run.result()

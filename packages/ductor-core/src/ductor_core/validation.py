@@ -20,6 +20,11 @@ is never decided. A cycle that *is* entered from a root (`a -> b -> c -> b`) is
 reported as a cycle only; its steps are reachable, though the join rule means
 they would deadlock too, which is exactly why every cycle is an error.
 
+What a step's args must hold comes from its type's spec (`step_specs`): the
+args struct gives the structure, the spec's `expressions` the CEL to compile
+and its `check` the rest, reported through `ArgsCheck`. A `check` that raises
+is reported as `definition.bad_args` on the args, never raised.
+
 What an expression may read. A step's expressions (its args, and a SCATTER's
 per-item template) may read `steps.<ref>` only for steps that come before it
 (a path of edges leads from them to it): any other step may not have finished
@@ -42,8 +47,8 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import (
-    ARGS_BY_TYPE,
     Edge,
     EdgeType,
     RetryPolicy,
@@ -57,6 +62,7 @@ from ductor_core.durations import parse_duration
 from ductor_core.errors import DefinitionError, DurationError, ExpressionError
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.graph import Graph
+from ductor_core.step_specs import StepSpec, StepSpecs
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """What a `family_slug` must fully match."""
@@ -65,9 +71,9 @@ REF_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 """What a step `ref` must fully match."""
 
 SCATTER_STEP_TYPES: frozenset[StepType] = frozenset(
-    {StepType.ACTION, StepType.BRIDGE, StepType.NOTIFY, StepType.ROUTE, StepType.DATAFLOW}
+    StepType(name) for name in BUILTIN_STEP_SPECS.scatterable
 )
-"""The step types a SCATTER may run once per item."""
+"""The built-in step types a SCATTER may run once per item (their specs say so)."""
 
 PROBLEM_CODES: dict[str, str] = {
     "definition.malformed": "not an object, a missing required field, or a value of the wrong type",
@@ -107,16 +113,6 @@ _BAD_SLUG = "definition.bad_slug"
 _JSON_SCHEMA_TYPES = frozenset(
     {"object", "array", "string", "number", "integer", "boolean", "null"}
 )
-
-# Which DATAFLOW fields each operation needs; the others must be left out.
-_DATAFLOW_NEEDS: dict[str, tuple[str, ...]] = {
-    "project": ("project",),
-    "filter": ("items", "predicate"),
-    "map": ("items", "expression"),
-    "merge": ("sources",),
-    "pick": ("source", "keys"),
-}
-_DATAFLOW_FIELDS = ("project", "items", "predicate", "expression", "sources", "source", "keys")
 
 # `steps.<ref>` and `steps['<ref>']` in CEL source. String literals and comments
 # are matched too, so that finditer skips over them whole; `x.steps` is a field
@@ -172,7 +168,9 @@ class ValidationReport(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-def validate_definition(obj: Any, *, engine: ExpressionEngine | None = None) -> ValidationReport:
+def validate_definition(
+    obj: Any, *, engine: ExpressionEngine | None = None, specs: StepSpecs | None = None
+) -> ValidationReport:
     """Check a definition and report every problem at once.
 
     Args:
@@ -180,19 +178,23 @@ def validate_definition(obj: Any, *, engine: ExpressionEngine | None = None) -> 
             `WorkflowDefinition`.
         engine: compiles the CEL expressions; `default_engine()` if None. Its
             cache makes validating the same expressions again cheap.
+        specs: the step types a step may have; the built-in ones if None.
 
     Returns:
         The report; `valid` is true exactly when `problems` is empty.
     """
     if isinstance(obj, WorkflowDefinition):
         obj = msgspec.to_builtins(obj)
-    walker = _Walker(engine if engine is not None else default_engine())
+    walker = _Walker(
+        engine if engine is not None else default_engine(),
+        BUILTIN_STEP_SPECS if specs is None else specs,
+    )
     walker.definition(obj)
     return ValidationReport(valid=not walker.problems, problems=walker.problems)
 
 
 def validate_definition_json(
-    data: bytes | str, *, engine: ExpressionEngine | None = None
+    data: bytes | str, *, engine: ExpressionEngine | None = None, specs: StepSpecs | None = None
 ) -> ValidationReport:
     """Parse JSON text and validate it; text that is not JSON is one `definition.malformed`."""
     try:
@@ -200,7 +202,7 @@ def validate_definition_json(
     except msgspec.DecodeError as exc:
         problem = Problem(code=_MALFORMED, message=f"not valid JSON: {exc}", pointer="")
         return ValidationReport(valid=False, problems=[problem])
-    return validate_definition(obj, engine=engine)
+    return validate_definition(obj, engine=engine, specs=specs)
 
 
 # --- pointers and wording ---------------------------------------------------------
@@ -279,9 +281,9 @@ _TRIGGER = _struct_info(Trigger)
 _RETRY = _struct_info(RetryPolicy)
 _TEMPLATE = _struct_info(StepTemplate)
 _RETRY_DEFAULTS = RetryPolicy()
-_STEP_TYPES = {t.value: t for t in StepType}
 _EDGE_TYPES = {t.value: t for t in EdgeType}
-_ARGS = {step_type: _struct_info(cls) for step_type, cls in ARGS_BY_TYPE.items()}
+# Type information of each args struct, filled on first use.
+_ARGS: dict[type, mi.StructType] = {}
 # Field lookup per struct, filled on first use (structs are few and fixed).
 _FIELDS: dict[type, tuple[dict[str, mi.Field], tuple[str, ...]]] = {}
 _UNSEEN = "\0unseen"  # not a compile error any engine can return
@@ -294,8 +296,9 @@ _TOP_FIELDS = frozenset(f.encode_name for f in _struct_info(WorkflowDefinition).
 class _Walker:
     """Collects problems while walking one raw definition."""
 
-    def __init__(self, engine: ExpressionEngine) -> None:
+    def __init__(self, engine: ExpressionEngine, specs: StepSpecs) -> None:
         self.engine = engine
+        self.specs = specs
         self.problems: list[Problem] = []
         self._compiled: dict[str, str | None] = {}
         self._durations: dict[str, timedelta] = {}
@@ -628,26 +631,25 @@ class _Walker:
         self.reader_sees_itself = False
         kind = fields.get("type")
         if isinstance(kind, str):
-            step_type = self.step_type(kind, _ptr(pointer, "type"), where, "type")
-            if step_type is not None and ("args" in fields or "args" not in raw):
+            spec = self.step_spec(kind, _ptr(pointer, "type"), where, "type")
+            if spec is not None and ("args" in fields or "args" not in raw):
                 own = ref if isinstance(ref, str) else None
                 args = fields.get("args")
-                self.args(step_type, args, _ptr(pointer, "args"), where, "args.", own)
+                self.args(spec, args, _ptr(pointer, "args"), where, "args.", own)
         self.retry_and_timeout(fields, pointer, where, "")
         self.reader = None
 
-    def step_type(self, kind: str, pointer: str, where: str, label: str) -> StepType | None:
-        try:
-            return _STEP_TYPES[kind]
-        except KeyError:
-            close = difflib.get_close_matches(kind, [t.value for t in StepType], n=1)
+    def step_spec(self, kind: str, pointer: str, where: str, label: str) -> StepSpec[Any] | None:
+        spec = self.specs.get(kind)
+        if spec is None:
+            close = difflib.get_close_matches(kind, list(self.specs.names()), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             self.add(
                 "definition.unknown_step_type",
                 pointer,
                 f"{where}: unknown step type {_show(kind)} in '{label}'{hint}",
             )
-            return None
+        return spec
 
     def retry_and_timeout(
         self, fields: dict[str, Any], pointer: str, where: str, prefix: str
@@ -703,28 +705,41 @@ class _Walker:
 
     def args(
         self,
-        step_type: StepType,
+        spec: StepSpec[Any],
         raw: dict[str, Any] | None,
         pointer: str,
         where: str,
         prefix: str,
         ref: str | None,
     ) -> None:
-        """Check one step's args; `raw` is None when the step has no `args` at all."""
+        """Check one step's args against its spec; `raw` is None when the step has
+        no `args` at all."""
+        info = _ARGS.get(spec.args)
+        if info is None:
+            info = _ARGS[spec.args] = _struct_info(spec.args)
         if raw is None:
-            needed = [f.encode_name for f in _ARGS[step_type].fields if f.required]
+            needed = [f.encode_name for f in info.fields if f.required]
             if needed:
                 self.add(
                     _BAD_ARGS,
                     pointer,
-                    f"{where}: missing '{prefix.rstrip('.')}': a {step_type.value} step needs "
+                    f"{where}: missing '{prefix.rstrip('.')}': a {spec.type} step needs "
                     + ", ".join(f"'{name}'" for name in needed),
                 )
                 return
             raw = {}
-        fields = self.struct(raw, _ARGS[step_type], pointer, where, prefix, _BAD_ARGS, _BAD_ARGS)
-        check = _ARG_CHECKS[step_type]
-        check(self, _Args(fields, raw, pointer, where, prefix, ref))
+        fields = self.struct(raw, info, pointer, where, prefix, _BAD_ARGS, _BAD_ARGS)
+        checked = _Args(self, fields, raw, pointer, where, prefix, ref)
+        if spec.check is not None:
+            try:
+                spec.check(checked)
+            except Exception as exc:  # a spec's bug must not turn a report into a crash
+                self.add(
+                    _BAD_ARGS,
+                    pointer,
+                    f"{where}: the {spec.type} args could not be checked ({type(exc).__name__})",
+                )
+        checked.expressions(*spec.expressions)
 
     def edge(self, i: int, raw: Any, seen: dict[tuple[str, str, str, str | None], int]) -> None:
         pointer = _ptr("/edges", i)
@@ -902,12 +917,13 @@ class _Walker:
 
 
 class _Args:
-    """One step's args under check: the conforming fields and the raw object."""
+    """One step's args under check, as a spec's `check` sees them (an `ArgsCheck`)."""
 
-    __slots__ = ("fields", "pointer", "prefix", "raw", "ref", "where")
+    __slots__ = ("_walker", "fields", "pointer", "prefix", "raw", "ref", "where")
 
     def __init__(
         self,
+        walker: _Walker,
         fields: dict[str, Any],
         raw: dict[str, Any],
         pointer: str,
@@ -915,12 +931,17 @@ class _Args:
         prefix: str,
         ref: str | None,
     ) -> None:
+        self._walker = walker
         self.ref = ref
         self.fields = fields
         self.raw = raw
         self.pointer = pointer
         self.where = where
         self.prefix = prefix
+
+    @property
+    def specs(self) -> StepSpecs:
+        return self._walker.specs
 
     def at(self, *parts: str | int) -> str:
         return _ptr(self.pointer, *parts)
@@ -933,234 +954,84 @@ class _Args:
         value = self.fields.get(name)
         return value if isinstance(value, str) else None
 
+    def value(self, *parts: str) -> Any:
+        value: Any = self.fields
+        for part in parts:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(part)
+        return value
 
-def _cel_fields(w: _Walker, a: _Args, *names: str) -> None:
-    for name in names:
-        source = a.text(name)
-        if source is not None:
-            w.cel(source, a.pointer, name, where=a.where, label=a.prefix + name)
+    def problem(self, message: str, *parts: str | int) -> None:
+        self._walker.add(_BAD_ARGS, self.at(*parts), f"{self.where}: {message}")
 
+    def expressions(self, *names: str) -> None:
+        w, where, prefix = self._walker, self.where, self.prefix
+        for name in names:
+            value = self.fields.get(name)
+            if isinstance(value, str):
+                w.cel(value, self.pointer, name, where=where, label=prefix + name)
+            elif isinstance(value, dict):
+                for key, source in value.items():
+                    if isinstance(source, str):
+                        w.cel(
+                            source,
+                            self.pointer,
+                            name,
+                            key,
+                            where=where,
+                            label=f"{prefix}{name}.{key}",
+                        )
+            elif isinstance(value, list):
+                for j, source in enumerate(value):
+                    if isinstance(source, str):
+                        w.cel(
+                            source, self.pointer, name, j, where=where, label=f"{prefix}{name}[{j}]"
+                        )
 
-def _cel_map(w: _Walker, a: _Args, name: str) -> None:
-    value = a.fields.get(name)
-    if isinstance(value, dict):
-        for key, source in value.items():
-            if isinstance(source, str):
-                w.cel(
-                    source,
-                    a.pointer,
-                    name,
-                    key,
-                    where=a.where,
-                    label=f"{a.prefix}{name}.{key}",
-                )
+    def duration(self, name: str) -> None:
+        text = self.text(name)
+        if text is not None:
+            self._walker.duration(text, self.at(name), self.where, self.prefix + name)
 
+    def not_blank(self, name: str) -> None:
+        self._walker.not_blank(self.fields, name, self.pointer, self.where, self.prefix)
 
-def _exactly_one(w: _Walker, a: _Args, first: str, second: str, what: str) -> None:
-    if a.given(first) == a.given(second):
-        w.add(
-            _BAD_ARGS,
-            a.pointer,
-            f"{a.where}: {what} needs exactly one of '{first}' or '{second}'"
-            + (", not both" if a.given(first) else ""),
-        )
+    def slug(self, *parts: str) -> None:
+        value = self.value(*parts)
+        if isinstance(value, str):
+            self._walker.slug(value, self.at(*parts), self.where, self.prefix + ".".join(parts))
 
+    def type_of(self, ref: str) -> str | None:
+        if ref not in self._walker.first_index:
+            return None
+        return self._walker.types.get(ref, "")
 
-def _positive_version(
-    w: _Walker, a: _Args, fields: dict[str, Any], pointer: str, label: str
-) -> None:
-    version = fields.get("version")
-    if isinstance(version, int) and version < 1:
-        w.add(_BAD_ARGS, pointer, f"{a.where}: '{label}' must be 1 or more, got {version}")
+    def precedes(self, ref: str) -> bool:
+        return self.ref is not None and self._walker.graph.precedes(ref, self.ref)
 
+    def template_spec(self, name: str) -> StepSpec[Any] | None:
+        template = self.fields.get(name)
+        kind = template.get("type") if isinstance(template, dict) else None
+        if not isinstance(kind, str):
+            return None
+        label = f"{self.prefix}{name}.type"
+        return self._walker.step_spec(kind, self.at(name, "type"), self.where, label)
 
-def _check_dataflow(w: _Walker, a: _Args) -> None:
-    operation = a.text("operation")
-    if operation in _DATAFLOW_NEEDS:
-        needs = _DATAFLOW_NEEDS[operation]
-        for name in needs:
-            if not a.given(name):
-                w.add(
-                    _BAD_ARGS,
-                    a.at(name),
-                    f"{a.where}: DATAFLOW operation '{operation}' needs '{a.prefix}{name}'",
-                )
-        for name in _DATAFLOW_FIELDS:
-            if name not in needs and a.given(name):
-                w.add(
-                    _BAD_ARGS,
-                    a.at(name),
-                    f"{a.where}: '{a.prefix}{name}' is not used by DATAFLOW operation "
-                    f"'{operation}'",
-                )
-        for name in ("project", "sources", "keys"):
-            if name in needs and a.fields.get(name) in ({}, []):
-                w.add(
-                    _BAD_ARGS,
-                    a.at(name),
-                    f"{a.where}: '{a.prefix}{name}' must not be empty",
-                )
-    _cel_map(w, a, "project")
-    _cel_fields(w, a, "items", "predicate", "expression", "source")
-    sources = a.fields.get("sources")
-    for j, source in enumerate(sources if isinstance(sources, list) else []):
-        w.cel(
-            source,
-            a.pointer,
-            "sources",
-            j,
-            where=a.where,
-            label=f"{a.prefix}sources[{j}]",
-        )
-    keys = a.fields.get("keys")
-    for j, key in enumerate(keys if isinstance(keys, list) else []):
-        if not key:
-            w.add(_BAD_ARGS, a.at("keys", j), f"{a.where}: '{a.prefix}keys[{j}]' is empty")
+    def template_args(self, name: str, spec: StepSpec[Any]) -> None:
+        template, raw_template = self.fields.get(name), self.raw.get(name)
+        if not (isinstance(template, dict) and isinstance(raw_template, dict)):
+            return
+        if "args" in template or "args" not in raw_template:
+            args = template.get("args")
+            prefix = f"{self.prefix}{name}.args."
+            self._walker.args(spec, args, self.at(name, "args"), self.where, prefix, None)
 
-
-def _check_wait(w: _Walker, a: _Args) -> None:
-    _exactly_one(w, a, "duration", "until", "WAIT")
-    duration = a.text("duration")
-    if duration is not None:
-        w.duration(duration, a.at("duration"), a.where, a.prefix + "duration")
-    _cel_fields(w, a, "until")
-
-
-def _check_wait_for_event(w: _Walker, a: _Args) -> None:
-    w.not_blank(a.fields, "event", a.pointer, a.where, a.prefix)
-    _cel_fields(w, a, "match")
-    _timeout(w, a)
-
-
-def _check_wait_for_signal(w: _Walker, a: _Args) -> None:
-    w.not_blank(a.fields, "signal", a.pointer, a.where, a.prefix)
-    _timeout(w, a)
-
-
-def _timeout(w: _Walker, a: _Args) -> None:
-    timeout = a.text("timeout")
-    if timeout is not None:
-        w.duration(timeout, a.at("timeout"), a.where, a.prefix + "timeout")
-
-
-def _check_action(w: _Walker, a: _Args) -> None:
-    w.not_blank(a.fields, "action", a.pointer, a.where, a.prefix)
-    w.not_blank(a.fields, "connection", a.pointer, a.where, a.prefix)
-    _cel_map(w, a, "params")
-
-
-def _check_scatter(w: _Walker, a: _Args) -> None:
-    _exactly_one(w, a, "step", "workflow", "SCATTER")
-    _cel_fields(w, a, "items", "input")
-    concurrency = a.fields.get("max_concurrency")
-    if isinstance(concurrency, int) and concurrency < 1:
-        w.add(
-            _BAD_ARGS,
-            a.at("max_concurrency"),
-            f"{a.where}: '{a.prefix}max_concurrency' must be at least 1, got {concurrency}",
-        )
-    template = a.fields.get("step")
-    if isinstance(template, dict):
-        pointer, prefix = a.at("step"), a.prefix + "step."
-        kind = template.get("type")
-        step_type = (
-            w.step_type(kind, _ptr(pointer, "type"), a.where, prefix + "type")
-            if isinstance(kind, str)
-            else None
-        )
-        if step_type is not None and step_type not in SCATTER_STEP_TYPES:
-            w.add(
-                _BAD_ARGS,
-                _ptr(pointer, "type"),
-                f"{a.where}: a SCATTER cannot run a {step_type.value} per item; use one of "
-                + ", ".join(sorted(t.value for t in SCATTER_STEP_TYPES)),
-            )
-        elif step_type is not None:
-            raw_template = a.raw["step"]
-            if "args" in template or "args" not in raw_template:
-                args = template.get("args")
-                w.args(step_type, args, _ptr(pointer, "args"), a.where, prefix + "args.", None)
-        w.retry_and_timeout(template, pointer, a.where, prefix)
-    workflow = a.fields.get("workflow")
-    if isinstance(workflow, dict):
-        slug = workflow.get("family_slug")
-        if isinstance(slug, str):
-            w.slug(
-                slug, a.at("workflow", "family_slug"), a.where, a.prefix + "workflow.family_slug"
-            )
-        _positive_version(
-            w, a, workflow, a.at("workflow", "version"), a.prefix + "workflow.version"
-        )
-
-
-def _check_gather(w: _Walker, a: _Args) -> None:
-    scatter = a.text("scatter")
-    if scatter is None:
-        return
-    label, pointer = a.prefix + "scatter", a.at("scatter")
-    if scatter not in w.first_index:
-        w.add(_BAD_ARGS, pointer, f"{a.where}: '{label}' names no step: {_show(scatter)}")
-    elif w.types.get(scatter) != StepType.SCATTER.value:
-        w.add(
-            _BAD_ARGS,
-            pointer,
-            f"{a.where}: '{label}' must name a STEP_TYPE_SCATTER step; "
-            f"'{scatter}' is {w.types.get(scatter) or 'of no known type'}",
-        )
-    elif a.ref is not None and not w.graph.precedes(scatter, a.ref):
-        w.add(
-            _BAD_ARGS,
-            pointer,
-            f"{a.where}: the SCATTER '{scatter}' must come before this GATHER "
-            "(a path of edges must lead from it to here)",
-        )
-
-
-def _check_subworkflow(w: _Walker, a: _Args) -> None:
-    slug = a.text("family_slug")
-    if slug is not None:
-        w.slug(slug, a.at("family_slug"), a.where, a.prefix + "family_slug")
-    _positive_version(w, a, a.fields, a.at("version"), a.prefix + "version")
-    _cel_fields(w, a, "input")
-
-
-def _check_bridge(w: _Walker, a: _Args) -> None:
-    w.not_blank(a.fields, "app_id", a.pointer, a.where, a.prefix)
-    w.not_blank(a.fields, "workflow", a.pointer, a.where, a.prefix)
-    _cel_fields(w, a, "input")
-
-
-def _check_route(w: _Walker, a: _Args) -> None:
-    w.not_blank(a.fields, "kind", a.pointer, a.where, a.prefix)
-    w.not_blank(a.fields, "pool", a.pointer, a.where, a.prefix)
-    _cel_map(w, a, "attributes")
-    _cel_fields(w, a, "price")
-    if a.given("timeout") and a.fields.get("await_completion") is not True:
-        w.add(
-            _BAD_ARGS,
-            a.at("timeout"),
-            f"{a.where}: '{a.prefix}timeout' only applies with 'await_completion': true",
-        )
-    _timeout(w, a)
-
-
-def _check_notify(w: _Walker, a: _Args) -> None:
-    _cel_fields(w, a, "recipient", "title", "body", "channel")
-
-
-_ARG_CHECKS: dict[StepType, Callable[[_Walker, _Args], None]] = {
-    StepType.DATAFLOW: _check_dataflow,
-    StepType.WAIT: _check_wait,
-    StepType.WAIT_FOR_EVENT: _check_wait_for_event,
-    StepType.WAIT_FOR_SIGNAL: _check_wait_for_signal,
-    StepType.ACTION: _check_action,
-    StepType.SCATTER: _check_scatter,
-    StepType.GATHER: _check_gather,
-    StepType.SUBWORKFLOW: _check_subworkflow,
-    StepType.BRIDGE: _check_bridge,
-    StepType.ROUTE: _check_route,
-    StepType.NOTIFY: _check_notify,
-}
+    def template_limits(self, name: str) -> None:
+        template = self.fields.get(name)
+        if isinstance(template, dict):
+            prefix = f"{self.prefix}{name}."
+            self._walker.retry_and_timeout(template, self.at(name), self.where, prefix)
 
 
 # --- leaves -----------------------------------------------------------------------

@@ -1,0 +1,364 @@
+"""The specs of the built-in step types, the set they form, and `decode_args` over it.
+
+Each spec's `check` reports what structure cannot say (one of two fields,
+non-blank names, positive versions); the messages and pointers are part of the
+validation corpus. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ductor_core.step_args import (
+    ActionArgs,
+    BridgeArgs,
+    DataflowArgs,
+    GatherArgs,
+    NotifyArgs,
+    RouteArgs,
+    ScatterArgs,
+    StepType,
+    SubworkflowArgs,
+    WaitArgs,
+    WaitForEventArgs,
+    WaitForSignalArgs,
+)
+from ductor_core.step_specs import (
+    ArgsCheck,
+    Evaluate,
+    InCoordinator,
+    OnWorker,
+    StepSpec,
+    StepSpecs,
+)
+
+__all__ = [
+    "ARGS_BY_TYPE",
+    "BUILTIN_STEP_SPECS",
+    "StepArgs",
+    "decode_args",
+]
+
+# --- shared checks -------------------------------------------------------------------
+
+
+def _exactly_one(a: ArgsCheck, first: str, second: str, what: str) -> None:
+    if a.given(first) == a.given(second):
+        a.problem(
+            f"{what} needs exactly one of '{first}' or '{second}'"
+            + (", not both" if a.given(first) else "")
+        )
+
+
+def _positive_version(a: ArgsCheck, *parts: str) -> None:
+    version = a.value(*parts)
+    if isinstance(version, int) and version < 1:
+        a.problem(f"'{a.prefix}{'.'.join(parts)}' must be 1 or more, got {version}", *parts)
+
+
+# --- DATAFLOW ------------------------------------------------------------------------
+
+# Which fields each operation needs; the others must be left out.
+_DATAFLOW_NEEDS: dict[str, tuple[str, ...]] = {
+    "project": ("project",),
+    "filter": ("items", "predicate"),
+    "map": ("items", "expression"),
+    "merge": ("sources",),
+    "pick": ("source", "keys"),
+}
+_DATAFLOW_FIELDS = ("project", "items", "predicate", "expression", "sources", "source", "keys")
+
+
+def _check_dataflow(a: ArgsCheck) -> None:
+    operation = a.text("operation")
+    if operation in _DATAFLOW_NEEDS:
+        needs = _DATAFLOW_NEEDS[operation]
+        for name in needs:
+            if not a.given(name):
+                a.problem(f"DATAFLOW operation '{operation}' needs '{a.prefix}{name}'", name)
+        for name in _DATAFLOW_FIELDS:
+            if name not in needs and a.given(name):
+                a.problem(
+                    f"'{a.prefix}{name}' is not used by DATAFLOW operation '{operation}'", name
+                )
+        for name in ("project", "sources", "keys"):
+            if name in needs and a.fields.get(name) in ({}, []):
+                a.problem(f"'{a.prefix}{name}' must not be empty", name)
+    a.expressions("project", "items", "predicate", "expression", "source", "sources")
+    keys = a.fields.get("keys")
+    for j, key in enumerate(keys if isinstance(keys, list) else []):
+        if not key:
+            a.problem(f"'{a.prefix}keys[{j}]' is empty", "keys", j)
+
+
+DATAFLOW: StepSpec[DataflowArgs] = StepSpec(
+    type=StepType.DATAFLOW,
+    args=DataflowArgs,
+    start=InCoordinator.DATAFLOW,
+    check=_check_dataflow,
+    scatterable=True,
+)
+
+# --- the waits -----------------------------------------------------------------------
+
+
+def _check_wait(a: ArgsCheck) -> None:
+    _exactly_one(a, "duration", "until", "WAIT")
+    a.duration("duration")
+
+
+def _check_wait_for_event(a: ArgsCheck) -> None:
+    a.not_blank("event")
+    a.expressions("match")
+    a.duration("timeout")
+
+
+def _check_wait_for_signal(a: ArgsCheck) -> None:
+    a.not_blank("signal")
+    a.duration("timeout")
+
+
+WAIT: StepSpec[WaitArgs] = StepSpec(
+    type=StepType.WAIT,
+    args=WaitArgs,
+    start=InCoordinator.WAIT,
+    expressions=("until",),
+    check=_check_wait,
+)
+WAIT_FOR_EVENT: StepSpec[WaitForEventArgs] = StepSpec(
+    type=StepType.WAIT_FOR_EVENT,
+    args=WaitForEventArgs,
+    start=InCoordinator.WAIT_FOR_EVENT,
+    check=_check_wait_for_event,
+)
+WAIT_FOR_SIGNAL: StepSpec[WaitForSignalArgs] = StepSpec(
+    type=StepType.WAIT_FOR_SIGNAL,
+    args=WaitForSignalArgs,
+    start=InCoordinator.WAIT_FOR_SIGNAL,
+    check=_check_wait_for_signal,
+)
+
+# --- ACTION --------------------------------------------------------------------------
+
+
+def _check_action(a: ArgsCheck) -> None:
+    a.not_blank("action")
+    a.not_blank("connection")
+
+
+def _action_payload(args: ActionArgs, evaluate: Evaluate) -> Any:
+    return {
+        "params": {key: evaluate(source) for key, source in args.params.items()},
+        "connection": args.connection,
+    }
+
+
+ACTION: StepSpec[ActionArgs] = StepSpec(
+    type=StepType.ACTION,
+    args=ActionArgs,
+    start=OnWorker(
+        handler="action",
+        handler_for=lambda args: f"action:{args.action}",
+        payload=_action_payload,
+    ),
+    expressions=("params",),
+    check=_check_action,
+    scatterable=True,
+)
+
+# --- SCATTER and GATHER --------------------------------------------------------------
+
+
+def _check_scatter(a: ArgsCheck) -> None:
+    _exactly_one(a, "step", "workflow", "SCATTER")
+    a.expressions("items", "input")
+    concurrency = a.fields.get("max_concurrency")
+    if isinstance(concurrency, int) and concurrency < 1:
+        a.problem(
+            f"'{a.prefix}max_concurrency' must be at least 1, got {concurrency}",
+            "max_concurrency",
+        )
+    if isinstance(a.fields.get("step"), dict):
+        spec = a.template_spec("step")
+        if spec is not None and not spec.scatterable:
+            a.problem(
+                f"a SCATTER cannot run a {spec.type} per item; use one of "
+                + ", ".join(a.specs.scatterable),
+                "step",
+                "type",
+            )
+        elif spec is not None:
+            a.template_args("step", spec)
+        a.template_limits("step")
+    if isinstance(a.fields.get("workflow"), dict):
+        a.slug("workflow", "family_slug")
+        _positive_version(a, "workflow", "version")
+
+
+def _check_gather(a: ArgsCheck) -> None:
+    scatter = a.text("scatter")
+    if scatter is None:
+        return
+    label = a.prefix + "scatter"
+    kind = a.type_of(scatter)
+    if kind is None:
+        a.problem(f"'{label}' names no step: {_show(scatter)}", "scatter")
+    elif kind != StepType.SCATTER:
+        a.problem(
+            f"'{label}' must name a STEP_TYPE_SCATTER step; "
+            f"'{scatter}' is {kind or 'of no known type'}",
+            "scatter",
+        )
+    elif a.ref is not None and not a.precedes(scatter):
+        a.problem(
+            f"the SCATTER '{scatter}' must come before this GATHER "
+            "(a path of edges must lead from it to here)",
+            "scatter",
+        )
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+SCATTER: StepSpec[ScatterArgs] = StepSpec(
+    type=StepType.SCATTER,
+    args=ScatterArgs,
+    start=InCoordinator.SCATTER,
+    check=_check_scatter,
+)
+GATHER: StepSpec[GatherArgs] = StepSpec(
+    type=StepType.GATHER,
+    args=GatherArgs,
+    start=InCoordinator.GATHER,
+    check=_check_gather,
+)
+
+# --- SUBWORKFLOW and BRIDGE ----------------------------------------------------------
+
+
+def _check_subworkflow(a: ArgsCheck) -> None:
+    a.slug("family_slug")
+    _positive_version(a, "version")
+
+
+def _check_bridge(a: ArgsCheck) -> None:
+    a.not_blank("app_id")
+    a.not_blank("workflow")
+
+
+SUBWORKFLOW: StepSpec[SubworkflowArgs] = StepSpec(
+    type=StepType.SUBWORKFLOW,
+    args=SubworkflowArgs,
+    start=InCoordinator.SUBWORKFLOW,
+    expressions=("input",),
+    check=_check_subworkflow,
+)
+BRIDGE: StepSpec[BridgeArgs] = StepSpec(
+    type=StepType.BRIDGE,
+    args=BridgeArgs,
+    start=OnWorker(handler="bridge"),
+    expressions=("input",),
+    check=_check_bridge,
+    scatterable=True,
+)
+
+# --- ROUTE and NOTIFY ----------------------------------------------------------------
+
+
+def _check_route(a: ArgsCheck) -> None:
+    a.not_blank("kind")
+    a.not_blank("pool")
+    a.expressions("attributes", "price")
+    if a.given("timeout") and a.fields.get("await_completion") is not True:
+        a.problem(f"'{a.prefix}timeout' only applies with 'await_completion': true", "timeout")
+    a.duration("timeout")
+
+
+def _route_payload(args: RouteArgs, evaluate: Evaluate) -> Any:
+    return {
+        "kind": args.kind,
+        "attributes": {key: evaluate(source) for key, source in args.attributes.items()},
+        "pool": args.pool,
+        "price": None if args.price is None else evaluate(args.price),
+        "await_completion": args.await_completion,
+    }
+
+
+ROUTE: StepSpec[RouteArgs] = StepSpec(
+    type=StepType.ROUTE,
+    args=RouteArgs,
+    start=OnWorker(
+        handler="route", payload=_route_payload, attempt_timeout=lambda args: args.timeout
+    ),
+    check=_check_route,
+    scatterable=True,
+)
+NOTIFY: StepSpec[NotifyArgs] = StepSpec(
+    type=StepType.NOTIFY,
+    args=NotifyArgs,
+    start=OnWorker(handler="notify"),
+    expressions=("recipient", "title", "body", "channel"),
+    scatterable=True,
+)
+
+# --- the set -------------------------------------------------------------------------
+
+BUILTIN_STEP_SPECS = StepSpecs(
+    [
+        DATAFLOW,
+        WAIT,
+        WAIT_FOR_EVENT,
+        WAIT_FOR_SIGNAL,
+        ACTION,
+        SCATTER,
+        GATHER,
+        SUBWORKFLOW,
+        BRIDGE,
+        ROUTE,
+        NOTIFY,
+    ]
+)
+"""Every built-in step type; `validate_definition`, `start_run` and `tick` use it by default."""
+
+StepArgs = (
+    DataflowArgs
+    | WaitArgs
+    | WaitForEventArgs
+    | WaitForSignalArgs
+    | ActionArgs
+    | ScatterArgs
+    | GatherArgs
+    | SubworkflowArgs
+    | BridgeArgs
+    | RouteArgs
+    | NotifyArgs
+)
+"""The args of a built-in step type; another type's args are any `msgspec.Struct`."""
+
+ARGS_BY_TYPE: dict[StepType, type[StepArgs]] = {
+    StepType(spec.type): spec.args for spec in BUILTIN_STEP_SPECS
+}
+"""The args struct of each built-in step type (read from its spec)."""
+
+
+def decode_args(
+    step_type: str, args: dict[str, Any], *, specs: StepSpecs | None = None
+) -> msgspec.Struct:
+    """Convert a step's raw `args` into the typed struct for `step_type`.
+
+    Args:
+        step_type: a wire name (a `StepType` is one).
+        args: the raw args.
+        specs: the step types to look it up in; the built-in ones if None.
+
+    Raises:
+        DefinitionError: code `definition.bad_args`, naming the field at fault,
+            or `definition.unknown_step_type`.
+    """
+    spec = (BUILTIN_STEP_SPECS if specs is None else specs).require(step_type)
+    result: msgspec.Struct = spec.decode(args)
+    return result
