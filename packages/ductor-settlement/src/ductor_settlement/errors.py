@@ -25,7 +25,7 @@
           ├── PricingError
           │    ├── InvalidPriceRule     pricing.invalid_rule
           │    ├── NoPriceRule          pricing.no_rule
-          │    └── ChargeMissing        pricing.charge_missing
+          │    └── InvalidCharge        pricing.invalid_charge
           ├── ReturnError              what `decide_return` refuses with
           │    ├── InvalidReturnPolicy  return.invalid_policy
           │    ├── ReturnWindowClosed   return.window_closed
@@ -68,7 +68,6 @@ __all__ = [
     "AlreadyReturned",
     "BadSignature",
     "BudgetExceeded",
-    "ChargeMissing",
     "CurrencyMismatch",
     "EntitlementError",
     "EntitlementLimitExceeded",
@@ -84,6 +83,7 @@ __all__ = [
     "IdempotencyConflict",
     "InvalidAccount",
     "InvalidAmount",
+    "InvalidCharge",
     "InvalidEntry",
     "InvalidKey",
     "InvalidPriceRule",
@@ -324,10 +324,10 @@ class NoPriceRule(PricingError):
     code = "pricing.no_rule"
 
 
-class ChargeMissing(PricingError):
-    """A rule that prices from the routing charge was given no routing charge."""
+class InvalidCharge(PricingError):
+    """A routing-priced rule got no routing charge, or a negative or out-of-range one."""
 
-    code = "pricing.charge_missing"
+    code = "pricing.invalid_charge"
 
 
 # --- returns ------------------------------------------------------------------
@@ -473,7 +473,7 @@ ERRORS: tuple[type[SettlementError], ...] = (
     HoldAmountExceeded,
     InvalidPriceRule,
     NoPriceRule,
-    ChargeMissing,
+    InvalidCharge,
     InvalidReturnPolicy,
     ReturnWindowClosed,
     ReturnReasonNotAllowed,
