@@ -28,6 +28,7 @@
           │    └── InvalidCharge        pricing.invalid_charge
           ├── ReturnError              what `decide_return` refuses with
           │    ├── InvalidReturnPolicy  return.invalid_policy
+          │    ├── NotReturnable        return.not_returnable
           │    ├── ReturnWindowClosed   return.window_closed
           │    ├── ReturnReasonNotAllowed return.reason_not_allowed
           │    ├── ReturnRateExceeded   return.rate_exceeded
@@ -97,6 +98,7 @@ __all__ = [
     "MeteringError",
     "NoPriceRule",
     "NotCanonical",
+    "NotReturnable",
     "OverReversal",
     "PricingError",
     "ReceiptError",
@@ -345,6 +347,12 @@ class InvalidReturnPolicy(ReturnError):
     code = "return.invalid_policy"
 
 
+class NotReturnable(ReturnError):
+    """No return policy covers the assignment, so it cannot be returned."""
+
+    code = "return.not_returnable"
+
+
 class ReturnWindowClosed(ReturnError):
     """The warranty window of the assignment has closed."""
 
@@ -475,6 +483,7 @@ ERRORS: tuple[type[SettlementError], ...] = (
     NoPriceRule,
     InvalidCharge,
     InvalidReturnPolicy,
+    NotReturnable,
     ReturnWindowClosed,
     ReturnReasonNotAllowed,
     ReturnRateExceeded,
