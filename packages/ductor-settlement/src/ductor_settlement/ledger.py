@@ -43,6 +43,7 @@ import msgspec
 
 from ductor_settlement import holds as _holds
 from ductor_settlement._time import aware
+from ductor_settlement.canonical import canonical_hash
 from ductor_settlement.errors import (
     AccountConflict,
     HoldConflict,
@@ -210,12 +211,12 @@ class EntryDraft(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     corrects: str | None = None
 
     def fingerprint(self) -> str:
-        """SHA-256 of the draft's content, as ``sha256:<hex>``: equal content, equal print.
+        """SHA-256 of the draft's canonical JSON (RFC 8785), as ``sha256:<hex>``.
 
-        A store can keep it beside the idempotency key to tell a retry from a conflict.
+        Equal content, equal print: a store can keep it beside the idempotency
+        key to tell a retry from a conflict without loading the entry.
         """
-        encoded = msgspec.json.encode(msgspec.to_builtins(_draft_of(self)), order="sorted")
-        return "sha256:" + hashlib.sha256(encoded).hexdigest()
+        return canonical_hash(_draft_of(self))
 
 
 class Entry(EntryDraft, frozen=True, kw_only=True, forbid_unknown_fields=True):
