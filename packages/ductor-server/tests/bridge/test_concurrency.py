@@ -80,11 +80,8 @@ def _app(tracker: Tracker) -> Client:
 
 
 async def _slot_rows(store: Store) -> list[tuple[Any, ...]]:
-    from ductor_server.storage._sql_tx import SqlTx
-
     async with store.transaction() as tx:
-        assert isinstance(tx, SqlTx)
-        rows = await tx._fetchall(
+        rows = await tx.session.fetch_all(
             "SELECT run_id, active FROM bridge_concurrency WHERE tenant_id = %s ORDER BY seq",
             (TENANT,),
         )

@@ -227,23 +227,20 @@ def test_open_store_picks_the_backend_from_the_target(tmp_path: Path) -> None:
 
 async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:
     # Reads the live schema, so a future migration that forgets tenant_id fails here.
-    from ductor_server.storage.postgres import PostgresTx
-    from ductor_server.storage.sqlite import SqliteTx
-
     async with store.transaction() as tx:
-        if isinstance(tx, PostgresTx):
-            rows = await tx._fetchall(
+        db = tx.session
+        if db.backend == "postgres":
+            rows = await db.fetch_all(
                 "SELECT table_name, column_name FROM information_schema.columns"
                 " WHERE table_schema = 'public'"
             )
         else:
-            assert isinstance(tx, SqliteTx)
-            tables = await tx._fetchall(
+            tables = await db.fetch_all(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
             rows = []
             for (table,) in tables:
-                for column in await tx._fetchall(f"PRAGMA table_info({table})"):
+                for column in await db.fetch_all(f"PRAGMA table_info({table})"):
                     rows.append((table, column[1]))
     columns: dict[str, set[str]] = {}
     for table, column in rows:
