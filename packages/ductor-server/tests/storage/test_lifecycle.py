@@ -48,6 +48,39 @@ async def test_concurrent_migrations_apply_each_file_once(store_target: str) -> 
             await s.close()
 
 
+async def test_the_run_kind_migration_gives_stored_bridge_runs_their_kind(store: Store) -> None:
+    # Undo 0300 on a migrated store, write runs as earlier releases did, migrate again.
+    async with store.transaction() as tx:
+        db = tx.session
+        for column in ("kind", "kind_state"):
+            await db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        await db.execute("DELETE FROM schema_migrations WHERE name = %s", ("0300_run_kind",))
+        for run_id, slug in [("r1", "orders"), ("r2", "bridge:shop:order")]:
+            state = new_run("t1", run_id).state
+            await db.execute(
+                "INSERT INTO runs (tenant_id, id, family_slug, version, status, state,"
+                " created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    "t1",
+                    run_id,
+                    slug,
+                    1,
+                    str(state.status),
+                    db.to_json(state),
+                    db.to_timestamp(NOW),
+                    db.to_timestamp(NOW),
+                ),
+            )
+    assert await store.migrate() == ["0300_run_kind"]
+    async with store.transaction() as tx:
+        dag = await tx.get_run("t1", "r1")
+        bridge = await tx.get_run("t1", "r2")
+    assert dag is not None
+    assert bridge is not None
+    assert (dag.kind, dag.kind_state) == ("dag", None)
+    assert (bridge.kind, bridge.kind_state) == ("bridge", None)
+
+
 async def test_closed_store_is_unavailable(store_target: str) -> None:
     s = open_store(store_target)
     with pytest.raises(StoreUnavailable):

@@ -83,7 +83,7 @@ _WF_COLS = "tenant_id, family_slug, version, hash, definition, trigger_events, c
 _RUN_COLS = (
     "tenant_id, id, family_slug, version, status, state, lock_version, input, output, error,"
     " parent_run_id, parent_step_ref, parent_item_index, child_key, idempotency_key,"
-    " created_at, updated_at, finished_at"
+    " created_at, updated_at, finished_at, kind, kind_state"
 )
 _INBOX_COLS = "seq, tenant_id, run_id, input, available_at"
 _TASK_COLS = (
@@ -242,6 +242,8 @@ class SqlTx:
             created_at=self.from_timestamp(r[15]),
             updated_at=self.from_timestamp(r[16]),
             finished_at=self._dt_or_none(r[17]),
+            kind=r[18],
+            kind_state=self.from_json(r[19]),
         )
 
     def _inbox(self, r: Row) -> InboxItem:
@@ -544,10 +546,12 @@ class SqlTx:
                     self.to_timestamp(state.created_at),
                     self.to_timestamp(state.created_at),
                     self._ts_or_none(state.finished_at),
+                    run.kind,
+                    self.to_json(run.kind_state),
                 )
             )
         inserted = await self.executemany_returning(
-            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 18)})"
+            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 20)})"
             " ON CONFLICT DO NOTHING RETURNING id",
             params,
         )
@@ -588,6 +592,8 @@ class SqlTx:
             created_at=created,
             updated_at=created,
             finished_at=None if state.finished_at is None else utc(state.finished_at),
+            kind=run.kind,
+            kind_state=run.kind_state,
         )
 
     async def _existing_run(self, run: NewRun) -> RunRecord | None:
@@ -683,7 +689,8 @@ class SqlTx:
             return []
         rows = await self.executemany_returning(
             "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
-            " finished_at = %s, updated_at = %s, lock_version = lock_version + 1"
+            " finished_at = %s, updated_at = %s, kind_state = %s,"
+            " lock_version = lock_version + 1"
             " WHERE tenant_id = %s AND id = %s AND lock_version = %s RETURNING lock_version",
             [
                 (
@@ -693,6 +700,7 @@ class SqlTx:
                     self.to_json(u.state.error),
                     self._ts_or_none(u.state.finished_at),
                     self.to_timestamp(u.updated_at),
+                    self.to_json(u.kind_state),
                     u.tenant_id,
                     u.run_id,
                     u.expected_lock_version,
@@ -760,6 +768,19 @@ class SqlTx:
                     kept.append(item)
             items = kept
         return items
+
+    async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:
+        deferred = 0
+        for chunk in _chunks(refs):
+            params: list[Any] = [self.to_timestamp(until)]
+            params.extend(v for ref in chunk for v in (ref.tenant_id, ref.run_id))
+            params.append(self.to_timestamp(now))
+            deferred += await self.execute(
+                "UPDATE run_inbox SET available_at = %s"
+                f" WHERE (tenant_id, run_id) IN ({_tuples(len(chunk), 2)}) AND available_at <= %s",
+                params,
+            )
+        return deferred
 
     async def delete_inbox(self, refs: Sequence[InboxRef]) -> int:
         deleted = 0

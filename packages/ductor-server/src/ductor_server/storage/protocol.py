@@ -295,6 +295,12 @@ class InboxTx(Protocol):
         """The available inbox items of these runs, ordered by (run, seq)."""
         ...
 
+    async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:
+        """Make the inbox items of these runs available at `now` wait until `until`
+        (a coordinator that cannot tick a run leaves its input for later); returns
+        how many items moved."""
+        ...
+
     async def delete_inbox(self, refs: Sequence[InboxRef]) -> int:
         """Delete consumed inbox rows; returns how many were deleted."""
         ...
