@@ -111,7 +111,7 @@ async def bench(store: Store, steps: int, runs: int, concurrent: int) -> None:
     actions = default_registry()
     try:
         async with Runtime.start(store, config=config, actions=actions) as runtime:
-            actions.register("bridge", BridgeDriver(store, keys=SigningKeys(KEY)))
+            actions.register("bridge", BridgeDriver(store, keys=SigningKeys(KEY)), replace=True)
             async with store.transaction() as tx:
                 await sync_app(tx, TENANT, client.describe(url), url=url, now=datetime.now(UTC))
             await runtime.services.publish_workflow(TENANT, dag(steps))

@@ -100,7 +100,7 @@ def make_engine(
                 keys=SigningKeys(server_key),
                 transport=httpx.ASGITransport(app=BridgeApp(client)),
             )
-            actions.register("bridge", driver)
+            actions.register("bridge", driver, replace=True)
             engine = BridgeEngine(store=store, runtime=runtime, driver=driver)
             await engine.register(client)
             yield engine

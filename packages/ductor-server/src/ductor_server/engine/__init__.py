@@ -15,12 +15,11 @@ from ductor_server.engine.actions import (
     Handler,
     HttpAction,
     default_registry,
-    process_registry,
-    register_action,
 )
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, ManualClock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
+from ductor_server.engine.errors import DuplicateHandler, EngineSetupError
 from ductor_server.engine.queue import InProcessWakeUp, NullWakeUp, Topic, WakeUp
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
@@ -34,6 +33,8 @@ __all__ = [
     "Clock",
     # loops
     "Coordinator",
+    "DuplicateHandler",
+    "EngineSetupError",
     "Handler",
     "HttpAction",
     "InProcessWakeUp",
@@ -46,6 +47,4 @@ __all__ = [
     "Workers",
     "WorkflowCatalog",
     "default_registry",
-    "process_registry",
-    "register_action",
 ]

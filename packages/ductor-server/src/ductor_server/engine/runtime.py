@@ -16,7 +16,7 @@ from typing import Any
 
 from ductor_core.expressions import ExpressionEngine
 from ductor_server.bridge.driver import BridgeDriver
-from ductor_server.engine.actions import ActionRegistry, process_registry
+from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
@@ -92,10 +92,12 @@ class Runtime:
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
         self.engine = engine
-        self.actions = actions or process_registry()
+        self.actions = actions if actions is not None else default_registry()
         self.wakeup = wakeup or InProcessWakeUp()
         # Bridge runs: the `bridge` handler calls the SDK apps (ductor_server.bridge).
-        self.actions.register("bridge", BridgeDriver(store, clock=self.clock, wake=self.wakeup))
+        self.actions.register(
+            "bridge", BridgeDriver(store, clock=self.clock, wake=self.wakeup), replace=True
+        )
         self.catalog = WorkflowCatalog()
         parts = EngineParts(catalog=self.catalog, engine=engine)
         self.services = Services(
