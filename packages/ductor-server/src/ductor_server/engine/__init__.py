@@ -2,7 +2,8 @@
 
 Run state is written only by the coordinator (through a run kind's pure tick);
 workers run handlers and report attempts; every durable fact lives in the
-store. Ports: `RunKind` (the DAG kind is built in, others plug in), `WakeUp`.
+store. Ports: `RunKind` (the DAG kind is built in, others plug in),
+`TaskQueue` (the store's tasks table; a dispatcher may front it), `WakeUp`.
 The `Runtime` that runs the loops is in `ductor_server.engine.runtime` (it
 builds on `ductor_server.services`, which builds on this package).
 """
@@ -28,6 +29,7 @@ from ductor_server.engine.errors import (
 )
 from ductor_server.engine.kinds import KindTick, RunKind, RunKinds, failed_tick
 from ductor_server.engine.queue import InProcessWakeUp, NullWakeUp, Topic, WakeUp
+from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
 
@@ -48,7 +50,9 @@ __all__ = [
     "NullWakeUp",
     "RunKind",
     "RunKinds",
+    "SqlTaskQueue",
     "SystemClock",
+    "TaskQueue",
     "Timers",
     "Topic",
     "UnknownRunKind",

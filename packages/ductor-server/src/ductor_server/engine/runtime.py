@@ -25,6 +25,7 @@ from ductor_server.engine.effects import EngineParts
 from ductor_server.engine.housekeeping import Housekeeping, Retention
 from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
+from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
 from ductor_server.services import Services
@@ -84,6 +85,7 @@ class Runtime:
     Attributes:
         actions: the step handlers of this runtime (built-ins if not given).
         kinds: the run kinds of this runtime (the DAG kind if not given).
+        queue: where the workers take tasks from (the store's tasks table if not given).
         parts: what carrying out ticks needs (catalog, CEL engine, kinds), shared
             by the coordinator, the services and whatever `setup` plugs in.
     """
@@ -99,6 +101,7 @@ class Runtime:
         actions: ActionRegistry | None = None,
         wakeup: WakeUp | None = None,
         kinds: RunKinds | None = None,
+        queue: TaskQueue | None = None,
     ) -> None:
         self.store = store
         self.roles = frozenset(Role(r) for r in roles)
@@ -108,6 +111,7 @@ class Runtime:
         self.actions = actions if actions is not None else default_registry()
         self.wakeup = wakeup or InProcessWakeUp()
         self.kinds = kinds if kinds is not None else RunKinds()
+        self.queue: TaskQueue = queue if queue is not None else SqlTaskQueue(store)
         self.catalog = WorkflowCatalog()
         self.parts = EngineParts(catalog=self.catalog, engine=engine, kinds=self.kinds)
         self.services = Services(
@@ -136,6 +140,7 @@ class Runtime:
             concurrency=cfg.worker_concurrency,
             lease_seconds=cfg.lease_seconds,
             poll_interval=cfg.poll_interval,
+            queue=self.queue,
         )
         self.timers = Timers(
             store,
@@ -164,6 +169,7 @@ class Runtime:
         engine: ExpressionEngine | None = None,
         actions: ActionRegistry | None = None,
         kinds: RunKinds | None = None,
+        queue: TaskQueue | None = None,
         setup: Setup | None = None,
     ) -> AsyncIterator[Runtime]:
         """Start the loops for `roles` on an opened, migrated store; stop them on exit.
@@ -179,6 +185,7 @@ class Runtime:
             engine=engine,
             actions=actions,
             kinds=kinds,
+            queue=queue,
         )
         if setup is not None:
             setup(runtime)
