@@ -28,7 +28,7 @@ import uvicorn
 from ductor import Client, Context
 from ductor.asgi import BridgeApp
 from ductor.protocol import BRIDGE_PATH, SigningKeys
-from ductor_server.bridge.driver import BridgeDriver
+from ductor_server.bridge.kind import install
 from ductor_server.bridge.registry import sync_app
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
@@ -110,8 +110,12 @@ async def bench(store: Store, steps: int, runs: int, concurrent: int) -> None:
     config = RuntimeConfig(poll_interval=0.05, coordinator_batch=128, worker_batch=128)
     actions = default_registry()
     try:
-        async with Runtime.start(store, config=config, actions=actions) as runtime:
-            actions.register("bridge", BridgeDriver(store, keys=SigningKeys(KEY)))
+        async with Runtime.start(
+            store,
+            config=config,
+            actions=actions,
+            setup=lambda runtime: install(runtime, keys=SigningKeys(KEY)),
+        ) as runtime:
             async with store.transaction() as tx:
                 await sync_app(tx, TENANT, client.describe(url), url=url, now=datetime.now(UTC))
             await runtime.services.publish_workflow(TENANT, dag(steps))

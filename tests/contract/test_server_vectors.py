@@ -29,7 +29,7 @@ from ductor.protocol import (
     step_record,
 )
 from ductor_core.runs import AttemptResult, DispatchTask, RunStatus
-from ductor_server.bridge.tick import bridge_start, bridge_tick, load_data
+from ductor_server.bridge.tick import BridgeTickResult, bridge_start, bridge_tick
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -64,27 +64,27 @@ def test_server_bodies_decode_and_encode_byte_for_byte(vector: dict[str, Any]) -
     assert encode(value) == vector["wire"].encode()
 
 
-def _start() -> tuple[Any, DispatchTask]:
+def _start() -> tuple[BridgeTickResult, DispatchTask]:
     first = bridge_start(run_id="run-1", app_id="shop", workflow_id="wf", input=None, now=T0)
     [task] = [c for c in first.commands if isinstance(c, DispatchTask)]
-    return first.state, task
+    return first, task
 
 
 @pytest.mark.parametrize("vector", _vectors("opcodes"))
 def test_every_opcode_is_applied_by_the_bridge_tick(vector: dict[str, Any]) -> None:
     op: Any = msgspec.json.decode(vector["wire"].encode(), type=Opcode)
-    state, task = _start()
+    first, task = _start()
     answer = AttemptResult(
         step_ref=task.step_ref,
         attempt=task.attempt,
         ok=True,
         output={"opcodes": msgspec.to_builtins([op])},
     )
-    result = bridge_tick(state, [answer], T0)
+    result = bridge_tick(first.state, first.data, [answer], T0)
     assert result.ignored == []
     error = result.state.error
     assert error is None or error.code != "bridge.bad_response"
-    data = load_data(result.state)
+    data = result.data
     if vector["class"] in ("StepRunOp", "StepFailedOp"):
         assert data.history == [step_record(op)]
     elif vector["class"] == "RunCompleteOp":
@@ -115,14 +115,14 @@ def test_invalid_bodies_are_refused(vector: dict[str, Any]) -> None:
             decode_request(wire)
     elif vector["type"] == "Opcode":
         # An app answering an opcode that does not decode fails the run, clearly.
-        state, task = _start()
+        first, task = _start()
         answer = AttemptResult(
             step_ref=task.step_ref,
             attempt=task.attempt,
             ok=True,
             output={"opcodes": [json.loads(wire)]},
         )
-        result = bridge_tick(state, [answer], T0)
+        result = bridge_tick(first.state, first.data, [answer], T0)
         assert result.state.status == RunStatus.FAILED
         assert result.state.error is not None
         assert result.state.error.code == "bridge.bad_response"

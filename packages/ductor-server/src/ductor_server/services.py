@@ -33,12 +33,11 @@ from ductor_core.runs import (
     StepStatus,
 )
 from ductor_core.validation import ValidationReport, validate_definition
-from ductor_server.bridge.runs import trigger_bridge_run
-from ductor_server.bridge.tick import is_bridge_slug
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.effects import Effects, EngineParts, create_run
 from ductor_server.engine.events import ingest_event
+from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import NullWakeUp, Topic, WakeUp
 from ductor_server.errors import (
     DefinitionInvalid,
@@ -381,6 +380,7 @@ class Services:
         engine: the CEL engine for validation and trigger filters; the default if None.
         clock: where `now` comes from; the system clock if None.
         catalog: the definition cache to share with the engine loops.
+        kinds: the run kinds to share with the engine loops (only DAG if None).
     """
 
     def __init__(
@@ -391,13 +391,14 @@ class Services:
         engine: ExpressionEngine | None = None,
         clock: Clock | None = None,
         catalog: WorkflowCatalog | None = None,
+        kinds: RunKinds | None = None,
     ) -> None:
         self.store = store
         self.wake = wake or NullWakeUp()
         self.engine = engine
         self.clock = clock or SystemClock()
         self.catalog = catalog or WorkflowCatalog()
-        self._parts = EngineParts(catalog=self.catalog, engine=engine)
+        self._parts = EngineParts(catalog=self.catalog, engine=engine, kinds=kinds or RunKinds())
 
     # --- workflows ---------------------------------------------------------------
 
@@ -513,24 +514,27 @@ class Services:
             raise RequestInvalid("version must be a positive integer")
         effects = Effects()
         now = self.clock.now()
-        # SDK-hosted workflows ("bridge:<app>:<workflow>") start bridge runs (ductor_server.bridge).
-        if is_bridge_slug(family_slug):
+        # A slug another run kind claims (an SDK workflow, "bridge:<app>:<workflow>")
+        # starts a run of that kind.
+        kind = self._parts.kinds.for_slug(family_slug)
+        if kind is not self._parts.kinds.default:
             async with self.store.transaction() as tx:
-                bridge_run = await trigger_bridge_run(
+                other = await kind.trigger(
                     tx,
                     self._parts,
                     effects,
                     tenant_id=tenant_id,
                     family_slug=family_slug,
+                    version=version,
                     input=input,
                     now=now,
                     idempotency_key=idempotency_key,
                 )
-                if bridge_run is None:
+                if other is None:
                     raise WorkflowNotFound(family_slug)
                 await effects.flush(tx)
             effects.notify(self.wake)
-            return run_view(bridge_run, None)
+            return run_view(other, None)
         async with self.store.transaction() as tx:
             if idempotency_key is not None:
                 existing = await tx.find_run_by_idempotency_key(tenant_id, idempotency_key)

@@ -1,5 +1,6 @@
 """Fixtures for the bridge tests: a migrated store on each backend and a Runtime
-whose `bridge` handler reaches an in-process SDK app over ASGI."""
+with the bridge installed, its `bridge` handler reaching an in-process SDK app
+over ASGI."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ductor import Client
 from ductor.asgi import BridgeApp
 from ductor.protocol import BRIDGE_PATH, SigningKeys
 from ductor_server.bridge.driver import BridgeDriver
+from ductor_server.bridge.kind import install
 from ductor_server.bridge.registry import sync_app
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import SystemClock
@@ -93,15 +95,15 @@ def make_engine(
 
     @asynccontextmanager
     async def make(client: Client, *, server_key: str = KEY) -> AsyncIterator[BridgeEngine]:
+        drivers: list[BridgeDriver] = []
+
+        def setup(runtime: Runtime) -> None:
+            transport = httpx.ASGITransport(app=BridgeApp(client))
+            drivers.append(install(runtime, keys=SigningKeys(server_key), transport=transport))
+
         actions = default_registry()
-        async with Runtime.start(store, config=CONFIG, actions=actions) as runtime:
-            driver = BridgeDriver(
-                store,
-                keys=SigningKeys(server_key),
-                transport=httpx.ASGITransport(app=BridgeApp(client)),
-            )
-            actions.register("bridge", driver)
-            engine = BridgeEngine(store=store, runtime=runtime, driver=driver)
+        async with Runtime.start(store, config=CONFIG, actions=actions, setup=setup) as runtime:
+            engine = BridgeEngine(store=store, runtime=runtime, driver=drivers[0])
             await engine.register(client)
             yield engine
 

@@ -13,7 +13,7 @@ from ductor import Client, Concurrency, Context
 from ductor_core.expressions import default_engine
 from ductor_core.runs import CancelRequested, Command, DispatchTask, RunStatus, TimerFired
 from ductor_server.bridge.concurrency import concurrency_key
-from ductor_server.bridge.tick import SLOT_TIMER, bridge_start, bridge_tick, load_data
+from ductor_server.bridge.tick import SLOT_TIMER, bridge_start, bridge_tick
 from ductor_server.services import RunView
 from ductor_server.storage import Store
 
@@ -80,11 +80,8 @@ def _app(tracker: Tracker) -> Client:
 
 
 async def _slot_rows(store: Store) -> list[tuple[Any, ...]]:
-    from ductor_server.storage._sql_tx import SqlTx
-
     async with store.transaction() as tx:
-        assert isinstance(tx, SqlTx)
-        rows = await tx._fetchall(
+        rows = await tx.session.fetch_all(
             "SELECT run_id, active FROM bridge_concurrency WHERE tenant_id = %s ORDER BY seq",
             (TENANT,),
         )
@@ -215,12 +212,12 @@ def test_a_queued_run_dispatches_nothing_until_it_is_given_a_slot() -> None:
     assert _dispatches(start.commands) == []
     [holder] = [s for s in start.state.steps.values() if s.ref == "_bridge"]
     assert holder.waiting_for == SLOT
-    woken = bridge_tick(start.state, [TimerFired(timer_id=SLOT_TIMER)], T0)
+    woken = bridge_tick(start.state, start.data, [TimerFired(timer_id=SLOT_TIMER)], T0)
     assert woken.state.status == RunStatus.RUNNING
     assert [d.step_ref for d in _dispatches(woken.commands)] == ["execute"]
-    assert not load_data(woken.state).queued
+    assert not woken.data.queued
     # A second wake-up (a slot given twice) is ignored and dispatches nothing more.
-    again = bridge_tick(woken.state, [TimerFired(timer_id=SLOT_TIMER)], T0)
+    again = bridge_tick(woken.state, woken.data, [TimerFired(timer_id=SLOT_TIMER)], T0)
     assert _dispatches(again.commands) == []
     assert [i.reason for i in again.ignored] == ["already holds a slot"]
 
@@ -235,7 +232,7 @@ def test_cancelling_a_queued_run_ends_it_without_calling_the_app() -> None:
         queued=True,
         cancellable=True,
     )
-    ended = bridge_tick(start.state, [CancelRequested(reason="no")], T0)
+    ended = bridge_tick(start.state, start.data, [CancelRequested(reason="no")], T0)
     assert ended.state.status == RunStatus.CANCELLED
     assert _dispatches(ended.commands) == []  # no on_cancel call: the body never ran
 

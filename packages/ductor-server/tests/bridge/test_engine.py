@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
 
 from ductor import CancelContext, Client, Context, NonRetriableError
 from ductor.protocol import Event, Signal
-from ductor_core.runs import RunStatus
-from ductor_server.bridge.tick import load_data
+from ductor_core.runs import DispatchTask, RunStatus, StepState, StepStatus
+from ductor_server.bridge.runs import bridge_data
+from ductor_server.bridge.tick import bridge_start
+from ductor_server.engine.clock import SystemClock
 from ductor_server.errors import WorkflowNotFound
+from ductor_server.storage import NewRun, NewTask
 
 from .conftest import KEY, TENANT
 
@@ -117,7 +121,8 @@ async def test_every_primitive_through_the_engine(make_engine: Any) -> None:
         run = await tx.get_run(TENANT, run_id)
         children = await tx.list_child_runs(TENANT, run_id)
     assert run is not None
-    history = load_data(run.state).history
+    assert run.kind == "bridge"
+    history = bridge_data(run).history
     assert len({r.id for r in history}) == len(history) == 7
     names = [r.name for r in history]
     assert names[:4] == ["charge", "cool-off", "shipped", "approve"]
@@ -181,6 +186,54 @@ async def test_changed_code_fails_the_run_as_workflow_changed(make_engine: Any) 
     assert view.status == RunStatus.FAILED
     assert view.error is not None
     assert view.error.code == "workflow.changed"
+
+
+async def test_a_bridge_run_stored_by_an_earlier_release_runs_to_its_end(
+    make_engine: Any,
+) -> None:
+    # Earlier releases kept the bookkeeping in the `_bridge` step (kind_state NULL);
+    # migration 0300 gave such runs kind "bridge".
+    async with make_engine(_app({})) as engine:
+        now = SystemClock().now()
+        start = bridge_start(
+            run_id="run_legacy", app_id="shop", workflow_id="receipt", input={"charged": 5}, now=now
+        )
+        holder = StepState(
+            ref="_bridge", status=StepStatus.RUNNING, data=msgspec.to_builtins(start.data)
+        )
+        legacy = msgspec.structs.replace(
+            start.state, status=RunStatus.RUNNING, steps={"_bridge": holder}
+        )
+        async with engine.store.transaction() as tx:
+            await tx.insert_runs(
+                [
+                    NewRun(
+                        tenant_id=TENANT,
+                        family_slug="bridge:shop:receipt",
+                        version=1,
+                        state=legacy,
+                        kind="bridge",
+                    )
+                ]
+            )
+            await tx.enqueue_tasks(
+                [
+                    NewTask.from_dispatch(TENANT, "run_legacy", c, available_at=now)
+                    for c in start.commands
+                    if isinstance(c, DispatchTask)
+                ]
+            )
+        engine.runtime.wake()
+        view = await engine.wait_run("run_legacy")
+        async with engine.store.transaction() as tx:
+            run = await tx.get_run(TENANT, "run_legacy")
+    assert view.status == RunStatus.SUCCEEDED, view.error
+    assert view.output == "receipt for 5"
+    assert [s.ref for s in view.steps if s.ref != "_bridge"] == ["format"]
+    assert run is not None
+    assert [r.name for r in bridge_data(run).history] == ["format"]
+    assert run.state.steps["_bridge"].data == {}  # moved to kind_state by the first tick
+    assert run.kind_state is not None
 
 
 async def test_an_unknown_bridge_workflow_is_not_found(make_engine: Any) -> None:

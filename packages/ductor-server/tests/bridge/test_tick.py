@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,31 +52,34 @@ from ductor_core.runs import (
     SetTimer,
     SignalReceived,
     StartChildRun,
-    TickResult,
+    StepState,
+    StepStatus,
     TimerFired,
 )
 from ductor_server.bridge.tick import (
     INLINE_GRACE,
     MAX_TRANSPORT_FAILURES,
+    BridgeData,
+    BridgeTickResult,
     bridge_slug,
     bridge_start,
     bridge_tick,
     checkpoint_input,
     is_bridge_slug,
-    load_data,
     parse_bridge_slug,
+    read_data,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _start(**kw: Any) -> TickResult:
+def _start(**kw: Any) -> BridgeTickResult:
     return bridge_start(
         run_id="run-1", app_id="shop", workflow_id="wf", input={"id": 7}, now=T0, **kw
     )
 
 
-def _dispatches(result: TickResult) -> list[DispatchTask]:
+def _dispatches(result: BridgeTickResult) -> list[DispatchTask]:
     return [c for c in result.commands if isinstance(c, DispatchTask)]
 
 
@@ -115,27 +119,49 @@ def test_a_recorded_step_is_sent_back_and_a_stale_answer_is_ignored() -> None:
     first = _start()
     [task] = _dispatches(first)
     op = StepRunOp(id="a" * 32, name="charge", result=5)
-    second = bridge_tick(first.state, [_answer(task, op)], T0)
+    second = bridge_tick(first.state, first.data, [_answer(task, op)], T0)
     [next_task] = _dispatches(second)
     request = msgspec.convert(next_task.payload["request"], ExecuteRequest)
     assert [r.name for r in request.steps] == ["charge"]
     assert next_task.attempt > task.attempt
     # The same answer delivered again changes nothing.
-    third = bridge_tick(second.state, [_answer(task, op)], T0)
+    third = bridge_tick(second.state, second.data, [_answer(task, op)], T0)
     assert _dispatches(third) == []
     assert len(third.ignored) == 1
-    assert len(load_data(third.state).history) == 1
+    assert len(third.data.history) == 1
+
+
+def test_a_run_stored_with_its_bookkeeping_in_the_bridge_step_still_ticks() -> None:
+    # Earlier releases kept BridgeData in the `_bridge` step's data (kind_state NULL).
+    first = _start()
+    [task] = _dispatches(first)
+    assert first.state.steps["_bridge"].data == {}
+    holder = StepState(
+        ref="_bridge", status=StepStatus.RUNNING, data=msgspec.to_builtins(first.data)
+    )
+    legacy = msgspec.structs.replace(first.state, steps={"_bridge": holder})
+    assert read_data(None, legacy) == first.data
+    assert read_data(msgspec.to_builtins(first.data), first.state) == first.data
+    with pytest.raises(KeyError):
+        read_data(None, first.state)
+    op = StepRunOp(id="a" * 32, name="charge", result=5)
+    second = bridge_tick(legacy, read_data(None, legacy), [_answer(task, op)], T0)
+    assert [r.name for r in second.data.history] == ["charge"]
+    assert second.state.steps["_bridge"].data == {}  # the bookkeeping now travels apart
+    assert second.state.steps["_bridge"].status == StepStatus.RUNNING
 
 
 def test_sleep_wait_and_invoke_become_timers_waits_and_child_runs() -> None:
     first = _start()
     [task] = _dispatches(first)
     sleep = SleepOp(id="s" * 32, name="nap", duration="10m")
-    result = bridge_tick(first.state, [_answer(task, sleep)], T0)
+    result = bridge_tick(first.state, first.data, [_answer(task, sleep)], T0)
     [timer] = _of(result.commands, SetTimer)
     assert timer.fire_at == T0 + timedelta(minutes=10)
     assert _dispatches(result) == []
-    fired = bridge_tick(result.state, [TimerFired(timer_id=timer.timer_id)], timer.fire_at)
+    fired = bridge_tick(
+        result.state, result.data, [TimerFired(timer_id=timer.timer_id)], timer.fire_at
+    )
     [task] = _dispatches(fired)
 
     wait = WaitForEventOp(
@@ -146,17 +172,17 @@ def test_sleep_wait_and_invoke_become_timers_waits_and_child_runs() -> None:
         timeout="1h",
     )
     invoke = InvokeOp(id="i" * 32, name="child", workflow="receipt", app_id="shop", input=1)
-    result = bridge_tick(fired.state, [_answer(task, wait, invoke)], T0)
+    result = bridge_tick(fired.state, fired.data, [_answer(task, wait, invoke)], T0)
     [register] = _of(result.commands, RegisterWait)
     assert (register.kind, register.name) == ("event", "order.shipped")
     [child] = _of(result.commands, StartChildRun)
     assert child.family_slug == "bridge:shop:receipt"
 
     other = EventReceived(event_id="e1", name="order.shipped", data={"id": 8})
-    result = bridge_tick(result.state, [other], T0)
+    result = bridge_tick(result.state, result.data, [other], T0)
     assert _of(result.commands, ClearWait) == []
     mine = EventReceived(event_id="e2", name="order.shipped", data={"id": 7})
-    result = bridge_tick(result.state, [mine, mine], T0)
+    result = bridge_tick(result.state, result.data, [mine, mine], T0)
     assert len(_of(result.commands, ClearWait)) == 1
     assert _dispatches(result) == []  # the invoke is still out
     ended = ChildRunEnded(
@@ -165,7 +191,7 @@ def test_sleep_wait_and_invoke_become_timers_waits_and_child_runs() -> None:
         status=RunStatus.FAILED,
         error=ErrorInfo(code="boom", message="child failed", retryable=False),
     )
-    result = bridge_tick(result.state, [ended], T0)
+    result = bridge_tick(result.state, result.data, [ended], T0)
     [task] = _dispatches(result)
     steps = msgspec.convert(task.payload["request"], ExecuteRequest).steps
     assert [r.name for r in steps] == ["nap", "shipped", "child"]
@@ -176,18 +202,22 @@ def test_sleep_wait_and_invoke_become_timers_waits_and_child_runs() -> None:
 
 def test_a_wait_times_out_with_null_and_an_early_signal_is_buffered() -> None:
     first = _start()
-    early = bridge_tick(first.state, [SignalReceived(signal_id="x", name="go", payload=1)], T0)
+    early = bridge_tick(
+        first.state, first.data, [SignalReceived(signal_id="x", name="go", payload=1)], T0
+    )
     [task] = _dispatches(first)
     wait = WaitForSignalOp(id="w" * 32, name="go", signal="go", timeout="5m")
-    result = bridge_tick(early.state, [_answer(task, wait)], T0)
+    result = bridge_tick(early.state, early.data, [_answer(task, wait)], T0)
     [task] = _dispatches(result)
     steps = msgspec.convert(task.payload["request"], ExecuteRequest).steps
     assert steps[0].result == {"name": "go", "data": 1}
 
     timeout_wait = WaitForSignalOp(id="v" * 32, name="late", signal="late", timeout="5m")
-    result = bridge_tick(result.state, [_answer(task, timeout_wait)], T0)
+    result = bridge_tick(result.state, result.data, [_answer(task, timeout_wait)], T0)
     [timer] = _of(result.commands, SetTimer)
-    result = bridge_tick(result.state, [TimerFired(timer_id=timer.timer_id)], timer.fire_at)
+    result = bridge_tick(
+        result.state, result.data, [TimerFired(timer_id=timer.timer_id)], timer.fire_at
+    )
     [task] = _dispatches(result)
     steps = msgspec.convert(task.payload["request"], ExecuteRequest).steps
     assert steps[1].name == "late"
@@ -195,13 +225,14 @@ def test_a_wait_times_out_with_null_and_an_early_signal_is_buffered() -> None:
 
 
 def test_unreachable_app_is_retried_then_the_run_fails() -> None:
-    state = _start().state
-    [task] = _dispatches(_start())
+    result = _start()
+    state, data = result.state, result.data
+    [task] = _dispatches(result)
     error = ErrorInfo(code="bridge.unreachable", message="down", retryable=True)
-    result = bridge_tick(state, [], T0)
     for _ in range(MAX_TRANSPORT_FAILURES):
         result = bridge_tick(
             state,
+            data,
             [AttemptResult(step_ref=task.step_ref, attempt=task.attempt, ok=False, error=error)],
             T0,
         )
@@ -209,9 +240,11 @@ def test_unreachable_app_is_retried_then_the_run_fails() -> None:
             break
         [timer] = _of(result.commands, SetTimer)
         assert timer.timer_id == "retry:main"
-        fired = bridge_tick(result.state, [TimerFired(timer_id="retry:main")], timer.fire_at)
+        fired = bridge_tick(
+            result.state, result.data, [TimerFired(timer_id="retry:main")], timer.fire_at
+        )
         [task] = _dispatches(fired)
-        state = fired.state
+        state, data = fired.state, fired.data
     assert result.state.status == RunStatus.FAILED
     assert result.state.error is not None
     assert result.state.error.code == "bridge.unreachable"
@@ -223,19 +256,21 @@ def test_a_signature_failure_fails_at_once() -> None:
     error = ErrorInfo(code="signature.mismatch", message="bad", retryable=False)
     result = bridge_tick(
         first.state,
+        first.data,
         [AttemptResult(step_ref=task.step_ref, attempt=task.attempt, ok=False, error=error)],
         T0,
     )
     assert result.state.status == RunStatus.FAILED
     assert _of(result.commands, RunFinished)[0].error.code == "signature.mismatch"
-    assert load_data(result.state).history == []
+    assert result.data.history == []
 
 
 def test_cancel_ends_the_run_and_cancels_children() -> None:
-    result = bridge_tick(_start().state, [CancelRequested(reason="no")], T0)
+    start = _start()
+    result = bridge_tick(start.state, start.data, [CancelRequested(reason="no")], T0)
     assert result.state.status == RunStatus.CANCELLED
     assert _of(result.commands, CancelChildRuns) == [CancelChildRuns()]
-    late = bridge_tick(result.state, [TimerFired(timer_id="x")], T0)
+    late = bridge_tick(result.state, result.data, [TimerFired(timer_id="x")], T0)
     assert late.commands == []
 
 
@@ -243,13 +278,17 @@ def test_inline_runs_wait_for_checkpoints_and_are_taken_over_when_silent() -> No
     first = _start(inline=True)
     assert _dispatches(first) == []
     op = StepRunOp(id="a" * 32, name="hello", result="hi")
-    result = bridge_tick(first.state, [checkpoint_input(0, [op])], T0)
+    result = bridge_tick(first.state, first.data, [checkpoint_input(0, [op])], T0)
     assert _dispatches(result) == []
-    assert [r.name for r in load_data(result.state).history] == ["hello"]
-    done = bridge_tick(first.state, [checkpoint_input(0, [op, RunCompleteOp(output="HI")])], T0)
+    assert [r.name for r in result.data.history] == ["hello"]
+    done = bridge_tick(
+        first.state, first.data, [checkpoint_input(0, [op, RunCompleteOp(output="HI")])], T0
+    )
     assert done.state.status == RunStatus.SUCCEEDED
     assert done.state.output == "HI"
-    silent = bridge_tick(result.state, [TimerFired(timer_id="inline")], T0 + INLINE_GRACE)
+    silent = bridge_tick(
+        result.state, result.data, [TimerFired(timer_id="inline")], T0 + INLINE_GRACE
+    )
     [task] = _dispatches(silent)
     assert [r.name for r in msgspec.convert(task.payload["request"], ExecuteRequest).steps] == [
         "hello"
@@ -262,7 +301,7 @@ def test_a_failed_step_record_is_kept_with_its_error() -> None:
     failed = StepFailedOp(
         id="f" * 32, name="charge", error=WireError(code="card.declined", message="no")
     )
-    result = bridge_tick(first.state, [_answer(task, failed)], T0)
+    result = bridge_tick(first.state, first.data, [_answer(task, failed)], T0)
     [task] = _dispatches(result)
     [record] = msgspec.convert(task.payload["request"], ExecuteRequest).steps
     assert record.error is not None
@@ -329,12 +368,14 @@ def _expected(spec: list[str]) -> list[Any]:
     return out
 
 
-async def _drive(spec: list[str], rng: random.Random) -> tuple[RunState, dict[str, int]]:
+async def _drive(
+    spec: list[str], rng: random.Random
+) -> tuple[RunState, BridgeData, dict[str, int]]:
     executed: dict[str, int] = {}
     client = _workflow_app(executed)
     keys = SigningKeys(KEY)
     result = bridge_start(run_id="run-p", app_id="shop", workflow_id="gen", input=spec, now=T0)
-    state, now = result.state, T0
+    state, data, now = result.state, result.data, T0
     timers: dict[str, datetime] = {}
     inbox: list[RunInput] = []
     commands = list(result.commands)
@@ -363,7 +404,7 @@ async def _drive(spec: list[str], rng: random.Random) -> tuple[RunState, dict[st
                     SignalReceived(signal_id=f"sig{index}", name=command.name, payload=index)
                 )
         if state.status.terminal:
-            return state, executed
+            return state, data, executed
         if not inbox:
             assert timers, "stuck: nothing in flight"
             timer_id = min(timers, key=lambda t: timers[t])
@@ -374,8 +415,8 @@ async def _drive(spec: list[str], rng: random.Random) -> tuple[RunState, dict[st
         rng.shuffle(inbox)
         take = rng.randint(1, len(inbox))
         batch, inbox = inbox[:take], inbox[take:]
-        result = bridge_tick(state, batch, now)
-        state, commands = result.state, list(result.commands)
+        result = bridge_tick(state, data, batch, now)
+        state, data, commands = result.state, result.data, list(result.commands)
         for command in commands:
             if hasattr(command, "timer_id") and not isinstance(command, SetTimer):
                 timers.pop(command.timer_id, None)
@@ -387,12 +428,11 @@ async def _drive(spec: list[str], rng: random.Random) -> tuple[RunState, dict[st
 def test_any_workflow_completes_once_whatever_the_delivery_order(
     spec: list[str], seed: int
 ) -> None:
-    state, executed = asyncio.run(_drive(spec, random.Random(seed)))
+    state, data, executed = asyncio.run(_drive(spec, random.Random(seed)))
     assert state.status == RunStatus.SUCCEEDED, state.error
     assert state.output == _expected(spec)
     assert all(count == 1 for count in executed.values()), executed
-    history = load_data(state).history if "_bridge" in state.steps else []
-    assert len({r.id for r in history}) == len(history)
+    assert len({r.id for r in data.history}) == len(data.history)
 
 
 def test_the_workflow_timeout_fails_a_run_still_going() -> None:
@@ -400,7 +440,7 @@ def test_the_workflow_timeout_fails_a_run_still_going() -> None:
     timers = {c.timer_id: c.fire_at for c in _of(first.commands, SetTimer)}
     assert timers == {"run-timeout": T0 + timedelta(minutes=1)}
     result = bridge_tick(
-        first.state, [TimerFired(timer_id="run-timeout")], T0 + timedelta(minutes=1)
+        first.state, first.data, [TimerFired(timer_id="run-timeout")], T0 + timedelta(minutes=1)
     )
     assert result.state.status == RunStatus.FAILED
     assert result.state.error is not None
@@ -412,7 +452,7 @@ def test_the_workflow_timeout_fails_a_run_still_going() -> None:
 def test_a_cancellable_run_calls_the_app_before_it_ends() -> None:
     first = _start(cancellable=True)
     [execute] = _dispatches(first)
-    result = bridge_tick(first.state, [CancelRequested(reason="stop")], T0)
+    result = bridge_tick(first.state, first.data, [CancelRequested(reason="stop")], T0)
     assert result.state.status == RunStatus.RUNNING
     assert result.state.cancel_requested
     [cancel] = _dispatches(result)
@@ -423,22 +463,24 @@ def test_a_cancellable_run_calls_the_app_before_it_ends() -> None:
     done = AttemptResult(
         step_ref="cancel", attempt=cancel.attempt, ok=True, output={"handled": True}
     )
-    result = bridge_tick(result.state, [late, done], T0)
+    result = bridge_tick(result.state, result.data, [late, done], T0)
     assert result.state.status == RunStatus.CANCELLED
     assert result.state.error is not None
     assert result.state.error.details == {"handled": True}
-    assert load_data(result.state).history == []
+    assert result.data.history == []
 
 
 def test_answers_without_progress_back_off_and_end_the_run() -> None:
     result = _start()
     for _ in range(MAX_TRANSPORT_FAILURES):
         [task] = _dispatches(result)
-        result = bridge_tick(result.state, [_answer(task)], T0)  # no opcode at all
+        result = bridge_tick(result.state, result.data, [_answer(task)], T0)  # no opcode at all
         if result.state.status.terminal:
             break
         [timer] = _of(result.commands, SetTimer)
-        result = bridge_tick(result.state, [TimerFired(timer_id=timer.timer_id)], timer.fire_at)
+        result = bridge_tick(
+            result.state, result.data, [TimerFired(timer_id=timer.timer_id)], timer.fire_at
+        )
     assert result.state.status == RunStatus.FAILED
     assert result.state.error is not None
     assert result.state.error.code == "bridge.no_progress"

@@ -16,6 +16,7 @@ from ductor_server.engine.actions import (
     HttpAction,
     default_registry,
 )
+from ductor_server.engine.errors import DuplicateHandler
 
 from .httpsink import HttpSink
 
@@ -159,7 +160,7 @@ async def test_registry_builtins_and_unknown_handlers() -> None:
     assert unknown.value.error.code == "handler.unknown"
 
 
-async def test_register_action_replaces() -> None:
+async def test_a_second_handler_under_one_name_is_refused_unless_replacing() -> None:
     registry = ActionRegistry()
 
     async def one(c: ActionCall) -> Any:
@@ -169,5 +170,34 @@ async def test_register_action_replaces() -> None:
         return 2
 
     registry.register_action("n", one)
-    registry.register_action("n", two)
+    with pytest.raises(DuplicateHandler) as caught:
+        registry.register_action("n", two)
+    assert caught.value.code == "engine.duplicate_handler"
+    assert await registry.run(call({}, handler="action:n")) == 1
+    registry.register_action("n", two, replace=True)
     assert await registry.run(call({}, handler="action:n")) == 2
+
+
+async def test_a_placeholder_gives_way_to_the_real_handler_once() -> None:
+    registry = default_registry()
+
+    async def route(c: ActionCall) -> Any:
+        return "routed"
+
+    registry.register("route", route)  # replaces the built-in placeholder
+    assert await registry.run(call({}, handler="route")) == "routed"
+    with pytest.raises(DuplicateHandler):
+        registry.register("route", route)
+    with pytest.raises(DuplicateHandler):
+        registry.register_placeholder("route", route)
+
+
+def test_every_default_registry_is_its_own() -> None:
+    first, second = default_registry(), default_registry()
+
+    async def mine(c: ActionCall) -> Any:
+        return None
+
+    first.register_action("mine", mine)
+    assert "action:mine" in first.names()
+    assert "action:mine" not in second.names()

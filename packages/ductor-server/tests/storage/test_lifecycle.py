@@ -48,6 +48,39 @@ async def test_concurrent_migrations_apply_each_file_once(store_target: str) -> 
             await s.close()
 
 
+async def test_the_run_kind_migration_gives_stored_bridge_runs_their_kind(store: Store) -> None:
+    # Undo 0300 on a migrated store, write runs as earlier releases did, migrate again.
+    async with store.transaction() as tx:
+        db = tx.session
+        for column in ("kind", "kind_state"):
+            await db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        await db.execute("DELETE FROM schema_migrations WHERE name = %s", ("0300_run_kind",))
+        for run_id, slug in [("r1", "orders"), ("r2", "bridge:shop:order")]:
+            state = new_run("t1", run_id).state
+            await db.execute(
+                "INSERT INTO runs (tenant_id, id, family_slug, version, status, state,"
+                " created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    "t1",
+                    run_id,
+                    slug,
+                    1,
+                    str(state.status),
+                    db.to_json(state),
+                    db.to_timestamp(NOW),
+                    db.to_timestamp(NOW),
+                ),
+            )
+    assert await store.migrate() == ["0300_run_kind"]
+    async with store.transaction() as tx:
+        dag = await tx.get_run("t1", "r1")
+        bridge = await tx.get_run("t1", "r2")
+    assert dag is not None
+    assert bridge is not None
+    assert (dag.kind, dag.kind_state) == ("dag", None)
+    assert (bridge.kind, bridge.kind_state) == ("bridge", None)
+
+
 async def test_closed_store_is_unavailable(store_target: str) -> None:
     s = open_store(store_target)
     with pytest.raises(StoreUnavailable):
@@ -227,23 +260,20 @@ def test_open_store_picks_the_backend_from_the_target(tmp_path: Path) -> None:
 
 async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:
     # Reads the live schema, so a future migration that forgets tenant_id fails here.
-    from ductor_server.storage.postgres import PostgresTx
-    from ductor_server.storage.sqlite import SqliteTx
-
     async with store.transaction() as tx:
-        if isinstance(tx, PostgresTx):
-            rows = await tx._fetchall(
+        db = tx.session
+        if db.backend == "postgres":
+            rows = await db.fetch_all(
                 "SELECT table_name, column_name FROM information_schema.columns"
                 " WHERE table_schema = 'public'"
             )
         else:
-            assert isinstance(tx, SqliteTx)
-            tables = await tx._fetchall(
+            tables = await db.fetch_all(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
             rows = []
             for (table,) in tables:
-                for column in await tx._fetchall(f"PRAGMA table_info({table})"):
+                for column in await db.fetch_all(f"PRAGMA table_info({table})"):
                     rows.append((table, column[1]))
     columns: dict[str, set[str]] = {}
     for table, column in rows:

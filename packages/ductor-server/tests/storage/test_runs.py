@@ -249,6 +249,66 @@ async def test_inbox_round_trips_every_input_in_order(store: Store) -> None:
         assert await tx.claim_runs_with_inbox(now=NOW, limit=10) == []
 
 
+async def test_a_run_keeps_its_kind_and_the_kinds_own_state(store: Store) -> None:
+    bookkeeping = {"app_id": "shop", "history": [{"id": "s1"}], "seq": 3}
+    async with store.transaction() as tx:
+        [dag, other] = await tx.insert_runs(
+            [
+                new_run("t1", "r1"),
+                new_run("t1", "r2", kind="bridge", kind_state=bookkeeping),
+            ]
+        )
+    assert (dag.run.kind, dag.run.kind_state) == ("dag", None)
+    assert (other.run.kind, other.run.kind_state) == ("bridge", bookkeeping)
+    async with store.transaction() as tx:
+        stored = await tx.get_runs(
+            [RunRef(tenant_id="t1", run_id="r1"), RunRef(tenant_id="t1", run_id="r2")]
+        )
+        assert stored == [dag.run, other.run]
+        moved = {**bookkeeping, "seq": 4}
+        assert await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id="t1",
+                    run_id="r2",
+                    expected_lock_version=0,
+                    state=other.run.state,
+                    updated_at=at(1),
+                    kind_state=moved,
+                )
+            ]
+        ) == [True]
+    async with store.transaction() as tx:
+        after = await tx.get_run("t1", "r2")
+    assert after is not None
+    assert (after.kind, after.kind_state, after.lock_version) == ("bridge", moved, 1)
+
+
+async def test_deferred_inbox_input_waits_until_its_new_time(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", "r1"), new_run("t1", "r2")])
+        await tx.enqueue_inbox(
+            [
+                NewInboxItem(tenant_id="t1", run_id=r, input=TimerFired(timer_id=t), available_at=a)
+                for r, t, a in [("r1", "x", NOW), ("r1", "later", at(99)), ("r2", "x", NOW)]
+            ]
+        )
+    async with store.transaction() as tx:
+        moved = await tx.defer_inbox([RunRef(tenant_id="t1", run_id="r1")], now=NOW, until=at(30))
+        assert moved == 1  # the not-yet-available input keeps its own time
+    async with store.transaction() as tx:
+        assert [r.run_id for r in await tx.claim_runs_with_inbox(now=at(29), limit=10)] == ["r2"]
+        assert {r.run_id for r in await tx.claim_runs_with_inbox(now=at(30), limit=10)} == {
+            "r1",
+            "r2",
+        }
+        items = await tx.load_inbox([RunRef(tenant_id="t1", run_id="r1")], now=at(99))
+    assert [(i.input, i.available_at) for i in items] == [
+        (TimerFired(timer_id="x"), at(30)),
+        (TimerFired(timer_id="later"), at(99)),
+    ]
+
+
 async def test_inbox_respects_available_at_and_claims_oldest_input_first(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", f"r{i}") for i in range(4)])

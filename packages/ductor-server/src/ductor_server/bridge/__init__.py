@@ -1,17 +1,28 @@
 """The server side of the bridge SDK: SDK-hosted runs, the app registry, the driver.
 
-Runs whose family slug starts with `bridge:` are ticked by the pure bridge
-tick instead of the DAG tick; nothing here talks HTTP except the driver.
+Runs of the `bridge` kind (family slugs `bridge:<app>:<workflow>`) are ticked
+by the pure bridge tick instead of the DAG tick. The bridge plugs into the
+engine (`install(runtime)`: the run kind and the `bridge` step handler); the
+engine never imports it. Nothing here talks HTTP except the driver and probe.
 """
 
 from __future__ import annotations
 
 from ductor_server.bridge.driver import BridgeDriver
 from ductor_server.bridge.keys import FALLBACK_ENV, KEY_ENV, signing_keys_from_env
+from ductor_server.bridge.kind import BridgeKind, install
 from ductor_server.bridge.registry import BridgeApp, BridgeWorkflow, SyncOutcome
-from ductor_server.bridge.runs import create_bridge_run, start_bridge_child, start_triggered_runs
+from ductor_server.bridge.runs import (
+    bridge_data,
+    create_bridge_run,
+    start_bridge_child,
+    start_triggered_runs,
+    trigger_bridge_run,
+)
 from ductor_server.bridge.tick import (
+    BRIDGE_KIND,
     BridgeData,
+    BridgeTickResult,
     bridge_slug,
     bridge_start,
     bridge_tick,
@@ -21,21 +32,27 @@ from ductor_server.bridge.tick import (
 )
 
 __all__ = [
+    "BRIDGE_KIND",
     "FALLBACK_ENV",
     "KEY_ENV",
     "BridgeApp",
     "BridgeData",
     "BridgeDriver",
+    "BridgeKind",
+    "BridgeTickResult",
     "BridgeWorkflow",
     "SyncOutcome",
+    "bridge_data",
     "bridge_slug",
     "bridge_start",
     "bridge_tick",
     "checkpoint_input",
     "create_bridge_run",
+    "install",
     "is_bridge_slug",
     "parse_bridge_slug",
     "signing_keys_from_env",
     "start_bridge_child",
     "start_triggered_runs",
+    "trigger_bridge_run",
 ]

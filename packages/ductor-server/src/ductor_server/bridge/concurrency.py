@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -18,15 +18,10 @@ from ductor_core.runs import TimerFired
 from ductor_server.bridge.registry import BridgeWorkflow, get_workflow
 from ductor_server.bridge.tick import SLOT_TIMER, parse_bridge_slug
 from ductor_server.engine.effects import Effects
-from ductor_server.storage._sql_tx import SqlTx
-from ductor_server.storage.protocol import Tx
+from ductor_server.storage.protocol import Session, Tx
 from ductor_server.storage.records import NewInboxItem, RunRecord
 
 log = logging.getLogger("ductor.bridge")
-
-
-def _sql(tx: Tx) -> SqlTx:
-    return cast(SqlTx, tx)
 
 
 def concurrency_key(engine: ExpressionEngine, source: str | None, input: Any) -> str:
@@ -42,14 +37,15 @@ def concurrency_key(engine: ExpressionEngine, source: str | None, input: Any) ->
     return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
 
-async def _lock(sql: SqlTx, tenant_id: str, family_slug: str, key: str) -> None:
+async def _lock(db: Session, tenant_id: str, family_slug: str, key: str) -> None:
     # Serializes admissions and releases of one (workflow, key) until commit
     # (an advisory lock on Postgres; SQLite's BEGIN IMMEDIATE already does it).
-    await sql._lock_family(tenant_id, f"concurrency:{family_slug}:{key}")
+    # The name is the one earlier releases used, so old and new processes agree.
+    await db.advisory_lock(f"workflow:{tenant_id}:concurrency:{family_slug}:{key}")
 
 
-async def _active(sql: SqlTx, tenant_id: str, family_slug: str, key: str) -> int:
-    row = await sql._fetchone(
+async def _active(db: Session, tenant_id: str, family_slug: str, key: str) -> int:
+    row = await db.fetch_one(
         "SELECT COUNT(*) FROM bridge_concurrency WHERE tenant_id = %s AND family_slug = %s"
         " AND conc_key = %s AND active = %s",
         (tenant_id, family_slug, key, True),
@@ -75,9 +71,9 @@ async def take_slot(
     info = workflow.info.concurrency
     assert info is not None
     key = concurrency_key(engine, info.key, input)
-    sql = _sql(tx)
-    await _lock(sql, tenant_id, family_slug, key)
-    return key, force or await _active(sql, tenant_id, family_slug, key) < info.limit
+    db = tx.session
+    await _lock(db, tenant_id, family_slug, key)
+    return key, force or await _active(db, tenant_id, family_slug, key) < info.limit
 
 
 async def record_slot(
@@ -91,11 +87,11 @@ async def record_slot(
     now: datetime,
 ) -> None:
     """Record a new run of a limited workflow: holding a slot, or waiting for one."""
-    sql = _sql(tx)
-    await sql._execute(
+    db = tx.session
+    await db.execute(
         "INSERT INTO bridge_concurrency (tenant_id, run_id, family_slug, conc_key, active,"
         " created_at) VALUES (%s, %s, %s, %s, %s, %s)",
-        (tenant_id, run_id, family_slug, key, active, sql._ts(now)),
+        (tenant_id, run_id, family_slug, key, active, db.to_timestamp(now)),
     )
 
 
@@ -105,22 +101,22 @@ async def release_slot(tx: Tx, effects: Effects, *, run: RunRecord, now: datetim
 
     A run that ended while waiting (cancelled, timed out) frees nothing.
     """
-    sql = _sql(tx)
-    row = await sql._fetchone(
+    db = tx.session
+    row = await db.fetch_one(
         "SELECT conc_key FROM bridge_concurrency WHERE tenant_id = %s AND run_id = %s",
         (run.tenant_id, run.id),
     )
     if row is None:
         return  # not a run of a limited workflow
     key = str(row[0])
-    await _lock(sql, run.tenant_id, run.family_slug, key)
-    row = await sql._fetchone(
+    await _lock(db, run.tenant_id, run.family_slug, key)
+    row = await db.fetch_one(
         "SELECT active FROM bridge_concurrency WHERE tenant_id = %s AND run_id = %s",
         (run.tenant_id, run.id),
     )
     if row is None:
         return
-    await sql._execute(
+    await db.execute(
         "DELETE FROM bridge_concurrency WHERE tenant_id = %s AND run_id = %s",
         (run.tenant_id, run.id),
     )
@@ -133,17 +129,17 @@ async def release_slot(tx: Tx, effects: Effects, *, run: RunRecord, now: datetim
     info = workflow.info.concurrency if workflow is not None else None
     limit = ""
     if info is not None:
-        free = info.limit - await _active(sql, run.tenant_id, run.family_slug, key)
+        free = info.limit - await _active(db, run.tenant_id, run.family_slug, key)
         if free <= 0:
             return
         limit = f" LIMIT {int(free)}"
-    rows = await sql._fetchall(
+    rows = await db.fetch_all(
         "SELECT run_id FROM bridge_concurrency WHERE tenant_id = %s AND family_slug = %s"
         " AND conc_key = %s AND active = %s ORDER BY seq" + limit,
         (run.tenant_id, run.family_slug, key, False),
     )
     for (run_id,) in rows:
-        await sql._execute(
+        await db.execute(
             "UPDATE bridge_concurrency SET active = %s WHERE tenant_id = %s AND run_id = %s",
             (True, run.tenant_id, run_id),
         )

@@ -58,6 +58,7 @@ class BridgeDriver:
         transport: an httpx transport (tests); a real connection pool when None.
         wake: the engine's wake-up, to start child runs (DAG BRIDGE steps) promptly.
         poll_interval: seconds between looks at a child run a DAG BRIDGE step awaits.
+        parts: the runtime's engine parts, for starting those child runs.
     """
 
     def __init__(
@@ -71,11 +72,12 @@ class BridgeDriver:
         keys_loader: Callable[[], SigningKeys | None] = signing_keys_from_env,
         wake: WakeUp | None = None,
         poll_interval: float = 0.2,
+        parts: EngineParts | None = None,
     ) -> None:
         self.store = store
         self.wake = wake
         self.poll_interval = poll_interval
-        self.parts = EngineParts(catalog=WorkflowCatalog())
+        self.parts = parts or EngineParts(catalog=WorkflowCatalog())
         self.keys = keys if keys is not None else keys_loader()
         self.clock = clock or SystemClock()
         self.timeout = timeout

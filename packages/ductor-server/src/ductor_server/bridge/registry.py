@@ -1,20 +1,19 @@
 """The bridge app registry in the store: apps, their workflows and trigger events.
 
-Reads and writes the `bridge_*` tables (migration 0200) through the shared SQL
-transaction of either backend; every call takes the tenant. Never commits.
+Reads and writes the `bridge_*` tables (migration 0200) through the public
+storage `Session` of either backend; every call takes the tenant. Never commits.
 """
 
 from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
 from ductor.protocol import DescribeResponse, WorkflowInfo
-from ductor_server.storage._sql_tx import SqlTx
-from ductor_server.storage.protocol import Tx
+from ductor_server.storage.protocol import Session, Tx
 
 
 class BridgeApp(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,10 +47,6 @@ class SyncOutcome(msgspec.Struct, frozen=True, kw_only=True):
     changes: dict[str, str]
 
 
-def _sql(tx: Tx) -> SqlTx:
-    return cast(SqlTx, tx)
-
-
 def _hash(info: WorkflowInfo) -> str:
     return hashlib.sha256(msgspec.json.encode(info)).hexdigest()
 
@@ -60,18 +55,18 @@ _APP_COLS = "tenant_id, app_id, url, describe, synced_at, last_seen_at"
 _WF_COLS = "tenant_id, app_id, workflow_id, version, hash, info, updated_at"
 
 
-def _app(tx: SqlTx, row: tuple[Any, ...]) -> BridgeApp:
+def _app(db: Session, row: tuple[Any, ...]) -> BridgeApp:
     return BridgeApp(
         tenant_id=row[0],
         app_id=row[1],
         url=row[2],
         describe=msgspec.json.decode(row[3], type=DescribeResponse),
-        synced_at=tx._dt(row[4]),
-        last_seen_at=tx._dt(row[5]),
+        synced_at=db.from_timestamp(row[4]),
+        last_seen_at=db.from_timestamp(row[5]),
     )
 
 
-def _workflow(tx: SqlTx, row: tuple[Any, ...]) -> BridgeWorkflow:
+def _workflow(db: Session, row: tuple[Any, ...]) -> BridgeWorkflow:
     return BridgeWorkflow(
         tenant_id=row[0],
         app_id=row[1],
@@ -79,7 +74,7 @@ def _workflow(tx: SqlTx, row: tuple[Any, ...]) -> BridgeWorkflow:
         version=int(row[3]),
         hash=row[4],
         info=msgspec.json.decode(row[5], type=WorkflowInfo),
-        updated_at=tx._dt(row[6]),
+        updated_at=db.from_timestamp(row[6]),
     )
 
 
@@ -91,15 +86,15 @@ async def sync_app(
     Workflows whose description changed get a new version; workflows the app
     no longer serves are dropped from the registry (their runs keep going).
     """
-    sql = _sql(tx)
+    db = tx.session
     body = msgspec.json.encode(describe).decode()
-    await sql._execute(
+    await db.execute(
         "DELETE FROM bridge_apps WHERE tenant_id = %s AND app_id = %s",
         (tenant_id, describe.app_id),
     )
-    await sql._execute(
+    await db.execute(
         f"INSERT INTO bridge_apps ({_APP_COLS}) VALUES (%s, %s, %s, %s, %s, %s)",
-        (tenant_id, describe.app_id, url, body, sql._ts(now), sql._ts(now)),
+        (tenant_id, describe.app_id, url, body, db.to_timestamp(now), db.to_timestamp(now)),
     )
     existing = {wf.workflow_id: wf for wf in await list_workflows(tx, tenant_id, describe.app_id)}
     changes: dict[str, str] = {}
@@ -111,12 +106,12 @@ async def sync_app(
             continue
         version = 1 if old is None else old.version + 1
         changes[info.id] = "new" if old is None else "changed"
-        await sql._execute(
+        await db.execute(
             "DELETE FROM bridge_workflows WHERE tenant_id = %s AND app_id = %s"
             " AND workflow_id = %s",
             (tenant_id, describe.app_id, info.id),
         )
-        await sql._execute(
+        await db.execute(
             f"INSERT INTO bridge_workflows ({_WF_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (
                 tenant_id,
@@ -125,16 +120,16 @@ async def sync_app(
                 version,
                 digest,
                 msgspec.json.encode(info).decode(),
-                sql._ts(now),
+                db.to_timestamp(now),
             ),
         )
     for gone in existing:
-        await sql._execute(
+        await db.execute(
             "DELETE FROM bridge_workflows WHERE tenant_id = %s AND app_id = %s"
             " AND workflow_id = %s",
             (tenant_id, describe.app_id, gone),
         )
-    await sql._execute(
+    await db.execute(
         "DELETE FROM bridge_triggers WHERE tenant_id = %s AND app_id = %s",
         (tenant_id, describe.app_id),
     )
@@ -147,7 +142,7 @@ async def sync_app(
         }
     )
     if rows:
-        await sql._executemany(
+        await db.executemany(
             "INSERT INTO bridge_triggers (tenant_id, event_name, app_id, workflow_id)"
             " VALUES (%s, %s, %s, %s)",
             [(tenant_id, event, describe.app_id, wf) for event, wf in rows],
@@ -159,67 +154,67 @@ async def sync_app(
 
 async def get_app(tx: Tx, tenant_id: str, app_id: str) -> BridgeApp | None:
     """The registered app, or None."""
-    sql = _sql(tx)
-    row = await sql._fetchone(
+    db = tx.session
+    row = await db.fetch_one(
         f"SELECT {_APP_COLS} FROM bridge_apps WHERE tenant_id = %s AND app_id = %s",
         (tenant_id, app_id),
     )
-    return None if row is None else _app(sql, row)
+    return None if row is None else _app(db, row)
 
 
 async def list_apps(tx: Tx, tenant_id: str) -> list[BridgeApp]:
     """Every registered app of the tenant, by app id."""
-    sql = _sql(tx)
-    rows = await sql._fetchall(
+    db = tx.session
+    rows = await db.fetch_all(
         f"SELECT {_APP_COLS} FROM bridge_apps WHERE tenant_id = %s ORDER BY app_id", (tenant_id,)
     )
-    return [_app(sql, row) for row in rows]
+    return [_app(db, row) for row in rows]
 
 
 async def touch_app(tx: Tx, tenant_id: str, app_id: str, *, now: datetime) -> None:
     """Record that the app answered at `now`."""
-    sql = _sql(tx)
-    await sql._execute(
+    db = tx.session
+    await db.execute(
         "UPDATE bridge_apps SET last_seen_at = %s WHERE tenant_id = %s AND app_id = %s",
-        (sql._ts(now), tenant_id, app_id),
+        (db.to_timestamp(now), tenant_id, app_id),
     )
 
 
 async def list_workflows(tx: Tx, tenant_id: str, app_id: str) -> list[BridgeWorkflow]:
     """The workflows an app serves, by id."""
-    sql = _sql(tx)
-    rows = await sql._fetchall(
+    db = tx.session
+    rows = await db.fetch_all(
         f"SELECT {_WF_COLS} FROM bridge_workflows WHERE tenant_id = %s AND app_id = %s"
         " ORDER BY workflow_id",
         (tenant_id, app_id),
     )
-    return [_workflow(sql, row) for row in rows]
+    return [_workflow(db, row) for row in rows]
 
 
 async def get_workflow(
     tx: Tx, tenant_id: str, app_id: str, workflow_id: str
 ) -> BridgeWorkflow | None:
     """One registered workflow, or None."""
-    sql = _sql(tx)
-    row = await sql._fetchone(
+    db = tx.session
+    row = await db.fetch_one(
         f"SELECT {_WF_COLS} FROM bridge_workflows WHERE tenant_id = %s AND app_id = %s"
         " AND workflow_id = %s",
         (tenant_id, app_id, workflow_id),
     )
-    return None if row is None else _workflow(sql, row)
+    return None if row is None else _workflow(db, row)
 
 
 async def triggered_workflows(tx: Tx, tenant_id: str, event_name: str) -> list[BridgeWorkflow]:
     """The registered workflows with a trigger on `event_name` (the caller checks `match`)."""
-    sql = _sql(tx)
-    rows = await sql._fetchall(
+    db = tx.session
+    rows = await db.fetch_all(
         "SELECT w.tenant_id, w.app_id, w.workflow_id, w.version, w.hash, w.info, w.updated_at"
         " FROM bridge_triggers t JOIN bridge_workflows w"
         " ON w.tenant_id = t.tenant_id AND w.app_id = t.app_id AND w.workflow_id = t.workflow_id"
         " WHERE t.tenant_id = %s AND t.event_name = %s ORDER BY w.app_id, w.workflow_id",
         (tenant_id, event_name),
     )
-    return [_workflow(sql, row) for row in rows]
+    return [_workflow(db, row) for row in rows]
 
 
 __all__ = [

@@ -10,11 +10,20 @@ import logging
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from ductor.protocol import Event
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_server.bridge.concurrency import record_slot, take_slot
 from ductor_server.bridge.registry import BridgeWorkflow, get_workflow, triggered_workflows
-from ductor_server.bridge.tick import bridge_slug, bridge_start, parse_bridge_slug
+from ductor_server.bridge.tick import (
+    BRIDGE_KIND,
+    BridgeData,
+    bridge_slug,
+    bridge_start,
+    parse_bridge_slug,
+    read_data,
+)
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands, new_run_id
 from ductor_server.engine.events import trigger_matches
 from ductor_server.engine.history import transition_entries
@@ -81,6 +90,8 @@ async def create_bridge_run(
                 family_slug=slug,
                 version=workflow.version,
                 state=result.state,
+                kind=BRIDGE_KIND,
+                kind_state=msgspec.to_builtins(result.data),
                 parent_run_id=parent.id if parent is not None else None,
                 parent_step_ref=parent_step_ref,
                 parent_item_index=parent_item_index,
@@ -110,6 +121,16 @@ async def create_bridge_run(
     effects.history.extend(transition_entries(tenant_id, None, result.state, at=now))
     await apply_commands(tx, parts, effects, run=inserted.run, commands=result.commands, now=now)
     return inserted
+
+
+def bridge_data(run: RunRecord) -> BridgeData:
+    """The bookkeeping of a stored bridge run (also one stored by an earlier release).
+
+    Raises:
+        KeyError: the run keeps none (not a bridge run).
+        msgspec.ValidationError: what it keeps is not bridge bookkeeping.
+    """
+    return read_data(run.kind_state, run.state)
 
 
 async def find_workflow(
@@ -232,6 +253,7 @@ async def trigger_bridge_run(
 
 
 __all__ = [
+    "bridge_data",
     "create_bridge_run",
     "find_workflow",
     "start_bridge_child",

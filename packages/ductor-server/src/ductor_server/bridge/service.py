@@ -30,8 +30,8 @@ from ductor.protocol import (
 from ductor_core.errors import DuctorError
 from ductor_server.bridge.probe import call_app
 from ductor_server.bridge.registry import get_app, list_apps, sync_app, touch_app
-from ductor_server.bridge.runs import create_bridge_run, find_workflow
-from ductor_server.bridge.tick import checkpoint_input, is_bridge_slug, load_data, parse_bridge_slug
+from ductor_server.bridge.runs import bridge_data, create_bridge_run, find_workflow
+from ductor_server.bridge.tick import BRIDGE_KIND, checkpoint_input, parse_bridge_slug
 from ductor_server.engine.effects import Effects, EngineParts
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.errors import RequestInvalid, RunEnded, RunNotFound, ServerError
@@ -160,7 +160,7 @@ class BridgeService:
             raise RequestInvalid(f"the body is for run {body.run_id!r}, the path for {run_id!r}")
         async with self.store.transaction() as tx:
             run = await tx.get_run(tenant_id, run_id)
-            if run is None or not is_bridge_slug(run.family_slug):
+            if run is None or run.kind != BRIDGE_KIND:
                 raise RunNotFound(run_id)
             if parse_bridge_slug(run.family_slug) != (body.app_id, body.workflow_id):
                 raise RequestInvalid(
@@ -189,10 +189,10 @@ class BridgeService:
             raise RequestInvalid("the 'ref' query parameter is required")
         async with self.store.transaction() as tx:
             run = await tx.get_run(tenant_id, run_id)
-        if run is None or not is_bridge_slug(run.family_slug):
+        if run is None or run.kind != BRIDGE_KIND:
             raise RunNotFound(run_id)
         try:
-            data = load_data(run.state)
+            data = bridge_data(run)
         except (KeyError, msgspec.ValidationError, DuctorError) as exc:
             raise RunNotFound(run_id) from exc
         event: Any = msgspec.convert(data.event, Event) if data.event is not None else None

@@ -1,12 +1,19 @@
 """The bridge tick: the pure state machine of a run whose body an SDK app hosts.
 
-Same contract as the DAG tick (a `RunState` and `RunInput`s in, a `TickResult`
-with `Command`s out); no I/O, no clock reads (`now` is passed in).
+Like the DAG tick (a `RunState` and `RunInput`s in, the new state and `Command`s
+out), plus the bridge's own bookkeeping (`BridgeData`, stored in
+`runs.kind_state`) in and out; no I/O, no clock reads (`now` is passed in).
+
+The run state's steps are the API's view of the run: the recorded and pending
+SDK steps, and a `_bridge` step that says whether the run is running or waiting
+for a concurrency slot. An app's checkpoint reaches the tick as an
+`AttemptResult` of step `checkpoint` (see `checkpoint_input`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -67,11 +74,16 @@ from ductor_core.runs import (
 
 log = logging.getLogger("ductor.bridge")
 
+BRIDGE_KIND: Final = "bridge"
+"""The run kind (`runs.kind`) of bridge runs."""
+
 BRIDGE_SLUG_PREFIX: Final = "bridge:"
 """Runs whose family slug starts with this are bridge runs (DAG slugs cannot hold ':')."""
 
 STATE_KEY: Final = "_bridge"
-"""The key of the `RunState.steps` entry that holds the bridge bookkeeping."""
+"""The key of the `RunState.steps` entry that shows the run's own status (running,
+or waiting for a concurrency slot). Runs stored by earlier releases also kept
+their bookkeeping in its `data` (see `read_data`)."""
 
 EXECUTE_REF: Final = "execute"
 """Task `step_ref` of a plain execute (no target step)."""
@@ -141,7 +153,7 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
-    """The bookkeeping of a bridge run, kept in `RunState.steps[STATE_KEY].data`.
+    """The bookkeeping of a bridge run, kept in `runs.kind_state`.
 
     Attributes:
         app_id: the app serving the workflow.
@@ -183,9 +195,33 @@ class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
 _OPS_TYPE: Final = list[Opcode]
 
 
-def load_data(state: RunState) -> BridgeData:
-    """The bridge bookkeeping of `state`."""
-    holder = state.steps[STATE_KEY]
+class BridgeTickResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One bridge tick's outcome: the new run state, the new bookkeeping, the
+    commands to commit with them and the inputs it did not apply."""
+
+    state: RunState
+    data: BridgeData
+    commands: list[Command] = []
+    ignored: list[IgnoredInput] = []
+
+    def tick_result(self) -> TickResult:
+        """The engine's view of this tick (the bookkeeping travels apart)."""
+        return TickResult(state=self.state, commands=self.commands, ignored=self.ignored)
+
+
+def read_data(kind_state: Any, state: RunState) -> BridgeData:
+    """The bookkeeping of a bridge run: its `runs.kind_state`, or, for a run last
+    ticked by an earlier release, the `data` of its `_bridge` step.
+
+    Raises:
+        KeyError: neither holds any (not a bridge run).
+        msgspec.ValidationError: what is stored is not bridge bookkeeping.
+    """
+    if kind_state is not None:
+        return msgspec.convert(kind_state, BridgeData)
+    holder = state.steps.get(STATE_KEY)
+    if holder is None or not holder.data:
+        raise KeyError(f"run {state.run_id} has no bridge bookkeeping")
     return msgspec.convert(holder.data, BridgeData)
 
 
@@ -280,7 +316,7 @@ class _BridgeTick:
             queued=self.queued,
         )
 
-    def result(self) -> TickResult:
+    def result(self) -> BridgeTickResult:
         state = self.state
         status = state.status
         output, error, finished_at = state.output, state.error, state.finished_at
@@ -302,10 +338,12 @@ class _BridgeTick:
             received_ids=self.received_ids,
             cancel_requested=state.cancel_requested or self.cancelling is not None,
         )
-        return TickResult(state=new_state, commands=self.commands, ignored=self.ignored)
+        return BridgeTickResult(
+            state=new_state, data=self.data(), commands=self.commands, ignored=self.ignored
+        )
 
     def step_states(self, ended: bool) -> dict[str, StepState]:
-        """The API's view of the run's steps (recorded, then pending), plus the bookkeeping."""
+        """The API's view of the run's steps: its own status, then recorded, then pending."""
         previous = self.state.steps
         steps: dict[str, StepState] = {
             STATE_KEY: StepState(
@@ -316,7 +354,6 @@ class _BridgeTick:
                 if self.queued
                 else StepStatus.RUNNING,
                 waiting_for="concurrency slot" if self.queued and not ended else None,
-                data=msgspec.to_builtins(self.data()),
             )
         }
         keys: dict[str, str] = {}
@@ -828,7 +865,7 @@ def bridge_start(
     timeout: str | None = None,
     cancellable: bool = False,
     queued: bool = False,
-) -> TickResult:
+) -> BridgeTickResult:
     """The first tick of a bridge run: dispatch its first execute (or, for an
     inline run, give the caller `INLINE_GRACE` to checkpoint before taking over;
     a `queued` run dispatches nothing until it is given a concurrency slot).
@@ -849,7 +886,7 @@ def bridge_start(
         status=RunStatus.PENDING,
         input=input,
         created_at=now,
-        steps={STATE_KEY: StepState(ref=STATE_KEY, data=msgspec.to_builtins(data))},
+        steps={STATE_KEY: StepState(ref=STATE_KEY)},
     )
     work = _BridgeTick(state, data, now, None)
     if inline:
@@ -862,18 +899,21 @@ def bridge_start(
 
 def bridge_tick(
     state: RunState,
-    inputs: list[RunInput],
+    data: BridgeData,
+    inputs: Sequence[RunInput],
     now: datetime,
     *,
     engine: ExpressionEngine | None = None,
-) -> TickResult:
-    """Apply `inputs` to a bridge run and say what to do next (pure)."""
+) -> BridgeTickResult:
+    """Apply `inputs` to a bridge run (its state and bookkeeping) and say what to
+    do next (pure)."""
     if state.status.terminal:
-        return TickResult(
+        return BridgeTickResult(
             state=state,
+            data=data,
             ignored=[IgnoredInput(input=item, reason="run has ended") for item in inputs],
         )
-    work = _BridgeTick(state, load_data(state), now, engine)
+    work = _BridgeTick(state, data, now, engine)
     for item in inputs:
         if work.finished is not None:
             work.ignored.append(IgnoredInput(input=item, reason="run has ended"))
@@ -888,6 +928,7 @@ def bridge_tick(
 
 
 __all__ = [
+    "BRIDGE_KIND",
     "BRIDGE_SLUG_PREFIX",
     "CANCEL_REF",
     "CHECKPOINT_REF",
@@ -899,6 +940,7 @@ __all__ = [
     "SLOT_TIMER",
     "STATE_KEY",
     "BridgeData",
+    "BridgeTickResult",
     "Pending",
     "bridge_slug",
     "bridge_start",
@@ -906,7 +948,7 @@ __all__ = [
     "checkpoint_input",
     "core_error",
     "is_bridge_slug",
-    "load_data",
     "parse_bridge_slug",
+    "read_data",
     "wire_error",
 ]

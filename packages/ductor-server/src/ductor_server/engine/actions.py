@@ -1,8 +1,10 @@
-"""Step handlers run by the workers: a registry and the built-in handlers
-(`action:http`, `notify`; `bridge` and `route` report themselves unavailable).
+"""Step handlers run by the workers: the registry one runtime uses and the built-in
+handlers (`action:http`, `action:noop`, `notify`; `bridge` and `route` hold
+placeholders that report themselves unavailable until the real ones plug in).
 
 A handler returns the step's output or raises `ActionFailed`; it never touches
 run state or the store. Every external call carries the attempt's idempotency key.
+There is no process-wide registry: whoever builds a runtime builds its registry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import msgspec
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DurationError
 from ductor_core.runs import ErrorInfo
+from ductor_server.engine.errors import DuplicateHandler
 
 
 class ActionCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,18 +54,46 @@ Handler = Callable[[ActionCall], Awaitable[Any]]
 
 
 class ActionRegistry:
-    """Handlers by handler name ("action:<name>", "notify", "bridge", "route")."""
+    """Handlers by handler name ("action:<name>", "notify", "bridge", "route").
+
+    A name holds one handler: registering a second one is an error unless the
+    caller says `replace=True`. A placeholder (`register_placeholder`) stands in
+    for a handler this build may not serve, and the real one replaces it freely.
+    """
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._placeholders: set[str] = set()
 
-    def register(self, handler_name: str, fn: Handler) -> None:
-        """Register `fn` under a raw handler name, replacing any previous one."""
+    def register(self, handler_name: str, fn: Handler, *, replace: bool = False) -> None:
+        """Register `fn` under a raw handler name.
+
+        Raises:
+            DuplicateHandler: the name already has a handler (other than a
+                placeholder) and `replace` is False.
+        """
+        taken = handler_name in self._handlers and handler_name not in self._placeholders
+        if taken and not replace:
+            raise DuplicateHandler(
+                f"a handler is already registered for {handler_name!r} (pass replace=True)"
+            )
         self._handlers[handler_name] = fn
+        self._placeholders.discard(handler_name)
 
-    def register_action(self, name: str, fn: Handler) -> None:
-        """Register a provider action, used by ACTION steps with `action: <name>`."""
-        self.register(f"action:{name}", fn)
+    def register_placeholder(self, handler_name: str, fn: Handler) -> None:
+        """Register `fn` as a stand-in that a later `register` replaces without fuss."""
+        if handler_name in self._handlers and handler_name not in self._placeholders:
+            raise DuplicateHandler(f"a handler is already registered for {handler_name!r}")
+        self._handlers[handler_name] = fn
+        self._placeholders.add(handler_name)
+
+    def register_action(self, name: str, fn: Handler, *, replace: bool = False) -> None:
+        """Register a provider action, used by ACTION steps with `action: <name>`.
+
+        Raises:
+            DuplicateHandler: as `register`.
+        """
+        self.register(f"action:{name}", fn, replace=replace)
 
     def get(self, handler_name: str) -> Handler | None:
         """The handler for `handler_name`, or None."""
@@ -251,28 +282,13 @@ async def noop_action(call: ActionCall) -> Any:
 
 
 def default_registry(http: HttpAction | None = None) -> ActionRegistry:
-    """A registry with the built-in handlers: `action:http`, `action:noop`, `notify`,
-    and `bridge`/`route` as unavailable."""
+    """A new registry with the built-in handlers: `action:http`, `action:noop`,
+    `notify`, and placeholders for `bridge` and `route` (unavailable until the
+    bridge and routing register theirs)."""
     registry = ActionRegistry()
     registry.register_action("http", http or HttpAction())
     registry.register_action("noop", noop_action)
     registry.register("notify", notify_handler)
-    registry.register("bridge", unavailable_handler)
-    registry.register("route", unavailable_handler)
+    registry.register_placeholder("bridge", unavailable_handler)
+    registry.register_placeholder("route", unavailable_handler)
     return registry
-
-
-_process_registry: ActionRegistry | None = None
-
-
-def process_registry() -> ActionRegistry:
-    """The process-wide registry `register_action` adds to; runtimes use it by default."""
-    global _process_registry
-    if _process_registry is None:
-        _process_registry = default_registry()
-    return _process_registry
-
-
-def register_action(name: str, fn: Handler) -> None:
-    """Register a provider action in the process-wide registry."""
-    process_registry().register_action(name, fn)

@@ -1,8 +1,9 @@
 """The coordinator: the only writer of run state.
 
-It claims runs with pending inbox input, ticks each with the pure
-`ductor_core.tick.tick`, and commits the new states and their commands in one
-transaction per batch, each run guarded by its lock_version.
+It claims runs with pending inbox input, ticks each through its run kind (the
+pure `ductor_core.tick.tick` for DAG runs), and commits the new states and their
+commands in one transaction per batch, each run guarded by its lock_version.
+A run whose kind this process does not know is left for one that does.
 """
 
 from __future__ import annotations
@@ -10,30 +11,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import msgspec
 from opentelemetry import trace
 
-from ductor_core.errors import DuctorError
-from ductor_core.runs import ErrorInfo, IgnoredInput, RunFinished, RunState, RunStatus, TickResult
-from ductor_core.tick import tick
-from ductor_server.bridge.tick import bridge_tick, is_bridge_slug
+from ductor_core.runs import IgnoredInput
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
+from ductor_server.engine.kinds import KindTick
 from ductor_server.engine.queue import Topic, WakeUp
-from ductor_server.storage.protocol import Store, Tx
-from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunUpdate
+from ductor_server.storage.protocol import Store
+from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunRef, RunUpdate
 
 log = logging.getLogger("ductor.coordinator")
 tracer = trace.get_tracer("ductor.engine")
 
-
-def _failed(state: RunState, error: ErrorInfo, now: datetime) -> TickResult:
-    """A tick result that fails the run (used when ticking itself is impossible)."""
-    failed = msgspec.structs.replace(state, status=RunStatus.FAILED, error=error, finished_at=now)
-    return TickResult(state=failed, commands=[RunFinished(status=RunStatus.FAILED, error=error)])
+UNKNOWN_KIND_DELAY = timedelta(seconds=30)
+"""How long the input of a run of an unknown kind is put off, so that such runs
+never crowd the claim (a process that knows the kind ticks them then)."""
 
 
 class Coordinator:
@@ -103,26 +100,41 @@ class Coordinator:
                 by_run[(item.tenant_id, item.run_id)].append(item)
 
             consumed: list[InboxRef] = []
-            plans: list[tuple[RunRecord, list[InboxItem], TickResult | None]] = []
+            plans: list[tuple[RunRecord, list[InboxItem], KindTick | None]] = []
+            unknown: list[RunRef] = []
             for run in runs:
                 pending = by_run.get((run.tenant_id, run.id), [])
                 if run.status.terminal:
                     # Late input for an ended run (a child's end after a cancel, ...).
                     plans.append((run, pending, None))
                     continue
-                plans.append((run, pending, await self._tick(tx, run, pending, now)))
+                kind = self.parts.kinds.find(run.kind)
+                if kind is None:
+                    unknown.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
+                    continue
+                inputs = [i.input for i in pending]
+                plans.append((run, pending, await kind.tick(tx, self.parts, run, inputs, now)))
+            if unknown:
+                log.error(
+                    "%d run(s) of a kind this process does not know (it knows %s): put off %s",
+                    len(unknown),
+                    ", ".join(self.parts.kinds.names()),
+                    UNKNOWN_KIND_DELAY,
+                )
+                await tx.defer_inbox(unknown, now=now, until=now + UNKNOWN_KIND_DELAY)
 
-            live = [(run, pending, result) for run, pending, result in plans if result is not None]
+            live = [(run, pending, ticked) for run, pending, ticked in plans if ticked is not None]
             applied = await tx.update_runs(
                 [
                     RunUpdate(
                         tenant_id=run.tenant_id,
                         run_id=run.id,
                         expected_lock_version=run.lock_version,
-                        state=result.state,
+                        state=ticked.result.state,
                         updated_at=now,
+                        kind_state=ticked.kind_state,
                     )
-                    for run, _, result in live
+                    for run, _, ticked in live
                 ]
             )
             ok = {
@@ -130,9 +142,9 @@ class Coordinator:
                 for (run, _, _), good in zip(live, applied, strict=True)
                 if good
             }
-            for run, pending, result in plans:
+            for run, pending, ticked in plans:
                 key = (run.tenant_id, run.id)
-                if result is None:
+                if ticked is None:
                     consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
                     for item in pending:
                         ignored = IgnoredInput(input=item.input, reason="run has ended")
@@ -142,6 +154,7 @@ class Coordinator:
                     continue
                 if key not in ok:
                     continue  # lost a race: the inbox stays, the next round retries
+                result = ticked.result
                 consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
                 for item in pending:
                     entry = input_entry(run.tenant_id, run.id, item.input, at=now)
@@ -153,7 +166,10 @@ class Coordinator:
                     transition_entries(run.tenant_id, run.state, result.state, at=now)
                 )
                 updated = msgspec.structs.replace(
-                    run, state=result.state, status=result.state.status
+                    run,
+                    state=result.state,
+                    status=result.state.status,
+                    kind_state=ticked.kind_state,
                 )
                 await apply_commands(
                     tx, self.parts, effects, run=updated, commands=result.commands, now=now
@@ -163,42 +179,3 @@ class Coordinator:
                 await tx.delete_inbox(consumed)
             await effects.flush(tx)
         return len(runs)
-
-    async def _tick(
-        self, tx: Tx, run: RunRecord, pending: list[InboxItem], now: datetime
-    ) -> TickResult:
-        # Bridge runs (SDK-hosted workflows, slug "bridge:<app>:<workflow>") have no
-        # definition: the pure bridge tick drives them instead of the DAG tick.
-        if is_bridge_slug(run.family_slug):
-            try:
-                return bridge_tick(
-                    run.state, [i.input for i in pending], now, engine=self.parts.engine
-                )
-            except Exception as exc:
-                log.exception("bridge tick of run %s failed", run.id)
-                error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
-                return _failed(run.state, error, now)
-        try:
-            definition = await self.parts.catalog.definition(
-                tx, run.tenant_id, run.family_slug, run.version
-            )
-        except DuctorError as exc:
-            error = ErrorInfo(
-                code="engine.definition_unreadable", message=exc.message, retryable=False
-            )
-            return _failed(run.state, error, now)
-        if definition is None:
-            error = ErrorInfo(
-                code="workflow.version_not_found",
-                message=f"{run.family_slug} v{run.version} is not published",
-                retryable=False,
-            )
-            return _failed(run.state, error, now)
-        try:
-            return tick(
-                definition, run.state, [i.input for i in pending], now, engine=self.parts.engine
-            )
-        except Exception as exc:  # a tick bug must not wedge the run (or the batch)
-            log.exception("tick of run %s failed", run.id)
-            error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
-            return _failed(run.state, error, now)

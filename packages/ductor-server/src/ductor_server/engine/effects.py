@@ -1,8 +1,9 @@
-"""Carrying out a tick inside the caller's transaction: starting runs and turning
-tick commands into store writes (tasks, timers, waits, child runs, run ends).
+"""Carrying out a tick inside the caller's transaction: starting DAG runs and
+turning tick commands into store writes (tasks, timers, waits, child runs, run ends).
 
 Every write goes through the given `Tx`; the caller commits. Nothing here
-reads the clock or wakes loops itself: it records which loops to wake.
+reads the clock or wakes loops itself: it records which loops to wake. Runs of
+other kinds are reached through `EngineParts.kinds`, never imported.
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-import msgspec
+from typing import Any, assert_never
 
 from ductor_core.definitions import WorkflowDefinition
-from ductor_core.expressions import ExpressionEngine
+from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.runs import (
     CancelChildRuns,
     CancelRequested,
@@ -25,7 +24,6 @@ from ductor_core.runs import (
     ClearWait,
     Command,
     DispatchTask,
-    ErrorInfo,
     RegisterWait,
     RunFinished,
     RunStatus,
@@ -33,9 +31,9 @@ from ductor_core.runs import (
     StartChildRun,
 )
 from ductor_core.tick import start_run
-from ductor_server.bridge.tick import is_bridge_slug
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.history import transition_entries
+from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import (
@@ -110,10 +108,21 @@ class Effects:
 
 @dataclass(frozen=True, kw_only=True)
 class EngineParts:
-    """What carrying out commands needs besides the transaction."""
+    """What carrying out commands needs besides the transaction.
+
+    Attributes:
+        catalog: the decoded-definition cache.
+        engine: the CEL engine (the default engine if None).
+        kinds: the run kinds of this runtime (only the DAG kind if not given).
+    """
 
     catalog: WorkflowCatalog
     engine: ExpressionEngine | None = None
+    kinds: RunKinds = field(default_factory=RunKinds)
+
+    def expressions(self) -> ExpressionEngine:
+        """The CEL engine to evaluate with."""
+        return self.engine or default_engine()
 
 
 async def create_run(
@@ -193,42 +202,47 @@ async def apply_commands(
     timers: list[TimerRecord] = []
     waits: list[WaitRecord] = []
     for command in commands:
-        if isinstance(command, DispatchTask):
-            tasks.append(NewTask.from_dispatch(tenant_id, run.id, command, available_at=now))
-        elif isinstance(command, SetTimer):
-            timers.append(
-                TimerRecord(
-                    tenant_id=tenant_id,
-                    run_id=run.id,
-                    timer_id=command.timer_id,
-                    fire_at=command.fire_at,
+        # Every command type has a case: a new one is a type error here, not a
+        # command silently dropped.
+        match command:
+            case DispatchTask():
+                tasks.append(NewTask.from_dispatch(tenant_id, run.id, command, available_at=now))
+            case SetTimer():
+                timers.append(
+                    TimerRecord(
+                        tenant_id=tenant_id,
+                        run_id=run.id,
+                        timer_id=command.timer_id,
+                        fire_at=command.fire_at,
+                    )
                 )
-            )
-        elif isinstance(command, CancelTimer):
-            effects.cancel_timers.append(
-                TimerRef(tenant_id=tenant_id, run_id=run.id, timer_id=command.timer_id)
-            )
-        elif isinstance(command, RegisterWait):
-            waits.append(
-                WaitRecord(
-                    tenant_id=tenant_id,
-                    run_id=run.id,
-                    step_ref=command.step_ref,
-                    kind=command.kind,
-                    name=command.name,
-                    created_at=now,
+            case CancelTimer():
+                effects.cancel_timers.append(
+                    TimerRef(tenant_id=tenant_id, run_id=run.id, timer_id=command.timer_id)
                 )
-            )
-        elif isinstance(command, ClearWait):
-            effects.clear_waits.append(
-                WaitRef(tenant_id=tenant_id, run_id=run.id, step_ref=command.step_ref)
-            )
-        elif isinstance(command, StartChildRun):
-            children.append(command)
-        elif isinstance(command, CancelChildRuns):
-            cancel_children.append(command)
-        elif isinstance(command, RunFinished):
-            finished = command
+            case RegisterWait():
+                waits.append(
+                    WaitRecord(
+                        tenant_id=tenant_id,
+                        run_id=run.id,
+                        step_ref=command.step_ref,
+                        kind=command.kind,
+                        name=command.name,
+                        created_at=now,
+                    )
+                )
+            case ClearWait():
+                effects.clear_waits.append(
+                    WaitRef(tenant_id=tenant_id, run_id=run.id, step_ref=command.step_ref)
+                )
+            case StartChildRun():
+                children.append(command)
+            case CancelChildRuns():
+                cancel_children.append(command)
+            case RunFinished():
+                finished = command
+            case _:
+                assert_never(command)
 
     if finished is None:
         effects.tasks.extend(tasks)
@@ -239,7 +253,7 @@ async def apply_commands(
     for cancel in cancel_children:
         await _cancel_children(tx, effects, run=run, step_ref=cancel.step_ref, now=now)
     if finished is not None:
-        await _finish(tx, effects, run=run, finished=finished, now=now)
+        await _finish(tx, parts, effects, run=run, finished=finished, now=now)
 
 
 async def _start_child(
@@ -252,73 +266,26 @@ async def _start_child(
     now: datetime,
     depth: int,
 ) -> None:
-    error: ErrorInfo | None = None
-    # A bridge workflow (an SDK INVOKE with app_id) starts a bridge run, not a DAG run.
-    if is_bridge_slug(command.family_slug):
-        from ductor_server.bridge.runs import start_bridge_child
-
-        started = await start_bridge_child(
-            tx,
-            parts,
-            effects,
-            parent=parent,
-            step_ref=command.step_ref,
-            item_index=command.item_index,
-            child_key=command.child_key,
-            family_slug=command.family_slug,
-            input=command.input,
-            now=now,
-        )
-        if started:
-            return
-        command = msgspec.structs.replace(command, version=None)
-    resolved = await parts.catalog.resolve(
-        tx, parent.tenant_id, command.family_slug, command.version
+    # The child's family slug picks its kind (a DAG definition, an SDK workflow...).
+    kind = parts.kinds.for_slug(command.family_slug)
+    error = await kind.start_child(
+        tx, parts, effects, parent=parent, command=command, now=now, depth=depth
     )
-    if resolved is None:
-        what = command.family_slug + (f" v{command.version}" if command.version else "")
-        error = ErrorInfo(
-            code="workflow.not_found",
-            message=f"child workflow {what} is not published",
-            retryable=False,
-        )
-    elif depth >= MAX_START_DEPTH:
-        error = ErrorInfo(
-            code="run.nesting_too_deep",
-            message=f"child runs nested more than {MAX_START_DEPTH} deep in one step",
-            retryable=False,
-        )
-    if error is not None or resolved is None:
-        effects.inbox.append(
-            NewInboxItem(
-                tenant_id=parent.tenant_id,
-                run_id=parent.id,
-                input=ChildRunEnded(
-                    step_ref=command.step_ref,
-                    item_index=command.item_index,
-                    child_run_id="",
-                    status=RunStatus.FAILED,
-                    error=error,
-                ),
-                available_at=now,
-            )
-        )
+    if error is None:
         return
-    record, definition = resolved
-    await create_run(
-        tx,
-        parts,
-        effects,
-        tenant_id=parent.tenant_id,
-        record=record,
-        definition=definition,
-        input=command.input,
-        now=now,
-        parent=parent,
-        parent_step_ref=command.step_ref,
-        parent_item_index=command.item_index,
-        child_key=command.child_key,
-        depth=depth + 1,
+    effects.inbox.append(
+        NewInboxItem(
+            tenant_id=parent.tenant_id,
+            run_id=parent.id,
+            input=ChildRunEnded(
+                step_ref=command.step_ref,
+                item_index=command.item_index,
+                child_run_id="",
+                status=RunStatus.FAILED,
+                error=error,
+            ),
+            available_at=now,
+        )
     )
 
 
@@ -341,16 +308,21 @@ async def _cancel_children(
 
 
 async def _finish(
-    tx: Tx, effects: Effects, *, run: RunRecord, finished: RunFinished, now: datetime
+    tx: Tx,
+    parts: EngineParts,
+    effects: Effects,
+    *,
+    run: RunRecord,
+    finished: RunFinished,
+    now: datetime,
 ) -> None:
     await tx.delete_run_timers(run.tenant_id, run.id)
     await tx.clear_run_waits(run.tenant_id, run.id)
     await tx.drop_run_tasks(run.tenant_id, run.id)
-    if is_bridge_slug(run.family_slug):
-        # A bridge run's end frees its workflow's concurrency slot (if it held one).
-        from ductor_server.bridge.concurrency import release_slot
-
-        await release_slot(tx, effects, run=run, now=now)
+    # The run's kind frees what it held (a bridge run its concurrency slot).
+    await parts.kinds.get(run.kind).on_finish(
+        tx, parts, effects, run=run, finished=finished, now=now
+    )
     if run.parent_run_id is None or run.parent_step_ref is None:
         return
     effects.inbox.append(

@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from ductor_core.errors import DuctorError
-from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import EventReceived
-from ductor_server.engine.effects import Effects, EngineParts, create_run
+from ductor_server.engine.effects import Effects, EngineParts
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import EventRecord, NewInboxItem
 
@@ -65,43 +65,21 @@ async def ingest_event(
     outcome = IngestedEvent(id=event_id, name=name, duplicate=not fresh)
     if not fresh:
         return outcome
-    engine = parts.engine or default_engine()
-    event = {"id": event_id, "name": name, "data": data}
-    for record in await tx.find_triggered_workflows(tenant_id, name):
-        definition = parts.catalog.decode(record)
-        if not any(
-            trigger.event == name and trigger_matches(engine, trigger.filter, event)
-            for trigger in definition.triggers
-        ):
-            continue
-        inserted = await create_run(
-            tx,
-            parts,
-            effects,
-            tenant_id=tenant_id,
-            record=record,
-            definition=definition,
-            input=data,
-            now=now,
-            idempotency_key=f"event:{event_id}:{record.family_slug}",
+    # Each run kind starts its own triggered runs (DAG definitions first, then
+    # the kinds registered after it, e.g. SDK workflows over the bridge).
+    for kind in parts.kinds:
+        outcome.runs_started.extend(
+            await kind.start_triggered(
+                tx,
+                parts,
+                effects,
+                tenant_id=tenant_id,
+                event_id=event_id,
+                name=name,
+                data=data,
+                now=now,
+            )
         )
-        if inserted.created:
-            outcome.runs_started.append(inserted.run.id)
-    # SDK-hosted workflows registered over the bridge may be triggered by it too.
-    from ductor_server.bridge.runs import start_triggered_runs
-
-    outcome.runs_started.extend(
-        await start_triggered_runs(
-            tx,
-            parts,
-            effects,
-            tenant_id=tenant_id,
-            event_id=event_id,
-            name=name,
-            data=data,
-            now=now,
-        )
-    )
     waiting = await tx.find_waits(tenant_id, kind="event", name=name)
     run_ids = list(dict.fromkeys(w.run_id for w in waiting))
     effects.inbox.extend(

@@ -1,7 +1,9 @@
 """The `Runtime`: the engine loops (coordinator, workers, timers) of one process.
 
 Started and stopped inside the application's lifespan; holds no state that
-the store does not also hold, so a crash loses nothing.
+the store does not also hold, so a crash loses nothing. What it runs is given
+by its caller: the step handlers (`actions`) and the run kinds (`kinds`) beyond
+the built-in ones, registered by a `setup` callable before the loops start.
 """
 
 from __future__ import annotations
@@ -9,20 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ductor_core.expressions import ExpressionEngine
-from ductor_server.bridge.driver import BridgeDriver
-from ductor_server.engine.actions import ActionRegistry, process_registry
+from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
 from ductor_server.engine.effects import EngineParts
 from ductor_server.engine.housekeeping import Housekeeping, Retention
+from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
+from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
 from ductor_server.services import Services
@@ -68,12 +71,23 @@ class RuntimeConfig:
     retention: Retention = field(default_factory=Retention)
 
 
+Setup = Callable[["Runtime"], object]
+"""Registers run kinds and step handlers on a runtime before its loops start."""
+
+
 class Runtime:
     """The engine loops of this process, plus the `Services` bound to them.
 
-    Use `async with Runtime.start(store, roles=...) as runtime:`; the loops run
-    until the block exits, then stop gracefully (running handlers get
+    Use `async with Runtime.start(store, roles=..., setup=...) as runtime:`; the
+    loops run until the block exits, then stop gracefully (running handlers get
     `config.stop_grace` seconds, unfinished leases go back to the queue).
+
+    Attributes:
+        actions: the step handlers of this runtime (built-ins if not given).
+        kinds: the run kinds of this runtime (the DAG kind if not given).
+        queue: where the workers take tasks from (the store's tasks table if not given).
+        parts: what carrying out ticks needs (catalog, CEL engine, kinds), shared
+            by the coordinator, the services and whatever `setup` plugs in.
     """
 
     def __init__(
@@ -86,25 +100,32 @@ class Runtime:
         engine: ExpressionEngine | None = None,
         actions: ActionRegistry | None = None,
         wakeup: WakeUp | None = None,
+        kinds: RunKinds | None = None,
+        queue: TaskQueue | None = None,
     ) -> None:
         self.store = store
         self.roles = frozenset(Role(r) for r in roles)
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
         self.engine = engine
-        self.actions = actions or process_registry()
+        self.actions = actions if actions is not None else default_registry()
         self.wakeup = wakeup or InProcessWakeUp()
-        # Bridge runs: the `bridge` handler calls the SDK apps (ductor_server.bridge).
-        self.actions.register("bridge", BridgeDriver(store, clock=self.clock, wake=self.wakeup))
+        self.kinds = kinds if kinds is not None else RunKinds()
+        self.queue: TaskQueue = queue if queue is not None else SqlTaskQueue(store)
         self.catalog = WorkflowCatalog()
-        parts = EngineParts(catalog=self.catalog, engine=engine)
+        self.parts = EngineParts(catalog=self.catalog, engine=engine, kinds=self.kinds)
         self.services = Services(
-            store, wake=self.wakeup, engine=engine, clock=self.clock, catalog=self.catalog
+            store,
+            wake=self.wakeup,
+            engine=engine,
+            clock=self.clock,
+            catalog=self.catalog,
+            kinds=self.kinds,
         )
         cfg = self.config
         self.coordinator = Coordinator(
             store,
-            parts,
+            self.parts,
             clock=self.clock,
             wake=self.wakeup,
             batch=cfg.coordinator_batch,
@@ -119,6 +140,7 @@ class Runtime:
             concurrency=cfg.worker_concurrency,
             lease_seconds=cfg.lease_seconds,
             poll_interval=cfg.poll_interval,
+            queue=self.queue,
         )
         self.timers = Timers(
             store,
@@ -146,11 +168,27 @@ class Runtime:
         clock: Clock | None = None,
         engine: ExpressionEngine | None = None,
         actions: ActionRegistry | None = None,
+        kinds: RunKinds | None = None,
+        queue: TaskQueue | None = None,
+        setup: Setup | None = None,
     ) -> AsyncIterator[Runtime]:
-        """Start the loops for `roles` on an opened, migrated store; stop them on exit."""
+        """Start the loops for `roles` on an opened, migrated store; stop them on exit.
+
+        `setup(runtime)` runs before the loops start: the place to register run
+        kinds and step handlers (`ductor_server.bridge.install` for the bridge).
+        """
         runtime = cls(
-            store, roles=roles, config=config, clock=clock, engine=engine, actions=actions
+            store,
+            roles=roles,
+            config=config,
+            clock=clock,
+            engine=engine,
+            actions=actions,
+            kinds=kinds,
+            queue=queue,
         )
+        if setup is not None:
+            setup(runtime)
         runtime.launch()
         try:
             yield runtime

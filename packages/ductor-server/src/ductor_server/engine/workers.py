@@ -1,9 +1,10 @@
 """Step workers: lease tasks, run their handlers, and report each outcome.
 
-A worker never touches run state. For every finished attempt it appends the
-attempt row, queues an `AttemptResult` in the run's inbox and completes the
-task, all in one transaction (many attempts per transaction); a redelivered
-task whose attempt is already recorded writes nothing but the completion.
+A worker never touches run state. It takes tasks through the `TaskQueue` port.
+For every finished attempt it appends the attempt row, queues an
+`AttemptResult` in the run's inbox and completes the task, all in one
+transaction (many attempts per transaction); a redelivered task whose attempt
+is already recorded writes nothing but the completion.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.storage.protocol import Store
 from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecord, TaskRef
 
@@ -76,7 +78,10 @@ _GIVE_UP_AFTER = 8  # failed tries before one outcome is dropped (its lease will
 
 
 class Workers:
-    """Leases tasks in batches and runs up to `concurrency` handlers at once."""
+    """Leases tasks in batches and runs up to `concurrency` handlers at once.
+
+    Tasks come through `queue` (the store's tasks table when not given).
+    """
 
     def __init__(
         self,
@@ -90,8 +95,10 @@ class Workers:
         lease_seconds: float = 60.0,
         poll_interval: float = 0.5,
         owner: str | None = None,
+        queue: TaskQueue | None = None,
     ) -> None:
         self.store = store
+        self.queue: TaskQueue = queue if queue is not None else SqlTaskQueue(store)
         self.registry = registry
         self.clock = clock
         self.wake = wake
@@ -136,11 +143,9 @@ class Workers:
 
     async def lease_batch(self, limit: int) -> list[TaskRecord]:
         """Lease up to `limit` tasks and start their handlers; return them."""
-        now = self.clock.now()
-        async with self.store.transaction() as tx:
-            tasks = await tx.lease_tasks(
-                owner=self.owner, limit=limit, lease_for=self.lease, now=now
-            )
+        tasks = await self.queue.lease(
+            owner=self.owner, limit=limit, lease_for=self.lease, now=self.clock.now()
+        )
         if tasks:
             self.lease_batches += 1
         for task in tasks:
@@ -277,8 +282,8 @@ class Workers:
             ]
             if results:
                 await tx.enqueue_inbox(results)
-            await tx.complete_tasks(
-                [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in batch]
+            await self.queue.complete(
+                tx, [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in batch]
             )
         for o in batch:
             self._leased.pop(o.task.id, None)
@@ -299,12 +304,11 @@ class Workers:
             if not running:
                 continue
             try:
-                async with self.store.transaction() as tx:
-                    await tx.extend_leases(
-                        [TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in running],
-                        owner=self.owner,
-                        lease_until=self.clock.now() + self.lease,
-                    )
+                await self.queue.extend(
+                    [TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in running],
+                    owner=self.owner,
+                    lease_until=self.clock.now() + self.lease,
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -333,8 +337,7 @@ class Workers:
                 TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in self._leased.values()
             ]
             try:
-                async with self.store.transaction() as tx:
-                    await tx.release_tasks(unfinished, available_at=self.clock.now())
+                await self.queue.release(unfinished, available_at=self.clock.now())
             except Exception:
                 log.exception("releasing %d leases at shutdown failed", len(unfinished))
             self._leased.clear()

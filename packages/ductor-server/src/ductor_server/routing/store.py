@@ -1,7 +1,7 @@
 """SQL for the routing tables (migrations 0100-0199), over an open storage transaction.
 
-Routing's own rows live here so the shared `Tx` protocol stays unchanged:
-`RoutingTx(tx)` wraps a transaction of either backend. Nothing here routes.
+Routing's own rows live here, written through the public storage `Session`:
+`RoutingTx(tx)` wraps `tx.session` of either backend. Nothing here routes.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ductor_server.storage._sql_tx import SqlTx
-from ductor_server.storage.protocol import Tx
+from ductor_server.storage.protocol import Session, Tx
 
 #: The configuration tables a tenant edits over the API (name -> table).
 ENTITY_TABLES = {"worker": "routing_workers", "pool": "routing_pools"}
@@ -65,22 +64,20 @@ class RoutingTx:
     """
 
     def __init__(self, tx: Tx) -> None:
-        if not isinstance(tx, SqlTx):
-            raise TypeError(f"routing needs a SQL transaction, got {type(tx).__name__}")
-        self._tx: SqlTx = tx
+        self._db: Session = tx.session
 
     # --- configuration generation ------------------------------------------------
 
     async def generation(self, tenant_id: str) -> int:
         """How many times the tenant's routing configuration changed (0 if never)."""
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             "SELECT generation FROM routing_generations WHERE tenant_id = %s", (tenant_id,)
         )
         return 0 if row is None else int(row[0])
 
     async def bump_generation(self, tenant_id: str) -> int:
         """Count one more change; also serializes writers of the tenant's configuration."""
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             "INSERT INTO routing_generations (tenant_id, generation) VALUES (%s, 1)"
             " ON CONFLICT (tenant_id) DO UPDATE"
             " SET generation = routing_generations.generation + 1 RETURNING generation",
@@ -97,17 +94,17 @@ class RoutingTx:
         """Create or replace a worker or pool; True if it was created."""
         name = ENTITY_TABLES[table]
         existed = await self.get_entity(table, tenant_id, entity_id) is not None
-        await self._tx._execute(
+        await self._db.execute(
             f"INSERT INTO {name} (tenant_id, id, body, updated_at) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (tenant_id, id) DO UPDATE"
             " SET body = excluded.body, updated_at = excluded.updated_at",
-            (tenant_id, entity_id, body.decode(), self._tx._ts(now)),
+            (tenant_id, entity_id, body.decode(), self._db.to_timestamp(now)),
         )
         return not existed
 
     async def get_entity(self, table: str, tenant_id: str, entity_id: str) -> bytes | None:
         """One worker's or pool's JSON body, or None."""
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             f"SELECT body FROM {ENTITY_TABLES[table]} WHERE tenant_id = %s AND id = %s",
             (tenant_id, entity_id),
         )
@@ -115,7 +112,7 @@ class RoutingTx:
 
     async def list_entities(self, table: str, tenant_id: str) -> list[bytes]:
         """Every worker or pool body of the tenant, by id."""
-        rows = await self._tx._fetchall(
+        rows = await self._db.fetch_all(
             f"SELECT body FROM {ENTITY_TABLES[table]} WHERE tenant_id = %s ORDER BY id",
             (tenant_id,),
         )
@@ -123,7 +120,7 @@ class RoutingTx:
 
     async def delete_entity(self, table: str, tenant_id: str, entity_id: str) -> bool:
         """Delete a worker or pool; False if there was none."""
-        count = await self._tx._execute(
+        count = await self._db.execute(
             f"DELETE FROM {ENTITY_TABLES[table]} WHERE tenant_id = %s AND id = %s",
             (tenant_id, entity_id),
         )
@@ -136,15 +133,15 @@ class RoutingTx:
 
         Call after `bump_generation` in the same transaction (that serializes writers).
         """
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             "SELECT COALESCE(MAX(version), 0) FROM routing_rule_sets WHERE tenant_id = %s",
             (tenant_id,),
         )
         version = (int(row[0]) if row is not None else 0) + 1
-        await self._tx._execute(
+        await self._db.execute(
             "INSERT INTO routing_rule_sets (tenant_id, version, body, created_at)"
             " VALUES (%s, %s, %s, %s)",
-            (tenant_id, version, body.decode(), self._tx._ts(now)),
+            (tenant_id, version, body.decode(), self._db.to_timestamp(now)),
         )
         return version
 
@@ -153,29 +150,29 @@ class RoutingTx:
     ) -> tuple[int, bytes, datetime] | None:
         """(version, body, created_at) of one version, or of the latest when None."""
         if version is None:
-            row = await self._tx._fetchone(
+            row = await self._db.fetch_one(
                 "SELECT version, body, created_at FROM routing_rule_sets WHERE tenant_id = %s"
                 " ORDER BY version DESC LIMIT 1",
                 (tenant_id,),
             )
         else:
-            row = await self._tx._fetchone(
+            row = await self._db.fetch_one(
                 "SELECT version, body, created_at FROM routing_rule_sets"
                 " WHERE tenant_id = %s AND version = %s",
                 (tenant_id, version),
             )
         if row is None:
             return None
-        return int(row[0]), _raw(row[1]), self._tx._dt(row[2])
+        return int(row[0]), _raw(row[1]), self._db.from_timestamp(row[2])
 
     async def list_rule_set_versions(self, tenant_id: str) -> list[tuple[int, datetime]]:
         """Every (version, created_at) of the tenant's rule set, newest first."""
-        rows = await self._tx._fetchall(
+        rows = await self._db.fetch_all(
             "SELECT version, created_at FROM routing_rule_sets WHERE tenant_id = %s"
             " ORDER BY version DESC",
             (tenant_id,),
         )
-        return [(int(r[0]), self._tx._dt(r[1])) for r in rows]
+        return [(int(r[0]), self._db.from_timestamp(r[1])) for r in rows]
 
     # --- counters and marks --------------------------------------------------------
 
@@ -185,7 +182,7 @@ class RoutingTx:
         for start in range(0, len(keys), 400):
             chunk = keys[start : start + 400]
             marks = ", ".join(["%s"] * len(chunk))
-            rows = await self._tx._fetchall(
+            rows = await self._db.fetch_all(
                 "SELECT key, value FROM routing_counters"
                 f" WHERE tenant_id = %s AND key IN ({marks})",
                 (tenant_id, *chunk),
@@ -214,7 +211,7 @@ class RoutingTx:
         if not batch:
             return out
         # One statement for every row keeps the caller's (sorted) lock order.
-        rows = await self._tx._executemany_returning(
+        rows = await self._db.executemany_returning(
             "INSERT INTO routing_counters (tenant_id, key, value) VALUES (%s, %s, %s)"
             " ON CONFLICT (tenant_id, key) DO UPDATE"
             " SET value = routing_counters.value + excluded.value"
@@ -227,7 +224,7 @@ class RoutingTx:
 
     async def release(self, tenant_id: str, key: str, amount: int) -> None:
         """Take `amount` off a counter, never below zero."""
-        await self._tx._execute(
+        await self._db.execute(
             "UPDATE routing_counters SET value = CASE WHEN value < %s THEN 0 ELSE value - %s END"
             " WHERE tenant_id = %s AND key = %s",
             (amount, amount, tenant_id, key),
@@ -242,7 +239,7 @@ class RoutingTx:
         for start in range(0, len(wanted), 400):
             chunk = wanted[start : start + 400]
             marks = ", ".join(["%s"] * len(chunk))
-            rows = await self._tx._fetchall(
+            rows = await self._db.fetch_all(
                 "SELECT kind, scope, key, value FROM routing_marks"
                 f" WHERE tenant_id = %s AND scope IN ({marks})",
                 (tenant_id, *chunk),
@@ -253,7 +250,7 @@ class RoutingTx:
     async def set_marks(self, tenant_id: str, marks: Sequence[tuple[str, str, str, str]]) -> None:
         """Upsert (kind, scope, key, value) marks, in a stable order (no lock cycles),
         in one round trip where the backend can."""
-        await self._tx._executemany(
+        await self._db.executemany(
             "INSERT INTO routing_marks (tenant_id, kind, scope, key, value)"
             " VALUES (%s, %s, %s, %s, %s)"
             " ON CONFLICT (tenant_id, kind, scope, key) DO UPDATE SET value = excluded.value",
@@ -276,7 +273,7 @@ class RoutingTx:
         now: datetime,
     ) -> bool:
         """Store a decision; False (nothing written) if its id is already taken."""
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             "INSERT INTO routing_decisions"
             " (tenant_id, id, routable_id, outcome, pool, worker, charge, body, created_at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -290,14 +287,14 @@ class RoutingTx:
                 worker,
                 charge,
                 body.decode(),
-                self._tx._ts(now),
+                self._db.to_timestamp(now),
             ),
         )
         return row is not None
 
     async def get_decision(self, tenant_id: str, decision_id: str) -> bytes | None:
         """A decision's stored JSON, or None."""
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             "SELECT body FROM routing_decisions WHERE tenant_id = %s AND id = %s",
             (tenant_id, decision_id),
         )
@@ -305,7 +302,7 @@ class RoutingTx:
 
     async def list_pool_decisions(self, tenant_id: str, pool: str, *, limit: int) -> list[bytes]:
         """The pool's latest `limit` decisions, oldest first."""
-        rows = await self._tx._fetchall(
+        rows = await self._db.fetch_all(
             "SELECT body FROM routing_decisions WHERE tenant_id = %s AND pool = %s"
             " ORDER BY created_at DESC, id DESC LIMIT %s",
             (tenant_id, pool, limit),
@@ -316,8 +313,8 @@ class RoutingTx:
 
     async def insert_assignment(self, record: AssignmentRecord) -> None:
         """Store a new assignment."""
-        ts = self._tx._ts
-        await self._tx._execute(
+        ts = self._db.to_timestamp
+        await self._db.execute(
             f"INSERT INTO routing_assignments ({_ASSIGNMENT_COLS})"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
@@ -332,7 +329,7 @@ class RoutingTx:
                 record.status,
                 msgspec.json.encode(record.reservations).decode(),
                 record.origin,
-                self._tx._json(record.result),
+                self._db.to_json(record.result),
                 record.reason,
                 ts(record.created_at),
                 ts(record.updated_at),
@@ -341,7 +338,7 @@ class RoutingTx:
 
     async def get_assignment(self, tenant_id: str, assignment_id: str) -> AssignmentRecord | None:
         """One assignment, or None."""
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments WHERE tenant_id = %s AND id = %s",
             (tenant_id, assignment_id),
         )
@@ -351,7 +348,7 @@ class RoutingTx:
         self, tenant_id: str, decision_id: str
     ) -> AssignmentRecord | None:
         """The assignment a decision made, or None."""
-        row = await self._tx._fetchone(
+        row = await self._db.fetch_one(
             f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments"
             " WHERE tenant_id = %s AND decision_id = %s",
             (tenant_id, decision_id),
@@ -362,7 +359,7 @@ class RoutingTx:
         self, tenant_id: str, routable_id: str
     ) -> list[AssignmentRecord]:
         """Every assignment of one routable, oldest first."""
-        rows = await self._tx._fetchall(
+        rows = await self._db.fetch_all(
             f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments"
             " WHERE tenant_id = %s AND routable_id = %s ORDER BY created_at, id",
             (tenant_id, routable_id),
@@ -385,7 +382,7 @@ class RoutingTx:
             if value is not None:
                 where.append(f"{column} = %s")
                 params.append(value)
-        rows = await self._tx._fetchall(
+        rows = await self._db.fetch_all(
             f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments WHERE {' AND '.join(where)}"
             " ORDER BY created_at, id LIMIT %s",
             (*params, limit),
@@ -394,7 +391,7 @@ class RoutingTx:
 
     async def count_assignments(self, tenant_id: str) -> dict[tuple[str, str, str], int]:
         """Assignments per (pool, worker, status) of the tenant."""
-        rows = await self._tx._fetchall(
+        rows = await self._db.fetch_all(
             "SELECT pool, worker, status, COUNT(*) FROM routing_assignments"
             " WHERE tenant_id = %s GROUP BY pool, worker, status",
             (tenant_id,),
@@ -414,14 +411,14 @@ class RoutingTx:
     ) -> bool:
         """Change an assignment's status if it is in one of `from_statuses`."""
         marks = ", ".join(["%s"] * len(from_statuses))
-        count = await self._tx._execute(
+        count = await self._db.execute(
             "UPDATE routing_assignments SET status = %s, result = %s, reason = %s, updated_at = %s"
             f" WHERE tenant_id = %s AND id = %s AND status IN ({marks})",
             (
                 to_status,
-                self._tx._json(result),
+                self._db.to_json(result),
                 reason,
-                self._tx._ts(now),
+                self._db.to_timestamp(now),
                 tenant_id,
                 assignment_id,
                 *from_statuses,
@@ -442,10 +439,10 @@ class RoutingTx:
             status=r[8],
             reservations=_reservations_decoder.decode(_raw(r[9])),
             origin=r[10],
-            result=self._tx._any(r[11]),
+            result=self._db.from_json(r[11]),
             reason=r[12],
-            created_at=self._tx._dt(r[13]),
-            updated_at=self._tx._dt(r[14]),
+            created_at=self._db.from_timestamp(r[13]),
+            updated_at=self._db.from_timestamp(r[14]),
         )
 
 

@@ -1,6 +1,8 @@
 """Storage: the `Store` protocol, its record types, and the SQLite and Postgres backends.
 
-Only this package writes SQL. `open_store` picks the backend from its target.
+Only this package writes SQL for the engine's tables; the stores of other areas
+write theirs through the public `Session` seam (`tx.session`). `open_store`
+picks the backend from its target.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ductor_server.storage.errors import InvalidCursor, StoreError, StoreUnavailable
-from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.protocol import BeforeCommit, Params, Row, Session, Store, Tx
 from ductor_server.storage.records import (
     ApiKeyRecord,
     AttemptRecord,
@@ -61,6 +63,7 @@ def open_store(target: str | Path) -> Store:
 __all__ = [
     "ApiKeyRecord",
     "AttemptRecord",
+    "BeforeCommit",
     "EventRecord",
     "HistoryRecord",
     "IdempotencyRecord",
@@ -71,11 +74,14 @@ __all__ = [
     "NewInboxItem",
     "NewRun",
     "NewTask",
+    "Params",
+    "Row",
     "RunInsert",
     "RunPage",
     "RunRecord",
     "RunRef",
     "RunUpdate",
+    "Session",
     "Store",
     "StoreError",
     "StoreUnavailable",

@@ -1,4 +1,5 @@
-"""The SQL both backends share: every `Tx` method written once over a few I/O hooks.
+"""The SQL both backends share: every `Tx` and `Session` method written once over a
+few I/O hooks.
 
 Statements use `%s` placeholders (the SQLite backend rewrites them to `?`).
 Backends supply execution, value conversion and their locking clauses; this
@@ -17,6 +18,7 @@ import msgspec
 
 from ductor_core.runs import ErrorInfo, RunInput, RunState, RunStatus
 from ductor_server.storage.errors import InvalidCursor, StoreError
+from ductor_server.storage.protocol import BeforeCommit, Params, Row, Session
 from ductor_server.storage.records import (
     ApiKeyRecord,
     AttemptRecord,
@@ -45,9 +47,6 @@ from ductor_server.storage.records import (
     WorkflowFamilyRecord,
     WorkflowVersionRecord,
 )
-
-Row = tuple[Any, ...]
-Params = Sequence[Any]
 
 # Batches that become one `IN (...)` list are cut to this many items, well under
 # SQLite's limit on bound variables.
@@ -84,7 +83,7 @@ _WF_COLS = "tenant_id, family_slug, version, hash, definition, trigger_events, c
 _RUN_COLS = (
     "tenant_id, id, family_slug, version, status, state, lock_version, input, output, error,"
     " parent_run_id, parent_step_ref, parent_item_index, child_key, idempotency_key,"
-    " created_at, updated_at, finished_at"
+    " created_at, updated_at, finished_at, kind, kind_state"
 )
 _INBOX_COLS = "seq, tenant_id, run_id, input, available_at"
 _TASK_COLS = (
@@ -103,74 +102,103 @@ _IDEM_COLS = "tenant_id, scope, key, request_hash, status_code, response, create
 
 
 class SqlTx:
-    """The `Tx` implementation shared by both backends.
+    """The `Tx` (and `Session`) implementation shared by both backends.
 
-    Subclasses implement the I/O hooks (`_fetchall`, `_execute`,
-    `_executemany_returning`), value conversion (`_ts`, `_dt`) and the locking
-    clauses; everything else lives here so both backends behave the same.
+    Subclasses implement the I/O hooks (`fetch_all`, `execute`, `executemany`,
+    `executemany_returning`, `advisory_lock`), value conversion
+    (`to_timestamp`, `from_timestamp`) and the locking clauses; everything else
+    lives here so both backends behave the same. The transaction is its own
+    `session`.
     """
 
     # Appended to SELECTs that claim rows for this transaction (Postgres only).
     _skip_locked: str = ""
     _skip_locked_runs: str = ""
 
+    backend: str = ""
+    """ "sqlite" or "postgres" (set by each backend)."""
+
+    def __init__(self) -> None:
+        self._before_commit: list[BeforeCommit] = []
+
+    @property
+    def session(self) -> Session:
+        """This transaction, seen as the plain-SQL `Session`."""
+        return self
+
     # --- I/O hooks ---------------------------------------------------------------
     # Each backend (SqliteTx, PostgresTx) overrides every hook below; the base
     # class is never used on its own, so reaching one of these raises loudly.
 
-    async def _fetchall(self, sql: str, params: Params = ()) -> list[Row]:
-        raise NotImplementedError(f"{type(self).__name__} must implement _fetchall")
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run a query; return every row."""
+        raise NotImplementedError(f"{type(self).__name__} must implement fetch_all")
 
-    async def _execute(self, sql: str, params: Params = ()) -> int:
+    async def execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; return the number of rows it changed."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _execute")
+        raise NotImplementedError(f"{type(self).__name__} must implement execute")
 
-    async def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
+    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         """Run a statement without results once per params row (batched)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _executemany")
+        raise NotImplementedError(f"{type(self).__name__} must implement executemany")
 
-    async def _executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
+    async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         """Run `sql` once per params row; return each run's first result row (or None)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _executemany_returning")
+        raise NotImplementedError(f"{type(self).__name__} must implement executemany_returning")
 
-    async def _lock_family(self, tenant_id: str, family_slug: str) -> None:
-        """Serialize publishers of one workflow family until the transaction ends."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _lock_family")
+    async def advisory_lock(self, name: str) -> None:
+        """Hold the lock `name` until the transaction ends (see `Session`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement advisory_lock")
 
-    def _ts(self, value: datetime) -> Any:
+    def to_timestamp(self, value: datetime) -> Any:
         """A datetime as the backend's timestamp parameter."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _ts")
+        raise NotImplementedError(f"{type(self).__name__} must implement to_timestamp")
 
-    def _dt(self, value: Any) -> datetime:
+    def from_timestamp(self, value: Any) -> datetime:
         """A timestamp column value as an aware UTC datetime."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _dt")
+        raise NotImplementedError(f"{type(self).__name__} must implement from_timestamp")
 
-    # --- conversion --------------------------------------------------------------
+    # --- the rest of the session -------------------------------------------------
 
-    async def _fetchone(self, sql: str, params: Params = ()) -> Row | None:
-        rows = await self._fetchall(sql, params)
+    async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
+        """Run a query; return its first row, or None."""
+        rows = await self.fetch_all(sql, params)
         return rows[0] if rows else None
 
-    def _ts_or_none(self, value: datetime | None) -> Any:
-        return None if value is None else self._ts(value)
-
-    def _dt_or_none(self, value: Any) -> datetime | None:
-        return None if value is None else self._dt(value)
-
-    def _json(self, value: Any) -> str | None:
+    def to_json(self, value: Any) -> str | None:
         """`value` as JSON text for a JSON column (None stays SQL NULL)."""
         return None if value is None else _encoder.encode(value).decode()
 
     @staticmethod
-    def _any(raw: Any) -> Any:
+    def from_json(raw: Any) -> Any:
+        """A JSON column value decoded (None for SQL NULL)."""
         return None if raw is None else _any_decoder.decode(raw)
+
+    def before_commit(self, callback: BeforeCommit) -> None:
+        """Run `callback` inside the transaction just before it commits (see `Session`)."""
+        self._before_commit.append(callback)
+
+    async def _run_before_commit(self) -> None:
+        # Called by the backend's `transaction()` right before COMMIT; an
+        # exception here rolls the whole transaction back.
+        while self._before_commit:
+            callback = self._before_commit.pop(0)
+            await callback()
+
+    # --- conversion --------------------------------------------------------------
+
+    def _ts_or_none(self, value: datetime | None) -> Any:
+        return None if value is None else self.to_timestamp(value)
+
+    def _dt_or_none(self, value: Any) -> datetime | None:
+        return None if value is None else self.from_timestamp(value)
 
     @staticmethod
     def _error(raw: Any) -> ErrorInfo | None:
         return None if raw is None else _error_decoder.decode(raw)
 
     def _tenant(self, r: Row) -> TenantRecord:
-        return TenantRecord(id=r[0], name=r[1], created_at=self._dt(r[2]))
+        return TenantRecord(id=r[0], name=r[1], created_at=self.from_timestamp(r[2]))
 
     def _key(self, r: Row) -> ApiKeyRecord:
         return ApiKeyRecord(
@@ -179,7 +207,7 @@ class SqlTx:
             name=r[2],
             prefix=r[3],
             key_hash=r[4],
-            created_at=self._dt(r[5]),
+            created_at=self.from_timestamp(r[5]),
             revoked_at=self._dt_or_none(r[6]),
         )
 
@@ -189,9 +217,9 @@ class SqlTx:
             family_slug=r[1],
             version=r[2],
             hash=r[3],
-            definition=self._any(r[4]),
+            definition=self.from_json(r[4]),
             trigger_events=_strings_decoder.decode(r[5]),
-            created_at=self._dt(r[6]),
+            created_at=self.from_timestamp(r[6]),
         )
 
     def _run(self, r: Row) -> RunRecord:
@@ -203,17 +231,19 @@ class SqlTx:
             status=RunStatus(r[4]),
             state=_state_decoder.decode(r[5]),
             lock_version=r[6],
-            input=self._any(r[7]),
-            output=self._any(r[8]),
+            input=self.from_json(r[7]),
+            output=self.from_json(r[8]),
             error=self._error(r[9]),
             parent_run_id=r[10],
             parent_step_ref=r[11],
             parent_item_index=r[12],
             child_key=r[13],
             idempotency_key=r[14],
-            created_at=self._dt(r[15]),
-            updated_at=self._dt(r[16]),
+            created_at=self.from_timestamp(r[15]),
+            updated_at=self.from_timestamp(r[16]),
             finished_at=self._dt_or_none(r[17]),
+            kind=r[18],
+            kind_state=self.from_json(r[19]),
         )
 
     def _inbox(self, r: Row) -> InboxItem:
@@ -222,7 +252,7 @@ class SqlTx:
             tenant_id=r[1],
             run_id=r[2],
             input=_input_decoder.decode(r[3]),
-            available_at=self._dt(r[4]),
+            available_at=self.from_timestamp(r[4]),
         )
 
     def _task(self, r: Row) -> TaskRecord:
@@ -235,16 +265,16 @@ class SqlTx:
             attempt=r[5],
             step_type=r[6],
             handler=r[7],
-            payload=self._any(r[8]),
+            payload=self.from_json(r[8]),
             idempotency_key=r[9],
             timeout_seconds=r[10],
             tier=r[11],
             status=TaskStatus(r[12]),
-            available_at=self._dt(r[13]),
+            available_at=self.from_timestamp(r[13]),
             lease_owner=r[14],
             lease_until=self._dt_or_none(r[15]),
             deliveries=r[16],
-            created_at=self._dt(r[17]),
+            created_at=self.from_timestamp(r[17]),
         )
 
     def _attempt(self, r: Row) -> AttemptRecord:
@@ -255,14 +285,16 @@ class SqlTx:
             item_index=r[3],
             attempt=r[4],
             ok=bool(r[5]),
-            output=self._any(r[6]),
+            output=self.from_json(r[6]),
             error=self._error(r[7]),
-            started_at=self._dt(r[8]),
-            finished_at=self._dt(r[9]),
+            started_at=self.from_timestamp(r[8]),
+            finished_at=self.from_timestamp(r[9]),
         )
 
     def _timer(self, r: Row) -> TimerRecord:
-        return TimerRecord(tenant_id=r[0], run_id=r[1], timer_id=r[2], fire_at=self._dt(r[3]))
+        return TimerRecord(
+            tenant_id=r[0], run_id=r[1], timer_id=r[2], fire_at=self.from_timestamp(r[3])
+        )
 
     def _wait(self, r: Row) -> WaitRecord:
         return WaitRecord(
@@ -271,12 +303,16 @@ class SqlTx:
             step_ref=r[2],
             kind=r[3],
             name=r[4],
-            created_at=self._dt(r[5]),
+            created_at=self.from_timestamp(r[5]),
         )
 
     def _event(self, r: Row) -> EventRecord:
         return EventRecord(
-            tenant_id=r[0], id=r[1], name=r[2], data=self._any(r[3]), received_at=self._dt(r[4])
+            tenant_id=r[0],
+            id=r[1],
+            name=r[2],
+            data=self.from_json(r[3]),
+            received_at=self.from_timestamp(r[4]),
         )
 
     def _history(self, r: Row) -> HistoryRecord:
@@ -284,9 +320,9 @@ class SqlTx:
             tenant_id=r[0],
             run_id=r[1],
             seq=r[2],
-            at=self._dt(r[3]),
+            at=self.from_timestamp(r[3]),
             kind=r[4],
-            data=self._any(r[5]),
+            data=self.from_json(r[5]),
         )
 
     def _idem(self, r: Row) -> IdempotencyRecord:
@@ -296,8 +332,8 @@ class SqlTx:
             key=r[2],
             request_hash=r[3],
             status_code=r[4],
-            response=self._any(r[5]),
-            created_at=self._dt(r[6]),
+            response=self.from_json(r[5]),
+            created_at=self.from_timestamp(r[6]),
         )
 
     @staticmethod
@@ -308,10 +344,10 @@ class SqlTx:
     # --- tenants and API keys -------------------------------------------------------
 
     async def ensure_tenant(self, tenant_id: str, *, name: str, now: datetime) -> TenantRecord:
-        await self._execute(
+        await self.execute(
             "INSERT INTO tenants (id, name, created_at) VALUES (%s, %s, %s)"
             " ON CONFLICT (id) DO NOTHING",
-            (tenant_id, name, self._ts(now)),
+            (tenant_id, name, self.to_timestamp(now)),
         )
         tenant = await self.get_tenant(tenant_id)
         if tenant is None:  # pragma: no cover - the row was just written
@@ -319,7 +355,7 @@ class SqlTx:
         return tenant
 
     async def get_tenant(self, tenant_id: str) -> TenantRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_TENANT_COLS} FROM tenants WHERE id = %s", (tenant_id,)
         )
         return None if row is None else self._tenant(row)
@@ -327,9 +363,9 @@ class SqlTx:
     async def create_api_key(
         self, tenant_id: str, *, key_id: str, name: str, prefix: str, key_hash: str, now: datetime
     ) -> ApiKeyRecord:
-        await self._execute(
+        await self.execute(
             f"INSERT INTO api_keys ({_KEY_COLS}) VALUES (%s, %s, %s, %s, %s, %s, NULL)",
-            (key_id, tenant_id, name, prefix, key_hash, self._ts(now)),
+            (key_id, tenant_id, name, prefix, key_hash, self.to_timestamp(now)),
         )
         return ApiKeyRecord(
             id=key_id,
@@ -341,23 +377,23 @@ class SqlTx:
         )
 
     async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_KEY_COLS} FROM api_keys WHERE key_hash = %s", (key_hash,)
         )
         return None if row is None else self._key(row)
 
     async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_KEY_COLS} FROM api_keys WHERE tenant_id = %s ORDER BY created_at, id",
             (tenant_id,),
         )
         return [self._key(r) for r in rows]
 
     async def revoke_api_key(self, tenant_id: str, key_id: str, *, now: datetime) -> bool:
-        changed = await self._execute(
+        changed = await self.execute(
             "UPDATE api_keys SET revoked_at = %s"
             " WHERE tenant_id = %s AND id = %s AND revoked_at IS NULL",
-            (self._ts(now), tenant_id, key_id),
+            (self.to_timestamp(now), tenant_id, key_id),
         )
         return changed > 0
 
@@ -373,35 +409,37 @@ class SqlTx:
         trigger_events: Sequence[str],
         now: datetime,
     ) -> tuple[WorkflowVersionRecord, bool]:
-        await self._lock_family(tenant_id, family_slug)
-        row = await self._fetchone(
+        # Serializes publishers of one family (same lock name as ever, so a
+        # rolling upgrade never has two processes numbering the same version).
+        await self.advisory_lock(f"workflow:{tenant_id}:{family_slug}")
+        row = await self.fetch_one(
             f"SELECT {_WF_COLS} FROM workflow_versions"
             " WHERE tenant_id = %s AND family_slug = %s AND hash = %s",
             (tenant_id, family_slug, hash),
         )
         if row is not None:
             return self._workflow(row), False
-        top = await self._fetchone(
+        top = await self.fetch_one(
             "SELECT COALESCE(MAX(version), 0) FROM workflow_versions"
             " WHERE tenant_id = %s AND family_slug = %s",
             (tenant_id, family_slug),
         )
         version = int(top[0] if top else 0) + 1
         events = sorted(set(trigger_events))
-        await self._execute(
+        await self.execute(
             f"INSERT INTO workflow_versions ({_WF_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (
                 tenant_id,
                 family_slug,
                 version,
                 hash,
-                self._json(definition),
-                self._json(events),
-                self._ts(now),
+                self.to_json(definition),
+                self.to_json(events),
+                self.to_timestamp(now),
             ),
         )
         if events:
-            await self._executemany(
+            await self.executemany(
                 "INSERT INTO workflow_triggers (tenant_id, event_name, family_slug, version)"
                 " VALUES (%s, %s, %s, %s)",
                 [(tenant_id, name, family_slug, version) for name in events],
@@ -411,7 +449,7 @@ class SqlTx:
             family_slug=family_slug,
             version=version,
             hash=hash,
-            definition=self._any(self._json(definition)),
+            definition=self.from_json(self.to_json(definition)),
             trigger_events=events,
             created_at=utc(now),
         )
@@ -420,7 +458,7 @@ class SqlTx:
     async def get_workflow_version(
         self, tenant_id: str, family_slug: str, version: int
     ) -> WorkflowVersionRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_WF_COLS} FROM workflow_versions"
             " WHERE tenant_id = %s AND family_slug = %s AND version = %s",
             (tenant_id, family_slug, version),
@@ -430,7 +468,7 @@ class SqlTx:
     async def get_latest_workflow_version(
         self, tenant_id: str, family_slug: str
     ) -> WorkflowVersionRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_WF_COLS} FROM workflow_versions"
             " WHERE tenant_id = %s AND family_slug = %s ORDER BY version DESC LIMIT 1",
             (tenant_id, family_slug),
@@ -440,7 +478,7 @@ class SqlTx:
     async def list_workflow_versions(
         self, tenant_id: str, family_slug: str
     ) -> list[WorkflowVersionRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_WF_COLS} FROM workflow_versions"
             " WHERE tenant_id = %s AND family_slug = %s ORDER BY version",
             (tenant_id, family_slug),
@@ -449,7 +487,7 @@ class SqlTx:
 
     async def list_workflow_families(self, tenant_id: str) -> list[WorkflowFamilyRecord]:
         cols = ", ".join(f"w.{c.strip()}" for c in _WF_COLS.split(","))
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {cols}, f.n FROM workflow_versions w JOIN ("
             "  SELECT family_slug, MAX(version) AS v, COUNT(*) AS n FROM workflow_versions"
             "  WHERE tenant_id = %s GROUP BY family_slug"
@@ -468,7 +506,7 @@ class SqlTx:
         self, tenant_id: str, event_name: str
     ) -> list[WorkflowVersionRecord]:
         cols = ", ".join(f"w.{c.strip()}" for c in _WF_COLS.split(","))
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {cols} FROM workflow_triggers t JOIN workflow_versions w"
             " ON w.tenant_id = t.tenant_id AND w.family_slug = t.family_slug"
             " AND w.version = t.version"
@@ -495,23 +533,25 @@ class SqlTx:
                     run.family_slug,
                     run.version,
                     str(state.status),
-                    self._json(state),
+                    self.to_json(state),
                     0,
-                    self._json(state.input),
-                    self._json(state.output),
-                    self._json(state.error),
+                    self.to_json(state.input),
+                    self.to_json(state.output),
+                    self.to_json(state.error),
                     run.parent_run_id,
                     run.parent_step_ref,
                     run.parent_item_index,
                     run.child_key,
                     run.idempotency_key,
-                    self._ts(state.created_at),
-                    self._ts(state.created_at),
+                    self.to_timestamp(state.created_at),
+                    self.to_timestamp(state.created_at),
                     self._ts_or_none(state.finished_at),
+                    run.kind,
+                    self.to_json(run.kind_state),
                 )
             )
-        inserted = await self._executemany_returning(
-            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 18)})"
+        inserted = await self.executemany_returning(
+            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 20)})"
             " ON CONFLICT DO NOTHING RETURNING id",
             params,
         )
@@ -552,6 +592,8 @@ class SqlTx:
             created_at=created,
             updated_at=created,
             finished_at=None if state.finished_at is None else utc(state.finished_at),
+            kind=run.kind,
+            kind_state=run.kind_state,
         )
 
     async def _existing_run(self, run: NewRun) -> RunRecord | None:
@@ -560,7 +602,7 @@ class SqlTx:
             if found is not None:
                 return found
         if run.child_key is not None:
-            row = await self._fetchone(
+            row = await self.fetch_one(
                 f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND child_key = %s",
                 (run.tenant_id, run.child_key),
             )
@@ -569,7 +611,7 @@ class SqlTx:
         return await self.get_run(run.tenant_id, run.state.run_id)
 
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s", (tenant_id, run_id)
         )
         return None if row is None else self._run(row)
@@ -578,7 +620,7 @@ class SqlTx:
         found: dict[tuple[str, str], RunRecord] = {}
         for chunk in _chunks(refs):
             params = [v for ref in chunk for v in (ref.tenant_id, ref.run_id)]
-            rows = await self._fetchall(
+            rows = await self.fetch_all(
                 f"SELECT {_RUN_COLS} FROM runs WHERE (tenant_id, id) IN ({_tuples(len(chunk), 2)})",
                 params,
             )
@@ -592,7 +634,7 @@ class SqlTx:
         return out
 
     async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s",
             (tenant_id, key),
         )
@@ -606,7 +648,7 @@ class SqlTx:
         if step_ref is not None:
             sql += " AND parent_step_ref = %s"
             params.append(step_ref)
-        rows = await self._fetchall(sql + " ORDER BY created_at, id", params)
+        rows = await self.fetch_all(sql + " ORDER BY created_at, id", params)
         return [self._run(r) for r in rows]
 
     async def list_runs(
@@ -631,10 +673,10 @@ class SqlTx:
         if cursor is not None:
             created_at, run_id = _decode_cursor(cursor)
             sql += " AND (created_at, id) < (%s, %s)"
-            params += [self._ts(created_at), run_id]
+            params += [self.to_timestamp(created_at), run_id]
         sql += " ORDER BY created_at DESC, id DESC LIMIT %s"
         params.append(limit + 1)
-        rows = await self._fetchall(sql, params)
+        rows = await self.fetch_all(sql, params)
         items = [self._run(r) for r in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:
@@ -645,18 +687,20 @@ class SqlTx:
     async def update_runs(self, updates: Sequence[RunUpdate]) -> list[bool]:
         if not updates:
             return []
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
-            " finished_at = %s, updated_at = %s, lock_version = lock_version + 1"
+            " finished_at = %s, updated_at = %s, kind_state = %s,"
+            " lock_version = lock_version + 1"
             " WHERE tenant_id = %s AND id = %s AND lock_version = %s RETURNING lock_version",
             [
                 (
-                    self._json(u.state),
+                    self.to_json(u.state),
                     str(u.state.status),
-                    self._json(u.state.output),
-                    self._json(u.state.error),
+                    self.to_json(u.state.output),
+                    self.to_json(u.state.error),
                     self._ts_or_none(u.state.finished_at),
-                    self._ts(u.updated_at),
+                    self.to_timestamp(u.updated_at),
+                    self.to_json(u.kind_state),
                     u.tenant_id,
                     u.run_id,
                     u.expected_lock_version,
@@ -671,10 +715,13 @@ class SqlTx:
     async def enqueue_inbox(self, items: Sequence[NewInboxItem]) -> list[int]:
         if not items:
             return []
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             "INSERT INTO run_inbox (tenant_id, run_id, input, available_at)"
             " VALUES (%s, %s, %s, %s) RETURNING seq",
-            [(i.tenant_id, i.run_id, self._json(i.input), self._ts(i.available_at)) for i in items],
+            [
+                (i.tenant_id, i.run_id, self.to_json(i.input), self.to_timestamp(i.available_at))
+                for i in items
+            ],
         )
         seqs: list[int] = []
         for row in rows:
@@ -685,7 +732,7 @@ class SqlTx:
 
     async def claim_runs_with_inbox(self, *, now: datetime, limit: int) -> list[RunRef]:
         # Look a little past `limit` so runs another coordinator holds can be skipped.
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             "WITH pending AS ("
             "  SELECT tenant_id, run_id, MIN(seq) AS first_seq FROM run_inbox"
             "  WHERE available_at <= %s GROUP BY tenant_id, run_id"
@@ -693,7 +740,7 @@ class SqlTx:
             ") SELECT r.tenant_id, r.id FROM runs r JOIN pending p"
             " ON p.tenant_id = r.tenant_id AND p.run_id = r.id"
             f" ORDER BY p.first_seq LIMIT %s{self._skip_locked_runs}",
-            (self._ts(now), limit * 4 + 16, limit),
+            (self.to_timestamp(now), limit * 4 + 16, limit),
         )
         return [RunRef(tenant_id=r[0], run_id=r[1]) for r in rows]
 
@@ -703,11 +750,11 @@ class SqlTx:
         items: list[InboxItem] = []
         for chunk in _chunks(refs):
             params: list[Any] = [v for ref in chunk for v in (ref.tenant_id, ref.run_id)]
-            rows = await self._fetchall(
+            rows = await self.fetch_all(
                 f"SELECT {_INBOX_COLS} FROM run_inbox"
                 f" WHERE (tenant_id, run_id) IN ({_tuples(len(chunk), 2)})"
                 " AND available_at <= %s ORDER BY run_id, seq",
-                [*params, self._ts(now)],
+                [*params, self.to_timestamp(now)],
             )
             items.extend(self._inbox(r) for r in rows)
         items.sort(key=lambda i: (i.tenant_id, i.run_id, i.seq))
@@ -722,11 +769,24 @@ class SqlTx:
             items = kept
         return items
 
+    async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:
+        deferred = 0
+        for chunk in _chunks(refs):
+            params: list[Any] = [self.to_timestamp(until)]
+            params.extend(v for ref in chunk for v in (ref.tenant_id, ref.run_id))
+            params.append(self.to_timestamp(now))
+            deferred += await self.execute(
+                "UPDATE run_inbox SET available_at = %s"
+                f" WHERE (tenant_id, run_id) IN ({_tuples(len(chunk), 2)}) AND available_at <= %s",
+                params,
+            )
+        return deferred
+
     async def delete_inbox(self, refs: Sequence[InboxRef]) -> int:
         deleted = 0
         for chunk in _chunks(refs):
             params = [v for ref in chunk for v in (ref.tenant_id, ref.seq)]
-            deleted += await self._execute(
+            deleted += await self.execute(
                 f"DELETE FROM run_inbox WHERE (tenant_id, seq) IN ({_tuples(len(chunk), 2)})",
                 params,
             )
@@ -737,7 +797,7 @@ class SqlTx:
     async def enqueue_tasks(self, tasks: Sequence[NewTask]) -> list[bool]:
         if not tasks:
             return []
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             "INSERT INTO tasks (tenant_id, run_id, step_ref, item_index, attempt, step_type,"
             " handler, payload, idempotency_key, timeout_seconds, tier, status, available_at,"
             " deliveries, created_at)"
@@ -752,12 +812,12 @@ class SqlTx:
                     t.attempt,
                     t.step_type,
                     t.handler,
-                    self._json(t.payload),
+                    self.to_json(t.payload),
                     t.idempotency_key,
                     t.timeout_seconds,
                     t.tier,
-                    self._ts(t.available_at),
-                    self._ts(t.created_at or t.available_at),
+                    self.to_timestamp(t.available_at),
+                    self.to_timestamp(t.created_at or t.available_at),
                 )
                 for t in tasks
             ],
@@ -812,12 +872,12 @@ class SqlTx:
         now: datetime,
         handlers: Sequence[str] | None,
     ) -> list[TaskRecord]:
-        params: list[Any] = [self._ts(utc(now) + lease_for), owner, self._ts(now)]
+        params: list[Any] = [self.to_timestamp(utc(now) + lease_for), owner, self.to_timestamp(now)]
         if handlers is not None:
             where += f" AND handler IN ({', '.join(['%s'] * len(handlers))})"
             params.extend(handlers)
         params.append(limit)
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
             " deliveries = deliveries + 1"
             f" WHERE id IN (SELECT id FROM tasks WHERE {where}"
@@ -832,17 +892,20 @@ class SqlTx:
     ) -> list[bool]:
         if not refs:
             return []
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             "UPDATE tasks SET lease_until = %s WHERE tenant_id = %s AND id = %s"
             " AND status = 'leased' AND lease_owner = %s RETURNING id",
-            [(self._ts(lease_until), r.tenant_id, self._task_id(r.task_id), owner) for r in refs],
+            [
+                (self.to_timestamp(lease_until), r.tenant_id, self._task_id(r.task_id), owner)
+                for r in refs
+            ],
         )
         return [row is not None for row in rows]
 
     async def complete_tasks(self, refs: Sequence[TaskRef]) -> list[bool]:
         if not refs:
             return []
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
             " WHERE tenant_id = %s AND id = %s AND status <> 'done' RETURNING id",
             [(r.tenant_id, self._task_id(r.task_id)) for r in refs],
@@ -852,40 +915,43 @@ class SqlTx:
     async def release_tasks(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
         if not refs:
             return 0
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             "UPDATE tasks SET status = 'queued', lease_owner = NULL, lease_until = NULL,"
             " available_at = %s WHERE tenant_id = %s AND id = %s AND status = 'leased'"
             " RETURNING id",
-            [(self._ts(available_at), r.tenant_id, self._task_id(r.task_id)) for r in refs],
+            [
+                (self.to_timestamp(available_at), r.tenant_id, self._task_id(r.task_id))
+                for r in refs
+            ],
         )
         return sum(row is not None for row in rows)
 
     async def drop_run_tasks(self, tenant_id: str, run_id: str) -> int:
-        return await self._execute(
+        return await self.execute(
             "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
             " WHERE tenant_id = %s AND run_id = %s AND status = 'queued'",
             (tenant_id, run_id),
         )
 
     async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
-        return await self._execute(
+        return await self.execute(
             "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks"
             " WHERE status = 'done' AND created_at < %s ORDER BY id LIMIT %s)",
-            (self._ts(created_before), limit),
+            (self.to_timestamp(created_before), limit),
         )
 
     async def get_task(self, tenant_id: str, task_id: str) -> TaskRecord | None:
         key = self._task_id(task_id)
         if key is None:
             return None
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_TASK_COLS} FROM tasks WHERE tenant_id = %s AND id = %s", (tenant_id, key)
         )
         return None if row is None else self._task(row)
 
     async def count_tasks(self, *, now: datetime) -> dict[str, int]:
-        at = self._ts(now)
-        row = await self._fetchone(
+        at = self.to_timestamp(now)
+        row = await self.fetch_one(
             "SELECT"
             " (SELECT COUNT(*) FROM tasks WHERE status = 'queued' AND available_at <= %s),"
             " (SELECT COUNT(*) FROM tasks WHERE status = 'queued' AND available_at > %s),"
@@ -900,7 +966,7 @@ class SqlTx:
     async def record_attempts(self, attempts: Sequence[AttemptRecord]) -> list[bool]:
         if not attempts:
             return []
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             f"INSERT INTO attempts ({_ATTEMPT_COLS})"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT DO NOTHING RETURNING attempt",
@@ -912,10 +978,10 @@ class SqlTx:
                     a.item_index,
                     a.attempt,
                     a.ok,
-                    self._json(a.output),
-                    self._json(a.error),
-                    self._ts(a.started_at),
-                    self._ts(a.finished_at),
+                    self.to_json(a.output),
+                    self.to_json(a.error),
+                    self.to_timestamp(a.started_at),
+                    self.to_timestamp(a.finished_at),
                 )
                 for a in attempts
             ],
@@ -923,7 +989,7 @@ class SqlTx:
         return [row is not None for row in rows]
 
     async def list_attempts(self, tenant_id: str, run_id: str) -> list[AttemptRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_ATTEMPT_COLS} FROM attempts WHERE tenant_id = %s AND run_id = %s"
             " ORDER BY started_at, step_ref, item_index, attempt",
             (tenant_id, run_id),
@@ -935,17 +1001,17 @@ class SqlTx:
     async def set_timers(self, timers: Sequence[TimerRecord]) -> None:
         if not timers:
             return
-        await self._executemany(
+        await self.executemany(
             f"INSERT INTO timers ({_TIMER_COLS}) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (tenant_id, run_id, timer_id) DO UPDATE SET fire_at = excluded.fire_at",
-            [(t.tenant_id, t.run_id, t.timer_id, self._ts(t.fire_at)) for t in timers],
+            [(t.tenant_id, t.run_id, t.timer_id, self.to_timestamp(t.fire_at)) for t in timers],
         )
 
     async def delete_timers(self, refs: Sequence[TimerRef]) -> int:
         deleted = 0
         for chunk in _chunks(refs):
             params = [v for r in chunk for v in (r.tenant_id, r.run_id, r.timer_id)]
-            deleted += await self._execute(
+            deleted += await self.execute(
                 "DELETE FROM timers WHERE (tenant_id, run_id, timer_id)"
                 f" IN ({_tuples(len(chunk), 3)})",
                 params,
@@ -953,24 +1019,24 @@ class SqlTx:
         return deleted
 
     async def delete_run_timers(self, tenant_id: str, run_id: str) -> int:
-        return await self._execute(
+        return await self.execute(
             "DELETE FROM timers WHERE tenant_id = %s AND run_id = %s", (tenant_id, run_id)
         )
 
     async def due_timers(self, *, now: datetime, limit: int) -> list[TimerRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_TIMER_COLS} FROM timers WHERE fire_at <= %s"
             f" ORDER BY fire_at, tenant_id, run_id, timer_id LIMIT %s{self._skip_locked}",
-            (self._ts(now), limit),
+            (self.to_timestamp(now), limit),
         )
         return [self._timer(r) for r in rows]
 
     async def next_timer_at(self) -> datetime | None:
-        row = await self._fetchone("SELECT MIN(fire_at) FROM timers")
-        return None if row is None or row[0] is None else self._dt(row[0])
+        row = await self.fetch_one("SELECT MIN(fire_at) FROM timers")
+        return None if row is None or row[0] is None else self.from_timestamp(row[0])
 
     async def list_run_timers(self, tenant_id: str, run_id: str) -> list[TimerRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_TIMER_COLS} FROM timers WHERE tenant_id = %s AND run_id = %s"
             " ORDER BY fire_at, timer_id",
             (tenant_id, run_id),
@@ -982,11 +1048,11 @@ class SqlTx:
     async def add_waits(self, waits: Sequence[WaitRecord]) -> None:
         if not waits:
             return
-        await self._executemany(
+        await self.executemany(
             f"INSERT INTO waits ({_WAIT_COLS}) VALUES (%s, %s, %s, %s, %s, %s)"
             " ON CONFLICT DO NOTHING",
             [
-                (w.tenant_id, w.run_id, w.step_ref, w.kind, w.name, self._ts(w.created_at))
+                (w.tenant_id, w.run_id, w.step_ref, w.kind, w.name, self.to_timestamp(w.created_at))
                 for w in waits
             ],
         )
@@ -995,7 +1061,7 @@ class SqlTx:
         deleted = 0
         for chunk in _chunks(refs):
             params = [v for r in chunk for v in (r.tenant_id, r.run_id, r.step_ref)]
-            deleted += await self._execute(
+            deleted += await self.execute(
                 "DELETE FROM waits WHERE (tenant_id, run_id, step_ref)"
                 f" IN ({_tuples(len(chunk), 3)})",
                 params,
@@ -1003,12 +1069,12 @@ class SqlTx:
         return deleted
 
     async def clear_run_waits(self, tenant_id: str, run_id: str) -> int:
-        return await self._execute(
+        return await self.execute(
             "DELETE FROM waits WHERE tenant_id = %s AND run_id = %s", (tenant_id, run_id)
         )
 
     async def find_waits(self, tenant_id: str, *, kind: str, name: str) -> list[WaitRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_WAIT_COLS} FROM waits WHERE tenant_id = %s AND kind = %s AND name = %s"
             " ORDER BY created_at, run_id, step_ref",
             (tenant_id, kind, name),
@@ -1016,7 +1082,7 @@ class SqlTx:
         return [self._wait(r) for r in rows]
 
     async def list_run_waits(self, tenant_id: str, run_id: str) -> list[WaitRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_WAIT_COLS} FROM waits WHERE tenant_id = %s AND run_id = %s"
             " ORDER BY created_at, step_ref, kind, name",
             (tenant_id, run_id),
@@ -1028,25 +1094,25 @@ class SqlTx:
     async def insert_events(self, events: Sequence[EventRecord]) -> list[bool]:
         if not events:
             return []
-        rows = await self._executemany_returning(
+        rows = await self.executemany_returning(
             f"INSERT INTO events ({_EVENT_COLS}) VALUES (%s, %s, %s, %s, %s)"
             " ON CONFLICT (tenant_id, id) DO NOTHING RETURNING id",
             [
-                (e.tenant_id, e.id, e.name, self._json(e.data), self._ts(e.received_at))
+                (e.tenant_id, e.id, e.name, self.to_json(e.data), self.to_timestamp(e.received_at))
                 for e in events
             ],
         )
         return [row is not None for row in rows]
 
     async def purge_events(self, *, received_before: datetime, limit: int = 1000) -> int:
-        return await self._execute(
+        return await self.execute(
             "DELETE FROM events WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM events"
             " WHERE received_at < %s ORDER BY received_at LIMIT %s)",
-            (self._ts(received_before), limit),
+            (self.to_timestamp(received_before), limit),
         )
 
     async def get_event(self, tenant_id: str, event_id: str) -> EventRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_EVENT_COLS} FROM events WHERE tenant_id = %s AND id = %s",
             (tenant_id, event_id),
         )
@@ -1057,16 +1123,19 @@ class SqlTx:
     async def append_history(self, entries: Sequence[NewHistoryEntry]) -> None:
         if not entries:
             return
-        await self._executemany(
+        await self.executemany(
             "INSERT INTO run_history (tenant_id, run_id, at, kind, data)"
             " VALUES (%s, %s, %s, %s, %s)",
-            [(e.tenant_id, e.run_id, self._ts(e.at), e.kind, self._json(e.data)) for e in entries],
+            [
+                (e.tenant_id, e.run_id, self.to_timestamp(e.at), e.kind, self.to_json(e.data))
+                for e in entries
+            ],
         )
 
     async def list_history(
         self, tenant_id: str, run_id: str, *, after_seq: int = 0, limit: int = 1000
     ) -> list[HistoryRecord]:
-        rows = await self._fetchall(
+        rows = await self.fetch_all(
             f"SELECT {_HISTORY_COLS} FROM run_history"
             " WHERE tenant_id = %s AND run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
             (tenant_id, run_id, after_seq, limit),
@@ -1078,7 +1147,7 @@ class SqlTx:
     async def get_idempotency(
         self, tenant_id: str, scope: str, key: str
     ) -> IdempotencyRecord | None:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"SELECT {_IDEM_COLS} FROM idempotency_keys"
             " WHERE tenant_id = %s AND scope = %s AND key = %s",
             (tenant_id, scope, key),
@@ -1086,7 +1155,7 @@ class SqlTx:
         return None if row is None else self._idem(row)
 
     async def put_idempotency(self, record: IdempotencyRecord) -> bool:
-        row = await self._fetchone(
+        row = await self.fetch_one(
             f"INSERT INTO idempotency_keys ({_IDEM_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (tenant_id, scope, key) DO NOTHING RETURNING key",
             (
@@ -1095,15 +1164,15 @@ class SqlTx:
                 record.key,
                 record.request_hash,
                 record.status_code,
-                self._json(record.response),
-                self._ts(record.created_at),
+                self.to_json(record.response),
+                self.to_timestamp(record.created_at),
             ),
         )
         return row is not None
 
     async def delete_idempotency_before(self, cutoff: datetime) -> int:
-        return await self._execute(
-            "DELETE FROM idempotency_keys WHERE created_at < %s", (self._ts(cutoff),)
+        return await self.execute(
+            "DELETE FROM idempotency_keys WHERE created_at < %s", (self.to_timestamp(cutoff),)
         )
 
 

@@ -20,9 +20,9 @@ from psycopg.adapt import Loader
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ductor_server.storage._migrator import migration_files
-from ductor_server.storage._sql_tx import Params, Row, SqlTx, utc
+from ductor_server.storage._sql_tx import SqlTx, utc
 from ductor_server.storage.errors import StoreError, StoreUnavailable
-from ductor_server.storage.protocol import Tx
+from ductor_server.storage.protocol import Params, Row, Tx
 
 # pg_advisory_lock key that serializes `migrate()` across processes.
 _MIGRATE_LOCK = zlib.crc32(b"ductor.migrate")
@@ -56,40 +56,42 @@ class PostgresTx(SqlTx):
 
     _skip_locked = " FOR UPDATE SKIP LOCKED"
     _skip_locked_runs = " FOR UPDATE OF r SKIP LOCKED"
+    backend = "postgres"
 
     def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
+        super().__init__()
         self._conn = conn
 
-    def _ts(self, value: datetime) -> Any:
+    def to_timestamp(self, value: datetime) -> Any:
         return utc(value)
 
-    def _json(self, value: Any) -> str | None:
-        text = super()._json(value)
+    def to_json(self, value: Any) -> str | None:
+        text = super().to_json(value)
         if text is not None and "\\u0000" in text:
             # jsonb cannot hold U+0000; store U+FFFD rather than fail the whole
             # transaction (a worker would otherwise redeliver the task forever).
             text = _NUL_ESCAPE.sub(r"\1\\ufffd", text)
         return text
 
-    def _dt(self, value: Any) -> datetime:
+    def from_timestamp(self, value: Any) -> datetime:
         moment: datetime = value
         return moment.astimezone(UTC)
 
-    async def _fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
         cur = await self._conn.execute(sql, params)
         return await cur.fetchall()
 
-    async def _execute(self, sql: str, params: Params = ()) -> int:
+    async def execute(self, sql: str, params: Params = ()) -> int:
         cur = await self._conn.execute(sql, params)
         return max(cur.rowcount, 0)
 
-    async def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
+    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         if not rows:
             return
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows)
 
-    async def _executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
+    async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         if not rows:
             return []
         out: list[Row | None] = []
@@ -101,11 +103,9 @@ class PostgresTx(SqlTx):
                     break
         return out
 
-    async def _lock_family(self, tenant_id: str, family_slug: str) -> None:
-        await self._conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            (f"workflow:{tenant_id}:{family_slug}",),
-        )
+    async def advisory_lock(self, name: str) -> None:
+        """`pg_advisory_xact_lock` on a 64-bit hash of `name`, released at commit."""
+        await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -210,7 +210,9 @@ class PostgresStore:
         pool = self._require_pool()
         try:
             async with pool.connection() as conn, conn.transaction():
-                yield PostgresTx(conn)
+                tx = PostgresTx(conn)
+                yield tx
+                await tx._run_before_commit()
         except PoolTimeout as exc:
             raise StoreUnavailable(f"postgres: {exc}") from exc
         except psycopg.Error as exc:

@@ -1,13 +1,20 @@
-"""The `Store` and `Tx` protocols: everything the engine and the API may ask of storage.
+"""The `Store`, `Tx` and `Session` protocols: everything the engine, the API and
+the stores of other areas may ask of storage.
 
 No implementation here. Every tenant-owned read or write takes the tenant
 (directly, or inside each record of a batch); the only cross-tenant calls are
 the engine's scans (claim runs, lease tasks, due timers) and the API key lookup.
+
+`Tx` is grouped by area (`RunsTx`, `TasksTx`, ...). Tables owned by other areas
+(routing, the bridge registry, ...) are read and written through `tx.session`,
+the public `Session` seam: plain parameterized SQL, value conversion, a named
+lock and a before-commit hook. Nothing outside `ductor_server.storage` reaches
+for a backend's private helpers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -40,16 +47,93 @@ from ductor_server.storage.records import (
     WorkflowVersionRecord,
 )
 
+Row = tuple[Any, ...]
+"""One result row, columns in SELECT order."""
 
-class Tx(Protocol):
-    """One database transaction. Everything written through it commits together
-    when the `transaction()` block exits normally, and nothing does if it raises.
+Params = Sequence[Any]
+"""The parameters of one statement, in placeholder order."""
 
-    Batch methods take and return lists in the same order, so the coordinator can
-    commit many runs and a worker many attempts in one round trip.
+BeforeCommit = Callable[[], Awaitable[None]]
+"""A check or write to run inside the transaction just before it commits."""
+
+
+class Session(Protocol):
+    """Plain SQL inside one open transaction, the same on both backends.
+
+    Statements use `%s` placeholders (SQLite gets them rewritten to `?`) and
+    the SQL both backends understand (`ON CONFLICT`, `RETURNING`, row values).
+    Values go in and come out in the backend's representation: pass times
+    through `to_timestamp` and JSON through `to_json`, read them back with
+    `from_timestamp` and `from_json`. Every statement must take the tenant.
     """
 
-    # --- tenants and API keys --------------------------------------------------
+    @property
+    def backend(self) -> str:
+        """ "sqlite" or "postgres", for the rare statement that must differ."""
+        ...
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; return how many rows it changed."""
+        ...
+
+    async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
+        """Run a query; return its first row, or None."""
+        ...
+
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run a query; return every row."""
+        ...
+
+    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run a statement once per params row, batched in one round trip where
+        the backend can (psycopg pipeline mode)."""
+        ...
+
+    async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
+        """Run a `... RETURNING` statement once per params row; return each run's
+        first result row (None where it returned nothing), in `rows` order."""
+        ...
+
+    def to_timestamp(self, value: datetime) -> Any:
+        """`value` as the backend's timestamp parameter (timestamptz or ISO text)."""
+        ...
+
+    def from_timestamp(self, value: Any) -> datetime:
+        """A timestamp column value as an aware UTC datetime."""
+        ...
+
+    def to_json(self, value: Any) -> str | None:
+        """`value` as the text of a JSON column parameter (None stays SQL NULL)."""
+        ...
+
+    def from_json(self, raw: Any) -> Any:
+        """A JSON column value (bytes or text) decoded; SQL NULL gives None."""
+        ...
+
+    async def advisory_lock(self, name: str) -> None:
+        """Hold the lock called `name` until this transaction ends.
+
+        Transactions that ask for the same name run one after the other. On
+        Postgres this is `pg_advisory_xact_lock` on a 64-bit hash of the name
+        (two names may share a hash: that only serializes more). On SQLite it
+        does nothing: every transaction begins IMMEDIATE, so writers are
+        already serialized for the whole transaction.
+        """
+        ...
+
+    def before_commit(self, callback: BeforeCommit) -> None:
+        """Run `callback` inside this transaction just before it commits.
+
+        Callbacks run in registration order (one registered by a callback runs
+        too) and may read and write through the session. If one raises, the
+        transaction rolls back, nothing it wrote is kept, and the exception
+        reaches the caller of `transaction()`. A block that raises runs none.
+        """
+        ...
+
+
+class TenantsTx(Protocol):
+    """Tenants and their API keys."""
 
     async def ensure_tenant(self, tenant_id: str, *, name: str, now: datetime) -> TenantRecord:
         """Create the tenant if it does not exist; return it (existing or new)."""
@@ -80,7 +164,9 @@ class Tx(Protocol):
         """Mark a key revoked; False if the tenant has no such live key."""
         ...
 
-    # --- workflow versions -----------------------------------------------------
+
+class WorkflowsTx(Protocol):
+    """Published workflow versions and their triggers."""
 
     async def insert_workflow_version(
         self,
@@ -130,7 +216,9 @@ class Tx(Protocol):
         on `event_name` (the caller evaluates each trigger's filter)."""
         ...
 
-    # --- runs ------------------------------------------------------------------
+
+class RunsTx(Protocol):
+    """Runs: insert, read, list, and the guarded state write."""
 
     async def insert_runs(self, runs: Sequence[NewRun]) -> list[RunInsert]:
         """Insert runs (lock_version 0). A run whose `idempotency_key` or
@@ -184,7 +272,9 @@ class Tx(Protocol):
         """
         ...
 
-    # --- run inbox -------------------------------------------------------------
+
+class InboxTx(Protocol):
+    """The run inbox: pending tick inputs, claimed by the coordinator."""
 
     async def enqueue_inbox(self, items: Sequence[NewInboxItem]) -> list[int]:
         """Append pending tick inputs; returns their `seq` numbers."""
@@ -205,11 +295,19 @@ class Tx(Protocol):
         """The available inbox items of these runs, ordered by (run, seq)."""
         ...
 
+    async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:
+        """Make the inbox items of these runs available at `now` wait until `until`
+        (a coordinator that cannot tick a run leaves its input for later); returns
+        how many items moved."""
+        ...
+
     async def delete_inbox(self, refs: Sequence[InboxRef]) -> int:
         """Delete consumed inbox rows; returns how many were deleted."""
         ...
 
-    # --- tasks (the durable queue) ---------------------------------------------
+
+class TasksTx(Protocol):
+    """Tasks, the durable queue the step workers lease from."""
 
     async def enqueue_tasks(self, tasks: Sequence[NewTask]) -> list[bool]:
         """Queue tasks; per task, False if its idempotency_key was already queued."""
@@ -266,7 +364,9 @@ class Tx(Protocol):
         """Queue depth for metrics: {"ready", "scheduled", "leased"} counts."""
         ...
 
-    # --- attempts --------------------------------------------------------------
+
+class AttemptsTx(Protocol):
+    """The append-only attempt outcomes."""
 
     async def record_attempts(self, attempts: Sequence[AttemptRecord]) -> list[bool]:
         """Append attempt outcomes; per attempt, False if its key already existed
@@ -277,7 +377,9 @@ class Tx(Protocol):
         """A run's attempts ordered by (started_at, step_ref, item_index, attempt)."""
         ...
 
-    # --- timers ----------------------------------------------------------------
+
+class TimersTx(Protocol):
+    """Durable timers of runs."""
 
     async def set_timers(self, timers: Sequence[TimerRecord]) -> None:
         """Create or replace timers (same run and timer_id: the new fire_at wins)."""
@@ -307,7 +409,9 @@ class Tx(Protocol):
         """A run's timers, earliest first."""
         ...
 
-    # --- waits -----------------------------------------------------------------
+
+class WaitsTx(Protocol):
+    """Waits of runs on events and signals."""
 
     async def add_waits(self, waits: Sequence[WaitRecord]) -> None:
         """Register waits (registering the same wait twice is harmless)."""
@@ -329,7 +433,9 @@ class Tx(Protocol):
         """A run's waits."""
         ...
 
-    # --- events ----------------------------------------------------------------
+
+class EventsTx(Protocol):
+    """Received events, deduplicated by id."""
 
     async def insert_events(self, events: Sequence[EventRecord]) -> list[bool]:
         """Store events; per event, False if the tenant already had that id."""
@@ -344,7 +450,9 @@ class Tx(Protocol):
         """One event, or None."""
         ...
 
-    # --- run history -----------------------------------------------------------
+
+class HistoryTx(Protocol):
+    """Run history entries."""
 
     async def append_history(self, entries: Sequence[NewHistoryEntry]) -> None:
         """Append entries to runs' histories (in the given order)."""
@@ -356,7 +464,9 @@ class Tx(Protocol):
         """A run's history in append order, entries with seq > after_seq."""
         ...
 
-    # --- idempotency records ---------------------------------------------------
+
+class IdempotencyTx(Protocol):
+    """Remembered responses of mutating requests."""
 
     async def get_idempotency(
         self, tenant_id: str, scope: str, key: str
@@ -370,6 +480,34 @@ class Tx(Protocol):
 
     async def delete_idempotency_before(self, cutoff: datetime) -> int:
         """Forget records created before `cutoff` (all tenants); returns how many."""
+        ...
+
+
+class Tx(
+    TenantsTx,
+    WorkflowsTx,
+    RunsTx,
+    InboxTx,
+    TasksTx,
+    AttemptsTx,
+    TimersTx,
+    WaitsTx,
+    EventsTx,
+    HistoryTx,
+    IdempotencyTx,
+    Protocol,
+):
+    """One database transaction. Everything written through it commits together
+    when the `transaction()` block exits normally, and nothing does if it raises.
+
+    Batch methods take and return lists in the same order, so the coordinator can
+    commit many runs and a worker many attempts in one round trip. The tables
+    of other areas are reached through `session`.
+    """
+
+    @property
+    def session(self) -> Session:
+        """The plain-SQL seam of this same transaction (for other areas' tables)."""
         ...
 
 

@@ -75,14 +75,24 @@ class RunRef(_Record, frozen=True, kw_only=True):
     run_id: str
 
 
+DAG_KIND = "dag"
+"""The kind of runs of published workflow definitions (`runs.kind`'s default)."""
+
+
 class NewRun(_Record, frozen=True, kw_only=True):
     """A run to insert. Id, status, input, output, error, created_at and
-    finished_at are all taken from `state`."""
+    finished_at are all taken from `state`.
+
+    `kind` names the engine kind that ticks the run ("dag", "bridge", ...);
+    `kind_state` is that kind's own bookkeeping (JSON), kept beside the state.
+    """
 
     tenant_id: str
     family_slug: str
     version: int
     state: RunState
+    kind: str = DAG_KIND
+    kind_state: Any = None
     parent_run_id: str | None = None
     parent_step_ref: str | None = None
     parent_item_index: int = -1
@@ -111,6 +121,8 @@ class RunRecord(_Record, frozen=True, kw_only=True):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None = None
+    kind: str = DAG_KIND  # the engine kind that ticks the run
+    kind_state: Any = None  # that kind's own bookkeeping (JSON), None if it keeps none
 
 
 class RunInsert(_Record, frozen=True, kw_only=True):
@@ -126,13 +138,15 @@ class RunInsert(_Record, frozen=True, kw_only=True):
 
 class RunUpdate(_Record, frozen=True, kw_only=True):
     """A guarded state write: applies only if the stored lock_version still equals
-    `expected_lock_version`. Status, output, error and finished_at come from `state`."""
+    `expected_lock_version`. Status, output, error and finished_at come from `state`;
+    `kind_state` replaces the kind's bookkeeping (None clears it)."""
 
     tenant_id: str
     run_id: str
     expected_lock_version: int
     state: RunState
     updated_at: datetime
+    kind_state: Any = None
 
 
 class RunPage(_Record, frozen=True, kw_only=True):

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ductor_server.storage._migrator import migration_files
-from ductor_server.storage._sql_tx import Params, Row, SqlTx, utc
+from ductor_server.storage._sql_tx import SqlTx, utc
 from ductor_server.storage.errors import StoreError, StoreUnavailable
-from ductor_server.storage.protocol import Tx
+from ductor_server.storage.protocol import Params, Row, Tx
 
 T = TypeVar("T")
 
@@ -39,34 +39,37 @@ def _timestamp(value: datetime) -> str:
 class SqliteTx(SqlTx):
     """A transaction on the SQLite connection (only valid inside `transaction()`)."""
 
+    backend = "sqlite"
+
     def __init__(self, store: SqliteStore) -> None:
+        super().__init__()
         self._store = store
 
-    def _ts(self, value: datetime) -> Any:
+    def to_timestamp(self, value: datetime) -> Any:
         return _timestamp(value)
 
-    def _dt(self, value: Any) -> datetime:
+    def from_timestamp(self, value: Any) -> datetime:
         return datetime.fromisoformat(value)
 
-    async def _fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
         def run(conn: sqlite3.Connection) -> list[Row]:
             return conn.execute(_qmark(sql), tuple(params)).fetchall()
 
         return await self._store._call(run)
 
-    async def _execute(self, sql: str, params: Params = ()) -> int:
+    async def execute(self, sql: str, params: Params = ()) -> int:
         def run(conn: sqlite3.Connection) -> int:
             return conn.execute(_qmark(sql), tuple(params)).rowcount
 
         return await self._store._call(run)
 
-    async def _executemany(self, sql: str, rows: Sequence[Params]) -> None:
+    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         def run(conn: sqlite3.Connection) -> None:
             conn.executemany(_qmark(sql), [tuple(r) for r in rows])
 
         await self._store._call(run)
 
-    async def _executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
+    async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         def run(conn: sqlite3.Connection) -> list[Row | None]:
             query = _qmark(sql)
             out: list[Row | None] = []
@@ -77,9 +80,9 @@ class SqliteTx(SqlTx):
 
         return await self._store._call(run)
 
-    async def _lock_family(self, tenant_id: str, family_slug: str) -> None:
-        # BEGIN IMMEDIATE already made this transaction the only writer.
-        return None
+    async def advisory_lock(self, name: str) -> None:
+        """Nothing to do: BEGIN IMMEDIATE already made this transaction the only
+        writer until it ends, which serializes every lock name at once."""
 
 
 class SqliteStore:
@@ -207,7 +210,9 @@ class SqliteStore:
                 # BEGIN sits inside the try: if we are cancelled while it runs on
                 # the worker thread, the queued ROLLBACK still closes it.
                 await self._call(lambda conn: conn.execute("BEGIN IMMEDIATE"))
-                yield SqliteTx(self)
+                tx = SqliteTx(self)
+                yield tx
+                await tx._run_before_commit()
                 await self._call(lambda conn: conn.execute("COMMIT"))
             except BaseException:
                 await asyncio.shield(self._call(_rollback))

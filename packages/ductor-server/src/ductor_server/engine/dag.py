@@ -1,0 +1,207 @@
+"""The DAG run kind: runs of published workflow definitions, ticked by the pure
+`ductor_core.tick.tick`.
+
+It reads definitions through the catalog and writes only through the given
+`Tx` and `Effects`; it keeps no bookkeeping beside the run state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ductor_core.errors import DuctorError
+from ductor_core.runs import ErrorInfo, RunFinished, RunInput, StartChildRun
+from ductor_core.tick import tick
+from ductor_server.engine.effects import MAX_START_DEPTH, Effects, EngineParts, create_run
+from ductor_server.engine.events import trigger_matches
+from ductor_server.engine.kinds import KindTick, failed_tick
+from ductor_server.storage.protocol import Tx
+from ductor_server.storage.records import DAG_KIND, RunRecord
+
+log = logging.getLogger("ductor.coordinator")
+
+
+class DagKind:
+    """Runs of published DAG definitions (every family slug no other kind claims)."""
+
+    @property
+    def name(self) -> str:
+        """Always "dag"."""
+        return DAG_KIND
+
+    @property
+    def slug_prefix(self) -> str | None:
+        """None: the DAG kind serves every slug no other kind claims."""
+        return None
+
+    async def tick(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        run: RunRecord,
+        inputs: Sequence[RunInput],
+        now: datetime,
+    ) -> KindTick:
+        """Tick against the run's pinned definition; a run whose definition is gone
+        or unreadable, or whose tick raises, fails instead."""
+        try:
+            definition = await parts.catalog.definition(
+                tx, run.tenant_id, run.family_slug, run.version
+            )
+        except DuctorError as exc:
+            error = ErrorInfo(
+                code="engine.definition_unreadable", message=exc.message, retryable=False
+            )
+            return KindTick(failed_tick(run.state, error, now))
+        if definition is None:
+            error = ErrorInfo(
+                code="workflow.version_not_found",
+                message=f"{run.family_slug} v{run.version} is not published",
+                retryable=False,
+            )
+            return KindTick(failed_tick(run.state, error, now))
+        try:
+            return KindTick(tick(definition, run.state, list(inputs), now, engine=parts.engine))
+        except Exception as exc:  # a tick bug must not wedge the run (or the batch)
+            log.exception("tick of run %s failed", run.id)
+            error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
+            return KindTick(failed_tick(run.state, error, now))
+
+    async def trigger(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        effects: Effects,
+        *,
+        tenant_id: str,
+        family_slug: str,
+        version: int | None,
+        input: Any,
+        now: datetime,
+        idempotency_key: str | None = None,
+    ) -> RunRecord | None:
+        """Start a run of the family at `version` (latest if None); None if that
+        version is not published."""
+        if idempotency_key is not None:
+            existing = await tx.find_run_by_idempotency_key(tenant_id, idempotency_key)
+            if existing is not None:
+                return existing
+        resolved = await parts.catalog.resolve(tx, tenant_id, family_slug, version)
+        if resolved is None:
+            return None
+        record, definition = resolved
+        inserted = await create_run(
+            tx,
+            parts,
+            effects,
+            tenant_id=tenant_id,
+            record=record,
+            definition=definition,
+            input=input,
+            now=now,
+            idempotency_key=idempotency_key,
+        )
+        return inserted.run
+
+    async def start_child(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        effects: Effects,
+        *,
+        parent: RunRecord,
+        command: StartChildRun,
+        now: datetime,
+        depth: int,
+    ) -> ErrorInfo | None:
+        """Start a child run of a published family (a SUBWORKFLOW or SCATTER step)."""
+        resolved = await parts.catalog.resolve(
+            tx, parent.tenant_id, command.family_slug, command.version
+        )
+        if resolved is None:
+            what = command.family_slug + (f" v{command.version}" if command.version else "")
+            return ErrorInfo(
+                code="workflow.not_found",
+                message=f"child workflow {what} is not published",
+                retryable=False,
+            )
+        if depth >= MAX_START_DEPTH:
+            return ErrorInfo(
+                code="run.nesting_too_deep",
+                message=f"child runs nested more than {MAX_START_DEPTH} deep in one step",
+                retryable=False,
+            )
+        record, definition = resolved
+        await create_run(
+            tx,
+            parts,
+            effects,
+            tenant_id=parent.tenant_id,
+            record=record,
+            definition=definition,
+            input=command.input,
+            now=now,
+            parent=parent,
+            parent_step_ref=command.step_ref,
+            parent_item_index=command.item_index,
+            child_key=command.child_key,
+            depth=depth + 1,
+        )
+        return None
+
+    async def start_triggered(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        effects: Effects,
+        *,
+        tenant_id: str,
+        event_id: str,
+        name: str,
+        data: Any,
+        now: datetime,
+    ) -> list[str]:
+        """Start the latest version of every family with a trigger on the event
+        whose filter holds (once per event id and family)."""
+        started: list[str] = []
+        engine = parts.expressions()
+        event = {"id": event_id, "name": name, "data": data}
+        for record in await tx.find_triggered_workflows(tenant_id, name):
+            definition = parts.catalog.decode(record)
+            if not any(
+                trigger.event == name and trigger_matches(engine, trigger.filter, event)
+                for trigger in definition.triggers
+            ):
+                continue
+            inserted = await create_run(
+                tx,
+                parts,
+                effects,
+                tenant_id=tenant_id,
+                record=record,
+                definition=definition,
+                input=data,
+                now=now,
+                idempotency_key=f"event:{event_id}:{record.family_slug}",
+            )
+            if inserted.created:
+                started.append(inserted.run.id)
+        return started
+
+    async def on_finish(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        effects: Effects,
+        *,
+        run: RunRecord,
+        finished: RunFinished,
+        now: datetime,
+    ) -> None:
+        """Nothing: a DAG run holds nothing beyond its timers, waits and tasks."""
+
+
+__all__ = ["DagKind"]

@@ -1,0 +1,43 @@
+"""Errors of the engine's wiring, each a `DuctorError` with a stable code; no HTTP here.
+
+DuctorError (ductor_core)
+ └── ServerError
+      └── EngineSetupError            engine.setup (a wiring mistake, found at start)
+           ├── DuplicateRunKind       engine.duplicate_kind
+           ├── UnknownRunKind         engine.unknown_kind
+           └── DuplicateHandler       engine.duplicate_handler
+
+These are raised while a runtime is assembled, never for a tenant's request.
+"""
+
+from __future__ import annotations
+
+from ductor_server.errors import ServerError
+
+
+class EngineSetupError(ServerError):
+    """The engine was assembled wrongly (a programming error, not a tenant's)."""
+
+    code = "engine.setup"
+    retryable = False
+
+
+class DuplicateRunKind(EngineSetupError):
+    """A run kind whose name or slug prefix another registered kind already has."""
+
+    code = "engine.duplicate_kind"
+
+
+class UnknownRunKind(EngineSetupError):
+    """A run kind this runtime has not registered."""
+
+    code = "engine.unknown_kind"
+
+
+class DuplicateHandler(EngineSetupError):
+    """A step handler name registered twice without `replace=True`."""
+
+    code = "engine.duplicate_handler"
+
+
+__all__ = ["DuplicateHandler", "DuplicateRunKind", "EngineSetupError", "UnknownRunKind"]

@@ -1,0 +1,101 @@
+"""The `TaskQueue` port: how step workers take, hold, finish and give back tasks.
+
+Tasks are enqueued by the coordinator's effects inside the tick transaction
+(`Tx.enqueue_tasks`), so the store always holds the truth: every task, its
+lease, its heartbeat and its completion. A queue decides only how workers find
+work. `SqlTaskQueue` leases straight from the tasks table. A dispatcher (Redis)
+may stand in front of it later, handing workers the ids it learned of, as long
+as each lease is then taken in the store (where a task already leased or done
+is refused) and everything else is recorded there too; flushing the dispatcher
+then costs latency, never a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.records import TaskRecord, TaskRef
+
+
+class TaskQueue(Protocol):
+    """What workers ask of the task queue (enqueueing is the tick's, not theirs)."""
+
+    async def lease(
+        self,
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+        handlers: Sequence[str] | None = None,
+    ) -> list[TaskRecord]:
+        """Lease up to `limit` tasks to `owner` until `now + lease_for` (an expired
+        lease counts as free: delivery is at least once). Optionally only tasks
+        whose handler is in `handlers`."""
+        ...
+
+    async def extend(
+        self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime
+    ) -> list[bool]:
+        """Heartbeat: push the leases `owner` still holds; False where it lost one."""
+        ...
+
+    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
+        """Mark tasks done inside `tx`, the transaction that records their attempts
+        (so an attempt and its task's completion commit together); per task,
+        False if it was already done."""
+        ...
+
+    async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
+        """Give leased tasks back (on shutdown), available again at `available_at`;
+        returns how many."""
+        ...
+
+
+class SqlTaskQueue:
+    """The `TaskQueue` on the store's tasks table: one short transaction per call
+    (SKIP LOCKED leases on Postgres), completion in the caller's transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def lease(
+        self,
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+        handlers: Sequence[str] | None = None,
+    ) -> list[TaskRecord]:
+        """Lease from the tasks table (see `Tx.lease_tasks` for the order)."""
+        async with self.store.transaction() as tx:
+            return await tx.lease_tasks(
+                owner=owner, limit=limit, lease_for=lease_for, now=now, handlers=handlers
+            )
+
+    async def extend(
+        self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime
+    ) -> list[bool]:
+        """Push the leases in one transaction."""
+        if not refs:
+            return []
+        async with self.store.transaction() as tx:
+            return await tx.extend_leases(refs, owner=owner, lease_until=lease_until)
+
+    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
+        """Mark the tasks done in the caller's transaction."""
+        return await tx.complete_tasks(refs)
+
+    async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
+        """Requeue the tasks in one transaction."""
+        if not refs:
+            return 0
+        async with self.store.transaction() as tx:
+            return await tx.release_tasks(refs, available_at=available_at)
+
+
+__all__ = ["SqlTaskQueue", "TaskQueue"]

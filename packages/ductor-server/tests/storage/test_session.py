@@ -1,0 +1,234 @@
+"""The public `Session` seam of a transaction: plain SQL, conversions, the named
+lock and the before-commit hook, on both backends (the lock's blocking on Postgres)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import pytest
+
+from ductor_server.storage import Store
+
+from .builders import NOW
+
+_TABLE = (
+    "CREATE TABLE session_probe (tenant_id TEXT NOT NULL, k TEXT NOT NULL, n INTEGER NOT NULL,"
+    " doc TEXT, PRIMARY KEY (tenant_id, k))"
+)
+
+
+class Unbalanced(Exception):
+    """Raised by a before-commit check that refuses the transaction."""
+
+
+async def _probe_table(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.session.execute(_TABLE)
+
+
+async def _count(store: Store, k: str) -> int | None:
+    async with store.transaction() as tx:
+        row = await tx.session.fetch_one(
+            "SELECT n FROM session_probe WHERE tenant_id = %s AND k = %s", ("t1", k)
+        )
+    return None if row is None else int(row[0])
+
+
+async def test_the_session_runs_plain_sql_and_converts_values(store: Store) -> None:
+    await _probe_table(store)
+    async with store.transaction() as tx:
+        db = tx.session
+        assert db.backend == store.backend
+        doc = db.to_json({"a": [1, 2], "b": None})
+        assert db.to_json(None) is None
+        changed = await db.execute(
+            "INSERT INTO session_probe (tenant_id, k, n, doc) VALUES (%s, %s, %s, %s)",
+            ("t1", "x", 1, doc),
+        )
+        assert changed == 1
+        await db.executemany(
+            "INSERT INTO session_probe (tenant_id, k, n) VALUES (%s, %s, %s)",
+            [("t1", "y", 2), ("t1", "z", 3)],
+        )
+        returned = await db.executemany_returning(
+            "UPDATE session_probe SET n = n + 10 WHERE tenant_id = %s AND k = %s RETURNING n",
+            [("t1", "y"), ("t1", "missing"), ("t1", "z")],
+        )
+        assert returned == [(12,), None, (13,)]
+        rows = await db.fetch_all(
+            "SELECT k, n FROM session_probe WHERE tenant_id = %s ORDER BY k", ("t1",)
+        )
+        assert rows == [("x", 1), ("y", 12), ("z", 13)]
+        row = await db.fetch_one("SELECT doc FROM session_probe WHERE k = %s", ("x",))
+        assert row is not None
+        assert db.from_json(row[0]) == {"a": [1, 2], "b": None}
+        assert db.from_json(None) is None
+        assert await db.fetch_one("SELECT n FROM session_probe WHERE k = %s", ("none",)) is None
+        # Timestamps round-trip through the backend's own column type.
+        stamp = await db.fetch_one("SELECT created_at FROM tenants WHERE id = %s", ("nobody",))
+        assert stamp is None
+        moment = NOW + timedelta(microseconds=7)
+        await db.execute(
+            "INSERT INTO tenants (id, name, created_at) VALUES (%s, %s, %s)",
+            ("t1", "One", db.to_timestamp(moment)),
+        )
+        [(created,)] = await db.fetch_all("SELECT created_at FROM tenants WHERE id = %s", ("t1",))
+        assert db.from_timestamp(created) == moment
+
+
+async def test_before_commit_runs_last_inside_the_transaction(store: Store) -> None:
+    await _probe_table(store)
+    seen: list[str] = []
+    async with store.transaction() as tx:
+        db = tx.session
+
+        async def first() -> None:
+            seen.append("first")
+            # A callback writes through the session; its write commits with the rest.
+            await db.execute(
+                "UPDATE session_probe SET n = n + 1 WHERE tenant_id = %s AND k = %s", ("t1", "a")
+            )
+            db.before_commit(late)
+
+        async def second() -> None:
+            seen.append("second")
+
+        async def late() -> None:
+            seen.append("late")
+
+        db.before_commit(first)
+        db.before_commit(second)
+        await db.execute(
+            "INSERT INTO session_probe (tenant_id, k, n) VALUES (%s, %s, %s)", ("t1", "a", 1)
+        )
+        assert seen == []  # nothing runs before the block ends
+    assert seen == ["first", "second", "late"]
+    assert await _count(store, "a") == 2
+
+
+async def _post_checked(store: Store, entries: list[tuple[str, int]]) -> None:
+    """Write entries and a tenant, with a before-commit check that they sum to zero."""
+    async with store.transaction() as tx:
+        db = tx.session
+        await tx.ensure_tenant("t1", name="One", now=NOW)
+        await db.executemany(
+            "INSERT INTO session_probe (tenant_id, k, n) VALUES (%s, %s, %s)",
+            [("t1", k, n) for k, n in entries],
+        )
+
+        async def balanced() -> None:
+            row = await db.fetch_one(
+                "SELECT SUM(n) FROM session_probe WHERE tenant_id = %s", ("t1",)
+            )
+            total = 0 if row is None else int(row[0])
+            if total != 0:
+                raise Unbalanced(f"entries sum to {total}")
+
+        db.before_commit(balanced)
+
+
+async def test_a_before_commit_check_that_raises_rolls_everything_back(store: Store) -> None:
+    await _probe_table(store)
+    with pytest.raises(Unbalanced):
+        await _post_checked(store, [("debit", -5), ("credit", 4)])
+    assert await _count(store, "debit") is None
+    assert await _count(store, "credit") is None
+    async with store.transaction() as tx:
+        assert await tx.get_tenant("t1") is None
+    # The store is usable afterwards, and a balanced transaction commits.
+    await _post_checked(store, [("debit", -5), ("credit", 5)])
+    assert await _count(store, "credit") == 5
+    async with store.transaction() as tx:
+        assert await tx.get_tenant("t1") is not None
+
+
+async def _raise_inside(store: Store, callback: Callable[[], Awaitable[None]]) -> None:
+    async with store.transaction() as tx:
+        tx.session.before_commit(callback)
+        raise RuntimeError("boom")
+
+
+async def test_a_block_that_raises_runs_no_before_commit_callback(store: Store) -> None:
+    ran: list[str] = []
+
+    async def callback() -> None:
+        ran.append("ran")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await _raise_inside(store, callback)
+    assert ran == []
+
+
+async def test_increments_under_one_lock_name_lose_nothing(store: Store) -> None:
+    await _probe_table(store)
+    async with store.transaction() as tx:
+        await tx.session.execute(
+            "INSERT INTO session_probe (tenant_id, k, n) VALUES (%s, %s, %s)", ("t1", "c", 0)
+        )
+
+    async def increment() -> None:
+        async with store.transaction() as tx:
+            db = tx.session
+            await db.advisory_lock("probe:t1:c")
+            row = await db.fetch_one(
+                "SELECT n FROM session_probe WHERE tenant_id = %s AND k = %s", ("t1", "c")
+            )
+            assert row is not None
+            await asyncio.sleep(0.01)  # let the others read: without the lock they would
+            await db.execute(
+                "UPDATE session_probe SET n = %s WHERE tenant_id = %s AND k = %s",
+                (int(row[0]) + 1, "t1", "c"),
+            )
+
+    await asyncio.gather(*(increment() for _ in range(6)))
+    assert await _count(store, "c") == 6
+
+
+async def _advisory_waiters(store: Store) -> int:
+    async with store.transaction() as tx:
+        row = await tx.session.fetch_one(
+            "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        )
+    return 0 if row is None else int(row[0])
+
+
+async def test_advisory_lock_makes_a_second_transaction_wait_on_postgres(pg_store: Store) -> None:
+    order: list[str] = []
+    holding = asyncio.Event()
+    release = asyncio.Event()
+
+    async def first() -> None:
+        async with pg_store.transaction() as tx:
+            await tx.session.advisory_lock("ledger:acct-1")
+            order.append("first locked")
+            holding.set()
+            await release.wait()
+            order.append("first done")
+
+    async def second() -> None:
+        await holding.wait()
+        async with pg_store.transaction() as tx:
+            await tx.session.advisory_lock("ledger:acct-1")
+            order.append("second locked")
+
+    async def other_name() -> None:
+        await holding.wait()
+        async with pg_store.transaction() as tx:
+            await tx.session.advisory_lock("ledger:acct-2")
+            order.append("other name locked")
+
+    tasks = [asyncio.create_task(f()) for f in (first, second, other_name)]
+    await holding.wait()
+    # Wait (bounded) until Postgres reports the second transaction queued on the lock.
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while await _advisory_waiters(pg_store) < 1:
+        assert asyncio.get_running_loop().time() < deadline, "nobody waited for the lock"
+        await asyncio.sleep(0.01)
+    await tasks[2]  # a different name is not held up
+    assert "second locked" not in order
+    release.set()
+    await asyncio.gather(*tasks)
+    assert order.index("first done") < order.index("second locked")
+    assert "other name locked" in order
