@@ -24,6 +24,7 @@ from ductor_server.api.openapi_bodies import document_request_bodies
 from ductor_server.api.routing import ROUTING_CONTROLLERS, document_routing
 from ductor_server.api.runs import RunsController
 from ductor_server.api.workflows import WorkflowsController
+from ductor_server.bridge import install as install_bridge
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.routing import RouteStep, RoutingService
 from ductor_server.settings import Settings
@@ -43,7 +44,9 @@ def _lifespan(settings: Settings) -> Any:
             config = RuntimeConfig(
                 lease_seconds=settings.lease_seconds, poll_interval=settings.poll_interval
             )
-            async with Runtime.start(store, roles=settings.roles, config=config) as runtime:
+            async with Runtime.start(
+                store, roles=settings.roles, config=config, setup=install_bridge
+            ) as runtime:
                 app.state.store = store
                 app.state.runtime = runtime
                 app.state.services = runtime.services
