@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -203,3 +203,29 @@ def _to_plain_other(value: Any, depth: int) -> Any:
     if isinstance(value, msgspec.Struct):
         return to_plain(msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes)), depth)
     raise ValueConversionError(f"value of type {type(value).__name__} is not JSON")
+
+
+def extents(values: Iterable[Any]) -> tuple[int, int]:
+    """The most items of any list or map, and the longest string or bytes, in `values`.
+
+    Walks plain values (after `to_plain`) all the way down, map keys included;
+    the cost check compares these with the sizes the estimate assumed.
+    """
+    items = 0
+    chars = 0
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str | bytes):
+            if len(value) > chars:
+                chars = len(value)
+        elif isinstance(value, dict):
+            if len(value) > items:
+                items = len(value)
+            stack.extend(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            if len(value) > items:
+                items = len(value)
+            stack.extend(value)
+    return items, chars
