@@ -782,8 +782,8 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
         functions: the custom functions to expose (read once, now); the
             process-wide default registry when omitted.
         cache_size: how many compiled programs to keep.
-        limits: the cost limits (`DEFAULT_COST_LIMITS` when omitted), with
-            `max_steps` bounding each evaluation.
+        limits: the cost limits (`DEFAULT_COST_LIMITS` when omitted), whose
+            `step_limit` bounds each evaluation.
     """
 
     def __init__(
@@ -840,5 +840,5 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
                 raise invalid_has_error(source)
         check_functions(source, _called_functions(ast), self._registry)
         runner = self._env.program(ast, functions=self._functions)
-        runner.max_steps = self._limits.max_steps
+        runner.max_steps = self._limits.step_limit
         return CelPyProgram(source, runner, analysis, self)

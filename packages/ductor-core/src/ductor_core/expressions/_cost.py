@@ -6,7 +6,7 @@ values it can build. Imports no CEL library and evaluates nothing.
 
 The model, in the manner of cel-go's estimator:
 
-- Every node costs at least 1.
+- Every node costs at least 1, and so does a pair of parentheses.
 - A comprehension (`all`, `exists`, `exists_one`, `existsOne`, `map`,
   `filter`) costs its range plus, for each element the range may hold, one
   unit and its body.
@@ -20,9 +20,12 @@ The model, in the manner of cel-go's estimator:
   a doubling chain costs what it allocates); comparing values or looking
   through a list costs 1 per 10 items and 1 per 1,000 characters;
   `matches` costs the string's tenths times the pattern's quarters, as in
-  cel-go; a custom function pays for converting its arguments and result.
-- Handing the result back (conversion to JSON) costs 1 per 10 items it holds,
-  counting shared items each time (`[a, a]` nested 30 deep is 2^30 items).
+  cel-go; a custom function pays for copying its arguments in and for
+  building its result.
+- Handing the result back (conversion to JSON) costs 1 per 10 items and 1
+  per 100 characters it holds, counting shared items each time (`[a, a]`
+  nested 30 deep is 2^30 items); the items of a value from outside count as
+  leaves.
 - A built string longer than `max_string_length` or list longer than
   `max_list_length` is refused whatever its cost.
 """
@@ -38,6 +41,7 @@ from ductor_core.expressions._syntax import (
     Binary,
     Call,
     Conditional,
+    Group,
     Ident,
     Index,
     LimitExceeded,
@@ -128,6 +132,8 @@ class CostEstimate:
         longest_list: the longest list or map it can build.
         hottest: where the node evaluated most often is, and how often, as
             (column, name, times); None without comprehensions.
+        result_cost: the part of `cost` that is handing the result back
+            (converting it to JSON).
         assumed_items: the size assumed for each list and map from outside.
         assumed_chars: the size assumed for each string from outside.
     """
@@ -138,6 +144,7 @@ class CostEstimate:
     longest_string: int
     longest_list: int
     hottest: tuple[int, str, int] | None
+    result_cost: int
     assumed_items: int
     assumed_chars: int
 
@@ -186,20 +193,34 @@ class _Estimator:
         self.longest_list = max(self.longest_list, shape.items)
         return shape
 
-    def held(self, shape: Shape) -> int:
-        """How many items a value holds in all (shared ones counted each time)."""
-        total = 0
-        factor = 1
-        current: Shape | None = shape
-        while current is not None and current.items:
-            factor = _sat(factor * current.items)
-            total = _sat(total + factor)
-            current = current.item
-        return total
+    def held(self, shape: Shape) -> tuple[int, int]:
+        """The items and characters a value holds in all, shared ones counted each time.
 
-    def convert(self, shape: Shape) -> int:
-        """The cost of converting a value to JSON or from it."""
-        return _tenths(self.held(shape)) + _tenths(shape.chars)
+        The items of a value from outside count as leaves: their own items and
+        characters are not known.
+        """
+        items = chars = 0
+        factor = 1
+        current = shape
+        while True:
+            chars = _sat(chars + _sat(factor * current.chars))
+            if not current.items:
+                return items, chars
+            factor = _sat(factor * current.items)
+            items = _sat(items + factor)
+            if current.item is None:
+                return items, chars
+            current = current.item
+
+    def copy(self, shape: Shape) -> int:
+        """The cost of converting a value to JSON or from it: strings are copied whole."""
+        items, chars = self.held(shape)
+        return _tenths(items) + -(-chars // 100)
+
+    def build(self, shape: Shape) -> int:
+        """The cost of making a value anew (a custom function's result)."""
+        items, chars = self.held(shape)
+        return _tenths(items) + _tenths(chars)
 
     def compare(self, a: Shape, b: Shape) -> int:
         """The cost of comparing two values, beyond the operator itself."""
@@ -233,6 +254,10 @@ class _Estimator:
             return _sat(cost + 1), SCALAR
         if isinstance(node, Binary):
             return self.binary(node, scope, times)
+        if isinstance(node, Group):
+            # cel-python walks about ten tree levels for a pair of brackets.
+            cost, shape = self.cost(node.inner, scope, times)
+            return _sat(cost + 1), shape
         if isinstance(node, Conditional):
             condition, _ = self.cost(node.condition, scope, times)
             then_cost, then_shape = self.cost(node.then, scope, times)
@@ -323,11 +348,11 @@ class _Estimator:
             data = Shape(0, _sat(first_shape.chars * 4), None)
             return _sat(total + _tenths(data.chars)), self.built(data)
         # Custom functions: arguments and result cross into Python as JSON.
-        total = _sat(total + sum(self.convert(shape) for shape in shapes))
+        total = _sat(total + sum(self.copy(shape) for shape in shapes))
         result = self.custom_result(name, shapes)
         if result is None:
             return total, self.unknown
-        return _sat(total + self.convert(result)), self.built(result)
+        return _sat(total + self.build(result)), self.built(result)
 
     def custom_result(self, name: str, shapes: list[Shape]) -> Shape | None:
         """The result shape of a built-in custom function; None when not known."""
@@ -380,7 +405,8 @@ def _estimate_tree(tree: Node, tokens: int, assumed_items: int, assumed_chars: i
     cost, shape = estimator.cost(tree, {}, 1)
     # The result is handed back as JSON: a value that shares its items
     # (`[a, a]`) is copied out in full.
-    cost = _sat(cost + estimator.convert(shape))
+    result_cost = estimator.copy(shape)
+    cost = _sat(cost + result_cost)
     return CostEstimate(
         cost=cost,
         depth=tree.height,
@@ -388,6 +414,7 @@ def _estimate_tree(tree: Node, tokens: int, assumed_items: int, assumed_chars: i
         longest_string=estimator.longest_string,
         longest_list=estimator.longest_list,
         hottest=estimator.hottest,
+        result_cost=result_cost,
         assumed_items=assumed_items,
         assumed_chars=assumed_chars,
     )
@@ -435,7 +462,9 @@ def _refusal(source: str, estimate: CostEstimate, limits: CostLimits, phase: str
         )
     if estimate.cost > limits.max_cost:
         hint = ""
-        if estimate.hottest is not None:
+        if estimate.result_cost * 2 > estimate.cost:
+            hint = f"; copying its result out alone costs {_number(estimate.result_cost)}"
+        elif estimate.hottest is not None and estimate.hottest[2] > 1:
             column, name, runs = estimate.hottest
             hint = f"; its {name}() at column {column} may run its body {_number(runs)} times"
         sizes = (

@@ -62,8 +62,10 @@ class CostLimits:
         max_string_length: the longest string (or bytes) an expression may build.
         max_list_length: the longest list or map an expression may build.
         max_steps: cel-python only: the most tree nodes one evaluation may
-            visit (a node of the estimate is about ten); past it the
-            evaluation stops with `expression.too_costly`.
+            visit; past it the evaluation stops with `expression.too_costly`.
+            None (the default) is `STEPS_PER_COST` times `max_cost`: a unit
+            of the estimate is at most about ten visits, so an expression
+            within its estimate never meets this limit.
     """
 
     max_cost: int = 1_000_000
@@ -74,13 +76,24 @@ class CostLimits:
     assumed_chars: int = 1_000
     max_string_length: int = 1_000_000
     max_list_length: int = 100_000
-    max_steps: int = 20_000_000
+    max_steps: int | None = None
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
             value = getattr(self, name)
+            if name == "max_steps" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"CostLimits.{name} must be a positive int, got {value!r}")
+
+    @property
+    def step_limit(self) -> int:
+        """The step limit in force: `max_steps`, or `STEPS_PER_COST` times `max_cost`."""
+        return self.max_steps if self.max_steps is not None else STEPS_PER_COST * self.max_cost
+
+
+STEPS_PER_COST = 20
+"""cel-python steps allowed per unit of `max_cost` when `max_steps` is not set."""
 
 
 DEFAULT_COST_LIMITS = CostLimits()

@@ -237,6 +237,17 @@ class MapNode(Node):
         self.height = max((max(k.height, v.height) for k, v in entries), default=0) + 1
 
 
+class Group(Node):
+    """`(inner)`: no level of its own in the tree (`max_nesting` limits brackets)."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Node, column: int) -> None:
+        self.inner = inner
+        self.column = column
+        self.height = inner.height
+
+
 class Call(Node):
     """`name(args)` or `target.name(args)`; macros are calls too."""
 
@@ -416,7 +427,7 @@ class _Parser:
         if token.text == "(":
             node = self.expr()
             self.expect(")")
-            return node
+            return Group(node, token.column)
         if token.text == "[":
             return self.checked(ListNode(self.arguments("]"), token.column))
         if token.text == "{":
