@@ -196,8 +196,8 @@ class _Estimator:
     def held(self, shape: Shape) -> tuple[int, int]:
         """The items and characters a value holds in all, shared ones counted each time.
 
-        The items of a value from outside count as leaves: their own items and
-        characters are not known.
+        A value from outside holds its assumed items and characters; its items
+        count as leaves, with none of their own.
         """
         items = chars = 0
         factor = 1

@@ -110,19 +110,21 @@ def tokenize(source: str, *, max_tokens: int, max_nesting: int) -> list[Token]:
 def literal_length(text: str) -> int:
     """An upper bound of the length of a string or bytes literal's value.
 
-    Escapes only shorten a literal (`\\u00e9` is one character), so the length
-    of the text between the quotes is enough.
+    Escapes only shorten a literal (`\\u00e9` is one character), so the UTF-8
+    length of the text between the quotes bounds both the characters of a
+    string and the bytes of a bytes literal (`b'é'` is two bytes).
     """
     body = text.lstrip("rRbB")
     quote = 3 if body[:3] in ("'''", '"""') else 1
-    return max(0, len(body) - 2 * quote)
+    return max(0, len(body.encode("utf-8", "surrogatepass")) - 2 * quote)
 
 
 # ------------------------------------------------------------------ the tree
 
 
 class Node:
-    """A node of the expression tree; `height` counts the nodes on its longest path."""
+    """A node of the expression tree; `height` counts the nodes on its longest path
+    (parentheses excepted)."""
 
     __slots__ = ("column", "height")
 
