@@ -28,7 +28,7 @@ from ductor_core.expressions._engine_base import (
 )
 from ductor_core.expressions._functions import CustomFunction, FunctionRegistry
 from ductor_core.expressions._limits import CostLimits
-from ductor_core.expressions._values import ValueConversionError, extents, to_json, to_plain
+from ductor_core.expressions._values import Sizes, ValueConversionError, to_json, to_plain
 
 CEL_RUST_ENGINE_NAME = "cel-rust"
 
@@ -161,12 +161,13 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
         return CelRustBoundVariables(context, sizes, self)
 
     def _context(self, activation: Mapping[str, Any], source: str) -> tuple[Any, tuple[int, int]]:
+        sizes = Sizes()
         try:
-            variables = {name: to_plain(value) for name, value in activation.items()}
+            variables = {name: to_plain(value, 0, sizes) for name, value in activation.items()}
         except ValueConversionError as exc:
             raise evaluation_error(source, str(exc)) from exc
         context = _cel().Context(variables=variables, functions=self._functions)
-        return context, extents(variables.values())
+        return context, sizes.pair()
 
     def _compile(self, source: str, analysis: CostAnalysis | None) -> CelRustProgram:
         try:

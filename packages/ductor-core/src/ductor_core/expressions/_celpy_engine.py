@@ -40,7 +40,7 @@ from ductor_core.expressions._functions import (
     FunctionRegistry,
 )
 from ductor_core.expressions._limits import CostLimits
-from ductor_core.expressions._values import ValueConversionError, extents, to_json, to_plain
+from ductor_core.expressions._values import Sizes, ValueConversionError, to_json, to_plain
 
 CELPY_ENGINE_NAME = "cel-python"
 
@@ -814,11 +814,14 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
     def _convert(
         self, activation: Mapping[str, Any], source: str
     ) -> tuple[dict[str, Any], tuple[int, int]]:
+        sizes = Sizes()
         try:
-            plain = {name: to_plain(value) for name, value in activation.items()}
-            return {name: _to_cel(value) for name, value in plain.items()}, extents(plain.values())
+            variables = {
+                name: _to_cel(to_plain(value, 0, sizes)) for name, value in activation.items()
+            }
         except ValueConversionError as exc:
             raise evaluation_error(source, str(exc)) from exc
+        return variables, sizes.pair()
 
     def _compile(self, source: str, analysis: CostAnalysis | None) -> CelPyProgram:
         try:

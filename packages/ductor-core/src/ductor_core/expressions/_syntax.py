@@ -15,7 +15,7 @@ than the limits it enforces.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # One alternation, tried in order: comments and blanks are skipped, strings come
 # before identifiers (so `r'x'` and `b'x'` are strings), floats before ints.
@@ -58,9 +58,12 @@ class LimitExceeded(Exception):
         self.maximum = maximum
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
-    """One token: its kind (`string`, `bytes`, `int`, `uint`, `double`, `ident`, `op`)."""
+class Token(NamedTuple):
+    """One token: its kind (`string`, `bytes`, `int`, `uint`, `double`, `ident`, `op`).
+
+    An operator's or a name's text is never a literal's (those keep their
+    quotes and digits), so the parser may compare texts alone.
+    """
 
     kind: str
     text: str
@@ -76,34 +79,36 @@ def tokenize(source: str, *, max_tokens: int, max_nesting: int) -> list[Token]:
         Unreadable: a character no CEL token starts with.
     """
     tokens: list[Token] = []
+    append = tokens.append
     nesting = 0
     position = 0
-    end = len(source)
-    while position < end:
-        match = _TOKEN.match(source, position)
-        if match is None:
+    for match in _TOKEN.finditer(source):
+        start = match.start()
+        if start != position:
+            # finditer skipped a character no token starts with.
             raise Unreadable(f"unexpected character at column {position + 1}")
-        kind = match.lastgroup
-        text = match.group()
         position = match.end()
+        kind = match.lastgroup
         if kind == "skip":
             continue
-        if kind in ("string", "raw"):
-            prefix = text[: len(text) - len(text.lstrip("rRbB"))]
-            kind = "bytes" if "b" in prefix.lower() else "string"
-        elif kind == "int" and text[-1] in "uU":
-            kind = "uint"
-        elif kind == "op":
+        text = match.group()
+        if kind == "op":
             if text in _OPENING:
                 nesting += 1
                 if nesting > max_nesting:
                     raise LimitExceeded("nesting", nesting, max_nesting)
             elif text in _CLOSING:
                 nesting -= 1
-        assert kind is not None
-        tokens.append(Token(kind, text, match.start() + 1))
+        elif kind == "string" or kind == "raw":
+            prefix = text[: len(text) - len(text.lstrip("rRbB"))]
+            kind = "bytes" if "b" in prefix.lower() else "string"
+        elif kind == "int" and text[-1] in "uU":
+            kind = "uint"
+        append(Token(kind or "", text, start + 1))
         if len(tokens) > max_tokens:
             raise LimitExceeded("tokens", len(tokens), max_tokens)
+    if position != len(source):
+        raise Unreadable(f"unexpected character at column {position + 1}")
     return tokens
 
 
@@ -273,31 +278,29 @@ class _Parser:
     """Recursive descent by precedence; operator chains loop instead of recursing."""
 
     def __init__(self, tokens: list[Token], max_depth: int) -> None:
-        self.tokens = tokens
+        self.tokens = [*tokens, Token("end", "", 0)]
         self.position = 0
         self.max_depth = max_depth
         self.level = 0
 
-    # token helpers
+    # token helpers (the list ends with an "end" token whose text is "")
 
-    def peek(self, offset: int = 0) -> Token | None:
-        index = self.position + offset
-        return self.tokens[index] if index < len(self.tokens) else None
+    def peek(self) -> Token:
+        return self.tokens[self.position]
 
     def at(self, text: str) -> bool:
-        token = self.peek()
-        return token is not None and token.kind in ("op", "ident") and token.text == text
+        return self.tokens[self.position].text == text
 
     def take(self) -> Token:
-        token = self.peek()
-        if token is None:
+        token = self.tokens[self.position]
+        if token.kind == "end":
             raise Unreadable("unexpected end of expression")
         self.position += 1
         return token
 
     def expect(self, text: str) -> Token:
         token = self.take()
-        if token.kind not in ("op", "ident") or token.text != text:
+        if token.text != text:
             raise Unreadable(f"expected {text!r} at column {token.column}")
         return token
 
@@ -311,7 +314,7 @@ class _Parser:
     def parse(self) -> Node:
         node = self.expr()
         token = self.peek()
-        if token is not None:
+        if token.kind != "end":
             raise Unreadable(f"unexpected {token.text!r} at column {token.column}")
         return node
 
@@ -351,28 +354,28 @@ class _Parser:
         node = self.addition()
         while True:
             token = self.peek()
-            if token is None or token.kind not in ("op", "ident") or token.text not in _RELATIONS:
+            if token.text not in _RELATIONS:
                 return node
             self.position += 1
             node = self.checked(Binary(token.text, node, self.addition(), token.column))
 
     def addition(self) -> Node:
         node = self.multiplication()
-        while self.at("+") or self.at("-"):
+        while self.peek().text in ("+", "-"):
             token = self.take()
             node = self.checked(Binary(token.text, node, self.multiplication(), token.column))
         return node
 
     def multiplication(self) -> Node:
         node = self.unary()
-        while self.at("*") or self.at("/") or self.at("%"):
+        while self.peek().text in ("*", "/", "%"):
             token = self.take()
             node = self.checked(Binary(token.text, node, self.unary(), token.column))
         return node
 
     def unary(self) -> Node:
         operators: list[Token] = []
-        while self.at("!") or self.at("-"):
+        while self.peek().text in ("!", "-"):
             operators.append(self.take())
         node = self.member()
         for token in reversed(operators):
