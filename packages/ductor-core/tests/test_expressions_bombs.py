@@ -32,6 +32,7 @@ from ductor_core.expressions import (
     ExpressionEngine,
     estimate_cost,
 )
+from ductor_core.validation import validate_definition
 
 ENGINES: dict[str, ExpressionEngine] = {"cel-python": CelPyEngine(), "cel-rust": CelRustEngine()}
 
@@ -454,3 +455,29 @@ def test_the_structure_bombs_are_slow_or_fatal_to_cel_python() -> None:
         else:
             # Too deep for cel-python's recursive evaluator.
             assert outcome == "RecursionError", (name, outcome)
+
+
+def test_a_definition_of_125_huge_literals_is_refused_literal_by_literal() -> None:
+    # The shape that froze validation: a 1 MiB body whose projection holds
+    # 125 different 8 KiB list literals. Each is refused from its first
+    # 1,001 tokens, before cel-python's parser would spend 0.2 s on it.
+    literals = {f"k{n}": "[" + ",".join(["7"] * 4000) + f",{n}]" for n in range(125)}
+    definition = {
+        "family_slug": "literals",
+        "title": "Literals",
+        "steps": [
+            {
+                "ref": "big",
+                "type": "STEP_TYPE_DATAFLOW",
+                "title": "Big",
+                "args": {"operation": "project", "project": literals},
+            }
+        ],
+        "edges": [],
+    }
+    assert len(json.dumps(definition)) > 1_000_000
+    report = validate_definition(definition, engine=CelPyEngine())
+    assert [(p.code, p.pointer) for p in report.problems] == [
+        ("definition.expression_too_costly", f"/steps/0/args/project/k{n}") for n in range(125)
+    ]
+    assert all("1,001 tokens or more" in p.message for p in report.problems)

@@ -139,8 +139,8 @@ class ExpressionEngine(Protocol):
         ...
 
     def compile(self, source: str) -> CompiledExpression:
-        """Compile `source` (cached); raises ExpressionError on bad syntax or an
-        unknown function."""
+        """Compile `source` (cached); raises ExpressionError on bad syntax, an
+        unknown function, or an estimated cost over the engine's limits."""
         ...
 
     def evaluate(self, source: str, activation: Any) -> Any:
