@@ -22,7 +22,7 @@ from ductor_core.expressions import (
     builtin_registry,
     estimate_cost,
 )
-from ductor_core.expressions._cost import CostAnalysis
+from ductor_core.expressions._cost import CostAnalysis, regex_weight
 from ductor_core.expressions._engine_base import CachedEngine
 
 EngineFactory = Callable[..., ExpressionEngine]
@@ -149,6 +149,37 @@ def test_function_costs() -> None:
     assert estimate_cost("join(['ab', 'cd'], '--')").longest_string == 8
     # 'ß' is two bytes of UTF-8; case mapping may triple a string ('ß' -> 'SS').
     assert estimate_cost("upper('ß')").longest_string == 6
+
+
+@pytest.mark.parametrize(
+    ("pattern", "weight"),
+    [
+        ("abc", 3),
+        ("a{10000}", 10_000),
+        (".{10000}", 400_000),
+        ("\\w{1000}", 500_000),
+        ("(\\d{10}){100}", 200_000),
+        ("[a-z]{100}", 300),
+        ("[^a]{100}", 3_000),
+        ("a{3,}", 4),
+        ("(ab|cd)+", 4),
+    ],
+)
+def test_a_regex_weighs_its_atoms_times_their_repetitions(pattern: str, weight: int) -> None:
+    assert regex_weight(pattern) == weight
+
+
+def test_compiling_a_pattern_is_costed_on_every_call() -> None:
+    # cel-rust compiles the pattern of each matches() call anew: a heavy
+    # literal pattern costs its weight each time, any other pattern the worst.
+    light = cost("input.items.map(x, x.matches('^a+$'))")
+    heavy = cost("input.items.map(x, x.matches('.{10000}'))")
+    unknown = cost("input.items.map(x, x.matches(input.pattern))")
+    assert heavy - light > 100 * 39_000
+    assert unknown > heavy
+    assert cost("input.email.matches(input.pattern)") < 100_000
+    # CEL escapes are read before weighing: '\\d' is the class \d.
+    assert cost("'1'.matches('\\\\d{100}')") > cost("'1'.matches('d{100}')") + 1000
 
 
 def test_the_most_costly_comprehension_is_named() -> None:

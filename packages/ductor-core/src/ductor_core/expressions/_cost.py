@@ -20,7 +20,9 @@ The model, in the manner of cel-go's estimator:
   a doubling chain costs what it allocates); comparing values or looking
   through a list costs 1 per 10 items and 1 per 1,000 characters;
   `matches` costs the string's tenths times the pattern's quarters, as in
-  cel-go; a custom function pays for copying its arguments in and for
+  cel-go, plus compiling the pattern (cel-rust compiles it on every call):
+  a literal pattern by its weight (`regex_weight`), any other the worst
+  case; a custom function pays for copying its arguments in and for
   building its result.
 - Handing the result back (conversion to JSON) costs 1 per 10 items and 1
   per 100 characters it holds, counting shared items each time (`[a, a]`
@@ -32,6 +34,7 @@ The model, in the manner of cel-go's estimator:
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -87,6 +90,14 @@ _CHEAP_SCALARS = frozenset(
     }
 )
 _SCANS = frozenset({"contains", "startsWith", "endsWith"})
+# Compiling a regex: cel-rust compiles the pattern on every call of
+# matches() (no cache), in up to about 50 ms for a pattern its size limit
+# still takes (`.{10000}`, `\\w{1000}`); a unit is about a microsecond there.
+# A pattern known from a literal costs its weight (below); any other, the worst.
+_REGEX_UNKNOWN = 50_000
+_REGEX_ATOMS = {".": 40}
+_REGEX_ESCAPES = {"d": 200, "D": 200, "w": 500, "W": 500, "s": 500, "S": 500, "p": 500, "P": 500}
+_REPEAT = re.compile(r"\{(\d*)(?:,(\d*))?\}")
 # `string(1e308)` prints 309 digits; no other scalar prints longer.
 _LONGEST_SCALAR_TEXT = 400
 # `upper('ß')` is 'SS': case mapping at most triples a string.
@@ -99,6 +110,63 @@ def _sat(value: int) -> int:
 
 def _tenths(value: int) -> int:
     return -(-value // 10)
+
+
+def regex_weight(pattern: str) -> int:
+    """About how big a regex compiles: atoms times the repetitions around them.
+
+    A character weighs 1, a class its members (a negated one 30), `.` 40,
+    `\\d` 200 and the Unicode classes (`\\w`, `\\s`, `\\p{..}`) 500; `x{n,m}`
+    is m copies of x. Measured on cel-rust, a unit of weight is about a tenth
+    of a microsecond to compile.
+    """
+    totals = [0]  # per open group: the weight so far
+    last = [0]  # per open group: the weight of the last atom, for a repetition
+    position = 0
+    end = len(pattern)
+    while position < end:
+        char = pattern[position]
+        position += 1
+        atom = 0
+        if char == "\\" and position < end:
+            atom = _REGEX_ESCAPES.get(pattern[position], 1)
+            position += 1
+        elif char == "[":
+            start = position
+            if position < end and pattern[position] == "^":
+                position += 1
+            if position < end and pattern[position] == "]":
+                position += 1
+            while position < end and pattern[position] != "]":
+                position += 2 if pattern[position] == "\\" else 1
+            body = pattern[start:position]
+            position += 1
+            heavy = sum(weight for key, weight in _REGEX_ESCAPES.items() if "\\" + key in body)
+            atom = 30 if body.startswith("^") else max(len(body), 1) + heavy
+        elif char == "(":
+            totals.append(0)
+            last.append(0)
+            continue
+        elif char == ")" and len(totals) > 1:
+            atom = totals.pop()
+            last.pop()
+        elif char == "{":
+            repeat = _REPEAT.match(pattern, position - 1)
+            if repeat is not None:
+                low, high = repeat.group(1), repeat.group(2)
+                times = max(int(low or 0), int(high or 0), 1) + (high == "")
+                position = repeat.end()
+                totals[-1] = _sat(totals[-1] + last[-1] * (times - 1))
+                last[-1] = _sat(last[-1] * times)
+                continue
+            atom = 1
+        elif char in "*+?|":
+            continue
+        else:
+            atom = _REGEX_ATOMS.get(char, 1)
+        totals[-1] = _sat(totals[-1] + atom)
+        last[-1] = atom
+    return _sat(sum(totals))
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,8 +406,8 @@ class _Estimator:
             return _sat(total + -(-first_shape.chars // 100)), SCALAR
         if name == "matches":
             pattern = shapes[1] if len(shapes) > 1 else SCALAR
-            work = _tenths(first_shape.chars + 1) * -(-(pattern.chars + 1) // 4)
-            return _sat(total + work), SCALAR
+            scan = _tenths(first_shape.chars + 1) * -(-(pattern.chars + 1) // 4)
+            return _sat(total + scan + self.regex_compile(arguments[-1])), SCALAR
         if name == "string":
             text = Shape(0, max(first_shape.chars, _LONGEST_SCALAR_TEXT), None)
             return _sat(total + _tenths(text.chars)), self.built(text)
@@ -353,6 +421,14 @@ class _Estimator:
         if result is None:
             return total, self.unknown
         return _sat(total + self.build(result)), self.built(result)
+
+    def regex_compile(self, node: Node) -> int:
+        """The cost of compiling the pattern `node` gives, on each call."""
+        while isinstance(node, Group):
+            node = node.inner
+        if isinstance(node, Literal) and node.kind == "string":
+            return 1 + _tenths(regex_weight(node.text))
+        return _REGEX_UNKNOWN
 
     def custom_result(self, name: str, shapes: list[Shape]) -> Shape | None:
         """The result shape of a built-in custom function; None when not known."""

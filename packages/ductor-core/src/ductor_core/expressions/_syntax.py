@@ -124,6 +124,32 @@ def literal_length(text: str) -> int:
     return max(0, len(body.encode("utf-8", "surrogatepass")) - 2 * quote)
 
 
+_ESCAPE = re.compile(
+    r"\\(?:[xX][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)", re.DOTALL
+)
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    escape = match.group()[1:]
+    if escape in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[escape]
+    if len(escape) == 1:
+        return escape  # \\ \' \" \` \?
+    if escape[0] in "xXuU":
+        return chr(min(int(escape[1:], 16), 0x10FFFF))
+    return chr(int(escape, 8))
+
+
+def literal_text(text: str) -> str:
+    """The value of a string or bytes literal, near enough to weigh a regex pattern."""
+    prefix = text[: len(text) - len(text.lstrip("rRbB"))]
+    body = text[len(prefix) :]
+    quote = 3 if body[:3] in ("'''", '"""') else 1
+    body = body[quote:-quote]
+    return body if "r" in prefix.lower() else _ESCAPE.sub(_unescape, body)
+
+
 # ------------------------------------------------------------------ the tree
 
 
@@ -138,14 +164,15 @@ class Node:
 
 
 class Literal(Node):
-    """A literal: `kind` as tokens have it, `length` for strings and bytes."""
+    """A literal: `kind` as tokens have it; `length` and `text` for strings and bytes."""
 
-    __slots__ = ("kind", "length")
+    __slots__ = ("kind", "length", "text")
 
-    def __init__(self, kind: str, length: int, column: int) -> None:
+    def __init__(self, kind: str, length: int, column: int, text: str = "") -> None:
         self.kind = kind
         self.length = length
         self.column = column
+        self.text = text
         self.height = 1
 
 
@@ -412,7 +439,9 @@ class _Parser:
     def primary(self) -> Node:
         token = self.take()
         if token.kind in ("string", "bytes"):
-            return Literal(token.kind, literal_length(token.text), token.column)
+            return Literal(
+                token.kind, literal_length(token.text), token.column, literal_text(token.text)
+            )
         if token.kind in ("int", "uint", "double"):
             return Literal(token.kind, 0, token.column)
         if token.kind == "ident":
@@ -456,7 +485,7 @@ class _Parser:
                 name = self.take()
                 if name.kind != "ident":
                     raise Unreadable(f"expected a field name at column {name.column}")
-                key: Node = Literal("string", len(name.text), name.column)
+                key: Node = Literal("string", len(name.text), name.column, name.text)
             else:
                 key = self.expr()
             self.expect(":")
