@@ -6,9 +6,6 @@ import datetime
 import json
 import logging
 import re
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -531,35 +528,6 @@ def test_overlong_expressions_are_refused(engine: ExpressionEngine) -> None:
     assert "limit" in str(info.value)
     with pytest.raises(TypeError):
         engine.compile(42)  # type: ignore[arg-type]
-
-
-def test_the_longest_allowed_chain_does_not_crash_cel_rust() -> None:
-    # cel-rust dies on its native stack with long enough chains; the length
-    # limit must keep every accepted expression far from that, in threads too.
-    script = textwrap.dedent(
-        """
-        import threading
-        from ductor_core.expressions import MAX_SOURCE_LENGTH, CelRustEngine
-        terms = (MAX_SOURCE_LENGTH - 1) // 4 + 1
-        sources = ["1" + " + 1" * (terms - 1), "!" * (MAX_SOURCE_LENGTH - 4) + "true"]
-        assert all(len(s) <= MAX_SOURCE_LENGTH for s in sources)
-        engine = CelRustEngine()
-        results = []
-        def run():
-            results.append([engine.evaluate(s, {}) for s in sources])
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
-        run()
-        print(results)
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    terms = (MAX_SOURCE_LENGTH - 1) // 4 + 1
-    assert done.stdout.strip() == str([[terms, True], [terms, True]])
 
 
 def test_deeply_nested_values_are_refused_not_crashed_on(engine: ExpressionEngine) -> None:

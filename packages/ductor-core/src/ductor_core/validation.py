@@ -88,6 +88,7 @@ PROBLEM_CODES: dict[str, str] = {
     "definition.bad_duration": "a duration string that does not parse, or a zero timeout",
     "definition.bad_retry": "a retry policy that cannot work",
     "definition.bad_expression": "a CEL expression that does not compile",
+    "definition.expression_too_costly": "a CEL expression over the engine's cost limits",
     "definition.bad_step_reference": "an expression reading a missing step or one not before it",
     "definition.dangling_edge": "an edge whose source or target is not a step",
     "definition.self_loop": "an edge from a step to itself",
@@ -106,6 +107,7 @@ _MALFORMED = "definition.malformed"
 _UNKNOWN_FIELD = "definition.unknown_field"
 _BAD_ARGS = "definition.bad_args"
 _BAD_EXPRESSION = "definition.bad_expression"
+_TOO_COSTLY = "definition.expression_too_costly"
 _BAD_DURATION = "definition.bad_duration"
 _BAD_RETRY = "definition.bad_retry"
 _BAD_SLUG = "definition.bad_slug"
@@ -442,7 +444,8 @@ class _Walker:
             error = self._compiled[source] = _compile_error(self.engine, source)
         if error is not None:
             self.add(
-                _BAD_EXPRESSION,
+                # `expression.too_costly` messages start so (expressions/_cost.py)
+                _TOO_COSTLY if error.startswith("too costly: ") else _BAD_EXPRESSION,
                 _ptr(base, *parts),
                 f"{_lead(where)}'{label}' is not valid CEL ({error}): {_show(source)}",
             )

@@ -4,8 +4,11 @@ Everything else speaks to an `ExpressionEngine`: compile once (cached by
 source), evaluate against an activation of plain JSON values, get plain JSON
 values back. Errors are `ExpressionError`s that name the expression, with the
 codes `expression.syntax`, `expression.unknown_function` (both raised by
-`compile`) and `expression.evaluation`. Nothing here reads the clock or the
-environment: a caller that needs "now" passes it as a variable.
+`compile`), `expression.evaluation`, and `expression.too_costly` (raised by
+`compile` when the static cost estimate is over the engine's `CostLimits`, and
+by `evaluate` when the variables make it so, or when cel-python runs past its
+step limit). Nothing here reads the clock or the environment: a caller that
+needs "now" passes it as a variable.
 
 Engines (see docs/expressions.md for the differences between them):
 
@@ -31,6 +34,7 @@ from ductor_core.expressions._celpy_engine import (
     CelPyEngine,
     CelPyProgram,
 )
+from ductor_core.expressions._cost import CostEstimate, estimate_cost
 from ductor_core.expressions._functions import (
     BUILTIN_FUNCTIONS,
     MACROS,
@@ -41,7 +45,12 @@ from ductor_core.expressions._functions import (
     builtin_registry,
     default_registry,
 )
-from ductor_core.expressions._limits import MAX_SOURCE_LENGTH, MAX_VALUE_DEPTH
+from ductor_core.expressions._limits import (
+    DEFAULT_COST_LIMITS,
+    MAX_SOURCE_LENGTH,
+    MAX_VALUE_DEPTH,
+    CostLimits,
+)
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json
 
@@ -49,6 +58,7 @@ __all__ = [
     "BUILTIN_FUNCTIONS",
     "CELPY_ENGINE_NAME",
     "CEL_RUST_ENGINE_NAME",
+    "DEFAULT_COST_LIMITS",
     "ENGINE_NAMES",
     "MACROS",
     "MAX_SOURCE_LENGTH",
@@ -63,6 +73,8 @@ __all__ = [
     "CelRustEngine",
     "CelRustProgram",
     "CompiledExpression",
+    "CostEstimate",
+    "CostLimits",
     "CustomFunction",
     "ExpressionEngine",
     "FunctionRegistry",
@@ -73,6 +85,7 @@ __all__ = [
     "default_engine",
     "default_registry",
     "engine_by_name",
+    "estimate_cost",
     "make_activation",
     "to_json",
 ]
@@ -126,8 +139,8 @@ class ExpressionEngine(Protocol):
         ...
 
     def compile(self, source: str) -> CompiledExpression:
-        """Compile `source` (cached); raises ExpressionError on bad syntax or an
-        unknown function."""
+        """Compile `source` (cached); raises ExpressionError on bad syntax, an
+        unknown function, or an estimated cost over the engine's limits."""
         ...
 
     def evaluate(self, source: str, activation: Any) -> Any:

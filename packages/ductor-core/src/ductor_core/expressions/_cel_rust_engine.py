@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+from ductor_core.expressions._cost import CostAnalysis
 from ductor_core.expressions._engine_base import (
     CachedEngine,
     check_functions,
@@ -26,7 +27,8 @@ from ductor_core.expressions._engine_base import (
     wrong_activation,
 )
 from ductor_core.expressions._functions import CustomFunction, FunctionRegistry
-from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
+from ductor_core.expressions._limits import CostLimits
+from ductor_core.expressions._values import Sizes, ValueConversionError, to_json, to_plain
 
 CEL_RUST_ENGINE_NAME = "cel-rust"
 
@@ -72,10 +74,11 @@ class CelRustBoundVariables:
     thread-safe: use one per thread.
     """
 
-    __slots__ = ("_context", "_engine")
+    __slots__ = ("_context", "_engine", "_sizes")
 
-    def __init__(self, context: Any, engine: CelRustEngine) -> None:
+    def __init__(self, context: Any, sizes: tuple[int, int], engine: CelRustEngine) -> None:
         self._context = context
+        self._sizes = sizes
         self._engine = engine
 
     @property
@@ -84,13 +87,20 @@ class CelRustBoundVariables:
 
 
 class CelRustProgram:
-    """A compiled cel-rust program. Safe to share between threads."""
+    """A compiled cel-rust program. Safe to share between threads.
 
-    __slots__ = ("_engine", "_program", "source")
+    cel-rust cannot be stopped once it runs, so the only runtime limit is the
+    check before: the cost estimated again with the sizes of the variables.
+    """
 
-    def __init__(self, source: str, program: Any, engine: CelRustEngine) -> None:
+    __slots__ = ("_analysis", "_engine", "_program", "source")
+
+    def __init__(
+        self, source: str, program: Any, analysis: CostAnalysis | None, engine: CelRustEngine
+    ) -> None:
         self.source = source
         self._program = program
+        self._analysis = analysis
         self._engine = engine
 
     def evaluate(self, activation: Mapping[str, Any] | CelRustBoundVariables) -> Any:
@@ -100,11 +110,13 @@ class CelRustProgram:
                 raise TypeError(
                     "these variables were bound by another cel-rust engine; bind them again"
                 )
-            context = activation._context
+            context, sizes = activation._context, activation._sizes
         elif isinstance(activation, Mapping):
-            context = self._engine._context(activation, self.source)
+            context, sizes = self._engine._context(activation, self.source)
         else:
             raise wrong_activation(CEL_RUST_ENGINE_NAME, activation)
+        if self._analysis is not None:
+            self._analysis.admit(*sizes)
         try:
             result = self._program.execute(context)
         except Exception as exc:
@@ -121,12 +133,18 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
         functions: the custom functions to expose (read once, now); the
             process-wide default registry when omitted.
         cache_size: how many compiled programs to keep.
+        limits: the cost limits (`DEFAULT_COST_LIMITS` when omitted); the
+            engine has no step limit (`max_steps` is not used).
     """
 
     def __init__(
-        self, functions: FunctionRegistry | None = None, *, cache_size: int = 4096
+        self,
+        functions: FunctionRegistry | None = None,
+        *,
+        cache_size: int = 4096,
+        limits: CostLimits | None = None,
     ) -> None:
-        super().__init__(functions, cache_size)
+        super().__init__(functions, cache_size, limits)
         self._functions = {f.name: _wrap(f) for f in self._registry}
 
     @property
@@ -139,16 +157,19 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
 
     def bind(self, activation: Mapping[str, Any]) -> CelRustBoundVariables:
         """Convert `activation` once, to evaluate many expressions against it."""
-        return CelRustBoundVariables(self._context(activation, "<bind>"), self)
+        context, sizes = self._context(activation, "<bind>")
+        return CelRustBoundVariables(context, sizes, self)
 
-    def _context(self, activation: Mapping[str, Any], source: str) -> Any:
+    def _context(self, activation: Mapping[str, Any], source: str) -> tuple[Any, tuple[int, int]]:
+        sizes = Sizes()
         try:
-            variables = {name: to_plain(value) for name, value in activation.items()}
+            variables = {name: to_plain(value, 0, sizes) for name, value in activation.items()}
         except ValueConversionError as exc:
             raise evaluation_error(source, str(exc)) from exc
-        return _cel().Context(variables=variables, functions=self._functions)
+        context = _cel().Context(variables=variables, functions=self._functions)
+        return context, sizes.pair()
 
-    def _compile(self, source: str) -> CelRustProgram:
+    def _compile(self, source: str, analysis: CostAnalysis | None) -> CelRustProgram:
         try:
             program = _cel().compile(source)
         except Exception as exc:
@@ -159,7 +180,7 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
             # with no argument or several, which cel-rust leaves to run time.
             raise invalid_has_error(source)
         check_functions(source, called, self._registry)
-        return CelRustProgram(source, program, self)
+        return CelRustProgram(source, program, analysis, self)
 
 
 def _syntax_message(exc: BaseException) -> str:

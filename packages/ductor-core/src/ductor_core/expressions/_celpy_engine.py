@@ -2,13 +2,17 @@
 
 The only module that imports celpy. It uses the interpreted runner and never
 the compiled one: celpy 0.5.0's CompiledRunner loses custom functions and
-`has()`, and mixing the two runner classes in one process crashes.
+`has()`, and mixing the two runner classes in one process crashes. Being pure
+Python, it also enforces the runtime limits: it counts the tree nodes each
+evaluation visits and checks the size of every string and list `+` and the
+custom functions build.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -19,6 +23,7 @@ from celpy import celtypes
 from lark import Tree
 
 from ductor_core.errors import ExpressionError
+from ductor_core.expressions._cost import CostAnalysis, too_costly_error
 from ductor_core.expressions._engine_base import (
     CachedEngine,
     check_functions,
@@ -34,7 +39,8 @@ from ductor_core.expressions._functions import (
     CustomFunction,
     FunctionRegistry,
 )
-from ductor_core.expressions._values import ValueConversionError, to_json, to_plain
+from ductor_core.expressions._limits import CostLimits
+from ductor_core.expressions._values import Sizes, ValueConversionError, to_json, to_plain
 
 CELPY_ENGINE_NAME = "cel-python"
 
@@ -67,6 +73,75 @@ def _to_cel(value: Any) -> Any:
     if isinstance(value, bytes):
         return celtypes.BytesType(value)
     raise ValueConversionError(f"value of type {type(value).__name__} is not JSON")
+
+
+# ----------------------------------------------------------- runtime limits
+
+
+class _OverLimit(BaseException):
+    """An evaluation went past a runtime limit.
+
+    A BaseException, so that neither celpy (which turns exceptions into CEL
+    error values) nor CEL's `||` and `&&` (which absorb error values) can
+    swallow it: a resource limit is not an answer.
+    """
+
+    def __init__(self, limit: str, found: int, maximum: int, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.found = found
+        self.maximum = maximum
+        self.message = message
+
+
+def _check_length(is_list: bool, length: int, limits: CostLimits) -> None:
+    """Raise `_OverLimit` if a list (or map) or a string (or bytes) this long is too long."""
+    if is_list:
+        if length > limits.max_list_length:
+            raise _OverLimit(
+                "list_length",
+                length,
+                limits.max_list_length,
+                f"it built a list of {length:,} items; the limit is {limits.max_list_length:,}",
+            )
+    elif length > limits.max_string_length:
+        raise _OverLimit(
+            "string_length",
+            length,
+            limits.max_string_length,
+            f"it built a string of {length:,} characters; "
+            f"the limit is {limits.max_string_length:,}",
+        )
+
+
+def _check_size(value: Any, limits: CostLimits) -> None:
+    """Raise `_OverLimit` if `value` is a string, bytes, list or map too long."""
+    if isinstance(value, str | bytes):
+        _check_length(False, len(value), limits)
+    elif isinstance(value, list | dict):
+        _check_length(True, len(value), limits)
+
+
+def _bounded_concatenation(
+    add: Callable[[Any, Any], Any], limits: CostLimits
+) -> Callable[[Any, Any], Any]:
+    # The length is checked before the value is built, not after.
+    def apply(a: Any, b: Any) -> Any:
+        if isinstance(a, str | bytes | list) and isinstance(b, str | bytes | list):
+            _check_length(isinstance(a, list), len(a) + len(b), limits)
+        return add(a, b)
+
+    return apply
+
+
+class _Budget:
+    """One evaluation's count of visited tree nodes."""
+
+    __slots__ = ("maximum", "steps")
+
+    def __init__(self, maximum: int) -> None:
+        self.steps = 0
+        self.maximum = maximum
 
 
 # ------------------------------------------- operators with CEL spec semantics
@@ -402,7 +477,7 @@ def _string_method(name: str) -> Callable[[Any, Any], Any]:
     return call
 
 
-def _spec_functions() -> dict[str, Callable[..., Any]]:
+def _spec_functions(limits: CostLimits) -> dict[str, Callable[..., Any]]:
     base = celpy.evaluation.base_functions
     functions: dict[str, Callable[..., Any]] = {
         "_==_": _eq,
@@ -413,7 +488,7 @@ def _spec_functions() -> dict[str, Callable[..., Any]]:
         "_>=_": _ordering(lambda a, b: a >= b),
         "_in_": _in,
         "_[_]": _index,
-        "_+_": _strict(base["_+_"], "+"),
+        "_+_": _bounded_concatenation(_strict(base["_+_"], "+"), limits),
         "_-_": _strict(base["_-_"], "-"),
         "_*_": _strict(base["_*_"], "*"),
         "_/_": _divide,
@@ -481,11 +556,36 @@ class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
             result[key] = value
         return result
 
+    # Set by `_SpecRunner` (and passed on to every sub-evaluator) before use.
+    budget: _Budget
+
+    def _visit_tree(self, tree: Tree[Any]) -> Any:
+        # Every node visit of lark's Interpreter passes here (`visit` and
+        # `visit_children` both call it): the one place to count steps.
+        budget = self.budget
+        budget.steps += 1
+        if budget.steps > budget.maximum:
+            raise _OverLimit(
+                "steps",
+                budget.steps,
+                budget.maximum,
+                f"evaluation went past {budget.maximum:,} steps",
+            )
+        return super()._visit_tree(tree)
+
+    def sub_evaluator(self, ast: Tree[Any]) -> Any:
+        # celpy builds a plain Evaluator for a macro's body; the body must
+        # count against the same budget and keep the spec semantics.
+        nested = _SpecEvaluator(ast=ast, activation=self.activation)
+        nested.budget = self.budget
+        return nested
+
     def member_dot_arg(self, tree: Tree[Any]) -> Any:
-        # filter() and exists_one() take Python truthiness in celpy
-        # (`[1, 2].filter(x, x)` keeps both); CEL wants a bool predicate.
+        # The macros take lists and maps only (celpy also walks a string's
+        # characters); filter() and exists_one() take Python truthiness in
+        # celpy (`[1, 2].filter(x, x)` keeps both); CEL wants a bool predicate.
         method = str(tree.children[1])
-        if method not in ("filter", "exists_one"):
+        if method not in _MACRO_METHODS:
             return super().member_dot_arg(tree)
         source = self.visit(tree.children[0])
         if isinstance(source, celpy.CELEvalError):
@@ -493,6 +593,22 @@ class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
         if _kind(source) not in ("list", "map"):
             return celpy.CELEvalError(
                 f"no such overload: {method}() on a {_kind(source)}", TypeError, ()
+            )
+        arguments = tree.children[2] if len(tree.children) > 2 else None
+        if not isinstance(arguments, Tree) or len(arguments.children) != 2:
+            return celpy.CELEvalError(
+                f"no such overload: {method}() takes a variable and an expression", TypeError, ()
+            )
+        if method == "map":
+            return celtypes.ListType(map(self.build_macro_eval(tree), source))
+        if method in ("all", "exists"):
+            combine = celpy.evaluation.eval_error("no such overload", TypeError)(
+                celtypes.logical_and if method == "all" else celtypes.logical_or
+            )
+            return functools.reduce(
+                combine,
+                map(self.build_ss_macro_eval(tree), source),
+                celtypes.BoolType(method == "all"),
             )
         predicate = self.build_macro_eval(tree)
         kept = []
@@ -530,24 +646,32 @@ class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
         return celtypes.BoolType(_map_lookup(member, celtypes.StringType(field)) is not _MISSING)
 
 
+_MACRO_METHODS = frozenset({"map", "filter", "all", "exists", "exists_one"})
+
+
 class _SpecRunner(celpy.InterpretedRunner):  # type: ignore[misc]
-    """The interpreted runner (same tree class) with `_SpecEvaluator`."""
+    """The interpreted runner (same tree class) with `_SpecEvaluator`, counting steps."""
+
+    # Set by the engine right after celpy builds the runner.
+    max_steps: int
 
     def evaluate(self, context: Any) -> Any:
         evaluator = _SpecEvaluator(ast=self.ast, activation=self.new_activation())
+        evaluator.budget = _Budget(self.max_steps)
         return evaluator.evaluate(context)
 
 
 # ------------------------------------------------------------ custom functions
 
 
-def _wrap(function: CustomFunction) -> Callable[..., Any]:
+def _wrap(function: CustomFunction, limits: CostLimits) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         for arg in args:
             if isinstance(arg, celpy.CELEvalError):
                 return arg
         try:
             result = function.impl(*(to_json(arg) for arg in args))
+            _check_size(result, limits)
             return _to_cel(to_plain(result))
         except Exception as exc:
             # An error value, not a raise: CEL's `||`/`&&` may still absorb it.
@@ -597,10 +721,11 @@ def _describe(exc: BaseException) -> str:
 class CelPyBoundVariables:
     """Variables converted once to celpy values, for many evaluations."""
 
-    __slots__ = ("_variables",)
+    __slots__ = ("_sizes", "_variables")
 
-    def __init__(self, variables: dict[str, Any]) -> None:
+    def __init__(self, variables: dict[str, Any], sizes: tuple[int, int]) -> None:
         self._variables = variables
+        self._sizes = sizes
 
     @property
     def engine_name(self) -> str:
@@ -610,23 +735,37 @@ class CelPyBoundVariables:
 class CelPyProgram:
     """A compiled celpy program (interpreted runner). Safe to share between threads."""
 
-    __slots__ = ("_engine", "_runner", "source")
+    __slots__ = ("_analysis", "_engine", "_runner", "source")
 
-    def __init__(self, source: str, runner: Any, engine: CelPyEngine) -> None:
+    def __init__(
+        self, source: str, runner: Any, analysis: CostAnalysis | None, engine: CelPyEngine
+    ) -> None:
         self.source = source
         self._runner = runner
+        self._analysis = analysis
         self._engine = engine
 
     def evaluate(self, activation: Mapping[str, Any] | CelPyBoundVariables) -> Any:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
         if isinstance(activation, CelPyBoundVariables):
-            variables = activation._variables
+            variables, sizes = activation._variables, activation._sizes
         elif isinstance(activation, Mapping):
-            variables = self._engine._convert(activation, self.source)
+            variables, sizes = self._engine._convert(activation, self.source)
         else:
             raise wrong_activation(CELPY_ENGINE_NAME, activation)
+        if self._analysis is not None:
+            self._analysis.admit(*sizes)
         try:
             result = self._runner.evaluate(variables)
+        except _OverLimit as exc:
+            raise too_costly_error(
+                self.source,
+                exc.message,
+                limit=exc.limit,
+                found=exc.found,
+                maximum=exc.maximum,
+                phase="evaluate",
+            ) from None
         except celpy.CELEvalError as exc:
             raise evaluation_error(self.source, _describe(exc)) from exc
         except Exception as exc:
@@ -643,16 +782,22 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
         functions: the custom functions to expose (read once, now); the
             process-wide default registry when omitted.
         cache_size: how many compiled programs to keep.
+        limits: the cost limits (`DEFAULT_COST_LIMITS` when omitted), whose
+            `step_limit` bounds each evaluation.
     """
 
     def __init__(
-        self, functions: FunctionRegistry | None = None, *, cache_size: int = 4096
+        self,
+        functions: FunctionRegistry | None = None,
+        *,
+        cache_size: int = 4096,
+        limits: CostLimits | None = None,
     ) -> None:
-        super().__init__(functions, cache_size)
+        super().__init__(functions, cache_size, limits)
         self._env = celpy.Environment(runner_class=_SpecRunner)
-        self._functions: dict[str, Callable[..., Any]] = _spec_functions()
+        self._functions: dict[str, Callable[..., Any]] = _spec_functions(self._limits)
         for function in self._registry:
-            self._functions[function.name] = _wrap(function)
+            self._functions[function.name] = _wrap(function, self._limits)
 
     @property
     def name(self) -> str:
@@ -664,15 +809,21 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
 
     def bind(self, activation: Mapping[str, Any]) -> CelPyBoundVariables:
         """Convert `activation` once, to evaluate many expressions against it."""
-        return CelPyBoundVariables(self._convert(activation, "<bind>"))
+        return CelPyBoundVariables(*self._convert(activation, "<bind>"))
 
-    def _convert(self, activation: Mapping[str, Any], source: str) -> dict[str, Any]:
+    def _convert(
+        self, activation: Mapping[str, Any], source: str
+    ) -> tuple[dict[str, Any], tuple[int, int]]:
+        sizes = Sizes()
         try:
-            return {name: _to_cel(to_plain(value)) for name, value in activation.items()}
+            variables = {
+                name: _to_cel(to_plain(value, 0, sizes)) for name, value in activation.items()
+            }
         except ValueConversionError as exc:
             raise evaluation_error(source, str(exc)) from exc
+        return variables, sizes.pair()
 
-    def _compile(self, source: str) -> CelPyProgram:
+    def _compile(self, source: str, analysis: CostAnalysis | None) -> CelPyProgram:
         try:
             ast = self._env.compile(source)
         except celpy.CELParseError as exc:
@@ -692,4 +843,5 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
                 raise invalid_has_error(source)
         check_functions(source, _called_functions(ast), self._registry)
         runner = self._env.program(ast, functions=self._functions)
-        return CelPyProgram(source, runner, self)
+        runner.max_steps = self._limits.step_limit
+        return CelPyProgram(source, runner, analysis, self)

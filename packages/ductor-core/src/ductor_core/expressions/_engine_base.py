@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from ductor_core.errors import ExpressionError
+from ductor_core.expressions._cost import CostAnalysis, analyse, too_costly_error
 from ductor_core.expressions._functions import (
     FunctionRegistry,
     default_registry,
     unknown_functions,
 )
-from ductor_core.expressions._limits import check_source
+from ductor_core.expressions._limits import DEFAULT_COST_LIMITS, CostLimits, check_source
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json
 
@@ -72,25 +73,34 @@ def result_to_json(source: str, result: Any) -> Any:
 
 
 class CachedEngine(Generic[P]):
-    """The part of an engine that keeps its functions and its compiled programs.
+    """The part of an engine that keeps its functions, limits and compiled programs.
 
-    Subclasses implement `_compile(source)`, called once per source not cached;
-    `compile` has already checked the source's length before.
+    Subclasses implement `_compile(source, analysis)`, called once per source
+    not cached; `compile` has already checked the source's length and cost.
 
     Args:
         functions: the custom functions to expose (read once, now); the
             process-wide default registry when omitted.
         cache_size: how many compiled programs to keep.
+        limits: the cost limits; `DEFAULT_COST_LIMITS` when omitted.
     """
 
-    def __init__(self, functions: FunctionRegistry | None, cache_size: int) -> None:
+    def __init__(
+        self, functions: FunctionRegistry | None, cache_size: int, limits: CostLimits | None
+    ) -> None:
         self._registry = (functions or default_registry()).copy()
         self._cache: ProgramCache[P] = ProgramCache(cache_size)
+        self._limits = limits or DEFAULT_COST_LIMITS
 
     @property
     def functions(self) -> FunctionRegistry:
         """The custom functions this engine exposes (a snapshot)."""
         return self._registry
+
+    @property
+    def limits(self) -> CostLimits:
+        """The cost limits this engine applies."""
+        return self._limits
 
     def compile(self, source: str) -> P:
         """Compile `source` once (cached); raises ExpressionError."""
@@ -98,8 +108,22 @@ class CachedEngine(Generic[P]):
 
     def _checked_compile(self, source: str) -> P:
         check_source(source)
-        return self._compile(source)
+        # The estimate comes first: it refuses a costly source before the
+        # engine's (slower) parser sees it.
+        analysis = analyse(source, self._limits)
+        program = self._compile(source, analysis)
+        if analysis is None:
+            # The engine read what the estimator could not: nothing bounds it.
+            raise too_costly_error(
+                source,
+                "its cost cannot be estimated (the estimator does not read this syntax)",
+                limit="cost",
+                found=-1,
+                maximum=self._limits.max_cost,
+                phase="compile",
+            )
+        return program
 
-    def _compile(self, source: str) -> P:
+    def _compile(self, source: str, analysis: CostAnalysis | None) -> P:
         # Each engine (cel-python, cel-rust) supplies its own compiler.
         raise NotImplementedError(f"{type(self).__name__} must implement _compile")

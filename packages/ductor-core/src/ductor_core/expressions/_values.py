@@ -137,7 +137,25 @@ def to_json(value: Any) -> Any:
     raise ValueConversionError(f"value of type {type(value).__name__} has no JSON form")
 
 
-def to_plain(value: Any, depth: int = 0) -> Any:
+class Sizes:
+    """The most items of any list or map, and the longest string or bytes, seen so far.
+
+    `to_plain` fills one in as it walks (map keys included); the cost check
+    compares them with the sizes the estimate assumed.
+    """
+
+    __slots__ = ("chars", "items")
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.chars = 0
+
+    def pair(self) -> tuple[int, int]:
+        """(items, chars)."""
+        return self.items, self.chars
+
+
+def to_plain(value: Any, depth: int = 0, sizes: Sizes | None = None) -> Any:
     """Check and copy an activation value into plain Python an engine can take.
 
     JSON values pass (ints are range-checked), tuples become lists, mappings
@@ -146,13 +164,22 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     first. Anything else is refused. A value that needs no change is returned
     as it is (no copy), which keeps the common case cheap.
 
+    Args:
+        value: the value.
+        depth: how deep `value` already is.
+        sizes: filled in with the longest list and string met, if given.
+
     Raises:
         ValueConversionError: for an int out of range, a naive datetime, a
             value that is not JSON, or lists and maps nested deeper than
             MAX_VALUE_DEPTH.
     """
     kind = type(value)
-    if kind is str or kind is bool or kind is float or value is None:
+    if kind is str:
+        if sizes is not None and len(value) > sizes.chars:
+            sizes.chars = len(value)
+        return value
+    if kind is bool or kind is float or value is None:
         return value
     if kind is int:
         if INT64_MIN <= value <= UINT64_MAX:
@@ -161,45 +188,56 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     if depth >= MAX_VALUE_DEPTH and (kind is dict or kind is list):
         raise ValueConversionError(f"value nested deeper than {MAX_VALUE_DEPTH} levels")
     if kind is dict:
+        if sizes is not None and len(value) > sizes.items:
+            sizes.items = len(value)
         copy: dict[Any, Any] | None = None
         for key, item in value.items():
-            plain = to_plain(item, depth + 1)
+            plain = to_plain(item, depth + 1, sizes)
             if type(key) is not str:
                 if not isinstance(key, str | int):
                     raise ValueConversionError(f"map key {key!r} is not a string, int or bool")
                 if isinstance(key, int) and not isinstance(key, bool):
                     check_int(key)
+            if sizes is not None and isinstance(key, str) and len(key) > sizes.chars:
+                sizes.chars = len(key)
             if plain is not item and copy is None:
                 copy = dict(value)
             if copy is not None:
                 copy[key] = plain
         return value if copy is None else copy
     if kind is list:
+        if sizes is not None and len(value) > sizes.items:
+            sizes.items = len(value)
         items: list[Any] | None = None
         for index, item in enumerate(value):
-            plain = to_plain(item, depth + 1)
+            plain = to_plain(item, depth + 1, sizes)
             if plain is not item and items is None:
                 items = list(value)
             if items is not None:
                 items[index] = plain
         return value if items is None else items
-    return _to_plain_other(value, depth)
+    return _to_plain_other(value, depth, sizes)
 
 
-def _to_plain_other(value: Any, depth: int) -> Any:
+def _to_plain_other(value: Any, depth: int, sizes: Sizes | None) -> Any:
     # Subclasses and the less common types, off the fast path.
-    if isinstance(value, bool | str | float):
+    if isinstance(value, str | bytes):
+        if sizes is not None and len(value) > sizes.chars:
+            sizes.chars = len(value)
+        return value
+    if isinstance(value, bool | float):
         return value
     if isinstance(value, int):
         return check_int(value)
     if isinstance(value, Mapping):
-        return to_plain(dict(value), depth)
+        return to_plain(dict(value), depth, sizes)
     if isinstance(value, list | tuple):
-        return to_plain(list(value), depth)
+        return to_plain(list(value), depth, sizes)
     if isinstance(value, datetime.datetime):
         return require_utc(value)
-    if isinstance(value, datetime.timedelta | bytes):
+    if isinstance(value, datetime.timedelta):
         return value
     if isinstance(value, msgspec.Struct):
-        return to_plain(msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes)), depth)
+        builtins = msgspec.to_builtins(value, builtin_types=(datetime.datetime, bytes))
+        return to_plain(builtins, depth, sizes)
     raise ValueConversionError(f"value of type {type(value).__name__} is not JSON")
