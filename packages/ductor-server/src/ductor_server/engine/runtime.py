@@ -25,7 +25,6 @@ from ductor_server.engine.housekeeping import Housekeeping, Retention
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
-from ductor_server.services import Services
 from ductor_server.storage.protocol import Store
 
 
@@ -69,7 +68,7 @@ class RuntimeConfig:
 
 
 class Runtime:
-    """The engine loops of this process, plus the `Services` bound to them.
+    """The engine loops of this process (the composition root binds services to them).
 
     Use `async with Runtime.start(store, roles=...) as runtime:`; the loops run
     until the block exits, then stop gracefully (running handlers get
@@ -98,9 +97,6 @@ class Runtime:
         self.actions.register("bridge", BridgeDriver(store, clock=self.clock, wake=self.wakeup))
         self.catalog = WorkflowCatalog()
         parts = EngineParts(catalog=self.catalog, engine=engine)
-        self.services = Services(
-            store, wake=self.wakeup, engine=engine, clock=self.clock, catalog=self.catalog
-        )
         cfg = self.config
         self.coordinator = Coordinator(
             store,
