@@ -30,6 +30,7 @@ from ductor.asgi import BridgeApp
 from ductor.protocol import BRIDGE_PATH, SigningKeys
 from ductor_server.bridge.kind import install
 from ductor_server.bridge.registry import sync_app
+from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.services import Services
@@ -77,9 +78,9 @@ async def timed_runs(
 
     async def one() -> float:
         started = time.perf_counter()
-        run = await services.trigger_run(TENANT, slug, None, None, None)
+        run = (await services.runs.trigger(TENANT, slug, None, None, None)).value
         while True:
-            view = await services.get_run(TENANT, run.id)
+            view = await services.runs.get(TENANT, run.id)
             if view.status.terminal:
                 assert view.status.value == "RUN_STATUS_SUCCEEDED", view.error
                 return time.perf_counter() - started
@@ -118,10 +119,12 @@ async def bench(store: Store, steps: int, runs: int, concurrent: int) -> None:
         ) as runtime:
             async with store.transaction() as tx:
                 await sync_app(tx, TENANT, client.describe(url), url=url, now=datetime.now(UTC))
-            await runtime.services.publish_workflow(TENANT, dag(steps))
-            dag_seq, dag_conc = await timed_runs(runtime.services, "bench-chain", runs, concurrent)
+            await build_services(runtime).workflows.publish(TENANT, dag(steps))
+            dag_seq, dag_conc = await timed_runs(
+                build_services(runtime), "bench-chain", runs, concurrent
+            )
             br_seq, br_conc = await timed_runs(
-                runtime.services, "bridge:bench:chain", runs, concurrent
+                build_services(runtime), "bridge:bench:chain", runs, concurrent
             )
     finally:
         server.should_exit = True

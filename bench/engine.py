@@ -19,6 +19,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.storage import NewHistoryEntry, Store, open_store
@@ -55,11 +56,11 @@ async def engine_steps_per_second(store: Store, runs: int, steps: int) -> tuple[
     """Run `runs` chains of `steps` no-op actions concurrently; (steps/s, seconds)."""
     config = RuntimeConfig(poll_interval=0.05, coordinator_batch=128, worker_batch=128)
     async with Runtime.start(store, config=config, actions=default_registry()) as runtime:
-        services = runtime.services
-        await services.publish_workflow(TENANT, chain(steps))
+        services = build_services(runtime)
+        await services.workflows.publish(TENANT, chain(steps))
         started = time.perf_counter()
         ids = [
-            (await services.trigger_run(TENANT, "bench-chain", None, {"i": i}, None)).id
+            (await services.runs.trigger(TENANT, "bench-chain", None, {"i": i}, None)).value.id
             for i in range(runs)
         ]
         pending = set(ids)
@@ -67,10 +68,10 @@ async def engine_steps_per_second(store: Store, runs: int, steps: int) -> tuple[
             # Polling reads (and decodes) whole runs: keep it rare so that it
             # does not compete with the engine it measures.
             await asyncio.sleep(0.25)
-            page = await services.list_runs(TENANT, status="running", limit=500)
+            page = await services.runs.page(TENANT, status="running", limit=500)
             still = {r.id for r in page.items}
             for run_id in pending - still:
-                view = await services.get_run(TENANT, run_id)
+                view = await services.runs.get(TENANT, run_id)
                 if view.status.value != "RUN_STATUS_SUCCEEDED":
                     raise SystemExit(f"run {run_id} ended {view.status.value}: {view.error}")
             pending &= still

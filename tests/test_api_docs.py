@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ductor_server.api.bodies import TriggerRunBody, decode_body
-from ductor_server.api.errors import STATUS_BY_CODE, ApiError
+from ductor_server.transports.rest.bodies import TriggerRunBody, decode_body
+from ductor_server.transports.rest.errors import STATUS_BY_CODE, ApiError
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
 

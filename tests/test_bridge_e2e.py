@@ -36,7 +36,7 @@ from ductor.protocol import (
     encode,
     signature_header,
 )
-from ductor_server.api.auth import hash_api_key
+from ductor_server.services.keys import hash_api_key
 from ductor_server.storage import open_store
 
 ROOT = Path(__file__).resolve().parent.parent

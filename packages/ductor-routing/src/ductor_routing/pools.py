@@ -135,6 +135,8 @@ class Pool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
 
     id: str
     members: tuple[Member, ...] = ()
-    strategy: StrategySpec = StrategySpec(name="round_robin")
+    # A factory, not a shared instance: OpenAPI generators hash a field's default,
+    # and a struct holding a dict cannot be hashed.
+    strategy: StrategySpec = msgspec.field(default_factory=lambda: StrategySpec(name="round_robin"))
     shadows: tuple[StrategySpec, ...] = ()
     channel: str = "default"

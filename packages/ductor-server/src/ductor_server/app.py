@@ -1,7 +1,9 @@
-"""The Litestar application factory. Handlers stay thin: parse, call, serialize.
+"""The Litestar application factory: the REST transport over one process's services.
 
-The lifespan opens the store (migrating it when asked), starts the engine
-loops of this process, and closes both on shutdown.
+The lifespan runs the `Composition` (opening the store, migrating it when
+asked, starting the engine loops of this process) and stops it on shutdown;
+handlers reach the services through the dependencies of
+`transports.rest.dependencies`.
 """
 
 from __future__ import annotations
@@ -14,84 +16,61 @@ from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
-from ductor_core.expressions import engine_by_name
-from ductor_server.api.bridge import BridgeController
-from ductor_server.api.dependencies import provide_services, provide_tenant_id
-from ductor_server.api.errors import EXCEPTION_HANDLERS
-from ductor_server.api.events import EventsController
-from ductor_server.api.health import healthz, readyz
-from ductor_server.api.openapi_bodies import document_request_bodies
-from ductor_server.api.routing import ROUTING_CONTROLLERS, document_routing
-from ductor_server.api.runs import RunsController
-from ductor_server.api.workflows import WorkflowsController
-from ductor_server.bridge import install as install_bridge
-from ductor_server.engine.runtime import Runtime, RuntimeConfig
-from ductor_server.routing import RouteStep, RoutingService
+from ductor_server.composition import Composition, build
 from ductor_server.settings import Settings
-from ductor_server.storage import open_store
+from ductor_server.transports.rest import V1_CONTROLLERS, healthz, readyz
+from ductor_server.transports.rest.auth import provide_tenant_id, require_api_key
+from ductor_server.transports.rest.bodies import JsonBody
+from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
+from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
 
 API_VERSION = "0.1.0"
 
 
-def _lifespan(settings: Settings) -> Any:
+def _lifespan(settings: Settings, composition: Composition | None) -> Any:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            if settings.migrate_on_start:
-                await store.migrate()
-            config = RuntimeConfig(
-                lease_seconds=settings.lease_seconds, poll_interval=settings.poll_interval
-            )
-            async with Runtime.start(
-                store, roles=settings.roles, config=config, setup=install_bridge
-            ) as runtime:
-                app.state.store = store
-                app.state.runtime = runtime
-                app.state.services = runtime.services
-                # Routing (issue 5): the service for /v1/route et al. and the
-                # worker handler of STEP_TYPE_ROUTE, on the configured CEL engine.
-                app.state.routing = RoutingService(
-                    store, engine=engine_by_name(settings.cel_engine), clock=runtime.clock
-                )
-                runtime.actions.register("route", RouteStep(app.state.routing))
-                yield
-        finally:
-            await store.close()
+        built = composition or build(settings)
+        async with built.running():
+            app.state.composition = built
+            app.state.services = built.services
+            yield
 
     return lifespan
 
 
-def create_app(settings: Settings | None = None) -> Litestar:
+def create_app(
+    settings: Settings | None = None, *, composition: Composition | None = None
+) -> Litestar:
     """Build the Ductor API application for `settings`.
 
     `/healthz` and `/readyz` are always served; the `/v1` resources only when
     the process has the `api` role. Every `/v1` call needs a Bearer API key.
+
+    Args:
+        settings: the process configuration (from the environment if None).
+        composition: what to serve (built from `settings` at startup if None).
     """
-    settings = settings or Settings()
+    settings = composition.settings if composition is not None else settings or Settings()
     handlers: list[Any] = [healthz, readyz]
     if "api" in settings.roles:
         handlers.append(
             Router(
                 "/",
-                # BridgeController: the server side of the bridge SDK (ductor_server.bridge).
-                route_handlers=[
-                    WorkflowsController,
-                    RunsController,
-                    EventsController,
-                    *ROUTING_CONTROLLERS,  # routing (issue 5)
-                    BridgeController,
-                ],
+                route_handlers=list(V1_CONTROLLERS),
+                guards=[require_api_key],
                 dependencies={
-                    "tenant_id": Provide(provide_tenant_id),
-                    "services": Provide(provide_services, sync_to_thread=False),
+                    "tenant_id": Provide(provide_tenant_id, sync_to_thread=False),
+                    **SERVICE_DEPENDENCIES,
                 },
+                # Bodies are decoded by msgspec from the raw bytes; answers are encoded as is.
+                dto=JsonBody,
+                return_dto=None,
             )
         )
     app = Litestar(
         route_handlers=handlers,
-        lifespan=[_lifespan(settings)],
+        lifespan=[_lifespan(settings, composition)],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
@@ -100,7 +79,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
             description="The clearing layer for units of work: workflows, runs and events.",
             path="/docs",
         ),
-        on_startup=[document_request_bodies, document_routing],
     )
     app.state.settings = settings
     return app

@@ -1,6 +1,7 @@
 """The server-side `ductor` commands: `dev`, `serve`, `migrate` and `keys create`.
 
-These open the store directly; the client commands live in `cli_client`.
+`dev` and `serve` run what the composition root builds; `migrate` and `keys
+create` open the store directly. The client commands live in `cli_client`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import dataclasses
 import os
 import signal
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
 # need them, so `ductor --help` and the client commands start fast.
 
 DEV_TENANT = "dev"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 async def _open_migrated(settings: Settings) -> Store:
@@ -48,22 +44,9 @@ async def _open_migrated(settings: Settings) -> Store:
 
 async def create_key(store: Store, tenant_id: str, *, name: str, key: str | None = None) -> str:
     """Ensure `tenant_id` exists and store an API key for it (a new one unless `key`)."""
-    from ductor_server.api.auth import display_prefix, hash_api_key, new_api_key
+    from ductor_server.services.keys import KeysService
 
-    key = key or new_api_key()
-    key_hash = hash_api_key(key)
-    async with store.transaction() as tx:
-        await tx.ensure_tenant(tenant_id, name=tenant_id, now=_now())
-        if await tx.find_api_key(key_hash) is None:
-            await tx.create_api_key(
-                tenant_id,
-                key_id="key_" + key_hash[:16],
-                name=name,
-                prefix=display_prefix(key),
-                key_hash=key_hash,
-                now=_now(),
-            )
-    return key
+    return await KeysService(store).create(tenant_id, name=name, key=key)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -100,12 +83,13 @@ def _serve(settings: Settings) -> int:
     import uvicorn
 
     from ductor_server.app import create_app
+    from ductor_server.composition import build
 
     # uvicorn drains and shuts the app down on SIGTERM, then re-raises the
     # signal; this handler turns that into a normal exit so cleanup runs.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
-        create_app(settings),
+        create_app(composition=build(settings)),
         host=settings.host,
         port=settings.port,
         log_level="warning",

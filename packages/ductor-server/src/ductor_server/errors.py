@@ -12,9 +12,11 @@
           ├── RunNotCancellable                run.not_cancellable
           ├── RunEnded                         run.ended (a signal to a finished run)
           ├── Unauthenticated                  auth.unauthenticated
-          └── IdempotencyConflict              idempotency.conflict
+          ├── IdempotencyConflict              idempotency.conflict
+          └── BridgeNotConfigured              bridge.not_configured (retryable)
 
-The API maps each `code` to an HTTP status in one table (`api/errors.py`).
+Transports map each `code` to their status in one table
+(`transports/rest/errors.py` for HTTP).
 """
 
 from __future__ import annotations
@@ -125,7 +127,18 @@ class IdempotencyConflict(ServerError):
         super().__init__(message, details=details)
 
 
+class BridgeNotConfigured(ServerError):
+    """The server has no bridge signing key."""
+
+    code = "bridge.not_configured"
+    retryable = True
+
+    def __init__(self) -> None:
+        super().__init__("the server has no bridge signing key: set DUCTOR_BRIDGE_SIGNING_KEY")
+
+
 __all__ = [
+    "BridgeNotConfigured",
     "DefinitionInvalid",
     "EventInvalid",
     "IdempotencyConflict",

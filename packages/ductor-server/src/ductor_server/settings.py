@@ -41,7 +41,8 @@ class Settings:
         migrate_on_start: apply pending migrations when the app starts.
         lease_seconds: how long a worker owns a leased task before another may retry it.
         poll_interval: seconds an idle engine loop sleeps before looking again.
-        cel_engine: the CEL engine routing compiles with ("cel-rust" or "cel-python").
+        cel_engine: the CEL engine of every expression (DAG runs, validation, trigger
+            filters, routing): "cel-rust" or "cel-python".
     """
 
     host: str = "127.0.0.1"

@@ -16,9 +16,9 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from ductor_server import Settings, create_app
-from ductor_server.api.errors import STATUS_BY_CODE
 from ductor_server.cli_server import create_key
 from ductor_server.storage import open_store
+from ductor_server.transports.rest.errors import STATUS_BY_CODE
 
 HELLO: dict[str, Any] = {
     "family_slug": "hello-world",

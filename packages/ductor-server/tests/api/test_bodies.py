@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ductor_server.api.bodies import (
+from ductor_server.transports.rest.bodies import (
     CancelRunBody,
     EventBody,
     SignalBody,
@@ -17,7 +17,7 @@ from ductor_server.api.bodies import (
     decode_body,
     line_column,
 )
-from ductor_server.api.errors import ApiError, status_for
+from ductor_server.transports.rest.errors import ApiError, status_for
 
 
 def test_line_column_counts_characters_not_bytes() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ductor.protocol import BRIDGE_PATH, SigningKeys
 from ductor_server.bridge.driver import BridgeDriver
 from ductor_server.bridge.kind import install
 from ductor_server.bridge.registry import sync_app
+from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import SystemClock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
@@ -57,9 +59,9 @@ class BridgeEngine:
     runtime: Runtime
     driver: BridgeDriver
 
-    @property
+    @cached_property
     def services(self) -> Services:
-        return self.runtime.services
+        return build_services(self.runtime)
 
     async def register(self, client: Client) -> None:
         async with self.store.transaction() as tx:
@@ -71,7 +73,7 @@ class BridgeEngine:
         check = predicate or (lambda r: r.status.terminal)
         deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
         while True:
-            view = await self.services.get_run(TENANT, run_id)
+            view = await self.services.runs.get(TENANT, run_id)
             if check(view):
                 return view
             if asyncio.get_running_loop().time() > deadline:

@@ -92,7 +92,7 @@ async def test_a_limit_of_one_runs_three_runs_one_after_another(make_engine: Any
     tracker = Tracker()
     async with make_engine(_app(tracker)) as engine:
         views = [
-            await engine.services.trigger_run(TENANT, "bridge:shop:serial", None, {"n": n}, None)
+            (await engine.services.runs.trigger(TENANT, "bridge:shop:serial", None, {"n": n})).value
             for n in range(3)
         ]
         # Only the first may start; the others are created waiting for the slot.
@@ -111,11 +111,11 @@ async def test_runs_started_by_events_sent_at_once_never_overlap(make_engine: An
     async with make_engine(_app(tracker)) as engine:
         accepted = await asyncio.gather(
             *(
-                engine.services.send_event(TENANT, "job.queued", {"n": n}, f"evt-{n}")
+                engine.services.events.send(TENANT, "job.queued", {"n": n}, f"evt-{n}")
                 for n in range(4)
             )
         )
-        run_ids = [run_id for a in accepted for run_id in a.runs_started]
+        run_ids = [run_id for a in accepted for run_id in a.value.runs_started]
         assert len(run_ids) == 4
         ended = [await engine.wait_run(run_id) for run_id in run_ids]
     assert [v.status for v in ended] == [RunStatus.SUCCEEDED] * 4
@@ -131,11 +131,11 @@ async def test_a_keyed_limit_serializes_same_keys_and_runs_other_keys_in_paralle
     async with make_engine(_app(tracker)) as engine:
         runs = await asyncio.gather(
             *(
-                engine.services.trigger_run(TENANT, "bridge:shop:per_user", None, i, None)
+                engine.services.runs.trigger(TENANT, "bridge:shop:per_user", None, i, None)
                 for i in inputs
             )
         )
-        ended = [await engine.wait_run(r.id) for r in runs]
+        ended = [await engine.wait_run(r.value.id) for r in runs]
     assert [v.status for v in ended] == [RunStatus.SUCCEEDED] * 3
     assert tracker.most == {"ann": 1, "bob": 1}  # the same key never overlaps
     assert tracker.most_overall == 2  # ...while another key runs beside it
@@ -147,21 +147,21 @@ async def test_a_cancelled_waiting_run_never_starts_and_frees_nothing(make_engin
     async with make_engine(_app(tracker)) as engine:
         svc = engine.services
         first, second, third = [
-            await svc.trigger_run(TENANT, "bridge:shop:gated", None, {"n": n}, None)
+            (await svc.runs.trigger(TENANT, "bridge:shop:gated", None, {"n": n})).value
             for n in range(3)
         ]
         await engine.wait_run(first.id, _waiting_for("signal go"), "hold the slot")
-        await svc.cancel_run(TENANT, second.id, "not needed")
+        await svc.runs.cancel(TENANT, second.id, "not needed")
         cancelled = await engine.wait_run(second.id)
         assert cancelled.status == RunStatus.CANCELLED
         # The cancel freed no slot: the third run still waits behind the first.
         await asyncio.sleep(0.3)
-        assert _queued(await svc.get_run(TENANT, third.id))
+        assert _queued(await svc.runs.get(TENANT, third.id))
         assert await _slot_rows(engine.store) == [(first.id, True), (third.id, False)]
-        await svc.signal_run(TENANT, first.id, "go", None, None)
+        await svc.runs.signal(TENANT, first.id, "go", None, None)
         assert (await engine.wait_run(first.id)).status == RunStatus.SUCCEEDED
         await engine.wait_run(third.id, _waiting_for("signal go"), "get the freed slot")
-        await svc.signal_run(TENANT, third.id, "go", None, None)
+        await svc.runs.signal(TENANT, third.id, "go", None, None)
         assert (await engine.wait_run(third.id)).status == RunStatus.SUCCEEDED
         assert await _slot_rows(engine.store) == []
     assert tracker.order == [0, 2]  # the cancelled run never reached the app
@@ -173,12 +173,12 @@ async def test_the_limit_survives_a_restart_of_the_runtime(make_engine: Any) -> 
     async with make_engine(client) as engine:
         ids = [
             (
-                await engine.services.trigger_run(TENANT, "bridge:shop:gated", None, {"n": n}, None)
-            ).id
+                await engine.services.runs.trigger(TENANT, "bridge:shop:gated", None, {"n": n})
+            ).value.id
             for n in range(3)
         ]
         await engine.wait_run(ids[0], _waiting_for("signal go"), "hold the slot")
-        assert [_queued(await engine.services.get_run(TENANT, i)) for i in ids] == [
+        assert [_queued(await engine.services.runs.get(TENANT, i)) for i in ids] == [
             False,
             True,
             True,
@@ -187,9 +187,9 @@ async def test_the_limit_survives_a_restart_of_the_runtime(make_engine: Any) -> 
     async with make_engine(client) as engine:
         for n, run_id in enumerate(ids):
             await engine.wait_run(run_id, _waiting_for("signal go"), f"start run {n}")
-            later = [await engine.services.get_run(TENANT, i) for i in ids[n + 1 :]]
+            later = [await engine.services.runs.get(TENANT, i) for i in ids[n + 1 :]]
             assert all(_queued(v) for v in later)
-            await engine.services.signal_run(TENANT, run_id, "go", None, None)
+            await engine.services.runs.signal(TENANT, run_id, "go", None, None)
             assert (await engine.wait_run(run_id)).status == RunStatus.SUCCEEDED
     assert tracker.order == [0, 1, 2]
     assert tracker.most == {"gated": 1}

@@ -83,14 +83,18 @@ def _app(counts: dict[str, int]) -> Client:
 async def test_every_primitive_through_the_engine(make_engine: Any) -> None:
     counts: dict[str, int] = {}
     async with make_engine(_app(counts)) as engine:
-        accepted = await engine.services.send_event(
-            TENANT, "order.created", {"id": 7, "total": 500}, "evt-1"
-        )
+        accepted = (
+            await engine.services.events.send(
+                TENANT, "order.created", {"id": 7, "total": 500}, "evt-1"
+            )
+        ).value
         [run_id] = accepted.runs_started
         # Resending the event starts nothing.
-        again = await engine.services.send_event(
-            TENANT, "order.created", {"id": 7, "total": 500}, "evt-1"
-        )
+        again = (
+            await engine.services.events.send(
+                TENANT, "order.created", {"id": 7, "total": 500}, "evt-1"
+            )
+        ).value
         assert again.runs_started == []
 
         def waiting_for(what: str) -> Any:
@@ -98,10 +102,10 @@ async def test_every_primitive_through_the_engine(make_engine: Any) -> None:
 
         await engine.wait_run(run_id, waiting_for("event order.shipped"), "wait for the event")
         # An event for another order does not match the wait.
-        await engine.services.send_event(TENANT, "order.shipped", {"id": 8}, "evt-2")
-        await engine.services.send_event(TENANT, "order.shipped", {"id": 7}, "evt-3")
+        await engine.services.events.send(TENANT, "order.shipped", {"id": 8}, "evt-2")
+        await engine.services.events.send(TENANT, "order.shipped", {"id": 7}, "evt-3")
         await engine.wait_run(run_id, waiting_for("signal approve"), "wait for the signal")
-        await engine.services.signal_run(TENANT, run_id, "approve", "ops", None)
+        await engine.services.runs.signal(TENANT, run_id, "approve", "ops", None)
         view = await engine.wait_run(run_id)
 
     assert view.status == RunStatus.SUCCEEDED, view.error
@@ -135,7 +139,9 @@ async def test_every_primitive_through_the_engine(make_engine: Any) -> None:
 async def test_a_failing_step_is_retried_then_succeeds(make_engine: Any) -> None:
     counts: dict[str, int] = {}
     async with make_engine(_app(counts)) as engine:
-        run = await engine.services.trigger_run(TENANT, "bridge:shop:flaky", None, None, None)
+        run = (
+            await engine.services.runs.trigger(TENANT, "bridge:shop:flaky", None, None, None)
+        ).value
         view = await engine.wait_run(run.id)
     assert view.status == RunStatus.SUCCEEDED, view.error
     assert view.output == "finally"
@@ -144,7 +150,9 @@ async def test_a_failing_step_is_retried_then_succeeds(make_engine: Any) -> None
 
 async def test_a_non_retriable_error_fails_the_run_with_the_error(make_engine: Any) -> None:
     async with make_engine(_app({})) as engine:
-        run = await engine.services.trigger_run(TENANT, "bridge:shop:declined", None, None, None)
+        run = (
+            await engine.services.runs.trigger(TENANT, "bridge:shop:declined", None, None, None)
+        ).value
         view = await engine.wait_run(run.id)
     assert view.status == RunStatus.FAILED
     assert view.error is not None
@@ -157,7 +165,9 @@ async def test_a_non_retriable_error_fails_the_run_with_the_error(make_engine: A
 async def test_a_bad_signature_fails_the_run_and_records_nothing(make_engine: Any) -> None:
     counts: dict[str, int] = {}
     async with make_engine(_app(counts), server_key="another-key") as engine:
-        run = await engine.services.trigger_run(TENANT, "bridge:shop:order", None, {"id": 1}, None)
+        run = (
+            await engine.services.runs.trigger(TENANT, "bridge:shop:order", None, {"id": 1}, None)
+        ).value
         view = await engine.wait_run(run.id)
     assert view.status == RunStatus.FAILED
     assert view.error is not None
@@ -177,7 +187,9 @@ async def test_changed_code_fails_the_run_as_workflow_changed(make_engine: Any) 
         return "done"
 
     async with make_engine(client) as engine:
-        run = await engine.services.trigger_run(TENANT, "bridge:shop:evolving", None, None, None)
+        run = (
+            await engine.services.runs.trigger(TENANT, "bridge:shop:evolving", None, None, None)
+        ).value
         await engine.wait_run(
             run.id, lambda v: any(s.waiting_for == "timer" for s in v.steps), "sleep"
         )
@@ -239,15 +251,15 @@ async def test_a_bridge_run_stored_by_an_earlier_release_runs_to_its_end(
 async def test_an_unknown_bridge_workflow_is_not_found(make_engine: Any) -> None:
     async with make_engine(_app({})) as engine:
         with pytest.raises(WorkflowNotFound):
-            await engine.services.trigger_run(TENANT, "bridge:shop:nope", None, None, None)
+            await engine.services.runs.trigger(TENANT, "bridge:shop:nope", None, None, None)
         with pytest.raises(WorkflowNotFound):
-            await engine.services.trigger_run(TENANT, "bridge:elsewhere:order", None, None, None)
+            await engine.services.runs.trigger(TENANT, "bridge:elsewhere:order", None, None, None)
 
 
 async def test_a_dag_bridge_step_runs_the_sdk_workflow_as_a_child(make_engine: Any) -> None:
     counts: dict[str, int] = {}
     async with make_engine(_app(counts)) as engine:
-        await engine.services.publish_workflow(
+        await engine.services.workflows.publish(
             TENANT,
             {
                 "family_slug": "checkout",
@@ -269,7 +281,9 @@ async def test_a_dag_bridge_step_runs_the_sdk_workflow_as_a_child(make_engine: A
                 "edges": [{"source_ref": "receipt", "target_ref": "done"}],
             },
         )
-        run = await engine.services.trigger_run(TENANT, "checkout", None, {"charged": 9}, None)
+        run = (
+            await engine.services.runs.trigger(TENANT, "checkout", None, {"charged": 9}, None)
+        ).value
         view = await engine.wait_run(run.id)
         async with engine.store.transaction() as tx:
             children = await tx.list_child_runs(TENANT, run.id)
@@ -283,7 +297,7 @@ async def test_a_dag_bridge_step_runs_the_sdk_workflow_as_a_child(make_engine: A
 
 async def test_a_dag_bridge_step_to_an_unknown_workflow_fails_clearly(make_engine: Any) -> None:
     async with make_engine(_app({})) as engine:
-        await engine.services.publish_workflow(
+        await engine.services.workflows.publish(
             TENANT,
             {
                 "family_slug": "lost",
@@ -297,7 +311,7 @@ async def test_a_dag_bridge_step_to_an_unknown_workflow_fails_clearly(make_engin
                 "edges": [],
             },
         )
-        run = await engine.services.trigger_run(TENANT, "lost", None, None, None)
+        run = (await engine.services.runs.trigger(TENANT, "lost", None, None, None)).value
         view = await engine.wait_run(run.id)
     assert view.status == RunStatus.FAILED
     [call] = [s for s in view.steps if s.ref == "call"]
@@ -317,14 +331,16 @@ async def test_cancelling_a_bridge_run_cancels_its_invoked_child(make_engine: An
         return await ctx.step.invoke("child", workflow="waiter", app_id="shop")
 
     async with make_engine(client) as engine:
-        run = await engine.services.trigger_run(TENANT, "bridge:shop:parent", None, None, None)
+        run = (
+            await engine.services.runs.trigger(TENANT, "bridge:shop:parent", None, None, None)
+        ).value
 
         async def child_waits() -> list[Any]:
             async with engine.store.transaction() as tx:
                 children = await tx.list_child_runs(TENANT, run.id)
             if not children:
                 return []
-            view = await engine.services.get_run(TENANT, children[0].id)
+            view = await engine.services.runs.get(TENANT, children[0].id)
             return [view] if any(s.waiting_for == "signal never" for s in view.steps) else []
 
         for _ in range(1000):
@@ -332,10 +348,10 @@ async def test_cancelling_a_bridge_run_cancels_its_invoked_child(make_engine: An
                 break
             await asyncio.sleep(0.02)
         [child] = found
-        await engine.services.cancel_run(TENANT, run.id, "changed my mind")
+        await engine.services.runs.cancel(TENANT, run.id, "changed my mind")
         view = await engine.wait_run(run.id)
         child_view = await engine.wait_run(child.id)
-        history = await engine.services.run_history(TENANT, run.id)
+        history = await engine.services.runs.history(TENANT, run.id)
     assert view.status == RunStatus.CANCELLED
     assert child_view.status == RunStatus.CANCELLED
     assert history
@@ -356,13 +372,15 @@ async def test_cancelling_runs_the_workflows_on_cancel_handler_on_the_app(
         return await ctx.step.wait_for_signal("hold", signal="never", timeout="1h")
 
     async with make_engine(client) as engine:
-        run = await engine.services.trigger_run(
-            TENANT, "bridge:shop:undoable", None, {"order": 1}, None
-        )
+        run = (
+            await engine.services.runs.trigger(
+                TENANT, "bridge:shop:undoable", None, {"order": 1}, None
+            )
+        ).value
         await engine.wait_run(
             run.id, lambda v: any(s.waiting_for == "signal never" for s in v.steps), "wait"
         )
-        await engine.services.cancel_run(TENANT, run.id, "customer left")
+        await engine.services.runs.cancel(TENANT, run.id, "customer left")
         view = await engine.wait_run(run.id)
     assert view.status == RunStatus.CANCELLED
     assert view.error is not None

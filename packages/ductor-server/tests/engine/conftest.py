@@ -7,12 +7,14 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ductor_core.runs import RunStatus
+from ductor_server.composition import build_services
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
@@ -53,18 +55,18 @@ class Engine:
     actions: ActionRegistry
     runtime: Runtime
 
-    @property
+    @cached_property
     def services(self) -> Services:
-        return self.runtime.services
+        return build_services(self.runtime)
 
     async def publish(self, definition: dict[str, Any], tenant: str = TENANT) -> int:
-        published = await self.services.publish_workflow(tenant, definition)
+        published = (await self.services.workflows.publish(tenant, definition)).value
         return published.version
 
     async def trigger(
         self, slug: str, input: Any = None, *, tenant: str = TENANT, key: str | None = None
     ) -> RunView:
-        return await self.services.trigger_run(tenant, slug, None, input, key)
+        return (await self.services.runs.trigger(tenant, slug, None, input, key)).value
 
     async def advance(self, seconds: float) -> None:
         """Move the clock and wake every loop so timers and leases see the new time."""
@@ -83,7 +85,7 @@ class Engine:
         check = predicate or (lambda r: r.status.terminal)
         deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
         while True:
-            view = await self.services.get_run(tenant, run_id)
+            view = await self.services.runs.get(tenant, run_id)
             if check(view):
                 return view
             if asyncio.get_running_loop().time() > deadline:

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from ductor_server.composition import build_services
 from ductor_server.engine.actions import ActionCall, default_registry
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.queue import InProcessWakeUp
@@ -103,15 +104,15 @@ async def test_a_redelivered_task_is_applied_once(store: Store) -> None:
     registry.register_action("slowpoke", slowpoke)
     roles = [Role.COORDINATOR, Role.TIMER]
     async with Runtime.start(store, roles=roles, config=TEST_CONFIG, clock=clock) as runtime:
-        services = runtime.services
-        await services.publish_workflow(
+        services = build_services(runtime)
+        await services.workflows.publish(
             TENANT,
             {
                 "family_slug": "once",
                 "steps": [{"ref": "s", "type": "STEP_TYPE_ACTION", "args": {"action": "slowpoke"}}],
             },
         )
-        run = await services.trigger_run(TENANT, "once", None, {}, None)
+        run = (await services.runs.trigger(TENANT, "once", None, {}, None)).value
         wake = InProcessWakeUp()
         a = Workers(store, registry, clock=clock, wake=wake, lease_seconds=10, owner="worker-a")
         b = Workers(
@@ -146,14 +147,14 @@ async def test_a_redelivered_task_is_applied_once(store: Store) -> None:
         assert [(x.attempt, x.output) for x in attempts] == [(1, {"by": "b"})]
         assert task is not None
         assert task.status.value == "done"
-        final = await services.get_run(TENANT, run.id)
+        final = await services.runs.get(TENANT, run.id)
         assert step(final, "s").output == {"by": "b"}
         assert step(final, "s").attempt == 1
 
 
 async def _wait_end(services: Any, run_id: str) -> Any:
     for _ in range(2000):
-        view = await services.get_run(TENANT, run_id)
+        view = await services.runs.get(TENANT, run_id)
         if view.status.terminal:
             return view
         await asyncio.sleep(0.01)
@@ -187,15 +188,15 @@ async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> Non
         Runtime.start(store, config=TEST_CONFIG, clock=clock, actions=registry) as one,
         Runtime.start(store, config=TEST_CONFIG, clock=clock, actions=registry) as two,
     ):
-        await one.services.publish_workflow(
+        await build_services(one).workflows.publish(
             TENANT, {"family_slug": "chain", "steps": steps, "edges": edges}
         )
         runs = []
         for i in range(12):
-            services = one.services if i % 2 else two.services
-            runs.append(await services.trigger_run(TENANT, "chain", None, {"i": i}, None))
+            services = build_services(one if i % 2 else two)
+            runs.append((await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value)
         for run in runs:
-            view = await _wait_end(one.services, run.id)
+            view = await _wait_end(build_services(one), run.id)
             assert view.status == SUCCEEDED
             assert view.output == {"s2": "s2"}
     assert len(counts) == 36
@@ -281,8 +282,8 @@ async def test_stopping_reports_quick_handlers_and_releases_slow_ones(store: Sto
     config = RuntimeConfig(poll_interval=0.05, lease_seconds=300, stop_grace=0.5)
     first = Runtime(store, config=config, clock=clock, actions=registry)
     first.launch()
-    services = first.services
-    await services.publish_workflow(
+    services = build_services(first)
+    await services.workflows.publish(
         TENANT,
         {
             "family_slug": "two",
@@ -292,7 +293,7 @@ async def test_stopping_reports_quick_handlers_and_releases_slow_ones(store: Sto
             ],
         },
     )
-    run = await services.trigger_run(TENANT, "two", None, {}, None)
+    run = (await services.runs.trigger(TENANT, "two", None, {}, None)).value
     await _until(lambda: set(started) == {"slow", "quick"})
     stopping = asyncio.create_task(first.stop())
     await asyncio.sleep(0.1)
@@ -305,7 +306,7 @@ async def test_stopping_reports_quick_handlers_and_releases_slow_ones(store: Sto
     assert depth["ready"] == 1  # "slow" went back to the queue, no lease to wait out
     assert depth["leased"] == 0
     async with Runtime.start(store, config=config, clock=clock, actions=registry) as second:
-        done = await _wait_end(second.services, run.id)
+        done = await _wait_end(build_services(second), run.id)
     assert done.status == SUCCEEDED
     assert step(done, "slow").output == {"ref": "slow"}
     assert started.count("slow") == 2
@@ -323,7 +324,8 @@ async def test_roles_split_across_runtimes_cooperate_by_polling(store: Store) ->
         Runtime.start(store, roles=["worker"], config=TEST_CONFIG, clock=clock, actions=registry),
     ):
         assert api.roles == {Role.API}
-        await api.services.publish_workflow(
+        api_services = build_services(api)
+        await api_services.workflows.publish(
             TENANT,
             {
                 "family_slug": "split",
@@ -338,13 +340,13 @@ async def test_roles_split_across_runtimes_cooperate_by_polling(store: Store) ->
                 "edges": [{"source_ref": "a", "target_ref": "w"}],
             },
         )
-        run = await api.services.trigger_run(TENANT, "split", None, {}, None)
+        run = (await api_services.runs.trigger(TENANT, "split", None, {}, None)).value
         for _ in range(2000):
-            view = await api.services.get_run(TENANT, run.id)
+            view = await api_services.runs.get(TENANT, run.id)
             if step(view, "w").status.value == "STEP_STATUS_WAITING":
                 break
             await asyncio.sleep(0.01)
         clock.advance(1)
-        done = await _wait_end(api.services, run.id)
+        done = await _wait_end(api_services, run.id)
     assert done.status == SUCCEEDED
     assert step(done, "a").output == {"v": 1}

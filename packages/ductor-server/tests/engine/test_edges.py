@@ -28,12 +28,12 @@ async def test_a_workflow_that_starts_itself_stops_at_the_nesting_cap(engine: En
     run = await engine.trigger("ouroboros", {})
     done = await engine.wait_run(run.id)
     assert done.status == FAILED
-    page = await engine.services.list_runs(TENANT, family_slug="ouroboros", limit=100)
+    page = await engine.services.runs.page(TENANT, family_slug="ouroboros", limit=100)
     assert len(page.items) == MAX_START_DEPTH + 1
     assert all(r.status == FAILED for r in page.items)
     deepest = [r for r in page.items if r.id not in {x.parent_run_id for x in page.items}]
     [leaf] = deepest
-    leaf_view = await engine.services.get_run(TENANT, leaf.id)
+    leaf_view = await engine.services.runs.get(TENANT, leaf.id)
     assert step(leaf_view, "again").error.code == "run.nesting_too_deep"
 
 
@@ -74,7 +74,7 @@ async def test_scatter_over_child_workflows_gathers_their_outputs(engine: Engine
     assert done.status == SUCCEEDED
     items = done.output["all"]["items"]
     assert [i["sq"]["v"] for i in items] == [1, 4, 9, 16]
-    children = await engine.services.list_runs(TENANT, family_slug="square", limit=10)
+    children = await engine.services.runs.page(TENANT, family_slug="square", limit=10)
     assert len(children.items) == 4
     assert {c.parent_run_id for c in children.items} == {run.id}
 
@@ -91,7 +91,7 @@ async def test_wait_until_an_absolute_time(engine: Engine) -> None:
     run = await engine.trigger("until", {"at": "2030-01-01T01:00:00Z"})
     await engine.wait_step(run.id, "w", "waiting")
     await engine.advance(3599)
-    view = await engine.services.get_run(TENANT, run.id)
+    view = await engine.services.runs.get(TENANT, run.id)
     assert step(view, "w").status.value == "STEP_STATUS_WAITING"
     await engine.advance(1)
     done = await engine.wait_run(run.id)
@@ -109,13 +109,13 @@ async def test_cancelling_twice_cancels_once(engine: Engine) -> None:
     )
     run = await engine.trigger("hold", {})
     await engine.wait_step(run.id, "h", "waiting")
-    await engine.services.cancel_run(TENANT, run.id, "one")
+    await engine.services.runs.cancel(TENANT, run.id, "one")
     with contextlib.suppress(RunNotCancellable):  # the first cancel may have ended it
-        await engine.services.cancel_run(TENANT, run.id, "two")
+        await engine.services.runs.cancel(TENANT, run.id, "two")
     done = await engine.wait_run(run.id)
     assert done.status == CANCELLED
     assert step(done, "h").status.value == "STEP_STATUS_CANCELLED"
-    kinds = [h.kind for h in await engine.services.run_history(TENANT, run.id)]
+    kinds = [h.kind for h in await engine.services.runs.history(TENANT, run.id)]
     assert kinds.count("run.cancelled") == 1
     async with engine.store.transaction() as tx:
         assert await tx.list_run_timers(TENANT, run.id) == []
@@ -140,7 +140,7 @@ async def test_history_tells_the_story_in_order(engine: Engine) -> None:
     await engine.wait_step(run.id, "b", "waiting")
     await engine.advance(1)
     await engine.wait_run(run.id)
-    history = await engine.services.run_history(TENANT, run.id)
+    history = await engine.services.runs.history(TENANT, run.id)
     story: list[tuple[str, Any]] = [(h.kind, (h.data or {}).get("step_ref")) for h in history]
     assert story == [
         ("run.created", None),

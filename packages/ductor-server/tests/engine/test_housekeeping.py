@@ -24,7 +24,7 @@ async def test_sweep_purges_only_what_has_expired(engine: Engine) -> None:
     )
     run = await engine.trigger("one", {})
     assert (await engine.wait_run(run.id)).status == SUCCEEDED
-    await engine.services.send_event(TENANT, "ping", {}, "evt-old")
+    await engine.services.events.send(TENANT, "ping", {}, "evt-old")
     async with engine.store.transaction() as tx:
         await tx.put_idempotency(
             IdempotencyRecord(
@@ -46,12 +46,12 @@ async def test_sweep_purges_only_what_has_expired(engine: Engine) -> None:
     assert sweeper.purged == {"tasks": 1, "events": 1, "idempotency": 1}
 
     # The run, its attempt and its history are untouched.
-    view = await engine.services.get_run(TENANT, run.id)
+    view = await engine.services.runs.get(TENANT, run.id)
     assert step(view, "a").output == {"x": 1}
     async with engine.store.transaction() as tx:
         assert len(await tx.list_attempts(TENANT, run.id)) == 1
         assert await tx.get_idempotency(TENANT, "POST /v1/runs", "k") is None
-    assert await engine.services.run_history(TENANT, run.id)
+    assert await engine.services.runs.history(TENANT, run.id)
     # Past its window an event id is new again.
-    again = await engine.services.send_event(TENANT, "ping", {}, "evt-old")
+    again = (await engine.services.events.send(TENANT, "ping", {}, "evt-old")).value
     assert not again.duplicate

@@ -170,17 +170,17 @@ async def test_a_plugged_in_kind_runs_through_the_port(store: Store) -> None:
         setup=lambda rt: rt.kinds.register(echo),
     ) as runtime:
         engine = Engine(store=store, clock=clock, actions=actions, runtime=runtime)
-        services = runtime.services
-        run = await services.trigger_run(TENANT, "echo:hello", None, None, "k1")
-        again = await services.trigger_run(TENANT, "echo:hello", None, None, "k1")
+        services = engine.services
+        run = (await services.runs.trigger(TENANT, "echo:hello", None, None, "k1")).value
+        again = (await services.runs.trigger(TENANT, "echo:hello", None, None, "k1")).value
         assert again.id == run.id
         with pytest.raises(WorkflowNotFound):
-            await services.trigger_run(TENANT, "echo:missing", None, None, None)
-        await services.signal_run(TENANT, run.id, "more", None, "s1")
-        await services.signal_run(TENANT, run.id, "stop", None, "s2")
+            await services.runs.trigger(TENANT, "echo:missing", None, None, None)
+        await services.runs.signal(TENANT, run.id, "more", None, "s1")
+        await services.runs.signal(TENANT, run.id, "stop", None, "s2")
         view = await engine.wait_run(run.id)
         # Events reach every kind: DAG definitions first, then the plugged-in one.
-        accepted = await services.send_event(TENANT, "ping", None, "evt-1")
+        accepted = (await services.events.send(TENANT, "ping", None, "evt-1")).value
     assert view.status == SUCCEEDED
     assert view.output == {"signals": 2}
     assert echo.finished == [(run.id, RunStatus.SUCCEEDED)]

@@ -96,5 +96,5 @@ async def test_any_dag_runs_to_the_predicted_outcome(
     assert calls == dict.fromkeys(ran_actions, 1)
     sinks = {i for i in range(len(kinds)) if not any(s == i for s, _, _ in edges)}
     assert done.output == {f"s{i}": {"i": i} for i in sinks if want[i] == "SUCCEEDED"}
-    history = await engine.services.run_history(TENANT, done.id)
+    history = await engine.services.runs.history(TENANT, done.id)
     assert history[-1].kind == "run.succeeded"

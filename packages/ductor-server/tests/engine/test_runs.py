@@ -45,13 +45,13 @@ async def test_hello_world_completes_after_its_durable_wait(engine: Engine) -> N
     assert view.status.value == "RUN_STATUS_RUNNING"
     await engine.advance(1)
     await engine.advance(0)
-    view = await engine.services.get_run("t_acme", run.id)
+    view = await engine.services.runs.get("t_acme", run.id)
     assert step(view, "pause").status.value == "STEP_STATUS_WAITING"
     await engine.advance(1)
     done = await engine.wait_run(run.id)
     assert done.status == SUCCEEDED
     assert done.output == {"pause": {"waited_until": "2030-01-01T00:00:02Z"}}
-    kinds = [h.kind for h in await engine.services.run_history("t_acme", run.id)]
+    kinds = [h.kind for h in await engine.services.runs.history("t_acme", run.id)]
     assert kinds[0] == "run.created"
     assert "step.succeeded" in kinds
     assert kinds[-1] == "run.succeeded"
@@ -87,20 +87,20 @@ async def test_trigger_is_idempotent_by_key_and_tenant_scoped(engine: Engine) ->
     other = await engine.trigger("hello-world", {"n": 3}, key="k-2")
     assert other.id != first.id
     with pytest.raises(RunNotFound):
-        await engine.services.get_run(OTHER_TENANT, first.id)
+        await engine.services.runs.get(OTHER_TENANT, first.id)
     with pytest.raises(WorkflowNotFound):
-        await engine.services.trigger_run(OTHER_TENANT, "hello-world", None, {}, None)
+        await engine.services.runs.trigger(OTHER_TENANT, "hello-world", None, {}, None)
     with pytest.raises(WorkflowVersionNotFound):
-        await engine.services.trigger_run("t_acme", "hello-world", 9, {}, None)
-    page = await engine.services.list_runs("t_acme", limit=1)
+        await engine.services.runs.trigger("t_acme", "hello-world", 9, {}, None)
+    page = await engine.services.runs.page("t_acme", limit=1)
     assert len(page.items) == 1
     assert page.next_cursor is not None
-    rest = await engine.services.list_runs("t_acme", cursor=page.next_cursor, limit=10)
+    rest = await engine.services.runs.page("t_acme", cursor=page.next_cursor, limit=10)
     assert {r.id for r in page.items + rest.items} == {first.id, other.id}
-    assert (await engine.services.list_runs(OTHER_TENANT)).items == []
-    running = await engine.services.list_runs("t_acme", status="running")
+    assert (await engine.services.runs.page(OTHER_TENANT)).items == []
+    running = await engine.services.runs.page("t_acme", status="running")
     assert {r.id for r in running.items} == {first.id, other.id}
     with pytest.raises(RequestInvalid):
-        await engine.services.list_runs("t_acme", status="sleepy")
+        await engine.services.runs.page("t_acme", status="sleepy")
     with pytest.raises(RequestInvalid):
-        await engine.services.list_runs("t_acme", cursor="not-a-cursor")
+        await engine.services.runs.page("t_acme", cursor="not-a-cursor")

@@ -24,40 +24,40 @@ from .test_runs import HELLO
 
 async def test_publish_is_content_addressed_and_versions_increase(engine: Engine) -> None:
     s = engine.services
-    first = await s.publish_workflow(TENANT, HELLO)
-    same = await s.publish_workflow(TENANT, HELLO)
-    changed = await s.publish_workflow(TENANT, {**HELLO, "title": "Hello again"})
+    first = (await s.workflows.publish(TENANT, HELLO)).value
+    same = (await s.workflows.publish(TENANT, HELLO)).value
+    changed = (await s.workflows.publish(TENANT, {**HELLO, "title": "Hello again"})).value
     assert (first.version, first.created) == (1, True)
     assert (same.version, same.created, same.hash) == (1, False, first.hash)
     assert (changed.version, changed.created) == (2, True)
     assert changed.hash != first.hash
     # Another tenant's first publish of the same content is its own version 1.
-    foreign = await s.publish_workflow(OTHER_TENANT, HELLO)
+    foreign = (await s.workflows.publish(OTHER_TENANT, HELLO)).value
     assert (foreign.version, foreign.created) == (1, True)
 
-    family = await s.get_workflow(TENANT, "hello-world")
+    family = await s.workflows.family(TENANT, "hello-world")
     assert family.latest.version == 2
     assert family.latest.definition.title == "Hello again"
     assert [v.version for v in family.versions] == [1, 2]
-    v1 = await s.get_workflow_version(TENANT, "hello-world", 1)
+    v1 = await s.workflows.version(TENANT, "hello-world", 1)
     assert v1.definition.title == "Hello World"
     assert v1.hash == first.hash
-    [summary] = await s.list_workflows(TENANT)
+    [summary] = await s.workflows.families(TENANT)
     assert (summary.family_slug, summary.latest_version, summary.title) == (
         "hello-world",
         2,
         "Hello again",
     )
     with pytest.raises(WorkflowNotFound):
-        await s.get_workflow(TENANT, "nope")
+        await s.workflows.family(TENANT, "nope")
     with pytest.raises(WorkflowNotFound):
-        await s.get_workflow_version(TENANT, "nope", 1)
+        await s.workflows.version(TENANT, "nope", 1)
     with pytest.raises(WorkflowVersionNotFound):
-        await s.get_workflow_version(TENANT, "hello-world", 3)
+        await s.workflows.version(TENANT, "hello-world", 3)
     # A run pins the version it was triggered with.
-    run = await s.trigger_run(TENANT, "hello-world", 1, {}, None)
+    run = (await s.runs.trigger(TENANT, "hello-world", 1, {}, None)).value
     assert run.version == 1
-    latest = await s.trigger_run(TENANT, "hello-world", None, {}, None)
+    latest = (await s.runs.trigger(TENANT, "hello-world", None, {}, None)).value
     assert latest.version == 2
     # The views encode to JSON (what the API sends).
     assert msgspec.json.decode(msgspec.json.encode(family))["latest"]["version"] == 2
@@ -72,48 +72,48 @@ async def test_invalid_definitions_report_every_problem(engine: Engine) -> None:
         ],
         "edges": [{"source_ref": "a", "target_ref": "ghost"}],
     }
-    report = await engine.services.validate_workflow(TENANT, bad)
+    report = await engine.services.workflows.validate(TENANT, bad)
     assert not report.valid
     assert len(report.problems) >= 3
     with pytest.raises(DefinitionInvalid) as caught:
-        await engine.services.publish_workflow(TENANT, bad)
+        await engine.services.workflows.publish(TENANT, bad)
     assert caught.value.code == "definition.invalid"
     assert {p["pointer"] for p in caught.value.details} >= {"/steps/0/type", "/edges/0/target_ref"}
     with pytest.raises(DefinitionInvalid):
-        await engine.services.publish_workflow(TENANT, ["not", "an", "object"])
-    assert await engine.services.list_workflows(TENANT) == []
-    good = await engine.services.validate_workflow(TENANT, HELLO)
+        await engine.services.workflows.publish(TENANT, ["not", "an", "object"])
+    assert await engine.services.workflows.families(TENANT) == []
+    good = await engine.services.workflows.validate(TENANT, HELLO)
     assert good.valid
 
 
 async def test_bad_arguments_are_request_errors(engine: Engine) -> None:
     s = engine.services
-    await s.publish_workflow(TENANT, HELLO)
+    await s.workflows.publish(TENANT, HELLO)
     with pytest.raises(RequestInvalid):
-        await s.trigger_run(TENANT, "hello-world", 0, {}, None)
+        await s.runs.trigger(TENANT, "hello-world", 0, {}, None)
     with pytest.raises(RequestInvalid):
-        await s.list_runs(TENANT, limit=0)
+        await s.runs.page(TENANT, limit=0)
     with pytest.raises(RequestInvalid):
-        await s.list_runs(TENANT, limit=10_000)
+        await s.runs.page(TENANT, limit=10_000)
     with pytest.raises(EventInvalid):
-        await s.send_event(TENANT, "", {}, None)
+        await s.events.send(TENANT, "", {}, None)
     with pytest.raises(EventInvalid):
-        await s.send_event(TENANT, "x" * 300, {}, None)
+        await s.events.send(TENANT, "x" * 300, {}, None)
     with pytest.raises(RunNotFound):
-        await s.signal_run(TENANT, "run_missing", "go", {}, None)
+        await s.runs.signal(TENANT, "run_missing", "go", {}, None)
     with pytest.raises(RunNotFound):
-        await s.cancel_run(TENANT, "run_missing", "")
+        await s.runs.cancel(TENANT, "run_missing", "")
     with pytest.raises(RunNotFound):
-        await s.run_history(TENANT, "run_missing")
-    run = await s.trigger_run(TENANT, "hello-world", None, {}, None)
+        await s.runs.history(TENANT, "run_missing")
+    run = (await s.runs.trigger(TENANT, "hello-world", None, {}, None)).value
     with pytest.raises(RequestInvalid):
-        await s.signal_run(TENANT, run.id, "", {}, None)
+        await s.runs.signal(TENANT, run.id, "", {}, None)
     with pytest.raises(RunNotFound):
-        await s.signal_run(OTHER_TENANT, run.id, "go", {}, None)
+        await s.runs.signal(OTHER_TENANT, run.id, "go", {}, None)
     with pytest.raises(RunNotFound):
-        await s.cancel_run(OTHER_TENANT, run.id, "")
+        await s.runs.cancel(OTHER_TENANT, run.id, "")
     with pytest.raises(RunNotFound):
-        await s.run_history(OTHER_TENANT, run.id)
+        await s.runs.history(OTHER_TENANT, run.id)
 
 
 async def test_a_handler_output_that_is_not_json_fails_the_step_cleanly(engine: Engine) -> None:

@@ -87,7 +87,7 @@ async def test_retries_back_off_then_succeed(engine: Engine) -> None:
     async with engine.store.transaction() as tx:
         attempts = await tx.list_attempts(TENANT, run.id)
     assert [(a.attempt, a.ok) for a in attempts] == [(1, False), (2, False), (3, True)]
-    kinds = [h.kind for h in await engine.services.run_history(TENANT, run.id)]
+    kinds = [h.kind for h in await engine.services.runs.history(TENANT, run.id)]
     assert kinds.count("step.retrying") == 2
 
 
@@ -132,7 +132,7 @@ async def test_unhandled_failure_fails_the_run(engine: Engine) -> None:
     assert step(done, "send").error.code == "handler.unknown"
     assert step(done, "after").status.value in ("STEP_STATUS_CANCELLED", "STEP_STATUS_SKIPPED")
     with pytest.raises(RunNotCancellable):
-        await engine.services.cancel_run(TENANT, run.id, "too late")
+        await engine.services.runs.cancel(TENANT, run.id, "too late")
 
 
 async def test_condition_edges_choose_one_branch(engine: Engine) -> None:
@@ -226,7 +226,7 @@ async def test_subworkflow_result_flows_to_the_parent(engine: Engine) -> None:
     assert done.output == {"use": {"value": 42}}
     child_id = step(done, "sub").child_run_id
     assert child_id
-    child = await engine.services.get_run(TENANT, child_id)
+    child = await engine.services.runs.get(TENANT, child_id)
     assert child.parent_run_id == run.id
     assert child.parent_step_ref == "sub"
     assert child.status == SUCCEEDED
@@ -265,16 +265,20 @@ async def test_a_signal_resumes_a_waiting_run_once(engine: Engine) -> None:
     await engine.publish(SIGNALLED)
     run = await engine.trigger("approval", {})
     await engine.wait_step(run.id, "approval", "waiting")
-    first = await engine.services.signal_run(TENANT, run.id, "approve", {"by": "ana"}, "sig-1")
-    again = await engine.services.signal_run(TENANT, run.id, "approve", {"by": "bob"}, "sig-1")
+    first = (
+        await engine.services.runs.signal(TENANT, run.id, "approve", {"by": "ana"}, "sig-1")
+    ).value
+    again = (
+        await engine.services.runs.signal(TENANT, run.id, "approve", {"by": "bob"}, "sig-1")
+    ).value
     assert not first.duplicate
     assert again.duplicate
     done = await engine.wait_run(run.id)
     assert done.status == SUCCEEDED
     assert done.output == {"after": {"by": "ana"}}
     with pytest.raises(RunEnded):
-        await engine.services.signal_run(TENANT, run.id, "approve", {}, None)
-    kinds = [h.kind for h in await engine.services.run_history(TENANT, run.id)]
+        await engine.services.runs.signal(TENANT, run.id, "approve", {}, None)
+    kinds = [h.kind for h in await engine.services.runs.history(TENANT, run.id)]
     assert kinds.count("signal.received") == 1
 
 
@@ -291,7 +295,7 @@ async def test_a_signal_sent_early_is_buffered(engine: Engine) -> None:
     )
     run = await engine.trigger("early", {})
     await engine.wait_step(run.id, "nap", "waiting")
-    await engine.services.signal_run(TENANT, run.id, "go", {"k": 1}, None)
+    await engine.services.runs.signal(TENANT, run.id, "go", {"k": 1}, None)
     await engine.advance(11)
     done = await engine.wait_run(run.id)
     assert done.output == {"approval": {"k": 1}}
@@ -314,10 +318,16 @@ async def test_events_start_matching_runs_once(engine: Engine) -> None:
             "steps": [project("echo", amount="input.amount")],
         }
     )
-    big = await engine.services.send_event(TENANT, "order.created", {"amount": 50}, "evt-1")
-    small = await engine.services.send_event(TENANT, "order.created", {"amount": 5}, "evt-2")
-    repeat = await engine.services.send_event(TENANT, "order.created", {"amount": 50}, "evt-1")
-    other = await engine.services.send_event(TENANT, "order.deleted", {"amount": 50}, None)
+    big = (
+        await engine.services.events.send(TENANT, "order.created", {"amount": 50}, "evt-1")
+    ).value
+    small = (
+        await engine.services.events.send(TENANT, "order.created", {"amount": 5}, "evt-2")
+    ).value
+    repeat = (
+        await engine.services.events.send(TENANT, "order.created", {"amount": 50}, "evt-1")
+    ).value
+    other = (await engine.services.events.send(TENANT, "order.deleted", {"amount": 50}, None)).value
     assert len(big.runs_started) == 1
     assert not big.duplicate
     assert small.runs_started == []
@@ -327,10 +337,12 @@ async def test_events_start_matching_runs_once(engine: Engine) -> None:
     assert other.id.startswith("evt_")
     done = await engine.wait_run(big.runs_started[0])
     assert done.output == {"echo": {"amount": 50}}
-    page = await engine.services.list_runs(TENANT, family_slug="on-order")
+    page = await engine.services.runs.page(TENANT, family_slug="on-order")
     assert [r.id for r in page.items] == big.runs_started
     # Another tenant's event of the same name starts nothing here.
-    foreign = await engine.services.send_event("t_other", "order.created", {"amount": 99}, "evt-1")
+    foreign = (
+        await engine.services.events.send("t_other", "order.created", {"amount": 99}, "evt-1")
+    ).value
     assert foreign.runs_started == []
     assert not foreign.duplicate
 
@@ -356,16 +368,22 @@ async def test_an_event_wakes_a_waiting_run_when_it_matches(engine: Engine) -> N
     )
     run = await engine.trigger("shipping", {"id": "o-1"})
     await engine.wait_step(run.id, "shipped", "waiting")
-    miss = await engine.services.send_event(TENANT, "order.shipped", {"order_id": "o-2"}, "e1")
+    miss = (
+        await engine.services.events.send(TENANT, "order.shipped", {"order_id": "o-2"}, "e1")
+    ).value
     assert miss.runs_notified == [run.id]
-    hit = await engine.services.send_event(
-        TENANT, "order.shipped", {"order_id": "o-1", "carrier": "dhl"}, "e2"
-    )
+    hit = (
+        await engine.services.events.send(
+            TENANT, "order.shipped", {"order_id": "o-1", "carrier": "dhl"}, "e2"
+        )
+    ).value
     assert hit.runs_notified == [run.id]
     done = await engine.wait_run(run.id)
     assert done.output == {"done": {"carrier": "dhl"}}
     # The wait is gone: a later event reaches nobody.
-    late = await engine.services.send_event(TENANT, "order.shipped", {"order_id": "o-1"}, "e3")
+    late = (
+        await engine.services.events.send(TENANT, "order.shipped", {"order_id": "o-1"}, "e3")
+    ).value
     assert late.runs_notified == []
 
 
@@ -406,13 +424,13 @@ async def test_cancel_cancels_the_run_and_its_children(engine: Engine) -> None:
     children = [step(view, "sub").child_run_id] + [i.child_run_id for i in step(view, "many").items]
     for child in children:
         await engine.wait_step(child, "hold", "waiting")
-    await engine.services.cancel_run(TENANT, run.id, "changed my mind")
+    await engine.services.runs.cancel(TENANT, run.id, "changed my mind")
     done = await engine.wait_run(run.id)
     assert done.status == CANCELLED
     for child in children:
         ended = await engine.wait_run(child)
         assert ended.status == CANCELLED
-    kinds = [h.kind for h in await engine.services.run_history(TENANT, run.id)]
+    kinds = [h.kind for h in await engine.services.runs.history(TENANT, run.id)]
     assert "run.cancel_requested" in kinds
     assert kinds[-1] == "run.cancelled" or "run.cancelled" in kinds
     async with engine.store.transaction() as tx:

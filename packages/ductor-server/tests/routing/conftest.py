@@ -16,11 +16,12 @@ from litestar.testing import AsyncTestClient
 from ductor_core.expressions import engine_by_name
 from ductor_server import Settings, create_app
 from ductor_server.cli_server import create_key
+from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
-from ductor_server.routing import AssignmentView, RouteStep, RoutingService
-from ductor_server.services import RunView
+from ductor_server.routing.steps import RouteStep
+from ductor_server.services import AssignmentView, RoutingService, RunView, Services
 from ductor_server.storage import Store, open_store
 
 
@@ -97,6 +98,7 @@ class Engine:
     clock: ManualClock
     runtime: Runtime
     routing: RoutingService
+    services: Services
 
     async def wait_run(
         self, run_id: str, predicate: Callable[[RunView], bool] | None = None, what: str = "end"
@@ -105,7 +107,7 @@ class Engine:
         check = predicate or (lambda r: r.status.terminal)
         deadline = asyncio.get_running_loop().time() + 20.0
         while True:
-            view = await self.runtime.services.get_run(TENANT, run_id)
+            view = await self.services.runs.get(TENANT, run_id)
             if check(view):
                 return view
             if asyncio.get_running_loop().time() > deadline:
@@ -138,4 +140,5 @@ async def engine(store: Store) -> AsyncIterator[Engine]:
     actions.register("route", RouteStep(routing, poll_interval=0.02))
     config = RuntimeConfig(poll_interval=0.05, lease_seconds=30.0, stop_grace=0.5)
     async with Runtime.start(store, config=config, clock=clock, actions=actions) as runtime:
-        yield Engine(store=store, clock=clock, runtime=runtime, routing=routing)
+        services = build_services(runtime)
+        yield Engine(store=store, clock=clock, runtime=runtime, routing=routing, services=services)

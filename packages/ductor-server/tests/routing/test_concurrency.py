@@ -16,7 +16,8 @@ from ductor_core.expressions import engine_by_name
 from ductor_routing import Cap, CounterScope, KindSchema, Member, Pool, Worker
 from ductor_routing.pools import Budget, Window
 from ductor_server.engine.clock import ManualClock
-from ductor_server.routing import RouteBody, RoutingService, RoutingTx, RulesBody, counter_text
+from ductor_server.routing import RoutingTx
+from ductor_server.services.routing import RouteBody, RoutingService, RulesBody, counter_text
 from ductor_server.storage import Store, open_store
 from ductor_server.storage.protocol import Store as StoreProtocol
 
@@ -70,7 +71,7 @@ async def storm(services: list[RoutingService], calls: int) -> list[str | None]:
     async def one(i: int) -> str | None:
         service = services[i % len(services)]
         decision = await service.route(TENANT, RouteBody(id=f"lead-{i}", kind="lead"))
-        return decision.worker
+        return decision.value.worker
 
     return list(await asyncio.gather(*(one(i) for i in range(calls))))
 
@@ -107,7 +108,7 @@ async def test_simultaneous_decisions_never_overfill_a_cap(
             assert sum(s.conflicts for s in services) > 0
         # The next day the caps open again.
         clock.advance(timedelta(days=1))
-        assert (await services[1].route(TENANT, RouteBody(id="tomorrow", kind="lead"))).worker
+        assert (await services[1].route(TENANT, RouteBody(id="tomorrow", kind="lead"))).value.worker
     finally:
         for s in stores:
             await s.close()

@@ -1,4 +1,5 @@
-"""The CEL engine routing compiles with is chosen at the server edge (DUCTOR_CEL_ENGINE)."""
+"""The CEL engine of routing (and every expression) is chosen at the server edge
+(DUCTOR_CEL_ENGINE)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ async def test_rules_with_cel_route_on_either_engine(engine: str, tmp_path: Path
         finally:
             await store.close()
         auth = {"Authorization": f"Bearer {key}"}
-        assert client.app.state.routing.engine.name == engine
+        assert client.app.state.services.routing.engine.name == engine
         await client.post("/v1/workers", json={"id": "w"}, headers=auth)
         await client.post(
             "/v1/pools", json={"id": "big", "members": [{"worker": "w"}]}, headers=auth

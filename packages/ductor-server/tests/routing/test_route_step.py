@@ -12,7 +12,8 @@ from ductor_core.runs import RunStatus
 from ductor_routing import Availability, Cap, KindSchema, Member, Pool, StrategySpec, Worker
 from ductor_routing.pools import Window
 from ductor_server.engine.actions import ActionCall, ActionFailed
-from ductor_server.routing import RouteStep, RulesBody
+from ductor_server.routing.steps import RouteStep
+from ductor_server.services.routing import RulesBody
 
 from .conftest import TENANT, Engine
 
@@ -56,8 +57,8 @@ async def configure(engine: Engine) -> None:
 
 
 async def start(engine: Engine, definition: Any) -> str:
-    await engine.runtime.services.publish_workflow(TENANT, definition)
-    run = await engine.runtime.services.trigger_run(TENANT, "triage", None, {"topic": "vpn"}, None)
+    await engine.services.workflows.publish(TENANT, definition)
+    run = (await engine.services.runs.trigger(TENANT, "triage", None, {"topic": "vpn"})).value
     return run.id
 
 
@@ -83,7 +84,7 @@ async def test_awaited_route_reroutes_on_reject_then_completes(engine: Engine) -
     run_id = await start(engine, workflow(await_completion=True))
     routable = f"{run_id}:assign:-1"
     first = await engine.open_assignment(routable)
-    view = await engine.runtime.services.get_run(TENANT, run_id)
+    view = await engine.services.runs.get(TENANT, run_id)
     assert view.status is RunStatus.RUNNING
     await engine.routing.move_assignment(TENANT, first.id, "rejected", reason="on leave")
     # The attempt fails (retryable); after the backoff the step routes again,

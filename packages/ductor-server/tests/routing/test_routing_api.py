@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ductor_server.api.errors import STATUS_BY_CODE
+from ductor_server.transports.rest.errors import STATUS_BY_CODE
 
 from .conftest import Api
 

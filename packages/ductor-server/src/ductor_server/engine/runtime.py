@@ -28,7 +28,6 @@ from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
 from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
-from ductor_server.services import Services
 from ductor_server.storage.protocol import Store
 
 
@@ -76,7 +75,7 @@ Setup = Callable[["Runtime"], object]
 
 
 class Runtime:
-    """The engine loops of this process, plus the `Services` bound to them.
+    """The engine loops of this process (the composition root binds services to them).
 
     Use `async with Runtime.start(store, roles=..., setup=...) as runtime:`; the
     loops run until the block exits, then stop gracefully (running handlers get
@@ -114,14 +113,6 @@ class Runtime:
         self.queue: TaskQueue = queue if queue is not None else SqlTaskQueue(store)
         self.catalog = WorkflowCatalog()
         self.parts = EngineParts(catalog=self.catalog, engine=engine, kinds=self.kinds)
-        self.services = Services(
-            store,
-            wake=self.wakeup,
-            engine=engine,
-            clock=self.clock,
-            catalog=self.catalog,
-            kinds=self.kinds,
-        )
         cfg = self.config
         self.coordinator = Coordinator(
             store,

@@ -19,7 +19,7 @@ import msgspec
 
 from ductor_core.errors import DuctorError
 from ductor_server.engine.actions import ActionCall, failure
-from ductor_server.routing.service import (
+from ductor_server.services.routing import (
     COMPLETED,
     EXPIRED,
     OPEN_STATUSES,
@@ -73,9 +73,11 @@ class RouteStep:
         )
         digest = hashlib.sha256(f"{tenant}\n{call.idempotency_key}".encode()).hexdigest()[:32]
         try:
-            decision = await self.service.route(
-                tenant, body, decision_id=f"dec_{digest}", origin=call.idempotency_key
-            )
+            decision = (
+                await self.service.route(
+                    tenant, body, decision_id=f"dec_{digest}", origin=call.idempotency_key
+                )
+            ).value
         except DuctorError as exc:
             raise failure(exc.code, exc.message, retryable=exc.retryable) from exc
         output: dict[str, Any] = msgspec.to_builtins(decision)

@@ -1170,6 +1170,28 @@ class SqlTx:
         )
         return row is not None
 
+    async def claim_idempotency(self, record: IdempotencyRecord) -> IdempotencyRecord | None:
+        # A housekeeping sweep may delete the holder's row between our INSERT and
+        # SELECT; then the key is free again and the next round takes it.
+        for _ in range(3):
+            if await self.put_idempotency(record):
+                return None
+            found = await self.get_idempotency(record.tenant_id, record.scope, record.key)
+            if found is not None:
+                return found
+        raise StoreError(f"idempotency key {record.key!r} kept changing hands")
+
+    async def complete_idempotency(
+        self, tenant_id: str, scope: str, key: str, *, status_code: int, response: Any
+    ) -> None:
+        changed = await self.execute(
+            "UPDATE idempotency_keys SET status_code = %s, response = %s"
+            " WHERE tenant_id = %s AND scope = %s AND key = %s",
+            (status_code, self.to_json(response), tenant_id, scope, key),
+        )
+        if changed != 1:
+            raise StoreError(f"idempotency key {key!r} was not claimed in this transaction")
+
     async def delete_idempotency_before(self, cutoff: datetime) -> int:
         return await self.execute(
             "DELETE FROM idempotency_keys WHERE created_at < %s", (self.to_timestamp(cutoff),)

@@ -478,6 +478,24 @@ class IdempotencyTx(Protocol):
         """Remember a response; False (nothing written) if (tenant, scope, key) exists."""
         ...
 
+    async def claim_idempotency(self, record: IdempotencyRecord) -> IdempotencyRecord | None:
+        """Claim (tenant, scope, key) for this transaction, before doing the work it guards.
+
+        None: the row is this transaction's (written with `record`'s fields; the
+        caller does the work, then `complete_idempotency`, then commits). Otherwise
+        the committed row someone else holds. A concurrent claim of the same key
+        waits until the holder commits (it then gets the holder's row) or rolls
+        back (it then gets the key): on Postgres through the primary key, on
+        SQLite because write transactions never overlap.
+        """
+        ...
+
+    async def complete_idempotency(
+        self, tenant_id: str, scope: str, key: str, *, status_code: int, response: Any
+    ) -> None:
+        """Store the answer on a row this transaction claimed."""
+        ...
+
     async def delete_idempotency_before(self, cutoff: datetime) -> int:
         """Forget records created before `cutoff` (all tenants); returns how many."""
         ...

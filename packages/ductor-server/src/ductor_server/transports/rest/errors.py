@@ -1,7 +1,9 @@
 """The one table from error codes to HTTP statuses, and the handlers that apply it.
 
-Every error leaves the API as `{"code", "message", "details"}`. No service
-logic here: this module only translates exceptions into responses.
+Every error leaves the API as `{"code", "message", "details"}` (the bridge's
+signed routes wrap the same codes in the protocol's `ErrorResponse`). No
+service logic here: this module only translates exceptions into responses and
+tells the OpenAPI document about them.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from typing import Any
 import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
+from litestar.openapi import ResponseSpec
 
 from ductor_core.errors import DuctorError
 
-log = logging.getLogger("ductor_server.api")
+log = logging.getLogger("ductor_server.transports.rest")
 
 #: Every stable error code the API answers with, and its HTTP status.
 STATUS_BY_CODE: dict[str, int] = {
@@ -75,6 +78,19 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
 
 class ApiError(DuctorError):
     """An error raised by the API layer itself (body, size, route problems)."""
+
+
+#: The error answers every /v1 operation may give, for the OpenAPI document.
+V1_ERRORS: dict[int, ResponseSpec] = {
+    status: ResponseSpec(data_container=ErrorBody, description=description)
+    for status, description in {
+        400: "Malformed JSON (`request.malformed_json`, with line and column)",
+        401: "Missing, unknown or revoked API key (`auth.unauthenticated`)",
+        404: "Not found for this tenant (`*.not_found`)",
+        413: "Body over the size limit (`request.too_large`)",
+        422: "Invalid request (`request.invalid`, `definition.invalid`, `idempotency.conflict`)",
+    }.items()
+}
 
 
 def error_response(code: str, message: str, details: Any = None, *, status: int) -> Response[Any]:

@@ -1,19 +1,20 @@
-"""The routing service: workers, pools and rule sets kept in the store, and `route`.
+"""Routing: workers, pools and rule sets kept in the store, `route`, and assignments.
 
-It speaks in tenants, structs and `DuctorError`s, never HTTP. Routing itself
-is `ductor_routing.Router`; this module loads its configuration, gives it a
-snapshot of the live counters and marks, and commits its Assign intent in the
-same transaction, whose conditional counter updates keep every cap under
-concurrency (a lost race rolls back and routes again on fresh state).
+It speaks in tenants, structs and `DuctorError`s, never a transport. Routing
+itself is `ductor_routing.Router`; this module loads its configuration, gives
+it a snapshot of the live counters and marks, and commits its Assign intent in
+the same transaction, whose conditional counter updates keep every cap under
+concurrency (a lost race rolls back and routes again on fresh state, claiming
+the call's idempotency key again in that new transaction).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -47,7 +48,11 @@ from ductor_server.routing.errors import (
     RoutingObjectNotFound,
 )
 from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
+from ductor_server.services.idempotency import Answer, Claim
+from ductor_server.services.idempotency import Outcome as MutationOutcome
 from ductor_server.storage.protocol import Store
+
+T = TypeVar("T")
 
 # --- bodies and views ---------------------------------------------------------------
 
@@ -300,42 +305,67 @@ class RoutingService:
             seed=rules.seed,
         )
 
-    async def _change(self, tenant_id: str, apply: Any) -> Any:
-        """Run `apply(rtx)` and check the whole new configuration compiles, atomically."""
+    async def _change(
+        self,
+        tenant_id: str,
+        claim: Claim | None,
+        into: type[T],
+        apply: Callable[[RoutingTx], Awaitable[Answer[T]]],
+    ) -> Answer[T]:
+        """Run `apply(rtx)` and check the whole new configuration compiles, atomically
+        (at most once per `claim`)."""
         async with self.store.transaction() as tx:
+            if claim is not None:
+                replay = await claim.take(tx, into)
+                if replay is not None:
+                    return replay
             rtx = RoutingTx(tx)
             await rtx.bump_generation(tenant_id)
-            result = await apply(rtx)
+            answer = await apply(rtx)
             self._build(await self._load_config(rtx, tenant_id))
-        return result
+            if claim is not None:
+                await claim.settle(tx, answer)
+        return answer
 
-    async def put_worker(self, tenant_id: str, worker: Worker) -> tuple[bool, Worker]:
-        """Create or replace a worker; (created, worker).
+    async def put_worker(
+        self, tenant_id: str, worker: Worker, *, idempotency_key: str | None = None
+    ) -> Answer[Worker]:
+        """Create (`CREATED`) or replace (`OK`) a worker.
 
         Raises:
             ConfigError: the change would leave the configuration inconsistent.
+            IdempotencyConflict: the key was used with another worker.
         """
         now = self.clock.now()
+        claim = Claim.of(tenant_id, "routing.workers.put", idempotency_key, worker, now=now)
 
-        async def apply(rtx: RoutingTx) -> bool:
-            return await rtx.put_entity(
+        async def apply(rtx: RoutingTx) -> Answer[Worker]:
+            created = await rtx.put_entity(
                 "worker", tenant_id, worker.id, msgspec.json.encode(worker), now
             )
+            return Answer(worker, MutationOutcome.CREATED if created else MutationOutcome.OK)
 
-        return await self._change(tenant_id, apply), worker
+        return await self._change(tenant_id, claim, Worker, apply)
 
-    async def put_pool(self, tenant_id: str, pool: Pool) -> tuple[bool, Pool]:
-        """Create or replace a pool (its members must be existing workers); (created, pool).
+    async def put_pool(
+        self, tenant_id: str, pool: Pool, *, idempotency_key: str | None = None
+    ) -> Answer[Pool]:
+        """Create (`CREATED`) or replace (`OK`) a pool (its members must be existing workers).
 
         Raises:
             ConfigError: unknown member, bad strategy or CEL, duplicates (every problem).
+            IdempotencyConflict: the key was used with another pool.
         """
         now = self.clock.now()
+        claim = Claim.of(tenant_id, "routing.pools.put", idempotency_key, pool, now=now)
 
-        async def apply(rtx: RoutingTx) -> bool:
-            return await rtx.put_entity("pool", tenant_id, pool.id, msgspec.json.encode(pool), now)
+        async def apply(rtx: RoutingTx) -> Answer[Pool]:
+            created = await rtx.put_entity(
+                "pool", tenant_id, pool.id, msgspec.json.encode(pool), now
+            )
+            return Answer(pool, MutationOutcome.CREATED if created else MutationOutcome.OK)
 
-        return await self._change(tenant_id, apply), pool
+        return await self._change(tenant_id, claim, Pool, apply)
 
     async def delete_entity(self, tenant_id: str, what: str, entity_id: str) -> None:
         """Delete a worker or pool.
@@ -345,11 +375,12 @@ class RoutingService:
             ConfigError: a pool or rule still refers to it.
         """
 
-        async def apply(rtx: RoutingTx) -> None:
+        async def apply(rtx: RoutingTx) -> Answer[None]:
             if not await rtx.delete_entity(what, tenant_id, entity_id):
                 raise RoutingObjectNotFound(what, entity_id)
+            return Answer(None)
 
-        await self._change(tenant_id, apply)
+        await self._change(tenant_id, None, type(None), apply)
 
     async def get_worker(self, tenant_id: str, worker_id: str) -> Worker:
         """One worker (RoutingObjectNotFound if absent)."""
@@ -382,19 +413,25 @@ class RoutingService:
             raws = await RoutingTx(tx).list_entities("pool", tenant_id)
         return [_decode(r, Pool) for r in raws]
 
-    async def publish_rules(self, tenant_id: str, rules: RulesBody) -> RuleSetView:
-        """Store `rules` as the tenant's next rule set version; routing uses it at once.
+    async def publish_rules(
+        self, tenant_id: str, rules: RulesBody, *, idempotency_key: str | None = None
+    ) -> Answer[RuleSetView]:
+        """Store `rules` as the tenant's next rule set version (`CREATED`); routing uses
+        it at once.
 
         Raises:
             ConfigError: unknown pool, bad CEL, duplicate rule (every problem, with pointers).
+            IdempotencyConflict: the key was used with another rule set.
         """
         now = self.clock.now()
+        claim = Claim.of(tenant_id, "routing.rules.publish", idempotency_key, rules, now=now)
 
-        async def apply(rtx: RoutingTx) -> int:
-            return await rtx.insert_rule_set(tenant_id, msgspec.json.encode(rules), now)
+        async def apply(rtx: RoutingTx) -> Answer[RuleSetView]:
+            version = await rtx.insert_rule_set(tenant_id, msgspec.json.encode(rules), now)
+            view = RuleSetView(version=version, created_at=now, rule_set=rules)
+            return Answer(view, MutationOutcome.CREATED)
 
-        version = await self._change(tenant_id, apply)
-        return RuleSetView(version=version, created_at=now, rule_set=rules)
+        return await self._change(tenant_id, claim, RuleSetView, apply)
 
     async def get_rules(self, tenant_id: str, version: int | None = None) -> RuleSetView:
         """The latest rule set, or one version (RoutingObjectNotFound if absent)."""
@@ -432,21 +469,28 @@ class RoutingService:
         *,
         decision_id: str | None = None,
         origin: str | None = None,
-    ) -> DecisionView:
-        """Route one routable and commit the decision (and its assignment) atomically.
+        idempotency_key: str | None = None,
+    ) -> Answer[DecisionView]:
+        """Route one routable and commit the decision (and its assignment) atomically;
+        `CREATED`.
 
-        `decision_id` makes the call idempotent: a decision already stored under
-        it is returned as it was. `origin` ties the assignment to a workflow step.
+        `decision_id` makes the call idempotent for the engine: a decision
+        already stored under it is returned as it was. `origin` ties the
+        assignment to a workflow step. `idempotency_key` makes it idempotent for
+        a caller: claimed in the transaction that commits the decision.
 
         Raises:
             RoutableInvalid: the routable fails its kind's schema (nothing is stored).
             RoutingObjectNotFound: `body.pool` names no pool.
             AssignConflict: caps kept changing under it for `max_attempts` tries.
+            IdempotencyConflict: the key was used with another routable.
         """
+        created = MutationOutcome.CREATED
         if decision_id is not None:
             found = await self._stored_decision(tenant_id, decision_id)
             if found is not None:
-                return found
+                return Answer(found, created)
+        claim = Claim.of(tenant_id, "routing.route", idempotency_key, body, now=self.clock.now())
         did = decision_id or f"dec_{uuid.uuid4().hex}"
         routable = Routable(
             id=body.id,
@@ -463,6 +507,10 @@ class RoutingService:
                 # still be stale on Postgres (read committed): the conditional
                 # counter updates catch that and this loop routes again.
                 async with self.store.transaction() as tx:
+                    if claim is not None:
+                        replay = await claim.take(tx, DecisionView)
+                        if replay is not None:
+                            return replay
                     rtx = RoutingTx(tx)
                     router = await self._router(rtx, tenant_id, body.pool)
                     state = await self._snapshot(rtx, tenant_id, router, now)
@@ -475,15 +523,19 @@ class RoutingService:
                             msgspec.to_builtins(decision.problems),
                         )
                     fresh, assignment_id = await self._commit(rtx, tenant_id, decision, origin, now)
+                    if fresh:
+                        answer = Answer(_view(decision, assignment_id), created)
+                    else:  # the engine routed this decision id before: answer as it was
+                        stored = await self._decision_in(rtx, tenant_id, did)
+                        assert stored is not None
+                        answer = Answer(stored, created)
+                    if claim is not None:
+                        await claim.settle(tx, answer)
             except AssignConflict:
                 self.conflicts += 1
                 await asyncio.sleep(0.001 * min(attempt, 10))
                 continue
-            if not fresh:
-                stored = await self._stored_decision(tenant_id, did)
-                assert stored is not None
-                return stored
-            return _view(decision, assignment_id)
+            return answer
         raise AssignConflict(
             f"routable {body.id!r} lost {self.max_attempts} races for capacity; try again",
             details={"decision_id": did},
@@ -579,11 +631,15 @@ class RoutingService:
 
     async def _stored_decision(self, tenant_id: str, decision_id: str) -> DecisionView | None:
         async with self.store.transaction() as tx:
-            rtx = RoutingTx(tx)
-            raw = await rtx.get_decision(tenant_id, decision_id)
-            if raw is None:
-                return None
-            assignment = await rtx.find_assignment_by_decision(tenant_id, decision_id)
+            return await self._decision_in(RoutingTx(tx), tenant_id, decision_id)
+
+    async def _decision_in(
+        self, rtx: RoutingTx, tenant_id: str, decision_id: str
+    ) -> DecisionView | None:
+        raw = await rtx.get_decision(tenant_id, decision_id)
+        if raw is None:
+            return None
+        assignment = await rtx.find_assignment_by_decision(tenant_id, decision_id)
         decision: Decision = _decode(raw, Decision)
         return _view(decision, assignment.id if assignment is not None else None)
 
@@ -626,8 +682,9 @@ class RoutingService:
         *,
         result: Any = None,
         reason: str = "",
-    ) -> AssignmentView:
-        """Accept, complete, reject or expire an assignment.
+        idempotency_key: str | None = None,
+    ) -> Answer[AssignmentView]:
+        """Accept, complete, reject or expire an assignment; `OK`.
 
         Completing gives back the worker's load; rejecting or expiring gives
         back every reservation (load, cap, budget), so the work can go elsewhere.
@@ -635,10 +692,23 @@ class RoutingService:
         Raises:
             RoutingObjectNotFound: no such assignment.
             AssignmentStateConflict: it is not open (or, to accept, already accepted).
+            IdempotencyConflict: the key was used with another result or reason.
         """
         sources: Sequence[str] = (ASSIGNED,) if to_status == ACCEPTED else OPEN_STATUSES
         now = self.clock.now()
+        claim = Claim.of(
+            tenant_id,
+            f"routing.assignments.{to_status}",
+            idempotency_key,
+            [result, reason],
+            now=now,
+            target=assignment_id,
+        )
         async with self.store.transaction() as tx:
+            if claim is not None:
+                replay = await claim.take(tx, AssignmentView)
+                if replay is not None:
+                    return replay
             rtx = RoutingTx(tx)
             record = await rtx.get_assignment(tenant_id, assignment_id)
             if record is None:
@@ -668,8 +738,11 @@ class RoutingService:
                     if res.scope in give_back and res.amount:
                         await rtx.release(tenant_id, res.key, res.amount)
             updated = await rtx.get_assignment(tenant_id, assignment_id)
-        assert updated is not None
-        return assignment_view(updated)
+            assert updated is not None
+            answer = Answer(assignment_view(updated))
+            if claim is not None:
+                await claim.settle(tx, answer)
+        return answer
 
     async def list_assignments(
         self,
@@ -692,3 +765,25 @@ class RoutingService:
         async with self.store.transaction() as tx:
             records = await RoutingTx(tx).list_assignments_of_routable(tenant_id, routable_id)
         return [assignment_view(r) for r in records]
+
+
+__all__ = [
+    "ACCEPTED",
+    "ASSIGNED",
+    "COMPLETED",
+    "EXPIRED",
+    "OPEN_STATUSES",
+    "REJECTED",
+    "AssignmentView",
+    "DecisionView",
+    "OutcomeBody",
+    "RouteBody",
+    "RoutingService",
+    "RuleSetVersion",
+    "RuleSetView",
+    "RulesBody",
+    "ShadowReportView",
+    "Snapshot",
+    "assignment_view",
+    "counter_text",
+]

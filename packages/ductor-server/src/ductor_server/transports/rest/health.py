@@ -35,9 +35,9 @@ async def _check(probe: Any) -> str:
 @get("/readyz", tags=["health"])
 async def readyz(request: Request[Any, Any, Any]) -> Response[Health]:
     """Readiness: the store and the queue are reachable (503 otherwise)."""
-    state = request.app.state
-    checks = {"store": await _check(state.store.ping)}
-    queue_ping = getattr(state.runtime, "ping", None)
+    composition = request.app.state.composition
+    checks = {"store": await _check(composition.store.ping)}
+    queue_ping = getattr(composition.runtime, "ping", None)
     if queue_ping is not None:
         checks["queue"] = await _check(queue_ping)
     else:

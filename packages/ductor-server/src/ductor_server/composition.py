@@ -1,0 +1,161 @@
+"""The composition root: the store, the expression engine, the action registry, the
+engine runtime and every service of one process, built once from the settings.
+
+Nothing else builds these: the REST app's lifespan and the CLI's `serve`, `dev`
+and `keys create` start from `build(settings)`; transports are handed
+`Composition.services`. This module wires; it holds no logic of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from ductor.protocol import SigningKeys
+from ductor_core.expressions import ExpressionEngine, default_engine, engine_by_name
+from ductor_server.bridge import install as install_bridge
+from ductor_server.bridge.keys import signing_keys_from_env
+from ductor_server.engine.actions import ActionRegistry, default_registry
+from ductor_server.engine.clock import Clock
+from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.routing.steps import RouteStep
+from ductor_server.services import (
+    BridgeService,
+    EventsService,
+    KeysService,
+    RoutingService,
+    RunsService,
+    ServiceContext,
+    Services,
+    WorkflowsService,
+)
+from ductor_server.settings import Settings
+from ductor_server.storage import Store, open_store
+
+
+@dataclass(frozen=True, kw_only=True)
+class Composition:
+    """Everything one process runs, wired together.
+
+    Attributes:
+        settings: what it was built from.
+        store: the store (opened by `running` or `opened`).
+        expressions: the CEL engine of every expression: DAG runs, validation,
+            trigger filters and routing (`settings.cel_engine`).
+        actions: this runtime's step handlers (`route` and `bridge` included).
+        runtime: the engine loops of the configured roles.
+        services: what transports call.
+    """
+
+    settings: Settings
+    store: Store
+    expressions: ExpressionEngine
+    actions: ActionRegistry
+    runtime: Runtime
+    services: Services
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Composition]:
+        """Open the store (migrating it when the settings ask), run the engine loops,
+        and on exit stop them and close the store."""
+        await self.store.open()
+        try:
+            if self.settings.migrate_on_start:
+                await self.store.migrate()
+            self.runtime.launch()
+            try:
+                yield self
+            finally:
+                await self.runtime.stop()
+        finally:
+            await self.store.close()
+
+    @asynccontextmanager
+    async def opened(self, *, migrate: bool = True) -> AsyncIterator[Composition]:
+        """Open (and migrate) the store without engine loops, for one-off commands."""
+        await self.store.open()
+        try:
+            if migrate:
+                await self.store.migrate()
+            yield self
+        finally:
+            await self.store.close()
+
+
+def build_services(
+    runtime: Runtime,
+    *,
+    expressions: ExpressionEngine | None = None,
+    bridge_keys: SigningKeys | None = None,
+) -> Services:
+    """The services bound to `runtime`'s store, clock, wake-up and definition cache.
+
+    Args:
+        runtime: the engine loops the services write for.
+        expressions: the CEL engine of routing (the runtime's, else the default).
+        bridge_keys: the bridge signing keys, if the server has them.
+    """
+    context = ServiceContext(
+        store=runtime.store,
+        wake=runtime.wakeup,
+        clock=runtime.clock,
+        parts=runtime.parts,
+    )
+    routing_engine = expressions or runtime.engine or default_engine()
+    return Services(
+        workflows=WorkflowsService(context),
+        runs=RunsService(context),
+        events=EventsService(context),
+        routing=RoutingService(runtime.store, engine=routing_engine, clock=runtime.clock),
+        bridge=BridgeService(context, keys=bridge_keys),
+        keys=KeysService(runtime.store, clock=runtime.clock),
+    )
+
+
+def build(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    actions: ActionRegistry | None = None,
+    bridge_keys: SigningKeys | None = None,
+) -> Composition:
+    """Build everything the process runs for `settings` (no I/O until `running`).
+
+    Args:
+        settings: the process configuration.
+        clock: where `now` comes from (the system clock if None).
+        actions: the step handlers to start from (`default_registry()` if None).
+        bridge_keys: the bridge signing keys (from the environment if None).
+
+    Raises:
+        ValueError: `settings.cel_engine` names no engine.
+    """
+    store = open_store(settings.store_target)
+    expressions = engine_by_name(settings.cel_engine)
+    actions = actions if actions is not None else default_registry()
+    runtime = Runtime(
+        store,
+        roles=settings.roles,
+        config=RuntimeConfig(
+            lease_seconds=settings.lease_seconds, poll_interval=settings.poll_interval
+        ),
+        clock=clock,
+        engine=expressions,
+        actions=actions,
+    )
+    keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
+    install_bridge(runtime, keys=keys)
+    services = build_services(runtime, expressions=expressions, bridge_keys=keys)
+    actions.register("route", RouteStep(services.routing))
+    return Composition(
+        settings=settings,
+        store=store,
+        expressions=expressions,
+        actions=actions,
+        runtime=runtime,
+        services=services,
+    )
+
+
+__all__ = ["Composition", "build", "build_services"]

@@ -1,0 +1,93 @@
+"""The service layer every transport calls: one module per area, transport-neutral.
+
+Each service speaks in tenants, view structs and `ServerError`s. A mutating
+operation takes an optional idempotency key and records it in the transaction
+of its effect (see `services.idempotency`), and answers with an `Answer`
+(its value, what it did, and whether it was replayed). The composition root
+(`ductor_server.composition`) builds one `Services` per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ductor_server.services.bridge import AppView, BridgeService
+from ductor_server.services.context import ServiceContext
+from ductor_server.services.events import EventAccepted, EventsService
+from ductor_server.services.idempotency import Answer, Outcome
+from ductor_server.services.keys import KeysService
+from ductor_server.services.routing import (
+    AssignmentView,
+    DecisionView,
+    RoutingService,
+    RuleSetVersion,
+    RuleSetView,
+    ShadowReportView,
+)
+from ductor_server.services.runs import (
+    HistoryEntry,
+    ItemView,
+    RunPage,
+    RunsService,
+    RunSummary,
+    RunView,
+    SignalAccepted,
+    StepView,
+    parse_run_status,
+    run_view,
+)
+from ductor_server.services.workflows import (
+    PublishedWorkflow,
+    VersionInfo,
+    WorkflowFamilyView,
+    WorkflowsService,
+    WorkflowSummary,
+    WorkflowVersionView,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Services:
+    """Every service of one process, by area; what transports are given."""
+
+    workflows: WorkflowsService
+    runs: RunsService
+    events: EventsService
+    routing: RoutingService
+    bridge: BridgeService
+    keys: KeysService
+
+
+__all__ = [
+    "Answer",
+    "AppView",
+    "AssignmentView",
+    "BridgeService",
+    "DecisionView",
+    "EventAccepted",
+    "EventsService",
+    "HistoryEntry",
+    "ItemView",
+    "KeysService",
+    "Outcome",
+    "PublishedWorkflow",
+    "RoutingService",
+    "RuleSetVersion",
+    "RuleSetView",
+    "RunPage",
+    "RunSummary",
+    "RunView",
+    "RunsService",
+    "ServiceContext",
+    "Services",
+    "ShadowReportView",
+    "SignalAccepted",
+    "StepView",
+    "VersionInfo",
+    "WorkflowFamilyView",
+    "WorkflowSummary",
+    "WorkflowVersionView",
+    "WorkflowsService",
+    "parse_run_status",
+    "run_view",
+]

@@ -1,0 +1,46 @@
+"""What every service is given: the store and the parts of the engine it writes for.
+
+Built once per process by the composition root; holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ductor_core.expressions import ExpressionEngine
+from ductor_server.engine.catalog import WorkflowCatalog
+from ductor_server.engine.clock import Clock
+from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.queue import WakeUp
+from ductor_server.storage.protocol import Store
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceContext:
+    """The shared dependencies of the services.
+
+    Attributes:
+        store: the opened, migrated store.
+        wake: how to wake the engine loops after writing.
+        clock: where `now` comes from.
+        parts: the engine's definition cache and expression engine, shared with
+            the coordinator so a run started here is ticked the same way.
+    """
+
+    store: Store
+    wake: WakeUp
+    clock: Clock
+    parts: EngineParts
+
+    @property
+    def catalog(self) -> WorkflowCatalog:
+        """The definition cache shared with the engine loops."""
+        return self.parts.catalog
+
+    @property
+    def expressions(self) -> ExpressionEngine | None:
+        """The CEL engine of validation and trigger filters (None: the default)."""
+        return self.parts.engine
+
+
+__all__ = ["ServiceContext"]

@@ -1,0 +1,88 @@
+"""Inbound events: store one (deduplicated by id), start the runs it triggers,
+wake the runs waiting on it. It never mentions a transport.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+
+from ductor_server.engine.effects import Effects
+from ductor_server.engine.events import ingest_event
+from ductor_server.errors import EventInvalid
+from ductor_server.services.context import ServiceContext
+from ductor_server.services.idempotency import Answer, Claim, Outcome, once
+from ductor_server.services.runs import check_name
+from ductor_server.storage.protocol import Tx
+
+
+class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
+    """An event was stored; which runs it started and how many waiting runs it reached."""
+
+    id: str
+    name: str
+    duplicate: bool
+    runs_started: list[str] = []
+    runs_notified: list[str] = []
+
+
+class EventsService:
+    """Events of every tenant."""
+
+    def __init__(self, context: ServiceContext) -> None:
+        self._context = context
+
+    async def send(
+        self,
+        tenant_id: str,
+        name: str,
+        data: Any = None,
+        event_id: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[EventAccepted]:
+        """Store an event (dedupe by id), start runs it triggers, wake runs waiting on it;
+        `ACCEPTED`. Without an `event_id`, the idempotency key names the event.
+
+        Raises:
+            EventInvalid
+            IdempotencyConflict: the key was used with another event.
+        """
+        check_name("event name", name, EventInvalid)
+        if event_id is not None:
+            check_name("event id", event_id, EventInvalid)
+        context = self._context
+        now = context.clock.now()
+        claim = Claim.of(tenant_id, "events.send", idempotency_key, [name, data, event_id], now=now)
+        eid = event_id or (claim.key if claim is not None else f"evt_{uuid.uuid4().hex}")
+        effects = Effects()
+
+        async def effect(tx: Tx) -> Answer[EventAccepted]:
+            outcome = await ingest_event(
+                tx,
+                context.parts,
+                effects,
+                tenant_id=tenant_id,
+                event_id=eid,
+                name=name,
+                data=data,
+                now=now,
+            )
+            await effects.flush(tx)
+            accepted = EventAccepted(
+                id=outcome.id,
+                name=outcome.name,
+                duplicate=outcome.duplicate,
+                runs_started=outcome.runs_started,
+                runs_notified=outcome.runs_notified,
+            )
+            return Answer(accepted, Outcome.ACCEPTED)
+
+        answer = await once(context.store, claim, EventAccepted, effect)
+        effects.notify(context.wake)
+        return answer
+
+
+__all__ = ["EventAccepted", "EventsService"]

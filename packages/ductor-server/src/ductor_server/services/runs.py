@@ -1,0 +1,616 @@
+"""Runs: trigger, read, list, cancel and signal them; the views a caller sees.
+
+Run state is written only by the coordinator: these operations create a run
+with its first tick, or add an input to a run's inbox, and wake the engine.
+It speaks in tenants, views and `ServerError`s; it never mentions a transport.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ductor_core.definitions import StepType, WorkflowDefinition
+from ductor_core.runs import (
+    CancelRequested,
+    ErrorInfo,
+    ItemState,
+    RunStatus,
+    SignalReceived,
+    StepState,
+    StepStatus,
+)
+from ductor_server.engine.effects import Effects, create_run
+from ductor_server.engine.queue import Topic
+from ductor_server.errors import (
+    RequestInvalid,
+    RunEnded,
+    RunNotCancellable,
+    RunNotFound,
+    ServerError,
+    WorkflowNotFound,
+    WorkflowVersionNotFound,
+)
+from ductor_server.services.context import ServiceContext
+from ductor_server.services.idempotency import (
+    Answer,
+    Claim,
+    Outcome,
+    fingerprint,
+    once,
+    shown_run_key,
+    user_run_key,
+)
+from ductor_server.storage.errors import InvalidCursor
+from ductor_server.storage.protocol import Tx
+from ductor_server.storage.records import IdempotencyRecord, NewInboxItem, RunRecord
+
+# --- views ---------------------------------------------------------------------
+
+
+class ItemView(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of a SCATTER step."""
+
+    index: int
+    status: StepStatus
+    attempt: int = 0
+    output: Any = None
+    error: ErrorInfo | None = None
+    child_run_id: str | None = None
+
+
+class StepView(msgspec.Struct, frozen=True, kw_only=True):
+    """The state of one step of a run, in definition order."""
+
+    ref: str
+    type: str
+    title: str = ""
+    status: StepStatus
+    attempt: int = 0
+    output: Any = None
+    error: ErrorInfo | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    retry_at: datetime | None = None
+    waiting_for: str | None = None
+    child_run_id: str | None = None
+    items: list[ItemView] | None = None
+
+
+class RunView(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as a caller sees it: status, input, output, error and every step."""
+
+    id: str
+    family_slug: str
+    version: int
+    status: RunStatus
+    input: Any = None
+    output: Any = None
+    error: ErrorInfo | None = None
+    steps: list[StepView] = []
+    parent_run_id: str | None = None
+    parent_step_ref: str | None = None
+    idempotency_key: str | None = None
+    cancel_requested: bool = False
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A run in a listing (no per-step state)."""
+
+    id: str
+    family_slug: str
+    version: int
+    status: RunStatus
+    parent_run_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class RunPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of runs, newest first; pass `next_cursor` back for the next page."""
+
+    items: list[RunSummary]
+    next_cursor: str | None = None
+
+
+class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a run's append-only history (`kind` e.g. "run.started", "step.succeeded")."""
+
+    seq: int
+    at: datetime
+    kind: str
+    data: Any = None
+
+
+class SignalAccepted(msgspec.Struct, frozen=True, kw_only=True):
+    """A signal was queued for the run (`duplicate`: this signal id was seen before)."""
+
+    run_id: str
+    signal_id: str
+    name: str
+    duplicate: bool = False
+
+
+_STATUS_ALIASES = {status.name.lower(): status for status in RunStatus} | {
+    status.value: status for status in RunStatus
+}
+MAX_PAGE = 500
+MAX_NAME_LENGTH = 256
+
+
+def parse_run_status(value: str) -> RunStatus:
+    """A run status from its wire name ("RUN_STATUS_RUNNING") or short name ("running").
+
+    Raises:
+        RequestInvalid: not a run status.
+    """
+    status = _STATUS_ALIASES.get(value) or _STATUS_ALIASES.get(value.lower())
+    if status is None:
+        raise RequestInvalid(
+            f"unknown run status {value!r}",
+            details={"allowed": [s.value for s in RunStatus]},
+        )
+    return status
+
+
+def check_name(what: str, name: Any, error: type[ServerError]) -> str:
+    """`name` if it is a non-empty string of at most MAX_NAME_LENGTH characters.
+
+    Raises:
+        error: otherwise, naming `what`.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise error(f"{what} must be a non-empty string")
+    if len(name) > MAX_NAME_LENGTH:
+        raise error(f"{what} is longer than {MAX_NAME_LENGTH} characters")
+    return name
+
+
+def _item_view(item: ItemState) -> ItemView:
+    return ItemView(
+        index=item.index,
+        status=item.status,
+        attempt=item.attempt,
+        output=item.output,
+        error=item.error,
+        child_run_id=item.child_run_id,
+    )
+
+
+def _step_view(ref: str, step_type: str, title: str, state: StepState | None) -> StepView:
+    if state is None:
+        return StepView(ref=ref, type=step_type, title=title, status=StepStatus.PENDING)
+    return StepView(
+        ref=ref,
+        type=step_type,
+        title=title,
+        status=state.status,
+        attempt=state.attempt,
+        output=state.output,
+        error=state.error,
+        started_at=state.started_at,
+        finished_at=state.finished_at,
+        retry_at=state.retry_at,
+        waiting_for=state.waiting_for,
+        child_run_id=state.child_run_id,
+        items=None if state.items is None else [_item_view(i) for i in state.items],
+    )
+
+
+def _starts_children(definition: WorkflowDefinition | None) -> bool:
+    if definition is None:
+        return False
+    for step in definition.steps:
+        if step.type == StepType.SUBWORKFLOW.value:
+            return True
+        if step.type == StepType.SCATTER.value and step.args.get("workflow") is not None:
+            return True
+    return False
+
+
+def _with_children(state: StepState, children: dict[tuple[str, int], str]) -> StepState:
+    if state.child_run_id is None and (state.ref, -1) in children:
+        state = msgspec.structs.replace(state, child_run_id=children[(state.ref, -1)])
+    if state.items and any((state.ref, i.index) in children for i in state.items):
+        items = [
+            msgspec.structs.replace(i, child_run_id=children[(state.ref, i.index)])
+            if i.child_run_id is None and (state.ref, i.index) in children
+            else i
+            for i in state.items
+        ]
+        state = msgspec.structs.replace(state, items=items)
+    return state
+
+
+def run_view(
+    run: RunRecord,
+    definition: WorkflowDefinition | None,
+    children: Sequence[RunRecord] = (),
+) -> RunView:
+    """The view of a stored run; steps in definition order.
+
+    `children` (the run's child runs) fill in the child run ids the state
+    does not know yet (a child's id reaches the state when the child ends).
+    """
+    state = run.state
+    by_unit = {
+        (c.parent_step_ref, c.parent_item_index): c.id
+        for c in children
+        if c.parent_step_ref is not None
+    }
+    steps: list[StepView] = []
+    seen: set[str] = set()
+    for step in definition.steps if definition is not None else []:
+        step_state = state.steps.get(step.ref)
+        if step_state is not None and by_unit:
+            step_state = _with_children(step_state, by_unit)
+        steps.append(_step_view(step.ref, step.type, step.title, step_state))
+        seen.add(step.ref)
+    for ref, step_state in state.steps.items():
+        if ref not in seen:
+            steps.append(_step_view(ref, "", "", step_state))
+    return RunView(
+        id=run.id,
+        family_slug=run.family_slug,
+        version=run.version,
+        status=state.status,
+        input=state.input,
+        output=state.output,
+        error=state.error,
+        steps=steps,
+        parent_run_id=run.parent_run_id,
+        parent_step_ref=run.parent_step_ref,
+        idempotency_key=shown_run_key(run.idempotency_key),
+        cancel_requested=state.cancel_requested,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        finished_at=state.finished_at or run.finished_at,
+    )
+
+
+def _summary(run: RunRecord) -> RunSummary:
+    return RunSummary(
+        id=run.id,
+        family_slug=run.family_slug,
+        version=run.version,
+        status=run.status,
+        parent_run_id=run.parent_run_id,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        finished_at=run.finished_at,
+    )
+
+
+# --- the service -----------------------------------------------------------------
+
+
+class RunsService:
+    """Runs of every tenant, pinned to the version they started with."""
+
+    def __init__(self, context: ServiceContext) -> None:
+        self._context = context
+
+    async def trigger(
+        self,
+        tenant_id: str,
+        family_slug: str,
+        version: int | None = None,
+        input: Any = None,
+        run_key: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[RunView]:
+        """Start a run of `family_slug` at `version` (latest if None); `CREATED`.
+
+        The run is created with its first tick in one transaction. `run_key`
+        names the run: a second trigger with it returns the first run, whatever
+        its input. Without a `run_key`, the idempotency key names the run too.
+
+        Raises:
+            WorkflowNotFound, WorkflowVersionNotFound, RequestInvalid
+            IdempotencyConflict: the key was used with other arguments.
+        """
+        if version is not None and (isinstance(version, bool) or version < 1):
+            raise RequestInvalid("version must be a positive integer")
+        context = self._context
+        now = context.clock.now()
+        claim = Claim.of(
+            tenant_id,
+            "runs.trigger",
+            idempotency_key,
+            [family_slug, version, input, run_key],
+            now=now,
+        )
+        stored_key = user_run_key(run_key or (claim.key if claim is not None else None))
+        effects = Effects()
+
+        async def effect(tx: Tx) -> Answer[RunView]:
+            # A slug another run kind claims (an SDK workflow, "bridge:<app>:<workflow>")
+            # starts a run of that kind.
+            kinds = context.parts.kinds
+            kind = kinds.for_slug(family_slug)
+            if kind is not kinds.default:
+                other = await kind.trigger(
+                    tx,
+                    context.parts,
+                    effects,
+                    tenant_id=tenant_id,
+                    family_slug=family_slug,
+                    version=version,
+                    input=input,
+                    now=now,
+                    idempotency_key=stored_key,
+                )
+                if other is None:
+                    raise WorkflowNotFound(family_slug)
+                await effects.flush(tx)
+                return Answer(run_view(other, None), Outcome.CREATED)
+            view = await self._create(
+                tx, effects, tenant_id, family_slug, version, input, stored_key, now
+            )
+            return Answer(view, Outcome.CREATED)
+
+        answer = await once(context.store, claim, RunView, effect)
+        effects.notify(context.wake)
+        return answer
+
+    async def _create(
+        self,
+        tx: Tx,
+        effects: Effects,
+        tenant_id: str,
+        family_slug: str,
+        version: int | None,
+        input: Any,
+        stored_key: str | None,
+        now: datetime,
+    ) -> RunView:
+        catalog = self._context.catalog
+        if stored_key is not None:
+            existing = await tx.find_run_by_idempotency_key(tenant_id, stored_key)
+            if existing is not None:
+                definition = await catalog.definition(
+                    tx, tenant_id, existing.family_slug, existing.version
+                )
+                return run_view(existing, definition)
+        resolved = await catalog.resolve(tx, tenant_id, family_slug, version)
+        if resolved is None:
+            if (
+                version is None
+                or await tx.get_latest_workflow_version(tenant_id, family_slug) is None
+            ):
+                raise WorkflowNotFound(family_slug)
+            raise WorkflowVersionNotFound(family_slug, version)
+        record, definition = resolved
+        inserted = await create_run(
+            tx,
+            self._context.parts,
+            effects,
+            tenant_id=tenant_id,
+            record=record,
+            definition=definition,
+            input=input,
+            now=now,
+            idempotency_key=stored_key,
+        )
+        if inserted.created:
+            await effects.flush(tx)
+            return run_view(inserted.run, definition)
+        run = inserted.run
+        pinned = await catalog.definition(tx, tenant_id, run.family_slug, run.version)
+        return run_view(run, pinned or definition)
+
+    async def get(self, tenant_id: str, run_id: str) -> RunView:
+        """A run with per-step state.
+
+        Raises:
+            RunNotFound
+        """
+        async with self._context.store.transaction() as tx:
+            run = await tx.get_run(tenant_id, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            definition = await self._context.catalog.definition(
+                tx, tenant_id, run.family_slug, run.version
+            )
+            children: list[RunRecord] = []
+            if _starts_children(definition) and not run.status.terminal:
+                # The tick learns a child's id only when the child ends; show it sooner.
+                children = await tx.list_child_runs(tenant_id, run_id)
+        return run_view(run, definition, children)
+
+    async def page(
+        self,
+        tenant_id: str,
+        *,
+        status: str | None = None,
+        family_slug: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """Runs newest first, filtered by status and family.
+
+        Raises:
+            RequestInvalid: unknown status, bad cursor or limit.
+        """
+        if isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+            raise RequestInvalid(f"limit must be between 1 and {MAX_PAGE}")
+        status_value = parse_run_status(status).value if status else None
+        try:
+            async with self._context.store.transaction() as tx:
+                page = await tx.list_runs(
+                    tenant_id,
+                    status=status_value,
+                    family_slug=family_slug or None,
+                    cursor=cursor or None,
+                    limit=limit,
+                )
+        except InvalidCursor as exc:
+            raise RequestInvalid(exc.message, details={"cursor": cursor}) from exc
+        return RunPage(items=[_summary(r) for r in page.items], next_cursor=page.next_cursor)
+
+    async def history(self, tenant_id: str, run_id: str) -> list[HistoryEntry]:
+        """A run's history, oldest first.
+
+        Raises:
+            RunNotFound
+        """
+        entries: list[HistoryEntry] = []
+        async with self._context.store.transaction() as tx:
+            if await tx.get_run(tenant_id, run_id) is None:
+                raise RunNotFound(run_id)
+            after = 0
+            while True:
+                batch = await tx.list_history(tenant_id, run_id, after_seq=after, limit=1000)
+                entries.extend(
+                    HistoryEntry(seq=h.seq, at=h.at, kind=h.kind, data=h.data) for h in batch
+                )
+                if len(batch) < 1000:
+                    break
+                after = batch[-1].seq
+        return entries
+
+    async def cancel(
+        self,
+        tenant_id: str,
+        run_id: str,
+        reason: str = "",
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[RunView]:
+        """Ask the coordinator to cancel a run and its children; `ACCEPTED`.
+
+        The cancel is queued: the returned view has `cancel_requested` set once
+        the coordinator has applied it; poll the run to see it end CANCELLED.
+
+        Raises:
+            RunNotFound, RunNotCancellable
+            IdempotencyConflict: the key was used with another reason.
+        """
+        context = self._context
+        now = context.clock.now()
+        claim = Claim.of(
+            tenant_id, "runs.cancel", idempotency_key, [reason], now=now, target=run_id
+        )
+
+        async def effect(tx: Tx) -> Answer[RunView]:
+            run = await tx.get_run(tenant_id, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status.terminal:
+                raise RunNotCancellable(run_id, run.status.value)
+            await tx.enqueue_inbox(
+                [
+                    NewInboxItem(
+                        tenant_id=tenant_id,
+                        run_id=run_id,
+                        input=CancelRequested(reason=reason),
+                        available_at=now,
+                    )
+                ]
+            )
+            definition = await context.catalog.definition(
+                tx, tenant_id, run.family_slug, run.version
+            )
+            return Answer(run_view(run, definition), Outcome.ACCEPTED)
+
+        answer = await once(context.store, claim, RunView, effect)
+        if not answer.replayed:
+            context.wake.notify(Topic.INBOX)
+        return answer
+
+    async def signal(
+        self,
+        tenant_id: str,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        signal_id: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[SignalAccepted]:
+        """Send a named signal to a run; a repeated signal id is accepted once; `ACCEPTED`.
+
+        Without a `signal_id`, the idempotency key names the signal.
+
+        Raises:
+            RunNotFound, RunEnded, RequestInvalid
+            IdempotencyConflict: the key was used with another payload or id.
+        """
+        check_name("signal name", name, RequestInvalid)
+        if signal_id is not None:
+            check_name("signal id", signal_id, RequestInvalid)
+        context = self._context
+        now = context.clock.now()
+        claim = Claim.of(
+            tenant_id,
+            "runs.signal",
+            idempotency_key,
+            [payload, signal_id],
+            now=now,
+            target=f"{run_id}:{name}",
+        )
+        sid = signal_id or (claim.key if claim is not None else f"sig_{uuid.uuid4().hex}")
+        effects = Effects()
+
+        async def effect(tx: Tx) -> Answer[SignalAccepted]:
+            run = await tx.get_run(tenant_id, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status.terminal:
+                raise RunEnded(run_id, run.status.value)
+            # A signal id is delivered once per run, whoever sends it again.
+            fresh = await tx.put_idempotency(
+                IdempotencyRecord(
+                    tenant_id=tenant_id,
+                    scope=f"signal:{run_id}",
+                    key=sid,
+                    request_hash=fingerprint(name, payload),
+                    status_code=int(Outcome.ACCEPTED),
+                    response={"name": name},
+                    created_at=now,
+                )
+            )
+            if fresh:
+                await tx.enqueue_inbox(
+                    [
+                        NewInboxItem(
+                            tenant_id=tenant_id,
+                            run_id=run_id,
+                            input=SignalReceived(signal_id=sid, name=name, payload=payload),
+                            available_at=now,
+                        )
+                    ]
+                )
+                effects.topics.add(Topic.INBOX)
+            accepted = SignalAccepted(run_id=run_id, signal_id=sid, name=name, duplicate=not fresh)
+            return Answer(accepted, Outcome.ACCEPTED)
+
+        answer = await once(context.store, claim, SignalAccepted, effect)
+        effects.notify(context.wake)
+        return answer
+
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "MAX_PAGE",
+    "HistoryEntry",
+    "ItemView",
+    "RunPage",
+    "RunSummary",
+    "RunView",
+    "RunsService",
+    "SignalAccepted",
+    "StepView",
+    "check_name",
+    "parse_run_status",
+    "run_view",
+]

@@ -1,0 +1,200 @@
+"""Workflow definitions: validate, publish (immutable, content-addressed versions), read.
+
+It speaks in tenants, views and `ServerError`s; it never mentions a transport.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ductor_core.definitions import WorkflowDefinition, content_hash, definition_from_obj
+from ductor_core.errors import DuctorError
+from ductor_core.validation import ValidationReport, validate_definition
+from ductor_server.errors import DefinitionInvalid, WorkflowNotFound, WorkflowVersionNotFound
+from ductor_server.services.context import ServiceContext
+from ductor_server.services.idempotency import Answer, Claim, Outcome, once
+from ductor_server.storage.protocol import Tx
+from ductor_server.storage.records import WorkflowVersionRecord
+
+# --- views ---------------------------------------------------------------------
+
+
+class PublishedWorkflow(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a publish: `created` is False when identical content already existed."""
+
+    family_slug: str
+    version: int
+    hash: str
+    created: bool
+
+
+class WorkflowSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow family in a listing."""
+
+    family_slug: str
+    title: str
+    latest_version: int
+    latest_hash: str
+    updated_at: datetime
+
+
+class VersionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One published version of a family."""
+
+    version: int
+    hash: str
+    created_at: datetime
+
+
+class WorkflowVersionView(msgspec.Struct, frozen=True, kw_only=True):
+    """One published version with its definition."""
+
+    family_slug: str
+    version: int
+    hash: str
+    created_at: datetime
+    definition: WorkflowDefinition
+
+
+class WorkflowFamilyView(msgspec.Struct, frozen=True, kw_only=True):
+    """A family: its latest version (with definition) and every version, oldest first."""
+
+    family_slug: str
+    latest: WorkflowVersionView
+    versions: list[VersionInfo]
+
+
+def _version_view(
+    record: WorkflowVersionRecord, definition: WorkflowDefinition
+) -> WorkflowVersionView:
+    return WorkflowVersionView(
+        family_slug=record.family_slug,
+        version=record.version,
+        hash=record.hash,
+        created_at=record.created_at,
+        definition=definition,
+    )
+
+
+# --- the service -----------------------------------------------------------------
+
+
+class WorkflowsService:
+    """Definitions of every tenant: draft -> validate -> publish; every call takes the tenant."""
+
+    def __init__(self, context: ServiceContext) -> None:
+        self._context = context
+
+    async def validate(self, tenant_id: str, definition: Any) -> ValidationReport:
+        """Validate a definition (parsed JSON); report every problem with a pointer."""
+        return validate_definition(definition, engine=self._context.expressions)
+
+    async def publish(
+        self, tenant_id: str, definition: Any, *, idempotency_key: str | None = None
+    ) -> Answer[PublishedWorkflow]:
+        """Publish a definition as the next version; same content, same version.
+
+        `CREATED` when this content is new, `OK` when it was already published.
+
+        Raises:
+            DefinitionInvalid: with the problems as `details`.
+            IdempotencyConflict: the key was used with another definition.
+        """
+        context = self._context
+        claim = Claim.of(
+            tenant_id, "workflows.publish", idempotency_key, [definition], now=context.clock.now()
+        )
+        report = validate_definition(definition, engine=context.expressions)
+        if not report.valid:
+            raise DefinitionInvalid(
+                f"the definition has {len(report.problems)} problem(s)",
+                details=msgspec.to_builtins(report.problems),
+            )
+        try:
+            parsed = definition_from_obj(definition)
+        except DuctorError as exc:  # validation passed, so this is unexpected
+            raise DefinitionInvalid(exc.message, details=[]) from exc
+
+        async def effect(tx: Tx) -> Answer[PublishedWorkflow]:
+            record, created = await tx.insert_workflow_version(
+                tenant_id,
+                family_slug=parsed.family_slug,
+                hash=content_hash(parsed),
+                definition=msgspec.to_builtins(parsed),
+                trigger_events=sorted({t.event for t in parsed.triggers}),
+                now=context.clock.now(),
+            )
+            published = PublishedWorkflow(
+                family_slug=record.family_slug,
+                version=record.version,
+                hash=record.hash,
+                created=created,
+            )
+            return Answer(published, Outcome.CREATED if created else Outcome.OK)
+
+        return await once(context.store, claim, PublishedWorkflow, effect)
+
+    async def families(self, tenant_id: str) -> list[WorkflowSummary]:
+        """Every workflow family of the tenant, by slug."""
+        async with self._context.store.transaction() as tx:
+            families = await tx.list_workflow_families(tenant_id)
+        summaries = []
+        for family in families:
+            definition = self._context.catalog.decode(family.latest)
+            summaries.append(
+                WorkflowSummary(
+                    family_slug=family.family_slug,
+                    title=definition.title,
+                    latest_version=family.latest.version,
+                    latest_hash=family.latest.hash,
+                    updated_at=family.latest.created_at,
+                )
+            )
+        return summaries
+
+    async def family(self, tenant_id: str, slug: str) -> WorkflowFamilyView:
+        """The family's latest definition and its versions.
+
+        Raises:
+            WorkflowNotFound
+        """
+        async with self._context.store.transaction() as tx:
+            versions = await tx.list_workflow_versions(tenant_id, slug)
+        if not versions:
+            raise WorkflowNotFound(slug)
+        latest = versions[-1]
+        return WorkflowFamilyView(
+            family_slug=slug,
+            latest=_version_view(latest, self._context.catalog.decode(latest)),
+            versions=[
+                VersionInfo(version=v.version, hash=v.hash, created_at=v.created_at)
+                for v in versions
+            ],
+        )
+
+    async def version(self, tenant_id: str, slug: str, version: int) -> WorkflowVersionView:
+        """One version of a family.
+
+        Raises:
+            WorkflowNotFound, WorkflowVersionNotFound
+        """
+        async with self._context.store.transaction() as tx:
+            record = await tx.get_workflow_version(tenant_id, slug, version)
+            if record is None:
+                if await tx.get_latest_workflow_version(tenant_id, slug) is None:
+                    raise WorkflowNotFound(slug)
+                raise WorkflowVersionNotFound(slug, version)
+        return _version_view(record, self._context.catalog.decode(record))
+
+
+__all__ = [
+    "PublishedWorkflow",
+    "VersionInfo",
+    "WorkflowFamilyView",
+    "WorkflowSummary",
+    "WorkflowVersionView",
+    "WorkflowsService",
+]

@@ -1,0 +1,34 @@
+"""The REST transport (Litestar): controllers, auth, bodies, the error table. Thin
+handlers over `ductor_server.services`; `ductor_server.app` assembles them."""
+
+from __future__ import annotations
+
+from ductor_server.transports.rest.bridge import BridgeController
+from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, status_for
+from ductor_server.transports.rest.events import EventsController
+from ductor_server.transports.rest.health import healthz, readyz
+from ductor_server.transports.rest.routing import ROUTING_CONTROLLERS
+from ductor_server.transports.rest.runs import RunsController
+from ductor_server.transports.rest.workflows import WorkflowsController
+
+V1_CONTROLLERS = (
+    WorkflowsController,
+    RunsController,
+    EventsController,
+    *ROUTING_CONTROLLERS,
+    BridgeController,
+)
+"""Every controller served under /v1."""
+
+__all__ = [
+    "STATUS_BY_CODE",
+    "V1_CONTROLLERS",
+    "BridgeController",
+    "ErrorBody",
+    "EventsController",
+    "RunsController",
+    "WorkflowsController",
+    "healthz",
+    "readyz",
+    "status_for",
+]

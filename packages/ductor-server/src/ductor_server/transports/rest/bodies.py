@@ -1,0 +1,256 @@
+"""Request bodies: the JSON structs the API accepts, and how raw bytes become them.
+
+A handler declares its body as a typed `data` parameter (`data: TriggerRunBody
+| NoBody = NO_BODY`); `JsonBody`, the DTO of every /v1 route, decodes it
+from the raw bytes with msgspec, strictly, so errors name the line and column
+of bad JSON or the path of a wrong field, and describes the declared type in
+the OpenAPI document. Nothing here touches the store.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
+from litestar.openapi.spec import Reference, Schema
+from litestar.typing import FieldDefinition
+
+from ductor_server.transports.rest.errors import ApiError
+
+T = TypeVar("T")
+
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+_PATH_AT = re.compile(r" - at `([^`]*)`$")
+
+
+class NoBody(enum.Enum):
+    """The type of `NO_BODY`: the request came without a body (or only whitespace)."""
+
+    NO_BODY = "no body"
+
+
+NO_BODY = NoBody.NO_BODY
+"""The default of every `data` parameter: what a handler gets when no body was sent."""
+
+
+@dataclass(frozen=True)
+class DocumentedAs:
+    """`Annotated` metadata of a `data` parameter decoded as one type (e.g. `Any`, so
+    validation can report every problem) but described in OpenAPI as another."""
+
+    schema: Any
+
+
+class _In(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of request bodies: unknown fields are an error, not ignored."""
+
+
+class TriggerRunBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/runs`: start a run of a published family (latest version if none)."""
+
+    family_slug: str
+    version: int | None = None
+    input: Any = None
+
+
+class CancelRunBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/runs/{id}/cancel`: an optional reason, kept in the history."""
+
+    reason: str = ""
+
+
+class SignalBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/runs/{id}/signals/{name}`: the payload and an optional dedupe id."""
+
+    payload: Any = None
+    id: str | None = None
+
+
+class EventBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/events`: a named event; a repeated `id` is a duplicate."""
+
+    name: str
+    data: Any = None
+    id: str | None = None
+
+
+class AppUrlBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/bridge/apps`: where the app's bridge endpoint is."""
+
+    url: str
+
+
+def line_column(raw: bytes, offset: int) -> tuple[int, int]:
+    """The 1-based line and column (in characters) of byte `offset` in `raw`."""
+    offset = max(0, min(offset, len(raw)))
+    before = raw[:offset]
+    line = before.count(b"\n") + 1
+    line_start = before.rfind(b"\n") + 1
+    column = len(raw[line_start:offset].decode("utf-8", "replace")) + 1
+    return line, column
+
+
+def empty_body() -> ApiError:
+    """The error of a request that needs a body and sent none."""
+    return ApiError(
+        "the request needs a JSON body",
+        code="request.invalid",
+        details={"path": "$", "reason": "empty body"},
+    )
+
+
+def decode_body(raw: bytes, into: type[T], *, optional: bool = False) -> T:
+    """Decode a JSON request body into `into`.
+
+    Args:
+        raw: the body bytes as received.
+        into: the struct (or `Any`) to decode into.
+        optional: an empty body means "all defaults" instead of an error.
+
+    Raises:
+        ApiError: `request.malformed_json` (with line/column) or
+            `request.invalid` (with the field path).
+    """
+    if not raw.strip():
+        if optional:
+            return msgspec.json.decode(b"{}", type=into)
+        raise empty_body()
+    try:
+        return msgspec.json.decode(raw, type=into)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _PATH_AT.search(text)
+        path = match.group(1) if match else "$"
+        reason = text[: match.start()] if match else text
+        raise ApiError(
+            f"invalid request body at {path}: {reason}",
+            code="request.invalid",
+            details={"path": path, "reason": reason},
+        ) from None
+    except msgspec.DecodeError as exc:
+        text = str(exc)
+        found = _BYTE_AT.search(text)
+        offset = int(found.group(1)) if found else len(raw)
+        line, column = line_column(raw, offset)
+        raise ApiError(
+            f"malformed JSON at line {line}, column {column}: {text}",
+            code="request.malformed_json",
+            details={"line": line, "column": column, "byte": offset},
+        ) from None
+
+
+def required(data: T | NoBody) -> T:
+    """The body of a handler that needs one.
+
+    Raises:
+        ApiError: `request.invalid` with reason "empty body".
+    """
+    if isinstance(data, NoBody):
+        raise empty_body()
+    return data
+
+
+def or_default(data: T | NoBody, default: T) -> T:
+    """The body of a handler whose body is optional (`default` when none was sent)."""
+    return default if isinstance(data, NoBody) else data
+
+
+def declared_type(field: FieldDefinition) -> Any:
+    """The type a `data: X | NoBody` parameter is decoded as (X)."""
+    if field.is_union:
+        inner = [t for t in field.inner_types if not t.is_subclass_of(NoBody)]
+        if len(inner) == 1:
+            return inner[0].annotation
+    return field.annotation
+
+
+def documented_type(field: FieldDefinition) -> Any:
+    """The type a `data` parameter is described as in OpenAPI."""
+    for meta in field.metadata:
+        if isinstance(meta, DocumentedAs):
+            return meta.schema
+    return declared_type(field)
+
+
+class JsonBody(AbstractDTO[Any]):
+    """The DTO of /v1 request bodies: msgspec decodes the raw bytes into the handler's
+    declared `data` type; the OpenAPI document describes that type.
+
+    Whitespace-only bodies decode to `NO_BODY`, as empty ones do.
+    """
+
+    config: ClassVar[DTOConfig] = DTOConfig()
+    _fields: ClassVar[dict[str, FieldDefinition]] = {}
+
+    @classmethod
+    def generate_field_definitions(
+        cls, model_type: type[Any]
+    ) -> Generator[DTOFieldDefinition, None, None]:
+        """Not used: bodies are decoded whole by msgspec, never field by field."""
+        yield from ()
+
+    @classmethod
+    def detect_nested_field(cls, field_definition: FieldDefinition) -> bool:
+        """Not used (see `generate_field_definitions`)."""
+        return False
+
+    @classmethod
+    def create_for_field_definition(
+        cls,
+        field_definition: FieldDefinition,
+        handler_id: str,
+        backend_cls: Any = None,
+    ) -> None:
+        """Remember the handler's `data` declaration (called once per handler at startup)."""
+        cls._fields[handler_id] = field_definition
+
+    @classmethod
+    def create_openapi_schema(
+        cls, field_definition: FieldDefinition, handler_id: str, schema_creator: Any
+    ) -> Reference | Schema:
+        """Describe the declared body type (its component schema)."""
+        schema: Reference | Schema = schema_creator.for_field_definition(
+            FieldDefinition.from_annotation(documented_type(field_definition))
+        )
+        return schema
+
+    def decode_bytes(self, value: bytes) -> Any:
+        """Decode the body of this request.
+
+        Raises:
+            ApiError: malformed JSON or a body of the wrong shape.
+        """
+        if not value.strip():
+            return NO_BODY
+        return self.decode(value, declared_type(self.field()))
+
+    def field(self) -> FieldDefinition:
+        """The `data` declaration of the handler serving this request."""
+        return self._fields[self.asgi_connection.route_handler.handler_id]
+
+    def decode(self, raw: bytes, into: Any) -> Any:
+        """Decode a non-blank body as `into` (a subclass may decode another way)."""
+        return decode_body(raw, into)
+
+
+__all__ = [
+    "NO_BODY",
+    "AppUrlBody",
+    "CancelRunBody",
+    "DocumentedAs",
+    "EventBody",
+    "JsonBody",
+    "NoBody",
+    "SignalBody",
+    "TriggerRunBody",
+    "decode_body",
+    "empty_body",
+    "line_column",
+    "or_default",
+    "required",
+]

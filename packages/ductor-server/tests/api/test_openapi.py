@@ -1,0 +1,67 @@
+"""The OpenAPI document describes every request body: each operation whose handler
+takes a body lists a JSON schema that resolves to a described object, and no
+operation claims a body its handler does not read."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from ductor_server import Settings, create_app
+
+BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+def _takes_a_body(app: Litestar) -> dict[tuple[str, str], bool]:
+    """(method, path) of every POST/PUT/PATCH operation -> whether its handler reads a body."""
+    found: dict[tuple[str, str], bool] = {}
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            takes = "data" in inspect.signature(handler.fn).parameters
+            for method in handler.http_methods & BODY_METHODS:
+                found[(method.lower(), route.path_format)] = takes
+    return found
+
+
+def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref")
+    if ref is None:
+        return schema
+    prefix = "#/components/schemas/"
+    assert ref.startswith(prefix), ref
+    resolved: dict[str, Any] = doc["components"]["schemas"][ref.removeprefix(prefix)]
+    return resolved
+
+
+async def test_every_body_taking_operation_lists_its_request_schema(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path))
+    async with AsyncTestClient(app=app) as client:
+        doc = (await client.get("/docs/openapi.json")).json()
+    operations = _takes_a_body(app)
+    assert sum(operations.values()) >= 17, operations  # every resource family has some
+    assert operations[("post", "/v1/bridge/sync")]
+    # The one POST that reads no body; a handler decoding the raw body itself would
+    # escape the document, so it would show up here.
+    assert [k for k, takes in operations.items() if not takes] == [
+        ("post", "/v1/bridge/apps/{app_id}/health")
+    ]
+    for (method, path), takes_body in sorted(operations.items()):
+        operation = doc["paths"][path][method]
+        if not takes_body:
+            assert "requestBody" not in operation, (method, path)
+            continue
+        body = operation.get("requestBody")
+        assert body is not None, f"{method.upper()} {path} documents no request body"
+        schema = body["content"]["application/json"]["schema"]
+        described = _resolve(doc, schema)
+        assert described.get("type") == "object", (method, path, described)
+        assert described.get("properties"), (method, path, described)
+        # The error answers are documented too, in the one error shape.
+        error = _resolve(
+            doc, operation["responses"]["422"]["content"]["application/json"]["schema"]
+        )
+        assert {"code", "message"} <= set(error["properties"]), (method, path)
