@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ductor.protocol import SigningKeys
 from ductor_core.expressions import ExpressionEngine, default_engine, engine_by_name
+from ductor_core.step_specs import StepSpecs
 from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
@@ -118,6 +119,7 @@ def build(
     *,
     clock: Clock | None = None,
     actions: ActionRegistry | None = None,
+    specs: StepSpecs | None = None,
     bridge_keys: SigningKeys | None = None,
 ) -> Composition:
     """Build everything the process runs for `settings` (no I/O until `running`).
@@ -126,6 +128,8 @@ def build(
         settings: the process configuration.
         clock: where `now` comes from (the system clock if None).
         actions: the step handlers to start from (`default_registry()` if None).
+        specs: the step types definitions may use (the built-ins if None); each
+            worker-run type needs a handler of its name in `actions`.
         bridge_keys: the bridge signing keys (from the environment if None).
 
     Raises:
@@ -143,6 +147,7 @@ def build(
         clock=clock,
         engine=expressions,
         actions=actions,
+        specs=specs,
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys)

@@ -25,6 +25,7 @@ from ductor_server.engine.errors import (
     DuplicateHandler,
     DuplicateRunKind,
     EngineSetupError,
+    MissingHandler,
     UnknownRunKind,
 )
 from ductor_server.engine.kinds import KindTick, RunKind, RunKinds, failed_tick
@@ -47,6 +48,7 @@ __all__ = [
     "InProcessWakeUp",
     "KindTick",
     "ManualClock",
+    "MissingHandler",
     "NullWakeUp",
     "RunKind",
     "RunKinds",

@@ -64,7 +64,16 @@ class DagKind:
             )
             return KindTick(failed_tick(run.state, error, now))
         try:
-            return KindTick(tick(definition, run.state, list(inputs), now, engine=parts.engine))
+            return KindTick(
+                tick(
+                    definition,
+                    run.state,
+                    list(inputs),
+                    now,
+                    engine=parts.engine,
+                    specs=parts.specs,
+                )
+            )
         except Exception as exc:  # a tick bug must not wedge the run (or the batch)
             log.exception("tick of run %s failed", run.id)
             error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)

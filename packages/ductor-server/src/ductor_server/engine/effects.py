@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, assert_never
 
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import WorkflowDefinition
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.runs import (
@@ -30,6 +31,7 @@ from ductor_core.runs import (
     SetTimer,
     StartChildRun,
 )
+from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import start_run
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.history import transition_entries
@@ -114,11 +116,14 @@ class EngineParts:
         catalog: the decoded-definition cache.
         engine: the CEL engine (the default engine if None).
         kinds: the run kinds of this runtime (only the DAG kind if not given).
+        specs: the step types definitions may use (the built-ins if not given); a
+            worker-run type also needs its handler in the runtime's registry.
     """
 
     catalog: WorkflowCatalog
     engine: ExpressionEngine | None = None
     kinds: RunKinds = field(default_factory=RunKinds)
+    specs: StepSpecs = BUILTIN_STEP_SPECS
 
     def expressions(self) -> ExpressionEngine:
         """The CEL engine to evaluate with."""
@@ -149,7 +154,9 @@ async def create_run(
     and the existing run comes back with `created=False`.
     """
     run_id = new_run_id()
-    result = start_run(definition, run_id=run_id, input=input, now=now, engine=parts.engine)
+    result = start_run(
+        definition, run_id=run_id, input=input, now=now, engine=parts.engine, specs=parts.specs
+    )
     [inserted] = await tx.insert_runs(
         [
             NewRun(

@@ -40,4 +40,16 @@ class DuplicateHandler(EngineSetupError):
     code = "engine.duplicate_handler"
 
 
-__all__ = ["DuplicateHandler", "DuplicateRunKind", "EngineSetupError", "UnknownRunKind"]
+class MissingHandler(EngineSetupError):
+    """A worker-run step type whose handler no one registered on the runtime."""
+
+    code = "engine.missing_handler"
+
+
+__all__ = [
+    "DuplicateHandler",
+    "DuplicateRunKind",
+    "EngineSetupError",
+    "MissingHandler",
+    "UnknownRunKind",
+]

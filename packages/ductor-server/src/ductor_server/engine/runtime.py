@@ -16,12 +16,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.expressions import ExpressionEngine
+from ductor_core.step_specs import OnWorker, StepSpecs
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
 from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.errors import MissingHandler
 from ductor_server.engine.housekeeping import Housekeeping, Retention
 from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
@@ -101,6 +104,7 @@ class Runtime:
         wakeup: WakeUp | None = None,
         kinds: RunKinds | None = None,
         queue: TaskQueue | None = None,
+        specs: StepSpecs | None = None,
     ) -> None:
         self.store = store
         self.roles = frozenset(Role(r) for r in roles)
@@ -112,7 +116,12 @@ class Runtime:
         self.kinds = kinds if kinds is not None else RunKinds()
         self.queue: TaskQueue = queue if queue is not None else SqlTaskQueue(store)
         self.catalog = WorkflowCatalog()
-        self.parts = EngineParts(catalog=self.catalog, engine=engine, kinds=self.kinds)
+        self.parts = EngineParts(
+            catalog=self.catalog,
+            engine=engine,
+            kinds=self.kinds,
+            specs=specs if specs is not None else BUILTIN_STEP_SPECS,
+        )
         cfg = self.config
         self.coordinator = Coordinator(
             store,
@@ -161,6 +170,7 @@ class Runtime:
         actions: ActionRegistry | None = None,
         kinds: RunKinds | None = None,
         queue: TaskQueue | None = None,
+        specs: StepSpecs | None = None,
         setup: Setup | None = None,
     ) -> AsyncIterator[Runtime]:
         """Start the loops for `roles` on an opened, migrated store; stop them on exit.
@@ -177,6 +187,7 @@ class Runtime:
             actions=actions,
             kinds=kinds,
             queue=queue,
+            specs=specs,
         )
         if setup is not None:
             setup(runtime)
@@ -191,10 +202,36 @@ class Runtime:
         """True while the loops are running."""
         return bool(self._loops)
 
+    def check_handlers(self) -> None:
+        """Refuse to start when a worker-run step type has no handler of its name.
+
+        Types whose handler depends on their args (ACTION's `action:<name>`) are
+        resolved per step, so only fixed handler names are checked.
+
+        Raises:
+            MissingHandler: naming the step types and the handlers they need.
+        """
+        missing = {
+            spec.type: spec.start.handler
+            for spec in self.parts.specs
+            if isinstance(spec.start, OnWorker)
+            and spec.start.handler_for is None
+            and self.actions.get(spec.start.handler) is None
+        }
+        if missing:
+            needs = ", ".join(f"{t} needs {h!r}" for t, h in sorted(missing.items()))
+            raise MissingHandler(f"no step handler registered for: {needs}")
+
     def launch(self) -> None:
-        """Start the loops of this process's roles (`start` does this for you)."""
+        """Start the loops of this process's roles (`start` does this for you).
+
+        Raises:
+            MissingHandler: see `check_handlers`.
+        """
         if self._loops:
             return
+        if Role.WORKER in self.roles:
+            self.check_handlers()
         self.coordinator.stopped = self.workers.stopped = self.timers.stopped = False
         self.housekeeping.stopped = False
 

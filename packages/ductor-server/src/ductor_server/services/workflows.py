@@ -90,7 +90,9 @@ class WorkflowsService:
 
     async def validate(self, tenant_id: str, definition: Any) -> ValidationReport:
         """Validate a definition (parsed JSON); report every problem with a pointer."""
-        return validate_definition(definition, engine=self._context.expressions)
+        return validate_definition(
+            definition, engine=self._context.expressions, specs=self._context.parts.specs
+        )
 
     async def publish(
         self, tenant_id: str, definition: Any, *, idempotency_key: str | None = None
@@ -107,7 +109,9 @@ class WorkflowsService:
         claim = Claim.of(
             tenant_id, "workflows.publish", idempotency_key, [definition], now=context.clock.now()
         )
-        report = validate_definition(definition, engine=context.expressions)
+        report = validate_definition(
+            definition, engine=context.expressions, specs=context.parts.specs
+        )
         if not report.valid:
             raise DefinitionInvalid(
                 f"the definition has {len(report.problems)} problem(s)",
