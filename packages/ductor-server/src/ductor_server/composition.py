@@ -20,7 +20,6 @@ from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
-from ductor_server.routing.steps import RouteStep
 from ductor_server.services import (
     BridgeService,
     EventsService,
@@ -31,6 +30,7 @@ from ductor_server.services import (
     Services,
     WorkflowsService,
 )
+from ductor_server.services.route_step import RouteStep
 from ductor_server.settings import Settings
 from ductor_server.storage import Store, open_store
 

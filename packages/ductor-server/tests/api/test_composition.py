@@ -10,7 +10,7 @@ import pytest
 from ductor_server.bridge.driver import BridgeDriver
 from ductor_server.composition import build
 from ductor_server.engine.actions import HttpAction
-from ductor_server.routing.steps import RouteStep
+from ductor_server.services.route_step import RouteStep
 from ductor_server.settings import Settings
 
 

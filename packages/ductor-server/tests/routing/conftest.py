@@ -20,8 +20,8 @@ from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
-from ductor_server.routing.steps import RouteStep
 from ductor_server.services import AssignmentView, RoutingService, RunView, Services
+from ductor_server.services.route_step import RouteStep
 from ductor_server.storage import Store, open_store
 
 

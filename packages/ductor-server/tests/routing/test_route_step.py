@@ -12,7 +12,7 @@ from ductor_core.runs import RunStatus
 from ductor_routing import Availability, Cap, KindSchema, Member, Pool, StrategySpec, Worker
 from ductor_routing.pools import Window
 from ductor_server.engine.actions import ActionCall, ActionFailed
-from ductor_server.routing.steps import RouteStep
+from ductor_server.services.route_step import RouteStep
 from ductor_server.services.routing import RulesBody
 
 from .conftest import TENANT, Engine
