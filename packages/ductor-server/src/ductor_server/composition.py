@@ -142,7 +142,10 @@ def build(
         store,
         roles=settings.roles,
         config=RuntimeConfig(
-            lease_seconds=settings.lease_seconds, poll_interval=settings.poll_interval
+            lease_seconds=settings.lease_seconds,
+            poll_interval=settings.poll_interval,
+            poison_after=settings.poison_after,
+            stop_grace=settings.stop_grace,
         ),
         clock=clock,
         engine=expressions,

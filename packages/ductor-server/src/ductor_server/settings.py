@@ -41,6 +41,10 @@ class Settings:
         migrate_on_start: apply pending migrations when the app starts.
         lease_seconds: how long a worker owns a leased task before another may retry it.
         poll_interval: seconds an idle engine loop sleeps before looking again.
+        poison_after: how many times a task may die with its process (its lease
+            expiring unfinished) before it is quarantined as `attempt.poisoned`; 0: never.
+        stop_grace: seconds running steps may take to finish when the process stops
+            (SIGTERM) before their tasks go back to the queue.
         cel_engine: the CEL engine of every expression (DAG runs, validation, trigger
             filters, routing): "cel-rust" or "cel-python".
     """
@@ -55,6 +59,8 @@ class Settings:
     migrate_on_start: bool = True
     lease_seconds: float = 60.0
     poll_interval: float = 0.5
+    poison_after: int = 3
+    stop_grace: float = 5.0
     cel_engine: str = "cel-rust"
 
     @property
@@ -104,6 +110,10 @@ class Settings:
             values["lease_seconds"] = float(lease)
         if poll := env.get("DUCTOR_POLL_INTERVAL"):
             values["poll_interval"] = float(poll)
+        if poison := env.get("DUCTOR_POISON_AFTER"):
+            values["poison_after"] = int(poison)
+        if grace := env.get("DUCTOR_STOP_GRACE"):
+            values["stop_grace"] = float(grace)
         if cel := env.get("DUCTOR_CEL_ENGINE"):
             values["cel_engine"] = cel
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -248,3 +248,29 @@ async def test_purging_removes_only_old_done_tasks(store: Store) -> None:
         assert await tx.get_task("t1", by_step["old-done"].id) is None
         assert await tx.get_task("t1", by_step["old-queued"].id) is not None
         assert await tx.get_task("t1", by_step["new-done"].id) is not None
+
+
+async def test_only_an_expired_lease_counts_a_death(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", "a"), new_task("t1", "r1", "b")])
+    deaths: list[dict[str, int]] = []
+    for n in range(4):
+        now = at(40 * n)  # every earlier lease (30 s) has expired by now
+        async with store.transaction() as tx:
+            got = {
+                t.step_ref: t
+                for t in await tx.lease_tasks(owner=f"w{n}", limit=5, lease_for=LEASE, now=now)
+            }
+            deaths.append({k: t.deaths for k, t in sorted(got.items())})
+            # b's holder stops gracefully and gives it back; a's holder dies
+            assert await tx.release_tasks([ref(got["b"].id)], available_at=now) == 1
+    assert deaths == [{"a": 0, "b": 0}, {"a": 1, "b": 0}, {"a": 2, "b": 0}, {"a": 3, "b": 0}]
+    a_id = got["a"].id
+    async with store.transaction() as tx:
+        assert await tx.complete_tasks([ref(a_id)]) == [True]
+        stored = await tx.get_task("t1", a_id)
+        later = await tx.lease_tasks(owner="late", limit=5, lease_for=LEASE, now=at(999))
+    assert stored is not None
+    assert (stored.deaths, stored.deliveries) == (3, 4)
+    # a completed task never comes back; b was always given back cleanly
+    assert [(t.step_ref, t.deaths, t.deliveries) for t in later] == [("b", 0, 5)]

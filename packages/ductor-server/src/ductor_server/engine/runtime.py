@@ -56,6 +56,8 @@ class RuntimeConfig:
         worker_batch: tasks leased per round trip.
         worker_concurrency: handlers running at once in this process.
         lease_seconds: how long a leased task is ours before another worker may take it.
+        poison_after: deaths (leases that expired with the task in flight) after which
+            a task is quarantined as `attempt.poisoned` instead of run again; 0: never.
         timer_batch: due timers moved into inboxes per transaction.
         stop_grace: seconds running handlers may take to finish when stopping.
         housekeeping_interval: seconds between sweeps of expired rows (timer role).
@@ -67,6 +69,7 @@ class RuntimeConfig:
     worker_batch: int = 64
     worker_concurrency: int = 64
     lease_seconds: float = 60.0
+    poison_after: int = 3
     timer_batch: int = 256
     stop_grace: float = 5.0
     housekeeping_interval: float = 300.0
@@ -141,6 +144,7 @@ class Runtime:
             lease_seconds=cfg.lease_seconds,
             poll_interval=cfg.poll_interval,
             queue=self.queue,
+            poison_after=cfg.poison_after,
         )
         self.timers = Timers(
             store,

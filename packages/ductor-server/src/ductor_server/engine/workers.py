@@ -5,6 +5,12 @@ For every finished attempt it appends the attempt row, queues an
 `AttemptResult` in the run's inbox and completes the task, all in one
 transaction (many attempts per transaction); a redelivered task whose attempt
 is already recorded writes nothing but the completion.
+
+Poisoned tasks: a task leased with `deaths >= poison_after` (its lease expired
+that many times, so a process died or stalled with it in flight each time) is
+not run again. Its attempt is recorded as failed with `attempt.poisoned`
+(non-retryable) through the same report path, so one tenant's task that kills
+its process cannot crash-loop the server for every tenant.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 
 from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
@@ -32,6 +38,14 @@ from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecor
 
 log = logging.getLogger("ductor.workers")
 tracer = trace.get_tracer("ductor.engine")
+poisoned_counter = metrics.get_meter("ductor.engine").create_counter(
+    "ductor.attempts.poisoned",
+    unit="{attempt}",
+    description="Attempts quarantined because their task kept killing its process.",
+)
+
+POISONED = "attempt.poisoned"
+"""The error code of an attempt quarantined instead of run."""
 
 
 def worker_owner_id() -> str:
@@ -80,7 +94,8 @@ _GIVE_UP_AFTER = 8  # failed tries before one outcome is dropped (its lease will
 class Workers:
     """Leases tasks in batches and runs up to `concurrency` handlers at once.
 
-    Tasks come through `queue` (the store's tasks table when not given).
+    Tasks come through `queue` (the store's tasks table when not given). A task
+    leased after `poison_after` deaths is quarantined, not run (0: never).
     """
 
     def __init__(
@@ -96,6 +111,7 @@ class Workers:
         poll_interval: float = 0.5,
         owner: str | None = None,
         queue: TaskQueue | None = None,
+        poison_after: int = 3,
     ) -> None:
         self.store = store
         self.queue: TaskQueue = queue if queue is not None else SqlTaskQueue(store)
@@ -107,10 +123,12 @@ class Workers:
         self.lease = timedelta(seconds=lease_seconds)
         self.poll_interval = poll_interval
         self.owner = owner or worker_owner_id()
+        self.poison_after = poison_after
         self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
         self.attempts_recorded = 0  # new attempts committed since start
         self.redeliveries_dropped = 0  # outcomes whose attempt was already recorded
         self.lease_batches = 0  # lease round trips that returned tasks
+        self.poisoned = 0  # tasks quarantined instead of run
         self.report_batches = 0  # report transactions
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._leased: dict[str, TaskRecord] = {}
@@ -167,9 +185,13 @@ class Workers:
                     "ductor.attempt": task.attempt,
                     "ductor.handler": task.handler,
                     "ductor.deliveries": task.deliveries,
+                    "ductor.deaths": task.deaths,
                 },
             ) as span:
-                attempt = await self._attempt(task, started)
+                if 0 < self.poison_after <= task.deaths:
+                    attempt = self._quarantine(task, started)
+                else:
+                    attempt = await self._attempt(task, started)
                 span.set_attribute("ductor.ok", attempt.ok)
                 if attempt.error is not None:
                     span.set_attribute("ductor.error_code", attempt.error.code)
@@ -177,6 +199,43 @@ class Workers:
         finally:
             self._inflight.pop(task.id, None)
             self._slot_free.set()
+
+    def _quarantine(self, task: TaskRecord, started: datetime) -> AttemptRecord:
+        """The failed attempt of a task that killed its process too often."""
+        self.poisoned += 1
+        poisoned_counter.add(1, {"tenant": task.tenant_id, "handler": task.handler})
+        item = "" if task.item_index < 0 else f" item {task.item_index}"
+        log.error(
+            "quarantined task %s (tenant %s, run %s, step %s%s, handler %s, attempt %d):"
+            " its process died %d times with it in flight",
+            task.id,
+            task.tenant_id,
+            task.run_id,
+            task.step_ref,
+            item,
+            task.handler,
+            task.attempt,
+            task.deaths,
+        )
+        return AttemptRecord(
+            tenant_id=task.tenant_id,
+            run_id=task.run_id,
+            step_ref=task.step_ref,
+            item_index=task.item_index,
+            attempt=task.attempt,
+            ok=False,
+            error=ErrorInfo(
+                code=POISONED,
+                message=(
+                    f"step {task.step_ref!r}{item} was not run again: the process running"
+                    f" its attempt {task.attempt} died {task.deaths} times before finishing it"
+                ),
+                retryable=False,
+                details={"deaths": task.deaths, "handler": task.handler},
+            ),
+            started_at=started,
+            finished_at=self.clock.now(),
+        )
 
     async def _attempt(self, task: TaskRecord, started: datetime) -> AttemptRecord:
         ok, output, error = False, None, None

@@ -89,7 +89,7 @@ _INBOX_COLS = "seq, tenant_id, run_id, input, available_at"
 _TASK_COLS = (
     "id, tenant_id, run_id, step_ref, item_index, attempt, step_type, handler, payload,"
     " idempotency_key, timeout_seconds, tier, status, available_at, lease_owner, lease_until,"
-    " deliveries, created_at"
+    " deliveries, created_at, deaths"
 )
 _ATTEMPT_COLS = (
     "tenant_id, run_id, step_ref, item_index, attempt, ok, output, error, started_at, finished_at"
@@ -275,6 +275,7 @@ class SqlTx:
             lease_until=self._dt_or_none(r[15]),
             deliveries=r[16],
             created_at=self.from_timestamp(r[17]),
+            deaths=r[18],
         )
 
     def _attempt(self, r: Row) -> AttemptRecord:
@@ -836,10 +837,13 @@ class SqlTx:
         if limit < 1 or (handlers is not None and not handlers):
             return []
         # Two index-friendly claims instead of one OR: overdue leases first (their
-        # work is the oldest), then queued tasks by tier and availability.
+        # work is the oldest), then queued tasks by tier and availability. A lease
+        # that expired was neither completed nor released: whoever held it died
+        # (or stalled) with the task in flight, so taking it over counts a death.
         expired = await self._lease(
             "status = 'leased' AND lease_until <= %s",
             "lease_until, id",
+            died=True,
             owner=owner,
             limit=limit,
             lease_for=lease_for,
@@ -852,6 +856,7 @@ class SqlTx:
         queued = await self._lease(
             "status = 'queued' AND available_at <= %s",
             "tier DESC, available_at, id",
+            died=False,
             owner=owner,
             limit=limit - len(expired),
             lease_for=lease_for,
@@ -866,6 +871,7 @@ class SqlTx:
         where: str,
         order: str,
         *,
+        died: bool,
         owner: str,
         limit: int,
         lease_for: timedelta,
@@ -880,6 +886,7 @@ class SqlTx:
         rows = await self.fetch_all(
             "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
             " deliveries = deliveries + 1"
+            f"{', deaths = deaths + 1' if died else ''}"
             f" WHERE id IN (SELECT id FROM tasks WHERE {where}"
             f" ORDER BY {order} LIMIT %s{self._skip_locked})"
             f" RETURNING {_TASK_COLS}",

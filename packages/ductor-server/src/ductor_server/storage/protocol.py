@@ -328,7 +328,9 @@ class TasksTx(Protocol):
         at-least-once), which come first, then queued with available_at <= now,
         higher tier first, then available_at, then creation. The result is in
         that order. Concurrent leasers get disjoint tasks
-        (SKIP LOCKED on Postgres). Each lease bumps `deliveries`. Optionally only
+        (SKIP LOCKED on Postgres). Each lease bumps `deliveries`; taking over an
+        expired lease also bumps `deaths` (its holder neither completed nor
+        released it), in the same statement. Optionally only
         tasks whose handler is in `handlers`.
         """
         ...

@@ -234,7 +234,11 @@ class NewTask(_Record, frozen=True, kw_only=True):
 
 
 class TaskRecord(_Record, frozen=True, kw_only=True):
-    """A stored task. `deliveries` counts leases: above 1 means a redelivery."""
+    """A stored task. `deliveries` counts leases: above 1 means a redelivery.
+
+    `deaths` counts the leases of this task that expired (neither completed nor
+    released): the times a process died or stalled with the task in flight.
+    """
 
     id: str
     tenant_id: str
@@ -254,6 +258,7 @@ class TaskRecord(_Record, frozen=True, kw_only=True):
     lease_until: datetime | None = None
     deliveries: int = 0
     created_at: datetime
+    deaths: int = 0
 
 
 class TaskRef(_Record, frozen=True, kw_only=True):
