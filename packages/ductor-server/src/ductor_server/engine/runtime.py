@@ -9,8 +9,8 @@ the built-in ones, registered by a `setup` callable before the loops start.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
+import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,6 +32,8 @@ from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
 from ductor_server.storage.protocol import Store
+
+log = logging.getLogger(__name__)
 
 
 class Role(enum.StrEnum):
@@ -260,9 +262,19 @@ class Runtime:
         self.housekeeping.stopped = True
         for loop in loops:
             loop.cancel()
-        for loop in loops:
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop
+        if loops:
+            # A loop that swallowed its cancellation must not hold the process:
+            # cancel it once more, then leave it behind with a log line.
+            _, pending = await asyncio.wait(loops, timeout=self.config.stop_grace)
+            for loop in pending:
+                loop.cancel()
+            if pending:
+                _, pending = await asyncio.wait(pending, timeout=self.config.stop_grace)
+            for loop in pending:
+                log.error("engine loop %s did not stop", loop.get_name())
+            for loop in loops:
+                if loop.done() and not loop.cancelled() and loop.exception() is not None:
+                    log.error("engine loop %s failed", loop.get_name(), exc_info=loop.exception())
         if Role.WORKER in self.roles:
             await self.workers.drain(self.config.stop_grace)
         await self.actions.aclose()

@@ -7,6 +7,7 @@ decoded with msgspec straight into typed records.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import zlib
 from collections.abc import AsyncIterator, Sequence
@@ -216,6 +217,12 @@ class PostgresStore:
         except PoolTimeout as exc:
             raise StoreUnavailable(f"postgres: {exc}") from exc
         except psycopg.Error as exc:
+            # A task cancelled mid-query can see psycopg fail the rollback that
+            # follows; it must stay cancelled, not become a store error that a
+            # loop's `except Exception` would swallow (and then sleep through stop).
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError() from exc
             raise store_error(exc) from exc
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
