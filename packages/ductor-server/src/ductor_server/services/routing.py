@@ -42,6 +42,7 @@ from ductor_routing import (
     shadow_report,
 )
 from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.errors import RequestInvalid
 from ductor_server.routing.errors import (
     AssignmentStateConflict,
     RoutableInvalid,
@@ -50,6 +51,7 @@ from ductor_server.routing.errors import (
 from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
 from ductor_server.services.idempotency import Answer, Claim
 from ductor_server.services.idempotency import Outcome as MutationOutcome
+from ductor_server.services.runs import check_name
 from ductor_server.storage.protocol import Store
 
 T = TypeVar("T")
@@ -336,6 +338,7 @@ class RoutingService:
             ConfigError: the change would leave the configuration inconsistent.
             IdempotencyConflict: the key was used with another worker.
         """
+        check_name("worker id", worker.id, RequestInvalid, path="$.id")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.workers.put", idempotency_key, worker, now=now)
 
@@ -356,6 +359,7 @@ class RoutingService:
             ConfigError: unknown member, bad strategy or CEL, duplicates (every problem).
             IdempotencyConflict: the key was used with another pool.
         """
+        check_name("pool id", pool.id, RequestInvalid, path="$.id")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.pools.put", idempotency_key, pool, now=now)
 
@@ -423,6 +427,7 @@ class RoutingService:
             ConfigError: unknown pool, bad CEL, duplicate rule (every problem, with pointers).
             IdempotencyConflict: the key was used with another rule set.
         """
+        check_name("rule set id", rules.id, RequestInvalid, path="$.id")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.rules.publish", idempotency_key, rules, now=now)
 
@@ -485,6 +490,8 @@ class RoutingService:
             AssignConflict: caps kept changing under it for `max_attempts` tries.
             IdempotencyConflict: the key was used with another routable.
         """
+        check_name("routable id", body.id, RequestInvalid, path="$.id")
+        check_name("routable kind", body.kind, RequestInvalid, path="$.kind")
         created = MutationOutcome.CREATED
         if decision_id is not None:
             found = await self._stored_decision(tenant_id, decision_id)

@@ -27,7 +27,13 @@ from ductor_server.services.routing import (
     RuleSetView,
     ShadowReportView,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, NoBody, or_default, required
+from ductor_server.transports.rest.bodies import (
+    NO_BODY,
+    NoBody,
+    VersionPath,
+    or_default,
+    required,
+)
 from ductor_server.transports.rest.errors import V1_ERRORS
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
@@ -173,7 +179,7 @@ class RulesController(Controller):
     @get("/versions/{version:int}", responses=V1_ERRORS)
     async def version(
         self,
-        version: FromPath[int],
+        version: VersionPath,
         tenant_id: NamedDependency[str],
         routing: NamedDependency[RoutingService],
     ) -> RuleSetView:

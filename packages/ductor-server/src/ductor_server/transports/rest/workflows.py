@@ -17,7 +17,7 @@ from ductor_server.services import (
     WorkflowSummary,
     WorkflowVersionView,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, DocumentedAs, required
+from ductor_server.transports.rest.bodies import NO_BODY, DocumentedAs, VersionPath, required
 from ductor_server.transports.rest.errors import V1_ERRORS
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
@@ -76,7 +76,7 @@ class WorkflowsController(Controller):
     async def version(
         self,
         slug: FromPath[str],
-        version: FromPath[int],
+        version: VersionPath,
         tenant_id: NamedDependency[str],
         workflows: NamedDependency[WorkflowsService],
     ) -> WorkflowVersionView:
