@@ -18,7 +18,7 @@ from ductor_server.services import (
     WorkflowVersionView,
 )
 from ductor_server.transports.rest.bodies import NO_BODY, DocumentedAs, VersionPath, required
-from ductor_server.transports.rest.errors import V1_ERRORS
+from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
 # Decoded as any JSON value, so validation can report every problem at once.
@@ -41,7 +41,11 @@ class WorkflowsController(Controller):
         """Check a definition without publishing it: `{valid, problems[]}`, each with a pointer."""
         return await workflows.validate(tenant_id, required(data))
 
-    @post("/", status_code=201, responses=V1_ERRORS)
+    @post(
+        "/",
+        status_code=201,
+        responses=also_ok(PublishedWorkflow, "The same content was already published"),
+    )
     async def publish(
         self,
         tenant_id: NamedDependency[str],
