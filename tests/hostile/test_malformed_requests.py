@@ -53,7 +53,9 @@ def hostile_requests() -> Iterator[tuple[str, str, dict[str, Any]]]:
     yield "POST", "/v1/runs", {"json": {"family_slug": "x", "version": big}}
     yield "POST", "/v1/runs", {"json": {"family_slug": "x", "input": {"n": -big - 1}}}
     yield "POST", "/v1/route", {"json": {"id": "r1", "kind": "lead", "price": 2**70}}
+    yield "POST", "/v1/route", {"json": {"id": "r1", "kind": "lead", "price": 10**15 + 1}}
     yield "POST", "/v1/events", {"json": {"name": "e", "data": [2**64]}}
+    yield "POST", "/v1/events", {"content": b'{"name": "e", "data": 1e400}', "headers": JSON}
     yield "GET", "/v1/rules/versions/684442215400994766848", {}
     yield "GET", "/v1/workflows/x/versions/684442215400994766848", {}
     yield "GET", "/v1/workflows/x/versions/-1", {}

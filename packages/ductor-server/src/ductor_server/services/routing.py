@@ -14,7 +14,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -55,6 +55,10 @@ from ductor_server.services.runs import check_name
 from ductor_server.storage.protocol import Store
 
 T = TypeVar("T")
+
+MAX_MICROS = 10**15
+"""The largest amount a request may name, in micros (a billion units): sums of many
+such amounts stay far inside 64 bits."""
 
 # --- bodies and views ---------------------------------------------------------------
 
@@ -111,7 +115,7 @@ class RouteBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     kind: str
     attributes: dict[str, Any] = {}
     consent: Consent | None = None
-    price: int | None = None
+    price: Annotated[int, msgspec.Meta(ge=-MAX_MICROS, le=MAX_MICROS)] | None = None
     exclude: tuple[str, ...] = ()
     pool: str | None = None
 
