@@ -63,6 +63,9 @@ def hostile_requests() -> Iterator[tuple[str, str, dict[str, Any]]]:
         yield "POST", f"/v1/{what}", {"json": {"id": ""}}
         yield "POST", f"/v1/{what}", {"json": {"id": "w" * 500_000}}
         yield "POST", f"/v1/{what}", {"json": {"id": "a\nb"}}
+    # A channel is part of every capacity counter's key (a Postgres index limit).
+    yield "POST", "/v1/pools", {"json": {"id": "p", "channel": "c" * 300_000}}
+    yield "POST", "/v1/workers", {"json": {"id": "w", "capacity": {"c" * 300_000: 1}}}
     yield "POST", "/v1/route", {"json": {"id": "", "kind": "lead"}}
     yield "POST", "/v1/route", {"json": {"id": "r" * 100_000, "kind": "lead"}}
     yield "POST", "/v1/events", {"json": {"name": "e" * 100_000}}

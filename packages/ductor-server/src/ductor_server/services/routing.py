@@ -343,6 +343,8 @@ class RoutingService:
             IdempotencyConflict: the key was used with another worker.
         """
         check_name("worker id", worker.id, RequestInvalid, path="$.id")
+        for channel in worker.capacity:
+            check_name("capacity channel", channel, RequestInvalid, path="$.capacity")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.workers.put", idempotency_key, worker, now=now)
 
@@ -364,6 +366,8 @@ class RoutingService:
             IdempotencyConflict: the key was used with another pool.
         """
         check_name("pool id", pool.id, RequestInvalid, path="$.id")
+        # The channel is part of every capacity counter's key: bounded like an id.
+        check_name("pool channel", pool.channel, RequestInvalid, path="$.channel")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.pools.put", idempotency_key, pool, now=now)
 
