@@ -16,6 +16,7 @@ from ductor_server.transports.rest.bodies import (
     TriggerRunBody,
     decode_body,
     line_column,
+    nesting_depth,
 )
 from ductor_server.transports.rest.errors import ApiError, status_for
 
@@ -83,3 +84,59 @@ def test_status_families() -> None:
     assert status_for("definition.something_new") == 422
     assert status_for("mystery", retryable=True) == 503
     assert status_for("mystery") == 422
+
+
+# --- hostile bodies --------------------------------------------------------------
+
+
+def _refused(raw: bytes, into: Any = Any) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        decode_body(raw, into)
+    return refused.value
+
+
+def test_invalid_utf8_inside_a_string_is_malformed_json_at_its_byte() -> None:
+    raw = b'{"name": "e",\n "id": "ab\xffcd"}'
+    error = _refused(raw, EventBody)
+    assert error.code == "request.malformed_json"
+    assert status_for(error.code) == 400
+    assert error.details == {"line": 2, "column": 11, "byte": raw.index(b"\xff")}
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 100_000])
+def test_a_body_nested_over_64_deep_is_refused(depth: int) -> None:
+    error = _refused(b'{"name": "e", "data": ' + b"[" * depth + b"]" * depth + b"}", EventBody)
+    assert (error.code, error.details["path"]) == ("request.invalid", "$")
+    assert "64" in error.details["reason"]
+
+
+def test_64_deep_is_fine_and_brackets_in_strings_do_not_count() -> None:
+    nested = b"[" * 63 + b"]" * 63
+    assert decode_body(b'{"a": ' + nested + b"}", Any) == json.loads(b'{"a": ' + nested + b"}")
+    text = json.dumps({"s": "[" * 500 + '\\"{' * 100}).encode()
+    assert nesting_depth(text) == 1
+    assert decode_body(text, Any)["s"].startswith("[[[")
+
+
+def test_integers_must_fit_in_64_bits_and_the_path_is_named() -> None:
+    assert decode_body(b'{"a": [9223372036854775807, -9223372036854775808]}', Any)
+    error = _refused(b'{"family_slug": "x", "version": 9223372036854775808}', TriggerRunBody)
+    assert error.details == {"path": "$.version", "reason": "integer does not fit in 64 bits"}
+    error = _refused(b'{"name": "e", "data": {"k": [1, -9223372036854775809]}}', EventBody)
+    assert error.details["path"] == "$.data.k[1]"
+
+
+def test_a_nul_character_is_refused_wherever_it_is() -> None:
+    error = _refused(b'{"name": "e", "data": {"k": ["a\\u0000"]}}', EventBody)
+    assert error.details["path"] == "$.data.k[0]"
+    # An escaped backslash before "u0000" is no NUL.
+    assert decode_body(b'{"k": "\\\\u0000"}', Any) == {"k": "\\u0000"}
+
+
+def test_the_depth_scan_is_linear_on_a_megabyte() -> None:
+    import time
+
+    raw = b"[" + b",".join([b'"\\\\\\"[[[[", [[[[[[1]]]]]]'] * 40_000) + b"]"
+    started = time.perf_counter()
+    assert nesting_depth(raw) == 7
+    assert time.perf_counter() - started < 1.0

@@ -65,3 +65,31 @@ async def test_every_body_taking_operation_lists_its_request_schema(tmp_path: Pa
             doc, operation["responses"]["422"]["content"]["application/json"]["schema"]
         )
         assert {"code", "message"} <= set(error["properties"]), (method, path)
+
+
+async def test_every_v1_operation_lists_every_status_it_can_answer(tmp_path: Path) -> None:
+    from ductor_server.transports.rest.errors import STATUS_BY_CODE
+
+    app = create_app(Settings(data_dir=tmp_path))
+    async with AsyncTestClient(app=app) as client:
+        doc = (await client.get("/docs/openapi.json")).json()
+    # Every status of the error table a request can cause (405 concerns no operation,
+    # 500 is a bug, not an answer).
+    errors = {str(s) for s in STATUS_BY_CODE.values()} - {"405", "500"}
+    assert errors == {"400", "401", "404", "409", "413", "415", "422", "503"}
+    operations = [
+        (method, path, op)
+        for path, ops in doc["paths"].items()
+        if path.startswith("/v1/")
+        for method, op in ops.items()
+    ]
+    assert len(operations) >= 35
+    for method, path, op in operations:
+        missing = errors - set(op["responses"])
+        assert not missing, f"{method.upper()} {path} does not list {sorted(missing)}"
+    # A put that replaces, or a publish of known content, answers 200 besides 201.
+    for path in ("/v1/workers", "/v1/pools", "/v1/workflows"):
+        assert {"200", "201"} <= set(doc["paths"][path]["post"]["responses"]), path
+    for path in ("/v1/workers", "/v1/pools"):
+        listed = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]
+        assert listed["schema"]["type"] == "array", path

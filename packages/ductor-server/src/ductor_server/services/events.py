@@ -50,9 +50,9 @@ class EventsService:
             EventInvalid
             IdempotencyConflict: the key was used with another event.
         """
-        check_name("event name", name, EventInvalid)
+        check_name("event name", name, EventInvalid, path="$.name")
         if event_id is not None:
-            check_name("event id", event_id, EventInvalid)
+            check_name("event id", event_id, EventInvalid, path="$.id")
         context = self._context
         now = context.clock.now()
         claim = Claim.of(tenant_id, "events.send", idempotency_key, [name, data, event_id], now=now)

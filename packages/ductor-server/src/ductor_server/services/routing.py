@@ -14,7 +14,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -42,6 +42,7 @@ from ductor_routing import (
     shadow_report,
 )
 from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.errors import RequestInvalid
 from ductor_server.routing.errors import (
     AssignmentStateConflict,
     RoutableInvalid,
@@ -50,9 +51,14 @@ from ductor_server.routing.errors import (
 from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
 from ductor_server.services.idempotency import Answer, Claim
 from ductor_server.services.idempotency import Outcome as MutationOutcome
+from ductor_server.services.runs import check_name
 from ductor_server.storage.protocol import Store
 
 T = TypeVar("T")
+
+MAX_MICROS = 10**15
+"""The largest amount a request may name, in micros (a billion units): sums of many
+such amounts stay far inside 64 bits."""
 
 # --- bodies and views ---------------------------------------------------------------
 
@@ -109,7 +115,7 @@ class RouteBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     kind: str
     attributes: dict[str, Any] = {}
     consent: Consent | None = None
-    price: int | None = None
+    price: Annotated[int, msgspec.Meta(ge=-MAX_MICROS, le=MAX_MICROS)] | None = None
     exclude: tuple[str, ...] = ()
     pool: str | None = None
 
@@ -336,6 +342,9 @@ class RoutingService:
             ConfigError: the change would leave the configuration inconsistent.
             IdempotencyConflict: the key was used with another worker.
         """
+        check_name("worker id", worker.id, RequestInvalid, path="$.id")
+        for channel in worker.capacity:
+            check_name("capacity channel", channel, RequestInvalid, path="$.capacity")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.workers.put", idempotency_key, worker, now=now)
 
@@ -356,6 +365,9 @@ class RoutingService:
             ConfigError: unknown member, bad strategy or CEL, duplicates (every problem).
             IdempotencyConflict: the key was used with another pool.
         """
+        check_name("pool id", pool.id, RequestInvalid, path="$.id")
+        # The channel is part of every capacity counter's key: bounded like an id.
+        check_name("pool channel", pool.channel, RequestInvalid, path="$.channel")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.pools.put", idempotency_key, pool, now=now)
 
@@ -423,6 +435,7 @@ class RoutingService:
             ConfigError: unknown pool, bad CEL, duplicate rule (every problem, with pointers).
             IdempotencyConflict: the key was used with another rule set.
         """
+        check_name("rule set id", rules.id, RequestInvalid, path="$.id")
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.rules.publish", idempotency_key, rules, now=now)
 
@@ -485,6 +498,8 @@ class RoutingService:
             AssignConflict: caps kept changing under it for `max_attempts` tries.
             IdempotencyConflict: the key was used with another routable.
         """
+        check_name("routable id", body.id, RequestInvalid, path="$.id")
+        check_name("routable kind", body.kind, RequestInvalid, path="$.kind")
         created = MutationOutcome.CREATED
         if decision_id is not None:
             found = await self._stored_decision(tenant_id, decision_id)

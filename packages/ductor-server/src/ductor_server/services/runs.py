@@ -7,6 +7,7 @@ It speaks in tenants, views and `ServerError`s; it never mentions a transport.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -144,6 +145,7 @@ _STATUS_ALIASES = {status.name.lower(): status for status in RunStatus} | {
 }
 MAX_PAGE = 500
 MAX_NAME_LENGTH = 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def parse_run_status(value: str) -> RunStatus:
@@ -161,17 +163,31 @@ def parse_run_status(value: str) -> RunStatus:
     return status
 
 
-def check_name(what: str, name: Any, error: type[ServerError]) -> str:
-    """`name` if it is a non-empty string of at most MAX_NAME_LENGTH characters.
+def check_name(what: str, name: Any, error: type[ServerError], *, path: str | None = None) -> str:
+    """`name` if it is a non-empty string of at most MAX_NAME_LENGTH characters,
+    without control characters.
+
+    Args:
+        what: how the message names it ("event id").
+        name: the value to check.
+        error: the error to raise.
+        path: the JSON path of the field in the request body, if it came from one
+            (becomes `details.path`).
 
     Raises:
         error: otherwise, naming `what`.
     """
+    reason = None
     if not isinstance(name, str) or not name.strip():
-        raise error(f"{what} must be a non-empty string")
-    if len(name) > MAX_NAME_LENGTH:
-        raise error(f"{what} is longer than {MAX_NAME_LENGTH} characters")
-    return name
+        reason = "must be a non-empty string"
+    elif len(name) > MAX_NAME_LENGTH:
+        reason = f"is longer than {MAX_NAME_LENGTH} characters"
+    elif _CONTROL.search(name):
+        reason = "contains a control character"
+    if reason is not None:
+        details = None if path is None else {"path": path, "reason": f"{what} {reason}"}
+        raise error(f"{what} {reason}", details=details)
+    return str(name)
 
 
 def _item_view(item: ItemState) -> ItemView:
@@ -547,7 +563,7 @@ class RunsService:
         """
         check_name("signal name", name, RequestInvalid)
         if signal_id is not None:
-            check_name("signal id", signal_id, RequestInvalid)
+            check_name("signal id", signal_id, RequestInvalid, path="$.id")
         context = self._context
         now = context.clock.now()
         claim = Claim.of(

@@ -13,11 +13,13 @@ import enum
 import re
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from itertools import accumulate
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
 from litestar.openapi.spec import Reference, Schema
+from litestar.params import PathParameter
 from litestar.typing import FieldDefinition
 
 from ductor_server.transports.rest.errors import ApiError
@@ -26,6 +28,22 @@ T = TypeVar("T")
 
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 _PATH_AT = re.compile(r" - at `([^`]*)`$")
+
+MAX_DEPTH = 64
+"""How deeply arrays and objects may nest in a request body."""
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The range of every integer in a request body (what the stores and CEL can hold)."""
+
+VersionPath = Annotated[int, PathParameter(ge=1, le=INT64_MAX)]
+"""A `{version:int}` path parameter: 1 up to the largest 64-bit integer."""
+
+# A JSON string (valid JSON only: possessive, so it never backtracks).
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+# 19 digits or more may not fit in 64 bits; a NUL escape may not be stored.
+_SUSPECT = re.compile(rb"\d{19,}|\\u0000")
 
 
 class NoBody(enum.Enum):
@@ -95,6 +113,89 @@ def line_column(raw: bytes, offset: int) -> tuple[int, int]:
     return line, column
 
 
+def nesting_depth(raw: bytes) -> int:
+    """How deeply arrays and objects nest in `raw`, a valid JSON document (brackets
+    inside strings do not count). Runs at C speed: no Python loop per byte."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return MAX_DEPTH  # cannot be deeper than the number of openings
+    brackets = _STRING.sub(b"", raw).translate(_OPEN_CLOSE, _NOT_BRACKET)
+    return max(accumulate(memoryview(brackets).cast("b")), default=0)
+
+
+def too_deep() -> ApiError:
+    """The error of a body nested deeper than `MAX_DEPTH`."""
+    reason = f"nested more than {MAX_DEPTH} levels deep"
+    return ApiError(
+        f"invalid request body at $: {reason}",
+        code="request.invalid",
+        details={"path": "$", "reason": reason},
+    )
+
+
+def _unstorable(value: Any) -> tuple[str, str] | None:
+    """The path of the first integer outside 64 bits or string holding NUL in `value`
+    (a decoded body), and why; None if there is none. Iterative: no recursion."""
+    stack: list[tuple[Any, str]] = [(value, "$")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return path, "integer does not fit in 64 bits"
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return path, "string contains a NUL character"
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    return path, "key contains a NUL character"
+                stack.append((inner, f"{path}.{key}"))
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, f"{path}[{i}]") for i, inner in enumerate(item))
+        elif isinstance(item, msgspec.Struct):
+            names = zip(item.__struct_fields__, item.__struct_encode_fields__, strict=True)
+            stack.extend((getattr(item, name), f"{path}.{wire}") for name, wire in names)
+    return None
+
+
+def check_limits(raw: bytes, value: Any) -> None:
+    """Refuse a decoded body that nests deeper than `MAX_DEPTH`, or holds an integer
+    outside 64 bits or a NUL character (which no store can keep).
+
+    Raises:
+        ApiError: `request.invalid` naming the path.
+    """
+    if nesting_depth(raw) > MAX_DEPTH:
+        raise too_deep()
+    if _SUSPECT.search(raw) is None:
+        return
+    found = _unstorable(value)
+    if found is not None:
+        path, reason = found
+        raise ApiError(
+            f"invalid request body at {path}: {reason}",
+            code="request.invalid",
+            details={"path": path, "reason": reason},
+        )
+
+
+def malformed(raw: bytes, offset: int, text: str) -> ApiError:
+    """The error of a body that is not JSON, pointing at byte `offset`."""
+    line, column = line_column(raw, offset)
+    return ApiError(
+        f"malformed JSON at line {line}, column {column}: {text}",
+        code="request.malformed_json",
+        details={"line": line, "column": column, "byte": offset},
+    )
+
+
+def _bad_utf8_at(raw: bytes) -> int:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return len(raw)
+
+
 def empty_body() -> ApiError:
     """The error of a request that needs a body and sent none."""
     return ApiError(
@@ -113,15 +214,20 @@ def decode_body(raw: bytes, into: type[T], *, optional: bool = False) -> T:
         optional: an empty body means "all defaults" instead of an error.
 
     Raises:
-        ApiError: `request.malformed_json` (with line/column) or
-            `request.invalid` (with the field path).
+        ApiError: `request.malformed_json` (with line/column; also for invalid
+            UTF-8) or `request.invalid` (with the field path; also for a body
+            nested too deep or holding an integer outside 64 bits).
     """
     if not raw.strip():
         if optional:
             return msgspec.json.decode(b"{}", type=into)
         raise empty_body()
     try:
-        return msgspec.json.decode(raw, type=into)
+        value = msgspec.json.decode(raw, type=into)
+    except UnicodeDecodeError:
+        raise malformed(raw, _bad_utf8_at(raw), "invalid UTF-8") from None
+    except RecursionError:
+        raise too_deep() from None
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _PATH_AT.search(text)
@@ -136,12 +242,9 @@ def decode_body(raw: bytes, into: type[T], *, optional: bool = False) -> T:
         text = str(exc)
         found = _BYTE_AT.search(text)
         offset = int(found.group(1)) if found else len(raw)
-        line, column = line_column(raw, offset)
-        raise ApiError(
-            f"malformed JSON at line {line}, column {column}: {text}",
-            code="request.malformed_json",
-            details={"line": line, "column": column, "byte": offset},
-        ) from None
+        raise malformed(raw, offset, text) from None
+    check_limits(raw, value)
+    return value
 
 
 def required(data: T | NoBody) -> T:
@@ -239,6 +342,9 @@ class JsonBody(AbstractDTO[Any]):
 
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_DEPTH",
     "NO_BODY",
     "AppUrlBody",
     "CancelRunBody",
@@ -248,9 +354,14 @@ __all__ = [
     "NoBody",
     "SignalBody",
     "TriggerRunBody",
+    "VersionPath",
+    "check_limits",
     "decode_body",
     "empty_body",
     "line_column",
+    "malformed",
+    "nesting_depth",
     "or_default",
     "required",
+    "too_deep",
 ]

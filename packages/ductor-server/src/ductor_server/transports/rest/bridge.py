@@ -47,6 +47,7 @@ from ductor_server.transports.rest.bodies import (
     AppUrlBody,
     JsonBody,
     NoBody,
+    check_limits,
     declared_type,
     required,
 )
@@ -128,10 +129,22 @@ class ProtocolBody(JsonBody):
 
 def _protocol_decode(keys: SigningKeys | None, raw: bytes, into: type[T]) -> T:
     try:
-        return decode(raw, into)
+        value = decode(raw, into)
+        check_limits(raw, value)
     except ProtocolError as exc:
-        error = ErrorResponse(code="protocol.invalid", message=exc.message)
-        raise SignedRefusal(keys, error, 400) from exc
+        raise _invalid(keys, exc.message) from exc
+    except DuctorError as exc:  # nested too deep, an integer outside 64 bits, a NUL
+        raise _invalid(keys, exc.message) from exc
+    except UnicodeDecodeError as exc:
+        raise _invalid(keys, "the body is not valid UTF-8") from exc
+    except RecursionError as exc:
+        raise _invalid(keys, "the body is nested too deeply") from exc
+    return value
+
+
+def _invalid(keys: SigningKeys | None, message: str) -> SignedRefusal:
+    """A signed 400 `protocol.invalid`."""
+    return SignedRefusal(keys, ErrorResponse(code="protocol.invalid", message=message), 400)
 
 
 def _message(keys: SigningKeys | None, data: T | NoBody, into: type[T]) -> T:

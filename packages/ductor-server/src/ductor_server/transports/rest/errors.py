@@ -87,10 +87,19 @@ V1_ERRORS: dict[int, ResponseSpec] = {
         400: "Malformed JSON (`request.malformed_json`, with line and column)",
         401: "Missing, unknown or revoked API key (`auth.unauthenticated`)",
         404: "Not found for this tenant (`*.not_found`)",
+        409: "The object's state forbids this (`run.not_cancellable`, `run.ended`, ...)",
         413: "Body over the size limit (`request.too_large`)",
+        415: "The body is not JSON (`request.unsupported_media_type`)",
         422: "Invalid request (`request.invalid`, `definition.invalid`, `idempotency.conflict`)",
+        503: "Cannot answer right now; retry (`service.unavailable`, `storage.unavailable`)",
     }.items()
 }
+
+
+def also_ok(model: type[Any], description: str) -> dict[int, ResponseSpec]:
+    """`V1_ERRORS` plus a 200 answer, for a mutation that answers 201 when it creates
+    and 200 when it replaces or finds what was there."""
+    return {**V1_ERRORS, 200: ResponseSpec(data_container=model, description=description)}
 
 
 def error_response(code: str, message: str, details: Any = None, *, status: int) -> Response[Any]:

@@ -27,8 +27,14 @@ from ductor_server.services.routing import (
     RuleSetView,
     ShadowReportView,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, NoBody, or_default, required
-from ductor_server.transports.rest.errors import V1_ERRORS
+from ductor_server.transports.rest.bodies import (
+    NO_BODY,
+    NoBody,
+    VersionPath,
+    or_default,
+    required,
+)
+from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
 
@@ -38,7 +44,7 @@ class WorkersController(Controller):
     path = "/v1/workers"
     tags = ("routing",)
 
-    @post("/", status_code=201, responses=V1_ERRORS)
+    @post("/", status_code=201, responses=also_ok(Worker, "An existing worker was replaced"))
     async def put_worker(
         self,
         tenant_id: NamedDependency[str],
@@ -85,7 +91,7 @@ class PoolsController(Controller):
     path = "/v1/pools"
     tags = ("routing",)
 
-    @post("/", status_code=201, responses=V1_ERRORS)
+    @post("/", status_code=201, responses=also_ok(Pool, "An existing pool was replaced"))
     async def put_pool(
         self,
         tenant_id: NamedDependency[str],
@@ -173,7 +179,7 @@ class RulesController(Controller):
     @get("/versions/{version:int}", responses=V1_ERRORS)
     async def version(
         self,
-        version: FromPath[int],
+        version: VersionPath,
         tenant_id: NamedDependency[str],
         routing: NamedDependency[RoutingService],
     ) -> RuleSetView:

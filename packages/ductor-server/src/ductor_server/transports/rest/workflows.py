@@ -17,8 +17,8 @@ from ductor_server.services import (
     WorkflowSummary,
     WorkflowVersionView,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, DocumentedAs, required
-from ductor_server.transports.rest.errors import V1_ERRORS
+from ductor_server.transports.rest.bodies import NO_BODY, DocumentedAs, VersionPath, required
+from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
 # Decoded as any JSON value, so validation can report every problem at once.
@@ -41,7 +41,11 @@ class WorkflowsController(Controller):
         """Check a definition without publishing it: `{valid, problems[]}`, each with a pointer."""
         return await workflows.validate(tenant_id, required(data))
 
-    @post("/", status_code=201, responses=V1_ERRORS)
+    @post(
+        "/",
+        status_code=201,
+        responses=also_ok(PublishedWorkflow, "The same content was already published"),
+    )
     async def publish(
         self,
         tenant_id: NamedDependency[str],
@@ -76,7 +80,7 @@ class WorkflowsController(Controller):
     async def version(
         self,
         slug: FromPath[str],
-        version: FromPath[int],
+        version: VersionPath,
         tenant_id: NamedDependency[str],
         workflows: NamedDependency[WorkflowsService],
     ) -> WorkflowVersionView:
