@@ -101,6 +101,134 @@ _HISTORY_COLS = "tenant_id, run_id, seq, at, kind, data"
 _IDEM_COLS = "tenant_id, scope, key, request_hash, status_code, response, created_at"
 
 
+# --- the statements the engine runs for every step --------------------------------
+# Each reaches its rows through a whole key (or through the one index built for
+# it), so that its plan, custom or generic, on an empty table or a full one, is
+# that index (see migrations/*/0500_lookup_keys.sql). Batches run these one-key
+# statements once per item in a single round trip rather than one `IN (...)`
+# list, whose generic plan may scan the table. `{lock}` and `{lock_runs}` are
+# the backend's locking clauses, `{lease_key}` (`{lease_cols}`) its key of a task row and
+# `{handlers}` an optional handler filter. tests/storage/test_plans.py EXPLAINs
+# every entry of HOT_STATEMENTS on a freshly migrated Postgres database.
+
+CLAIM_RUNS_WITH_INBOX_PG = (
+    "SELECT r.tenant_id, r.id FROM ("
+    "SELECT tenant_id, run_id, MIN(seq) AS first_seq FROM run_inbox"
+    " WHERE available_at <= %s GROUP BY tenant_id, run_id ORDER BY first_seq LIMIT %s"
+    ") p CROSS JOIN LATERAL ("
+    "SELECT tenant_id, id FROM runs WHERE tenant_id = p.tenant_id AND id = p.run_id{lock}"
+    ") r LIMIT %s"
+)
+"""Postgres: lock each candidate run by its key as the claim reaches it, so no
+plan can join the inbox to a scan of `runs`, and no more runs are locked than
+are claimed."""
+CLAIM_RUNS_WITH_INBOX_PLAIN = (
+    "WITH pending AS ("
+    "  SELECT tenant_id, run_id, MIN(seq) AS first_seq FROM run_inbox"
+    "  WHERE available_at <= %s GROUP BY tenant_id, run_id"
+    "  ORDER BY first_seq LIMIT %s"
+    ") SELECT r.tenant_id, r.id FROM runs r JOIN pending p"
+    " ON p.tenant_id = r.tenant_id AND p.run_id = r.id"
+    " ORDER BY p.first_seq LIMIT %s{lock_runs}"
+)
+"""SQLite (one writer, no row locks, no LATERAL): a plain join."""
+GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
+UPDATE_RUN = (
+    "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
+    " finished_at = %s, updated_at = %s, kind_state = %s,"
+    " lock_version = lock_version + 1"
+    " WHERE tenant_id = %s AND id = %s AND lock_version = %s RETURNING lock_version"
+)
+LOAD_RUN_INBOX = (
+    f"SELECT {_INBOX_COLS} FROM run_inbox"
+    " WHERE tenant_id = %s AND run_id = %s AND available_at <= %s ORDER BY seq"
+)
+DELETE_INBOX_ITEM = "DELETE FROM run_inbox WHERE tenant_id = %s AND seq = %s RETURNING seq"
+ENQUEUE_INBOX_ITEM = (
+    "INSERT INTO run_inbox (tenant_id, run_id, input, available_at)"
+    " VALUES (%s, %s, %s, %s) RETURNING seq"
+)
+ENQUEUE_TASK = (
+    "INSERT INTO tasks (tenant_id, run_id, step_ref, item_index, attempt, step_type,"
+    " handler, payload, idempotency_key, timeout_seconds, tier, status, available_at,"
+    " deliveries, created_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', %s, 0, %s)"
+    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id"
+)
+LEASE_EXPIRED_TASKS = (
+    "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
+    " deliveries = deliveries + 1, deaths = deaths + 1"
+    " WHERE {lease_key} IN (SELECT {lease_cols} FROM tasks"
+    " WHERE status = 'leased' AND lease_until <= %s{handlers}"
+    f" ORDER BY lease_until, id LIMIT %s{{lock}}) RETURNING {_TASK_COLS}"
+)
+LEASE_QUEUED_TASKS = (
+    "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
+    " deliveries = deliveries + 1"
+    " WHERE {lease_key} IN (SELECT {lease_cols} FROM tasks"
+    " WHERE status = 'queued' AND available_at <= %s{handlers}"
+    f" ORDER BY tier DESC, available_at, id LIMIT %s{{lock}}) RETURNING {_TASK_COLS}"
+)
+EXTEND_LEASE = (
+    "UPDATE tasks SET lease_until = %s WHERE tenant_id = %s AND id = %s"
+    " AND status = 'leased' AND lease_owner = %s RETURNING id"
+)
+COMPLETE_TASK = (
+    "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
+    " WHERE tenant_id = %s AND id = %s AND status <> 'done' RETURNING id"
+)
+RELEASE_TASK = (
+    "UPDATE tasks SET status = 'queued', lease_owner = NULL, lease_until = NULL,"
+    " available_at = %s WHERE tenant_id = %s AND id = %s AND status = 'leased'"
+    " RETURNING id"
+)
+DROP_RUN_TASKS = (
+    "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
+    " WHERE tenant_id = %s AND run_id = %s AND status = 'queued'"
+)
+RECORD_ATTEMPT = (
+    f"INSERT INTO attempts ({_ATTEMPT_COLS})"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT DO NOTHING RETURNING attempt"
+)
+SET_TIMER = (
+    f"INSERT INTO timers ({_TIMER_COLS}) VALUES (%s, %s, %s, %s)"
+    " ON CONFLICT (tenant_id, run_id, timer_id) DO UPDATE SET fire_at = excluded.fire_at"
+)
+DUE_TIMERS = (
+    f"SELECT {_TIMER_COLS} FROM timers WHERE fire_at <= %s"
+    " ORDER BY fire_at, tenant_id, run_id, timer_id LIMIT %s{lock}"
+)
+DELETE_RUN_TIMERS = "DELETE FROM timers WHERE tenant_id = %s AND run_id = %s"
+CLEAR_RUN_WAITS = "DELETE FROM waits WHERE tenant_id = %s AND run_id = %s"
+APPEND_HISTORY = (
+    "INSERT INTO run_history (tenant_id, run_id, at, kind, data) VALUES (%s, %s, %s, %s, %s)"
+)
+
+HOT_STATEMENTS: dict[str, str] = {
+    "claim_runs_with_inbox": CLAIM_RUNS_WITH_INBOX_PG,
+    "get_run": GET_RUN,
+    "update_run": UPDATE_RUN,
+    "load_run_inbox": LOAD_RUN_INBOX,
+    "delete_inbox_item": DELETE_INBOX_ITEM,
+    "enqueue_inbox_item": ENQUEUE_INBOX_ITEM,
+    "enqueue_task": ENQUEUE_TASK,
+    "lease_expired_tasks": LEASE_EXPIRED_TASKS,
+    "lease_queued_tasks": LEASE_QUEUED_TASKS,
+    "extend_lease": EXTEND_LEASE,
+    "complete_task": COMPLETE_TASK,
+    "release_task": RELEASE_TASK,
+    "drop_run_tasks": DROP_RUN_TASKS,
+    "record_attempt": RECORD_ATTEMPT,
+    "set_timer": SET_TIMER,
+    "due_timers": DUE_TIMERS,
+    "delete_run_timers": DELETE_RUN_TIMERS,
+    "clear_run_waits": CLEAR_RUN_WAITS,
+    "append_history": APPEND_HISTORY,
+}
+"""Every statement the engine runs per step (Postgres texts, before `render`)."""
+
+
 class SqlTx:
     """The `Tx` (and `Session`) implementation shared by both backends.
 
@@ -114,6 +242,21 @@ class SqlTx:
     # Appended to SELECTs that claim rows for this transaction (Postgres only).
     _skip_locked: str = ""
     _skip_locked_runs: str = ""
+    # How a lease names the task rows it takes (the tasks' key on this backend).
+    _lease_key: str = "id"
+    _lease_cols: str = "id"
+    _claim_runs_sql: str = CLAIM_RUNS_WITH_INBOX_PLAIN
+
+    @classmethod
+    def render(cls, template: str, *, handlers: int = 0) -> str:
+        """`template` (one of the statements above) with this backend's clauses."""
+        return template.format(
+            lock=cls._skip_locked,
+            lock_runs=cls._skip_locked_runs,
+            lease_key=cls._lease_key,
+            lease_cols=cls._lease_cols,
+            handlers=f" AND handler IN ({', '.join(['%s'] * handlers)})" if handlers else "",
+        )
 
     backend: str = ""
     """ "sqlite" or "postgres" (set by each backend)."""
@@ -145,6 +288,10 @@ class SqlTx:
     async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         """Run `sql` once per params row; return each run's first result row (or None)."""
         raise NotImplementedError(f"{type(self).__name__} must implement executemany_returning")
+
+    async def executemany_fetch_all(self, sql: str, rows: Sequence[Params]) -> list[list[Row]]:
+        """Run `sql` once per params row (batched); return every run's result rows."""
+        raise NotImplementedError(f"{type(self).__name__} must implement executemany_fetch_all")
 
     async def advisory_lock(self, name: str) -> None:
         """Hold the lock `name` until the transaction ends (see `Session`)."""
@@ -618,21 +765,12 @@ class SqlTx:
         return None if row is None else self._run(row)
 
     async def get_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
-        found: dict[tuple[str, str], RunRecord] = {}
-        for chunk in _chunks(refs):
-            params = [v for ref in chunk for v in (ref.tenant_id, ref.run_id)]
-            rows = await self.fetch_all(
-                f"SELECT {_RUN_COLS} FROM runs WHERE (tenant_id, id) IN ({_tuples(len(chunk), 2)})",
-                params,
-            )
-            for r in rows:
-                found[(r[0], r[1])] = self._run(r)
-        out: list[RunRecord] = []
-        for ref in refs:
-            record = found.get((ref.tenant_id, ref.run_id))
-            if record is not None:
-                out.append(record)
-        return out
+        if not refs:
+            return []
+        rows = await self.executemany_returning(
+            GET_RUN, [(ref.tenant_id, ref.run_id) for ref in refs]
+        )
+        return [self._run(r) for r in rows if r is not None]
 
     async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:
         row = await self.fetch_one(
@@ -689,10 +827,7 @@ class SqlTx:
         if not updates:
             return []
         rows = await self.executemany_returning(
-            "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
-            " finished_at = %s, updated_at = %s, kind_state = %s,"
-            " lock_version = lock_version + 1"
-            " WHERE tenant_id = %s AND id = %s AND lock_version = %s RETURNING lock_version",
+            UPDATE_RUN,
             [
                 (
                     self.to_json(u.state),
@@ -717,8 +852,7 @@ class SqlTx:
         if not items:
             return []
         rows = await self.executemany_returning(
-            "INSERT INTO run_inbox (tenant_id, run_id, input, available_at)"
-            " VALUES (%s, %s, %s, %s) RETURNING seq",
+            ENQUEUE_INBOX_ITEM,
             [
                 (i.tenant_id, i.run_id, self.to_json(i.input), self.to_timestamp(i.available_at))
                 for i in items
@@ -734,13 +868,7 @@ class SqlTx:
     async def claim_runs_with_inbox(self, *, now: datetime, limit: int) -> list[RunRef]:
         # Look a little past `limit` so runs another coordinator holds can be skipped.
         rows = await self.fetch_all(
-            "WITH pending AS ("
-            "  SELECT tenant_id, run_id, MIN(seq) AS first_seq FROM run_inbox"
-            "  WHERE available_at <= %s GROUP BY tenant_id, run_id"
-            "  ORDER BY first_seq LIMIT %s"
-            ") SELECT r.tenant_id, r.id FROM runs r JOIN pending p"
-            " ON p.tenant_id = r.tenant_id AND p.run_id = r.id"
-            f" ORDER BY p.first_seq LIMIT %s{self._skip_locked_runs}",
+            self.render(self._claim_runs_sql),
             (self.to_timestamp(now), limit * 4 + 16, limit),
         )
         return [RunRef(tenant_id=r[0], run_id=r[1]) for r in rows]
@@ -748,16 +876,13 @@ class SqlTx:
     async def load_inbox(
         self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
     ) -> list[InboxItem]:
-        items: list[InboxItem] = []
-        for chunk in _chunks(refs):
-            params: list[Any] = [v for ref in chunk for v in (ref.tenant_id, ref.run_id)]
-            rows = await self.fetch_all(
-                f"SELECT {_INBOX_COLS} FROM run_inbox"
-                f" WHERE (tenant_id, run_id) IN ({_tuples(len(chunk), 2)})"
-                " AND available_at <= %s ORDER BY run_id, seq",
-                [*params, self.to_timestamp(now)],
-            )
-            items.extend(self._inbox(r) for r in rows)
+        if not refs:
+            return []
+        at = self.to_timestamp(now)
+        found = await self.executemany_fetch_all(
+            LOAD_RUN_INBOX, [(ref.tenant_id, ref.run_id, at) for ref in refs]
+        )
+        items = [self._inbox(r) for rows in found for r in rows]
         items.sort(key=lambda i: (i.tenant_id, i.run_id, i.seq))
         if limit_per_run > 0:
             counts: dict[tuple[str, str], int] = {}
@@ -784,14 +909,12 @@ class SqlTx:
         return deferred
 
     async def delete_inbox(self, refs: Sequence[InboxRef]) -> int:
-        deleted = 0
-        for chunk in _chunks(refs):
-            params = [v for ref in chunk for v in (ref.tenant_id, ref.seq)]
-            deleted += await self.execute(
-                f"DELETE FROM run_inbox WHERE (tenant_id, seq) IN ({_tuples(len(chunk), 2)})",
-                params,
-            )
-        return deleted
+        if not refs:
+            return 0
+        rows = await self.executemany_returning(
+            DELETE_INBOX_ITEM, [(ref.tenant_id, ref.seq) for ref in refs]
+        )
+        return sum(row is not None for row in rows)
 
     # --- tasks ----------------------------------------------------------------------
 
@@ -799,11 +922,7 @@ class SqlTx:
         if not tasks:
             return []
         rows = await self.executemany_returning(
-            "INSERT INTO tasks (tenant_id, run_id, step_ref, item_index, attempt, step_type,"
-            " handler, payload, idempotency_key, timeout_seconds, tier, status, available_at,"
-            " deliveries, created_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', %s, 0, %s)"
-            " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id",
+            ENQUEUE_TASK,
             [
                 (
                     t.tenant_id,
@@ -841,9 +960,7 @@ class SqlTx:
         # that expired was neither completed nor released: whoever held it died
         # (or stalled) with the task in flight, so taking it over counts a death.
         expired = await self._lease(
-            "status = 'leased' AND lease_until <= %s",
-            "lease_until, id",
-            died=True,
+            LEASE_EXPIRED_TASKS,
             owner=owner,
             limit=limit,
             lease_for=lease_for,
@@ -854,9 +971,7 @@ class SqlTx:
         if len(expired) >= limit:
             return expired
         queued = await self._lease(
-            "status = 'queued' AND available_at <= %s",
-            "tier DESC, available_at, id",
-            died=False,
+            LEASE_QUEUED_TASKS,
             owner=owner,
             limit=limit - len(expired),
             lease_for=lease_for,
@@ -868,10 +983,8 @@ class SqlTx:
 
     async def _lease(
         self,
-        where: str,
-        order: str,
+        template: str,
         *,
-        died: bool,
         owner: str,
         limit: int,
         lease_for: timedelta,
@@ -880,18 +993,10 @@ class SqlTx:
     ) -> list[TaskRecord]:
         params: list[Any] = [self.to_timestamp(utc(now) + lease_for), owner, self.to_timestamp(now)]
         if handlers is not None:
-            where += f" AND handler IN ({', '.join(['%s'] * len(handlers))})"
             params.extend(handlers)
         params.append(limit)
-        rows = await self.fetch_all(
-            "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
-            " deliveries = deliveries + 1"
-            f"{', deaths = deaths + 1' if died else ''}"
-            f" WHERE id IN (SELECT id FROM tasks WHERE {where}"
-            f" ORDER BY {order} LIMIT %s{self._skip_locked})"
-            f" RETURNING {_TASK_COLS}",
-            params,
-        )
+        sql = self.render(template, handlers=0 if handlers is None else len(handlers))
+        rows = await self.fetch_all(sql, params)
         return [self._task(r) for r in rows]
 
     async def extend_leases(
@@ -900,8 +1005,7 @@ class SqlTx:
         if not refs:
             return []
         rows = await self.executemany_returning(
-            "UPDATE tasks SET lease_until = %s WHERE tenant_id = %s AND id = %s"
-            " AND status = 'leased' AND lease_owner = %s RETURNING id",
+            EXTEND_LEASE,
             [
                 (self.to_timestamp(lease_until), r.tenant_id, self._task_id(r.task_id), owner)
                 for r in refs
@@ -913,8 +1017,7 @@ class SqlTx:
         if not refs:
             return []
         rows = await self.executemany_returning(
-            "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
-            " WHERE tenant_id = %s AND id = %s AND status <> 'done' RETURNING id",
+            COMPLETE_TASK,
             [(r.tenant_id, self._task_id(r.task_id)) for r in refs],
         )
         return [row is not None for row in rows]
@@ -923,9 +1026,7 @@ class SqlTx:
         if not refs:
             return 0
         rows = await self.executemany_returning(
-            "UPDATE tasks SET status = 'queued', lease_owner = NULL, lease_until = NULL,"
-            " available_at = %s WHERE tenant_id = %s AND id = %s AND status = 'leased'"
-            " RETURNING id",
+            RELEASE_TASK,
             [
                 (self.to_timestamp(available_at), r.tenant_id, self._task_id(r.task_id))
                 for r in refs
@@ -934,15 +1035,11 @@ class SqlTx:
         return sum(row is not None for row in rows)
 
     async def drop_run_tasks(self, tenant_id: str, run_id: str) -> int:
-        return await self.execute(
-            "UPDATE tasks SET status = 'done', lease_owner = NULL, lease_until = NULL"
-            " WHERE tenant_id = %s AND run_id = %s AND status = 'queued'",
-            (tenant_id, run_id),
-        )
+        return await self.execute(DROP_RUN_TASKS, (tenant_id, run_id))
 
     async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
         return await self.execute(
-            "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks"
+            f"DELETE FROM tasks WHERE {self._lease_key} IN (SELECT {self._lease_cols} FROM tasks"
             " WHERE status = 'done' AND created_at < %s ORDER BY id LIMIT %s)",
             (self.to_timestamp(created_before), limit),
         )
@@ -974,9 +1071,7 @@ class SqlTx:
         if not attempts:
             return []
         rows = await self.executemany_returning(
-            f"INSERT INTO attempts ({_ATTEMPT_COLS})"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT DO NOTHING RETURNING attempt",
+            RECORD_ATTEMPT,
             [
                 (
                     a.tenant_id,
@@ -1009,8 +1104,7 @@ class SqlTx:
         if not timers:
             return
         await self.executemany(
-            f"INSERT INTO timers ({_TIMER_COLS}) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (tenant_id, run_id, timer_id) DO UPDATE SET fire_at = excluded.fire_at",
+            SET_TIMER,
             [(t.tenant_id, t.run_id, t.timer_id, self.to_timestamp(t.fire_at)) for t in timers],
         )
 
@@ -1026,14 +1120,11 @@ class SqlTx:
         return deleted
 
     async def delete_run_timers(self, tenant_id: str, run_id: str) -> int:
-        return await self.execute(
-            "DELETE FROM timers WHERE tenant_id = %s AND run_id = %s", (tenant_id, run_id)
-        )
+        return await self.execute(DELETE_RUN_TIMERS, (tenant_id, run_id))
 
     async def due_timers(self, *, now: datetime, limit: int) -> list[TimerRecord]:
         rows = await self.fetch_all(
-            f"SELECT {_TIMER_COLS} FROM timers WHERE fire_at <= %s"
-            f" ORDER BY fire_at, tenant_id, run_id, timer_id LIMIT %s{self._skip_locked}",
+            self.render(DUE_TIMERS),
             (self.to_timestamp(now), limit),
         )
         return [self._timer(r) for r in rows]
@@ -1076,9 +1167,7 @@ class SqlTx:
         return deleted
 
     async def clear_run_waits(self, tenant_id: str, run_id: str) -> int:
-        return await self.execute(
-            "DELETE FROM waits WHERE tenant_id = %s AND run_id = %s", (tenant_id, run_id)
-        )
+        return await self.execute(CLEAR_RUN_WAITS, (tenant_id, run_id))
 
     async def find_waits(self, tenant_id: str, *, kind: str, name: str) -> list[WaitRecord]:
         rows = await self.fetch_all(
@@ -1131,8 +1220,7 @@ class SqlTx:
         if not entries:
             return
         await self.executemany(
-            "INSERT INTO run_history (tenant_id, run_id, at, kind, data)"
-            " VALUES (%s, %s, %s, %s, %s)",
+            APPEND_HISTORY,
             [
                 (e.tenant_id, e.run_id, self.to_timestamp(e.at), e.kind, self.to_json(e.data))
                 for e in entries

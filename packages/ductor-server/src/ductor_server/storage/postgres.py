@@ -21,7 +21,7 @@ from psycopg.adapt import Loader
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ductor_server.storage._migrator import migration_files
-from ductor_server.storage._sql_tx import SqlTx, utc
+from ductor_server.storage._sql_tx import CLAIM_RUNS_WITH_INBOX_PG, SqlTx, utc
 from ductor_server.storage.errors import StoreError, StoreUnavailable
 from ductor_server.storage.protocol import Params, Row, Tx
 
@@ -57,6 +57,9 @@ class PostgresTx(SqlTx):
 
     _skip_locked = " FOR UPDATE SKIP LOCKED"
     _skip_locked_runs = " FOR UPDATE OF r SKIP LOCKED"
+    _lease_key = "(tenant_id, id)"
+    _lease_cols = "tenant_id, id"
+    _claim_runs_sql = CLAIM_RUNS_WITH_INBOX_PG
     backend = "postgres"
 
     def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
@@ -100,6 +103,18 @@ class PostgresTx(SqlTx):
             await cur.executemany(sql, rows, returning=True)
             while True:
                 out.append(await cur.fetchone())
+                if not cur.nextset():
+                    break
+        return out
+
+    async def executemany_fetch_all(self, sql: str, rows: Sequence[Params]) -> list[list[Row]]:
+        if not rows:
+            return []
+        out: list[list[Row]] = []
+        async with self._conn.cursor() as cur:
+            await cur.executemany(sql, rows, returning=True)
+            while True:
+                out.append(await cur.fetchall())
                 if not cur.nextset():
                     break
         return out

@@ -69,6 +69,13 @@ class SqliteTx(SqlTx):
 
         await self._store._call(run)
 
+    async def executemany_fetch_all(self, sql: str, rows: Sequence[Params]) -> list[list[Row]]:
+        def run(conn: sqlite3.Connection) -> list[list[Row]]:
+            query = _qmark(sql)
+            return [conn.execute(query, tuple(params)).fetchall() for params in rows]
+
+        return await self._store._call(run)
+
     async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         def run(conn: sqlite3.Connection) -> list[Row | None]:
             query = _qmark(sql)
