@@ -462,3 +462,29 @@ async def test_twenty_concurrent_debits_never_overdraw_a_wallet(api: Api) -> Non
 def test_every_settlement_error_has_a_client_error_status() -> None:
     for error in ERRORS:
         assert 400 <= STATUS_BY_CODE[error.code] < 500, error.code
+
+
+async def test_an_entry_key_outlives_its_remembered_answer(api: Api) -> None:
+    await _wallet(api, funds=USD)
+    body = {"postings": [_leg("wallet", USD), _leg("revenue", -USD)]}
+    first = await api.ok("POST", "/v1/ledger/entries", json=body, key="spend-all")
+    async with api.store.transaction() as tx:  # the answers of old keys are swept
+        await tx.session.execute("DELETE FROM idempotency_keys WHERE key = %s", ("spend-all",))
+    # The entry itself still knows its key: the same body gets the same entry back,
+    # although the wallet could not pay for it again.
+    again = await api.call("POST", "/v1/ledger/entries", json=body, key="spend-all")
+    assert again.status_code == 200, again.text
+    assert again.json() == first
+    async with api.store.transaction() as tx:
+        await tx.session.execute("DELETE FROM idempotency_keys WHERE key = %s", ("spend-all",))
+    other = {"postings": [_leg("cash", USD), _leg("wallet", -USD)]}
+    await api.fails(
+        "POST",
+        "/v1/ledger/entries",
+        409,
+        "ledger.idempotency_conflict",
+        json=other,
+        key="spend-all",
+    )
+    assert (await api.balance("wallet"))["balance"] == 0
+    assert await _rows(api) == (2, 4)

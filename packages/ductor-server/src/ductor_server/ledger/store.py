@@ -145,6 +145,90 @@ class LedgerTx:
         )
         return [self._account(tenant_id, row) for row in rows]
 
+    async def lock_with_holds(
+        self, tenant_id: str, codes: Iterable[str], now: datetime
+    ) -> tuple[list[AccountRecord], list[Hold]]:
+        """`lock_accounts`, and the holds live at `now` against those accounts.
+
+        On Postgres one call of `ledger_lock_accounts` (migration 0700) locks the
+        rows and then reads them with their holds, so it costs one round trip.
+        """
+        wanted = sorted(set(codes))
+        if not wanted:
+            return [], []
+        if self._db.backend != "postgres":
+            locked = await self.lock_accounts(tenant_id, wanted)
+            live = await self.live_holds(tenant_id, [r.account.code for r in locked], now)
+            return locked, live
+        rows = await self._db.fetch_all(
+            "SELECT * FROM ledger_lock_accounts(%s, %s, %s)",
+            (tenant_id, wanted, self._db.to_timestamp(now)),
+        )
+        records = [self._account(tenant_id, row) for row in rows]
+        holds: dict[str, Hold] = {}
+        for row in rows:
+            for item in self._db.from_json(row[9]) or ():
+                hold = self._hold_from_json(tenant_id, item)
+                holds.setdefault(hold.id, hold)
+        ordered = sorted(holds.values(), key=lambda h: (h.created_at, h.id))
+        return records, ordered
+
+    async def write_entry(self, entry: Entry, now: datetime) -> bool:
+        """Write `entry`, its postings and the balances they move, unless an entry with
+        its idempotency key exists (then write nothing and return False).
+
+        On Postgres it is one statement; the deferred triggers check balance at commit.
+        """
+        deltas: dict[str, int] = {}
+        for posting in entry.postings:
+            deltas[posting.account] = deltas.get(posting.account, 0) + posting.amount
+        moved = [(code, delta) for code, delta in deltas.items() if delta]
+        if self._db.backend != "postgres":
+            if await self.entry_by_key(entry.tenant_id, entry.idempotency_key) is not None:
+                return False
+            await self.insert_entry(entry)
+            await self.add_to_balances(entry.tenant_id, dict(moved), now)
+            return True
+        db = self._db
+        postings = ", ".join(
+            ["(%s::text, %s::text, %s::int, %s::text, %s::text, %s::bigint)"] * len(entry.postings)
+        )
+        params: list[object] = [
+            entry.tenant_id,
+            entry.id,
+            entry.idempotency_key,
+            entry.description,
+            entry.reference.kind.value,
+            entry.reference.id,
+            entry.reverses,
+            entry.corrects,
+            db.to_timestamp(entry.posted_at),
+        ]
+        for seq, p in enumerate(entry.postings):
+            params += [entry.tenant_id, entry.id, seq, p.account, p.currency, p.amount]
+        sql = (
+            "WITH e AS (INSERT INTO ledger_entries (tenant_id, id, idempotency_key, description,"
+            " reference_kind, reference_id, reverses, corrects, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id),"
+            " p AS (INSERT INTO ledger_postings (tenant_id, entry_id, seq, account, currency,"
+            f" amount) SELECT * FROM (VALUES {postings}) AS v WHERE EXISTS (SELECT 1 FROM e))"
+        )
+        if moved:
+            sql += (
+                ", b AS (UPDATE ledger_accounts AS a SET balance = a.balance + v.delta,"
+                " updated_at = %s FROM (VALUES "
+                + ", ".join(["(%s::text, %s::bigint)"] * len(moved))
+                + ") AS v (code, delta) WHERE a.tenant_id = %s AND a.code = v.code"
+                " AND EXISTS (SELECT 1 FROM e))"
+            )
+            params.append(db.to_timestamp(now))
+            for code, delta in moved:
+                params += [code, delta]
+            params.append(entry.tenant_id)
+        row = await db.fetch_one(sql + " SELECT COUNT(*) FROM e", params)
+        return row is not None and int(row[0]) == 1
+
     async def add_to_balances(
         self, tenant_id: str, deltas: Mapping[str, int], now: datetime
     ) -> None:
@@ -447,6 +531,30 @@ class LedgerTx:
             sql += " AND id = %s"
             params.append(hold_id)
         return await self._db.execute(sql, params)
+
+    def _hold_from_json(self, tenant_id: str, item: Sequence[object]) -> Hold:
+        # The JSON array has the columns of `_HOLD_COLS`; its times are ISO text.
+        def moment(value: object) -> datetime | None:
+            return None if value is None else datetime.fromisoformat(str(value))
+
+        created, expires = moment(item[8]), moment(item[9])
+        assert created is not None
+        assert expires is not None
+        return Hold(
+            id=str(item[0]),
+            tenant_id=tenant_id,
+            debit_account=str(item[1]),
+            credit_account=str(item[2]),
+            amount=int(str(item[3])),
+            currency=str(item[4]),
+            description=str(item[5]),
+            status=HoldStatus(str(item[6])),
+            posted_amount=int(str(item[7])),
+            created_at=created,
+            expires_at=expires,
+            finalized_at=moment(item[10]),
+            entry_id=None if item[11] is None else str(item[11]),
+        )
 
     def _hold(self, tenant_id: str, row: Row) -> Hold:
         db = self._db

@@ -31,9 +31,11 @@ from ductor_settlement import (
     Entry,
     EntryDraft,
     Hold,
+    HoldAlreadyFinal,
     HoldNotFound,
     HoldStatus,
     Ledger,
+    LedgerError,
     LedgerSnapshot,
     NormalBalance,
     Posting,
@@ -261,13 +263,6 @@ def _book(
     )
 
 
-def _deltas(postings: Iterable[Posting]) -> dict[str, int]:
-    deltas: dict[str, int] = {}
-    for posting in postings:
-        deltas[posting.account] = deltas.get(posting.account, 0) + posting.amount
-    return deltas
-
-
 def _hold_id(tenant_id: str, key: str | None) -> str:
     if key is None:
         return "hold_" + uuid.uuid4().hex
@@ -395,29 +390,53 @@ class LedgerService:
 
         async def effect(tx: Tx) -> Answer[EntryView]:
             store = LedgerTx(tx)
-            entries: list[Entry] = []
-            recorded = await store.entry_by_key(tenant_id, key) if claim is not None else None
-            if recorded is not None:
-                entries.append(recorded)
-            for linked in (body.reverses, body.corrects):
-                if linked is None:
-                    continue
-                found = await store.get_entry(tenant_id, linked)
+            linked: list[Entry] = []
+            for target in (body.reverses, body.corrects):
+                found = None if target is None else await store.get_entry(tenant_id, target)
                 if found is not None:
-                    entries.append(found)
-                    if linked == body.reverses:
-                        entries += await store.reversals_of(tenant_id, linked)
-            records = await store.lock_accounts(tenant_id, (p.account for p in body.postings))
-            holds = await store.live_holds(tenant_id, (r.account.code for r in records), now)
-            book = _book(tenant_id, records, holds, _unique(entries))
-            entry = book.post(draft, at=now)
-            if entry is recorded:
-                return Answer(entry_view(entry), Outcome.OK)
-            await store.insert_entry(entry)
-            await store.add_to_balances(tenant_id, _deltas(entry.postings), now)
-            return Answer(entry_view(entry), Outcome.CREATED)
+                    linked.append(found)
+                    if target == body.reverses:
+                        linked += await store.reversals_of(tenant_id, found.id)
+            codes = [p.account for p in body.postings]
+            records, holds = await store.lock_with_holds(tenant_id, codes, now)
+            book = _book(tenant_id, records, holds, _unique(linked))
+            try:
+                entry = book.post(draft, at=now)
+            except LedgerError:
+                # A replay whose claim has been forgotten answers from the entry itself,
+                # even where the book would refuse it as new (its funds are spent).
+                replayed = await self._replay(store, tenant_id, key, draft, records, holds)
+                if replayed is None:
+                    raise
+                return replayed
+            if await store.write_entry(entry, now):
+                return Answer(entry_view(entry), Outcome.CREATED)
+            replayed = await self._replay(store, tenant_id, key, draft, records, holds)
+            assert replayed is not None  # write_entry found the key taken
+            return replayed
 
         return await once(self._store, claim, EntryView, effect)
+
+    @staticmethod
+    async def _replay(
+        store: LedgerTx,
+        tenant_id: str,
+        key: str,
+        draft: EntryDraft,
+        records: Sequence[AccountRecord],
+        holds: Sequence[Hold],
+    ) -> Answer[EntryView] | None:
+        """The recorded entry under `key` if `draft` repeats it; None if there is none.
+
+        Raises:
+            IdempotencyConflict: (``ledger.idempotency_conflict``) the key holds
+                an entry with other content.
+        """
+        recorded = await store.entry_by_key(tenant_id, key)
+        if recorded is None:
+            return None
+        entry = _book(tenant_id, records, holds, [recorded]).post(draft, at=recorded.posted_at)
+        return Answer(entry_view(entry), Outcome.OK)
 
     async def get_entry(self, tenant_id: str, entry_id: str) -> EntryView:
         """One entry with its postings.
@@ -489,12 +508,10 @@ class LedgerService:
 
         async def effect(tx: Tx) -> Answer[HoldView]:
             store = LedgerTx(tx)
-            records = await store.lock_accounts(
-                tenant_id, (hold.debit_account, hold.credit_account)
+            records, holds = await store.lock_with_holds(
+                tenant_id, (hold.debit_account, hold.credit_account), now
             )
             existing = await store.get_hold(tenant_id, hold.id)
-            codes = [r.account.code for r in records]
-            holds = await store.live_holds(tenant_id, codes, now)
             if existing is not None and all(h.id != existing.id for h in holds):
                 holds.append(existing)
             book = _book(tenant_id, records, holds)
@@ -569,15 +586,16 @@ class LedgerService:
             hold = await store.get_hold(tenant_id, hold_id, lock=True)
             if hold is None:
                 raise _hold_not_found(hold_id)
-            records = await store.lock_accounts(
-                tenant_id, (hold.debit_account, hold.credit_account)
+            records, live = await store.lock_with_holds(
+                tenant_id, (hold.debit_account, hold.credit_account), now
             )
-            codes = [r.account.code for r in records]
-            holds = [h for h in await store.live_holds(tenant_id, codes, now) if h.id != hold.id]
+            holds = [h for h in live if h.id != hold.id]
             book = _book(tenant_id, records, [*holds, hold])
             final, entry = book.post_hold(hold.id, at=now, amount=amount)
-            await store.insert_entry(entry)
-            await store.add_to_balances(tenant_id, _deltas(entry.postings), now)
+            if not await store.write_entry(entry, now):
+                raise HoldAlreadyFinal(
+                    f"hold {hold.id!r} was already posted", details={"hold": hold.id}
+                )
             await store.finish_hold(final)
             return Answer(HoldPosted(hold=hold_view(final), entry=entry_view(entry)))
 

@@ -130,3 +130,30 @@ CREATE TRIGGER ledger_entries_immutable BEFORE UPDATE OR DELETE ON ledger_entrie
     FOR EACH ROW EXECUTE FUNCTION ledger_immutable();
 CREATE TRIGGER ledger_postings_immutable BEFORE UPDATE OR DELETE ON ledger_postings
     FOR EACH ROW EXECUTE FUNCTION ledger_immutable();
+
+-- Lock the named accounts in code order, then read them with the live holds against
+-- each (as a JSON array) in one round trip. The read is a second statement of a
+-- VOLATILE function, so under READ COMMITTED it sees what the transactions it
+-- waited for committed (a subquery of the locking statement would not).
+CREATE FUNCTION ledger_lock_accounts(p_tenant text, p_codes text[], p_now timestamptz)
+RETURNS TABLE (
+    code text, currency text, kind text, normal_balance text, floor bigint, name text,
+    balance bigint, created_at timestamptz, updated_at timestamptz, holds json
+) LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM 1 FROM ledger_accounts a
+     WHERE a.tenant_id = p_tenant AND a.code = ANY (p_codes) ORDER BY a.code FOR UPDATE
+    ; RETURN QUERY
+    SELECT a.code, a.currency, a.kind, a.normal_balance, a.floor, a.name, a.balance,
+           a.created_at, a.updated_at,
+           (SELECT json_agg(json_build_array(h.id, h.debit_account, h.credit_account, h.amount,
+                   h.currency, h.description, h.status, h.posted_amount, h.created_at,
+                   h.expires_at, h.finalized_at, h.entry_id) ORDER BY h.created_at, h.id)
+              FROM ledger_holds h
+             WHERE h.tenant_id = p_tenant AND h.status = 'pending' AND h.expires_at > p_now
+               AND (h.debit_account = a.code OR h.credit_account = a.code))
+      FROM ledger_accounts a
+     WHERE a.tenant_id = p_tenant AND a.code = ANY (p_codes) ORDER BY a.code
+; END
+$$;
