@@ -405,6 +405,8 @@ class LedgerService:
             except LedgerError:
                 # A replay whose claim has been forgotten answers from the entry itself,
                 # even where the book would refuse it as new (its funds are spent).
+                if claim is None:
+                    raise  # a fresh random key: nothing to replay
                 replayed = await self._replay(store, tenant_id, key, draft, records, holds)
                 if replayed is None:
                     raise
