@@ -24,6 +24,7 @@ from ductor_server.services import (
     BridgeService,
     EventsService,
     KeysService,
+    LedgerService,
     RoutingService,
     RunsService,
     ServiceContext,
@@ -111,6 +112,7 @@ def build_services(
         routing=RoutingService(runtime.store, engine=routing_engine, clock=runtime.clock),
         bridge=BridgeService(context, keys=bridge_keys),
         keys=KeysService(runtime.store, clock=runtime.clock),
+        ledger=LedgerService(runtime.store, clock=runtime.clock),
     )
 
 

@@ -16,6 +16,7 @@ from ductor_server.services.context import ServiceContext
 from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.keys import KeysService
+from ductor_server.services.ledger import LedgerService
 from ductor_server.services.routing import (
     AssignmentView,
     DecisionView,
@@ -56,6 +57,7 @@ class Services:
     routing: RoutingService
     bridge: BridgeService
     keys: KeysService
+    ledger: LedgerService
 
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "HistoryEntry",
     "ItemView",
     "KeysService",
+    "LedgerService",
     "Outcome",
     "PublishedWorkflow",
     "RoutingService",

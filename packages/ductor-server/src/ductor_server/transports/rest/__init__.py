@@ -7,6 +7,7 @@ from ductor_server.transports.rest.bridge import BridgeController
 from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, status_for
 from ductor_server.transports.rest.events import EventsController
 from ductor_server.transports.rest.health import healthz, readyz
+from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
 from ductor_server.transports.rest.routing import ROUTING_CONTROLLERS
 from ductor_server.transports.rest.runs import RunsController
 from ductor_server.transports.rest.workflows import WorkflowsController
@@ -17,6 +18,7 @@ V1_CONTROLLERS = (
     EventsController,
     *ROUTING_CONTROLLERS,
     BridgeController,
+    *LEDGER_CONTROLLERS,
 )
 """Every controller served under /v1."""
 

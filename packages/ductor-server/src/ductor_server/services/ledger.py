@@ -1,0 +1,703 @@
+"""The ledger: accounts, balanced entries and two-phase holds of each tenant.
+
+Each operation loads what it touches into a `ductor_settlement.Ledger` book
+(the accounts locked in code order, their balances, the live holds against
+them, the entries a reversal or replay needs), lets the book apply the rules
+(balance per currency, currencies, floors on available balance, idempotency,
+reversals, hold transitions), and stores what changed in the same
+transaction, with the call's idempotency key. It speaks in tenants, structs
+and `DuctorError`s (the book's own `ledger.*` and `hold.*` errors, with every
+problem at once); it never mentions a transport.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+import msgspec
+
+from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.errors import RequestInvalid
+from ductor_server.ledger.errors import LedgerObjectNotFound
+from ductor_server.ledger.store import AccountRecord, InvalidLedgerCursor, LedgerTx
+from ductor_server.services.idempotency import Answer, Claim, Outcome, once
+from ductor_server.storage.protocol import Store, Tx
+from ductor_settlement import (
+    Account,
+    AccountKind,
+    Entry,
+    EntryDraft,
+    Hold,
+    HoldAlreadyFinal,
+    HoldNotFound,
+    HoldStatus,
+    Ledger,
+    LedgerError,
+    LedgerSnapshot,
+    NormalBalance,
+    Posting,
+    Reference,
+    ReferenceKind,
+    new_hold,
+)
+
+MAX_PAGE = 500
+"""The most entries or holds one page lists."""
+
+MAX_HOLD_SECONDS = 366 * 24 * 3600
+"""The longest a hold may reserve funds (a year and a day)."""
+
+# Keys the book gives the entries it writes itself (`hold:<id>:post`); a caller's
+# key may not take them.
+_RESERVED_KEY_PREFIX = "hold:"
+
+# --- bodies and views ---------------------------------------------------------------
+
+
+class AccountBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/accounts`: open an account.
+
+    Attributes:
+        code: unique within the tenant, e.g. ``"wallet:buyer-42"``.
+        currency: every posting to it is in this currency ("USD", "CREDITS").
+        kind: asset, liability, equity, revenue or expense.
+        normal: the side its balance grows on, when not its kind's usual one.
+        floor: the lowest available balance allowed, in micros (0: never below
+            zero; -N: a credit line of N); absent for no floor.
+        name: a label for people.
+    """
+
+    code: str
+    currency: str
+    kind: AccountKind
+    normal: NormalBalance | None = None
+    floor: int | None = None
+    name: str = ""
+
+
+class AccountView(msgspec.Struct, frozen=True, kw_only=True):
+    """An account with its balances, all in micros and in its normal direction.
+
+    `balance` is what is posted; `pending` what live holds reserve against it;
+    `available` is `balance - pending`, the amount the floor applies to.
+    """
+
+    code: str
+    currency: str
+    kind: AccountKind
+    normal_balance: NormalBalance
+    floor: int | None = None
+    name: str = ""
+    balance: int
+    pending: int
+    available: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class EntryBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/ledger/entries`: two or more postings that net to zero per currency.
+
+    Attributes:
+        postings: each ``{"account", "amount", "currency"}``; a positive amount
+            debits the account, a negative one credits it.
+        description: a sentence for people.
+        reference: what the entry is about (default: an adjustment).
+        reverses: the id of an entry this one takes back, in full or in part.
+        corrects: the id of an entry this one adjusts.
+    """
+
+    postings: tuple[Posting, ...]
+    description: str = ""
+    reference: Reference | None = None
+    reverses: str | None = None
+    corrects: str | None = None
+
+
+class EntryView(msgspec.Struct, frozen=True, kw_only=True):
+    """A recorded entry; it never changes."""
+
+    id: str
+    idempotency_key: str
+    description: str
+    reference: Reference
+    postings: tuple[Posting, ...]
+    reverses: str | None = None
+    corrects: str | None = None
+    created_at: datetime
+
+
+class EntryPageView(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of entries, newest first; pass `next_cursor` back for the next page."""
+
+    items: list[EntryView]
+    next_cursor: str | None = None
+
+
+class HoldBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/holds`: reserve `amount` to move from `debit_account` to `credit_account`.
+
+    Attributes:
+        debit_account: debited when the hold is posted (e.g. a buyer wallet).
+        credit_account: credited when the hold is posted.
+        amount: micros to reserve, > 0.
+        currency: the currency of both accounts.
+        expires_at: when the hold voids by itself; or give `timeout_seconds`.
+        timeout_seconds: how long from now the hold lives; or give `expires_at`.
+        id: the hold's id (default: derived from the Idempotency-Key, else random).
+        description: what the reservation is for.
+    """
+
+    debit_account: str
+    credit_account: str
+    amount: int
+    currency: str
+    expires_at: datetime | None = None
+    timeout_seconds: int | None = None
+    id: str | None = None
+    description: str = ""
+
+
+class HoldPostBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/holds/{id}/post`: how much to move (all of it when absent)."""
+
+    amount: int | None = None
+
+
+class HoldView(msgspec.Struct, frozen=True, kw_only=True):
+    """A hold and where it is in its life (a pending hold past its expiry shows `expired`)."""
+
+    id: str
+    debit_account: str
+    credit_account: str
+    amount: int
+    currency: str
+    description: str = ""
+    status: HoldStatus
+    posted_amount: int = 0
+    created_at: datetime
+    expires_at: datetime
+    finalized_at: datetime | None = None
+    entry_id: str | None = None
+
+
+class HoldPosted(msgspec.Struct, frozen=True, kw_only=True):
+    """A posted hold and the entry its post wrote."""
+
+    hold: HoldView
+    entry: EntryView
+
+
+def entry_view(entry: Entry) -> EntryView:
+    """The view of a recorded entry."""
+    return EntryView(
+        id=entry.id,
+        idempotency_key=entry.idempotency_key,
+        description=entry.description,
+        reference=entry.reference,
+        postings=entry.postings,
+        reverses=entry.reverses,
+        corrects=entry.corrects,
+        created_at=entry.posted_at,
+    )
+
+
+def hold_view(hold: Hold) -> HoldView:
+    """The view of a stored hold."""
+    return HoldView(
+        id=hold.id,
+        debit_account=hold.debit_account,
+        credit_account=hold.credit_account,
+        amount=hold.amount,
+        currency=hold.currency,
+        description=hold.description,
+        status=hold.status,
+        posted_amount=hold.posted_amount,
+        created_at=hold.created_at,
+        expires_at=hold.expires_at,
+        finalized_at=hold.finalized_at,
+        entry_id=hold.entry_id,
+    )
+
+
+def _account_views(
+    tenant_id: str, records: Sequence[AccountRecord], holds: Sequence[Hold], now: datetime
+) -> list[AccountView]:
+    book = _book(tenant_id, records, holds)
+    return [
+        AccountView(
+            code=record.account.code,
+            currency=record.account.currency,
+            kind=record.account.kind,
+            normal_balance=record.account.normal_balance,
+            floor=record.account.floor,
+            name=record.account.name,
+            balance=book.balance(record.account.code),
+            pending=book.pending(record.account.code, at=now),
+            available=book.available(record.account.code, at=now),
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )
+        for record in records
+    ]
+
+
+def _book(
+    tenant_id: str,
+    records: Iterable[AccountRecord],
+    holds: Iterable[Hold] = (),
+    entries: Iterable[Entry] = (),
+) -> Ledger:
+    records = list(records)
+    return Ledger.from_snapshot(
+        LedgerSnapshot(
+            tenant_id=tenant_id,
+            accounts=tuple(r.account for r in records),
+            balances={r.account.code: r.balance for r in records},
+            holds=tuple(holds),
+            entries=tuple(entries),
+        )
+    )
+
+
+def _hold_id(tenant_id: str, key: str | None) -> str:
+    if key is None:
+        return "hold_" + uuid.uuid4().hex
+    # Derived from the key, so a retry without the first answer names the same hold.
+    return "hold_" + hashlib.sha256(f"{tenant_id}\x1f{key}".encode()).hexdigest()[:32]
+
+
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise RequestInvalid(f"limit must be between 1 and {MAX_PAGE}", details={"limit": limit})
+
+
+# --- the service ----------------------------------------------------------------------
+
+
+class LedgerService:
+    """Accounts, entries and holds of every tenant, checked by `ductor_settlement.Ledger`."""
+
+    def __init__(self, store: Store, *, clock: Clock | None = None) -> None:
+        self._store = store
+        self._clock = clock or SystemClock()
+
+    # --- accounts ------------------------------------------------------------------
+
+    async def open_account(
+        self, tenant_id: str, body: AccountBody, *, idempotency_key: str | None = None
+    ) -> Answer[AccountView]:
+        """Open an account at zero: `CREATED`; opening the same account again is `OK`.
+
+        Raises:
+            InvalidAccount: a bad code, currency or floor (every problem).
+            AccountConflict: the code is open with other attributes.
+            IdempotencyConflict: the key was used with another body.
+        """
+        now = self._clock.now()
+        # An explicit side equal to the kind's own is the same account as none.
+        normal = None if body.normal is body.kind.normal_balance else body.normal
+        account = Account(
+            tenant_id=tenant_id,
+            code=body.code,
+            currency=body.currency,
+            kind=body.kind,
+            normal=normal,
+            floor=body.floor,
+            name=body.name,
+        )
+        claim = Claim.of(tenant_id, "ledger.accounts.open", idempotency_key, body, now=now)
+
+        async def effect(tx: Tx) -> Answer[AccountView]:
+            store = LedgerTx(tx)
+            record = await store.get_account(tenant_id, account.code)
+            created = False
+            if record is None:
+                Ledger(tenant_id).open_account(account)  # every problem of the account
+                created = await store.insert_account(account, now=now)
+                # Not created: a concurrent call opened the code first; compare with it.
+                record = await store.get_account(tenant_id, account.code)
+                assert record is not None
+            if not created:
+                _book(tenant_id, [record]).open_account(account)  # other attributes: conflict
+            holds = await store.live_holds(tenant_id, [account.code], now)
+            [view] = _account_views(tenant_id, [record], holds, now)
+            return Answer(view, Outcome.CREATED if created else Outcome.OK)
+
+        return await once(self._store, claim, AccountView, effect)
+
+    async def get_account(self, tenant_id: str, code: str) -> AccountView:
+        """One account with its balance, pending and available amounts.
+
+        Raises:
+            LedgerObjectNotFound: `account.not_found`.
+        """
+        now = self._clock.now()
+        async with self._store.transaction() as tx:
+            store = LedgerTx(tx)
+            record = await store.get_account(tenant_id, code)
+            if record is None:
+                raise LedgerObjectNotFound("account", code)
+            holds = await store.live_holds(tenant_id, [code], now)
+        [view] = _account_views(tenant_id, [record], holds, now)
+        return view
+
+    async def list_accounts(self, tenant_id: str) -> list[AccountView]:
+        """Every account of the tenant, by code, with balances."""
+        now = self._clock.now()
+        async with self._store.transaction() as tx:
+            store = LedgerTx(tx)
+            records = await store.list_accounts(tenant_id)
+            holds = await store.live_holds(tenant_id, None, now) if records else []
+        return _account_views(tenant_id, records, holds, now)
+
+    # --- entries -----------------------------------------------------------------------
+
+    async def post_entry(
+        self, tenant_id: str, body: EntryBody, *, idempotency_key: str | None = None
+    ) -> Answer[EntryView]:
+        """Record a balanced entry: `CREATED`.
+
+        The Idempotency-Key is the entry's key: the same key and body answers
+        the recorded entry again and posts nothing.
+
+        Raises:
+            LedgerError: the subclass of the first problem (``ledger.unbalanced``,
+                ``ledger.floor_crossed``, ``ledger.unknown_account`` ...), with
+                every problem in its details; nothing is written.
+            IdempotencyConflict: the key was used with another body.
+        """
+        if idempotency_key is not None and idempotency_key.startswith(_RESERVED_KEY_PREFIX):
+            raise RequestInvalid(
+                f"idempotency keys starting with {_RESERVED_KEY_PREFIX!r} are the ledger's own",
+                details={"key": idempotency_key},
+            )
+        now = self._clock.now()
+        claim = Claim.of(tenant_id, "ledger.entries.post", idempotency_key, body, now=now)
+        key = claim.key if claim is not None else "auto:" + uuid.uuid4().hex
+        draft = EntryDraft(
+            tenant_id=tenant_id,
+            idempotency_key=key,
+            description=body.description,
+            reference=body.reference or Reference(kind=ReferenceKind.ADJUSTMENT, id=""),
+            postings=body.postings,
+            reverses=body.reverses,
+            corrects=body.corrects,
+        )
+
+        async def effect(tx: Tx) -> Answer[EntryView]:
+            store = LedgerTx(tx)
+            linked: list[Entry] = []
+            for target in (body.reverses, body.corrects):
+                found = None if target is None else await store.get_entry(tenant_id, target)
+                if found is not None:
+                    linked.append(found)
+                    if target == body.reverses:
+                        linked += await store.reversals_of(tenant_id, found.id)
+            codes = [p.account for p in body.postings]
+            records, holds = await store.lock_with_holds(tenant_id, codes, now)
+            book = _book(tenant_id, records, holds, _unique(linked))
+            try:
+                entry = book.post(draft, at=now)
+            except LedgerError:
+                # A replay whose claim has been forgotten answers from the entry itself,
+                # even where the book would refuse it as new (its funds are spent).
+                if claim is None:
+                    raise  # a fresh random key: nothing to replay
+                replayed = await self._replay(store, tenant_id, key, draft, records, holds)
+                if replayed is None:
+                    raise
+                return replayed
+            if await store.write_entry(entry, now):
+                return Answer(entry_view(entry), Outcome.CREATED)
+            replayed = await self._replay(store, tenant_id, key, draft, records, holds)
+            assert replayed is not None  # write_entry found the key taken
+            return replayed
+
+        return await once(self._store, claim, EntryView, effect)
+
+    @staticmethod
+    async def _replay(
+        store: LedgerTx,
+        tenant_id: str,
+        key: str,
+        draft: EntryDraft,
+        records: Sequence[AccountRecord],
+        holds: Sequence[Hold],
+    ) -> Answer[EntryView] | None:
+        """The recorded entry under `key` if `draft` repeats it; None if there is none.
+
+        Raises:
+            IdempotencyConflict: (``ledger.idempotency_conflict``) the key holds
+                an entry with other content.
+        """
+        recorded = await store.entry_by_key(tenant_id, key)
+        if recorded is None:
+            return None
+        entry = _book(tenant_id, records, holds, [recorded]).post(draft, at=recorded.posted_at)
+        return Answer(entry_view(entry), Outcome.OK)
+
+    async def get_entry(self, tenant_id: str, entry_id: str) -> EntryView:
+        """One entry with its postings.
+
+        Raises:
+            LedgerObjectNotFound: `entry.not_found`.
+        """
+        async with self._store.transaction() as tx:
+            entry = await LedgerTx(tx).get_entry(tenant_id, entry_id)
+        if entry is None:
+            raise LedgerObjectNotFound("entry", entry_id)
+        return entry_view(entry)
+
+    async def list_entries(
+        self,
+        tenant_id: str,
+        *,
+        account: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> EntryPageView:
+        """Entries newest first, optionally only those posting to `account`.
+
+        Raises:
+            RequestInvalid: a bad cursor or limit.
+        """
+        _check_limit(limit)
+        try:
+            async with self._store.transaction() as tx:
+                page = await LedgerTx(tx).list_entries(
+                    tenant_id, account=account or None, cursor=cursor or None, limit=limit
+                )
+        except InvalidLedgerCursor as exc:
+            raise RequestInvalid(str(exc), details={"cursor": cursor}) from exc
+        return EntryPageView(
+            items=[entry_view(e) for e in page.entries], next_cursor=page.next_cursor
+        )
+
+    # --- holds -------------------------------------------------------------------------
+
+    async def place_hold(
+        self, tenant_id: str, body: HoldBody, *, idempotency_key: str | None = None
+    ) -> Answer[HoldView]:
+        """Reserve funds: `CREATED`; placing the same hold (id and content) again is `OK`.
+
+        Raises:
+            HoldInvalid: a bad amount, currency, account pair or expiry.
+            HoldConflict: the id is taken by another hold.
+            LedgerError: an unknown account, a currency mismatch, or
+                ``ledger.floor_crossed`` (not enough available funds).
+            RequestInvalid: neither or both of `expires_at` and `timeout_seconds`.
+            IdempotencyConflict: the key was used with another body.
+        """
+        now = self._clock.now()
+        expires_at = _expiry(body, now)
+        claim = Claim.of(tenant_id, "ledger.holds.place", idempotency_key, body, now=now)
+        hold_id = body.id if body.id is not None else _hold_id(tenant_id, idempotency_key)
+        hold = new_hold(
+            id=hold_id,
+            tenant_id=tenant_id,
+            debit_account=body.debit_account,
+            credit_account=body.credit_account,
+            amount=body.amount,
+            currency=body.currency,
+            now=now,
+            expires_at=expires_at,
+            description=body.description,
+        )
+
+        async def effect(tx: Tx) -> Answer[HoldView]:
+            store = LedgerTx(tx)
+            records, holds = await store.lock_with_holds(
+                tenant_id, (hold.debit_account, hold.credit_account), now
+            )
+            existing = await store.get_hold(tenant_id, hold.id)
+            if existing is not None and all(h.id != existing.id for h in holds):
+                holds.append(existing)
+            book = _book(tenant_id, records, holds)
+            placed = book.place_hold(hold)
+            if existing is not None:
+                return Answer(hold_view(existing), Outcome.OK)
+            await store.insert_hold(placed)
+            return Answer(hold_view(placed), Outcome.CREATED)
+
+        return await once(self._store, claim, HoldView, effect)
+
+    async def get_hold(self, tenant_id: str, hold_id: str) -> HoldView:
+        """One hold; a pending hold whose expiry has passed is marked expired first.
+
+        Raises:
+            HoldNotFound: `hold.not_found`.
+        """
+        now = self._clock.now()
+        async with self._store.transaction() as tx:
+            store = LedgerTx(tx)
+            await store.expire_holds(tenant_id, now, hold_id=hold_id)
+            hold = await store.get_hold(tenant_id, hold_id)
+        if hold is None:
+            raise _hold_not_found(hold_id)
+        return hold_view(hold)
+
+    async def list_holds(
+        self, tenant_id: str, *, status: str | None = None, limit: int = 50
+    ) -> list[HoldView]:
+        """The tenant's holds newest first, optionally of one status (expired ones marked).
+
+        Raises:
+            RequestInvalid: an unknown status or a bad limit.
+        """
+        _check_limit(limit)
+        if status is not None and status not in {s.value for s in HoldStatus}:
+            raise RequestInvalid(
+                f"unknown hold status {status!r}",
+                details={"allowed": [s.value for s in HoldStatus]},
+            )
+        now = self._clock.now()
+        async with self._store.transaction() as tx:
+            store = LedgerTx(tx)
+            await store.expire_holds(tenant_id, now)
+            holds = await store.list_holds(tenant_id, status=status, limit=limit)
+        return [hold_view(h) for h in holds]
+
+    async def post_hold(
+        self,
+        tenant_id: str,
+        hold_id: str,
+        amount: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[HoldPosted]:
+        """Post a pending hold for `amount` (all of it when None) and write its entry;
+        the rest is released. `OK`.
+
+        Raises:
+            HoldNotFound, HoldExpired, HoldAlreadyFinal, HoldInvalid, HoldAmountExceeded
+            LedgerError: the entry does not fit the book any more (a floor).
+            IdempotencyConflict: the key was used with another amount.
+        """
+        now = self._clock.now()
+        await self._expire(tenant_id, hold_id, now)
+        claim = Claim.of(
+            tenant_id, "ledger.holds.post", idempotency_key, [amount], now=now, target=hold_id
+        )
+
+        async def effect(tx: Tx) -> Answer[HoldPosted]:
+            store = LedgerTx(tx)
+            hold = await store.get_hold(tenant_id, hold_id, lock=True)
+            if hold is None:
+                raise _hold_not_found(hold_id)
+            records, live = await store.lock_with_holds(
+                tenant_id, (hold.debit_account, hold.credit_account), now
+            )
+            holds = [h for h in live if h.id != hold.id]
+            book = _book(tenant_id, records, [*holds, hold])
+            final, entry = book.post_hold(hold.id, at=now, amount=amount)
+            if not await store.write_entry(entry, now):
+                raise HoldAlreadyFinal(
+                    f"hold {hold.id!r} was already posted", details={"hold": hold.id}
+                )
+            await store.finish_hold(final)
+            return Answer(HoldPosted(hold=hold_view(final), entry=entry_view(entry)))
+
+        return await once(self._store, claim, HoldPosted, effect)
+
+    async def void_hold(
+        self, tenant_id: str, hold_id: str, *, idempotency_key: str | None = None
+    ) -> Answer[HoldView]:
+        """Void a pending hold: nothing moves and the reservation is released. `OK`.
+
+        Raises:
+            HoldNotFound, HoldExpired, HoldAlreadyFinal
+        """
+        now = self._clock.now()
+        await self._expire(tenant_id, hold_id, now)
+        claim = Claim.of(
+            tenant_id, "ledger.holds.void", idempotency_key, [], now=now, target=hold_id
+        )
+
+        async def effect(tx: Tx) -> Answer[HoldView]:
+            store = LedgerTx(tx)
+            hold = await store.get_hold(tenant_id, hold_id, lock=True)
+            if hold is None:
+                raise _hold_not_found(hold_id)
+            book = _book(tenant_id, [], [hold])
+            voided = book.void_hold(hold.id, at=now)
+            await store.finish_hold(voided)
+            return Answer(hold_view(voided))
+
+        return await once(self._store, claim, HoldView, effect)
+
+    async def expire_holds(self, tenant_id: str) -> int:
+        """Mark the tenant's pending holds whose expiry has passed expired; returns how many.
+
+        Expired holds reserve nothing whether or not this runs; it records the fact.
+        """
+        now = self._clock.now()
+        async with self._store.transaction() as tx:
+            return await LedgerTx(tx).expire_holds(tenant_id, now)
+
+    async def _expire(self, tenant_id: str, hold_id: str, now: datetime) -> None:
+        # Committed on its own, so a post or void refused with hold.expired still
+        # leaves the hold marked expired.
+        async with self._store.transaction() as tx:
+            await LedgerTx(tx).expire_holds(tenant_id, now, hold_id=hold_id)
+
+
+def _expiry(body: HoldBody, now: datetime) -> datetime:
+    if (body.expires_at is None) == (body.timeout_seconds is None):
+        raise RequestInvalid(
+            "give exactly one of expires_at and timeout_seconds",
+            details={"fields": ["expires_at", "timeout_seconds"]},
+        )
+    if body.timeout_seconds is not None:
+        seconds = body.timeout_seconds
+        if isinstance(seconds, bool) or not 1 <= seconds <= MAX_HOLD_SECONDS:
+            raise RequestInvalid(
+                f"timeout_seconds must be between 1 and {MAX_HOLD_SECONDS}",
+                details={"timeout_seconds": seconds},
+            )
+        return now + timedelta(seconds=seconds)
+    assert body.expires_at is not None
+    if body.expires_at.tzinfo is None:
+        raise RequestInvalid(
+            "expires_at needs a time zone (e.g. a trailing Z)",
+            details={"expires_at": body.expires_at.isoformat()},
+        )
+    if body.expires_at - now > timedelta(seconds=MAX_HOLD_SECONDS):
+        raise RequestInvalid(
+            f"expires_at is more than {MAX_HOLD_SECONDS} seconds away",
+            details={"expires_at": body.expires_at.isoformat()},
+        )
+    return body.expires_at
+
+
+def _hold_not_found(hold_id: str) -> HoldNotFound:
+    return HoldNotFound(f"hold {hold_id!r} not found", details={"hold": hold_id})
+
+
+def _unique(entries: Iterable[Entry]) -> list[Entry]:
+    seen: set[str] = set()
+    out: list[Entry] = []
+    for entry in entries:
+        if entry.id not in seen:
+            seen.add(entry.id)
+            out.append(entry)
+    return out
+
+
+__all__ = [
+    "AccountBody",
+    "AccountView",
+    "EntryBody",
+    "EntryPageView",
+    "EntryView",
+    "HoldBody",
+    "HoldPostBody",
+    "HoldPosted",
+    "HoldView",
+    "LedgerService",
+    "entry_view",
+    "hold_view",
+]
