@@ -99,7 +99,7 @@ def _fake_app(state: FakeServer) -> Starlette:
             body,
             status_code=status,
             media_type="application/json",
-            headers={SIGNATURE_HEADER: keys.header(body, now=int(time.time()))},
+            headers={SIGNATURE_HEADER: keys.request_header(body, now=int(time.time()))},
         )
 
     def plain(status: int, value: Any) -> Response:

@@ -115,8 +115,10 @@ def test_protocol_module_depends_on_msgspec_hashlib_and_hmac_only() -> None:
         "enum",
         "functools",
         "hashlib",
+        "heapq",  # SeenNonces: expiry order
         "hmac",
         "msgspec",
+        "secrets",  # new_nonce: the one read of the OS random source
         "typing",
         "ductor.errors",  # itself stdlib-only
     }

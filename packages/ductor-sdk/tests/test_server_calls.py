@@ -205,7 +205,7 @@ async def test_bridge_answers_502_when_its_own_call_to_the_server_fails(fake_ser
     fake_server.payloads["ref-x"] = ExecutePayload(run_id="run-x", input=[1])
     body = encode(ExecuteRequest(run_id="run-x", workflow_id="sum", payload_ref="missing"))
     answer = await client.handle(
-        "POST", {SIGNATURE_HEADER: keys.header(body, now=int(time.time()))}, body
+        "POST", {SIGNATURE_HEADER: keys.request_header(body, now=int(time.time()))}, body
     )
     assert answer.status == 502
     assert msgspec.json.decode(answer.body, type=ErrorResponse).code == "payload.not_found"
@@ -213,7 +213,7 @@ async def test_bridge_answers_502_when_its_own_call_to_the_server_fails(fake_ser
     fake_server.sign_responses_with = "wrong-key"
     body = b'{"action":"sync","url":null}'
     answer = await client.handle(
-        "POST", {SIGNATURE_HEADER.lower(): keys.header(body, now=int(time.time()))}, body
+        "POST", {SIGNATURE_HEADER.lower(): keys.request_header(body, now=int(time.time()))}, body
     )
     assert answer.status == 502
     assert msgspec.json.decode(answer.body, type=ErrorResponse).code == "signature.mismatch"

@@ -149,7 +149,7 @@ class BridgeDriver:
         assert self.keys is not None
         now = int(self.clock.now().timestamp())
         headers = {
-            SIGNATURE_HEADER: self.keys.header(body, now=now),
+            SIGNATURE_HEADER: self.keys.request_header(body, now=now),
             "content-type": "application/json",
             "Idempotency-Key": call.idempotency_key,
         }

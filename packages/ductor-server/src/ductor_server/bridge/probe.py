@@ -50,7 +50,7 @@ async def call_app(
     """
     body = encode(request)
     headers = {
-        SIGNATURE_HEADER: keys.header(body, now=int(time.time())),
+        SIGNATURE_HEADER: keys.request_header(body, now=int(time.time())),
         "content-type": "application/json",
     }
     try:
