@@ -224,7 +224,9 @@ class Client:
 
     Args:
         app_id: this app's id, unique per server.
-        signing_key: shared secret that signs every bridge request and response.
+        signing_key: the app's signing key (created for it with `POST
+            /v1/bridge/apps/{app_id}/keys`, or the server-wide key): signs and
+            verifies every bridge request and response.
         fallback_signing_key: the previous key during rotation (verify only).
         server_url: the Ductor server's base URL.
         api_key: bearer token for the server's API (sync, checkpoint, payloads).
