@@ -5,6 +5,9 @@ and the engine calls an app with that app's own key."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -12,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from litestar.testing import AsyncTestClient
+from litestar.testing import AsyncTestClient, TestClient
 
 from ductor import ApiError, Client, Context
 from ductor.protocol import (
@@ -30,6 +33,8 @@ from ductor.protocol import (
 from ductor_core.runs import RunStatus
 from ductor_server import Settings, create_app
 from ductor_server.bridge.keys import create_app_key
+from ductor_server.cli import build_parser
+from ductor_server.cli_client import ApiClient
 from ductor_server.cli_server import create_key
 from ductor_server.composition import build
 from ductor_server.storage import Store, open_store
@@ -380,3 +385,58 @@ def _now() -> Any:
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
+
+
+class ThroughSyncTestClient(httpx.BaseTransport):
+    """Sends the CLI's calls through a synchronous test client."""
+
+    def __init__(self, client: TestClient[Any]) -> None:
+        self.client = client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self.client.request(
+            request.method,
+            request.url.raw_path.decode("ascii"),
+            content=request.read(),
+            headers=request.headers,
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
+def test_the_cli_creates_lists_and_revokes_app_keys(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, poll_interval=0.05)
+
+    async def api_key() -> str:
+        store = open_store(settings.store_target)
+        await store.open()
+        try:
+            await store.migrate()
+            return await create_key(store, T1, name="cli")
+        finally:
+            await store.close()
+
+    token = asyncio.run(api_key())
+    parser = build_parser()
+    app = create_app(composition=build(settings, bridge_keys=None))
+    with TestClient(app=app) as http:
+        api = ApiClient("http://server.test", token, transport=ThroughSyncTestClient(http))
+
+        def run(*argv: str) -> str:
+            args = parser.parse_args(list(argv))
+            out = io.StringIO()
+            assert args.client_func(api, args, out) == 0
+            return out.getvalue()
+
+        secret = run("apps", "keys", "create", "shop").strip()
+        assert secret.startswith("dsk_")
+        [created] = json.loads(run("apps", "keys", "list", "shop", "--json"))
+        assert created["primary"] is True
+        assert secret not in run("apps", "keys", "list", "shop")
+        second = json.loads(run("apps", "keys", "create", "shop", "--grace", "0", "--json"))
+        listing = run("apps", "keys", "list", "shop")
+        assert listing.splitlines()[0].startswith(f"{second['key_id']}  primary")
+        assert f"{created['key_id']}  inactive" in listing
+        assert "revoked" in run("apps", "keys", "revoke", "shop", second["key_id"])
+        keys = json.loads(run("apps", "keys", "list", "shop", "--json"))
+        assert [k["active"] for k in keys] == [False, False]
+        api.close()
