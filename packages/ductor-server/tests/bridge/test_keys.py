@@ -440,3 +440,18 @@ def test_the_cli_creates_lists_and_revokes_app_keys(tmp_path: Path) -> None:
         keys = json.loads(run("apps", "keys", "list", "shop", "--json"))
         assert [k["active"] for k in keys] == [False, False]
         api.close()
+
+
+async def test_nonces_are_accepted_once_and_purged_after_their_window(store: Store) -> None:
+    from ductor_server.bridge import nonces
+
+    async with store.transaction() as tx:
+        assert await nonces.first_use(tx, TENANT, "shop", "a" * 32, timestamp=1_000, now=1_000)
+        assert not await nonces.first_use(tx, "another", "x", "a" * 32, timestamp=1_000, now=1_100)
+    nonces._last_purge = -nonces.PURGE_EVERY_SECONDS  # let the next call purge
+    later = nonces.expiry_of(1_000) + 1
+    async with store.transaction() as tx:
+        assert await nonces.first_use(tx, TENANT, "shop", "b" * 32, timestamp=later, now=later)
+        row = await tx.session.fetch_one("SELECT count(*) FROM bridge_nonces", ())
+    assert row is not None
+    assert int(row[0]) == 1  # the expired nonce was purged
