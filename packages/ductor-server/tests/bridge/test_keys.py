@@ -315,6 +315,11 @@ async def test_rotation_keeps_the_old_key_until_it_is_revoked(server: Server) ->
     await server.client.delete(
         f"/v1/bridge/apps/shop/keys/{newest['key_id']}", headers=server.auth(T1)
     )
+    revoked_all = await server.signed(
+        "/v1/bridge/sync", _describe("shop"), key=newest["signing_key"], app="shop"
+    )
+    assert (revoked_all.status_code, revoked_all.json()["code"]) == (401, "signature.mismatch")
+    assert SIGNATURE_HEADER not in revoked_all.headers  # no key is left to sign with
     fallback = await server.signed("/v1/bridge/sync", _describe("shop"), key=SERVER_KEY, app=None)
     assert (fallback.status_code, fallback.json()["code"]) == (403, "bridge.app_forbidden")
 
