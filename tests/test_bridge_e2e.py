@@ -25,11 +25,14 @@ import pytest
 
 from ductor import Client, Context
 from ductor.protocol import (
+    APP_HEADER,
     INLINE_LIMIT_BYTES,
     SIGNATURE_HEADER,
     CheckpointRequest,
     DescribeResponse,
     ExecutePayload,
+    ExecuteRequest,
+    InlineRunRequest,
     SigningKeys,
     StepRunOp,
     decode,
@@ -65,12 +68,12 @@ class AppProcess:
         self.out_path = tmp_path / "app-output.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, variant: str = "1", *, checkpoint: bool = False) -> AppProcess:
+    def start(self, variant: str = "1", *, checkpoint: bool = False, key: str = KEY) -> AppProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DUCTOR_", "BRIDGE_"))}
         env.update(
             DUCTOR_URL=self.server.url,
             DUCTOR_API_KEY=self.server.api_key,
-            DUCTOR_BRIDGE_SIGNING_KEY=KEY,
+            DUCTOR_BRIDGE_SIGNING_KEY=key,
             BRIDGE_APP_URL=self.url,
             BRIDGE_APP_LOG=str(self.log_path),
             BRIDGE_APP_VARIANT=variant,
@@ -431,3 +434,65 @@ async def _attempts(server: Any, run_id: str) -> list[str]:
     finally:
         await store.close()
     return [a.step_ref for a in attempts]
+
+
+def test_replays_are_refused_and_an_app_key_of_its_own_takes_over(
+    bridge: tuple[Any, AppProcess],
+) -> None:
+    server, app = bridge
+    with server.client() as http:
+        # A signed request to the server is accepted once: no second run.
+        body = encode(InlineRunRequest(app_id="shop", workflow_id="send-receipt", input=None))
+        header = SigningKeys(KEY).request_header(body, now=int(time.time()))
+        headers = {SIGNATURE_HEADER: header, APP_HEADER: "shop"}
+        first = http.post("/v1/bridge/runs", content=body, headers=headers)
+        assert first.status_code == 201, first.text
+        replayed = http.post("/v1/bridge/runs", content=body, headers=headers)
+        assert replayed.status_code == 401
+        assert replayed.json()["code"] == "signature.replayed"
+        slug = "bridge:shop:send-receipt"
+        runs = http.get("/v1/runs", params={"family_slug": slug}).json()["items"]
+        assert [r["id"] for r in runs] == [first.json()["run_id"]]
+
+        # A signed execute to the app is accepted once: the step body runs once.
+        execute = encode(
+            ExecuteRequest(
+                run_id="run-replay",
+                workflow_id="send-receipt",
+                input={"charge_id": "ch_1", "amount": 1},
+            )
+        )
+        signed = {SIGNATURE_HEADER: SigningKeys(KEY).request_header(execute, now=int(time.time()))}
+        before = app.count("start send")
+        answered = httpx.post(app.url, content=execute, headers=signed, timeout=10)
+        assert answered.status_code == 200, answered.text
+        assert app.count("start send") == before + 1
+        again = httpx.post(app.url, content=execute, headers=signed, timeout=10)
+        assert again.status_code == 401
+        assert again.json()["code"] == "signature.replayed"
+        assert app.count("start send") == before + 1
+
+        # The tenant gives the app a key of its own; the app restarts with it.
+        created = http.post("/v1/bridge/apps/shop/keys")
+        assert created.status_code == 201, created.text
+        own_key = created.json()["signing_key"]
+        app.stop()
+        app.start(key=own_key)  # syncs with its own key at start
+        run_id = _trigger(http, "send-receipt", {"charge_id": "ch_2", "amount": 2})
+        _wait(http, run_id, lambda run: run["status"] == "RUN_STATUS_SUCCEEDED")
+        # The server-wide key no longer speaks for the app, in either direction.
+        intruder = encode(DescribeResponse(app_id="shop", sdk="x", sdk_version="0"))
+        wide = SigningKeys(KEY).request_header(intruder, now=int(time.time()))
+        refused = http.post("/v1/bridge/sync", content=intruder, headers={SIGNATURE_HEADER: wide})
+        assert refused.status_code == 403
+        assert refused.json()["code"] == "bridge.app_forbidden"
+        forged = httpx.post(
+            app.url,
+            content=execute,
+            headers={
+                SIGNATURE_HEADER: SigningKeys(KEY).request_header(execute, now=int(time.time()))
+            },
+            timeout=10,
+        )
+        assert forged.status_code == 401
+        assert forged.json()["code"] == "signature.mismatch"

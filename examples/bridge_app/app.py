@@ -2,7 +2,8 @@
 
 Every step body appends a line to `BRIDGE_APP_LOG` ("start <step>" then
 "done <step>"), so a test can count how often each body ran. Configured by
-the environment: DUCTOR_URL, DUCTOR_API_KEY, DUCTOR_BRIDGE_SIGNING_KEY,
+the environment: DUCTOR_URL, DUCTOR_API_KEY, DUCTOR_BRIDGE_SIGNING_KEY (the
+app's own key from `POST /v1/bridge/apps/shop/keys`, or the server-wide key),
 BRIDGE_APP_URL (where the server reaches this app), BRIDGE_APP_VARIANT,
 BRIDGE_APP_CHECKPOINT=1 (run consecutive steps in one execute, checkpointing each).
 

@@ -29,6 +29,7 @@ from ductor.protocol import (
     step_record,
 )
 from ductor_core.runs import AttemptResult, DispatchTask, RunStatus
+from ductor_server.bridge.keys import BridgeKeys
 from ductor_server.bridge.tick import BridgeTickResult, bridge_start, bridge_tick
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
@@ -152,3 +153,31 @@ def test_signatures_verify_as_the_server_verifies_them(case: dict[str, Any]) -> 
 def test_the_server_signs_as_the_vectors_say(case: dict[str, Any]) -> None:
     keys = SigningKeys(case["keys"][0])
     assert keys.header(case["body"].encode(), now=case["timestamp"]) == case["header"]
+
+
+# Requests with a nonce: the server signs its calls to an app with each of the
+# app's active keys (a v1 and a v2 per key) and verifies with `BridgeKeys`.
+@pytest.mark.parametrize("case", load("signatures")["sign_nonce"], ids=lambda c: c["name"])
+def test_the_server_signs_requests_with_a_nonce_as_the_vectors_say(case: dict[str, Any]) -> None:
+    keys = BridgeKeys(
+        sign_with=case["keys"], verify_with=case["keys"], app_id="a", require_nonce=True
+    )
+    header = keys.header(case["body"].encode(), now=case["timestamp"], nonce=case["nonce"])
+    assert header == case["header"]
+
+
+@pytest.mark.parametrize("case", load("signatures")["verify_nonce"], ids=lambda c: c["name"])
+def test_nonce_signatures_verify_as_the_server_verifies_them(case: dict[str, Any]) -> None:
+    keys = BridgeKeys(
+        sign_with=case["keys"][:1],
+        verify_with=case["keys"],
+        app_id=None,
+        require_nonce=case["require_nonce"],
+    )
+    body = case["body"].encode()
+    if case["expect"] == "ok":
+        assert keys.check(body, case["header"], now=case["now"]).nonce == case["nonce"]
+        return
+    with pytest.raises(SignatureError) as raised:
+        keys.check(body, case["header"], now=case["now"])
+    assert raised.value.code == case["expect"]

@@ -30,6 +30,7 @@ from ductor.protocol import (
     ExecutePayload,
     InlineRunRequest,
     InlineRunResponse,
+    SeenNonces,
     SigningKeys,
     SyncAck,
     encode,
@@ -89,6 +90,7 @@ class FakeServer:
     events: list[dict[str, Any]] = field(default_factory=list)
     signals: list[tuple[str, str, Any]] = field(default_factory=list)
     gets_until_done: int = 2
+    nonces: SeenNonces = field(default_factory=SeenNonces)
 
 
 def _fake_app(state: FakeServer) -> Starlette:
@@ -115,8 +117,14 @@ def _fake_app(state: FakeServer) -> Starlette:
         state.received.append((request.method, request.url.path, body, dict(request.headers)))
         if request.headers.get("authorization") != f"Bearer {API_KEY}":
             return body, error(401, "auth.invalid", "bad api key")
+        now = int(time.time())
         try:
-            state.keys.verify(body, request.headers.get(SIGNATURE_HEADER), now=int(time.time()))
+            # as the server does: a nonce-bearing signature, each nonce accepted once
+            verified = state.keys.check(
+                body, request.headers.get(SIGNATURE_HEADER), now=now, require_nonce=True
+            )
+            assert verified.nonce is not None
+            state.nonces.first_use(verified.nonce, timestamp=verified.timestamp, now=now)
         except Exception as exc:
             return body, error(401, "signature.invalid", str(exc))
         return body, None

@@ -33,6 +33,7 @@ from ductor.protocol import (
     SyncResponse,
     encode,
     sign,
+    sign_v2,
 )
 from ductor.starlette import bridge_route
 from ductor.testing import ChildFailed, LocalEngine, over_http
@@ -158,11 +159,14 @@ async def test_bad_signatures_are_rejected_with_clear_errors_and_nothing_runs(
     url = serve(ADAPTERS[adapter](client)) + "/api/ductor"
     body = _execute_body()
     now = int(time.time())
+    nonce = "0123456789abcdef0123456789abcdef"
     cases = {
         "signature.missing": None,
         "signature.malformed": "v1=abc",
-        "signature.mismatch": f"t={now},v1={sign(body, 'not-the-key', now)}",
-        "signature.expired": f"t={now - 301},v1={sign(body, KEY, now - 301)}",
+        "signature.mismatch": f"t={now},n={nonce},v2={sign_v2(body, 'not-the-key', now, nonce)}",
+        "signature.expired": f"t={now - 301},n={nonce},v2={sign_v2(body, KEY, now - 301, nonce)}",
+        # a v1-only signature carries no nonce, so it could be replayed: refused
+        "signature.nonce_required": f"t={now},v1={sign(body, KEY, now)}",
     }
     for code, header in cases.items():
         response = await _post(url, body, header)
@@ -174,9 +178,47 @@ async def test_bad_signatures_are_rejected_with_clear_errors_and_nothing_runs(
         SigningKeys(KEY).verify(response.content, response.headers[SIGNATURE_HEADER], now=now)
     # a body altered after signing is rejected too
     tampered = body.replace(b'"total":1', b'"total":9')
-    response = await _post(url, tampered, SigningKeys(KEY).header(body, now=now))
+    response = await _post(url, tampered, SigningKeys(KEY).request_header(body, now=now))
     assert response.status_code == 401
     assert calls == {}
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+async def test_a_replayed_execute_is_refused_and_the_step_runs_once(
+    adapter: str, serve: Callable[[Any], str]
+) -> None:
+    calls: Counter[str] = Counter()
+    client = build_client(calls)
+    url = serve(ADAPTERS[adapter](client)) + "/api/ductor"
+    body = _execute_body()
+    now = int(time.time())
+    header = SigningKeys(KEY).request_header(body, now=now)
+    first = await _post(url, body, header)
+    assert first.status_code == 200
+    assert calls == {"charge": 1}
+    replayed = await _post(url, body, header)  # byte for byte the same request
+    assert replayed.status_code == 401
+    error = msgspec.json.decode(replayed.content, type=ErrorResponse)
+    assert error.code == "signature.replayed"
+    SigningKeys(KEY).verify(replayed.content, replayed.headers[SIGNATURE_HEADER], now=now)
+    assert calls == {"charge": 1}  # the step body did not run again
+    # the same body under a fresh nonce is a new request and is served
+    again = await _post(url, body, SigningKeys(KEY).request_header(body, now=now))
+    assert again.status_code == 200
+    assert calls == {"charge": 2}
+
+
+async def test_v1_requests_are_served_when_nonces_are_not_required(
+    serve: Callable[[Any], str],
+) -> None:
+    calls: Counter[str] = Counter()
+    client = build_client(calls, require_nonce=False)
+    url = serve(BridgeApp(client)) + "/api/ductor"
+    body = _execute_body()
+    now = int(time.time())
+    response = await _post(url, body, f"t={now},v1={sign(body, KEY, now)}")
+    assert response.status_code == 200
+    assert calls == {"charge": 1}
 
 
 async def test_fallback_key_is_accepted_during_rotation(serve: Callable[[Any], str]) -> None:
@@ -185,7 +227,7 @@ async def test_fallback_key_is_accepted_during_rotation(serve: Callable[[Any], s
     url = serve(BridgeApp(client)) + "/api/ductor"
     body = _execute_body()
     now = int(time.time())
-    response = await _post(url, body, SigningKeys(OLD_KEY).header(body, now=now))
+    response = await _post(url, body, SigningKeys(OLD_KEY).request_header(body, now=now))
     assert response.status_code == 200
     answer = msgspec.json.decode(response.content, type=ExecuteResponse)
     assert answer.run_id == "run-9"
@@ -210,7 +252,7 @@ async def test_health_describe_cancel_and_errors(adapter: str, serve: Callable[[
     assert msgspec.json.decode(health.content, type=HealthResponse).app_id == "shop"
 
     body = b'{"action":"describe"}'
-    described = await _post(url, body, keys.header(body, now=now))
+    described = await _post(url, body, keys.request_header(body, now=now))
     assert described.status_code == 200
     info = msgspec.json.decode(described.content, type=DescribeResponse)
     assert info.app_id == "shop"
@@ -219,25 +261,25 @@ async def test_health_describe_cancel_and_errors(adapter: str, serve: Callable[[
     assert [t.event for t in wf.triggers] == ["order.created"]
 
     body = b'{"action":"cancel","run_id":"run-5","workflow_id":"charge-order","reason":"user"}'
-    cancelled = await _post(url, body, keys.header(body, now=now))
+    cancelled = await _post(url, body, keys.request_header(body, now=now))
     assert cancelled.status_code == 200
     assert msgspec.json.decode(cancelled.content, type=CancelResponse).handled is True
     assert calls == {"cancel:run-5:user": 1}
 
     body = b'{"action":"execute","run_id":"r","workflow_id":"nope"}'
-    missing = await _post(url, body, keys.header(body, now=now))
+    missing = await _post(url, body, keys.request_header(body, now=now))
     assert missing.status_code == 404
     assert msgspec.json.decode(missing.content, type=ErrorResponse).code == "workflow.not_found"
 
     body = b'{"action":"execute","run_id":"r"}'
-    bad = await _post(url, body, keys.header(body, now=now))
+    bad = await _post(url, body, keys.request_header(body, now=now))
     assert bad.status_code == 400
     error = msgspec.json.decode(bad.content, type=ErrorResponse)
     assert error.code == "protocol.invalid"
     assert "workflow_id" in error.message
 
     body = b'{"action":"explode"}'
-    unknown = await _post(url, body, keys.header(body, now=now))
+    unknown = await _post(url, body, keys.request_header(body, now=now))
     assert unknown.status_code == 400
 
 
@@ -249,7 +291,7 @@ async def test_sync_action_posts_the_describe_payload_to_the_server(
     base = serve(BridgeApp(client))
     body = b'{"action":"sync","url":null}'
     response = await _post(
-        base + "/api/ductor", body, SigningKeys(KEY).header(body, now=int(time.time()))
+        base + "/api/ductor", body, SigningKeys(KEY).request_header(body, now=int(time.time()))
     )
     assert response.status_code == 200, response.content
     answer = msgspec.json.decode(response.content, type=SyncResponse)

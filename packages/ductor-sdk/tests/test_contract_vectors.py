@@ -18,18 +18,23 @@ import pytest
 from ductor import Client, Context, NonRetriableError, StepFailed, protocol
 from ductor.errors import ProtocolError, SignatureError
 from ductor.protocol import (
+    SIGNATURE_HEADER,
     BridgeRequest,
+    ErrorResponse,
     ExecuteRequest,
     Opcode,
     OpcodeName,
+    SigningKeys,
     StepKeys,
     StepRecord,
+    Verified,
     decode,
     decode_request,
     encode,
     signature_header,
     step_id,
     verify_signature,
+    verify_signed,
 )
 
 
@@ -124,6 +129,55 @@ def test_verification_accepts_or_rejects_as_the_vector_says(vector: dict[str, An
         with pytest.raises(SignatureError) as info:
             check()
         assert info.value.code == vector["expect"]
+
+
+@pytest.mark.parametrize("vector", load("signatures")["sign_nonce"], ids=lambda v: v["name"])
+def test_signing_with_a_nonce_gives_the_vector_header(vector: dict[str, Any]) -> None:
+    body = vector["body"].encode("utf-8")
+    header = signature_header(body, vector["keys"], vector["timestamp"], nonce=vector["nonce"])
+    assert header == vector["header"]
+    if len(vector["keys"]) == 1:
+        keys = SigningKeys(vector["keys"][0])
+        assert keys.header(body, now=vector["timestamp"], nonce=vector["nonce"]) == header
+
+
+@pytest.mark.parametrize("vector", load("signatures")["verify_nonce"], ids=lambda v: v["name"])
+def test_nonce_verification_accepts_or_rejects_as_the_vector_says(vector: dict[str, Any]) -> None:
+    body = vector["body"].encode("utf-8")
+
+    def check() -> Verified:
+        return verify_signed(
+            body,
+            vector["header"],
+            keys=vector["keys"],
+            now=vector["now"],
+            window=load("signatures")["window_seconds"],
+            require_nonce=vector["require_nonce"],
+        )
+
+    if vector["expect"] == "ok":
+        verified = check()
+        assert verified.nonce == vector["nonce"]
+        assert verified.timestamp == int(vector["header"].split(",")[0].removeprefix("t="))
+    else:
+        with pytest.raises(SignatureError) as info:
+            check()
+        assert info.value.code == vector["expect"]
+
+
+def test_a_receiver_accepts_each_nonce_once_as_the_vector_says() -> None:
+    replay = load("signatures")["replay"]
+    clock = {"now": 0.0}
+    client = Client("contract", signing_key=replay["key"], clock=lambda: clock["now"])
+    for step in replay["steps"]:
+        clock["now"] = float(step["now"])
+        body = step["body"].encode("utf-8")
+        answer = asyncio.run(client.handle("POST", {SIGNATURE_HEADER: step["header"]}, body))
+        if step["expect"] == "ok":
+            assert answer.status == 200, answer.body
+        else:
+            assert answer.status == 401
+            assert decode(answer.body, ErrorResponse).code == step["expect"]
 
 
 def test_window_matches_the_protocol_constant() -> None:

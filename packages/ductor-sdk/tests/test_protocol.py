@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 import ductor.protocol
 from ductor.durations import canonical_duration, format_duration, parse_duration
 from ductor.errors import DurationError, ProtocolError, SignatureError
-from ductor.protocol import SigningKeys, parse_signature_header, sign, verify_signature
+from ductor.protocol import (
+    SeenNonces,
+    SigningKeys,
+    parse_signature_header,
+    sign,
+    verify_signature,
+    verify_signed,
+)
 
 KEYS = st.text(min_size=1, max_size=40)
 TIMESTAMPS = st.integers(min_value=0, max_value=2**40)
@@ -115,8 +122,10 @@ def test_protocol_module_depends_on_msgspec_hashlib_and_hmac_only() -> None:
         "enum",
         "functools",
         "hashlib",
+        "heapq",  # SeenNonces: expiry order
         "hmac",
         "msgspec",
+        "secrets",  # new_nonce: the one read of the OS random source
         "typing",
         "ductor.errors",  # itself stdlib-only
     }
@@ -165,3 +174,40 @@ def test_decode_of_a_union_type_reports_a_protocol_error() -> None:
     with pytest.raises(ProtocolError) as info:
         decode(b'{"op": "NOT_AN_OPCODE"}', Opcode)  # type: ignore[arg-type]
     assert "invalid" in str(info.value)
+
+
+def test_seen_nonces_refuse_a_second_use_until_the_window_has_passed() -> None:
+    seen = SeenNonces(capacity=2, window=300)
+    seen.first_use("n" * 16, timestamp=1000, now=1000)
+    with pytest.raises(SignatureError) as replayed:
+        seen.first_use("n" * 16, timestamp=1000, now=1300)  # still verifiable: refused
+    assert replayed.value.code == "signature.replayed"
+    seen.first_use("m" * 16, timestamp=1000, now=1000)
+    with pytest.raises(SignatureError) as full:
+        seen.first_use("o" * 16, timestamp=1000, now=1000)
+    assert (full.value.code, full.value.retryable) == ("signature.replay_cache_full", True)
+    # once t + window has passed the old nonces are forgotten (their signatures expired)
+    seen.first_use("o" * 16, timestamp=1301, now=1301)
+    assert len(seen) == 1
+
+
+NONCES = st.text(
+    alphabet="0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_-",
+    min_size=16,
+    max_size=64,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(max_size=256), key=KEYS, t=TIMESTAMPS, nonce=NONCES, other=NONCES)
+def test_a_request_verifies_with_its_own_nonce_only(
+    body: bytes, key: str, t: int, nonce: str, other: str
+) -> None:
+    header = SigningKeys(key).header(body, now=t, nonce=nonce)
+    verified = verify_signed(body, header, keys=[key], now=t, require_nonce=True)
+    assert verified.nonce == nonce
+    if other != nonce:
+        swapped = header.replace(f"n={nonce},", f"n={other},")
+        with pytest.raises(SignatureError) as info:
+            verify_signed(body, swapped, keys=[key], now=t, require_nonce=True)
+        assert info.value.code == "signature.mismatch"

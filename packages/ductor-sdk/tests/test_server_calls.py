@@ -17,6 +17,7 @@ from ductor.protocol import (
     SleepOp,
     StepRecord,
     StepRunOp,
+    parse_signature,
     step_id,
 )
 
@@ -61,6 +62,18 @@ async def test_sync_registers_the_app_with_its_url(fake_server: Any) -> None:
     assert manifest.url == "http://app.internal/api/ductor"
     assert manifest.sdk == "ductor-python"
     assert [t.event for t in manifest.workflows[0].triggers] == ["numbers.ready"]
+
+
+async def test_every_call_names_the_app_and_carries_a_fresh_nonce(fake_server: Any) -> None:
+    client = make_client(fake_server, Counter())
+    await client.sync()
+    await client.sync()
+    await client.aclose()
+    headers = [sent for _, _, _, sent in fake_server.received]
+    assert [h["ductor-app"] for h in headers] == ["shop", "shop"]
+    parts = [parse_signature(h["ductor-signature"]) for h in headers]
+    assert all(p.nonce is not None and len(p.v1) == len(p.v2) == 1 for p in parts)
+    assert parts[0].nonce != parts[1].nonce
 
 
 async def test_sync_refused_by_the_server_raises_api_error(fake_server: Any) -> None:
@@ -205,7 +218,7 @@ async def test_bridge_answers_502_when_its_own_call_to_the_server_fails(fake_ser
     fake_server.payloads["ref-x"] = ExecutePayload(run_id="run-x", input=[1])
     body = encode(ExecuteRequest(run_id="run-x", workflow_id="sum", payload_ref="missing"))
     answer = await client.handle(
-        "POST", {SIGNATURE_HEADER: keys.header(body, now=int(time.time()))}, body
+        "POST", {SIGNATURE_HEADER: keys.request_header(body, now=int(time.time()))}, body
     )
     assert answer.status == 502
     assert msgspec.json.decode(answer.body, type=ErrorResponse).code == "payload.not_found"
@@ -213,7 +226,7 @@ async def test_bridge_answers_502_when_its_own_call_to_the_server_fails(fake_ser
     fake_server.sign_responses_with = "wrong-key"
     body = b'{"action":"sync","url":null}'
     answer = await client.handle(
-        "POST", {SIGNATURE_HEADER.lower(): keys.header(body, now=int(time.time()))}, body
+        "POST", {SIGNATURE_HEADER.lower(): keys.request_header(body, now=int(time.time()))}, body
     )
     assert answer.status == 502
     assert msgspec.json.decode(answer.body, type=ErrorResponse).code == "signature.mismatch"

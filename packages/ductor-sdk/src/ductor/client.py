@@ -31,6 +31,7 @@ from ductor.errors import (
     WorkflowNotFound,
 )
 from ductor.protocol import (
+    APP_HEADER,
     CHECKPOINT_PATH,
     INLINE_RUN_PATH,
     PAYLOAD_PATH,
@@ -55,6 +56,7 @@ from ductor.protocol import (
     Opcode,
     RunCompleteOp,
     RunFailedOp,
+    SeenNonces,
     SigningKeys,
     SyncAck,
     SyncRequest,
@@ -63,6 +65,7 @@ from ductor.protocol import (
     WorkflowInfo,
     decode_request,
     encode,
+    new_nonce,
 )
 
 InputT = TypeVar("InputT")
@@ -211,7 +214,6 @@ class InlineRun:
 
 
 _STATUS = {
-    SignatureError: 401,
     ProtocolError: 400,
     WorkflowNotFound: 404,
 }
@@ -222,7 +224,9 @@ class Client:
 
     Args:
         app_id: this app's id, unique per server.
-        signing_key: shared secret that signs every bridge request and response.
+        signing_key: the app's signing key (created for it with `POST
+            /v1/bridge/apps/{app_id}/keys`, or the server-wide key): signs and
+            verifies every bridge request and response.
         fallback_signing_key: the previous key during rotation (verify only).
         server_url: the Ductor server's base URL.
         api_key: bearer token for the server's API (sync, checkpoint, payloads).
@@ -231,6 +235,12 @@ class Client:
             the server's checkpoint endpoint (falls back to one step per call).
         clock: seconds since the epoch; injectable for tests.
         transport: httpx transport for calls to the server; injectable for tests.
+        require_nonce: accept only nonce-bearing (`v2`) signatures on the bridge
+            endpoint, each nonce once (replay protection). Set False only to
+            serve a server that predates nonces: its `v1` requests can be
+            replayed within the signature window.
+        seen_nonces: where accepted nonces are remembered (one per process by
+            default; see `SeenNonces`).
     """
 
     def __init__(
@@ -246,6 +256,8 @@ class Client:
         clock: Callable[[], float] = time.time,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 30.0,
+        require_nonce: bool = True,
+        seen_nonces: SeenNonces | None = None,
     ) -> None:
         if not app_id:
             raise ValueError("app_id must not be empty")
@@ -260,6 +272,8 @@ class Client:
         self._timeout = timeout
         self._workflows: dict[str, Workflow[Any, Any]] = {}
         self._http: httpx.AsyncClient | None = None
+        self.require_nonce = require_nonce
+        self.seen_nonces = seen_nonces if seen_nonces is not None else SeenNonces()
 
     # ------------------------------------------------------------ registration
 
@@ -353,7 +367,7 @@ class Client:
         if method != "POST":
             return self._error(405, ProtocolError(f"method {method} not allowed; use GET or POST"))
         try:
-            self.keys.verify(body, _header(headers, SIGNATURE_HEADER), now=int(self._clock()))
+            self._verify_request(body, _header(headers, SIGNATURE_HEADER))
             request = decode_request(body)
             if isinstance(request, HealthRequest):
                 return self._respond(200, self._health())
@@ -369,12 +383,21 @@ class Client:
             return self._respond(200, await self.cancel(request))
         except ApiError as exc:
             return self._error(502, exc)
+        except SignatureError as exc:
+            return self._error(503 if exc.retryable else 401, exc)
         except DuctorError as exc:
             return self._error(_STATUS.get(type(exc), 500), exc)
         except Exception as exc:  # a bug, not the engine's fault: still a signed answer
             return self._error(
                 500, DuctorError(f"internal error in the bridge: {exc!r}", code="bridge.internal")
             )
+
+    def _verify_request(self, body: bytes, header: str | None) -> None:
+        """Verify a request's signature and accept its nonce once; nothing runs otherwise."""
+        now = int(self._clock())
+        verified = self.keys.check(body, header, now=now, require_nonce=self.require_nonce)
+        if verified.nonce is not None:
+            self.seen_nonces.first_use(verified.nonce, timestamp=verified.timestamp, now=now)
 
     async def execute(self, request: ExecuteRequest) -> ExecuteResponse:
         """Advance a run by one execute request (see docs/sdk.md for the rules)."""
@@ -518,7 +541,8 @@ class Client:
         """One signed call to the server's bridge API, with a verified, typed answer."""
         content = b"" if body is None else encode(body)
         headers = {
-            SIGNATURE_HEADER: self.keys.header(content, now=int(self._clock())),
+            SIGNATURE_HEADER: self.keys.header(content, now=int(self._clock()), nonce=new_nonce()),
+            APP_HEADER: self.app_id,
             "content-type": "application/json",
         }
         if self.api_key:

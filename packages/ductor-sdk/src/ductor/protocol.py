@@ -1,18 +1,35 @@
 """The bridge wire protocol: envelopes, opcodes, step ids and HMAC signing.
 
 Shared by the SDK and the server (which imports it from here, so the two never
-drift). Pure: depends on msgspec, hashlib and hmac only; no I/O, no clock reads
-(callers pass `now`). The golden vectors in `tests/contract/vectors/` pin it.
+drift). Pure: depends on msgspec, hashlib, hmac and secrets only; no I/O, no
+clock reads (callers pass `now`); `new_nonce` is the one function that reads
+the OS random source. The golden vectors in `tests/contract/vectors/` pin it.
 
 Wire rules:
 - Bodies are compact JSON, UTF-8, fields in the order declared here, the tag
   (`action` for requests, `op` for opcodes) first, every field present
   (absent values are `null`). Decoders reject unknown fields.
-- Every request and response carries `Ductor-Signature: t=<unix>,v1=<hex>[,v1=<hex>]`,
-  where `<hex>` is HMAC-SHA256(key, f"{t}." + raw body) in lowercase hex and
-  the key is the UTF-8 bytes of the signing key string. A verifier accepts a
-  message if any `v1` matches under the primary or the fallback key and `t` is
-  within `REPLAY_WINDOW_SECONDS` of its clock (either side).
+- Every request and response carries `Ductor-Signature`. The key is the UTF-8
+  bytes of the signing key string; signatures are lowercase hex HMAC-SHA256.
+  - `v1=<hex>` signs `f"{t}." + body` (protocol 1).
+  - `v2=<hex>` signs `f"{t}.{n}." + body`, where `n=<nonce>` is a request id:
+    16 to 64 characters of `[0-9A-Za-z_-]`, fresh for every request (senders
+    use `new_nonce()`: 32 hex digits, 128 random bits).
+  A request is `t=<unix>,n=<nonce>,v1=<hex>..,v2=<hex>..` (one `v1` and one
+  `v2` per signing key; the `v1`s let verifiers that predate `v2` read it).
+  A response is `t=<unix>,v1=<hex>..`: it travels on the connection of the
+  request it answers and is never accepted on its own.
+- A verifier parses the header (at most `MAX_SIGNATURE_HEADER_LENGTH`
+  characters; `t` once; `n` at most once; unknown schemes ignored, and `v2`s
+  too when there is no `n`, as protocol 1 verifiers ignored them), refuses a
+  `t` more than `REPLAY_WINDOW_SECONDS` from its clock (either side), then:
+  with `n` and a `v2`, accepts if any `v2` matches under any of its keys (the
+  `v1`s are not consulted) and reports the nonce; without them, refuses with
+  `signature.nonce_required` if it requires nonces, else accepts if any `v1`
+  matches (no nonce: such a message can be replayed within the window).
+- A receiver that requires nonces accepts each nonce once: it remembers the
+  nonces it accepted until `t + REPLAY_WINDOW_SECONDS` has passed and refuses a
+  second use with `signature.replayed` (see `SeenNonces`).
 - Step ids are `step_id(key)`: the first 32 hex digits of SHA-256 of the key,
   where the key is the step's name for its first use in a run and
   `f"{name}:{n}"` (n = 1, 2, ...) for repeats (see `StepKeys`).
@@ -23,8 +40,10 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import heapq
 import hmac
-from collections.abc import Iterable
+import secrets
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import msgspec
@@ -32,6 +51,7 @@ import msgspec
 from ductor.errors import ProtocolError, SignatureError
 
 __all__ = [
+    "APP_HEADER",
     "BRIDGE_PATH",
     "CHECKPOINT_PATH",
     "INLINE_LIMIT_BYTES",
@@ -66,7 +86,9 @@ __all__ = [
     "RunCompleteOp",
     "RunErrorOp",
     "RunFailedOp",
+    "SeenNonces",
     "Signal",
+    "SignatureParts",
     "SigningKeys",
     "SleepOp",
     "StepErrorOp",
@@ -79,18 +101,23 @@ __all__ = [
     "SyncRequest",
     "SyncResponse",
     "TriggerInfo",
+    "Verified",
     "WaitForEventOp",
     "WaitForSignalOp",
     "WorkflowInfo",
     "decode",
     "decode_request",
     "encode",
+    "new_nonce",
+    "parse_signature",
     "parse_signature_header",
     "sign",
+    "sign_v2",
     "signature_header",
     "step_id",
     "step_record",
     "verify_signature",
+    "verify_signed",
 ]
 
 _T = TypeVar("_T")
@@ -100,6 +127,9 @@ PROTOCOL_VERSION: Final = "1"
 
 SIGNATURE_HEADER: Final = "Ductor-Signature"
 """The one header that carries the timestamp and HMAC signatures."""
+
+APP_HEADER: Final = "Ductor-App"
+"""On a request to the server: the app whose keys the signature is checked with."""
 
 REPLAY_WINDOW_SECONDS: Final = 300
 """A signed message older or newer than this (seconds) is rejected."""
@@ -619,26 +649,53 @@ class StepKeys:
 
 
 def sign(body: bytes, key: str, timestamp: int) -> str:
-    """HMAC-SHA256 of `f"{timestamp}."` + body under `key`, as lowercase hex."""
+    """The `v1` signature: HMAC-SHA256 of `f"{timestamp}."` + body under `key`, lowercase hex."""
     if not key:
         raise SignatureError("signing key must not be empty", code="signature.no_key")
     mac = hmac.new(key.encode("utf-8"), f"{timestamp}.".encode("ascii") + body, hashlib.sha256)
     return mac.hexdigest()
 
 
-def signature_header(body: bytes, keys: Iterable[str], timestamp: int) -> str:
-    """The `Ductor-Signature` value: `t=<timestamp>` and one `v1=` per key, in order."""
+def sign_v2(body: bytes, key: str, timestamp: int, nonce: str) -> str:
+    """The `v2` signature: HMAC-SHA256 of `f"{timestamp}.{nonce}."` + body, lowercase hex."""
+    if not key:
+        raise SignatureError("signing key must not be empty", code="signature.no_key")
+    _check_nonce(nonce)
+    message = f"{timestamp}.{nonce}.".encode("ascii") + body
+    return hmac.new(key.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def new_nonce() -> str:
+    """A fresh request id for `n=`: 32 hex digits from the OS random source."""
+    return secrets.token_hex(16)
+
+
+def signature_header(
+    body: bytes, keys: Iterable[str], timestamp: int, *, nonce: str | None = None
+) -> str:
+    """The `Ductor-Signature` value: `t=<timestamp>` and one `v1=` per key, in order.
+
+    With `nonce` (a request): `t=..,n=<nonce>`, then one `v1=` per key, then
+    one `v2=` per key, in the keys' order.
+    """
+    keys = list(keys)
     parts = [f"t={timestamp}"]
+    if nonce is not None:
+        parts.append(f"n={nonce}")
     parts.extend(f"v1={sign(body, key, timestamp)}" for key in keys)
+    if nonce is not None:
+        parts.extend(f"v2={sign_v2(body, key, timestamp, nonce)}" for key in keys)
     return ",".join(parts)
 
 
 MAX_SIGNATURE_HEADER_LENGTH: Final = 1024
-"""The longest `Ductor-Signature` value accepted (a timestamp and a few signatures)."""
+"""The longest `Ductor-Signature` value accepted (a timestamp, a nonce and a few signatures)."""
 
 _MAX_TIMESTAMP_DIGITS = 15
 _SIGNATURE_HEX_LENGTH = 64
 _HEX_DIGITS = frozenset("0123456789abcdef")
+_NONCE_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_-")
+_NONCE_MIN, _NONCE_MAX = 16, 64
 
 
 def _malformed(reason: str) -> SignatureError:
@@ -647,21 +704,49 @@ def _malformed(reason: str) -> SignatureError:
     )
 
 
-def parse_signature_header(header: str) -> tuple[int, list[str]]:
-    """Split a `Ductor-Signature` value into its timestamp and its `v1` signatures.
+def _check_nonce(nonce: str) -> None:
+    if not _NONCE_MIN <= len(nonce) <= _NONCE_MAX or not _NONCE_CHARS.issuperset(nonce):
+        raise _malformed(f"n must be {_NONCE_MIN} to {_NONCE_MAX} characters of [0-9A-Za-z_-]")
 
-    The timestamp is 1 to 15 ASCII digits; a `v1` signature is 64 hex digits.
-    Unknown schemes (`v0=`, `v2=`) are ignored so the header can grow, but the
+
+def _hex_signature(scheme: str, value: str) -> str:
+    signature = value.lower()
+    # compare_digest refuses non-ASCII text, so the shape is checked first.
+    if len(signature) != _SIGNATURE_HEX_LENGTH or not _HEX_DIGITS.issuperset(signature):
+        raise _malformed(f"{scheme} must be {_SIGNATURE_HEX_LENGTH} hex digits")
+    return signature
+
+
+class SignatureParts(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed `Ductor-Signature`: the timestamp, the nonce if any, and the signatures.
+
+    `v2` is empty when there is no nonce (a `v2` without `n` is ignored).
+    """
+
+    timestamp: int
+    nonce: str | None
+    v1: list[str]
+    v2: list[str]
+
+
+def parse_signature(header: str) -> SignatureParts:
+    """Split a `Ductor-Signature` value into its parts (see the module docstring).
+
+    The timestamp is 1 to 15 ASCII digits; a signature is 64 hex digits.
+    Unknown schemes (`v0=`, `v3=`) are ignored so the header can grow, but the
     whole value is at most `MAX_SIGNATURE_HEADER_LENGTH` characters.
 
     Raises:
         SignatureError: an oversized header, no timestamp or a malformed one, a
-            malformed `v1`, or no `v1` signature at all (`signature.malformed`).
+            malformed nonce or signature, or no usable signature at all
+            (`signature.malformed`).
     """
     if len(header) > MAX_SIGNATURE_HEADER_LENGTH:
         raise _malformed(f"longer than {MAX_SIGNATURE_HEADER_LENGTH} characters")
     timestamp: int | None = None
-    signatures: list[str] = []
+    nonce: str | None = None
+    v1: list[str] = []
+    v2_raw: list[str] = []
     for raw in header.split(","):
         name, sep, value = raw.strip().partition("=")
         if not sep:
@@ -675,17 +760,94 @@ def parse_signature_header(header: str) -> tuple[int, list[str]]:
             ):
                 raise _malformed(f"bad timestamp {value!r} (1 to 15 digits)")
             timestamp = int(value)
+        elif name == "n":
+            if nonce is not None:
+                raise _malformed("more than one n=<nonce>")
+            _check_nonce(value)
+            nonce = value
         elif name == "v1":
-            signature = value.lower()
-            # compare_digest refuses non-ASCII text, so the shape is checked first.
-            if len(signature) != _SIGNATURE_HEX_LENGTH or not _HEX_DIGITS.issuperset(signature):
-                raise _malformed(f"v1 must be {_SIGNATURE_HEX_LENGTH} hex digits")
-            signatures.append(signature)
+            v1.append(_hex_signature("v1", value))
+        elif name == "v2":
+            v2_raw.append(value)
     if timestamp is None:
         raise _malformed("no t=<unix seconds>")
-    if not signatures:
+    # Protocol 1 verifiers ignored v2; without a nonce it still means nothing.
+    v2 = [_hex_signature("v2", value) for value in v2_raw] if nonce is not None else []
+    if not v1 and not v2:
+        raise _malformed("no v1=<hex> signature (nor n=<nonce> with v2=<hex>)")
+    return SignatureParts(timestamp=timestamp, nonce=nonce, v1=v1, v2=v2)
+
+
+def parse_signature_header(header: str) -> tuple[int, list[str]]:
+    """The timestamp and the `v1` signatures of a `Ductor-Signature` (protocol 1 view).
+
+    Raises:
+        SignatureError: as `parse_signature`, and when there is no `v1`.
+    """
+    parts = parse_signature(header)
+    if not parts.v1:
         raise _malformed("no v1=<hex> signature")
-    return timestamp, signatures
+    return parts.timestamp, parts.v1
+
+
+class Verified(msgspec.Struct, frozen=True, kw_only=True):
+    """A message that verified: its timestamp, its nonce (None for a `v1`-only
+    message) and the index of the key that matched."""
+
+    timestamp: int
+    nonce: str | None
+    key_index: int
+
+
+def verify_signed(
+    body: bytes,
+    header: str | None,
+    *,
+    keys: Sequence[str],
+    now: int,
+    window: int = REPLAY_WINDOW_SECONDS,
+    require_nonce: bool = False,
+) -> Verified:
+    """Check a message's signature under any of `keys` (see the module docstring).
+
+    Does not remember nonces: the caller refuses a second use (`SeenNonces`).
+
+    Raises:
+        SignatureError: `signature.missing`, `signature.malformed`,
+            `signature.expired` (outside the window), `signature.nonce_required`
+            (no `n` with `v2` while nonces are required) or `signature.mismatch`.
+    """
+    if not header:
+        raise SignatureError(f"missing {SIGNATURE_HEADER} header", code="signature.missing")
+    parts = parse_signature(header)
+    timestamp = parts.timestamp
+    if abs(now - timestamp) > window:
+        raise SignatureError(
+            f"{SIGNATURE_HEADER} timestamp {timestamp} is {now - timestamp}s from now;"
+            f" the window is {window}s",
+            code="signature.expired",
+        )
+    candidates = [key for key in keys if key]
+    if parts.nonce is not None and parts.v2:
+        for index, candidate in enumerate(candidates):
+            expected = sign_v2(body, candidate, timestamp, parts.nonce)
+            if any(hmac.compare_digest(expected, given) for given in parts.v2):
+                return Verified(timestamp=timestamp, nonce=parts.nonce, key_index=index)
+    else:
+        if require_nonce:
+            raise SignatureError(
+                f"{SIGNATURE_HEADER} has no n=<nonce> with v2=<hex>; this receiver accepts"
+                " only nonce-bearing (v2) signatures",
+                code="signature.nonce_required",
+            )
+        for index, candidate in enumerate(candidates):
+            expected = sign(body, candidate, timestamp)
+            if any(hmac.compare_digest(expected, given) for given in parts.v1):
+                return Verified(timestamp=timestamp, nonce=None, key_index=index)
+    raise SignatureError(
+        f"{SIGNATURE_HEADER} does not match the body under the signing key or its fallback",
+        code="signature.mismatch",
+    )
 
 
 def verify_signature(
@@ -696,31 +858,17 @@ def verify_signature(
     fallback_key: str | None = None,
     now: int,
     window: int = REPLAY_WINDOW_SECONDS,
+    require_nonce: bool = False,
 ) -> int:
-    """Check a message's signature; return its timestamp.
+    """Check a message's signature under `key` or `fallback_key`; return its timestamp.
 
     Raises:
-        SignatureError: `signature.missing`, `signature.malformed`,
-            `signature.expired` (outside the window) or `signature.mismatch`.
+        SignatureError: see `verify_signed`.
     """
-    if not header:
-        raise SignatureError(f"missing {SIGNATURE_HEADER} header", code="signature.missing")
-    timestamp, signatures = parse_signature_header(header)
-    if abs(now - timestamp) > window:
-        raise SignatureError(
-            f"{SIGNATURE_HEADER} timestamp {timestamp} is {now - timestamp}s from now;"
-            f" the window is {window}s",
-            code="signature.expired",
-        )
     keys = [key] if not fallback_key else [key, fallback_key]
-    for candidate in keys:
-        expected = sign(body, candidate, timestamp)
-        if any(hmac.compare_digest(expected, given) for given in signatures):
-            return timestamp
-    raise SignatureError(
-        f"{SIGNATURE_HEADER} does not match the body under the signing key or its fallback",
-        code="signature.mismatch",
-    )
+    return verify_signed(
+        body, header, keys=keys, now=now, window=window, require_nonce=require_nonce
+    ).timestamp
 
 
 class SigningKeys:
@@ -737,14 +885,78 @@ class SigningKeys:
         self.primary = primary
         self.fallback = fallback or None
 
-    def header(self, body: bytes, *, now: int) -> str:
-        """The `Ductor-Signature` value for `body` at time `now`, signed with the primary."""
-        return signature_header(body, [self.primary], now)
+    def header(self, body: bytes, *, now: int, nonce: str | None = None) -> str:
+        """The `Ductor-Signature` value for `body` at time `now`, signed with the primary
+        (a request passes a fresh `nonce`, see `new_nonce`)."""
+        return signature_header(body, [self.primary], now, nonce=nonce)
+
+    def request_header(self, body: bytes, *, now: int) -> str:
+        """The `Ductor-Signature` value of a request: signed with the primary under a
+        fresh nonce (`v1` and `v2`)."""
+        return self.header(body, now=now, nonce=new_nonce())
 
     def verify(self, body: bytes, header: str | None, *, now: int) -> int:
-        """Verify `header` for `body` at time `now`; return its timestamp.
+        """Verify `header` for `body` at time `now` (`v2` or `v1`); return its timestamp.
 
         Raises:
-            SignatureError: see `verify_signature`.
+            SignatureError: see `verify_signed`.
         """
-        return verify_signature(body, header, key=self.primary, fallback_key=self.fallback, now=now)
+        return self.check(body, header, now=now).timestamp
+
+    def check(
+        self, body: bytes, header: str | None, *, now: int, require_nonce: bool = False
+    ) -> Verified:
+        """Verify `header` for `body` at time `now`; return what verified.
+
+        Raises:
+            SignatureError: see `verify_signed`.
+        """
+        keys = [self.primary] if self.fallback is None else [self.primary, self.fallback]
+        return verify_signed(body, header, keys=keys, now=now, require_nonce=require_nonce)
+
+
+class SeenNonces:
+    """The nonces a receiver accepted, each kept until its window has passed.
+
+    In memory and bounded: when `capacity` live nonces are held, a new one is
+    refused (`signature.replay_cache_full`, retryable) rather than forgetting a
+    nonce that could then be replayed. One instance serves one process.
+    """
+
+    __slots__ = ("_expiry", "_heap", "capacity", "window")
+
+    def __init__(self, *, capacity: int = 100_000, window: int = REPLAY_WINDOW_SECONDS) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self.window = window
+        self._expiry: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._expiry)
+
+    def first_use(self, nonce: str, *, timestamp: int, now: int) -> None:
+        """Record `nonce` (of a message signed at `timestamp`) as used at `now`.
+
+        Raises:
+            SignatureError: `signature.replayed` when it was seen within its
+                window; `signature.replay_cache_full` when no room is left.
+        """
+        while self._heap and self._heap[0][0] < now:
+            _, gone = heapq.heappop(self._heap)
+            self._expiry.pop(gone, None)
+        if nonce in self._expiry:
+            raise SignatureError(
+                f"{SIGNATURE_HEADER} nonce {nonce!r} was already used", code="signature.replayed"
+            )
+        if len(self._expiry) >= self.capacity:
+            raise SignatureError(
+                f"{len(self._expiry)} nonces are held for the replay window; try again later",
+                code="signature.replay_cache_full",
+                retryable=True,
+            )
+        # A message stays acceptable until `now` passes `timestamp + window`.
+        expires = timestamp + self.window
+        self._expiry[nonce] = expires
+        heapq.heappush(self._heap, (expires, nonce))

@@ -88,7 +88,7 @@ def over_http(
     async def send(request: ExecuteRequest) -> ExecuteResponse:
         body = encode(request)
         headers = {
-            SIGNATURE_HEADER: keys.header(body, now=int(clock())),
+            SIGNATURE_HEADER: keys.request_header(body, now=int(clock())),
             "content-type": "application/json",
         }
         async with httpx.AsyncClient(transport=transport, timeout=30.0, verify=tls) as http:

@@ -16,9 +16,23 @@ import msgspec
 import ductor
 from ductor import Client, Context, Event, Signal, Workflow
 from ductor.api import ApiClient, AsyncApiClient, EventAccepted, Run
-from ductor.protocol import ExecuteRequest, ExecuteResponse, Opcode, StepRunOp
+from ductor.protocol import (
+    ExecuteRequest,
+    ExecuteResponse,
+    Opcode,
+    SeenNonces,
+    SigningKeys,
+    StepRunOp,
+    Verified,
+    verify_signed,
+)
 
 client = Client("shop", signing_key="k", fallback_signing_key="old")
+legacy = Client("shop", signing_key="k", require_nonce=False, seen_nonces=SeenNonces(capacity=10))
+assert_type(SigningKeys("k").request_header(b"{}", now=0), str)
+assert_type(SigningKeys("k").check(b"{}", None, now=0, require_nonce=True), Verified)
+assert_type(verify_signed(b"{}", None, keys=["k"], now=0).nonce, str | None)
+SigningKeys("k").header(b"{}", now=0, nonce=1)  # type: ignore[arg-type]
 
 
 class Order(msgspec.Struct, frozen=True):

@@ -388,6 +388,43 @@ def cmd_events_send(client: ApiClient, args: argparse.Namespace, out: TextIO) ->
     return 0
 
 
+def cmd_apps_keys_create(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Create a signing key for a bridge app; print it (shown this once)."""
+    body = None if args.grace is None else {"grace_seconds": args.grace}
+    created = client.call("POST", f"/v1/bridge/apps/{args.app_id}/keys", body=body)
+    if args.json:
+        _print_json(created, out)
+        return 0
+    out.write(f"{created['signing_key']}\n")
+    previous = created.get("previous_keys_expire_at")
+    sys.stderr.write(
+        f"key {created['key_id']} of app {created['app_id']}: shown once, store it now"
+        + (f"; the app's previous keys stay valid until {previous}" if previous else "")
+        + "\n"
+    )
+    return 0
+
+
+def cmd_apps_keys_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """List a bridge app's signing keys (never their secrets)."""
+    keys = client.call("GET", f"/v1/bridge/apps/{args.app_id}/keys")
+    if args.json:
+        _print_json(keys, out)
+        return 0
+    for key in keys:
+        state = "primary" if key["primary"] else ("active" if key["active"] else "inactive")
+        until = f" until {key['expires_at']}" if key["active"] and key["expires_at"] else ""
+        out.write(f"{key['key_id']}  {state}{until}  created {key['created_at']}\n")
+    return 0
+
+
+def cmd_apps_keys_revoke(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Revoke one of a bridge app's signing keys at once."""
+    client.call("DELETE", f"/v1/bridge/apps/{args.app_id}/keys/{args.key_id}")
+    out.write(f"revoked key {args.key_id} of app {args.app_id}\n")
+    return 0
+
+
 # --- wiring --------------------------------------------------------------------
 
 
@@ -414,7 +451,7 @@ def run_client_command(args: argparse.Namespace) -> int:
 
 
 def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `workflows`, `runs` and `events` on the top-level parser."""
+    """Register `workflows`, `runs`, `events` and `apps` on the top-level parser."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=None, help="server URL (default $DUCTOR_URL or :7070)")
     common.add_argument("--api-key", default=None, help="API key (default $DUCTOR_API_KEY)")
@@ -486,3 +523,20 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("name")
     p.add_argument("--data", default=None, help="event data as JSON")
     p.add_argument("--id", default=None, help="event id (a repeat is a duplicate)")
+
+    apps = sub.add_parser("apps", help="bridge apps: their signing keys")
+    ap = apps.add_subparsers(dest="apps_command", metavar="COMMAND", required=True)
+    app_keys = ap.add_parser("keys", help="create, list and revoke an app's signing keys")
+    ak = app_keys.add_subparsers(dest="apps_keys_command", metavar="COMMAND", required=True)
+    p = command(ak, "create", cmd_apps_keys_create, "create a signing key for an app")
+    p.add_argument("app_id")
+    p.add_argument(
+        "--grace", type=int, default=None, help="seconds the previous keys stay valid (1 day)"
+    )
+    p.add_argument("--json", action="store_true")
+    p = command(ak, "list", cmd_apps_keys_list, "list an app's signing keys")
+    p.add_argument("app_id")
+    p.add_argument("--json", action="store_true")
+    p = command(ak, "revoke", cmd_apps_keys_revoke, "revoke one of an app's signing keys")
+    p.add_argument("app_id")
+    p.add_argument("key_id")

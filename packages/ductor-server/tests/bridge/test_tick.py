@@ -383,7 +383,7 @@ async def _drive(
         for command in commands:
             if isinstance(command, DispatchTask):
                 body = encode(msgspec.convert(command.payload["request"], ExecuteRequest))
-                headers = {SIGNATURE_HEADER: keys.header(body, now=int(time.time()))}
+                headers = {SIGNATURE_HEADER: keys.request_header(body, now=int(time.time()))}
                 answer = await client.handle("POST", headers, body)
                 assert answer.status == 200, answer.body
                 ops = decode(answer.body, ExecuteResponse).opcodes

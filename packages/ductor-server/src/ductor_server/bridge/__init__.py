@@ -9,7 +9,16 @@ engine never imports it. Nothing here talks HTTP except the driver and probe.
 from __future__ import annotations
 
 from ductor_server.bridge.driver import BridgeDriver
-from ductor_server.bridge.keys import FALLBACK_ENV, KEY_ENV, signing_keys_from_env
+from ductor_server.bridge.keys import (
+    FALLBACK_ENV,
+    KEY_ENV,
+    REQUIRE_NONCE_ENV,
+    AppKey,
+    BridgeKeys,
+    NewAppKey,
+    require_nonce_from_env,
+    signing_keys_from_env,
+)
 from ductor_server.bridge.kind import BridgeKind, install
 from ductor_server.bridge.registry import BridgeApp, BridgeWorkflow, SyncOutcome
 from ductor_server.bridge.runs import (
@@ -35,12 +44,16 @@ __all__ = [
     "BRIDGE_KIND",
     "FALLBACK_ENV",
     "KEY_ENV",
+    "REQUIRE_NONCE_ENV",
+    "AppKey",
     "BridgeApp",
     "BridgeData",
     "BridgeDriver",
+    "BridgeKeys",
     "BridgeKind",
     "BridgeTickResult",
     "BridgeWorkflow",
+    "NewAppKey",
     "SyncOutcome",
     "bridge_data",
     "bridge_slug",
@@ -51,6 +64,7 @@ __all__ = [
     "install",
     "is_bridge_slug",
     "parse_bridge_slug",
+    "require_nonce_from_env",
     "signing_keys_from_env",
     "start_bridge_child",
     "start_triggered_runs",

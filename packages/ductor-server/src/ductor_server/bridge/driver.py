@@ -31,7 +31,7 @@ from ductor.protocol import (
     encode,
 )
 from ductor_core.runs import ErrorInfo, RunStatus
-from ductor_server.bridge.keys import signing_keys_from_env
+from ductor_server.bridge.keys import BridgeKeys, keys_for_app, signing_keys_from_env
 from ductor_server.bridge.registry import get_app, get_workflow, touch_app
 from ductor_server.bridge.runs import create_bridge_run
 from ductor_server.engine.actions import ActionCall, ActionFailed, failure
@@ -52,7 +52,9 @@ class BridgeDriver:
 
     Args:
         store: where the app registry lives.
-        keys: the bridge signing keys; read from the environment when None.
+        keys: the server-wide bridge signing keys, for apps with no keys of their
+            own; read from the environment when None. An app with keys of its
+            own is called with those (its tenant's), never with these.
         clock: the clock for signatures and `last_seen_at`.
         timeout: seconds one call may take.
         transport: an httpx transport (tests); a real connection pool when None.
@@ -79,6 +81,7 @@ class BridgeDriver:
         self.poll_interval = poll_interval
         self.parts = parts or EngineParts(catalog=WorkflowCatalog())
         self.keys = keys if keys is not None else keys_loader()
+        self.server_keys = None if self.keys is None else BridgeKeys.server(self.keys)
         self.clock = clock or SystemClock()
         self.timeout = timeout
         self.transport = transport
@@ -99,18 +102,28 @@ class BridgeDriver:
 
     async def __call__(self, call: ActionCall) -> Any:
         payload = call.payload if isinstance(call.payload, dict) else {}
-        if self.keys is None:
-            raise failure(
-                "handler.unavailable",
-                "the bridge is not configured: set DUCTOR_BRIDGE_SIGNING_KEY",
-                retryable=False,
-            )
         raw_request = payload.get("request")
         if raw_request is None and payload.get("cancel") is None:
             return await self._drive_child(call, payload)
         app_id = str(payload.get("app_id"))
         async with self.store.transaction() as tx:
             app = await get_app(tx, call.tenant_id, app_id)
+            keys = await keys_for_app(
+                tx, call.tenant_id, app_id, now=self.clock.now(), server=self.server_keys
+            )
+        if keys is None:
+            raise failure(
+                "handler.unavailable",
+                f"app {app_id!r} has no signing key and the server none:"
+                " create one (POST /v1/bridge/apps/{app_id}/keys) or set DUCTOR_BRIDGE_SIGNING_KEY",
+                retryable=False,
+            )
+        if not keys.sign_with:
+            raise failure(
+                "bridge.no_signing_key",
+                f"every signing key of app {app_id!r} is revoked or expired: create a new one",
+                retryable=False,
+            )
         if app is None or not app.url:
             raise failure(
                 "app.not_found",
@@ -119,7 +132,7 @@ class BridgeDriver:
             )
         if raw_request is None:
             cancel = msgspec.convert(payload["cancel"], CancelRequest)
-            raw = await self._post(call, app_id, app.url, encode(cancel))
+            raw = await self._post(call, app_id, app.url, encode(cancel), keys)
             try:
                 cancelled = decode(raw, CancelResponse)
             except ProtocolError as exc:
@@ -136,7 +149,7 @@ class BridgeDriver:
                 payload_ref=f"{call.run_id}:{call.attempt}",
             )
             body = encode(request)
-        content = await self._post(call, app_id, app.url, body)
+        content = await self._post(call, app_id, app.url, body, keys)
         try:
             answer = decode(content, ExecuteResponse)
         except ProtocolError as exc:
@@ -144,12 +157,14 @@ class BridgeDriver:
         await self._touch(call.tenant_id, app_id)
         return {"opcodes": msgspec.to_builtins(answer.opcodes)}
 
-    async def _post(self, call: ActionCall, app_id: str, url: str, body: bytes) -> bytes:
-        """POST a signed body to the app; return its verified 2xx answer."""
-        assert self.keys is not None
+    async def _post(
+        self, call: ActionCall, app_id: str, url: str, body: bytes, keys: BridgeKeys
+    ) -> bytes:
+        """POST a body signed with the app's keys (a fresh nonce); return its verified
+        2xx answer."""
         now = int(self.clock.now().timestamp())
         headers = {
-            SIGNATURE_HEADER: self.keys.header(body, now=now),
+            SIGNATURE_HEADER: keys.request_header(body, now=now),
             "content-type": "application/json",
             "Idempotency-Key": call.idempotency_key,
         }
@@ -162,7 +177,7 @@ class BridgeDriver:
             ) from exc
         answered = int(self.clock.now().timestamp())
         try:
-            self.keys.verify(response.content, response.headers.get(SIGNATURE_HEADER), now=answered)
+            keys.verify(response.content, response.headers.get(SIGNATURE_HEADER), now=answered)
         except SignatureError as exc:
             raise failure(
                 exc.code,

@@ -17,11 +17,11 @@ from ductor.protocol import (
     SIGNATURE_HEADER,
     ErrorResponse,
     HealthRequest,
-    SigningKeys,
     SyncRequest,
     decode,
     encode,
 )
+from ductor_server.bridge.keys import Signer
 from ductor_server.errors import ServerError
 
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -35,7 +35,7 @@ class AppCallFailed(ServerError):
 
 
 async def call_app(
-    keys: SigningKeys,
+    keys: Signer,
     url: str,
     request: HealthRequest | SyncRequest,
     answer_type: type[_S],
@@ -43,14 +43,15 @@ async def call_app(
     call_seconds: float = 30.0,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> _S:
-    """POST one signed action to the app at `url` and return its verified answer.
+    """POST one signed action (a fresh nonce) to the app at `url` and return its
+    verified answer.
 
     Raises:
         AppCallFailed: unreachable, an error answer, a bad signature or body.
     """
     body = encode(request)
     headers = {
-        SIGNATURE_HEADER: keys.header(body, now=int(time.time())),
+        SIGNATURE_HEADER: keys.request_header(body, now=int(time.time())),
         "content-type": "application/json",
     }
     try:

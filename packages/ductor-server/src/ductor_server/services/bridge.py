@@ -1,11 +1,14 @@
 """The server side of the bridge SDK: sync an app, start an inline run, accept a
-checkpoint, hand out an execute payload, list and probe apps.
+checkpoint, hand out an execute payload, list and probe apps, manage each
+app's signing keys and accept each signed request once.
 
 Built on the bridge internals (`ductor_server.bridge`): the app registry, bridge
 runs and the bridge tick's inputs. Run state is never written here (a
 checkpoint goes to the run's inbox, so the coordinator stays its only
-writer). Signing and verifying bodies is the transport's; the keys live here
-so every transport uses the same ones. No transport types here.
+writer). The transport hands `authenticate` the raw body and signature of a
+signed request; what that request may then do is checked here, against the
+`BridgeCaller` it returns, inside the transaction that does it. No transport
+types here.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from ductor.errors import SignatureError
 from ductor.protocol import (
     CheckpointAck,
     CheckpointRequest,
@@ -31,6 +35,19 @@ from ductor.protocol import (
     SyncResponse,
 )
 from ductor_core.errors import DuctorError
+from ductor_server.bridge.keys import (
+    DEFAULT_GRACE,
+    AppKey,
+    BridgeKeys,
+    NewAppKey,
+    create_app_key,
+    has_own_keys,
+    keys_for_app,
+    list_app_keys,
+    require_nonce_from_env,
+    revoke_app_key,
+)
+from ductor_server.bridge.nonces import first_use
 from ductor_server.bridge.probe import call_app
 from ductor_server.bridge.registry import get_app, list_apps, sync_app, touch_app
 from ductor_server.bridge.runs import bridge_data, create_bridge_run, find_workflow
@@ -43,6 +60,7 @@ from ductor_server.errors import (
     RequestInvalid,
     RunEnded,
     RunNotFound,
+    ServerError,
 )
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -74,6 +92,68 @@ class AppNotFound(NotFoundError):
         super().__init__(f"app {app_id!r} is not registered", details={"app_id": app_id})
 
 
+class AppKeyNotFound(NotFoundError):
+    """The app has no signing key with this id."""
+
+    code = "app_key.not_found"
+
+    def __init__(self, app_id: str, key_id: str) -> None:
+        super().__init__(
+            f"app {app_id!r} has no signing key {key_id!r}",
+            details={"app_id": app_id, "key_id": key_id},
+        )
+
+
+class BridgeAppForbidden(ServerError):
+    """A signed request acts for an app its signature does not speak for."""
+
+    code = "bridge.app_forbidden"
+
+    def __init__(self, app_id: str, caller: BridgeCaller) -> None:
+        signer = f"app {caller.app_id!r}'s key" if caller.own_key else "the server-wide key"
+        super().__init__(
+            f"a request signed with {signer} cannot act for app {app_id!r}",
+            details={"app_id": app_id, "signed_for": caller.app_id},
+        )
+
+
+class BridgeCaller(msgspec.Struct, frozen=True, kw_only=True):
+    """Who a verified signed request speaks for.
+
+    Attributes:
+        tenant_id: the tenant of the API key it came with.
+        app_id: the app whose keys verified it (`own_key`), or the app it named
+            (`Ductor-App`) when the server-wide key verified it, or None.
+        own_key: verified with the app's own key, not the server-wide key.
+    """
+
+    tenant_id: str
+    app_id: str | None
+    own_key: bool
+
+
+class AppKeyView(msgspec.Struct, frozen=True, kw_only=True):
+    """An app's signing key as listed: never its secret."""
+
+    app_id: str
+    key_id: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    active: bool
+    primary: bool
+
+
+class CreatedAppKey(msgspec.Struct, frozen=True, kw_only=True):
+    """A new app signing key; `signing_key` is shown this once only."""
+
+    app_id: str
+    key_id: str
+    signing_key: str
+    created_at: datetime
+    previous_keys_expire_at: datetime | None
+
+
 class AppView(msgspec.Struct, frozen=True, kw_only=True):
     """A registered app as a caller sees it."""
 
@@ -96,12 +176,22 @@ class BridgeService:
             apps cannot be called and signed requests cannot be checked).
     """
 
-    def __init__(self, context: ServiceContext, *, keys: SigningKeys | None) -> None:
+    def __init__(
+        self,
+        context: ServiceContext,
+        *,
+        keys: SigningKeys | None,
+        require_nonce: bool | None = None,
+    ) -> None:
         self._context = context
         self.keys = keys
+        self.require_nonce = require_nonce_from_env() if require_nonce is None else require_nonce
+        self.server_keys = (
+            None if keys is None else BridgeKeys.server(keys, require_nonce=self.require_nonce)
+        )
 
     def required_keys(self) -> SigningKeys:
-        """The signing keys.
+        """The server-wide signing keys.
 
         Raises:
             BridgeNotConfigured: the server has none.
@@ -110,18 +200,157 @@ class BridgeService:
             raise BridgeNotConfigured()
         return self.keys
 
+    # ------------------------------------------------------------ signed requests
+
+    async def request_keys(self, tenant_id: str, app_id: str | None) -> BridgeKeys:
+        """The keys a signed request naming `app_id` (`Ductor-App`) is verified with.
+
+        Raises:
+            BridgeNotConfigured: the app has no keys of its own and the server none.
+        """
+        async with self._context.store.transaction() as tx:
+            keys = await keys_for_app(
+                tx,
+                tenant_id,
+                app_id or None,
+                now=self._context.clock.now(),
+                server=self.server_keys,
+            )
+        if keys is None:
+            raise BridgeNotConfigured()
+        return keys
+
+    async def authenticate(
+        self,
+        tenant_id: str,
+        keys: BridgeKeys,
+        body: bytes,
+        header: str | None,
+        *,
+        app_id: str | None,
+    ) -> BridgeCaller:
+        """Verify a signed request with `keys` (from `request_keys`) and accept its nonce once.
+
+        Raises:
+            SignatureError: the signature does not verify, or `signature.replayed`
+                when its nonce was accepted before (nothing is recorded then).
+        """
+        now = int(self._context.clock.now().timestamp())
+        verified = keys.check(body, header, now=now)
+        if verified.nonce is not None:
+            async with self._context.store.transaction() as tx:
+                fresh = await first_use(
+                    tx,
+                    tenant_id,
+                    keys.app_id or app_id or "",
+                    verified.nonce,
+                    timestamp=verified.timestamp,
+                    now=now,
+                )
+            if not fresh:
+                raise SignatureError(
+                    f"this signed request (nonce {verified.nonce!r}) was already accepted once",
+                    code="signature.replayed",
+                )
+        if keys.own:
+            return BridgeCaller(tenant_id=tenant_id, app_id=keys.app_id, own_key=True)
+        return BridgeCaller(tenant_id=tenant_id, app_id=app_id or None, own_key=False)
+
+    async def _check_caller(self, tx: Tx, caller: BridgeCaller, app_id: str) -> None:
+        """The caller may act for `app_id`: signed with that app's own key, or with the
+        server-wide key for an app that has none (and names no other app).
+
+        Raises:
+            BridgeAppForbidden: it may not.
+        """
+        if caller.own_key:
+            allowed = caller.app_id == app_id
+        else:
+            allowed = caller.app_id in (None, app_id) and not await has_own_keys(
+                tx, caller.tenant_id, app_id
+            )
+        if not allowed:
+            raise BridgeAppForbidden(app_id, caller)
+
+    async def _allow(self, caller: BridgeCaller, app_id: str) -> None:
+        """`_check_caller` in its own transaction, before anything (an idempotent
+        replay's stored answer included) is read or written."""
+        async with self._context.store.transaction() as tx:
+            await self._check_caller(tx, caller, app_id)
+
+    # ------------------------------------------------------------ app keys
+
+    async def create_key(
+        self, tenant_id: str, app_id: str, *, grace: timedelta = DEFAULT_GRACE
+    ) -> CreatedAppKey:
+        """Create a signing key for the app (registered or not yet); it becomes the
+        key the server signs with, the app's other keys stay valid for `grace`.
+
+        Raises:
+            RequestInvalid: an empty app id or one with ':', or a negative grace.
+        """
+        if not app_id or ":" in app_id:
+            raise RequestInvalid("app_id must be non-empty and must not contain ':'")
+        if grace < timedelta(0):
+            raise RequestInvalid("grace_seconds must not be negative")
+        now = self._context.clock.now()
+        async with self._context.store.transaction() as tx:
+            created: NewAppKey = await create_app_key(tx, tenant_id, app_id, now=now, grace=grace)
+            keys = await list_app_keys(tx, tenant_id, app_id)
+        others = [k for k in keys if k.key_id != created.key.key_id and k.active(now)]
+        return CreatedAppKey(
+            app_id=app_id,
+            key_id=created.key.key_id,
+            signing_key=created.signing_key,
+            created_at=created.key.created_at,
+            previous_keys_expire_at=max(
+                (k.expires_at for k in others if k.expires_at is not None), default=None
+            ),
+        )
+
+    async def list_keys(self, tenant_id: str, app_id: str) -> list[AppKeyView]:
+        """The app's signing keys, newest first (the first active one is `primary`)."""
+        now = self._context.clock.now()
+        async with self._context.store.transaction() as tx:
+            keys = await list_app_keys(tx, tenant_id, app_id)
+        primary = next((k.key_id for k in keys if k.active(now)), None)
+        return [_key_view(k, now, primary) for k in keys]
+
+    async def revoke_key(self, tenant_id: str, app_id: str, key_id: str) -> AppKeyView:
+        """Revoke one of the app's keys now. The app keeps its other keys; with none
+        left its calls fail (the server-wide key is never used for it again).
+
+        Raises:
+            AppKeyNotFound: the app has no such key.
+        """
+        now = self._context.clock.now()
+        async with self._context.store.transaction() as tx:
+            revoked = await revoke_app_key(tx, tenant_id, app_id, key_id, now=now)
+            keys = await list_app_keys(tx, tenant_id, app_id)
+        if revoked is None:
+            raise AppKeyNotFound(app_id, key_id)
+        primary = next((k.key_id for k in keys if k.active(now)), None)
+        return _key_view(revoked, now, primary)
+
     async def sync(
-        self, tenant_id: str, describe: DescribeResponse, *, idempotency_key: str | None = None
+        self,
+        tenant_id: str,
+        describe: DescribeResponse,
+        *,
+        caller: BridgeCaller,
+        idempotency_key: str | None = None,
     ) -> Answer[SyncAck]:
         """Register or refresh an app and its workflows; `OK`.
 
         Raises:
             RequestInvalid: an empty app id.
+            BridgeAppForbidden: `caller` may not act for that app.
             IdempotencyConflict: the key was used with another describe payload.
         """
         if not describe.app_id:
             raise RequestInvalid("app_id must not be empty")
         now = self._context.clock.now()
+        await self._allow(caller, describe.app_id)
         claim = Claim.of(tenant_id, "bridge.sync", idempotency_key, describe, now=now)
 
         async def effect(tx: Tx) -> Answer[SyncAck]:
@@ -131,17 +360,24 @@ class BridgeService:
         return await once(self._context.store, claim, SyncAck, effect)
 
     async def inline_run(
-        self, tenant_id: str, body: InlineRunRequest, *, idempotency_key: str | None = None
+        self,
+        tenant_id: str,
+        body: InlineRunRequest,
+        *,
+        caller: BridgeCaller,
+        idempotency_key: str | None = None,
     ) -> Answer[InlineRunResponse]:
         """Create a run the caller executes itself (the engine takes over on hand-off);
         `CREATED`.
 
         Raises:
+            BridgeAppForbidden: `caller` may not act for that app.
             BridgeWorkflowNotFound: the app or workflow is not registered.
             IdempotencyConflict: the key was used with another request.
         """
         context = self._context
         now = context.clock.now()
+        await self._allow(caller, body.app_id)
         claim = Claim.of(tenant_id, "bridge.runs.start", idempotency_key, body, now=now)
         effects = Effects()
 
@@ -173,11 +409,13 @@ class BridgeService:
         run_id: str,
         body: CheckpointRequest,
         *,
+        caller: BridgeCaller,
         idempotency_key: str | None = None,
     ) -> Answer[CheckpointAck]:
         """Queue a checkpoint's opcodes for the run's next tick, all or nothing; `OK`.
 
         Raises:
+            BridgeAppForbidden: `caller` may not act for that app.
             RunNotFound, RunEnded, RequestInvalid
             IdempotencyConflict: the key was used with another checkpoint.
         """
@@ -185,6 +423,7 @@ class BridgeService:
             raise RequestInvalid(f"the body is for run {body.run_id!r}, the path for {run_id!r}")
         context = self._context
         now = context.clock.now()
+        await self._allow(caller, body.app_id)
         claim = Claim.of(
             tenant_id, "bridge.runs.checkpoint", idempotency_key, body, now=now, target=run_id
         )
@@ -217,19 +456,24 @@ class BridgeService:
             context.wake.notify(Topic.INBOX)
         return answer
 
-    async def payload(self, tenant_id: str, run_id: str, ref: str | None) -> ExecutePayload:
+    async def payload(
+        self, tenant_id: str, run_id: str, ref: str | None, *, caller: BridgeCaller
+    ) -> ExecutePayload:
         """The input, recorded steps and event of a run whose execute was too large to inline.
 
         Raises:
             RequestInvalid: no `ref`.
             RunNotFound: no such bridge run (or its data is unreadable).
+            BridgeAppForbidden: `caller` may not act for the run's app.
         """
         if not ref:
             raise RequestInvalid("the 'ref' query parameter is required")
         async with self._context.store.transaction() as tx:
             run = await tx.get_run(tenant_id, run_id)
-        if run is None or run.kind != BRIDGE_KIND:
-            raise RunNotFound(run_id)
+            if run is None or run.kind != BRIDGE_KIND:
+                raise RunNotFound(run_id)
+            app_id, _ = parse_bridge_slug(run.family_slug)
+            await self._check_caller(tx, caller, app_id)
         try:
             data = bridge_data(run)
         except (KeyError, msgspec.ValidationError, DuctorError) as exc:
@@ -256,16 +500,24 @@ class BridgeService:
             for app in apps
         ]
 
-    async def request_sync(self, url: str) -> SyncResponse:
+    async def request_sync(
+        self, url: str, *, tenant_id: str | None = None, app_id: str | None = None
+    ) -> SyncResponse:
         """Ask the app at `url` to sync: it POSTs its describe payload back to the server.
 
+        The call is signed with the tenant's keys of `app_id` when it names one
+        that has them, else with the server-wide key.
+
         Raises:
-            BridgeNotConfigured: the server has no signing key.
+            BridgeNotConfigured: no key to sign with.
             RequestInvalid: not an http(s) URL.
         """
-        keys = self.required_keys()
         if not url.startswith(("http://", "https://")):
             raise RequestInvalid("url must be an http(s) URL of the app's bridge endpoint")
+        if tenant_id is not None and app_id:
+            keys: BridgeKeys | SigningKeys = await self.request_keys(tenant_id, app_id)
+        else:
+            keys = self.required_keys()
         return await call_app(keys, url, SyncRequest(url=url), SyncResponse)
 
     async def probe(self, tenant_id: str, app_id: str) -> HealthResponse:
@@ -275,21 +527,38 @@ class BridgeService:
             BridgeNotConfigured: the server has no signing key.
             AppNotFound: no such app, or it registered no URL.
         """
-        keys = self.required_keys()
         async with self._context.store.transaction() as tx:
             app = await get_app(tx, tenant_id, app_id)
         if app is None or not app.url:
             raise AppNotFound(app_id)
+        keys = await self.request_keys(tenant_id, app_id)
         health = await call_app(keys, app.url, HealthRequest(), HealthResponse)
         async with self._context.store.transaction() as tx:
             await touch_app(tx, tenant_id, app_id, now=self._context.clock.now())
         return health
 
 
+def _key_view(key: AppKey, now: datetime, primary: str | None) -> AppKeyView:
+    return AppKeyView(
+        app_id=key.app_id,
+        key_id=key.key_id,
+        created_at=key.created_at,
+        expires_at=key.expires_at,
+        revoked_at=key.revoked_at,
+        active=key.active(now),
+        primary=key.key_id == primary,
+    )
+
+
 __all__ = [
     "STALE_AFTER",
+    "AppKeyNotFound",
+    "AppKeyView",
     "AppNotFound",
     "AppView",
+    "BridgeAppForbidden",
+    "BridgeCaller",
     "BridgeService",
     "BridgeWorkflowNotFound",
+    "CreatedAppKey",
 ]

@@ -1,21 +1,26 @@
 """`/v1/bridge/...`: the server side of the bridge SDK. Thin handlers only.
 
 The signed routes (`sync`, inline `runs`, `checkpoint`, `payload`) check the
-body against the bridge signing key (the `verify_signature` guard) before
-anything is decoded, read or written, and sign every answer, errors included
-(as the protocol's `ErrorResponse`); a bad or expired signature gets 401 with
-the signature error's code and records nothing. The `apps` routes are plain
-API calls.
+body (the `verify_signature` guard) with the keys of the app the request names
+in `Ductor-App` (its own keys in the caller's tenant, else the server-wide
+key) and accept its nonce once, before anything is decoded, read or written;
+they sign every answer with those keys, errors included (as the protocol's
+`ErrorResponse`). A bad, expired or replayed signature gets 401 with the
+signature error's code and records nothing; a body for another app than the
+signature speaks for gets 403 `bridge.app_forbidden` (checked by the service).
+The `apps` routes, keys included, are plain API calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import msgspec
-from litestar import Controller, MediaType, Request, Response, get, post
+from litestar import Controller, MediaType, Request, Response, delete, get, post
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.handlers import BaseRouteHandler
@@ -24,6 +29,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 
 from ductor.errors import ProtocolError, SignatureError
 from ductor.protocol import (
+    APP_HEADER,
     SIGNATURE_HEADER,
     CheckpointAck,
     CheckpointRequest,
@@ -33,18 +39,18 @@ from ductor.protocol import (
     HealthResponse,
     InlineRunRequest,
     InlineRunResponse,
-    SigningKeys,
     SyncAck,
     SyncResponse,
     decode,
     encode,
 )
 from ductor_core.errors import DuctorError
+from ductor_server.bridge.keys import DEFAULT_GRACE, Signer
 from ductor_server.errors import BridgeNotConfigured
 from ductor_server.services import Answer, AppView, BridgeService
+from ductor_server.services.bridge import AppKeyView, BridgeCaller, CreatedAppKey
 from ductor_server.transports.rest.bodies import (
     NO_BODY,
-    AppUrlBody,
     JsonBody,
     NoBody,
     check_limits,
@@ -57,36 +63,63 @@ from ductor_server.transports.rest.idempotency import REPLAYED_HEADER, Idempoten
 
 T = TypeVar("T")
 
+_SIGNED_STATUS = {"bridge.app_forbidden": 403}
+"""Codes of the signed routes the shared table does not know."""
+
+
+class AppSyncBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/bridge/apps`: where the app's bridge endpoint is, and which app it is
+    (then the call is signed with that app's keys, when it has some)."""
+
+    url: str
+    app_id: str | None = None
+
+
+class NewKeyBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/bridge/apps/{app_id}/keys`: how long the app's other keys stay valid."""
+
+    grace_seconds: int = int(DEFAULT_GRACE.total_seconds())
+
 
 class SignedRefusal(Exception):
     """A signed route's error, answered as a signed `ErrorResponse` with `status`."""
 
-    def __init__(self, keys: SigningKeys | None, error: ErrorResponse, status: int) -> None:
+    def __init__(self, keys: Signer | None, error: ErrorResponse, status: int) -> None:
         super().__init__(error.message)
         self.keys = keys
         self.error = error
         self.status = status
 
     @classmethod
-    def of(cls, keys: SigningKeys | None, exc: DuctorError) -> SignedRefusal:
+    def of(cls, keys: Signer | None, exc: DuctorError) -> SignedRefusal:
         """The refusal for an error of the service layer (status from the one table)."""
         details = msgspec.to_builtins(exc.details) if exc.details is not None else None
         error = ErrorResponse(
             code=exc.code, message=exc.message, details=details, retryable=exc.retryable
         )
-        return cls(keys, error, status_for(exc.code, retryable=exc.retryable))
+        status = _SIGNED_STATUS.get(exc.code) or status_for(exc.code, retryable=exc.retryable)
+        return cls(keys, error, status)
 
 
-def _keys(connection: ASGIConnection[Any, Any, Any, Any]) -> SigningKeys | None:
-    return services_of(connection).bridge.keys
+def _keys(connection: ASGIConnection[Any, Any, Any, Any]) -> Signer | None:
+    """The keys this request verified with (set by the guard), else the server-wide key."""
+    verified: Signer | None = connection.state.get("bridge_keys")
+    return verified if verified is not None else services_of(connection).bridge.server_keys
+
+
+def _caller(request: Request[Any, Any, Any]) -> BridgeCaller:
+    caller: BridgeCaller = request.state.bridge_caller
+    return caller
 
 
 def _signed(
-    keys: SigningKeys | None, body: bytes, status: int, headers: dict[str, str] | None = None
+    keys: Signer | None, body: bytes, status: int, headers: dict[str, str] | None = None
 ) -> Response[bytes]:
     sent = dict(headers or {})
     if keys is not None:
-        sent[SIGNATURE_HEADER] = keys.header(body, now=int(time.time()))
+        # An app whose keys are all revoked leaves nothing to sign with: send it unsigned.
+        with contextlib.suppress(SignatureError):
+            sent[SIGNATURE_HEADER] = keys.header(body, now=int(time.time()))
     return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=sent)
 
 
@@ -98,21 +131,30 @@ def answer_signed_refusal(_: Request[Any, Any, Any], exc: SignedRefusal) -> Resp
 async def verify_signature(
     connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
 ) -> None:
-    """Guard of the signed routes: the raw body must carry a valid signature.
+    """Guard of the signed routes: the raw body must carry a valid signature, under
+    the keys of the app named in `Ductor-App`, with a nonce not seen before.
 
     Raises:
-        SignedRefusal: 503 without a signing key, 401 for a bad or stale signature.
+        SignedRefusal: 503 without a key to verify with, 401 for a bad, stale or
+            replayed signature.
     """
-    keys = _keys(connection)
-    if keys is None:
-        missing = BridgeNotConfigured()
-        error = ErrorResponse(code=missing.code, message=missing.message)
-        raise SignedRefusal(None, error, 503)
-    raw = await connection.body() if isinstance(connection, Request) else b""
+    bridge = services_of(connection).bridge
+    tenant_id: str = connection.state.tenant_id
+    app_id = connection.headers.get(APP_HEADER) or None
     try:
-        keys.verify(raw, connection.headers.get(SIGNATURE_HEADER), now=int(time.time()))
+        keys = await bridge.request_keys(tenant_id, app_id)
+    except BridgeNotConfigured as missing:
+        error = ErrorResponse(code=missing.code, message=missing.message)
+        raise SignedRefusal(None, error, 503) from missing
+    connection.state.bridge_keys = keys
+    raw = await connection.body() if isinstance(connection, Request) else b""
+    header = connection.headers.get(SIGNATURE_HEADER)
+    try:
+        caller = await bridge.authenticate(tenant_id, keys, raw, header, app_id=app_id)
     except SignatureError as exc:
-        raise SignedRefusal(keys, ErrorResponse(code=exc.code, message=exc.message), 401) from exc
+        error = ErrorResponse(code=exc.code, message=exc.message, retryable=exc.retryable)
+        raise SignedRefusal(keys, error, 503 if exc.retryable else 401) from exc
+    connection.state.bridge_caller = caller
 
 
 class ProtocolBody(JsonBody):
@@ -127,7 +169,7 @@ class ProtocolBody(JsonBody):
         return _protocol_decode(_keys(self.asgi_connection), raw, into)
 
 
-def _protocol_decode(keys: SigningKeys | None, raw: bytes, into: type[T]) -> T:
+def _protocol_decode(keys: Signer | None, raw: bytes, into: type[T]) -> T:
     try:
         value = decode(raw, into)
         check_limits(raw, value)
@@ -147,7 +189,7 @@ def _invalid(keys: SigningKeys | None, message: str) -> SignedRefusal:
     return SignedRefusal(keys, ErrorResponse(code="protocol.invalid", message=message), 400)
 
 
-def _message(keys: SigningKeys | None, data: T | NoBody, into: type[T]) -> T:
+def _message(keys: Signer | None, data: T | NoBody, into: type[T]) -> T:
     """The decoded wire message of a signed route (an empty body is refused as the
     protocol refuses it)."""
     if isinstance(data, NoBody):
@@ -156,7 +198,7 @@ def _message(keys: SigningKeys | None, data: T | NoBody, into: type[T]) -> T:
 
 
 async def _answer(
-    keys: SigningKeys | None, produce: Callable[[], Awaitable[Answer[Any]]]
+    keys: Signer | None, produce: Callable[[], Awaitable[Answer[Any]]]
 ) -> Response[bytes]:
     """Run the service call and sign its answer (or its error)."""
     try:
@@ -195,19 +237,23 @@ class BridgeController(Controller):
     )
     async def sync(
         self,
+        request: Request[Any, Any, Any],
         tenant_id: NamedDependency[str],
         bridge: NamedDependency[BridgeService],
         data: JSONBody[DescribeResponse | NoBody] = NO_BODY,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[bytes]:
         """Register or refresh an app: body `DescribeResponse`, answer `SyncAck`."""
-        describe = _message(bridge.keys, data, DescribeResponse)
+        keys = _keys(request)
+        describe = _message(keys, data, DescribeResponse)
 
         async def produce() -> Answer[SyncAck]:
             key = checked_key(idempotency_key)
-            return await bridge.sync(tenant_id, describe, idempotency_key=key)
+            return await bridge.sync(
+                tenant_id, describe, caller=_caller(request), idempotency_key=key
+            )
 
-        return await _answer(bridge.keys, produce)
+        return await _answer(keys, produce)
 
     @post(
         "/runs",
@@ -217,19 +263,23 @@ class BridgeController(Controller):
     )
     async def inline_run(
         self,
+        request: Request[Any, Any, Any],
         tenant_id: NamedDependency[str],
         bridge: NamedDependency[BridgeService],
         data: JSONBody[InlineRunRequest | NoBody] = NO_BODY,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[bytes]:
         """Start a run the caller executes itself: `InlineRunRequest` -> `InlineRunResponse`."""
-        body = _message(bridge.keys, data, InlineRunRequest)
+        keys = _keys(request)
+        body = _message(keys, data, InlineRunRequest)
 
         async def produce() -> Answer[InlineRunResponse]:
             key = checked_key(idempotency_key)
-            return await bridge.inline_run(tenant_id, body, idempotency_key=key)
+            return await bridge.inline_run(
+                tenant_id, body, caller=_caller(request), idempotency_key=key
+            )
 
-        return await _answer(bridge.keys, produce)
+        return await _answer(keys, produce)
 
     @post(
         "/runs/{run_id:str}/checkpoint",
@@ -239,6 +289,7 @@ class BridgeController(Controller):
     )
     async def checkpoint(
         self,
+        request: Request[Any, Any, Any],
         run_id: FromPath[str],
         tenant_id: NamedDependency[str],
         bridge: NamedDependency[BridgeService],
@@ -246,13 +297,16 @@ class BridgeController(Controller):
         idempotency_key: IdempotencyKey = None,
     ) -> Response[bytes]:
         """Record opcodes an app produced in-process: `CheckpointRequest` -> `CheckpointAck`."""
-        body = _message(bridge.keys, data, CheckpointRequest)
+        keys = _keys(request)
+        body = _message(keys, data, CheckpointRequest)
 
         async def produce() -> Answer[CheckpointAck]:
             key = checked_key(idempotency_key)
-            return await bridge.checkpoint(tenant_id, run_id, body, idempotency_key=key)
+            return await bridge.checkpoint(
+                tenant_id, run_id, body, caller=_caller(request), idempotency_key=key
+            )
 
-        return await _answer(bridge.keys, produce)
+        return await _answer(keys, produce)
 
     @get(
         "/runs/{run_id:str}/payload",
@@ -261,6 +315,7 @@ class BridgeController(Controller):
     )
     async def payload(
         self,
+        request: Request[Any, Any, Any],
         run_id: FromPath[str],
         tenant_id: NamedDependency[str],
         bridge: NamedDependency[BridgeService],
@@ -269,22 +324,65 @@ class BridgeController(Controller):
         """The input, steps and event of an execute sent with `payload_ref`."""
 
         async def read() -> Answer[ExecutePayload]:
-            return Answer(await bridge.payload(tenant_id, run_id, ref))
+            return Answer(await bridge.payload(tenant_id, run_id, ref, caller=_caller(request)))
 
-        return await _answer(bridge.keys, read)
+        return await _answer(_keys(request), read)
 
     @post("/apps", status_code=200, dto=JsonBody, responses=V1_ERRORS)
     async def request_sync(
         self,
+        tenant_id: NamedDependency[str],
         bridge: NamedDependency[BridgeService],
-        data: JSONBody[AppUrlBody | NoBody] = NO_BODY,
+        data: JSONBody[AppSyncBody | NoBody] = NO_BODY,
     ) -> SyncResponse:
-        """Ask an app to register itself: body `{"url": "<its bridge endpoint>"}`.
+        """Ask an app to register itself: body `{"url": "<its bridge endpoint>", "app_id"}`.
 
-        The server sends the app the signed `sync` action; the app POSTs its
-        describe payload to `/v1/bridge/sync` and the app's answer comes back.
+        The server sends the app the signed `sync` action (with the app's own keys
+        when `app_id` names an app that has some); the app POSTs its describe
+        payload to `/v1/bridge/sync` and the app's answer comes back.
         """
-        return await bridge.request_sync(required(data).url)
+        body = required(data)
+        return await bridge.request_sync(body.url, tenant_id=tenant_id, app_id=body.app_id)
+
+    @post("/apps/{app_id:str}/keys", status_code=201, dto=JsonBody, responses=V1_ERRORS)
+    async def create_key(
+        self,
+        app_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        bridge: NamedDependency[BridgeService],
+        data: JSONBody[NewKeyBody | NoBody] = NO_BODY,
+    ) -> CreatedAppKey:
+        """Create a signing key for the app; its `signing_key` is shown this once.
+
+        The server signs its calls to the app with it from now on, and verifies
+        the app's requests with the app's keys only. The app's other keys stay
+        valid for `grace_seconds` (default a day) or until revoked.
+        """
+        grace = NewKeyBody() if isinstance(data, NoBody) else data
+        return await bridge.create_key(
+            tenant_id, app_id, grace=timedelta(seconds=grace.grace_seconds)
+        )
+
+    @get("/apps/{app_id:str}/keys", responses=V1_ERRORS)
+    async def list_keys(
+        self,
+        app_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        bridge: NamedDependency[BridgeService],
+    ) -> list[AppKeyView]:
+        """The app's signing keys, newest first, without their secrets."""
+        return await bridge.list_keys(tenant_id, app_id)
+
+    @delete("/apps/{app_id:str}/keys/{key_id:str}", status_code=200, responses=V1_ERRORS)
+    async def revoke_key(
+        self,
+        app_id: FromPath[str],
+        key_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        bridge: NamedDependency[BridgeService],
+    ) -> AppKeyView:
+        """Revoke one of the app's signing keys at once."""
+        return await bridge.revoke_key(tenant_id, app_id, key_id)
 
     @post("/apps/{app_id:str}/health", status_code=200, responses=V1_ERRORS)
     async def probe(
