@@ -184,7 +184,7 @@ def _protocol_decode(keys: Signer | None, raw: bytes, into: type[T]) -> T:
     return value
 
 
-def _invalid(keys: SigningKeys | None, message: str) -> SignedRefusal:
+def _invalid(keys: Signer | None, message: str) -> SignedRefusal:
     """A signed 400 `protocol.invalid`."""
     return SignedRefusal(keys, ErrorResponse(code="protocol.invalid", message=message), 400)
 
