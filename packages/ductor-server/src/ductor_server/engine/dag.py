@@ -16,8 +16,9 @@ from ductor_core.errors import DuctorError
 from ductor_core.runs import ErrorInfo, RunFinished, RunInput, StartChildRun
 from ductor_core.tick import tick
 from ductor_server.engine.effects import MAX_START_DEPTH, Effects, EngineParts, create_run
-from ductor_server.engine.events import trigger_matches
+from ductor_server.engine.events import match_triggers, start_matched, triggered_candidates
 from ductor_server.engine.kinds import KindTick, failed_tick
+from ductor_server.engine.offload import ENGINE
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import DAG_KIND, RunRecord
 
@@ -174,31 +175,27 @@ class DagKind:
         now: datetime,
     ) -> list[str]:
         """Start the latest version of every family with a trigger on the event
-        whose filter holds (once per event id and family)."""
-        started: list[str] = []
-        engine = parts.expressions()
-        event = {"id": event_id, "name": name, "data": data}
-        for record in await tx.find_triggered_workflows(tenant_id, name):
-            definition = parts.catalog.decode(record)
-            if not any(
-                trigger.event == name and trigger_matches(engine, trigger.filter, event)
-                for trigger in definition.triggers
-            ):
-                continue
-            inserted = await create_run(
-                tx,
-                parts,
-                effects,
-                tenant_id=tenant_id,
-                record=record,
-                definition=definition,
-                input=data,
-                now=now,
-                idempotency_key=f"event:{event_id}:{record.family_slug}",
-            )
-            if inserted.created:
-                started.append(inserted.run.id)
-        return started
+        whose filter holds (once per event id and family).
+
+        The filters run in a worker thread, but inside `tx`: the events service
+        matches them before its transaction opens instead (`prepare_triggered`).
+        """
+        candidates = await triggered_candidates(tx, parts, tenant_id, name)
+        if not candidates:
+            return []
+        triggered = await ENGINE.run(
+            match_triggers, parts, candidates, event_id=event_id, name=name, data=data, now=now
+        )
+        return await start_matched(
+            tx,
+            parts,
+            effects,
+            tenant_id=tenant_id,
+            event_id=event_id,
+            data=data,
+            triggered=triggered,
+            now=now,
+        )
 
     async def on_finish(
         self,

@@ -30,12 +30,14 @@ from ductor_core.runs import (
     RunStatus,
     SetTimer,
     StartChildRun,
+    TickResult,
 )
 from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import start_run
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.history import transition_entries
 from ductor_server.engine.kinds import RunKinds
+from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import (
@@ -130,6 +132,26 @@ class EngineParts:
         return self.engine or default_engine()
 
 
+@dataclass(frozen=True)
+class FirstTick:
+    """A new run's id and first tick (`start_run`), computed before it is inserted."""
+
+    run_id: str
+    result: TickResult
+
+
+def first_tick(
+    parts: EngineParts, definition: WorkflowDefinition, *, input: Any, now: datetime
+) -> FirstTick:
+    """Compute a new run's first tick (pure and possibly heavy: it evaluates the
+    root steps' CEL over `input`; call it in a worker thread)."""
+    run_id = new_run_id()
+    result = start_run(
+        definition, run_id=run_id, input=input, now=now, engine=parts.engine, specs=parts.specs
+    )
+    return FirstTick(run_id, result)
+
+
 async def create_run(
     tx: Tx,
     parts: EngineParts,
@@ -146,17 +168,20 @@ async def create_run(
     parent_item_index: int = -1,
     child_key: str | None = None,
     depth: int = 0,
+    first: FirstTick | None = None,
 ) -> RunInsert:
-    """Insert a run with its first tick (`start_run`) and gather that tick's commands
-    into `effects` (the caller flushes them before committing).
+    """Insert a run with its first tick and gather that tick's commands into
+    `effects` (the caller flushes them before committing).
 
-    If the idempotency key or child key is already taken, nothing is written
-    and the existing run comes back with `created=False`.
+    `first` is the first tick computed beforehand (`first_tick`, for `input`
+    and `now`), so the transaction need not wait for it; without it the tick
+    runs here, in a worker thread. If the idempotency key or child key is
+    already taken, nothing is written and the existing run comes back with
+    `created=False`.
     """
-    run_id = new_run_id()
-    result = start_run(
-        definition, run_id=run_id, input=input, now=now, engine=parts.engine, specs=parts.specs
-    )
+    if first is None:
+        first = await ENGINE.run(first_tick, parts, definition, input=input, now=now)
+    run_id, result = first.run_id, first.result
     [inserted] = await tx.insert_runs(
         [
             NewRun(

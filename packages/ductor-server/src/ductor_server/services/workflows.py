@@ -12,7 +12,10 @@ import msgspec
 
 from ductor_core.definitions import WorkflowDefinition, content_hash, definition_from_obj
 from ductor_core.errors import DuctorError
+from ductor_core.expressions import ExpressionEngine
+from ductor_core.step_specs import StepSpecs
 from ductor_core.validation import ValidationReport, validate_definition
+from ductor_server.engine.offload import VALIDATION
 from ductor_server.errors import DefinitionInvalid, WorkflowNotFound, WorkflowVersionNotFound
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -79,6 +82,27 @@ def _version_view(
     )
 
 
+def _checked(
+    definition: Any, *, engine: ExpressionEngine | None, specs: StepSpecs
+) -> tuple[WorkflowDefinition, str]:
+    """The valid definition with its content hash (runs in a worker thread).
+
+    Raises:
+        DefinitionInvalid: with the problems as `details`.
+    """
+    report = validate_definition(definition, engine=engine, specs=specs)
+    if not report.valid:
+        raise DefinitionInvalid(
+            f"the definition has {len(report.problems)} problem(s)",
+            details=msgspec.to_builtins(report.problems),
+        )
+    try:
+        parsed = definition_from_obj(definition)
+    except DuctorError as exc:  # validation passed, so this is unexpected
+        raise DefinitionInvalid(exc.message, details=[]) from exc
+    return parsed, content_hash(parsed)
+
+
 # --- the service -----------------------------------------------------------------
 
 
@@ -89,9 +113,16 @@ class WorkflowsService:
         self._context = context
 
     async def validate(self, tenant_id: str, definition: Any) -> ValidationReport:
-        """Validate a definition (parsed JSON); report every problem with a pointer."""
-        return validate_definition(
-            definition, engine=self._context.expressions, specs=self._context.parts.specs
+        """Validate a definition (parsed JSON); report every problem with a pointer.
+
+        Validation compiles every expression, so it runs in a worker thread of
+        the validation lane, never on the event loop.
+        """
+        return await VALIDATION.run(
+            validate_definition,
+            definition,
+            engine=self._context.expressions,
+            specs=self._context.parts.specs,
         )
 
     async def publish(
@@ -109,24 +140,18 @@ class WorkflowsService:
         claim = Claim.of(
             tenant_id, "workflows.publish", idempotency_key, [definition], now=context.clock.now()
         )
-        report = validate_definition(
-            definition, engine=context.expressions, specs=context.parts.specs
+        # Validate (in a worker thread) before the transaction opens: it
+        # compiles every expression, which must hold neither the loop nor a
+        # connection.
+        parsed, hash_ = await VALIDATION.run(
+            _checked, definition, engine=context.expressions, specs=context.parts.specs
         )
-        if not report.valid:
-            raise DefinitionInvalid(
-                f"the definition has {len(report.problems)} problem(s)",
-                details=msgspec.to_builtins(report.problems),
-            )
-        try:
-            parsed = definition_from_obj(definition)
-        except DuctorError as exc:  # validation passed, so this is unexpected
-            raise DefinitionInvalid(exc.message, details=[]) from exc
 
         async def effect(tx: Tx) -> Answer[PublishedWorkflow]:
             record, created = await tx.insert_workflow_version(
                 tenant_id,
                 family_slug=parsed.family_slug,
-                hash=content_hash(parsed),
+                hash=hash_,
                 definition=msgspec.to_builtins(parsed),
                 trigger_events=sorted({t.event for t in parsed.triggers}),
                 now=context.clock.now(),
