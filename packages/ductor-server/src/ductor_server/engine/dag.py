@@ -8,7 +8,7 @@ It reads definitions through the catalog and writes only through the given
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -46,8 +46,20 @@ class DagKind:
         inputs: Sequence[RunInput],
         now: datetime,
     ) -> KindTick:
-        """Tick against the run's pinned definition; a run whose definition is gone
-        or unreadable, or whose tick raises, fails instead."""
+        """Tick against the run's pinned definition, in a worker thread; a run whose
+        definition is gone or unreadable, or whose tick raises, fails instead."""
+        compute = await self.prepare_tick(tx, parts, run, inputs, now)
+        return await ENGINE.run(compute)
+
+    async def prepare_tick(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        run: RunRecord,
+        inputs: Sequence[RunInput],
+        now: datetime,
+    ) -> Callable[[], KindTick]:
+        """Load the run's pinned definition; return the pure tick against it."""
         try:
             definition = await parts.catalog.definition(
                 tx, run.tenant_id, run.family_slug, run.version
@@ -56,29 +68,30 @@ class DagKind:
             error = ErrorInfo(
                 code="engine.definition_unreadable", message=exc.message, retryable=False
             )
-            return KindTick(failed_tick(run.state, error, now))
+            failed = KindTick(failed_tick(run.state, error, now))
+            return lambda: failed
         if definition is None:
             error = ErrorInfo(
                 code="workflow.version_not_found",
                 message=f"{run.family_slug} v{run.version} is not published",
                 retryable=False,
             )
-            return KindTick(failed_tick(run.state, error, now))
-        try:
-            return KindTick(
-                tick(
-                    definition,
-                    run.state,
-                    list(inputs),
-                    now,
-                    engine=parts.engine,
-                    specs=parts.specs,
+            failed = KindTick(failed_tick(run.state, error, now))
+            return lambda: failed
+        found = definition
+        pending = list(inputs)
+
+        def compute() -> KindTick:
+            try:
+                return KindTick(
+                    tick(found, run.state, pending, now, engine=parts.engine, specs=parts.specs)
                 )
-            )
-        except Exception as exc:  # a tick bug must not wedge the run (or the batch)
-            log.exception("tick of run %s failed", run.id)
-            error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
-            return KindTick(failed_tick(run.state, error, now))
+            except Exception as exc:  # a tick bug must not wedge the run (or the batch)
+                log.exception("tick of run %s failed", run.id)
+                error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
+                return KindTick(failed_tick(run.state, error, now))
+
+        return compute
 
     async def trigger(
         self,
