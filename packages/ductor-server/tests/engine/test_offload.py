@@ -36,20 +36,22 @@ async def test_a_lane_runs_at_most_its_slots_at_once_and_answers_every_call() ->
     running = 0
     peak = 0
     release = threading.Event()
+    two_in = threading.Event()
 
     def work(n: int) -> int:
         nonlocal running, peak
         with lock:
             running += 1
             peak = max(peak, running)
+            if running == 2:
+                two_in.set()
         release.wait(WAIT)
         with lock:
             running -= 1
         return n * n
 
     calls = [asyncio.ensure_future(lane.run(work, n)) for n in range(6)]
-    while lane.running < 2:
-        await asyncio.sleep(0.001)
+    assert await asyncio.to_thread(two_in.wait, WAIT)
     await asyncio.sleep(0.02)  # the loop is free meanwhile, and no third call starts
     assert (lane.running, lane.waiting, peak) == (2, 4, 2)
     release.set()
@@ -60,9 +62,14 @@ async def test_a_lane_runs_at_most_its_slots_at_once_and_answers_every_call() ->
 async def test_a_cancelled_caller_holds_its_slot_until_its_thread_ends() -> None:
     lane = Lane("test", 1)
     release = threading.Event()
-    call = asyncio.ensure_future(lane.run(release.wait, WAIT))
-    while lane.running < 1:
-        await asyncio.sleep(0.001)
+    entered = threading.Event()
+
+    def work() -> bool:
+        entered.set()
+        return release.wait(WAIT)
+
+    call = asyncio.ensure_future(lane.run(work))
+    assert await asyncio.to_thread(entered.wait, WAIT)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
