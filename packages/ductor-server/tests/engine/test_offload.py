@@ -6,6 +6,7 @@ runs start once however many copies of it race."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -78,6 +79,20 @@ async def test_a_cancelled_caller_holds_its_slot_until_its_thread_ends() -> None
     assert not follower.done()  # the cancelled call's thread still holds the slot
     release.set()
     assert await follower == "next"
+
+
+async def test_a_call_that_pickles_runs_in_a_worker_process_and_a_closure_in_a_thread() -> None:
+    lane = Lane("test", 1)
+    try:
+        here = os.getpid()
+        there = await lane.run(os.getpid)
+        assert there != here
+        assert await lane.run(os.getpid) == there  # the process is kept for the next call
+        assert await lane.run(lambda: os.getpid()) == here  # a lambda does not pickle
+        threads = Lane("test", 1, processes=False)
+        assert await threads.run(os.getpid) == here
+    finally:
+        lane.close()
 
 
 class GatedEcho(EchoKind):

@@ -10,19 +10,55 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
+from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
-from ductor_core.runs import ErrorInfo, RunFinished, RunInput, StartChildRun
+from ductor_core.expressions import ExpressionEngine
+from ductor_core.runs import ErrorInfo, RunFinished, RunInput, RunState, StartChildRun
+from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import tick
 from ductor_server.engine.effects import MAX_START_DEPTH, Effects, EngineParts, create_run
-from ductor_server.engine.events import match_triggers, start_matched, triggered_candidates
+from ductor_server.engine.events import match_candidates, start_matched, triggered_candidates
 from ductor_server.engine.kinds import KindTick, failed_tick
-from ductor_server.engine.offload import ENGINE
+from ductor_server.engine.offload import ENGINE, resolve_engine, resolve_specs
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import DAG_KIND, RunRecord
 
 log = logging.getLogger("ductor.coordinator")
+
+
+def dag_tick(
+    definition: WorkflowDefinition,
+    state: RunState,
+    inputs: list[RunInput],
+    now: datetime,
+    *,
+    engine: ExpressionEngine | str | None,
+    specs: StepSpecs | None,
+) -> KindTick:
+    """Tick a DAG run, in a lane's worker (`engine` and `specs` as
+    `EngineParts.portable` gives them); a tick that raises fails the run."""
+    try:
+        return KindTick(
+            tick(
+                definition,
+                state,
+                inputs,
+                now,
+                engine=resolve_engine(engine),
+                specs=resolve_specs(specs),
+            )
+        )
+    except Exception as exc:  # a tick bug must not wedge the run (or the batch)
+        log.exception("tick of run %s failed", state.run_id)
+        error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
+        return KindTick(failed_tick(state, error, now))
+
+
+def _ready(ticked: KindTick) -> KindTick:
+    return ticked
 
 
 class DagKind:
@@ -69,7 +105,7 @@ class DagKind:
                 code="engine.definition_unreadable", message=exc.message, retryable=False
             )
             failed = KindTick(failed_tick(run.state, error, now))
-            return lambda: failed
+            return partial(_ready, failed)
         if definition is None:
             error = ErrorInfo(
                 code="workflow.version_not_found",
@@ -77,21 +113,11 @@ class DagKind:
                 retryable=False,
             )
             failed = KindTick(failed_tick(run.state, error, now))
-            return lambda: failed
-        found = definition
-        pending = list(inputs)
-
-        def compute() -> KindTick:
-            try:
-                return KindTick(
-                    tick(found, run.state, pending, now, engine=parts.engine, specs=parts.specs)
-                )
-            except Exception as exc:  # a tick bug must not wedge the run (or the batch)
-                log.exception("tick of run %s failed", run.id)
-                error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
-                return KindTick(failed_tick(run.state, error, now))
-
-        return compute
+            return partial(_ready, failed)
+        engine, specs = parts.portable()
+        return partial(
+            dag_tick, definition, run.state, list(inputs), now, engine=engine, specs=specs
+        )
 
     async def trigger(
         self,
@@ -194,10 +220,8 @@ class DagKind:
         matches them before its transaction opens instead (`prepare_triggered`).
         """
         candidates = await triggered_candidates(tx, parts, tenant_id, name)
-        if not candidates:
-            return []
-        triggered = await ENGINE.run(
-            match_triggers, parts, candidates, event_id=event_id, name=name, data=data, now=now
+        triggered = await match_candidates(
+            parts, candidates, event_id=event_id, name=name, data=data, now=now
         )
         return await start_matched(
             tx,

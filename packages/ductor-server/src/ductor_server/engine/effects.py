@@ -37,7 +37,13 @@ from ductor_core.tick import start_run
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.history import transition_entries
 from ductor_server.engine.kinds import RunKinds
-from ductor_server.engine.offload import ENGINE
+from ductor_server.engine.offload import (
+    ENGINE,
+    portable_engine,
+    portable_specs,
+    resolve_engine,
+    resolve_specs,
+)
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import (
@@ -131,6 +137,11 @@ class EngineParts:
         """The CEL engine to evaluate with."""
         return self.engine or default_engine()
 
+    def portable(self) -> tuple[ExpressionEngine | str, StepSpecs | None]:
+        """The engine and step types in a form a worker process can rebuild
+        (names for the shared ones; see `offload.portable_engine`)."""
+        return portable_engine(self.engine), portable_specs(self.specs)
+
 
 @dataclass(frozen=True)
 class FirstTick:
@@ -141,13 +152,24 @@ class FirstTick:
 
 
 def first_tick(
-    parts: EngineParts, definition: WorkflowDefinition, *, input: Any, now: datetime
+    definition: WorkflowDefinition,
+    *,
+    input: Any,
+    now: datetime,
+    engine: ExpressionEngine | str | None,
+    specs: StepSpecs | None,
 ) -> FirstTick:
     """Compute a new run's first tick (pure and possibly heavy: it evaluates the
-    root steps' CEL over `input`; call it in a worker thread)."""
+    root steps' CEL over `input`), in a lane's worker; `engine` and `specs` as
+    `EngineParts.portable` gives them."""
     run_id = new_run_id()
     result = start_run(
-        definition, run_id=run_id, input=input, now=now, engine=parts.engine, specs=parts.specs
+        definition,
+        run_id=run_id,
+        input=input,
+        now=now,
+        engine=resolve_engine(engine),
+        specs=resolve_specs(specs),
     )
     return FirstTick(run_id, result)
 
@@ -180,7 +202,10 @@ async def create_run(
     `created=False`.
     """
     if first is None:
-        first = await ENGINE.run(first_tick, parts, definition, input=input, now=now)
+        engine, specs = parts.portable()
+        first = await ENGINE.run(
+            first_tick, definition, input=input, now=now, engine=engine, specs=specs
+        )
     run_id, result = first.run_id, first.result
     [inserted] = await tx.insert_runs(
         [

@@ -20,8 +20,9 @@ from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import EventReceived
+from ductor_core.step_specs import StepSpecs
 from ductor_server.engine.effects import Effects, EngineParts, FirstTick, create_run, first_tick
-from ductor_server.engine.offload import ENGINE
+from ductor_server.engine.offload import ENGINE, resolve_engine
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import EventRecord, NewInboxItem, WorkflowVersionRecord
 
@@ -73,6 +74,32 @@ async def triggered_candidates(tx: Tx, parts: EngineParts, tenant_id: str, name:
 
 
 def match_triggers(
+    definitions: Sequence[WorkflowDefinition],
+    *,
+    event_id: str,
+    name: str,
+    data: Any,
+    now: datetime,
+    engine: ExpressionEngine | str | None,
+    specs: StepSpecs | None,
+) -> list[tuple[int, FirstTick]]:
+    """The definitions (by index) whose trigger filter holds for the event, each
+    with its run's first tick. Pure and possibly heavy: run it in a lane's
+    worker, with `engine` and `specs` as `EngineParts.portable` gives them."""
+    cel = resolve_engine(engine)
+    event = {"id": event_id, "name": name, "data": data}
+    matched: list[tuple[int, FirstTick]] = []
+    for index, definition in enumerate(definitions):
+        if any(
+            trigger.event == name and trigger_matches(cel, trigger.filter, event)
+            for trigger in definition.triggers
+        ):
+            first = first_tick(definition, input=data, now=now, engine=engine, specs=specs)
+            matched.append((index, first))
+    return matched
+
+
+async def match_candidates(
     parts: EngineParts,
     candidates: Candidates,
     *,
@@ -81,19 +108,23 @@ def match_triggers(
     data: Any,
     now: datetime,
 ) -> list[TriggeredRun]:
-    """The candidates whose trigger filter holds for the event, each with its
-    run's first tick. Pure and possibly heavy: call it in a worker thread."""
-    engine = parts.expressions()
-    event = {"id": event_id, "name": name, "data": data}
-    matched: list[TriggeredRun] = []
-    for record, definition in candidates:
-        if any(
-            trigger.event == name and trigger_matches(engine, trigger.filter, event)
-            for trigger in definition.triggers
-        ):
-            first = first_tick(parts, definition, input=data, now=now)
-            matched.append(TriggeredRun(record, definition, first))
-    return matched
+    """The candidates whose trigger filter holds, matched in the engine lane."""
+    if not candidates:
+        return []
+    engine, specs = parts.portable()
+    matched = await ENGINE.run(
+        match_triggers,
+        [definition for _, definition in candidates],
+        event_id=event_id,
+        name=name,
+        data=data,
+        now=now,
+        engine=engine,
+        specs=specs,
+    )
+    return [
+        TriggeredRun(candidates[index][0], candidates[index][1], first) for index, first in matched
+    ]
 
 
 async def prepare_triggered(
@@ -110,10 +141,8 @@ async def prepare_triggered(
     matched in a worker thread after it has closed."""
     async with store.transaction() as tx:
         candidates = await triggered_candidates(tx, parts, tenant_id, name)
-    if not candidates:
-        return []
-    return await ENGINE.run(
-        match_triggers, parts, candidates, event_id=event_id, name=name, data=data, now=now
+    return await match_candidates(
+        parts, candidates, event_id=event_id, name=name, data=data, now=now
     )
 
 

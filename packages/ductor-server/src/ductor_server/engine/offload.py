@@ -1,16 +1,31 @@
 """Lanes that run CPU-heavy pure work (validating definitions, compiling and
-evaluating CEL, the tick) in worker threads, a few at a time, off the event loop.
+evaluating CEL, the tick) off the event loop, a few calls at a time.
 
-A lane only bounds and runs; it opens no transaction and keeps no state beyond
-its slots, so callers decide what runs where (never inside an open transaction).
+A call that can be pickled runs in one of the lane's worker processes: the CEL
+engines hold the GIL while they evaluate (cel-rust for a whole evaluation), so
+a thread alone would still stall the loop. Anything else runs in a worker
+thread. A lane only bounds and runs; it opens no transaction and keeps no
+state beyond its slots and processes, so callers decide what runs where (never
+inside an open transaction).
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
+import pickle
+import threading
 import weakref
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, ParamSpec, TypeVar
+
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
+from ductor_core.expressions import ExpressionEngine, default_engine, engine_by_name
+from ductor_core.step_specs import StepSpecs
+from ductor_server.engine.errors import OffloadFailed
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -30,11 +45,14 @@ class Lane:
         slots: how many calls may run in threads at once.
     """
 
-    def __init__(self, name: str, slots: int) -> None:
+    def __init__(self, name: str, slots: int, *, processes: bool = True) -> None:
         if slots < 1:
             raise ValueError("a lane needs at least one slot")
         self.name = name
         self.slots = slots
+        self.processes = processes  # False: every call runs in a thread
+        self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.waiting = 0  # calls queued for a slot right now
         self.running = 0  # calls in a thread right now
         # asyncio primitives bind to one loop; keep one semaphore per loop.
@@ -50,11 +68,15 @@ class Lane:
         return semaphore
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Call `fn(*args, **kwargs)` in a worker thread once a slot is free.
+        """Call `fn(*args, **kwargs)` once a slot is free: in a worker process if
+        the call pickles (and the lane uses processes), else in a worker thread.
 
-        Cancelling the caller does not stop a call already in its thread (Python
-        cannot interrupt a thread); the slot is held until the call ends, so the
-        bound holds even then.
+        Pickling happens in the thread, never on the loop. Cancelling the caller
+        does not stop a call already running; the slot is held until the call
+        ends, so the bound holds even then.
+
+        Raises:
+            OffloadFailed: a worker process died during the call.
         """
         semaphore = self._semaphore()
         self.waiting += 1
@@ -75,13 +97,97 @@ class Lane:
                 semaphore.release()
 
         try:
-            task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+            task = asyncio.ensure_future(asyncio.to_thread(self._call, fn, args, kwargs))
         except BaseException:
             release()
             raise
         task.add_done_callback(release)
         # Shield: a cancelled caller leaves the thread to finish and free the slot.
         return await asyncio.shield(task)
+
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+        # In a worker thread: hand the call to a process when it pickles.
+        if not self.processes:
+            return fn(*args, **kwargs)
+        try:
+            payload = pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # a closure, a lock, an engine only this process has
+            return fn(*args, **kwargs)
+        pool = self._process_pool()
+        try:
+            result: T = pool.submit(_call_pickled, payload).result()
+        except BrokenProcessPool as exc:
+            self._drop_pool(pool)
+            raise OffloadFailed(
+                f"a {self.name} worker process died during the call; it has been replaced"
+            ) from exc
+        return result
+
+    def _process_pool(self) -> ProcessPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                # Spawned, not forked: the server has threads, a loop and open sockets.
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.slots,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_lower_priority,
+                )
+            return self._pool
+
+    def _drop_pool(self, pool: ProcessPoolExecutor) -> None:
+        with self._pool_lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the lane's worker processes (new calls start new ones)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _lower_priority() -> None:
+    # Heavy tenant work yields the CPU to the processes that answer requests.
+    os.nice(WORKER_NICENESS)
+
+
+WORKER_NICENESS = 10
+"""How much lower the scheduling priority of a lane's worker processes is."""
+
+
+def _call_pickled(payload: bytes) -> Any:
+    fn, args, kwargs = pickle.loads(payload)
+    return fn(*args, **kwargs)
+
+
+def portable_engine(engine: ExpressionEngine | None) -> ExpressionEngine | str:
+    """`engine`, or its name when that names the same process-wide engine, so a
+    call can be sent to a worker process (which rebuilds it by name)."""
+    found = engine or default_engine()
+    try:
+        named = engine_by_name(found.name)
+    except ValueError:
+        return found
+    return found.name if named is found else found
+
+
+def portable_specs(specs: StepSpecs) -> StepSpecs | None:
+    """None for the built-in step types (a worker process has them), else `specs`."""
+    return None if specs is BUILTIN_STEP_SPECS else specs
+
+
+def resolve_engine(engine: ExpressionEngine | str | None) -> ExpressionEngine:
+    """The engine a `portable_engine` result stands for."""
+    if isinstance(engine, str):
+        return engine_by_name(engine)
+    return engine or default_engine()
+
+
+def resolve_specs(specs: StepSpecs | None) -> StepSpecs:
+    """The step types a `portable_specs` result stands for."""
+    return BUILTIN_STEP_SPECS if specs is None else specs
 
 
 VALIDATION = Lane("validation", 2)
@@ -91,4 +197,12 @@ ENGINE = Lane("engine", 2)
 """The engine's pure work: ticks, first ticks of new runs, trigger filters."""
 
 
-__all__ = ["ENGINE", "VALIDATION", "Lane"]
+__all__ = [
+    "ENGINE",
+    "VALIDATION",
+    "Lane",
+    "portable_engine",
+    "portable_specs",
+    "resolve_engine",
+    "resolve_specs",
+]

@@ -392,7 +392,10 @@ class RunsService:
         if resolved is None:
             return None
         record, definition = resolved
-        first = await ENGINE.run(first_tick, context.parts, definition, input=input, now=now)
+        engine, specs = context.parts.portable()
+        first = await ENGINE.run(
+            first_tick, definition, input=input, now=now, engine=engine, specs=specs
+        )
         return record.version, first
 
     async def _create(

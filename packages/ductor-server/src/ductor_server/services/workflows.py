@@ -15,7 +15,13 @@ from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.step_specs import StepSpecs
 from ductor_core.validation import ValidationReport, validate_definition
-from ductor_server.engine.offload import VALIDATION
+from ductor_server.engine.offload import (
+    VALIDATION,
+    portable_engine,
+    portable_specs,
+    resolve_engine,
+    resolve_specs,
+)
 from ductor_server.errors import DefinitionInvalid, WorkflowNotFound, WorkflowVersionNotFound
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -82,25 +88,36 @@ def _version_view(
     )
 
 
-def _checked(
-    definition: Any, *, engine: ExpressionEngine | None, specs: StepSpecs
-) -> tuple[WorkflowDefinition, str]:
-    """The valid definition with its content hash (runs in a worker thread).
+class _Checked(msgspec.Struct, frozen=True, kw_only=True):
+    """What validating a definition for publishing found (crosses processes)."""
 
-    Raises:
-        DefinitionInvalid: with the problems as `details`.
-    """
-    report = validate_definition(definition, engine=engine, specs=specs)
+    report: ValidationReport
+    parsed: WorkflowDefinition | None = None
+    hash: str = ""
+    error: str | None = None
+
+
+def _report(
+    definition: Any, *, engine: ExpressionEngine | str | None, specs: StepSpecs | None
+) -> ValidationReport:
+    """Validate in a worker (see `offload.portable_engine`)."""
+    return validate_definition(
+        definition, engine=resolve_engine(engine), specs=resolve_specs(specs)
+    )
+
+
+def _checked(
+    definition: Any, *, engine: ExpressionEngine | str | None, specs: StepSpecs | None
+) -> _Checked:
+    """Validate, parse and hash a definition for publishing, in a worker."""
+    report = _report(definition, engine=engine, specs=specs)
     if not report.valid:
-        raise DefinitionInvalid(
-            f"the definition has {len(report.problems)} problem(s)",
-            details=msgspec.to_builtins(report.problems),
-        )
+        return _Checked(report=report)
     try:
         parsed = definition_from_obj(definition)
     except DuctorError as exc:  # validation passed, so this is unexpected
-        raise DefinitionInvalid(exc.message, details=[]) from exc
-    return parsed, content_hash(parsed)
+        return _Checked(report=report, error=exc.message)
+    return _Checked(report=report, parsed=parsed, hash=content_hash(parsed))
 
 
 # --- the service -----------------------------------------------------------------
@@ -119,10 +136,10 @@ class WorkflowsService:
         the validation lane, never on the event loop.
         """
         return await VALIDATION.run(
-            validate_definition,
+            _report,
             definition,
-            engine=self._context.expressions,
-            specs=self._context.parts.specs,
+            engine=portable_engine(self._context.expressions),
+            specs=portable_specs(self._context.parts.specs),
         )
 
     async def publish(
@@ -143,9 +160,20 @@ class WorkflowsService:
         # Validate (in a worker thread) before the transaction opens: it
         # compiles every expression, which must hold neither the loop nor a
         # connection.
-        parsed, hash_ = await VALIDATION.run(
-            _checked, definition, engine=context.expressions, specs=context.parts.specs
+        checked = await VALIDATION.run(
+            _checked,
+            definition,
+            engine=portable_engine(context.expressions),
+            specs=portable_specs(context.parts.specs),
         )
+        if not checked.report.valid:
+            raise DefinitionInvalid(
+                f"the definition has {len(checked.report.problems)} problem(s)",
+                details=msgspec.to_builtins(checked.report.problems),
+            )
+        parsed, hash_ = checked.parsed, checked.hash
+        if parsed is None:
+            raise DefinitionInvalid(checked.error or "the definition does not parse", details=[])
 
         async def effect(tx: Tx) -> Answer[PublishedWorkflow]:
             record, created = await tx.insert_workflow_version(
