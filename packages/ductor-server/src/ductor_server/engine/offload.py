@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pickle
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -130,7 +131,7 @@ class Lane:
                 self._pool = ProcessPoolExecutor(
                     max_workers=self.slots,
                     mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_lower_priority,
+                    initializer=_start_worker,
                 )
             return self._pool
 
@@ -148,9 +149,23 @@ class Lane:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _lower_priority() -> None:
+def _start_worker() -> None:
     # Heavy tenant work yields the CPU to the processes that answer requests.
     os.nice(WORKER_NICENESS)
+    # A worker outlives a killed server otherwise (it waits on a queue whose
+    # writing end it holds itself): leave once the parent is gone.
+    parent = os.getppid()
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(0)
+
+
+PARENT_CHECK_SECONDS = 1.0
+"""How often a worker process checks that the process that started it still runs."""
 
 
 WORKER_NICENESS = 10
