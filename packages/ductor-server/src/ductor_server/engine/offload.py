@@ -12,6 +12,8 @@ inside an open transaction).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import multiprocessing
 import os
 import pickle
@@ -19,7 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, ParamSpec, TypeVar
 
@@ -52,6 +54,7 @@ class Lane:
         self.name = name
         self.slots = slots
         self.processes = processes  # False: every call runs in a thread
+        self._threads = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"ductor-{name}")
         self._pool: ProcessPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.waiting = 0  # calls queued for a slot right now
@@ -98,7 +101,12 @@ class Lane:
                 semaphore.release()
 
         try:
-            task = asyncio.ensure_future(asyncio.to_thread(self._call, fn, args, kwargs))
+            # The lane's own threads: the loop's default executor also serves
+            # name resolution and must not wait behind heavy work.
+            context = contextvars.copy_context()
+            task = asyncio.get_running_loop().run_in_executor(
+                self._threads, functools.partial(context.run, self._call, fn, args, kwargs)
+            )
         except BaseException:
             release()
             raise
