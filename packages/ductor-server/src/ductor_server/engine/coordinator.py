@@ -1,9 +1,12 @@
 """The coordinator: the only writer of run state.
 
-It claims runs with pending inbox input, ticks each through its run kind (the
-pure `ductor_core.tick.tick` for DAG runs), and commits the new states and their
-commands in one transaction per batch, each run guarded by its lock_version.
-A run whose kind this process does not know is left for one that does.
+It claims runs with pending inbox input and loads them in one short
+transaction, ticks each through its run kind (the pure `ductor_core.tick.tick`
+for DAG runs) in a worker thread with no transaction open, and commits the new
+states and their commands in a second transaction per batch, each run guarded
+by its lock_version: a run another writer changed in between is left, with its
+input, for the next round. A run whose kind this process does not know is left
+for one that does.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import msgspec
@@ -20,9 +25,10 @@ from ductor_core.runs import IgnoredInput
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
-from ductor_server.engine.kinds import KindTick
+from ductor_server.engine.kinds import KindTick, PreparedTick, RunKind
+from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic, WakeUp
-from ductor_server.storage.protocol import Store
+from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunRef, RunUpdate
 
 log = logging.getLogger("ductor.coordinator")
@@ -89,6 +95,10 @@ class Coordinator:
         return ticked
 
     async def _tick_batch(self, now: datetime, effects: Effects, limit: int) -> int:
+        # Read in one short transaction, tick in a worker thread with no
+        # transaction open, write in a second transaction in which each run's
+        # lock_version guards against a writer that got there in between.
+        plans: list[_Plan] = []
         async with self.store.transaction() as tx:
             refs = await tx.claim_runs_with_inbox(now=now, limit=limit)
             if not refs:
@@ -98,22 +108,22 @@ class Coordinator:
             by_run: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
             for item in items:
                 by_run[(item.tenant_id, item.run_id)].append(item)
-
-            consumed: list[InboxRef] = []
-            plans: list[tuple[RunRecord, list[InboxItem], KindTick | None]] = []
             unknown: list[RunRef] = []
             for run in runs:
                 pending = by_run.get((run.tenant_id, run.id), [])
                 if run.status.terminal:
                     # Late input for an ended run (a child's end after a cancel, ...).
-                    plans.append((run, pending, None))
+                    plans.append(_Plan(run, pending, None))
                     continue
                 kind = self.parts.kinds.find(run.kind)
                 if kind is None:
                     unknown.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
                     continue
-                inputs = [i.input for i in pending]
-                plans.append((run, pending, await kind.tick(tx, self.parts, run, inputs, now)))
+                plan = _Plan(run, pending, kind)
+                if isinstance(kind, PreparedTick):
+                    inputs = [i.input for i in pending]
+                    plan.compute = await kind.prepare_tick(tx, self.parts, run, inputs, now)
+                plans.append(plan)
             if unknown:
                 log.error(
                     "%d run(s) of a kind this process does not know (it knows %s): put off %s",
@@ -122,60 +132,94 @@ class Coordinator:
                     UNKNOWN_KIND_DELAY,
                 )
                 await tx.defer_inbox(unknown, now=now, until=now + UNKNOWN_KIND_DELAY)
+        if not plans:
+            return len(runs)
 
-            live = [(run, pending, ticked) for run, pending, ticked in plans if ticked is not None]
-            applied = await tx.update_runs(
-                [
-                    RunUpdate(
-                        tenant_id=run.tenant_id,
-                        run_id=run.id,
-                        expected_lock_version=run.lock_version,
-                        state=ticked.result.state,
-                        updated_at=now,
-                        kind_state=ticked.kind_state,
-                    )
-                    for run, _, ticked in live
-                ]
-            )
-            ok = {
-                (run.tenant_id, run.id)
-                for (run, _, _), good in zip(live, applied, strict=True)
-                if good
-            }
-            for run, pending, ticked in plans:
-                key = (run.tenant_id, run.id)
-                if ticked is None:
-                    consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
-                    for item in pending:
-                        ignored = IgnoredInput(input=item.input, reason="run has ended")
-                        effects.history.append(
-                            ignored_entry(run.tenant_id, run.id, ignored, at=now)
-                        )
-                    continue
-                if key not in ok:
-                    continue  # lost a race: the inbox stays, the next round retries
-                result = ticked.result
-                consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
-                for item in pending:
-                    entry = input_entry(run.tenant_id, run.id, item.input, at=now)
-                    if entry is not None:
-                        effects.history.append(entry)
-                for ignored in result.ignored:
-                    effects.history.append(ignored_entry(run.tenant_id, run.id, ignored, at=now))
-                effects.history.extend(
-                    transition_entries(run.tenant_id, run.state, result.state, at=now)
-                )
-                updated = msgspec.structs.replace(
-                    run,
-                    state=result.state,
-                    status=result.state.status,
+        computes = [plan.compute for plan in plans if plan.compute is not None]
+        if computes:
+            ticked = await ENGINE.run(_compute_all, computes)
+            for plan, result in zip(
+                [plan for plan in plans if plan.compute is not None], ticked, strict=True
+            ):
+                plan.ticked = result
+
+        async with self.store.transaction() as tx:
+            for plan in plans:
+                if plan.kind is not None and plan.ticked is None:
+                    inputs = [i.input for i in plan.pending]
+                    plan.ticked = await plan.kind.tick(tx, self.parts, plan.run, inputs, now)
+            await self._write(tx, effects, plans, now)
+        return len(runs)
+
+    async def _write(self, tx: Tx, effects: Effects, plans: list[_Plan], now: datetime) -> None:
+        live = [(plan.run, plan.ticked) for plan in plans if plan.ticked is not None]
+        applied = await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id=run.tenant_id,
+                    run_id=run.id,
+                    expected_lock_version=run.lock_version,
+                    state=ticked.result.state,
+                    updated_at=now,
                     kind_state=ticked.kind_state,
                 )
-                await apply_commands(
-                    tx, self.parts, effects, run=updated, commands=result.commands, now=now
-                )
-                self.ticks += 1
-            if consumed:
-                await tx.delete_inbox(consumed)
-            await effects.flush(tx)
-        return len(runs)
+                for run, ticked in live
+            ]
+        )
+        ok = {(run.tenant_id, run.id) for (run, _), good in zip(live, applied, strict=True) if good}
+        consumed: list[InboxRef] = []
+        for plan in plans:
+            run, pending, ticked = plan.run, plan.pending, plan.ticked
+            if ticked is None:
+                # No version guards this, so the inbox delete does: only the
+                # coordinator that removed the late input records it.
+                refs = [InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending]
+                if refs and await tx.delete_inbox(refs) == 0:
+                    continue
+                for item in pending:
+                    ignored = IgnoredInput(input=item.input, reason="run has ended")
+                    effects.history.append(ignored_entry(run.tenant_id, run.id, ignored, at=now))
+                continue
+            if (run.tenant_id, run.id) not in ok:
+                continue  # lost a race: the inbox stays, the next round retries
+            result = ticked.result
+            consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
+            for item in pending:
+                entry = input_entry(run.tenant_id, run.id, item.input, at=now)
+                if entry is not None:
+                    effects.history.append(entry)
+            for ignored in result.ignored:
+                effects.history.append(ignored_entry(run.tenant_id, run.id, ignored, at=now))
+            effects.history.extend(
+                transition_entries(run.tenant_id, run.state, result.state, at=now)
+            )
+            updated = msgspec.structs.replace(
+                run,
+                state=result.state,
+                status=result.state.status,
+                kind_state=ticked.kind_state,
+            )
+            await apply_commands(
+                tx, self.parts, effects, run=updated, commands=result.commands, now=now
+            )
+            self.ticks += 1
+        if consumed:
+            await tx.delete_inbox(consumed)
+        await effects.flush(tx)
+
+
+@dataclass
+class _Plan:
+    """One claimed run on its way through a batch: its input, its kind (None
+    for an ended run), and its tick once computed."""
+
+    run: RunRecord
+    pending: list[InboxItem]
+    kind: RunKind | None
+    compute: Callable[[], KindTick] | None = None
+    ticked: KindTick | None = None
+
+
+def _compute_all(computes: list[Callable[[], KindTick]]) -> list[KindTick]:
+    """Every prepared tick of a batch (in a worker thread)."""
+    return [compute() for compute in computes]

@@ -8,20 +8,57 @@ It reads definitions through the catalog and writes only through the given
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
+from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
-from ductor_core.runs import ErrorInfo, RunFinished, RunInput, StartChildRun
+from ductor_core.expressions import ExpressionEngine
+from ductor_core.runs import ErrorInfo, RunFinished, RunInput, RunState, StartChildRun
+from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import tick
 from ductor_server.engine.effects import MAX_START_DEPTH, Effects, EngineParts, create_run
-from ductor_server.engine.events import trigger_matches
+from ductor_server.engine.events import match_candidates, start_matched, triggered_candidates
 from ductor_server.engine.kinds import KindTick, failed_tick
+from ductor_server.engine.offload import ENGINE, resolve_engine, resolve_specs
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import DAG_KIND, RunRecord
 
 log = logging.getLogger("ductor.coordinator")
+
+
+def dag_tick(
+    definition: WorkflowDefinition,
+    state: RunState,
+    inputs: list[RunInput],
+    now: datetime,
+    *,
+    engine: ExpressionEngine | str | None,
+    specs: StepSpecs | None,
+) -> KindTick:
+    """Tick a DAG run, in a lane's worker (`engine` and `specs` as
+    `EngineParts.portable` gives them); a tick that raises fails the run."""
+    try:
+        return KindTick(
+            tick(
+                definition,
+                state,
+                inputs,
+                now,
+                engine=resolve_engine(engine),
+                specs=resolve_specs(specs),
+            )
+        )
+    except Exception as exc:  # a tick bug must not wedge the run (or the batch)
+        log.exception("tick of run %s failed", state.run_id)
+        error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
+        return KindTick(failed_tick(state, error, now))
+
+
+def _ready(ticked: KindTick) -> KindTick:
+    return ticked
 
 
 class DagKind:
@@ -45,8 +82,20 @@ class DagKind:
         inputs: Sequence[RunInput],
         now: datetime,
     ) -> KindTick:
-        """Tick against the run's pinned definition; a run whose definition is gone
-        or unreadable, or whose tick raises, fails instead."""
+        """Tick against the run's pinned definition, in a worker thread; a run whose
+        definition is gone or unreadable, or whose tick raises, fails instead."""
+        compute = await self.prepare_tick(tx, parts, run, inputs, now)
+        return await ENGINE.run(compute)
+
+    async def prepare_tick(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        run: RunRecord,
+        inputs: Sequence[RunInput],
+        now: datetime,
+    ) -> Callable[[], KindTick]:
+        """Load the run's pinned definition; return the pure tick against it."""
         try:
             definition = await parts.catalog.definition(
                 tx, run.tenant_id, run.family_slug, run.version
@@ -55,29 +104,20 @@ class DagKind:
             error = ErrorInfo(
                 code="engine.definition_unreadable", message=exc.message, retryable=False
             )
-            return KindTick(failed_tick(run.state, error, now))
+            failed = KindTick(failed_tick(run.state, error, now))
+            return partial(_ready, failed)
         if definition is None:
             error = ErrorInfo(
                 code="workflow.version_not_found",
                 message=f"{run.family_slug} v{run.version} is not published",
                 retryable=False,
             )
-            return KindTick(failed_tick(run.state, error, now))
-        try:
-            return KindTick(
-                tick(
-                    definition,
-                    run.state,
-                    list(inputs),
-                    now,
-                    engine=parts.engine,
-                    specs=parts.specs,
-                )
-            )
-        except Exception as exc:  # a tick bug must not wedge the run (or the batch)
-            log.exception("tick of run %s failed", run.id)
-            error = ErrorInfo(code="engine.tick_failed", message=str(exc), retryable=False)
-            return KindTick(failed_tick(run.state, error, now))
+            failed = KindTick(failed_tick(run.state, error, now))
+            return partial(_ready, failed)
+        engine, specs = parts.portable()
+        return partial(
+            dag_tick, definition, run.state, list(inputs), now, engine=engine, specs=specs
+        )
 
     async def trigger(
         self,
@@ -174,31 +214,25 @@ class DagKind:
         now: datetime,
     ) -> list[str]:
         """Start the latest version of every family with a trigger on the event
-        whose filter holds (once per event id and family)."""
-        started: list[str] = []
-        engine = parts.expressions()
-        event = {"id": event_id, "name": name, "data": data}
-        for record in await tx.find_triggered_workflows(tenant_id, name):
-            definition = parts.catalog.decode(record)
-            if not any(
-                trigger.event == name and trigger_matches(engine, trigger.filter, event)
-                for trigger in definition.triggers
-            ):
-                continue
-            inserted = await create_run(
-                tx,
-                parts,
-                effects,
-                tenant_id=tenant_id,
-                record=record,
-                definition=definition,
-                input=data,
-                now=now,
-                idempotency_key=f"event:{event_id}:{record.family_slug}",
-            )
-            if inserted.created:
-                started.append(inserted.run.id)
-        return started
+        whose filter holds (once per event id and family).
+
+        The filters run in a worker thread, but inside `tx`: the events service
+        matches them before its transaction opens instead (`prepare_triggered`).
+        """
+        candidates = await triggered_candidates(tx, parts, tenant_id, name)
+        triggered = await match_candidates(
+            parts, candidates, event_id=event_id, name=name, data=data, now=now
+        )
+        return await start_matched(
+            tx,
+            parts,
+            effects,
+            tenant_id=tenant_id,
+            event_id=event_id,
+            data=data,
+            triggered=triggered,
+            now=now,
+        )
 
     async def on_finish(
         self,

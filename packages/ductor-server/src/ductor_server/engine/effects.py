@@ -30,12 +30,20 @@ from ductor_core.runs import (
     RunStatus,
     SetTimer,
     StartChildRun,
+    TickResult,
 )
 from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import start_run
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.history import transition_entries
 from ductor_server.engine.kinds import RunKinds
+from ductor_server.engine.offload import (
+    ENGINE,
+    portable_engine,
+    portable_specs,
+    resolve_engine,
+    resolve_specs,
+)
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import (
@@ -129,6 +137,42 @@ class EngineParts:
         """The CEL engine to evaluate with."""
         return self.engine or default_engine()
 
+    def portable(self) -> tuple[ExpressionEngine | str, StepSpecs | None]:
+        """The engine and step types in a form a worker process can rebuild
+        (names for the shared ones; see `offload.portable_engine`)."""
+        return portable_engine(self.engine), portable_specs(self.specs)
+
+
+@dataclass(frozen=True)
+class FirstTick:
+    """A new run's id and first tick (`start_run`), computed before it is inserted."""
+
+    run_id: str
+    result: TickResult
+
+
+def first_tick(
+    definition: WorkflowDefinition,
+    *,
+    input: Any,
+    now: datetime,
+    engine: ExpressionEngine | str | None,
+    specs: StepSpecs | None,
+) -> FirstTick:
+    """Compute a new run's first tick (pure and possibly heavy: it evaluates the
+    root steps' CEL over `input`), in a lane's worker; `engine` and `specs` as
+    `EngineParts.portable` gives them."""
+    run_id = new_run_id()
+    result = start_run(
+        definition,
+        run_id=run_id,
+        input=input,
+        now=now,
+        engine=resolve_engine(engine),
+        specs=resolve_specs(specs),
+    )
+    return FirstTick(run_id, result)
+
 
 async def create_run(
     tx: Tx,
@@ -146,17 +190,23 @@ async def create_run(
     parent_item_index: int = -1,
     child_key: str | None = None,
     depth: int = 0,
+    first: FirstTick | None = None,
 ) -> RunInsert:
-    """Insert a run with its first tick (`start_run`) and gather that tick's commands
-    into `effects` (the caller flushes them before committing).
+    """Insert a run with its first tick and gather that tick's commands into
+    `effects` (the caller flushes them before committing).
 
-    If the idempotency key or child key is already taken, nothing is written
-    and the existing run comes back with `created=False`.
+    `first` is the first tick computed beforehand (`first_tick`, for `input`
+    and `now`), so the transaction need not wait for it; without it the tick
+    runs here, in a worker thread. If the idempotency key or child key is
+    already taken, nothing is written and the existing run comes back with
+    `created=False`.
     """
-    run_id = new_run_id()
-    result = start_run(
-        definition, run_id=run_id, input=input, now=now, engine=parts.engine, specs=parts.specs
-    )
+    if first is None:
+        engine, specs = parts.portable()
+        first = await ENGINE.run(
+            first_tick, definition, input=input, now=now, engine=engine, specs=specs
+        )
+    run_id, result = first.run_id, first.result
     [inserted] = await tx.insert_runs(
         [
             NewRun(

@@ -6,8 +6,10 @@ DuctorError (ductor_core)
            ├── DuplicateRunKind       engine.duplicate_kind
            ├── UnknownRunKind         engine.unknown_kind
            └── DuplicateHandler       engine.duplicate_handler
+      └── OffloadFailed               engine.offload_failed (retryable)
 
-These are raised while a runtime is assembled, never for a tenant's request.
+Setup errors are raised while a runtime is assembled, never for a tenant's
+request; `OffloadFailed` when a worker process of an offload lane died mid-call.
 """
 
 from __future__ import annotations
@@ -46,10 +48,18 @@ class MissingHandler(EngineSetupError):
     code = "engine.missing_handler"
 
 
+class OffloadFailed(ServerError):
+    """A worker process died while running a call (its lane has replaced it)."""
+
+    code = "engine.offload_failed"
+    retryable = True
+
+
 __all__ = [
     "DuplicateHandler",
     "DuplicateRunKind",
     "EngineSetupError",
     "MissingHandler",
+    "OffloadFailed",
     "UnknownRunKind",
 ]

@@ -1,22 +1,30 @@
 """Event ingestion: store an event once (by id), start the runs whose triggers
 match it, and deliver it to runs waiting for its name.
 
-One transaction per event: a resent event id is a duplicate and does nothing.
+Trigger filters and the first ticks of the runs they start are computed first,
+in a worker thread and outside any transaction (`prepare_triggered`); then one
+short transaction per event stores it and inserts the runs. A resent event id
+is a duplicate and does nothing; a run key per (event id, family) makes a
+second start of the same run impossible.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import EventReceived
-from ductor_server.engine.effects import Effects, EngineParts
-from ductor_server.storage.protocol import Tx
-from ductor_server.storage.records import EventRecord, NewInboxItem
+from ductor_core.step_specs import StepSpecs
+from ductor_server.engine.effects import Effects, EngineParts, FirstTick, create_run, first_tick
+from ductor_server.engine.offload import ENGINE, resolve_engine
+from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.records import EventRecord, NewInboxItem, WorkflowVersionRecord
 
 log = logging.getLogger("ductor.events")
 
@@ -46,6 +54,130 @@ def trigger_matches(engine: ExpressionEngine, filter_source: str | None, event: 
         return False
 
 
+@dataclass(frozen=True)
+class TriggeredRun:
+    """A DAG run an event starts: the latest version of a family whose trigger
+    filter held, and the run's first tick."""
+
+    record: WorkflowVersionRecord
+    definition: WorkflowDefinition
+    first: FirstTick
+
+
+Candidates = list[tuple[WorkflowVersionRecord, WorkflowDefinition]]
+
+
+async def triggered_candidates(tx: Tx, parts: EngineParts, tenant_id: str, name: str) -> Candidates:
+    """The latest version of every family with a trigger on the event `name`."""
+    records = await tx.find_triggered_workflows(tenant_id, name)
+    return [(record, parts.catalog.decode(record)) for record in records]
+
+
+def match_triggers(
+    definitions: Sequence[WorkflowDefinition],
+    *,
+    event_id: str,
+    name: str,
+    data: Any,
+    now: datetime,
+    engine: ExpressionEngine | str | None,
+    specs: StepSpecs | None,
+) -> list[tuple[int, FirstTick]]:
+    """The definitions (by index) whose trigger filter holds for the event, each
+    with its run's first tick. Pure and possibly heavy: run it in a lane's
+    worker, with `engine` and `specs` as `EngineParts.portable` gives them."""
+    cel = resolve_engine(engine)
+    event = {"id": event_id, "name": name, "data": data}
+    matched: list[tuple[int, FirstTick]] = []
+    for index, definition in enumerate(definitions):
+        if any(
+            trigger.event == name and trigger_matches(cel, trigger.filter, event)
+            for trigger in definition.triggers
+        ):
+            first = first_tick(definition, input=data, now=now, engine=engine, specs=specs)
+            matched.append((index, first))
+    return matched
+
+
+async def match_candidates(
+    parts: EngineParts,
+    candidates: Candidates,
+    *,
+    event_id: str,
+    name: str,
+    data: Any,
+    now: datetime,
+) -> list[TriggeredRun]:
+    """The candidates whose trigger filter holds, matched in the engine lane."""
+    if not candidates:
+        return []
+    engine, specs = parts.portable()
+    matched = await ENGINE.run(
+        match_triggers,
+        [definition for _, definition in candidates],
+        event_id=event_id,
+        name=name,
+        data=data,
+        now=now,
+        engine=engine,
+        specs=specs,
+    )
+    return [
+        TriggeredRun(candidates[index][0], candidates[index][1], first) for index, first in matched
+    ]
+
+
+async def prepare_triggered(
+    store: Store,
+    parts: EngineParts,
+    *,
+    tenant_id: str,
+    event_id: str,
+    name: str,
+    data: Any,
+    now: datetime,
+) -> list[TriggeredRun]:
+    """The DAG runs an event would start, found in a short read transaction and
+    matched in a worker thread after it has closed."""
+    async with store.transaction() as tx:
+        candidates = await triggered_candidates(tx, parts, tenant_id, name)
+    return await match_candidates(
+        parts, candidates, event_id=event_id, name=name, data=data, now=now
+    )
+
+
+async def start_matched(
+    tx: Tx,
+    parts: EngineParts,
+    effects: Effects,
+    *,
+    tenant_id: str,
+    event_id: str,
+    data: Any,
+    triggered: Sequence[TriggeredRun],
+    now: datetime,
+) -> list[str]:
+    """Insert the runs an event triggered (once per event id and family); the ids
+    of those this call created."""
+    started: list[str] = []
+    for run in triggered:
+        inserted = await create_run(
+            tx,
+            parts,
+            effects,
+            tenant_id=tenant_id,
+            record=run.record,
+            definition=run.definition,
+            input=data,
+            now=now,
+            idempotency_key=f"event:{event_id}:{run.record.family_slug}",
+            first=run.first,
+        )
+        if inserted.created:
+            started.append(inserted.run.id)
+    return started
+
+
 async def ingest_event(
     tx: Tx,
     parts: EngineParts,
@@ -56,9 +188,15 @@ async def ingest_event(
     name: str,
     data: Any,
     now: datetime,
+    triggered: Sequence[TriggeredRun] | None = None,
 ) -> IngestedEvent:
     """Store the event, start the runs it triggers and notify the runs waiting on it
-    (the writes gathered in `effects` are the caller's to flush)."""
+    (the writes gathered in `effects` are the caller's to flush).
+
+    `triggered` are the DAG runs `prepare_triggered` found for this event
+    (computed before `tx` opened, for the same `now`); without it the DAG kind
+    matches its triggers inside `tx`.
+    """
     [fresh] = await tx.insert_events(
         [EventRecord(tenant_id=tenant_id, id=event_id, name=name, data=data, received_at=now)]
     )
@@ -68,6 +206,20 @@ async def ingest_event(
     # Each run kind starts its own triggered runs (DAG definitions first, then
     # the kinds registered after it, e.g. SDK workflows over the bridge).
     for kind in parts.kinds:
+        if triggered is not None and kind is parts.kinds.default:
+            outcome.runs_started.extend(
+                await start_matched(
+                    tx,
+                    parts,
+                    effects,
+                    tenant_id=tenant_id,
+                    event_id=event_id,
+                    data=data,
+                    triggered=triggered,
+                    now=now,
+                )
+            )
+            continue
         outcome.runs_started.extend(
             await kind.start_triggered(
                 tx,

@@ -11,10 +11,10 @@ through the `Tx` and `Effects` it is given, inside the caller's transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -145,6 +145,35 @@ class RunKind(Protocol):
         ...
 
 
+@runtime_checkable
+class PreparedTick(Protocol):
+    """A run kind whose tick splits into a read and a pure computation, so the
+    coordinator can compute it in a worker thread with no transaction open.
+
+    The coordinator reads (claims runs, loads inboxes, calls `prepare_tick`)
+    in one short transaction, calls the returned computations in a worker
+    thread, then writes in a second transaction guarded by each run's
+    lock_version. A kind without it is ticked by `RunKind.tick` inside the
+    write transaction.
+    """
+
+    async def prepare_tick(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        run: RunRecord,
+        inputs: Sequence[RunInput],
+        now: datetime,
+    ) -> Callable[[], KindTick]:
+        """Read through `tx` what ticking `run` needs; return the tick itself.
+
+        The returned callable is pure (no I/O, no event loop, no `tx`), is called
+        in a worker thread after `tx` has ended, and must not raise for a bad
+        run (it returns a failed tick instead).
+        """
+        ...
+
+
 class RunKinds:
     """The run kinds of one runtime, by name, in registration order.
 
@@ -215,4 +244,4 @@ class RunKinds:
         return iter(self._by_name.values())
 
 
-__all__ = ["KindTick", "RunKind", "RunKinds", "failed_tick"]
+__all__ = ["KindTick", "PreparedTick", "RunKind", "RunKinds", "failed_tick"]

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from ductor_server.engine.effects import Effects
-from ductor_server.engine.events import ingest_event
+from ductor_server.engine.events import ingest_event, prepare_triggered
 from ductor_server.errors import EventInvalid
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -58,6 +58,17 @@ class EventsService:
         claim = Claim.of(tenant_id, "events.send", idempotency_key, [name, data, event_id], now=now)
         eid = event_id or (claim.key if claim is not None else f"evt_{uuid.uuid4().hex}")
         effects = Effects()
+        # Trigger filters and first ticks run in a worker thread before the
+        # transaction opens; the transaction only stores what they decided.
+        triggered = await prepare_triggered(
+            context.store,
+            context.parts,
+            tenant_id=tenant_id,
+            event_id=eid,
+            name=name,
+            data=data,
+            now=now,
+        )
 
         async def effect(tx: Tx) -> Answer[EventAccepted]:
             outcome = await ingest_event(
@@ -69,6 +80,7 @@ class EventsService:
                 name=name,
                 data=data,
                 now=now,
+                triggered=triggered,
             )
             await effects.flush(tx)
             accepted = EventAccepted(

@@ -42,6 +42,7 @@ from ductor_routing import (
     shadow_report,
 )
 from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.engine.offload import VALIDATION
 from ductor_server.errors import RequestInvalid
 from ductor_server.routing.errors import (
     AssignmentStateConflict,
@@ -328,7 +329,9 @@ class RoutingService:
             rtx = RoutingTx(tx)
             await rtx.bump_generation(tenant_id)
             answer = await apply(rtx)
-            self._build(await self._load_config(rtx, tenant_id))
+            # Compiling every rule is heavy: a worker thread keeps the loop free
+            # (the transaction stays open: the check must see the change atomically).
+            await VALIDATION.run(self._build, await self._load_config(rtx, tenant_id))
             if claim is not None:
                 await claim.settle(tx, answer)
         return answer
@@ -470,7 +473,7 @@ class RoutingService:
             config = await self._load_config(rtx, tenant_id)
             if pool is not None and pool not in {p.id for p in config.pools}:
                 raise RoutingObjectNotFound("pool", pool)
-            router = self._build(config, pool)
+            router = await VALIDATION.run(self._build, config, pool)
             cached = (generation, router)
             self._routers[(tenant_id, pool)] = cached
         return cached[1]

@@ -25,7 +25,8 @@ from ductor_core.runs import (
     StepState,
     StepStatus,
 )
-from ductor_server.engine.effects import Effects, create_run
+from ductor_server.engine.effects import Effects, FirstTick, create_run, first_tick
+from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic
 from ductor_server.errors import (
     RequestInvalid,
@@ -347,6 +348,7 @@ class RunsService:
         )
         stored_key = user_run_key(run_key or (claim.key if claim is not None else None))
         effects = Effects()
+        first = await self._first_tick(tenant_id, family_slug, version, input, stored_key, now)
 
         async def effect(tx: Tx) -> Answer[RunView]:
             # A slug another run kind claims (an SDK workflow, "bridge:<app>:<workflow>")
@@ -370,13 +372,47 @@ class RunsService:
                 await effects.flush(tx)
                 return Answer(run_view(other, None), Outcome.CREATED)
             view = await self._create(
-                tx, effects, tenant_id, family_slug, version, input, stored_key, now
+                tx, effects, tenant_id, family_slug, version, input, stored_key, now, first
             )
             return Answer(view, Outcome.CREATED)
 
         answer = await once(context.store, claim, RunView, effect)
         effects.notify(context.wake)
         return answer
+
+    async def _first_tick(
+        self,
+        tenant_id: str,
+        family_slug: str,
+        version: int | None,
+        input: Any,
+        stored_key: str | None,
+        now: datetime,
+    ) -> tuple[int, FirstTick] | None:
+        """The first tick of the DAG run a trigger would start, computed in a worker
+        thread before the trigger's transaction opens (it evaluates CEL over the
+        input, which may be large), with the version it is for; None when there
+        is nothing to start (another kind's slug, an unknown workflow, a run key
+        already taken)."""
+        context = self._context
+        kinds = context.parts.kinds
+        if kinds.for_slug(family_slug) is not kinds.default:
+            return None
+        async with context.store.transaction() as tx:
+            if (
+                stored_key is not None
+                and await tx.find_run_by_idempotency_key(tenant_id, stored_key) is not None
+            ):
+                return None
+            resolved = await context.catalog.resolve(tx, tenant_id, family_slug, version)
+        if resolved is None:
+            return None
+        record, definition = resolved
+        engine, specs = context.parts.portable()
+        first = await ENGINE.run(
+            first_tick, definition, input=input, now=now, engine=engine, specs=specs
+        )
+        return record.version, first
 
     async def _create(
         self,
@@ -388,6 +424,7 @@ class RunsService:
         input: Any,
         stored_key: str | None,
         now: datetime,
+        first: tuple[int, FirstTick] | None = None,
     ) -> RunView:
         catalog = self._context.catalog
         if stored_key is not None:
@@ -416,6 +453,8 @@ class RunsService:
             input=input,
             now=now,
             idempotency_key=stored_key,
+            # A publish since the first tick was computed moves "latest" on.
+            first=first[1] if first is not None and first[0] == record.version else None,
         )
         if inserted.created:
             await effects.flush(tx)

@@ -12,7 +12,16 @@ import msgspec
 
 from ductor_core.definitions import WorkflowDefinition, content_hash, definition_from_obj
 from ductor_core.errors import DuctorError
+from ductor_core.expressions import ExpressionEngine
+from ductor_core.step_specs import StepSpecs
 from ductor_core.validation import ValidationReport, validate_definition
+from ductor_server.engine.offload import (
+    VALIDATION,
+    portable_engine,
+    portable_specs,
+    resolve_engine,
+    resolve_specs,
+)
 from ductor_server.errors import DefinitionInvalid, WorkflowNotFound, WorkflowVersionNotFound
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -79,6 +88,38 @@ def _version_view(
     )
 
 
+class _Checked(msgspec.Struct, frozen=True, kw_only=True):
+    """What validating a definition for publishing found (crosses processes)."""
+
+    report: ValidationReport
+    parsed: WorkflowDefinition | None = None
+    hash: str = ""
+    error: str | None = None
+
+
+def _report(
+    definition: Any, *, engine: ExpressionEngine | str | None, specs: StepSpecs | None
+) -> ValidationReport:
+    """Validate in a worker (see `offload.portable_engine`)."""
+    return validate_definition(
+        definition, engine=resolve_engine(engine), specs=resolve_specs(specs)
+    )
+
+
+def _checked(
+    definition: Any, *, engine: ExpressionEngine | str | None, specs: StepSpecs | None
+) -> _Checked:
+    """Validate, parse and hash a definition for publishing, in a worker."""
+    report = _report(definition, engine=engine, specs=specs)
+    if not report.valid:
+        return _Checked(report=report)
+    try:
+        parsed = definition_from_obj(definition)
+    except DuctorError as exc:  # validation passed, so this is unexpected
+        return _Checked(report=report, error=exc.message)
+    return _Checked(report=report, parsed=parsed, hash=content_hash(parsed))
+
+
 # --- the service -----------------------------------------------------------------
 
 
@@ -89,9 +130,16 @@ class WorkflowsService:
         self._context = context
 
     async def validate(self, tenant_id: str, definition: Any) -> ValidationReport:
-        """Validate a definition (parsed JSON); report every problem with a pointer."""
-        return validate_definition(
-            definition, engine=self._context.expressions, specs=self._context.parts.specs
+        """Validate a definition (parsed JSON); report every problem with a pointer.
+
+        Validation compiles every expression, so it runs in a worker thread of
+        the validation lane, never on the event loop.
+        """
+        return await VALIDATION.run(
+            _report,
+            definition,
+            engine=portable_engine(self._context.expressions),
+            specs=portable_specs(self._context.parts.specs),
         )
 
     async def publish(
@@ -109,24 +157,29 @@ class WorkflowsService:
         claim = Claim.of(
             tenant_id, "workflows.publish", idempotency_key, [definition], now=context.clock.now()
         )
-        report = validate_definition(
-            definition, engine=context.expressions, specs=context.parts.specs
+        # Validate (in a worker thread) before the transaction opens: it
+        # compiles every expression, which must hold neither the loop nor a
+        # connection.
+        checked = await VALIDATION.run(
+            _checked,
+            definition,
+            engine=portable_engine(context.expressions),
+            specs=portable_specs(context.parts.specs),
         )
-        if not report.valid:
+        if not checked.report.valid:
             raise DefinitionInvalid(
-                f"the definition has {len(report.problems)} problem(s)",
-                details=msgspec.to_builtins(report.problems),
+                f"the definition has {len(checked.report.problems)} problem(s)",
+                details=msgspec.to_builtins(checked.report.problems),
             )
-        try:
-            parsed = definition_from_obj(definition)
-        except DuctorError as exc:  # validation passed, so this is unexpected
-            raise DefinitionInvalid(exc.message, details=[]) from exc
+        parsed, hash_ = checked.parsed, checked.hash
+        if parsed is None:
+            raise DefinitionInvalid(checked.error or "the definition does not parse", details=[])
 
         async def effect(tx: Tx) -> Answer[PublishedWorkflow]:
             record, created = await tx.insert_workflow_version(
                 tenant_id,
                 family_slug=parsed.family_slug,
-                hash=content_hash(parsed),
+                hash=hash_,
                 definition=msgspec.to_builtins(parsed),
                 trigger_events=sorted({t.event for t in parsed.triggers}),
                 now=context.clock.now(),
