@@ -127,11 +127,13 @@ V1_ERRORS: dict[int, ResponseSpec] = {
     for status, description in {
         400: "Malformed JSON (`request.malformed_json`, with line and column)",
         401: "Missing, unknown or revoked API key (`auth.unauthenticated`)",
+        403: "The tenant's plan does not allow it (`entitlement.missing`, ...)",
         404: "Not found for this tenant (`*.not_found`)",
         409: "The object's state forbids this (`run.not_cancellable`, `run.ended`, ...)",
         413: "Body over the size limit (`request.too_large`)",
         415: "The body is not JSON (`request.unsupported_media_type`)",
         422: "Invalid request (`request.invalid`, `definition.invalid`, `idempotency.conflict`)",
+        429: "A blocking budget would be passed (`budget.exceeded`)",
         503: "Cannot answer right now; retry (`service.unavailable`, `storage.unavailable`)",
     }.items()
 }
