@@ -28,7 +28,7 @@ of small objects takes 11-15 ms before any expression runs, 4 KiB well under
 1 ms. A definition without CEL converts nothing, so it is cheap at any size.
 """
 
-INLINE_COST: Mapping[str, int] = {"cel-rust": 1_000, "cel-python": 50}
+INLINE_COST: Mapping[str, int] = {"cel-rust": 2_000, "cel-python": 500}
 """The most the CEL of a definition may cost in all (`estimate_cost` units, with
 every variable as big as `INLINE_BYTES` allows) and still run on the loop, per
 engine. A unit is about 0.05 to 2 us on cel-rust and 10 to 40 us on
