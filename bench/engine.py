@@ -162,7 +162,8 @@ async def engine_steps_per_second(target: str | Path, runs: int, steps: int) -> 
             elapsed = time.perf_counter() - started
             c, w = runtime.coordinator, runtime.workers
             print(
-                f"          (coordinator: {c.ticks} ticks in {c.batches} batches; workers: "
+                f"          (coordinator: {c.ticks} ticks in {c.batches} batches, "
+                f"{c.inline_batches} inline, {c.offloaded_batches} offloaded; workers: "
                 f"{w.lease_batches} lease batches, {w.report_batches} report batches)"
             )
     finally:

@@ -1,12 +1,15 @@
 """The coordinator: the only writer of run state.
 
 It claims runs with pending inbox input and loads them in one short
-transaction, ticks each through its run kind (the pure `ductor_core.tick.tick`
-for DAG runs) in a worker thread with no transaction open, and commits the new
-states and their commands in a second transaction per batch, each run guarded
-by its lock_version: a run another writer changed in between is left, with its
-input, for the next round. A run whose kind this process does not know is left
-for one that does.
+transaction and ticks each through its run kind (the pure
+`ductor_core.tick.tick` for DAG runs). When every tick of the batch is cheap
+(no or cheap CEL over small values, see `engine.cheap`), it ticks them on the
+loop and commits in that same transaction. Otherwise it ticks them in the
+engine lane's worker process with no transaction open, and commits the new
+states and their commands in a second transaction. Either way each run is
+guarded by its lock_version: a run another writer changed in between is left,
+with its input, for the next round. A run whose kind this process does not
+know is left for one that does.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ductor_core.runs import IgnoredInput
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
-from ductor_server.engine.kinds import KindTick, PreparedTick, RunKind
+from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunKind
 from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.protocol import Store, Tx
@@ -61,6 +64,8 @@ class Coordinator:
         self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
         self.ticks = 0  # runs ticked since start (for metrics and benchmarks)
         self.batches = 0  # transactions that ticked at least one run
+        self.inline_batches = 0  # batches ticked on the loop in one transaction
+        self.offloaded_batches = 0  # batches ticked in the engine lane between two
 
     async def run_forever(self) -> None:
         """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do."""
@@ -95,8 +100,9 @@ class Coordinator:
         return ticked
 
     async def _tick_batch(self, now: datetime, effects: Effects, limit: int) -> int:
-        # Read in one short transaction, tick in a worker thread with no
-        # transaction open, write in a second transaction in which each run's
+        # Read in one short transaction. A cheap batch is ticked and written
+        # there; any other is ticked in the engine lane with no transaction
+        # open and written in a second transaction. In both each run's
         # lock_version guards against a writer that got there in between.
         plans: list[_Plan] = []
         async with self.store.transaction() as tx:
@@ -132,9 +138,20 @@ class Coordinator:
                     UNKNOWN_KIND_DELAY,
                 )
                 await tx.defer_inbox(unknown, now=now, until=now + UNKNOWN_KIND_DELAY)
-        if not plans:
-            return len(runs)
+            if not plans:
+                return len(runs)
+            if all(_inline(plan.compute) for plan in plans):
+                for plan in plans:
+                    if plan.compute is not None:
+                        plan.ticked = plan.compute()
+                    elif plan.kind is not None:
+                        inputs = [i.input for i in plan.pending]
+                        plan.ticked = await plan.kind.tick(tx, self.parts, plan.run, inputs, now)
+                await self._write(tx, effects, plans, now)
+                self.inline_batches += 1
+                return len(runs)
 
+        self.offloaded_batches += 1
         computes = [plan.compute for plan in plans if plan.compute is not None]
         if computes:
             ticked = await ENGINE.run(_compute_all, computes)
@@ -220,6 +237,12 @@ class _Plan:
     ticked: KindTick | None = None
 
 
+def _inline(compute: Callable[[], KindTick] | None) -> bool:
+    # No computation (an ended run, a kind ticked in the write transaction) is
+    # no reason to leave the loop.
+    return compute is None or (isinstance(compute, Computation) and compute.inline)
+
+
 def _compute_all(computes: list[Callable[[], KindTick]]) -> list[KindTick]:
-    """Every prepared tick of a batch (in a worker thread)."""
+    """Every prepared tick of a batch (in a lane's worker)."""
     return [compute() for compute in computes]

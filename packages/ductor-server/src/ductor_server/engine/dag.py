@@ -8,7 +8,7 @@ It reads definitions through the catalog and writes only through the given
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -19,9 +19,10 @@ from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import ErrorInfo, RunFinished, RunInput, RunState, StartChildRun
 from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import tick
+from ductor_server.engine.cheap import cheap, tick_binds
 from ductor_server.engine.effects import MAX_START_DEPTH, Effects, EngineParts, create_run
 from ductor_server.engine.events import match_candidates, start_matched, triggered_candidates
-from ductor_server.engine.kinds import KindTick, failed_tick
+from ductor_server.engine.kinds import Computation, KindTick, failed_tick
 from ductor_server.engine.offload import ENGINE, resolve_engine, resolve_specs
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import DAG_KIND, RunRecord
@@ -82,10 +83,11 @@ class DagKind:
         inputs: Sequence[RunInput],
         now: datetime,
     ) -> KindTick:
-        """Tick against the run's pinned definition, in a worker thread; a run whose
-        definition is gone or unreadable, or whose tick raises, fails instead."""
+        """Tick against the run's pinned definition, on the loop when that is cheap
+        (`engine.cheap`), else in the engine lane; a run whose definition is gone
+        or unreadable, or whose tick raises, fails instead."""
         compute = await self.prepare_tick(tx, parts, run, inputs, now)
-        return await ENGINE.run(compute)
+        return compute() if compute.inline else await ENGINE.run(compute)
 
     async def prepare_tick(
         self,
@@ -94,8 +96,9 @@ class DagKind:
         run: RunRecord,
         inputs: Sequence[RunInput],
         now: datetime,
-    ) -> Callable[[], KindTick]:
-        """Load the run's pinned definition; return the pure tick against it."""
+    ) -> Computation:
+        """Load the run's pinned definition; return the pure tick against it,
+        marked inline when it is cheap (see `engine.cheap`)."""
         try:
             definition = await parts.catalog.definition(
                 tx, run.tenant_id, run.family_slug, run.version
@@ -105,7 +108,7 @@ class DagKind:
                 code="engine.definition_unreadable", message=exc.message, retryable=False
             )
             failed = KindTick(failed_tick(run.state, error, now))
-            return partial(_ready, failed)
+            return Computation(partial(_ready, failed), inline=True)
         if definition is None:
             error = ErrorInfo(
                 code="workflow.version_not_found",
@@ -113,11 +116,13 @@ class DagKind:
                 retryable=False,
             )
             failed = KindTick(failed_tick(run.state, error, now))
-            return partial(_ready, failed)
+            return Computation(partial(_ready, failed), inline=True)
         engine, specs = parts.portable()
-        return partial(
+        compute = partial(
             dag_tick, definition, run.state, list(inputs), now, engine=engine, specs=specs
         )
+        inline = cheap(definition, parts.specs, parts.expressions(), tick_binds(run.state, inputs))
+        return Computation(compute, inline=inline)
 
     async def trigger(
         self,

@@ -35,6 +35,7 @@ from ductor_core.runs import (
 from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import start_run
 from ductor_server.engine.catalog import WorkflowCatalog
+from ductor_server.engine.cheap import cheap
 from ductor_server.engine.history import transition_entries
 from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.offload import (
@@ -174,6 +175,19 @@ def first_tick(
     return FirstTick(run_id, result)
 
 
+async def compute_first_tick(
+    parts: EngineParts, definition: WorkflowDefinition, *, input: Any, now: datetime
+) -> FirstTick:
+    """A new run's first tick: on the loop when it is cheap (`engine.cheap`: the
+    root steps' CEL is cheap over `input`), else in the engine lane."""
+    engine, specs = parts.portable()
+    if cheap(definition, parts.specs, parts.expressions(), [input]):
+        return first_tick(definition, input=input, now=now, engine=engine, specs=specs)
+    return await ENGINE.run(
+        first_tick, definition, input=input, now=now, engine=engine, specs=specs
+    )
+
+
 async def create_run(
     tx: Tx,
     parts: EngineParts,
@@ -197,15 +211,12 @@ async def create_run(
 
     `first` is the first tick computed beforehand (`first_tick`, for `input`
     and `now`), so the transaction need not wait for it; without it the tick
-    runs here, in a worker thread. If the idempotency key or child key is
+    runs here (`compute_first_tick`). If the idempotency key or child key is
     already taken, nothing is written and the existing run comes back with
     `created=False`.
     """
     if first is None:
-        engine, specs = parts.portable()
-        first = await ENGINE.run(
-            first_tick, definition, input=input, now=now, engine=engine, specs=specs
-        )
+        first = await compute_first_tick(parts, definition, input=input, now=now)
     run_id, result = first.run_id, first.result
     [inserted] = await tx.insert_runs(
         [

@@ -11,22 +11,26 @@ second start of the same run impossible.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import EventReceived
 from ductor_core.step_specs import StepSpecs
+from ductor_server.engine.cheap import cheap
 from ductor_server.engine.effects import Effects, EngineParts, FirstTick, create_run, first_tick
 from ductor_server.engine.offload import ENGINE, resolve_engine
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import EventRecord, NewInboxItem, WorkflowVersionRecord
 
 log = logging.getLogger("ductor.events")
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass
@@ -99,6 +103,10 @@ def match_triggers(
     return matched
 
 
+async def _call_here(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    return fn(*args, **kwargs)
+
+
 async def match_candidates(
     parts: EngineParts,
     candidates: Candidates,
@@ -108,11 +116,19 @@ async def match_candidates(
     data: Any,
     now: datetime,
 ) -> list[TriggeredRun]:
-    """The candidates whose trigger filter holds, matched in the engine lane."""
+    """The candidates whose trigger filter holds, matched in the engine lane
+    unless all of them are cheap over the event's data."""
     if not candidates:
         return []
     engine, specs = parts.portable()
-    matched = await ENGINE.run(
+    cel = parts.expressions()
+    # Cheap filters and first ticks over small data run on the loop (`engine.cheap`).
+    run = (
+        _call_here
+        if all(cheap(definition, parts.specs, cel, [data]) for _, definition in candidates)
+        else ENGINE.run
+    )
+    matched = await run(
         match_triggers,
         [definition for _, definition in candidates],
         event_id=event_id,

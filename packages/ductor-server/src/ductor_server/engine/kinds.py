@@ -45,6 +45,19 @@ class KindTick:
     kind_state: Any = None
 
 
+@dataclass(frozen=True)
+class Computation:
+    """A prepared tick (`PreparedTick.prepare_tick`) and whether it is cheap
+    enough to compute on the event loop inside the transaction that read it
+    (see `engine.cheap`); one that is not goes to the engine lane."""
+
+    compute: Callable[[], KindTick]
+    inline: bool = False
+
+    def __call__(self) -> KindTick:
+        return self.compute()
+
+
 def failed_tick(state: RunState, error: ErrorInfo, now: datetime) -> TickResult:
     """A tick that fails the run with `error` (when ticking it is impossible)."""
     failed = msgspec.structs.replace(state, status=RunStatus.FAILED, error=error, finished_at=now)
@@ -151,10 +164,12 @@ class PreparedTick(Protocol):
     coordinator can compute it in a worker thread with no transaction open.
 
     The coordinator reads (claims runs, loads inboxes, calls `prepare_tick`)
-    in one short transaction, calls the returned computations in a worker
-    thread, then writes in a second transaction guarded by each run's
-    lock_version. A kind without it is ticked by `RunKind.tick` inside the
-    write transaction.
+    in one short transaction. When every computation of the batch is cheap
+    (`Computation.inline`), it computes them there and writes in the same
+    transaction; otherwise it calls them in the engine lane with no
+    transaction open, then writes in a second transaction. Either way each
+    run's lock_version guards the write. A kind without it is ticked by
+    `RunKind.tick` inside the write transaction.
     """
 
     async def prepare_tick(
@@ -167,9 +182,11 @@ class PreparedTick(Protocol):
     ) -> Callable[[], KindTick]:
         """Read through `tx` what ticking `run` needs; return the tick itself.
 
-        The returned callable is pure (no I/O, no event loop, no `tx`), is called
-        in a worker thread after `tx` has ended, and must not raise for a bad
-        run (it returns a failed tick instead).
+        The returned computation is pure (no I/O, no event loop, no `tx`) and
+        must not raise for a bad run (it returns a failed tick instead). It is
+        called in a lane's worker after `tx` has ended, or, when it is a
+        `Computation` that says it is `inline` and so is every other run of the
+        batch, on the loop inside `tx`.
         """
         ...
 
@@ -244,4 +261,4 @@ class RunKinds:
         return iter(self._by_name.values())
 
 
-__all__ = ["KindTick", "PreparedTick", "RunKind", "RunKinds", "failed_tick"]
+__all__ = ["Computation", "KindTick", "PreparedTick", "RunKind", "RunKinds", "failed_tick"]

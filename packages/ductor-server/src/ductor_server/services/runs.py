@@ -25,8 +25,7 @@ from ductor_core.runs import (
     StepState,
     StepStatus,
 )
-from ductor_server.engine.effects import Effects, FirstTick, create_run, first_tick
-from ductor_server.engine.offload import ENGINE
+from ductor_server.engine.effects import Effects, FirstTick, compute_first_tick, create_run
 from ductor_server.engine.queue import Topic
 from ductor_server.errors import (
     RequestInvalid,
@@ -389,8 +388,8 @@ class RunsService:
         stored_key: str | None,
         now: datetime,
     ) -> tuple[int, FirstTick] | None:
-        """The first tick of the DAG run a trigger would start, computed in a worker
-        thread before the trigger's transaction opens (it evaluates CEL over the
+        """The first tick of the DAG run a trigger would start, computed before the
+        trigger's transaction opens (on the loop only when cheap) (it evaluates CEL over the
         input, which may be large), with the version it is for; None when there
         is nothing to start (another kind's slug, an unknown workflow, a run key
         already taken)."""
@@ -408,10 +407,7 @@ class RunsService:
         if resolved is None:
             return None
         record, definition = resolved
-        engine, specs = context.parts.portable()
-        first = await ENGINE.run(
-            first_tick, definition, input=input, now=now, engine=engine, specs=specs
-        )
+        first = await compute_first_tick(context.parts, definition, input=input, now=now)
         return record.version, first
 
     async def _create(

@@ -1,0 +1,71 @@
+"""Cheap ticks run on the loop in one transaction; costly ones go to the engine lane."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
+from ductor_core.definitions import definition_from_obj
+from ductor_core.runs import RunStatus
+from ductor_server.engine.cheap import INLINE_BYTES, definition_cost, small
+
+from .conftest import Engine, step
+
+
+def chain(slug: str, steps: int, params: dict[str, str] | None = None) -> dict[str, Any]:
+    args: dict[str, Any] = {"action": "noop"}
+    if params:
+        args["params"] = params
+    return {
+        "family_slug": slug,
+        "steps": [{"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": args} for i in range(steps)],
+        "edges": [{"source_ref": f"s{i}", "target_ref": f"s{i + 1}"} for i in range(steps - 1)],
+    }
+
+
+def test_cost_counts_only_what_the_tick_evaluates() -> None:
+    # The action name is not CEL; params are.
+    assert definition_cost(definition_from_obj(chain("a", 3)), BUILTIN_STEP_SPECS) == 0
+    cheap = definition_cost(
+        definition_from_obj(chain("b", 1, {"n": "input.n"})), BUILTIN_STEP_SPECS
+    )
+    costly = definition_cost(
+        definition_from_obj(chain("c", 1, {"n": "input.items.map(x, x.map(y, y))"})),
+        BUILTIN_STEP_SPECS,
+    )
+    assert 0 < cheap < 500 < 1_000_000 < costly  # a field read pays for its result
+
+
+def test_size_walk_stops_at_the_bound() -> None:
+    assert small([{"a": [1, 2, 3], "b": "x" * 100}])
+    assert not small([{"a": "x" * INLINE_BYTES}])
+    assert not small([list(range(10_000_000))])  # answered without walking it all
+
+
+async def test_a_chain_without_cel_is_ticked_inline_whatever_its_input(engine: Engine) -> None:
+    await engine.publish(chain("plain", 3))
+    coordinator = engine.runtime.coordinator
+    run = await engine.trigger("plain", {"blob": "x" * (4 * INLINE_BYTES)})
+    view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.SUCCEEDED
+    assert coordinator.inline_batches >= 3
+    assert coordinator.offloaded_batches == 0
+
+
+async def test_costly_cel_or_a_big_input_is_offloaded(engine: Engine) -> None:
+    await engine.publish(chain("mapped", 2, {"n": "input.items.map(x, x * 2)"}))
+    await engine.publish(chain("cheap", 2, {"n": "input.n"}))
+    coordinator = engine.runtime.coordinator
+    mapped = await engine.trigger("mapped", {"items": [1, 2, 3]})
+    view = await engine.wait_run(mapped.id)
+    assert view.status == RunStatus.SUCCEEDED
+    assert step(view, "s1").output == {"n": [2, 4, 6]}
+    assert coordinator.offloaded_batches >= 2
+    inline, offloaded = coordinator.inline_batches, coordinator.offloaded_batches
+    small_run = await engine.trigger("cheap", {"n": 1})
+    assert (await engine.wait_run(small_run.id)).status == RunStatus.SUCCEEDED
+    assert coordinator.inline_batches >= inline + 2
+    assert coordinator.offloaded_batches == offloaded
+    big_run = await engine.trigger("cheap", {"n": 1, "pad": "x" * INLINE_BYTES})
+    assert (await engine.wait_run(big_run.id)).status == RunStatus.SUCCEEDED
+    assert coordinator.offloaded_batches >= offloaded + 2
