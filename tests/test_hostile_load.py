@@ -5,7 +5,10 @@ filter is as dear as the cost limit accepts, dataflow runs over large inputs),
 gets an answer, none of them a 5xx.
 
 The latency bound is the one the hostile-tenant rule asks for (nothing heavy on
-the event loop); the figures, with a baseline taken before the flood, are printed.
+the event loop): 50 ms, or, on a machine so busy that /healthz is already slow
+with no flood at all, 8 times the p99 measured before the flood in the same run
+(a loop blocked by the flood shows up as hundreds of milliseconds to seconds,
+far past either). The figures are printed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .conftest import ServerProcess
 
 SAMPLE_EVERY = 0.01
 P99_BOUND = 0.050
+P99_RATIO_BOUND = 8.0
 BASELINE_SECONDS = 3.0
 FLOOD_TIMEOUT = 240.0
 
@@ -202,4 +206,4 @@ def test_healthz_stays_fast_while_tenants_flood_the_server_with_costly_work(
     assert {run["status"] for run in ended} == {"RUN_STATUS_SUCCEEDED"}, [
         (run["family_slug"], run.get("error")) for run in ended
     ]
-    assert flood_p99 < P99_BOUND, figures
+    assert flood_p99 < max(P99_BOUND, P99_RATIO_BOUND * base_p99), figures
