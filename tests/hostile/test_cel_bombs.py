@@ -15,17 +15,23 @@ lives on, with the same pid.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import psycopg
+
+from ductor_core.expressions import DEFAULT_COST_LIMITS, estimate_cost
 
 # How much the server's resident set may grow, end to end, while refusing
 # every bomb: a refused bomb allocates nothing but its error.
 REFUSED_GROWTH_KIB = 64 * 1024
 
 TOO_COSTLY = "definition.expression_too_costly"
+KINDS = {"lead": {}}
 
 
 def _dataflow(ref: str, **args: Any) -> dict[str, Any]:
@@ -153,12 +159,17 @@ def workflow_placements(bomb: str) -> Iterator[tuple[str, dict[str, Any], str]]:
 def routing_placements(bomb: str) -> Iterator[tuple[str, str, dict[str, Any], str]]:
     """(where, path, body, the end of the bomb's pointer) for every CEL field of routing."""
     rule = {"id": "r", "pool": "p", "when": bomb}
-    yield "rule condition", "/v1/rules", {"rules": [rule], "default_pool": "p"}, "/rules/0/when"
+    yield (
+        "rule condition",
+        "/v1/rules",
+        {"rules": [rule], "default_pool": "p", "kinds": KINDS},
+        "/rules/0/when",
+    )
     enricher = {"attribute": "x", "expr": bomb}
     yield (
         "enricher",
         "/v1/rules",
-        {"enrichers": [enricher], "default_pool": "p"},
+        {"enrichers": [enricher], "default_pool": "p", "kinds": KINDS},
         "/enrichers/0/expr",
     )
     member = {"worker": "w1", "when": bomb}
@@ -255,3 +266,224 @@ def test_every_bomb_is_refused_where_it_is_written(
     )
     assert refused >= len(bomb_corpus) * 40
     assert memory_after["peak_rss"] - memory_before["peak_rss"] < REFUSED_GROWTH_KIB
+
+
+# --- the costliest expressions the limits accept ---------------------------------
+
+_PAIRS = zip("bcbcbc", ("==", "<", ">", "<=", ">=", "!="), strict=True)
+# Six filters over a 100-item list for each of 100 items: about 900,000 units.
+HEAVIEST_CPU = (
+    "input.a.map(x, "
+    + " + ".join(f"input.{name}.filter(y, y {op} x).size()" for name, op in _PAIRS)
+    + ")"
+)
+# The longest string (512 KiB) and list (65,536 items) under the size limits.
+LONGEST_STRING = "size(['xxxxxxxx']" + ".map(s, s + s)" * 16 + "[0])"
+LONGEST_LIST = "size([[1, 2, 3, 4]]" + ".map(l, l + l)" * 14 + "[0])"
+HEAVY_INPUT = {
+    "a": list(range(100)),
+    "b": list(range(100)),
+    "c": list(range(100)),
+    "s": "y" * 1000,
+}
+
+
+def test_the_costliest_accepted_expressions_run_to_completion(
+    capped_server: Any, process_memory: Callable[[int], dict[str, int]]
+) -> None:
+    server = capped_server
+    pid = server.proc.pid
+    for source in (HEAVIEST_CPU, LONGEST_STRING, LONGEST_LIST):
+        assert estimate_cost(source).cost <= DEFAULT_COST_LIMITS.max_cost
+    assert estimate_cost(HEAVIEST_CPU).cost > 0.8 * DEFAULT_COST_LIMITS.max_cost
+    project = {"cpu": HEAVIEST_CPU, "string": LONGEST_STRING, "list": LONGEST_LIST}
+    definition = {
+        "family_slug": "heavy",
+        "title": "Heavy",
+        "steps": [_dataflow("heavy", operation="project", project=project)],
+        "edges": [],
+    }
+    rule = "size(" + HEAVIEST_CPU.replace("input.", "attributes.") + ") == 100"
+    assert estimate_cost(rule).cost <= DEFAULT_COST_LIMITS.max_cost
+    with server.client() as http:
+        set_up_routing(http)
+        response = http.post(
+            "/v1/rules",
+            json={
+                "rules": [{"id": "heavy", "pool": "p", "when": rule}],
+                "default_pool": None,
+                "kinds": KINDS,
+            },
+        )
+        assert response.status_code == 201, response.text
+        assert http.post("/v1/workflows", json=definition).status_code == 201
+        started = time.monotonic()
+        run = http.post("/v1/runs", json={"family_slug": "heavy", "input": HEAVY_INPUT}).json()
+        ended = server.wait_for_run(run["id"], timeout=120)
+        run_seconds = time.monotonic() - started
+        started = time.monotonic()
+        routed = http.post(
+            "/v1/route", json={"id": "r1", "kind": "lead", "attributes": HEAVY_INPUT}
+        )
+        route_seconds = time.monotonic() - started
+    assert ended["status"] == "RUN_STATUS_SUCCEEDED", ended
+    output = ended["steps"][0]["output"]
+    assert output == {"cpu": [300] * 100, "string": 524_288, "list": 65_536}
+    assert routed.status_code == 201, routed.text
+    assert routed.json()["pool"] == "p"
+    assert_alive(server, pid)
+    memory = process_memory(pid)
+    print(
+        f"\n{server.backend}: heaviest run {run_seconds:.2f}s, heaviest rule {route_seconds:.2f}s,"
+        f" peak rss {memory['peak_rss'] // 1024} MiB"
+    )
+    assert memory["peak_rss"] < 1024 * 1024  # KiB: half the cap
+
+
+# --- a bomb stored before the limits existed -------------------------------------
+
+BOMB = "size(['xxxxxxxx']" + ".map(s, s + s)" * 28 + "[0]) > 0"
+
+
+def tenant_of(server: Any) -> str:
+    """The tenant the server's API key belongs to (`ductor dev`'s, or the test key's)."""
+    return "acme" if server.database_url else "dev"
+
+
+def sql(server: Any, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the server's database, past the API (`%s` placeholders;
+    `%j` for a JSON text parameter)."""
+    if server.database_url:
+        with psycopg.connect(server.database_url, autocommit=True) as conn:
+            cur = conn.execute(statement.replace("%j", "%s::jsonb"), params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+    with sqlite3.connect(server.data_dir / "ductor.db", timeout=30) as db:
+        rows = db.execute(statement.replace("%s", "?").replace("%j", "?"), params).fetchall()
+    return rows
+
+
+def as_json(value: Any) -> Any:
+    return value if isinstance(value, dict) else json.loads(value)
+
+
+def store_routing_bomb(server: Any, where: str) -> None:
+    """Write a bomb into the tenant's rules or pool with SQL, as an old server might have."""
+    tenant = tenant_of(server)
+    now = "2026-01-01T00:00:00+00:00"
+    if where == "rule":
+        body = {
+            "rules": [{"id": "old", "pool": "p", "when": BOMB}],
+            "default_pool": "p",
+            "kinds": KINDS,
+        }
+        sql(
+            server,
+            "INSERT INTO routing_rule_sets (tenant_id, version, body, created_at)"
+            " SELECT %s, COALESCE(MAX(version), 0) + 1, %j, %s FROM routing_rule_sets"
+            " WHERE tenant_id = %s",
+            (tenant, json.dumps(body), now, tenant),
+        )
+    else:
+        (row,) = sql(
+            server, "SELECT body FROM routing_pools WHERE tenant_id = %s AND id = 'p'", (tenant,)
+        )
+        pool = as_json(row[0])
+        pool["members"][0]["when"] = BOMB
+        sql(
+            server,
+            "UPDATE routing_pools SET body = %j WHERE tenant_id = %s AND id = 'p'",
+            (json.dumps(pool), tenant),
+        )
+    # A new generation: the server reloads the configuration, as after an API change.
+    sql(
+        server,
+        "UPDATE routing_generations SET generation = generation + 1 WHERE tenant_id = %s",
+        (tenant,),
+    )
+
+
+ROUTE_WORKFLOW = {
+    "family_slug": "route-old",
+    "title": "Route with an old configuration",
+    "steps": [{"ref": "route", "type": "STEP_TYPE_ROUTE", "args": {"kind": "'lead'"}}],
+    "edges": [],
+}
+
+
+def test_a_stored_bomb_fails_its_decisions_and_runs_not_the_server(capped_server: Any) -> None:
+    server = capped_server
+    pid = server.proc.pid
+    with server.client() as http:
+        set_up_routing(http)
+        assert http.post("/v1/workflows", json=ROUTE_WORKFLOW).status_code == 201
+        for where in ("rule", "pool member"):
+            store_routing_bomb(server, where)
+            routed = http.post("/v1/route", json={"id": f"r-{where}", "kind": "lead"})
+            assert routed.status_code == 422, routed.text
+            assert routed.json()["code"] == "routing.config"
+            assert "too costly" in routed.json()["message"]
+            assert_alive(server, pid)
+            started = time.monotonic()
+            run = http.post("/v1/runs", json={"family_slug": "route-old"}).json()
+            ended = server.wait_for_run(run["id"], timeout=60)
+            assert time.monotonic() - started < 30
+            assert ended["status"] == "RUN_STATUS_FAILED", ended
+            assert ended["error"]["code"] == "run.step_failed"
+            assert ended["error"]["details"]["error"] == "routing.config"
+            (step,) = ended["steps"]
+            assert step["error"]["code"] == "routing.config"
+            assert step["error"]["retryable"] is False
+            assert step["attempt"] == 1  # failed once, not re-leased
+            assert_alive(server, pid)
+            # Replacing what holds the bomb over the API sets the configuration right.
+            if where == "rule":
+                fixed = http.post("/v1/rules", json={"default_pool": "p", "kinds": KINDS})
+            else:
+                fixed = http.post("/v1/pools", json={"id": "p", "members": [{"worker": "w1"}]})
+            assert fixed.status_code in {200, 201}, fixed.text
+            routed = http.post("/v1/route", json={"id": f"ok-{where}", "kind": "lead"})
+            assert routed.status_code == 201, routed.text
+    assert_alive(server, pid)
+
+
+def test_a_stored_workflow_bomb_fails_its_run_not_the_server(capped_server: Any) -> None:
+    server = capped_server
+    pid = server.proc.pid
+    tenant = tenant_of(server)
+    with server.client() as http:
+        definition = {
+            "family_slug": "stored",
+            "title": "Stored",
+            "steps": [
+                _dataflow("s", operation="project", project={"x": "1"}),
+                _dataflow("t", operation="project", project={"y": "2"}),
+            ],
+            "edges": [{"source_ref": "s", "target_ref": "t"}],
+        }
+        assert http.post("/v1/workflows", json=definition).status_code == 201
+        (row,) = sql(
+            server,
+            "SELECT definition FROM workflow_versions"
+            " WHERE tenant_id = %s AND family_slug = 'stored'",
+            (tenant,),
+        )
+        stored = as_json(row[0])
+        stored["steps"][1]["args"]["project"]["y"] = BOMB
+        sql(
+            server,
+            "UPDATE workflow_versions SET definition = %j"
+            " WHERE tenant_id = %s AND family_slug = 'stored'",
+            (json.dumps(stored), tenant),
+        )
+        started = time.monotonic()
+        run = http.post("/v1/runs", json={"family_slug": "stored"}).json()
+        ended = server.wait_for_run(run["id"], timeout=60)
+        assert time.monotonic() - started < 30
+    assert ended["status"] == "RUN_STATUS_FAILED", ended
+    assert ended["error"]["code"] == "run.step_failed"
+    assert ended["error"]["details"] == {"step_ref": "t", "error": "expression.too_costly"}
+    steps = {step["ref"]: step for step in ended["steps"]}
+    assert steps["s"]["status"] == "STEP_STATUS_SUCCEEDED"
+    assert steps["t"]["status"] == "STEP_STATUS_FAILED"
+    assert steps["t"]["error"]["code"] == "expression.too_costly"
+    assert_alive(server, pid)
