@@ -47,6 +47,12 @@ def cap_memory(pid: int, limit: int = MEMORY_CAP_BYTES) -> None:
 
 
 @pytest.fixture
+def cap_memory_of() -> Callable[[int], None]:
+    """`cap_memory`: cap a running process's address space (2 GiB unless told)."""
+    return cap_memory
+
+
+@pytest.fixture
 def capped_server(server: Any) -> Any:
     """The `server` fixture's process (each backend in turn), started and capped at 2 GiB."""
     server.start()

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from ductor_core.expressions import DEFAULT_COST_LIMITS, estimate_cost
 
@@ -487,3 +488,71 @@ def test_a_stored_workflow_bomb_fails_its_run_not_the_server(capped_server: Any)
     assert steps["t"]["status"] == "STEP_STATUS_FAILED"
     assert steps["t"]["error"]["code"] == "expression.too_costly"
     assert_alive(server, pid)
+
+
+# --- a bomb the estimate accepts: the sandbox's deadline --------------------------
+
+# About 220,000 units by the estimate, yet a minute of cel-rust CPU: reading a
+# list variable inside two nested loops costs far more than estimated.
+RUNAWAY = "size(input.a.map(x, input.b.map(y, [" + ", ".join(["input.c"] * 10) + "])))"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_runaway_the_estimate_accepts_is_cut_by_the_sandbox(
+    backend: str,
+    request: pytest.FixtureRequest,
+    make_server: Callable[..., Any],
+    cap_memory_of: Callable[[int], None],
+    process_memory: Callable[[int], dict[str, int]],
+) -> None:
+    assert estimate_cost(RUNAWAY).cost < DEFAULT_COST_LIMITS.max_cost
+    database_url = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+    server = make_server(
+        "runaway", database_url=database_url, env={"DUCTOR_CEL_SANDBOX_TIMEOUT": "1"}
+    )
+    server.start()
+    cap_memory_of(server.proc.pid)
+    pid = server.proc.pid
+    definition = {
+        "family_slug": "runaway",
+        "title": "Runaway",
+        "steps": [_dataflow("spin", operation="project", project={"n": RUNAWAY})],
+        "edges": [],
+    }
+    rule = RUNAWAY.replace("input.", "attributes.") + " > 0"
+    with server.client() as http:
+        set_up_routing(http)
+        published = http.post("/v1/workflows", json=definition)
+        assert published.status_code == 201, published.text
+        started = time.monotonic()
+        run = http.post("/v1/runs", json={"family_slug": "runaway", "input": HEAVY_INPUT}).json()
+        ended = server.wait_for_run(run["id"], timeout=60)
+        run_seconds = time.monotonic() - started
+        assert_alive(server, pid)
+        rules = {"rules": [{"id": "spin", "pool": "p", "when": rule}], "kinds": KINDS}
+        assert http.post("/v1/rules", json=rules).status_code == 201
+        started = time.monotonic()
+        routed = http.post(
+            "/v1/route", json={"id": "r1", "kind": "lead", "attributes": HEAVY_INPUT}
+        )
+        route_seconds = time.monotonic() - started
+    assert ended["status"] == "RUN_STATUS_FAILED", ended
+    assert ended["error"]["details"] == {
+        "step_ref": "spin",
+        "error": "expression.resource_exhausted",
+    }
+    (step,) = ended["steps"]
+    assert step["error"]["code"] == "expression.resource_exhausted"
+    assert step["error"]["retryable"] is False
+    assert run_seconds < 20
+    # The rule errs (recorded in the explanation) and matches nothing: no pool.
+    assert routed.status_code == 201, routed.text
+    decision = routed.json()
+    assert decision["pool"] is None, decision
+    assert "resources exhausted" in json.dumps(decision["explanation"])
+    assert route_seconds < 10
+    assert_alive(server, pid)
+    print(
+        f"\n{backend}: runaway run failed in {run_seconds:.1f}s, runaway rule cut in"
+        f" {route_seconds:.1f}s, peak rss {process_memory(pid)['peak_rss'] // 1024} MiB"
+    )
