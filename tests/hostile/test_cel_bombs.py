@@ -19,6 +19,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -292,7 +293,40 @@ HEAVY_INPUT = {
 def test_the_costliest_accepted_expressions_run_to_completion(
     capped_server: Any, process_memory: Callable[[int], dict[str, int]]
 ) -> None:
-    server = capped_server
+    run_the_costliest(capped_server, process_memory)
+    # On by default: the costly ones ran in the sandbox's child processes.
+    assert "ductor_server.sandbox.child" in " ".join(_children_of(capped_server.proc.pid))
+
+
+def test_the_costliest_accepted_expressions_run_to_completion_in_process(
+    make_server: Callable[..., Any],
+    cap_memory_of: Callable[[int], None],
+    process_memory: Callable[[int], dict[str, int]],
+) -> None:
+    server = make_server("in-process", env={"DUCTOR_CEL_SANDBOX": "off"})
+    server.start()
+    cap_memory_of(server.proc.pid)
+    run_the_costliest(server, process_memory)
+    assert "sandbox" not in " ".join(_children_of(server.proc.pid))
+
+
+def _children_of(pid: int) -> list[str]:
+    """The command lines of a process's children."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def run_the_costliest(server: Any, process_memory: Callable[[int], dict[str, int]]) -> None:
+    """Run the costliest accepted expressions in a dataflow step and a routing rule."""
     pid = server.proc.pid
     for source in (HEAVIEST_CPU, LONGEST_STRING, LONGEST_LIST):
         assert estimate_cost(source).cost <= DEFAULT_COST_LIMITS.max_cost
