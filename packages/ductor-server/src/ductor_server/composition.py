@@ -13,13 +13,19 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from ductor.protocol import SigningKeys
-from ductor_core.expressions import ExpressionEngine, default_engine, engine_by_name
+from ductor_core.expressions import (
+    DEFAULT_COST_LIMITS,
+    ExpressionEngine,
+    default_engine,
+    engine_by_name,
+)
 from ductor_core.step_specs import StepSpecs
 from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
     EventsService,
@@ -72,6 +78,8 @@ class Composition:
                 await self.runtime.stop()
         finally:
             await self.store.close()
+            if isinstance(self.expressions, SandboxedEngine):
+                self.expressions.close()
 
     @asynccontextmanager
     async def opened(self, *, migrate: bool = True) -> AsyncIterator[Composition]:
@@ -116,6 +124,23 @@ def build_services(
     )
 
 
+def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
+    """`engine`, wrapped so costly expressions run in the sandbox when the settings
+    ask and the engine is cel-rust (cel-python stops itself: its step limit)."""
+    if not settings.cel_sandbox or engine.name != "cel-rust":
+        return engine
+    pool = SandboxPool(
+        engine.name,
+        limits=getattr(engine, "limits", DEFAULT_COST_LIMITS),
+        sandbox=SandboxLimits(
+            processes=settings.cel_sandbox_processes,
+            memory_bytes=settings.cel_sandbox_memory_mb * 1024 * 1024,
+            timeout=settings.cel_sandbox_timeout,
+        ),
+    )
+    return SandboxedEngine(engine, pool, threshold=settings.cel_sandbox_threshold)
+
+
 def build(
     settings: Settings,
     *,
@@ -138,7 +163,7 @@ def build(
         ValueError: `settings.cel_engine` names no engine.
     """
     store = open_store(settings.store_target)
-    expressions = engine_by_name(settings.cel_engine)
+    expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
     actions = actions if actions is not None else default_registry()
     runtime = Runtime(
         store,
@@ -168,4 +193,4 @@ def build(
     )
 
 
-__all__ = ["Composition", "build", "build_services"]
+__all__ = ["Composition", "build", "build_services", "sandboxed"]

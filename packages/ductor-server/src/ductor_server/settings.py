@@ -23,6 +23,20 @@ def parse_roles(text: str) -> tuple[str, ...]:
     return roles
 
 
+def parse_switch(name: str, text: str) -> bool:
+    """Parse "on"/"off" (also true/false, 1/0, yes/no).
+
+    Raises:
+        ValueError: any other text.
+    """
+    value = text.strip().lower()
+    if value in {"on", "true", "1", "yes"}:
+        return True
+    if value in {"off", "false", "0", "no"}:
+        return False
+    raise ValueError(f"{name} must be on or off, got {text!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """How one `ductor` process is configured.
@@ -47,6 +61,12 @@ class Settings:
             (SIGTERM) before their tasks go back to the queue.
         cel_engine: the CEL engine of every expression (DAG runs, validation, trigger
             filters, routing): "cel-rust" or "cel-python".
+        cel_sandbox: with cel-rust, evaluate expressions estimated at
+            `cel_sandbox_threshold` units or more in capped child processes.
+        cel_sandbox_threshold: the estimated cost from which an expression is sandboxed.
+        cel_sandbox_timeout: seconds one sandboxed evaluation may take.
+        cel_sandbox_memory_mb: the address space of each sandbox process, in MiB.
+        cel_sandbox_processes: how many sandbox processes evaluate at once.
     """
 
     host: str = "127.0.0.1"
@@ -62,6 +82,11 @@ class Settings:
     poison_after: int = 3
     stop_grace: float = 5.0
     cel_engine: str = "cel-rust"
+    cel_sandbox: bool = True
+    cel_sandbox_threshold: int = 10_000
+    cel_sandbox_timeout: float = 5.0
+    cel_sandbox_memory_mb: int = 1024
+    cel_sandbox_processes: int = 2
 
     @property
     def embedded(self) -> bool:
@@ -116,5 +141,15 @@ class Settings:
             values["stop_grace"] = float(grace)
         if cel := env.get("DUCTOR_CEL_ENGINE"):
             values["cel_engine"] = cel
+        if sandbox := env.get("DUCTOR_CEL_SANDBOX"):
+            values["cel_sandbox"] = parse_switch("DUCTOR_CEL_SANDBOX", sandbox)
+        if threshold := env.get("DUCTOR_CEL_SANDBOX_THRESHOLD"):
+            values["cel_sandbox_threshold"] = int(threshold)
+        if timeout := env.get("DUCTOR_CEL_SANDBOX_TIMEOUT"):
+            values["cel_sandbox_timeout"] = float(timeout)
+        if memory := env.get("DUCTOR_CEL_SANDBOX_MEMORY_MB"):
+            values["cel_sandbox_memory_mb"] = int(memory)
+        if processes := env.get("DUCTOR_CEL_SANDBOX_PROCESSES"):
+            values["cel_sandbox_processes"] = int(processes)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
