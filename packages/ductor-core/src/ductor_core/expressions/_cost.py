@@ -298,6 +298,20 @@ class _Estimator:
             cost = _sat(cost + items * self.compare(a.item, b.item))
         return cost
 
+    def copy_in(self, node: Node, scope: dict[str, Shape]) -> int:
+        """The cost of putting the value of `node` into a list, a map or a map() result.
+
+        A value read from a variable (`input.c`, not a comprehension's own
+        variable or a field of it) is copied whole into what is built, as a
+        built value is: it may hold the assumed items and characters. The
+        items of a comprehension's range were paid for with the range.
+        """
+        while isinstance(node, (Group, Select, Index)):
+            node = node.inner if isinstance(node, Group) else node.operand
+        if isinstance(node, Ident) and node.name not in scope:
+            return self.build(self.unknown)
+        return 0
+
     # the walk
 
     def cost(self, node: Node, scope: dict[str, Shape], times: int) -> tuple[int, Shape]:
@@ -337,7 +351,7 @@ class _Estimator:
             item: Shape | None = SCALAR
             for index, element in enumerate(node.items):
                 element_cost, element_shape = self.cost(element, scope, times)
-                total = _sat(total + element_cost)
+                total = _sat(total + element_cost + self.copy_in(element, scope))
                 item = element_shape if index == 0 else self.join(item, element_shape)
             return total, self.built(Shape(len(node.items), 0, item))
         if isinstance(node, MapNode):
@@ -346,7 +360,7 @@ class _Estimator:
             for index, (key, value) in enumerate(node.entries):
                 key_cost, key_shape = self.cost(key, scope, times)
                 value_cost, value_shape = self.cost(value, scope, times)
-                total = _sat(total + key_cost + value_cost)
+                total = _sat(total + key_cost + value_cost + self.copy_in(value, scope))
                 pair = self.join(key_shape, value_shape)
                 item = pair if index == 0 else self.join(item, pair)
             return total, self.built(Shape(len(node.entries), 0, item))
@@ -468,6 +482,8 @@ class _Estimator:
         for argument in node.args[1:]:
             cost, body_shape = self.cost(argument, inner, runs)
             body_cost = _sat(body_cost + cost)
+        if node.name == "map":
+            body_cost = _sat(body_cost + self.copy_in(node.args[-1], inner))
         total = _sat(range_cost + 1 + _sat(count * body_cost))
         if node.name == "map":
             return total, self.built(Shape(count, 0, body_shape))
