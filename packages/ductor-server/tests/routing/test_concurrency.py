@@ -97,9 +97,9 @@ async def test_simultaneous_decisions_never_overfill_a_cap(
         assert sum(per_worker.values()) == 15
         assert picks.count(None) == 105
         assert await assignment_counts(stores[0]) == per_worker
+        router = await services[0]._router(TENANT)
         async with stores[0].transaction() as tx:
             rtx = RoutingTx(tx)
-            router = await services[0]._router(rtx, TENANT, None)
             keys = [k for k in router.counter_keys("tight", NOON) if k.scope is CounterScope.CAP]
             values = await rtx.read_counters(TENANT, [counter_text(k) for k in keys])
         assert sorted(values.values()) == [3, 3, 3, 3, 3]

@@ -186,21 +186,29 @@ async def test_bad_configuration_is_refused_and_nothing_changes(api: Api) -> Non
         422,
         "routing.config",
     )
-    assert any("ghost" in p["message"] for p in body["details"])
-    assert_error(
-        await api.call("POST", "/v1/rules", json={"rules": [{"id": "r", "pool": "nowhere"}]}),
+    # Pointers lead into the request body, not into the assembled configuration.
+    assert [p["pointer"] for p in body["details"]] == ["/members/0/worker"]
+    body = assert_error(
+        await api.call(
+            "POST",
+            "/v1/rules",
+            json={"rules": [{"id": "r", "pool": "nowhere"}], "default_pool": "gone"},
+        ),
         422,
         "routing.config",
     )
-    assert_error(
+    assert [p["pointer"] for p in body["details"]] == ["/rules/0/pool", "/default_pool"]
+    body = assert_error(
         await api.call(
             "POST", "/v1/rules", json={"rules": [{"id": "r", "pool": "desk", "when": "1 +"}]}
         ),
         422,
         "routing.config",
     )
-    # Deleting a worker a pool still lists is refused too.
-    assert_error(await api.call("DELETE", "/v1/workers/ana"), 422, "routing.config")
+    assert [p["pointer"] for p in body["details"]] == ["/rules/0/when"]
+    # Deleting a worker a pool still lists is refused too (pointing into the configuration).
+    body = assert_error(await api.call("DELETE", "/v1/workers/ana"), 422, "routing.config")
+    assert [p["pointer"] for p in body["details"]] == ["/pools/0/members/0/worker"]
     assert [p["id"] for p in await api.ok("GET", "/v1/pools")] == ["desk"]
     assert (await api.ok("GET", "/v1/rules"))["version"] == 1
     assert len(await api.ok("GET", "/v1/workers")) == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ductor_server.routing.errors import (
     AssignmentStateConflict,
+    ConfigChangeConflict,
     RoutableInvalid,
     RoutingObjectNotFound,
 )
@@ -18,6 +19,7 @@ from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReser
 __all__ = [
     "AssignmentRecord",
     "AssignmentStateConflict",
+    "ConfigChangeConflict",
     "RoutableInvalid",
     "RoutingObjectNotFound",
     "RoutingTx",

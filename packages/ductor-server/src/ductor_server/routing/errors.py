@@ -8,7 +8,8 @@ DuctorError (ductor_core)
  └── RoutingError (ductor_routing)
       ├── ConfigError                   routing.config (a change that breaks the config)
       ├── RoutableInvalid               routing.routable_invalid (details: problems)
-      └── AssignConflict                routing.assign_conflict (caps kept losing races)
+      ├── AssignConflict                routing.assign_conflict (caps kept losing races)
+      └── ConfigChangeConflict          routing.config_conflict (changes kept racing)
 """
 
 from __future__ import annotations
@@ -43,3 +44,10 @@ class RoutableInvalid(RoutingError):
 
     def __init__(self, message: str, problems: Any) -> None:
         super().__init__(message, details=problems)
+
+
+class ConfigChangeConflict(RoutingError):
+    """A configuration change that kept meeting newer changes; try again."""
+
+    code = "routing.config_conflict"
+    retryable = True

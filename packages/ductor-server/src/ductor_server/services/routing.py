@@ -2,10 +2,15 @@
 
 It speaks in tenants, structs and `DuctorError`s, never a transport. Routing
 itself is `ductor_routing.Router`; this module loads its configuration, gives
-it a snapshot of the live counters and marks, and commits its Assign intent in
-the same transaction, whose conditional counter updates keep every cap under
-concurrency (a lost race rolls back and routes again on fresh state, claiming
-the call's idempotency key again in that new transaction).
+it a snapshot of the live counters and marks read in a short transaction, runs
+it (inline when its CEL is cheap, else in a lane) with no transaction open, and
+commits its Assign intent in a second short transaction, whose conditional
+counter updates keep every cap under concurrency (a lost race, or a
+configuration that changed in between, rolls back and routes again on fresh
+state, claiming the call's idempotency key again in that new transaction).
+A configuration change is compiled in a lane before its transaction opens; the
+transaction only checks that the configuration it was built from is still
+current (else it is built again) and writes.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from ductor_core.expressions import ExpressionEngine
+from ductor_core.errors import DuctorError
+from ductor_core.expressions import ExpressionEngine, estimate_cost
 from ductor_routing import (
     AssignConflict,
+    ConfigError,
     Consent,
     CounterKey,
     CounterScope,
@@ -31,6 +38,7 @@ from ductor_routing import (
     MarkKind,
     Outcome,
     Pool,
+    Problem,
     Routable,
     Router,
     Rule,
@@ -41,11 +49,13 @@ from ductor_routing import (
     encode_decision,
     shadow_report,
 )
+from ductor_server.engine.cheap import INLINE_COST, INLINE_LIMITS, small
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.offload import VALIDATION
 from ductor_server.errors import RequestInvalid
 from ductor_server.routing.errors import (
     AssignmentStateConflict,
+    ConfigChangeConflict,
     RoutableInvalid,
     RoutingObjectNotFound,
 )
@@ -249,6 +259,83 @@ class _Config(msgspec.Struct, frozen=True, kw_only=True):
     version: int
 
 
+INLINE_MEMBERS = 1_000
+"""The most pool members a configuration may have and still be routed on the loop
+(structured filters and strategies cost about 0.3 us a member on top of CEL)."""
+
+
+def _route_cost(config: _Config, pool: str | None, engine: ExpressionEngine) -> int:
+    """The estimated cost of all the CEL a decision of `config` may evaluate, at the
+    inline sizes (`engine/cheap.py`); -1 when it must not run on the loop (an
+    expression that cannot be estimated, an enricher plugin, too many members)."""
+    rules = config.rules
+    sources = [r.when for r in rules.rules if r.when is not None] if pool is None else []
+    members = 0
+    for p in config.pools:
+        members += len(p.members)
+        sources.extend(m.when for m in p.members if m.when is not None)
+    for enricher in rules.enrichers:
+        if enricher.plugin is not None:
+            return -1  # code we cannot estimate
+        if enricher.expr is not None:
+            sources.append(enricher.expr)
+    if members > INLINE_MEMBERS:
+        return -1
+    total = 0
+    for source in sources:
+        try:
+            total += estimate_cost(source, INLINE_LIMITS).cost
+        except DuctorError:
+            return -1
+    return total if total <= INLINE_COST.get(engine.name, -1) or not sources else -1
+
+
+class _Compiled:
+    """A compiled router and whether its decisions are cheap enough for the loop."""
+
+    __slots__ = ("cost", "router")
+
+    def __init__(self, router: Router, cost: int) -> None:
+        self.router = router
+        self.cost = cost
+
+    def inline(self, routable: Routable) -> bool:
+        """Whether routing `routable` may run on the event loop: a configuration
+        whose CEL is cheap, and attributes small enough to bind quickly."""
+        return self.cost >= 0 and small((routable.attributes, routable.consent))
+
+
+class _Stale(Exception):
+    """The configuration changed between the read and the write: build again."""
+
+
+_E = TypeVar("_E", Worker, Pool)
+
+
+def _replaced(items: tuple[_E, ...], item: _E) -> tuple[_E, ...]:
+    """`items` (ordered by id, as the store lists them) with `item` put in by id."""
+    kept = [i for i in items if i.id != item.id]
+    kept.append(item)
+    return tuple(sorted(kept, key=lambda i: i.id))
+
+
+def _relative(error: ConfigError, prefix: str | None) -> ConfigError:
+    """`error` with the pointers of problems inside the changed object made relative
+    to the request body (`/rule_set/rules/0/when` becomes `/rules/0/when`); problems
+    elsewhere in the configuration keep their configuration pointers."""
+    problems = error.details
+    if prefix is None or not isinstance(problems, list):
+        return error
+    moved = [
+        Problem(pointer=p.pointer[len(prefix) :], message=p.message)
+        if isinstance(p, Problem) and (p.pointer == prefix or p.pointer.startswith(prefix + "/"))
+        else p
+        for p in problems
+    ]
+    summary = "; ".join(f"{p.pointer}: {p.message}" for p in moved[:5])
+    return ConfigError(f"invalid routing configuration: {summary}", details=moved)
+
+
 class RoutingService:
     """Routing configuration and decisions of every tenant, on one store.
 
@@ -278,7 +365,7 @@ class RoutingService:
         self.registry = registry
         self.max_attempts = max_attempts
         self.conflicts = 0  # commits that lost a race and routed again
-        self._routers: dict[tuple[str, str | None], tuple[int, Router]] = {}
+        self._routers: dict[tuple[str, str | None], tuple[int, _Compiled]] = {}
 
     # --- configuration -------------------------------------------------------------
 
@@ -317,24 +404,56 @@ class RoutingService:
         tenant_id: str,
         claim: Claim | None,
         into: type[T],
+        edit: Callable[[_Config], tuple[_Config, str | None]],
         apply: Callable[[RoutingTx], Awaitable[Answer[T]]],
     ) -> Answer[T]:
-        """Run `apply(rtx)` and check the whole new configuration compiles, atomically
-        (at most once per `claim`)."""
-        async with self.store.transaction() as tx:
-            if claim is not None:
-                replay = await claim.take(tx, into)
-                if replay is not None:
-                    return replay
-            rtx = RoutingTx(tx)
-            await rtx.bump_generation(tenant_id)
-            answer = await apply(rtx)
-            # Compiling every rule is heavy: a worker thread keeps the loop free
-            # (the transaction stays open: the check must see the change atomically).
-            await VALIDATION.run(self._build, await self._load_config(rtx, tenant_id))
-            if claim is not None:
-                await claim.settle(tx, answer)
-        return answer
+        """Make a configuration change, at most once per `claim`.
+
+        `edit` gives the configuration the change leads to (from the current
+        one) and the pointer prefix of the changed object in it; that
+        configuration is compiled in a lane with no transaction open. The
+        write transaction then bumps the generation, and only if no other
+        change came in between (compare and swap on the generation read)
+        runs `apply(rtx)`; otherwise it rolls back and the change is built
+        again from the newer configuration.
+        """
+        for attempt in range(self.max_attempts):
+            async with self.store.transaction() as tx:
+                rtx = RoutingTx(tx)
+                generation = await rtx.generation(tenant_id)
+                current = await self._load_config(rtx, tenant_id)
+            changed, prefix = edit(current)
+            problem: ConfigError | None = None
+            try:
+                # Compiling every rule is heavy: a lane keeps the loop free.
+                await VALIDATION.run(self._build, changed)
+            except ConfigError as exc:
+                problem = _relative(exc, prefix)
+            try:
+                async with self.store.transaction() as tx:
+                    if claim is not None:
+                        replay = await claim.take(tx, into)
+                        if replay is not None:
+                            return replay
+                    rtx = RoutingTx(tx)
+                    # The bump also serializes writers: a value other than the
+                    # next one means another change committed since the read.
+                    if await rtx.bump_generation(tenant_id) != generation + 1:
+                        raise _Stale
+                    if problem is not None:
+                        raise problem
+                    answer = await apply(rtx)
+                    if claim is not None:
+                        await claim.settle(tx, answer)
+            except _Stale:
+                self.conflicts += 1
+                await asyncio.sleep(0.001 * min(attempt, 10))
+                continue
+            return answer
+        raise ConfigChangeConflict(
+            f"the routing configuration changed under this change {self.max_attempts}"
+            " times; try again"
+        )
 
     async def put_worker(
         self, tenant_id: str, worker: Worker, *, idempotency_key: str | None = None
@@ -357,7 +476,12 @@ class RoutingService:
             )
             return Answer(worker, MutationOutcome.CREATED if created else MutationOutcome.OK)
 
-        return await self._change(tenant_id, claim, Worker, apply)
+        def edit(config: _Config) -> tuple[_Config, str | None]:
+            workers = _replaced(config.workers, worker)
+            at = next(i for i, w in enumerate(workers) if w.id == worker.id)
+            return msgspec.structs.replace(config, workers=workers), f"/workers/{at}"
+
+        return await self._change(tenant_id, claim, Worker, edit, apply)
 
     async def put_pool(
         self, tenant_id: str, pool: Pool, *, idempotency_key: str | None = None
@@ -380,7 +504,12 @@ class RoutingService:
             )
             return Answer(pool, MutationOutcome.CREATED if created else MutationOutcome.OK)
 
-        return await self._change(tenant_id, claim, Pool, apply)
+        def edit(config: _Config) -> tuple[_Config, str | None]:
+            pools = _replaced(config.pools, pool)
+            at = next(i for i, p in enumerate(pools) if p.id == pool.id)
+            return msgspec.structs.replace(config, pools=pools), f"/pools/{at}"
+
+        return await self._change(tenant_id, claim, Pool, edit, apply)
 
     async def delete_entity(self, tenant_id: str, what: str, entity_id: str) -> None:
         """Delete a worker or pool.
@@ -395,7 +524,14 @@ class RoutingService:
                 raise RoutingObjectNotFound(what, entity_id)
             return Answer(None)
 
-        await self._change(tenant_id, None, type(None), apply)
+        def edit(config: _Config) -> tuple[_Config, str | None]:
+            if what == "worker":
+                workers = tuple(w for w in config.workers if w.id != entity_id)
+                return msgspec.structs.replace(config, workers=workers), None
+            pools = tuple(p for p in config.pools if p.id != entity_id)
+            return msgspec.structs.replace(config, pools=pools), None
+
+        await self._change(tenant_id, None, type(None), edit, apply)
 
     async def get_worker(self, tenant_id: str, worker_id: str) -> Worker:
         """One worker (RoutingObjectNotFound if absent)."""
@@ -447,7 +583,11 @@ class RoutingService:
             view = RuleSetView(version=version, created_at=now, rule_set=rules)
             return Answer(view, MutationOutcome.CREATED)
 
-        return await self._change(tenant_id, claim, RuleSetView, apply)
+        def edit(config: _Config) -> tuple[_Config, str | None]:
+            changed = msgspec.structs.replace(config, rules=rules, version=config.version + 1)
+            return changed, "/rule_set"
+
+        return await self._change(tenant_id, claim, RuleSetView, edit, apply)
 
     async def get_rules(self, tenant_id: str, version: int | None = None) -> RuleSetView:
         """The latest rule set, or one version (RoutingObjectNotFound if absent)."""
@@ -466,17 +606,37 @@ class RoutingService:
 
     # --- routing ---------------------------------------------------------------------
 
-    async def _router(self, rtx: RoutingTx, tenant_id: str, pool: str | None) -> Router:
-        generation = await rtx.generation(tenant_id)
-        cached = self._routers.get((tenant_id, pool))
-        if cached is None or cached[0] != generation:
-            config = await self._load_config(rtx, tenant_id)
+    async def _read(
+        self, tenant_id: str, pool: str | None, now: datetime
+    ) -> tuple[int, _Compiled, Snapshot]:
+        """The configuration generation, its compiled router and a snapshot of the
+        counters and marks it reads, from one short read transaction (a router
+        not cached yet is compiled in a lane after that transaction, then read again).
+        """
+        for _ in range(self.max_attempts):
+            async with self.store.transaction() as tx:
+                rtx = RoutingTx(tx)
+                generation = await rtx.generation(tenant_id)
+                cached = self._routers.get((tenant_id, pool))
+                if cached is not None and cached[0] == generation:
+                    compiled = cached[1]
+                    return generation, compiled, await self._snapshot(rtx, tenant_id, compiled, now)
+                config = await self._load_config(rtx, tenant_id)
             if pool is not None and pool not in {p.id for p in config.pools}:
                 raise RoutingObjectNotFound("pool", pool)
             router = await VALIDATION.run(self._build, config, pool)
-            cached = (generation, router)
-            self._routers[(tenant_id, pool)] = cached
-        return cached[1]
+            self._routers[(tenant_id, pool)] = (
+                generation,
+                _Compiled(router, _route_cost(config, pool, self.engine)),
+            )
+        raise AssignConflict(
+            f"the routing configuration kept changing for {self.max_attempts} tries; try again"
+        )
+
+    async def _router(self, tenant_id: str, pool: str | None = None) -> Router:
+        """The compiled router of the tenant's current configuration (or of one pool)."""
+        _, compiled, _ = await self._read(tenant_id, pool, self.clock.now())
+        return compiled.router
 
     async def route(
         self,
@@ -520,21 +680,40 @@ class RoutingService:
         )
         for attempt in range(self.max_attempts):
             now = self.clock.now()
+            # Read in one short transaction, route with none open, commit in a
+            # second: the snapshot may be stale by then, and the conditional
+            # counter updates and the generation check catch that (route again).
+            generation, compiled, state = await self._read(tenant_id, body.pool, now)
+            failure: DuctorError | None = None
+            decision: Decision | None = None
             try:
-                # Read, route and commit in one transaction. The snapshot may
-                # still be stale on Postgres (read committed): the conditional
-                # counter updates catch that and this loop routes again.
+                if compiled.inline(routable):
+                    decision = compiled.router.route(
+                        routable, state, now, decision_id=did, exclude=body.exclude
+                    )
+                else:
+                    decision = await VALIDATION.run(
+                        compiled.router.route,
+                        routable,
+                        state,
+                        now,
+                        decision_id=did,
+                        exclude=body.exclude,
+                    )
+            except DuctorError as exc:
+                failure = exc  # raised after the claim: a committed answer wins
+            try:
                 async with self.store.transaction() as tx:
                     if claim is not None:
                         replay = await claim.take(tx, DecisionView)
                         if replay is not None:
                             return replay
                     rtx = RoutingTx(tx)
-                    router = await self._router(rtx, tenant_id, body.pool)
-                    state = await self._snapshot(rtx, tenant_id, router, now)
-                    decision = router.route(
-                        routable, state, now, decision_id=did, exclude=body.exclude
-                    )
+                    if await rtx.generation(tenant_id) != generation:
+                        raise _Stale
+                    if failure is not None:
+                        raise failure
+                    assert decision is not None
                     if decision.outcome is Outcome.INVALID:
                         raise RoutableInvalid(
                             f"routable {body.id!r} is invalid for kind {body.kind!r}",
@@ -549,7 +728,7 @@ class RoutingService:
                         answer = Answer(stored, created)
                     if claim is not None:
                         await claim.settle(tx, answer)
-            except AssignConflict:
+            except (AssignConflict, _Stale):
                 self.conflicts += 1
                 await asyncio.sleep(0.001 * min(attempt, 10))
                 continue
@@ -560,8 +739,9 @@ class RoutingService:
         )
 
     async def _snapshot(
-        self, rtx: RoutingTx, tenant_id: str, router: Router, now: datetime
+        self, rtx: RoutingTx, tenant_id: str, compiled: _Compiled, now: datetime
     ) -> Snapshot:
+        router = compiled.router
         keys: dict[str, CounterKey] = {}
         scopes: list[str] = [""]
         for pool_id in router.pool_ids:

@@ -49,6 +49,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "routing.config": 422,
     "routing.routable_invalid": 422,
     "routing.assign_conflict": 409,
+    "routing.config_conflict": 409,
     "routing.assignment_state": 409,
     # the ledger (ductor_settlement's codes: every problem is in details.problems)
     "account.not_found": 404,
