@@ -3,7 +3,8 @@
 An event triggers a workflow that runs steps, sleeps, waits for an event and a
 signal the test sends, invokes a second workflow and completes with the right
 output. The app is killed mid-run and restarted: the run completes and no step
-body that succeeded runs again. A failing step is retried; a non-retriable
+body that succeeded runs again (nor does one in flight when the store stalls
+past the task lease). A failing step is retried; a non-retriable
 error fails the run with the error shown; changed code is detected; inline
 runs checkpoint; bad or expired signatures are refused and record nothing.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -240,6 +242,44 @@ def test_the_app_killed_mid_run_restarts_and_no_succeeded_step_runs_twice(
     assert run["status"] == "RUN_STATUS_SUCCEEDED", run
     assert run["output"] == [f"s{i}" for i in range(12)]
     for i in range(12):
+        assert app.count(f"done s{i}") == 1, (i, app.lines())
+
+
+def test_a_store_stall_longer_than_the_lease_does_not_rerun_a_step_in_flight(
+    bridge: tuple[Any, AppProcess],
+) -> None:
+    """The app is slow with a call in flight while the store does not answer for
+    longer than the task lease (2 s here): the lease lapses, the server's worker
+    leases the call again itself, and must not send it a second time."""
+    server, app = bridge
+    assert app.proc is not None
+    database = server.data_dir / "ductor.db"
+    with server.client() as http:
+        run_id = _trigger(http, "many-steps", 4)
+        deadline = time.monotonic() + TIMEOUT
+        while "start s1" not in app.lines():
+            assert time.monotonic() < deadline, app.lines()
+            time.sleep(0.01)
+        os.kill(app.proc.pid, signal.SIGSTOP)  # the call for s1 stays in flight
+        try:
+            blocker = sqlite3.connect(str(database), isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")  # every write of the server waits
+            time.sleep(3.0)
+            blocker.execute("ROLLBACK")
+            blocker.close()
+            time.sleep(1.0)  # the worker polls again and finds the lapsed lease
+        finally:
+            os.kill(app.proc.pid, signal.SIGCONT)
+        run = server.wait_for_run(run_id, timeout=TIMEOUT)
+    assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+    assert run["output"] == [f"s{i}" for i in range(4)]
+    with sqlite3.connect(str(database)) as db:
+        [(deliveries,)] = db.execute(
+            "SELECT MAX(deliveries) FROM tasks WHERE run_id = ?", (run_id,)
+        ).fetchall()
+    assert deliveries == 2  # the stall really made the lease lapse
+    for i in range(4):
+        assert app.count(f"start s{i}") == 1, (i, app.lines())
         assert app.count(f"done s{i}") == 1, (i, app.lines())
 
 

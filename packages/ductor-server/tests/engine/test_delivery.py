@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -150,6 +151,123 @@ async def test_a_redelivered_task_is_applied_once(store: Store) -> None:
         final = await services.runs.get(TENANT, run.id)
         assert step(final, "s").output == {"by": "b"}
         assert step(final, "s").attempt == 1
+
+
+async def _one_step_run(runtime: Runtime, family_slug: str, action: str) -> Any:
+    services = build_services(runtime)
+    await services.workflows.publish(
+        TENANT,
+        {
+            "family_slug": family_slug,
+            "steps": [{"ref": "s", "type": "STEP_TYPE_ACTION", "args": {"action": action}}],
+        },
+    )
+    return services, (await services.runs.trigger(TENANT, family_slug, None, {}, None)).value
+
+
+async def test_a_finished_task_awaiting_its_report_keeps_its_lease(store: Store) -> None:
+    """The handler has finished but its outcome waits for the store (a report
+    behind other writers): the heartbeat still extends the task's lease, so no
+    other worker takes it over and runs its side effect a second time."""
+    clock = ManualClock()
+    calls: list[str] = []
+
+    async def effect(call: ActionCall) -> Any:
+        calls.append(call.idempotency_key)
+        return {"n": len(calls)}
+
+    registry = default_registry()
+    registry.register_action("effect", effect)
+    roles = [Role.COORDINATOR, Role.TIMER]
+    async with Runtime.start(store, roles=roles, config=TEST_CONFIG, clock=clock) as runtime:
+        services, run = await _one_step_run(runtime, "reported-late", "effect")
+        wake = InProcessWakeUp()
+        # A short lease, so the heartbeat beats every 0.1 s (on the manual clock).
+        a = Workers(store, registry, clock=clock, wake=wake, lease_seconds=0.3, owner="worker-a")
+        b = Workers(store, registry, clock=clock, wake=wake, lease_seconds=0.3, owner="worker-b")
+        [leased] = await a.lease_batch(5)
+        await _until(lambda: not a._inflight)  # finished; not reported (no reporter runs)
+        first = clock.now() + timedelta(seconds=0.3)
+        clock.advance(0.2)
+        heartbeat = asyncio.create_task(a.heartbeat_forever())
+        try:
+            extended = clock.now() + timedelta(seconds=0.3)
+            for _ in range(200):
+                async with store.transaction() as tx:
+                    held = await tx.get_task(TENANT, leased.id)
+                if held is not None and held.lease_until == extended:
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the lease of the finished, unreported task was not extended")
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+        clock.advance(0.2)  # past the first lease, within the extended one
+        assert clock.now() > first
+        assert await b.lease_batch(5) == []
+        reporter = asyncio.create_task(a.report_forever())
+        try:
+            view = await _wait_end(services, run.id)
+        finally:
+            reporter.cancel()
+            await asyncio.gather(reporter, return_exceptions=True)
+        assert view.status == SUCCEEDED
+        assert calls == [f"{run.id}:s:-1:1"]
+        assert a.attempts_recorded == 1
+        async with store.transaction() as tx:
+            task = await tx.get_task(TENANT, leased.id)
+        assert task is not None
+        assert task.status.value == "done"
+        assert task.deliveries == 1
+
+
+async def test_a_worker_does_not_rerun_its_own_task_whose_lease_ran_out(store: Store) -> None:
+    """A worker stalls past its lease while its handler still runs (no heartbeat got
+    through) and leases the task again itself: it does not start the handler a
+    second time; the first run's outcome is the one recorded."""
+    clock = ManualClock()
+    calls: list[str] = []
+    release = asyncio.Event()
+
+    async def effect(call: ActionCall) -> Any:
+        calls.append(call.idempotency_key)
+        await release.wait()
+        return {"n": len(calls)}
+
+    registry = default_registry()
+    registry.register_action("effect", effect)
+    roles = [Role.COORDINATOR, Role.TIMER]
+    async with Runtime.start(store, roles=roles, config=TEST_CONFIG, clock=clock) as runtime:
+        services, run = await _one_step_run(runtime, "stalled", "effect")
+        a = Workers(
+            store, registry, clock=clock, wake=InProcessWakeUp(), lease_seconds=10, owner="a"
+        )
+        reporter = asyncio.create_task(a.report_forever())
+        try:
+            [leased] = await a.lease_batch(5)
+            await _until(lambda: len(calls) == 1)
+            clock.advance(11)  # the lease ran out with the handler in flight
+            assert await a.lease_batch(5) == []  # leased to `a` again, not started again
+            assert a.stalls == 1
+            await asyncio.sleep(0.05)
+            assert calls == [f"{run.id}:s:-1:1"]
+            release.set()
+            view = await _wait_end(services, run.id)
+        finally:
+            reporter.cancel()
+            await asyncio.gather(reporter, return_exceptions=True)
+        assert view.status == SUCCEEDED
+        assert step(view, "s").output == {"n": 1}
+        assert calls == [f"{run.id}:s:-1:1"]
+        assert a.attempts_recorded == 1
+        assert a.redeliveries_dropped == 0
+        async with store.transaction() as tx:
+            task = await tx.get_task(TENANT, leased.id)
+        assert task is not None
+        assert task.status.value == "done"
+        # Once reported, the worker holds it no more: a later expiry is someone else's.
+        assert leased.id not in a._leased
 
 
 async def _wait_end(services: Any, run_id: str) -> Any:

@@ -129,6 +129,7 @@ class Workers:
         self.redeliveries_dropped = 0  # outcomes whose attempt was already recorded
         self.lease_batches = 0  # lease round trips that returned tasks
         self.poisoned = 0  # tasks quarantined instead of run
+        self.stalls = 0  # own tasks re-leased after their lease ran out (not run again)
         self.report_batches = 0  # report transactions
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._leased: dict[str, TaskRecord] = {}
@@ -160,18 +161,32 @@ class Workers:
                 await self.wake.wait(Topic.TASKS, self.poll_interval)
 
     async def lease_batch(self, limit: int) -> list[TaskRecord]:
-        """Lease up to `limit` tasks and start their handlers; return them."""
+        """Lease up to `limit` tasks and start their handlers; return the started ones.
+
+        A task this worker still holds (its handler runs, or its outcome awaits
+        its report) whose lease expired comes back leased to it again and is not
+        started twice.
+        """
+        held = set(self._leased)
         tasks = await self.queue.lease(
             owner=self.owner, limit=limit, lease_for=self.lease, now=self.clock.now()
         )
         if tasks:
             self.lease_batches += 1
+        fresh: list[TaskRecord] = []
         for task in tasks:
+            if task.id in held:
+                # Our own lease ran out while the handler still ran or its outcome
+                # waited to be reported (a stall, not a death): we hold the task
+                # again, and running it a second time would repeat its side effect.
+                self.stalls += 1
+                continue
+            fresh.append(task)
             self._leased[task.id] = task
             self._inflight[task.id] = asyncio.create_task(
                 self._execute(task), name=f"ductor-task-{task.id}"
             )
-        return tasks
+        return fresh
 
     async def _execute(self, task: TaskRecord) -> None:
         started = self.clock.now()
@@ -355,23 +370,33 @@ class Workers:
     # --- leases ------------------------------------------------------------------
 
     async def heartbeat_forever(self) -> None:
-        """Extend the leases of running tasks every third of the lease, until cancelled."""
+        """Extend the leases of held tasks every third of the lease, until cancelled."""
         interval = max(self.lease.total_seconds() / 3, 0.05)
         while not self.stopped:
             await asyncio.sleep(interval)
-            running = [task for task_id, task in self._leased.items() if task_id in self._inflight]
-            if not running:
-                continue
             try:
-                await self.queue.extend(
-                    [TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in running],
-                    owner=self.owner,
-                    lease_until=self.clock.now() + self.lease,
-                )
+                await self.heartbeat()
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("extending %d leases failed", len(running))
+                log.exception("extending %d leases failed", len(self._leased))
+
+    async def heartbeat(self) -> int:
+        """Extend the lease of every task this worker holds; return how many.
+
+        Held means running *or finished and not yet reported*: a finished task
+        whose report waits (a busy store) is still this worker's, and letting its
+        lease lapse would hand it to another worker that runs it again.
+        """
+        held = list(self._leased.values())
+        if not held:
+            return 0
+        await self.queue.extend(
+            [TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in held],
+            owner=self.owner,
+            lease_until=self.clock.now() + self.lease,
+        )
+        return len(held)
 
     async def drain(self, grace: float) -> None:
         """On shutdown: let running handlers finish for up to `grace` seconds, report
