@@ -21,6 +21,7 @@ from ductor_core.expressions import (
     CostLimits,
     ExpressionEngine,
     FunctionRegistry,
+    engine_by_name,
     estimate_cost,
 )
 from ductor_server.sandbox.pool import SandboxPool
@@ -88,6 +89,16 @@ class SandboxedEngine:
     @property
     def name(self) -> str:
         return self.inner.name
+
+    @property
+    def worker_engine_name(self) -> str | None:
+        """The process-wide engine a worker process uses in this one's place (see
+        `engine.offload.portable_engine`), when the wrapped engine is that one."""
+        try:
+            shared = engine_by_name(self.inner.name)
+        except ValueError:
+            return None
+        return self.inner.name if shared is self.inner else None
 
     @property
     def functions(self) -> FunctionRegistry:

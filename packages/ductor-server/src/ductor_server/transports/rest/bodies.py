@@ -43,7 +43,11 @@ _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 # 19 digits or more may not fit in 64 bits; a NUL escape may not be stored.
-_SUSPECT = re.compile(rb"\d{19,}|\\u0000")
+# Digits to 1 and every other byte to 0, so a run of 19 digits (an integer that
+# may not fit in 64 bits) is found by bytes.find at C speed; a regex took ~15 ms
+# on a digit-dense 1 MiB body, on the event loop.
+_DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_LONG_DIGIT_RUN = b"1" * 19
 
 
 class NoBody(enum.Enum):
@@ -166,7 +170,7 @@ def check_limits(raw: bytes, value: Any) -> None:
     """
     if nesting_depth(raw) > MAX_DEPTH:
         raise too_deep()
-    if _SUSPECT.search(raw) is None:
+    if raw.find(b"\\u0000") < 0 and raw.translate(_DIGIT_MAP).find(_LONG_DIGIT_RUN) < 0:
         return
     found = _unstorable(value)
     if found is not None:
