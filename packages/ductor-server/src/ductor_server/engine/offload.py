@@ -189,14 +189,6 @@ def portable_engine(engine: ExpressionEngine | None) -> ExpressionEngine | str:
     """`engine`, or its name when that names the same process-wide engine, so a
     call can be sent to a worker process (which rebuilds it by name)."""
     found = engine or default_engine()
-    # A wrapper may name the process-wide engine a worker process should use in
-    # its place: the server's CEL sandbox does, since a worker process is itself
-    # outside the server (a runaway there fails its call, not the server). Without
-    # this the wrapper would not pickle and every call would fall back to a thread,
-    # where CEL holds the GIL and stalls the event loop.
-    stand_in = getattr(found, "worker_engine_name", None)
-    if isinstance(stand_in, str):
-        return stand_in
     try:
         named = engine_by_name(found.name)
     except ValueError:

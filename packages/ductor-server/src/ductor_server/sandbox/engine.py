@@ -24,7 +24,7 @@ from ductor_core.expressions import (
     engine_by_name,
     estimate_cost,
 )
-from ductor_server.sandbox.pool import SandboxPool
+from ductor_server.sandbox.pool import SandboxLimits, SandboxPool
 
 #: Expressions estimated at this many cost units or more run in the sandbox. A
 #: routing rule costs tens of units and a filter().map() over an input list a few
@@ -90,15 +90,20 @@ class SandboxedEngine:
     def name(self) -> str:
         return self.inner.name
 
-    @property
-    def worker_engine_name(self) -> str | None:
-        """The process-wide engine a worker process uses in this one's place (see
-        `engine.offload.portable_engine`), when the wrapped engine is that one."""
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by recipe, for the engine's offload worker processes: a worker
+        rebuilds one sandboxed engine of the same engine, limits and threshold
+        (with sandbox processes of its own) and reuses it for every call, so
+        costly expressions stay under the deadline and the memory cap there too.
+        Only a wrapper of a process-wide engine (`engine_by_name`) travels."""
         try:
             shared = engine_by_name(self.inner.name)
         except ValueError:
-            return None
-        return self.inner.name if shared is self.inner else None
+            shared = None
+        if shared is not self.inner:
+            raise TypeError("only a sandbox around a process-wide engine can be pickled")
+        recipe = (self.inner.name, self.pool.limits, self.pool.sandbox, self.threshold)
+        return (_rebuilt, recipe)
 
     @property
     def functions(self) -> FunctionRegistry:
@@ -158,3 +163,21 @@ class SandboxedEngine:
     def close(self) -> None:
         """Stop the sandbox processes."""
         self.pool.close()
+
+
+_REBUILT: dict[tuple[Any, ...], SandboxedEngine] = {}
+_REBUILT_LOCK = threading.Lock()
+
+
+def _rebuilt(
+    engine_name: str, limits: CostLimits, sandbox: SandboxLimits, threshold: int
+) -> SandboxedEngine:
+    """The sandboxed engine of this recipe in this process, built on first use."""
+    key = (engine_name, limits, sandbox, threshold)
+    with _REBUILT_LOCK:
+        found = _REBUILT.get(key)
+        if found is None:
+            pool = SandboxPool(engine_name, limits=limits, sandbox=sandbox)
+            found = SandboxedEngine(engine_by_name(engine_name), pool, threshold=threshold)
+            _REBUILT[key] = found
+        return found
