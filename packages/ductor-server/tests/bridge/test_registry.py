@@ -13,10 +13,12 @@ from ductor_server.bridge.registry import (
     sync_app,
     triggered_workflows,
 )
-from ductor_server.bridge.service import BridgeService
 from ductor_server.engine.catalog import WorkflowCatalog
+from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.effects import EngineParts
 from ductor_server.engine.queue import NullWakeUp
+from ductor_server.services.bridge import BridgeCaller, BridgeService
+from ductor_server.services.context import ServiceContext
 from ductor_server.storage import Store
 
 from .conftest import TENANT
@@ -72,10 +74,17 @@ async def test_sync_versions_workflows_and_indexes_triggers(store: Store) -> Non
 
 
 async def test_an_app_that_went_quiet_is_stale(store: Store) -> None:
-    service = BridgeService(store, EngineParts(catalog=WorkflowCatalog()), NullWakeUp())
-    await service.sync(TENANT, _describe(), now=T0)
-    [fresh] = await service.apps(TENANT, now=T0 + timedelta(minutes=1))
-    [quiet] = await service.apps(TENANT, now=T0 + timedelta(hours=1))
+    clock = ManualClock(T0)
+    context = ServiceContext(
+        store=store, wake=NullWakeUp(), clock=clock, parts=EngineParts(catalog=WorkflowCatalog())
+    )
+    service = BridgeService(context, keys=None)
+    caller = BridgeCaller(tenant_id=TENANT, app_id="shop", own_key=False)
+    await service.sync(TENANT, _describe(), caller=caller)
+    clock.advance(timedelta(minutes=1))
+    [fresh] = await service.apps(TENANT)
+    clock.advance(timedelta(hours=1))
+    [quiet] = await service.apps(TENANT)
     assert not fresh.stale
     assert quiet.stale
     assert quiet.workflows == ["charge", "refund"]
