@@ -43,6 +43,8 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _enc_hook(value: Any) -> Any:
+    # msgspec's enc_hook convention: NotImplementedError means "no encoding for this
+    # type"; `frame`'s callers turn it into a clear expression error, never a crash.
     raise NotImplementedError(f"no sandbox form for {type(value).__name__}")
 
 
