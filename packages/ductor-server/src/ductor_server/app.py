@@ -18,7 +18,7 @@ from litestar.openapi import OpenAPIConfig
 
 from ductor_server.composition import Composition, build
 from ductor_server.settings import Settings
-from ductor_server.transports.rest import V1_CONTROLLERS, healthz, readyz
+from ductor_server.transports.rest import PUBLIC_ROUTES, V1_CONTROLLERS, healthz, readyz
 from ductor_server.transports.rest.auth import provide_tenant_id, require_api_key
 from ductor_server.transports.rest.bodies import JsonBody
 from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
@@ -68,6 +68,7 @@ def create_app(
                 return_dto=None,
             )
         )
+        handlers.extend(PUBLIC_ROUTES)
     app = Litestar(
         route_handlers=handlers,
         lifespan=[_lifespan(settings, composition)],

@@ -25,6 +25,7 @@ from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.payments import PaymentGateway
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
@@ -38,6 +39,7 @@ from ductor_server.services import (
     WorkflowsService,
 )
 from ductor_server.services.route_step import RouteStep
+from ductor_server.services.wallets import WalletService
 from ductor_server.settings import Settings
 from ductor_server.storage import Store, open_store
 
@@ -98,6 +100,7 @@ def build_services(
     *,
     expressions: ExpressionEngine | None = None,
     bridge_keys: SigningKeys | None = None,
+    payments: PaymentGateway | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -105,6 +108,7 @@ def build_services(
         runtime: the engine loops the services write for.
         expressions: the CEL engine of routing (the runtime's, else the default).
         bridge_keys: the bridge signing keys, if the server has them.
+        payments: the processor wallets are topped up through, if any.
     """
     context = ServiceContext(
         store=runtime.store,
@@ -113,6 +117,7 @@ def build_services(
         parts=runtime.parts,
     )
     routing_engine = expressions or runtime.engine or default_engine()
+    ledger = LedgerService(runtime.store, clock=runtime.clock)
     return Services(
         workflows=WorkflowsService(context),
         runs=RunsService(context),
@@ -120,8 +125,32 @@ def build_services(
         routing=RoutingService(runtime.store, engine=routing_engine, clock=runtime.clock),
         bridge=BridgeService(context, keys=bridge_keys),
         keys=KeysService(runtime.store, clock=runtime.clock),
-        ledger=LedgerService(runtime.store, clock=runtime.clock),
+        ledger=ledger,
+        wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
     )
+
+
+def payment_gateway(settings: Settings) -> PaymentGateway | None:
+    """The payment processor the settings configure: Stripe when both its API key and
+    its webhook secret are set, else none.
+
+    Raises:
+        ValueError: only one of the two is set, or the `stripe` extra is not installed.
+    """
+    key, secret = settings.stripe_api_key, settings.stripe_webhook_secret
+    if key is None and secret is None:
+        return None
+    if key is None or secret is None:
+        raise ValueError(
+            "set both DUCTOR_STRIPE_API_KEY and DUCTOR_STRIPE_WEBHOOK_SECRET, or neither"
+        )
+    try:
+        from ductor_server.payments.stripe import StripeGateway
+    except ImportError as error:
+        raise ValueError(
+            "Stripe top-ups need the 'stripe' extra: pip install 'ductor-server[stripe]'"
+        ) from error
+    return StripeGateway(key, secret, api_base=settings.stripe_api_base)
 
 
 def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
@@ -181,7 +210,9 @@ def build(
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys)
-    services = build_services(runtime, expressions=expressions, bridge_keys=keys)
+    services = build_services(
+        runtime, expressions=expressions, bridge_keys=keys, payments=payment_gateway(settings)
+    )
     actions.register("route", RouteStep(services.routing))
     return Composition(
         settings=settings,
@@ -193,4 +224,4 @@ def build(
     )
 
 
-__all__ = ["Composition", "build", "build_services", "sandboxed"]
+__all__ = ["Composition", "build", "build_services", "payment_gateway", "sandboxed"]

@@ -67,6 +67,11 @@ class Settings:
         cel_sandbox_timeout: seconds one sandboxed evaluation may take.
         cel_sandbox_memory_mb: the address space of each sandbox process, in MiB.
         cel_sandbox_processes: how many sandbox processes evaluate at once.
+        stripe_api_key: Stripe's secret API key; with `stripe_webhook_secret`, wallets
+            can be topped up through Stripe (the optional `stripe` extra).
+        stripe_webhook_secret: the signing secret of the Stripe webhook endpoint
+            (`POST /webhooks/stripe`).
+        stripe_api_base: another Stripe API address (a test double); None for Stripe's.
     """
 
     host: str = "127.0.0.1"
@@ -87,6 +92,9 @@ class Settings:
     cel_sandbox_timeout: float = 5.0
     cel_sandbox_memory_mb: int = 1024
     cel_sandbox_processes: int = 2
+    stripe_api_key: str | None = field(default=None, repr=False)
+    stripe_webhook_secret: str | None = field(default=None, repr=False)
+    stripe_api_base: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -151,5 +159,11 @@ class Settings:
             values["cel_sandbox_memory_mb"] = int(memory)
         if processes := env.get("DUCTOR_CEL_SANDBOX_PROCESSES"):
             values["cel_sandbox_processes"] = int(processes)
+        if stripe_key := env.get("DUCTOR_STRIPE_API_KEY"):
+            values["stripe_api_key"] = stripe_key
+        if stripe_secret := env.get("DUCTOR_STRIPE_WEBHOOK_SECRET"):
+            values["stripe_webhook_secret"] = stripe_secret
+        if stripe_base := env.get("DUCTOR_STRIPE_API_BASE"):
+            values["stripe_api_base"] = stripe_base
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

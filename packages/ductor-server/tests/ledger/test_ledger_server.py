@@ -1,6 +1,7 @@
 """The ledger through a real `ductor serve` process on SQLite and on Postgres: twenty
 debits sent at once on their own connections never overdraw a wallet with a floor
-of 0, and twenty retries of one entry post it once."""
+of 0, twenty retries of one entry post it once, and twenty deliveries at once of
+a Stripe webhook (from a fake Stripe API on 127.0.0.1) credit a wallet once."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from ductor_server.cli_server import create_key
 from ductor_server.pytest_plugin import create_database, drop_database
 from ductor_server.storage import open_store
 
+from .fake_stripe import API_KEY, WEBHOOK_SECRET, FakeStripe, stripe_signature
+
 USD = 1_000_000
-TENANTS = ("t-debits", "t-retries")
+TENANTS = ("t-debits", "t-retries", "t-stripe")
 
 
 @dataclass
@@ -49,13 +52,29 @@ async def _mint_keys(target: str) -> dict[str, str]:
         await store.close()
 
 
+@pytest.fixture(scope="module")
+def stripe() -> Iterator[FakeStripe]:
+    fake = FakeStripe().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, stripe: FakeStripe
 ) -> Iterator[Server]:
     data_dir = tmp_path_factory.mktemp(f"ledger-{request.param}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
     env.update({"DUCTOR_POLL_INTERVAL": "0.05", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "DUCTOR_STRIPE_API_KEY": API_KEY,
+            "DUCTOR_STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "DUCTOR_STRIPE_API_BASE": stripe.url,
+        }
+    )
     database_url = None
     if request.param == "postgres":
         database_url = create_database(request.getfixturevalue("_postgres_admin"))
@@ -158,3 +177,34 @@ async def test_twenty_retries_of_one_entry_post_it_once(server: Server) -> None:
     assert replayed.count(False) == 1
     wallet = (await _call(server, tenant, "GET", "/v1/accounts/wallet")).json()
     assert wallet["balance"] == 7 * USD
+
+
+async def test_twenty_webhook_deliveries_at_once_credit_a_wallet_once(
+    server: Server, stripe: FakeStripe
+) -> None:
+    tenant = "t-stripe"
+    wallet = {"code": "wallet", "currency": "USD", "kind": "liability", "floor": 0}
+    assert (await _call(server, tenant, "POST", "/v1/accounts", wallet)).status_code == 201
+    started = await _call(
+        server, tenant, "POST", "/v1/topups", {"account": "wallet", "amount": 40 * USD}, key="t1"
+    )
+    assert started.status_code == 201, started.text
+    topup = started.json()
+    payload = stripe.event(topup["payment_id"])
+
+    async def deliver(http: httpx.AsyncClient) -> httpx.Response:
+        headers = {
+            "Content-Type": "application/json",
+            "Stripe-Signature": stripe_signature(payload, WEBHOOK_SECRET),
+        }
+        return await http.post("/webhooks/stripe", content=payload, headers=headers)
+
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        answers = await asyncio.gather(*(deliver(http) for _ in range(20)))
+    assert [a.status_code for a in answers] == [200] * 20, [a.text for a in answers]
+    balance = (await _call(server, tenant, "GET", "/v1/accounts/wallet")).json()
+    assert balance["balance"] == 40 * USD
+    entries = (await _call(server, tenant, "GET", "/v1/ledger/entries?account=wallet")).json()
+    assert [e["reference"] for e in entries["items"]] == [{"kind": "top_up", "id": topup["id"]}]
+    stored = (await _call(server, tenant, "GET", f"/v1/topups/{topup['id']}")).json()
+    assert (stored["status"], stored["entry_id"]) == ("credited", entries["items"][0]["id"])

@@ -37,6 +37,7 @@ from ductor_server.services.runs import (
     parse_run_status,
     run_view,
 )
+from ductor_server.services.wallets import WalletService
 from ductor_server.services.workflows import (
     PublishedWorkflow,
     VersionInfo,
@@ -58,6 +59,7 @@ class Services:
     bridge: BridgeService
     keys: KeysService
     ledger: LedgerService
+    wallets: WalletService
 
 
 __all__ = [
@@ -87,6 +89,7 @@ __all__ = [
     "SignalAccepted",
     "StepView",
     "VersionInfo",
+    "WalletService",
     "WorkflowFamilyView",
     "WorkflowSummary",
     "WorkflowVersionView",

@@ -50,9 +50,9 @@ MAX_PAGE = 500
 MAX_HOLD_SECONDS = 366 * 24 * 3600
 """The longest a hold may reserve funds (a year and a day)."""
 
-# Keys the book gives the entries it writes itself (`hold:<id>:post`); a caller's
-# key may not take them.
-_RESERVED_KEY_PREFIX = "hold:"
+# Keys the server gives the entries it writes itself (`hold:<id>:post`, a wallet
+# top-up's `topup:<id>`); a caller's key may not take them.
+_RESERVED_KEY_PREFIXES = ("hold:", "topup:")
 
 # --- bodies and views ---------------------------------------------------------------
 
@@ -370,11 +370,19 @@ class LedgerService:
                 every problem in its details; nothing is written.
             IdempotencyConflict: the key was used with another body.
         """
-        if idempotency_key is not None and idempotency_key.startswith(_RESERVED_KEY_PREFIX):
+        if idempotency_key is not None and idempotency_key.startswith(_RESERVED_KEY_PREFIXES):
+            prefix = next(p for p in _RESERVED_KEY_PREFIXES if idempotency_key.startswith(p))
             raise RequestInvalid(
-                f"idempotency keys starting with {_RESERVED_KEY_PREFIX!r} are the ledger's own",
+                f"idempotency keys starting with {prefix!r} are the ledger's own",
                 details={"key": idempotency_key},
             )
+        return await self.record_entry(tenant_id, body, idempotency_key=idempotency_key)
+
+    async def record_entry(
+        self, tenant_id: str, body: EntryBody, *, idempotency_key: str | None = None
+    ) -> Answer[EntryView]:
+        """`post_entry` for the server's own entries, whose keys may be reserved ones
+        (a wallet top-up's `topup:<id>`); callers' requests go through `post_entry`."""
         now = self._clock.now()
         claim = Claim.of(tenant_id, "ledger.entries.post", idempotency_key, body, now=now)
         key = claim.key if claim is not None else "auto:" + uuid.uuid4().hex

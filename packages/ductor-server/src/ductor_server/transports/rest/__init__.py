@@ -10,6 +10,7 @@ from ductor_server.transports.rest.health import healthz, readyz
 from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
 from ductor_server.transports.rest.routing import ROUTING_CONTROLLERS
 from ductor_server.transports.rest.runs import RunsController
+from ductor_server.transports.rest.wallets import PUBLIC_HANDLERS, WALLET_CONTROLLERS
 from ductor_server.transports.rest.workflows import WorkflowsController
 
 V1_CONTROLLERS = (
@@ -19,10 +20,15 @@ V1_CONTROLLERS = (
     *ROUTING_CONTROLLERS,
     BridgeController,
     *LEDGER_CONTROLLERS,
+    *WALLET_CONTROLLERS,
 )
 """Every controller served under /v1."""
 
+PUBLIC_ROUTES = (*PUBLIC_HANDLERS,)
+"""Routes the API role serves without an API key: each checks its own signature."""
+
 __all__ = [
+    "PUBLIC_ROUTES",
     "STATUS_BY_CODE",
     "V1_CONTROLLERS",
     "BridgeController",

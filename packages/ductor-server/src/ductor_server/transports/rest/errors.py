@@ -67,6 +67,12 @@ STATUS_BY_CODE: dict[str, int] = {
     "ledger.floor_crossed": 422,
     "ledger.idempotency_conflict": 409,
     "hold.invalid": 422,
+    # wallet top-ups through a payment processor
+    "topup.not_found": 404,
+    "wallet.unavailable": 503,
+    "wallet.processor_error": 422,
+    "wallet.processor_unreachable": 503,
+    "webhook.signature_invalid": 400,
     "hold.not_found": 404,
     "hold.conflict": 409,
     "hold.expired": 409,
