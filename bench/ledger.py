@@ -11,11 +11,16 @@ freshly migrated PostgreSQL database (on DUCTOR_TEST_DATABASE_URL) it measures:
   postings and both balances, remember the answer, commit (the deferred balance
   triggers run here);
 
+- the ledger batched: `LedgerService.post_entries` with B entries (`--batch`,
+  default 100) per call and transaction, the batch keyed: the same checks, one
+  lock of the accounts, one write per entry, one commit;
+
 each one at a time, then with C concurrent callers (each caller on its own pair
 of accounts, so they do not queue on one row lock), in interleaved rounds.
-Printed: median rates and the ratio ledger / baseline, with and without an
-idempotency key (the key's claim and remembered answer are two more statements
-of the storage's idempotency table). `--sqlite` adds the same on SQLite.
+Printed: median rates (entries per second) and the ratio ledger / baseline, with
+and without an idempotency key (the key's claim and remembered answer are two
+more statements of the storage's idempotency table), and batched. `--sqlite`
+adds the same on SQLite.
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
-from ductor_server.services.ledger import AccountBody, EntryBody, LedgerService
+from ductor_server.services.ledger import (
+    AccountBody,
+    BatchEntryBody,
+    EntryBatchBody,
+    EntryBody,
+    LedgerService,
+)
 from ductor_server.storage import Store, open_store
 from ductor_settlement import AccountKind, Posting
 
@@ -60,6 +71,22 @@ async def entries(
                 description="charge",
             ),
             idempotency_key=f"{tag}-w{worker}-e{n}" if keyed else None,
+        )
+
+
+async def batches(ledger: LedgerService, tag: str, size: int, worker: int, count: int) -> None:
+    for n in range(0, count, size):
+        charge = BatchEntryBody(
+            postings=(
+                Posting(account=f"wallet-{worker}", amount=1_000, currency="USD"),
+                Posting(account=f"revenue-{worker}", amount=-1_000, currency="USD"),
+            ),
+            description="charge",
+        )
+        await ledger.post_entries(
+            TENANT,
+            EntryBatchBody(entries=(charge,) * min(size, count - n)),
+            idempotency_key=f"{tag}-w{worker}-b{n}",
         )
 
 
@@ -98,7 +125,9 @@ async def rate(job: Callable[[int, int], Awaitable[None]], count: int, concurren
     return each * concurrent / (time.perf_counter() - started)
 
 
-async def bench_backend(name: str, target: str, count: int, concurrent: int, rounds: int) -> None:
+async def bench_backend(
+    name: str, target: str, count: int, concurrent: int, rounds: int, batch: int
+) -> None:
     store = open_store(target)
     await store.open()
     try:
@@ -113,6 +142,7 @@ async def bench_backend(name: str, target: str, count: int, concurrent: int, rou
             base: list[float] = []
             keyed: list[float] = []
             bare: list[float] = []
+            batched: list[float] = []
             per_round = max(count // rounds, callers)
             for r in range(rounds):
                 base.append(await rate(partial(single_rows, store), per_round, callers))
@@ -121,11 +151,15 @@ async def bench_backend(name: str, target: str, count: int, concurrent: int, rou
                 bare.append(
                     await rate(partial(entries, ledger, tag, keyed=False), per_round, callers)
                 )
-            b, k, n = (statistics.median(x) for x in (base, keyed, bare))
+                batched.append(
+                    await rate(partial(batches, ledger, tag, batch), per_round * 5, callers)
+                )
+            b, k, n, m = (statistics.median(x) for x in (base, keyed, bare, batched))
             print(
                 f"{name:8} callers={callers:<3} single-row commits {b:7.0f}/s"
                 f" | entries with Idempotency-Key {k:7.0f}/s = {k / b:.2f}x"
                 f" | entries without {n:7.0f}/s = {n / b:.2f}x"
+                f" | batched by {batch} {m:7.0f}/s = {m / b:.2f}x"
             )
         async with store.transaction() as tx:
             row = await tx.session.fetch_one(
@@ -143,6 +177,7 @@ async def main() -> None:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--sqlite", action="store_true")
     args = parser.parse_args()
     try:
@@ -153,13 +188,15 @@ async def main() -> None:
         print(f"postgres skipped: {exc}")
     else:
         try:
-            await bench_backend("postgres", url, args.count, args.concurrent, args.rounds)
+            await bench_backend(
+                "postgres", url, args.count, args.concurrent, args.rounds, args.batch
+            )
         finally:
             drop_database(url)
     if args.sqlite:
         with tempfile.TemporaryDirectory() as folder:
             target = str(Path(folder) / "ductor.db")
-            await bench_backend("sqlite", target, args.count, 1, args.rounds)
+            await bench_backend("sqlite", target, args.count, 1, args.rounds, args.batch)
 
 
 if __name__ == "__main__":

@@ -358,6 +358,18 @@ class LedgerTx:
         found = await self._entries(tenant_id, rows)
         return found[0] if found else None
 
+    async def entries_by_keys(self, tenant_id: str, keys: Sequence[str]) -> list[Entry]:
+        """The entries recorded under any of `keys` (one query)."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return []
+        rows = await self._db.fetch_all(
+            f"SELECT {_ENTRY_COLS} FROM ledger_entries"
+            f" WHERE tenant_id = %s AND idempotency_key IN ({_placeholders(len(wanted))})",
+            (tenant_id, *wanted),
+        )
+        return await self._entries(tenant_id, rows)
+
     async def reversals_of(self, tenant_id: str, entry_id: str) -> list[Entry]:
         """The entries that reverse `entry_id`, oldest first."""
         rows = await self._db.fetch_all(

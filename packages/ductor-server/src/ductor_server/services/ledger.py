@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from ductor_server.engine.clock import Clock, SystemClock
-from ductor_server.errors import RequestInvalid
+from ductor_server.errors import RequestInvalid, ServerError
 from ductor_server.ledger.errors import LedgerObjectNotFound
 from ductor_server.ledger.store import AccountRecord, InvalidLedgerCursor, LedgerTx
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -41,11 +41,15 @@ from ductor_settlement import (
     Posting,
     Reference,
     ReferenceKind,
+    ledger_error,
     new_hold,
 )
 
 MAX_PAGE = 500
 """The most entries or holds one page lists."""
+
+MAX_BATCH = 1000
+"""The most entries one `POST /v1/ledger/entries/batch` may post."""
 
 MAX_HOLD_SECONDS = 366 * 24 * 3600
 """The longest a hold may reserve funds (a year and a day)."""
@@ -117,6 +121,23 @@ class EntryBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     corrects: str | None = None
 
 
+class BatchEntryBody(EntryBody, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One entry of a batch: an `EntryBody` with its own idempotency `key`.
+
+    Attributes:
+        key: the entry's idempotency key; without one it is the batch's
+            Idempotency-Key and the entry's index (``<key>#3``), or random.
+    """
+
+    key: str | None = None
+
+
+class EntryBatchBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/ledger/entries/batch`: entries posted together, all or none."""
+
+    entries: tuple[BatchEntryBody, ...]
+
+
 class EntryView(msgspec.Struct, frozen=True, kw_only=True):
     """A recorded entry; it never changes."""
 
@@ -135,6 +156,15 @@ class EntryPageView(msgspec.Struct, frozen=True, kw_only=True):
 
     items: list[EntryView]
     next_cursor: str | None = None
+
+
+class EntryBatchView(msgspec.Struct, frozen=True, kw_only=True):
+    """The entries of a batch, in its order; `replayed` of them were recorded before
+    under their keys (and posted nothing now)."""
+
+    entries: tuple[EntryView, ...]
+    created: int
+    replayed: int
 
 
 class HoldBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -448,6 +478,107 @@ class LedgerService:
         entry = _book(tenant_id, records, holds, [recorded]).post(draft, at=recorded.posted_at)
         return Answer(entry_view(entry), Outcome.OK)
 
+    async def post_entries(
+        self, tenant_id: str, body: EntryBatchBody, *, idempotency_key: str | None = None
+    ) -> Answer[EntryBatchView]:
+        """Record up to `MAX_BATCH` entries in one transaction, all or none: `CREATED`.
+
+        The entries are checked in order against the balances the ones before
+        them leave, so floors hold across the batch. An entry whose key was
+        recorded before with the same content is a replay (counted in
+        `replayed`, posted nothing); with other content the batch is refused.
+
+        Raises:
+            RequestInvalid: no entries, too many, a reserved or repeated key.
+            LedgerError: the class of the first problem of any entry; every problem
+                is in details, each with the `pointer` of its entry (``/entries/3``).
+            IdempotencyConflict: the batch's key was used with another body.
+        """
+        count = len(body.entries)
+        if not 1 <= count <= MAX_BATCH:
+            raise RequestInvalid(
+                f"a batch holds 1 to {MAX_BATCH} entries, not {count}",
+                details={"pointer": "/entries", "count": count},
+            )
+        now = self._clock.now()
+        claim = Claim.of(tenant_id, "ledger.entries.batch", idempotency_key, body, now=now)
+        drafts: list[EntryDraft] = []
+        seen: set[str] = set()
+        for index, item in enumerate(body.entries):
+            if item.key is not None:
+                key = item.key
+                if not key or len(key) > 255 or key.startswith(_RESERVED_KEY_PREFIXES):
+                    raise RequestInvalid(
+                        "an entry key is 1 to 255 characters and does not start with"
+                        f" {' or '.join(map(repr, _RESERVED_KEY_PREFIXES))}",
+                        details={"pointer": f"/entries/{index}/key"},
+                    )
+            elif claim is not None:
+                key = f"{claim.key}#{index}"
+            else:
+                key = "auto:" + uuid.uuid4().hex
+            if key in seen:
+                raise RequestInvalid(
+                    f"the key {key!r} is used twice in the batch",
+                    details={"pointer": f"/entries/{index}/key"},
+                )
+            seen.add(key)
+            drafts.append(
+                EntryDraft(
+                    tenant_id=tenant_id,
+                    idempotency_key=key,
+                    description=item.description,
+                    reference=item.reference or Reference(kind=ReferenceKind.ADJUSTMENT, id=""),
+                    postings=item.postings,
+                    reverses=item.reverses,
+                    corrects=item.corrects,
+                )
+            )
+
+        async def effect(tx: Tx) -> Answer[EntryBatchView]:
+            store = LedgerTx(tx)
+            linked: list[Entry] = []
+            for target in sorted({t for d in drafts for t in (d.reverses, d.corrects) if t}):
+                found = await store.get_entry(tenant_id, target)
+                if found is not None:
+                    linked += [found, *await store.reversals_of(tenant_id, found.id)]
+            codes = [p.account for d in drafts for p in d.postings]
+            records, holds = await store.lock_with_holds(tenant_id, codes, now)
+            # Read after the accounts are locked: a batch on the same accounts that
+            # committed meanwhile is seen.
+            recorded = await store.entries_by_keys(tenant_id, [d.idempotency_key for d in drafts])
+            book = _book(tenant_id, records, holds, _unique([*linked, *recorded]))
+            posted: list[Entry] = []
+            problems: list[tuple[int, LedgerError]] = []
+            for index, draft in enumerate(drafts):
+                try:
+                    posted.append(book.post(draft, at=now))
+                except LedgerError as error:
+                    problems.append((index, error))
+            if problems:
+                raise _batch_error(problems)
+            old = {e.idempotency_key for e in recorded}
+            created = 0
+            for entry in posted:
+                if entry.idempotency_key in old:
+                    continue
+                if not await store.write_entry(entry, now):
+                    raise ServerError(
+                        f"another call recorded the key {entry.idempotency_key!r} meanwhile;"
+                        " send the batch again",
+                        code="ledger.batch_conflict",
+                        retryable=True,
+                    )
+                created += 1
+            view = EntryBatchView(
+                entries=tuple(entry_view(e) for e in posted),
+                created=created,
+                replayed=len(posted) - created,
+            )
+            return Answer(view, Outcome.CREATED)
+
+        return await once(self._store, claim, EntryBatchView, effect)
+
     async def get_entry(self, tenant_id: str, entry_id: str) -> EntryView:
         """One entry with its postings.
 
@@ -681,6 +812,21 @@ def _expiry(body: HoldBody, now: datetime) -> datetime:
     return body.expires_at
 
 
+def _batch_error(problems: Sequence[tuple[int, LedgerError]]) -> LedgerError:
+    """One error for a refused batch: the first problem's class, every problem with
+    the pointer of its entry."""
+    flat = [p for _, error in problems for p in error.problems]
+    error = ledger_error(flat) if flat else problems[0][1]
+    error.details = {
+        "problems": [
+            {**msgspec.to_builtins(p), "pointer": f"/entries/{index}"}
+            for index, refused in problems
+            for p in refused.problems
+        ]
+    }
+    return error
+
+
 def _hold_not_found(hold_id: str) -> HoldNotFound:
     return HoldNotFound(f"hold {hold_id!r} not found", details={"hold": hold_id})
 
@@ -696,8 +842,12 @@ def _unique(entries: Iterable[Entry]) -> list[Entry]:
 
 
 __all__ = [
+    "MAX_BATCH",
     "AccountBody",
     "AccountView",
+    "BatchEntryBody",
+    "EntryBatchBody",
+    "EntryBatchView",
     "EntryBody",
     "EntryPageView",
     "EntryView",

@@ -66,6 +66,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "ledger.over_reversal": 422,
     "ledger.floor_crossed": 422,
     "ledger.idempotency_conflict": 409,
+    "ledger.batch_conflict": 409,
     "hold.invalid": 422,
     # wallet top-ups through a payment processor
     "topup.not_found": 404,

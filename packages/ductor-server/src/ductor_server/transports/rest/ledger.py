@@ -15,6 +15,8 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from ductor_server.services.ledger import (
     AccountBody,
     AccountView,
+    EntryBatchBody,
+    EntryBatchView,
     EntryBody,
     EntryPageView,
     EntryView,
@@ -97,6 +99,21 @@ class EntriesController(Controller):
         body = required(data)
         key = checked_key(idempotency_key)
         return answered(await ledger.post_entry(tenant_id, body, idempotency_key=key))
+
+    @post("/batch", status_code=201, responses=V1_ERRORS)
+    async def post_entries(
+        self,
+        tenant_id: NamedDependency[str],
+        ledger: NamedDependency[LedgerService],
+        data: JSONBody[EntryBatchBody | NoBody] = NO_BODY,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[EntryBatchView]:
+        """Record up to 1,000 entries in one transaction, all or none (201); each may
+        carry its own idempotency `key`; a refusal lists every problem with the
+        `pointer` of its entry."""
+        body = required(data)
+        key = checked_key(idempotency_key)
+        return answered(await ledger.post_entries(tenant_id, body, idempotency_key=key))
 
     @get("/", responses=V1_ERRORS)
     async def list_entries(
