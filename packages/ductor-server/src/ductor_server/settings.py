@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ALL_ROLES: tuple[str, ...] = ("api", "coordinator", "worker", "timer")
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 
@@ -67,6 +68,8 @@ class Settings:
         cel_sandbox_timeout: seconds one sandboxed evaluation may take.
         cel_sandbox_memory_mb: the address space of each sandbox process, in MiB.
         cel_sandbox_processes: how many sandbox processes evaluate at once.
+        log_level: what the `ductor` loggers write to stderr: debug, info, warning
+            or error.
     """
 
     host: str = "127.0.0.1"
@@ -87,6 +90,7 @@ class Settings:
     cel_sandbox_timeout: float = 5.0
     cel_sandbox_memory_mb: int = 1024
     cel_sandbox_processes: int = 2
+    log_level: str = "warning"
 
     @property
     def embedded(self) -> bool:
@@ -151,5 +155,11 @@ class Settings:
             values["cel_sandbox_memory_mb"] = int(memory)
         if processes := env.get("DUCTOR_CEL_SANDBOX_PROCESSES"):
             values["cel_sandbox_processes"] = int(processes)
+        if level := env.get("DUCTOR_LOG_LEVEL"):
+            if level.lower() not in LOG_LEVELS:
+                raise ValueError(
+                    f"DUCTOR_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}"
+                )
+            values["log_level"] = level.lower()
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
