@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -85,6 +86,8 @@ def _serve(settings: Settings) -> int:
     from ductor_server.app import create_app
     from ductor_server.composition import build
 
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("ductor").setLevel(settings.log_level.upper())
     # uvicorn drains and shuts the app down on SIGTERM, then re-raises the
     # signal; this handler turns that into a normal exit so cleanup runs.
     signal.signal(signal.SIGTERM, _exit_cleanly)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ALL_ROLES: tuple[str, ...] = ("api", "coordinator", "worker", "timer")
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 
@@ -72,6 +73,8 @@ class Settings:
         stripe_webhook_secret: the signing secret of the Stripe webhook endpoint
             (`POST /webhooks/stripe`).
         stripe_api_base: another Stripe API address (a test double); None for Stripe's.
+        log_level: what the `ductor` loggers write to stderr: debug, info, warning
+            or error.
     """
 
     host: str = "127.0.0.1"
@@ -95,6 +98,7 @@ class Settings:
     stripe_api_key: str | None = field(default=None, repr=False)
     stripe_webhook_secret: str | None = field(default=None, repr=False)
     stripe_api_base: str | None = None
+    log_level: str = "warning"
 
     @property
     def embedded(self) -> bool:
@@ -165,5 +169,11 @@ class Settings:
             values["stripe_webhook_secret"] = stripe_secret
         if stripe_base := env.get("DUCTOR_STRIPE_API_BASE"):
             values["stripe_api_base"] = stripe_base
+        if level := env.get("DUCTOR_LOG_LEVEL"):
+            if level.lower() not in LOG_LEVELS:
+                raise ValueError(
+                    f"DUCTOR_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}"
+                )
+            values["log_level"] = level.lower()
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import msgspec
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 
 from ductor_core.runs import IgnoredInput
 from ductor_server.engine.clock import Clock
@@ -36,6 +36,11 @@ from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunRef
 
 log = logging.getLogger("ductor.coordinator")
 tracer = trace.get_tracer("ductor.engine")
+_conflicts = metrics.get_meter("ductor.engine").create_counter(
+    "ductor.coordinator.conflicts",
+    unit="{run}",
+    description="Ticks not applied because another coordinator changed the run first",
+)
 
 UNKNOWN_KIND_DELAY = timedelta(seconds=30)
 """How long the input of a run of an unknown kind is put off, so that such runs
@@ -66,9 +71,22 @@ class Coordinator:
         self.batches = 0  # transactions that ticked at least one run
         self.inline_batches = 0  # batches ticked on the loop in one transaction
         self.offloaded_batches = 0  # batches ticked in the engine lane between two
+        self.conflicts = 0  # ticks dropped: another writer changed the run first
 
     async def run_forever(self) -> None:
-        """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do."""
+        """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do.
+        On the way out it logs what it did, lost races (conflicts) included."""
+        try:
+            await self._run()
+        finally:
+            log.info(
+                "coordinator done: %d runs ticked in %d batches, %d conflicts",
+                self.ticks,
+                self.batches,
+                self.conflicts,
+            )
+
+    async def _run(self) -> None:
         failures = 0
         while not self.stopped:
             try:
@@ -198,7 +216,10 @@ class Coordinator:
                     effects.history.append(ignored_entry(run.tenant_id, run.id, ignored, at=now))
                 continue
             if (run.tenant_id, run.id) not in ok:
-                continue  # lost a race: the inbox stays, the next round retries
+                # Lost a race: the inbox stays, the next round retries.
+                self.conflicts += 1
+                _conflicts.add(1)
+                continue
             result = ticked.result
             consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
             for item in pending:

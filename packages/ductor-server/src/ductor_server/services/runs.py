@@ -41,6 +41,7 @@ from ductor_server.services.idempotency import (
     Answer,
     Claim,
     Outcome,
+    check_key,
     fingerprint,
     once,
     shown_run_key,
@@ -120,6 +121,44 @@ class RunPage(msgspec.Struct, frozen=True, kw_only=True):
 
     items: list[RunSummary]
     next_cursor: str | None = None
+
+
+MAX_RUNS_PER_BATCH = 500
+"""The most runs one `trigger_many` (`POST /v1/runs/batch`) starts."""
+
+
+class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One run of a batch start.
+
+    Attributes:
+        family_slug: the workflow family (or another run kind's slug).
+        version: the version to pin (latest if None).
+        input: the run's input.
+        key: names the run: a later start with the same key (in any batch, or as a
+            single trigger's Idempotency-Key) returns this run.
+    """
+
+    family_slug: str
+    version: int | None = None
+    input: Any = None
+    key: str | None = None
+
+
+class StartedRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A run a batch start asked for: new (`created`) or found by its key."""
+
+    id: str
+    family_slug: str
+    version: int
+    status: RunStatus
+    created: bool
+
+
+class RunsStarted(msgspec.Struct, frozen=True, kw_only=True):
+    """The runs of a batch start, in the order asked; `created` of them are new."""
+
+    runs: tuple[StartedRun, ...]
+    created: int
 
 
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -370,12 +409,123 @@ class RunsService:
                     raise WorkflowNotFound(family_slug)
                 await effects.flush(tx)
                 return Answer(run_view(other, None), Outcome.CREATED)
-            view = await self._create(
+            view, _ = await self._create(
                 tx, effects, tenant_id, family_slug, version, input, stored_key, now, first
             )
             return Answer(view, Outcome.CREATED)
 
         answer = await once(context.store, claim, RunView, effect)
+        effects.notify(context.wake)
+        return answer
+
+    async def trigger_many(
+        self,
+        tenant_id: str,
+        requests: Sequence[RunRequest],
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[RunsStarted]:
+        """Start up to `MAX_RUNS_PER_BATCH` runs in one transaction, all or none: `CREATED`.
+
+        A run's `key` (else the batch's Idempotency-Key and its index,
+        ``<key>#3``) names it, so a retried batch starts nothing twice. First
+        ticks are computed before the transaction, as for one trigger.
+
+        Raises:
+            RequestInvalid: no runs, too many, a bad version, a key used twice (with
+                the `pointer` of the run).
+            WorkflowNotFound, WorkflowVersionNotFound: with the run's `pointer`.
+            IdempotencyConflict: the batch's key was used with other runs.
+        """
+        count = len(requests)
+        if not 1 <= count <= MAX_RUNS_PER_BATCH:
+            raise RequestInvalid(
+                f"a batch starts 1 to {MAX_RUNS_PER_BATCH} runs, not {count}",
+                details={"pointer": "/runs", "count": count},
+            )
+        context = self._context
+        now = context.clock.now()
+        claim = Claim.of(tenant_id, "runs.trigger_many", idempotency_key, list(requests), now=now)
+        keys: list[str | None] = []
+        for index, request in enumerate(requests):
+            version = request.version
+            if version is not None and (isinstance(version, bool) or version < 1):
+                raise RequestInvalid(
+                    "version must be a positive integer",
+                    details={"pointer": f"/runs/{index}/version"},
+                )
+            if request.key is not None:
+                try:
+                    key: str | None = check_key(request.key)
+                except RequestInvalid as error:
+                    error.details = {"pointer": f"/runs/{index}/key"}
+                    raise
+            else:
+                key = f"{claim.key}#{index}" if claim is not None else None
+            stored = user_run_key(key)
+            if stored is not None and stored in keys:
+                raise RequestInvalid(
+                    f"the run key {key!r} is used twice in the batch",
+                    details={"pointer": f"/runs/{index}/key"},
+                )
+            keys.append(stored)
+        firsts = [
+            await self._first_tick(tenant_id, r.family_slug, r.version, r.input, k, now)
+            for r, k in zip(requests, keys, strict=True)
+        ]
+        effects = Effects()
+
+        async def effect(tx: Tx) -> Answer[RunsStarted]:
+            kinds = context.parts.kinds
+            started: list[StartedRun] = []
+            for index, (request, key, first) in enumerate(zip(requests, keys, firsts, strict=True)):
+                try:
+                    kind = kinds.for_slug(request.family_slug)
+                    if kind is not kinds.default:
+                        other = await kind.trigger(
+                            tx,
+                            context.parts,
+                            effects,
+                            tenant_id=tenant_id,
+                            family_slug=request.family_slug,
+                            version=request.version,
+                            input=request.input,
+                            now=now,
+                            idempotency_key=key,
+                        )
+                        if other is None:
+                            raise WorkflowNotFound(request.family_slug)
+                        view, created = run_view(other, None), True
+                    else:
+                        view, created = await self._create(
+                            tx,
+                            effects,
+                            tenant_id,
+                            request.family_slug,
+                            request.version,
+                            request.input,
+                            key,
+                            now,
+                            first,
+                            flush=False,
+                        )
+                except ServerError as error:
+                    error.details = {**(error.details or {}), "pointer": f"/runs/{index}"}
+                    raise
+                started.append(
+                    StartedRun(
+                        id=view.id,
+                        family_slug=view.family_slug,
+                        version=view.version,
+                        status=view.status,
+                        created=created,
+                    )
+                )
+            await effects.flush(tx)
+            made = sum(1 for run in started if run.created)
+            return Answer(RunsStarted(runs=tuple(started), created=made), Outcome.CREATED)
+
+        answer = await once(context.store, claim, RunsStarted, effect)
         effects.notify(context.wake)
         return answer
 
@@ -421,7 +571,11 @@ class RunsService:
         stored_key: str | None,
         now: datetime,
         first: tuple[int, FirstTick] | None = None,
-    ) -> RunView:
+        *,
+        flush: bool = True,
+    ) -> tuple[RunView, bool]:
+        """The run started (True) or the one its key names (False); with `flush`
+        False the caller writes the gathered effects."""
         catalog = self._context.catalog
         if stored_key is not None:
             existing = await tx.find_run_by_idempotency_key(tenant_id, stored_key)
@@ -429,7 +583,7 @@ class RunsService:
                 definition = await catalog.definition(
                     tx, tenant_id, existing.family_slug, existing.version
                 )
-                return run_view(existing, definition)
+                return run_view(existing, definition), False
         resolved = await catalog.resolve(tx, tenant_id, family_slug, version)
         if resolved is None:
             if (
@@ -453,11 +607,12 @@ class RunsService:
             first=first[1] if first is not None and first[0] == record.version else None,
         )
         if inserted.created:
-            await effects.flush(tx)
-            return run_view(inserted.run, definition)
+            if flush:
+                await effects.flush(tx)
+            return run_view(inserted.run, definition), True
         run = inserted.run
         pinned = await catalog.definition(tx, tenant_id, run.family_slug, run.version)
-        return run_view(run, pinned or definition)
+        return run_view(run, pinned or definition), False
 
     async def get(self, tenant_id: str, run_id: str) -> RunView:
         """A run with per-step state.

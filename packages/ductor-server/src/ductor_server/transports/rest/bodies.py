@@ -22,6 +22,7 @@ from litestar.openapi.spec import Reference, Schema
 from litestar.params import PathParameter
 from litestar.typing import FieldDefinition
 
+from ductor_server.services.runs import RunRequest
 from ductor_server.transports.rest.errors import ApiError
 
 T = TypeVar("T")
@@ -78,6 +79,12 @@ class TriggerRunBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True)
     family_slug: str
     version: int | None = None
     input: Any = None
+
+
+class TriggerRunsBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/runs/batch`: start up to 500 runs at once, all or none."""
+
+    runs: tuple[RunRequest, ...]
 
 
 class CancelRunBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):

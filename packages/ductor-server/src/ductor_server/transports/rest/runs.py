@@ -9,12 +9,14 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from ductor_server.services import HistoryEntry, RunPage, RunsService, RunView, SignalAccepted
+from ductor_server.services.runs import RunsStarted
 from ductor_server.transports.rest.bodies import (
     NO_BODY,
     CancelRunBody,
     NoBody,
     SignalBody,
     TriggerRunBody,
+    TriggerRunsBody,
     or_default,
     required,
 )
@@ -45,6 +47,20 @@ class RunsController(Controller):
                 tenant_id, body.family_slug, body.version, body.input, idempotency_key=key
             )
         )
+
+    @post("/batch", status_code=201, responses=V1_ERRORS)
+    async def trigger_many(
+        self,
+        tenant_id: NamedDependency[str],
+        runs: NamedDependency[RunsService],
+        data: JSONBody[TriggerRunsBody | NoBody] = NO_BODY,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[RunsStarted]:
+        """Start up to 500 runs in one transaction, all or none: `{runs: [{family_slug,
+        version?, input?, key?}]}`. A run's `key` names it, so a retry starts it once."""
+        body = required(data)
+        key = checked_key(idempotency_key)
+        return answered(await runs.trigger_many(tenant_id, body.runs, idempotency_key=key))
 
     @get("/", responses=V1_ERRORS)
     async def page(
