@@ -25,12 +25,14 @@ from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
     EventsService,
     KeysService,
     LedgerService,
+    ReceiptService,
     RoutingService,
     RunsService,
     ServiceContext,
@@ -40,6 +42,7 @@ from ductor_server.services import (
 from ductor_server.services.route_step import RouteStep
 from ductor_server.settings import Settings
 from ductor_server.storage import Store, open_store
+from ductor_settlement import KeyRing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +101,7 @@ def build_services(
     *,
     expressions: ExpressionEngine | None = None,
     bridge_keys: SigningKeys | None = None,
+    receipt_keys: KeyRing | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -105,6 +109,7 @@ def build_services(
         runtime: the engine loops the services write for.
         expressions: the CEL engine of routing (the runtime's, else the default).
         bridge_keys: the bridge signing keys, if the server has them.
+        receipt_keys: the receipt signing ring (None: no receipts are issued).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -121,6 +126,7 @@ def build_services(
         bridge=BridgeService(context, keys=bridge_keys),
         keys=KeysService(runtime.store, clock=runtime.clock),
         ledger=LedgerService(runtime.store, clock=runtime.clock),
+        receipts=ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock),
     )
 
 
@@ -148,6 +154,7 @@ def build(
     actions: ActionRegistry | None = None,
     specs: StepSpecs | None = None,
     bridge_keys: SigningKeys | None = None,
+    receipt_keys: KeyRing | None = None,
 ) -> Composition:
     """Build everything the process runs for `settings` (no I/O until `running`).
 
@@ -158,9 +165,12 @@ def build(
         specs: the step types definitions may use (the built-ins if None); each
             worker-run type needs a handler of its name in `actions`.
         bridge_keys: the bridge signing keys (from the environment if None).
+        receipt_keys: the receipt signing ring (from `settings.receipt_keys_file` or
+            `settings.receipt_key` if None; no receipts when neither is set).
 
     Raises:
-        ValueError: `settings.cel_engine` names no engine.
+        ValueError: `settings.cel_engine` names no engine, or the receipt keys
+            cannot be read (`ReceiptKeyError`).
     """
     store = open_store(settings.store_target)
     expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
@@ -181,8 +191,19 @@ def build(
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys)
-    services = build_services(runtime, expressions=expressions, bridge_keys=keys)
+    if receipt_keys is None:
+        receipt_keys = load_keys(settings.receipt_keys_file, settings.receipt_key)
+    if settings.receipts_for_runs and receipt_keys is None:
+        raise ReceiptKeyError(
+            "DUCTOR_RECEIPTS_FOR_RUNS is on but no receipt signing key is set"
+            " (DUCTOR_RECEIPT_KEYS or DUCTOR_RECEIPT_KEY)"
+        )
+    services = build_services(
+        runtime, expressions=expressions, bridge_keys=keys, receipt_keys=receipt_keys
+    )
     actions.register("route", RouteStep(services.routing))
+    if settings.receipts_for_runs:
+        runtime.parts.on_finish.append(services.receipts.on_run_finished)
     return Composition(
         settings=settings,
         store=store,

@@ -67,6 +67,11 @@ class Settings:
         cel_sandbox_timeout: seconds one sandboxed evaluation may take.
         cel_sandbox_memory_mb: the address space of each sandbox process, in MiB.
         cel_sandbox_processes: how many sandbox processes evaluate at once.
+        receipt_keys_file: the file of receipt signing keys (`DUCTOR_RECEIPT_KEYS`;
+            see `ductor_server.receipts.keys`); the last key signs.
+        receipt_key: one receipt signing key inline (`DUCTOR_RECEIPT_KEY`); never
+            shown in the settings' repr.
+        receipts_for_runs: also issue a signed receipt for every run that succeeds.
     """
 
     host: str = "127.0.0.1"
@@ -87,6 +92,9 @@ class Settings:
     cel_sandbox_timeout: float = 5.0
     cel_sandbox_memory_mb: int = 1024
     cel_sandbox_processes: int = 2
+    receipt_keys_file: Path | None = None
+    receipt_key: str | None = field(default=None, repr=False)
+    receipts_for_runs: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -102,6 +110,11 @@ class Settings:
     def api_key_file(self) -> Path:
         """Where `ductor dev` keeps the dev tenant's API key (mode 0600)."""
         return self.data_dir / "api_key"
+
+    @property
+    def dev_receipt_keys_file(self) -> Path:
+        """Where `ductor dev` keeps the receipt signing key it made (mode 0600)."""
+        return self.data_dir / "receipt_keys"
 
     @property
     def pid_file(self) -> Path:
@@ -151,5 +164,11 @@ class Settings:
             values["cel_sandbox_memory_mb"] = int(memory)
         if processes := env.get("DUCTOR_CEL_SANDBOX_PROCESSES"):
             values["cel_sandbox_processes"] = int(processes)
+        if keys_file := env.get("DUCTOR_RECEIPT_KEYS"):
+            values["receipt_keys_file"] = Path(keys_file)
+        if key := env.get("DUCTOR_RECEIPT_KEY"):
+            values["receipt_key"] = key
+        if for_runs := env.get("DUCTOR_RECEIPTS_FOR_RUNS"):
+            values["receipts_for_runs"] = parse_switch("DUCTOR_RECEIPTS_FOR_RUNS", for_runs)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
+from ductor_server.services.receipts import ReceiptService
 from ductor_server.services.routing import (
     AssignmentView,
     DecisionView,
@@ -58,6 +59,7 @@ class Services:
     bridge: BridgeService
     keys: KeysService
     ledger: LedgerService
+    receipts: ReceiptService
 
 
 __all__ = [
@@ -74,6 +76,7 @@ __all__ = [
     "LedgerService",
     "Outcome",
     "PublishedWorkflow",
+    "ReceiptService",
     "RoutingService",
     "RuleSetVersion",
     "RuleSetView",
