@@ -77,6 +77,8 @@ def cmd_ledger_entries(client: ApiClient, args: argparse.Namespace, out: TextIO)
     if args.json:
         _print_json(page, out)
         return 0
+    if not page["items"]:
+        out.write("no entries\n")
     for entry in page["items"]:
         reference = entry["reference"]
         ref = f"{reference['kind']}:{reference['id']}" if reference.get("id") else reference["kind"]
@@ -128,6 +130,9 @@ def cmd_receipts_list(client: ApiClient, args: argparse.Namespace, out: TextIO) 
     )
     if args.json:
         _print_json(page, out)
+        return 0
+    if args.quiet:
+        out.writelines(view["id"] + "\n" for view in page["items"])
         return 0
     for view in page["items"]:
         subject = view["subject"]
@@ -278,6 +283,7 @@ def add_settlement_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     p.add_argument("--cursor", default=None)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the receipt ids")
     verify = rc.add_parser(
         "verify",
         help="check a receipt offline against published keys",
