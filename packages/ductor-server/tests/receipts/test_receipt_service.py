@@ -91,7 +91,7 @@ async def test_a_receipt_is_signed_stored_and_verifies_with_the_public_keys(stor
     assert seed not in service.public_keys().decode()
 
 
-async def test_issuing_again_finds_the_receipt_and_signs_nothing(store: Store) -> None:
+async def test_issuing_again_answers_the_stored_receipt_unchanged(store: Store) -> None:
     service = ReceiptService(store, keys=ring("k1"))
     first = await _issue(service, store)
     # A later retry, even by a server with another key, answers the stored receipt.

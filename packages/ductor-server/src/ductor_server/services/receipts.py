@@ -5,7 +5,7 @@ work (routing's assign commit, the engine's run end), so a receipt exists
 exactly when the work it proves was committed. It builds the receipt as
 `ductor_settlement.receipts` defines it, signs it with the ring's active key
 and stores it; a subject has one receipt, so calling it again (a retried
-transaction) finds the stored one and signs nothing. Without signing keys it
+transaction) answers the stored one unchanged. Without signing keys it
 issues nothing. The keys never leave this module except as public keys.
 """
 
@@ -75,6 +75,24 @@ class ReceiptPageView(msgspec.Struct, frozen=True, kw_only=True):
 
     items: list[ReceiptView]
     next_cursor: str | None = None
+
+
+class PublicKey(msgspec.Struct, frozen=True, kw_only=True):
+    """One published Ed25519 public key as a JWK (RFC 8037): `x` is the raw key,
+    base64url without padding."""
+
+    kty: str
+    crv: str
+    kid: str
+    x: str
+    alg: str
+    use: str
+
+
+class PublicKeySet(msgspec.Struct, frozen=True, kw_only=True):
+    """The public receipt keys as a JWK Set (RFC 7517), in key-id order."""
+
+    keys: list[PublicKey]
 
 
 def receipt_id_for(tenant_id: str, subject: Subject) -> str:
@@ -147,6 +165,10 @@ class ReceiptService:
             return export_public_keys({})
         return self._keys.export_public_keys()
 
+    def public_key_set(self) -> PublicKeySet:
+        """`public_keys` as a struct, for transports."""
+        return msgspec.json.decode(self.public_keys(), type=PublicKeySet)
+
     async def issue_in(
         self,
         tx: Tx,
@@ -165,8 +187,9 @@ class ReceiptService:
         """Issue `subject`'s receipt inside `tx` (the transaction that clears the work).
 
         Idempotent: if the subject has a receipt already (a retried transaction),
-        that one is returned and nothing is signed. Returns None when receipts
-        are off (no signing key).
+        that one is returned unchanged and nothing new is stored. It costs one
+        signature and one insert. Returns None when receipts are off (no
+        signing key).
 
         Raises:
             NotCanonical: a cost beyond the safe range or a malformed currency.
@@ -174,10 +197,6 @@ class ReceiptService:
         """
         if self._keys is None:
             return None
-        store = ReceiptsTx(tx)
-        existing = await store.for_subject(tenant_id, subject.kind, subject.id)
-        if existing is not None:
-            return receipt_view(existing)
         at = now if now is not None else self._clock.now()
         receipt = Receipt(
             id=receipt_id_for(tenant_id, subject),
@@ -202,8 +221,9 @@ class ReceiptService:
             envelope=envelope,
             created_at=at,
         )
+        store = ReceiptsTx(tx)
         if not await store.insert(stored):
-            # A concurrent transaction issued it first; answer with its receipt.
+            # Issued before (a retry) or by a concurrent transaction: that one stands.
             found = await store.for_subject(tenant_id, subject.kind, subject.id)
             assert found is not None
             stored = found
@@ -303,6 +323,8 @@ class ReceiptService:
 __all__ = [
     "MAX_PAGE",
     "RUN_COST_CURRENCY",
+    "PublicKey",
+    "PublicKeySet",
     "ReceiptPageView",
     "ReceiptService",
     "ReceiptView",

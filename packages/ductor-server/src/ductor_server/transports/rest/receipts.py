@@ -12,7 +12,12 @@ from litestar import Controller, MediaType, Request, Response, get
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, QueryParameter
 
-from ductor_server.services.receipts import ReceiptPageView, ReceiptService, ReceiptView
+from ductor_server.services.receipts import (
+    PublicKeySet,
+    ReceiptPageView,
+    ReceiptService,
+    ReceiptView,
+)
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS
 
@@ -64,11 +69,11 @@ class ReceiptsController(Controller):
 
 
 @get(KEYS_PATH, tags=["receipts"], sync_to_thread=False)
-def receipt_keys(request: Request[Any, Any, Any]) -> Response[bytes]:
+def receipt_keys(request: Request[Any, Any, Any]) -> Response[PublicKeySet]:
     """The public keys receipts are signed with, as a JWK Set (key id → Ed25519 key).
     No auth: verifiers fetch it."""
     return Response(
-        content=services_of(request).receipts.public_keys(),
+        content=services_of(request).receipts.public_key_set(),
         media_type=MediaType.JSON,
         headers={"Cache-Control": "public, max-age=60"},
     )
