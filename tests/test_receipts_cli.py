@@ -10,6 +10,7 @@ receipt example runs as written; `ductor ledger balance|entries` read the API.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -230,3 +231,26 @@ def test_ledger_balance_and_entries_read_the_api(sqlite_server: ServerProcess) -
     missing = server.cli("ledger", "balance", "nope", check=False)
     assert missing.returncode == 1
     assert "error: account.not_found" in missing.stderr
+
+
+def test_a_bad_receipt_key_stops_the_server_with_a_message_that_hides_the_key(
+    tmp_path: Path,
+) -> None:
+    secret = base64.b64encode(b"s" * 16).decode()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
+    cases = [
+        ({"DUCTOR_RECEIPT_KEY": f"k1 {secret}"}, "an Ed25519 seed is 32 bytes, not 16"),
+        ({"DUCTOR_RECEIPT_KEYS": str(tmp_path / "missing")}, "cannot read the receipt key file"),
+        ({"DUCTOR_RECEIPTS_FOR_RUNS": "on"}, "DUCTOR_RECEIPTS_FOR_RUNS is on but no receipt"),
+    ]
+    for extra, message in cases:
+        result = subprocess.run(
+            [sys.executable, "-m", "ductor_server.cli", "serve", "--data-dir", str(tmp_path)],
+            env={**base, **extra, "DUCTOR_PORT": "0"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2, (extra, result.stdout, result.stderr)
+        assert message in result.stderr, result.stderr
+        assert secret not in result.stdout + result.stderr
