@@ -12,7 +12,12 @@ from datetime import UTC, datetime
 import pytest
 
 from ductor_server.receipts import ReceiptsTx
-from ductor_server.services.receipts import ReceiptService, ReceiptView, receipt_id_for
+from ductor_server.services.receipts import (
+    ReceiptService,
+    ReceiptView,
+    decision_ref,
+    receipt_id_for,
+)
 from ductor_server.storage import Store
 from ductor_settlement import (
     BadSignature,
@@ -22,6 +27,7 @@ from ductor_settlement import (
     Subject,
     SubjectKind,
     UnknownKey,
+    canonical_hash,
     load_public_keys,
     verify_receipt,
 )
@@ -160,3 +166,14 @@ async def test_tenants_do_not_see_each_others_receipts(store: Store) -> None:
         assert await ReceiptsTx(tx).get("tenant-b", view.id) is None
         page = await ReceiptsTx(tx).list("tenant-b")
     assert page.receipts == []
+
+
+def test_a_decision_is_referenced_by_the_canonical_hash_of_its_explanation() -> None:
+    explanation = {"pool": "p1", "candidates": [{"worker": "w1", "score": 0.5}]}
+    reordered = {"candidates": [{"score": 0.5, "worker": "w1"}], "pool": "p1"}
+    ref = decision_ref("dec_1", explanation)
+    assert ref.id == "dec_1"
+    assert ref.explanation_hash == decision_ref("dec_1", reordered).explanation_hash
+    assert ref.explanation_hash == canonical_hash(explanation)
+    changed = {"pool": "p2", "candidates": [{"worker": "w1", "score": 0.5}]}
+    assert decision_ref("dec_1", changed).explanation_hash != ref.explanation_hash

@@ -34,6 +34,7 @@ from ductor_settlement import (
     Receipt,
     Subject,
     SubjectKind,
+    canonical_hash,
     export_public_keys,
     issue_receipt,
     receipt_digest,
@@ -100,6 +101,13 @@ def receipt_id_for(tenant_id: str, subject: Subject) -> str:
     retried issue names the same receipt."""
     text = f"{tenant_id}\x1f{subject.kind.value}\x1f{subject.id}"
     return "rct_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def decision_ref(decision_id: str, explanation: object) -> DecisionRef:
+    """A receipt's reference to a routing decision: its id and ``sha256:<hex>`` of its
+    explanation's canonical JSON (RFC 8785), so anyone holding the explanation
+    (``GET /v1/decisions/{id}``) can check it is the one the receipt names."""
+    return DecisionRef(id=decision_id, explanation_hash=canonical_hash(explanation))
 
 
 def receipt_view(stored: StoredReceipt) -> ReceiptView:
@@ -328,6 +336,7 @@ __all__ = [
     "ReceiptPageView",
     "ReceiptService",
     "ReceiptView",
+    "decision_ref",
     "parse_subject",
     "receipt_id_for",
     "receipt_view",
