@@ -84,5 +84,15 @@ def test_migrate_applies_once_then_reports_up_to_date(tmp_path: Path, postgres_u
 def test_help_lists_every_command() -> None:
     result = _ductor("--help")
     assert result.returncode == 0
-    for command in ("dev", "serve", "migrate", "keys", "workflows", "runs", "events"):
+    for command in (
+        "dev",
+        "serve",
+        "migrate",
+        "keys",
+        "workflows",
+        "runs",
+        "events",
+        "ledger",
+        "receipts",
+    ):
         assert command in result.stdout

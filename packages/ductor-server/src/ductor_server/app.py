@@ -18,7 +18,13 @@ from litestar.openapi import OpenAPIConfig
 
 from ductor_server.composition import Composition, build
 from ductor_server.settings import Settings
-from ductor_server.transports.rest import PUBLIC_ROUTES, V1_CONTROLLERS, healthz, readyz
+from ductor_server.transports.rest import (
+    PUBLIC_ROUTES,
+    V1_CONTROLLERS,
+    healthz,
+    readyz,
+    receipt_keys,
+)
 from ductor_server.transports.rest.auth import provide_tenant_id, require_api_key
 from ductor_server.transports.rest.bodies import JsonBody
 from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
@@ -44,8 +50,9 @@ def create_app(
 ) -> Litestar:
     """Build the Ductor API application for `settings`.
 
-    `/healthz` and `/readyz` are always served; the `/v1` resources only when
-    the process has the `api` role. Every `/v1` call needs a Bearer API key.
+    `/healthz` and `/readyz` are always served; the `/v1` resources and the public
+    receipt keys (`/.well-known/ductor-keys`) only when the process has the `api`
+    role. Every `/v1` call needs a Bearer API key.
 
     Args:
         settings: the process configuration (from the environment if None).
@@ -54,6 +61,7 @@ def create_app(
     settings = composition.settings if composition is not None else settings or Settings()
     handlers: list[Any] = [healthz, readyz]
     if "api" in settings.roles:
+        handlers.append(receipt_keys)
         handlers.append(
             Router(
                 "/",

@@ -10,6 +10,7 @@ from ductor_server import __version__
 from ductor_server.cli_client import add_client_commands
 from ductor_server.cli_routing import register as add_routing_commands
 from ductor_server.cli_server import add_server_commands
+from ductor_server.cli_settlement import add_settlement_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_commands(sub)
     add_client_commands(sub)
     add_routing_commands(sub)
+    add_settlement_commands(sub)
     return parser
 
 

@@ -76,6 +76,27 @@ async def ensure_dev_key(settings: Settings) -> tuple[str, bool]:
         await store.close()
 
 
+def ensure_dev_receipt_keys(settings: Settings) -> tuple[Settings, str | None, bool]:
+    """Give `ductor dev` a receipt signing key when none is configured: the key file
+    under the data dir (mode 0600), made with one fresh key on first start.
+
+    Returns:
+        The settings pointing at the key file, the signing key id (None when
+        keys come from the environment), and whether the file was created now.
+    """
+    from ductor_server.receipts.keys import add_key, load_keys
+
+    if settings.receipt_keys_file is not None or settings.receipt_key:
+        return settings, None, False
+    path = settings.dev_receipt_keys_file
+    created = not path.exists()
+    if created:
+        add_key(path)
+    ring = load_keys(path, None)
+    assert ring is not None
+    return dataclasses.replace(settings, receipt_keys_file=path), ring.active.kid, created
+
+
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -113,12 +134,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, database_url=None)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     key, created = asyncio.run(ensure_dev_key(settings))
+    settings, receipt_kid, receipt_created = ensure_dev_receipt_keys(settings)
     _write_private(settings.pid_file, f"{os.getpid()}\n")
     where = f"http://{settings.host}:{settings.port}"
     print(f"ductor {__version__} (embedded) on {where}", flush=True)
     print(f"data dir: {settings.data_dir.resolve()}", flush=True)
     note = "created, saved to" if created else "from"
     print(f"API key ({note} {settings.api_key_file}): {key}", flush=True)
+    if receipt_kid is not None:
+        made = "created, saved to" if receipt_created else "from"
+        print(
+            f"receipt signing key {receipt_kid} ({made} {settings.dev_receipt_keys_file})",
+            flush=True,
+        )
     try:
         return _serve(settings)
     finally:
@@ -198,7 +226,9 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "dev",
         help="run on the embedded default (SQLite, in-process queue)",
         description="Run Ductor on its embedded default. Creates a dev tenant and API key "
-        "on first start and writes the key to <data-dir>/api_key (mode 0600).",
+        "on first start and writes the key to <data-dir>/api_key (mode 0600); without "
+        "$DUCTOR_RECEIPT_KEYS or $DUCTOR_RECEIPT_KEY, also a receipt signing key in "
+        "<data-dir>/receipt_keys (mode 0600).",
     )
     dev.add_argument("--host", default=None, help="interface (default 127.0.0.1, $DUCTOR_HOST)")
     dev.add_argument("--port", type=int, default=None, help="port (default 7070, $DUCTOR_PORT)")

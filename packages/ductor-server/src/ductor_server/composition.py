@@ -26,12 +26,14 @@ from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.payments import PaymentGateway
+from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
     EventsService,
     KeysService,
     LedgerService,
+    ReceiptService,
     RoutingService,
     RunsService,
     ServiceContext,
@@ -42,6 +44,7 @@ from ductor_server.services.route_step import RouteStep
 from ductor_server.services.wallets import WalletService
 from ductor_server.settings import Settings
 from ductor_server.storage import Store, open_store
+from ductor_settlement import KeyRing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +104,7 @@ def build_services(
     expressions: ExpressionEngine | None = None,
     bridge_keys: SigningKeys | None = None,
     payments: PaymentGateway | None = None,
+    receipt_keys: KeyRing | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -109,6 +113,7 @@ def build_services(
         expressions: the CEL engine of routing (the runtime's, else the default).
         bridge_keys: the bridge signing keys, if the server has them.
         payments: the processor wallets are topped up through, if any.
+        receipt_keys: the receipt signing ring (None: no receipts are issued).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -127,6 +132,7 @@ def build_services(
         keys=KeysService(runtime.store, clock=runtime.clock),
         ledger=ledger,
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
+        receipts=ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock),
     )
 
 
@@ -177,6 +183,7 @@ def build(
     actions: ActionRegistry | None = None,
     specs: StepSpecs | None = None,
     bridge_keys: SigningKeys | None = None,
+    receipt_keys: KeyRing | None = None,
 ) -> Composition:
     """Build everything the process runs for `settings` (no I/O until `running`).
 
@@ -187,9 +194,12 @@ def build(
         specs: the step types definitions may use (the built-ins if None); each
             worker-run type needs a handler of its name in `actions`.
         bridge_keys: the bridge signing keys (from the environment if None).
+        receipt_keys: the receipt signing ring (from `settings.receipt_keys_file` or
+            `settings.receipt_key` if None; no receipts when neither is set).
 
     Raises:
-        ValueError: `settings.cel_engine` names no engine.
+        ValueError: `settings.cel_engine` names no engine, or the receipt keys
+            cannot be read (`ReceiptKeyError`).
     """
     store = open_store(settings.store_target)
     expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
@@ -210,10 +220,23 @@ def build(
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys)
+    if receipt_keys is None:
+        receipt_keys = load_keys(settings.receipt_keys_file, settings.receipt_key)
+    if settings.receipts_for_runs and receipt_keys is None:
+        raise ReceiptKeyError(
+            "DUCTOR_RECEIPTS_FOR_RUNS is on but no receipt signing key is set"
+            " (DUCTOR_RECEIPT_KEYS or DUCTOR_RECEIPT_KEY)"
+        )
     services = build_services(
-        runtime, expressions=expressions, bridge_keys=keys, payments=payment_gateway(settings)
+        runtime,
+        expressions=expressions,
+        bridge_keys=keys,
+        receipt_keys=receipt_keys,
+        payments=payment_gateway(settings),
     )
     actions.register("route", RouteStep(services.routing))
+    if settings.receipts_for_runs:
+        runtime.parts.on_finish.append(services.receipts.on_run_finished)
     return Composition(
         settings=settings,
         store=store,

@@ -75,6 +75,11 @@ class Settings:
         stripe_api_base: another Stripe API address (a test double); None for Stripe's.
         log_level: what the `ductor` loggers write to stderr: debug, info, warning
             or error.
+        receipt_keys_file: the file of receipt signing keys (`DUCTOR_RECEIPT_KEYS`;
+            see `ductor_server.receipts.keys`); the last key signs.
+        receipt_key: one receipt signing key inline (`DUCTOR_RECEIPT_KEY`); never
+            shown in the settings' repr.
+        receipts_for_runs: also issue a signed receipt for every run that succeeds.
     """
 
     host: str = "127.0.0.1"
@@ -99,6 +104,9 @@ class Settings:
     stripe_webhook_secret: str | None = field(default=None, repr=False)
     stripe_api_base: str | None = None
     log_level: str = "warning"
+    receipt_keys_file: Path | None = None
+    receipt_key: str | None = field(default=None, repr=False)
+    receipts_for_runs: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -114,6 +122,11 @@ class Settings:
     def api_key_file(self) -> Path:
         """Where `ductor dev` keeps the dev tenant's API key (mode 0600)."""
         return self.data_dir / "api_key"
+
+    @property
+    def dev_receipt_keys_file(self) -> Path:
+        """Where `ductor dev` keeps the receipt signing key it made (mode 0600)."""
+        return self.data_dir / "receipt_keys"
 
     @property
     def pid_file(self) -> Path:
@@ -175,5 +188,11 @@ class Settings:
                     f"DUCTOR_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}"
                 )
             values["log_level"] = level.lower()
+        if keys_file := env.get("DUCTOR_RECEIPT_KEYS"):
+            values["receipt_keys_file"] = Path(keys_file)
+        if key := env.get("DUCTOR_RECEIPT_KEY"):
+            values["receipt_key"] = key
+        if for_runs := env.get("DUCTOR_RECEIPTS_FOR_RUNS"):
+            values["receipts_for_runs"] = parse_switch("DUCTOR_RECEIPTS_FOR_RUNS", for_runs)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import WorkflowDefinition
@@ -117,6 +117,19 @@ class Effects:
             wake.notify(topic)
 
 
+class RunFinishedHook(Protocol):
+    """Called in the transaction that ends a run, after its kind's own `on_finish`.
+
+    It writes only through `tx` (a failure rolls the whole tick back and it is
+    retried), so it must be idempotent. The composition root plugs hooks in
+    (signed run receipts); the engine never imports them.
+    """
+
+    async def __call__(
+        self, tx: Tx, *, run: RunRecord, finished: RunFinished, now: datetime
+    ) -> None: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineParts:
     """What carrying out commands needs besides the transaction.
@@ -127,12 +140,15 @@ class EngineParts:
         kinds: the run kinds of this runtime (only the DAG kind if not given).
         specs: the step types definitions may use (the built-ins if not given); a
             worker-run type also needs its handler in the runtime's registry.
+        on_finish: hooks called in the transaction that ends each run (none by
+            default, so ending a run costs nothing more).
     """
 
     catalog: WorkflowCatalog
     engine: ExpressionEngine | None = None
     kinds: RunKinds = field(default_factory=RunKinds)
     specs: StepSpecs = BUILTIN_STEP_SPECS
+    on_finish: list[RunFinishedHook] = field(default_factory=list)
 
     def expressions(self) -> ExpressionEngine:
         """The CEL engine to evaluate with."""
@@ -391,6 +407,8 @@ async def _finish(
     await parts.kinds.get(run.kind).on_finish(
         tx, parts, effects, run=run, finished=finished, now=now
     )
+    for hook in parts.on_finish:
+        await hook(tx, run=run, finished=finished, now=now)
     if run.parent_run_id is None or run.parent_step_ref is None:
         return
     effects.inbox.append(

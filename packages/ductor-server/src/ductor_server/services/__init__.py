@@ -17,6 +17,7 @@ from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
+from ductor_server.services.receipts import ReceiptService
 from ductor_server.services.routing import (
     AssignmentView,
     DecisionView,
@@ -60,6 +61,7 @@ class Services:
     keys: KeysService
     ledger: LedgerService
     wallets: WalletService
+    receipts: ReceiptService
 
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "LedgerService",
     "Outcome",
     "PublishedWorkflow",
+    "ReceiptService",
     "RoutingService",
     "RuleSetVersion",
     "RuleSetView",

@@ -8,6 +8,7 @@ from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, stat
 from ductor_server.transports.rest.events import EventsController
 from ductor_server.transports.rest.health import healthz, readyz
 from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
+from ductor_server.transports.rest.receipts import ReceiptsController, receipt_keys
 from ductor_server.transports.rest.routing import ROUTING_CONTROLLERS
 from ductor_server.transports.rest.runs import RunsController
 from ductor_server.transports.rest.wallets import PUBLIC_HANDLERS, WALLET_CONTROLLERS
@@ -21,6 +22,7 @@ V1_CONTROLLERS = (
     BridgeController,
     *LEDGER_CONTROLLERS,
     *WALLET_CONTROLLERS,
+    ReceiptsController,
 )
 """Every controller served under /v1."""
 
@@ -38,5 +40,6 @@ __all__ = [
     "WorkflowsController",
     "healthz",
     "readyz",
+    "receipt_keys",
     "status_for",
 ]

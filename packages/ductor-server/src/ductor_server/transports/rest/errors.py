@@ -93,6 +93,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "budget.exceeded": 429,
     "entitlement.missing": 403,
     "entitlement.limit_exceeded": 403,
+    "receipt.not_found": 404,
     "receipt.malformed": 422,
     "receipt.wrong_payload_type": 422,
     "receipt.unknown_key": 422,
