@@ -197,16 +197,17 @@ def test_funds_exclude_members_whose_wallet_cannot_cover_their_bid() -> None:
     state = InMemoryRoutingState()
     # "free" is not named: its funds are not limited.
     funds = {"rich": 9_000_000, "poor": 7_999_999, "exact": 7_000_000}
-    d = r.route(lead(), state, NOW, funds=funds)
+    d = r.route(lead(), state, NOW, funds={"p": funds})
     assert [(e.reason, e.workers) for e in d.explanation.excluded] == [("funds", ("poor",))]
     assert d.explanation.candidates == ("rich", "exact", "free")
     assert (d.worker, d.charge) == ("rich", 9_000_000)
-    broke = r.route(lead(), state, NOW, funds={"rich": 0, "poor": -1, "exact": 6_999_999})
+    broke = r.route(lead(), state, NOW, funds={"p": {"rich": 0, "poor": -1, "exact": 6_999_999}})
     excluded = {e.reason: e.workers for e in broke.explanation.excluded}
     assert excluded == {"funds": ("rich", "poor", "exact")}
     assert broke.worker == "free"
-    # Without funds nothing is excluded for them: the check is opt-in.
+    # Without funds for the pool nothing is excluded for them: the check is opt-in.
     assert r.route(lead(), state, NOW).explanation.excluded == ()
+    assert r.route(lead(), state, NOW, funds={"other": {"rich": 0}}).explanation.excluded == ()
 
 
 def test_intent_reserves_caps_budget_load_and_commit_is_all_or_nothing() -> None:
