@@ -25,6 +25,7 @@ from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.ledger.store import expire_due_holds
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
@@ -181,6 +182,7 @@ def build(
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys)
+    runtime.housekeeping.add_sweep("holds", expire_due_holds)
     services = build_services(runtime, expressions=expressions, bridge_keys=keys)
     actions.register("route", RouteStep(services.routing))
     return Composition(

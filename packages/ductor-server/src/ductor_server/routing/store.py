@@ -15,7 +15,11 @@ import msgspec
 from ductor_server.storage.protocol import Session, Tx
 
 #: The configuration tables a tenant edits over the API (name -> table).
-ENTITY_TABLES = {"worker": "routing_workers", "pool": "routing_pools"}
+ENTITY_TABLES = {
+    "worker": "routing_workers",
+    "pool": "routing_pools",
+    "settlement": "settlement_pools",
+}
 
 _ASSIGNMENT_COLS = (
     "tenant_id, id, decision_id, routable_id, pool, worker, channel, charge, status,"
