@@ -1257,6 +1257,20 @@ class RoutingService:
         )
         if isinstance(decided, ReturnRefusal):
             raise decided.error()
+        # Counters before accounts, as a routing commit takes them: no deadlock.
+        moved = await rtx.move_assignment(
+            tenant_id,
+            assignment_id,
+            from_statuses=(*OPEN_STATUSES, COMPLETED, RETURNED),
+            to_status=RETURNED,
+            result=record.result,
+            reason=body.reason,
+            now=now,
+        )
+        if moved and record.status in OPEN_STATUSES:
+            for res in sorted(record.reservations, key=lambda r: r.key):
+                if res.scope == CounterScope.LOAD.value and res.amount:
+                    await rtx.release(tenant_id, res.key, res.amount)
         accounts = {p.account for p in decided.entry.postings}
         locked, holds = await ledger.lock_with_holds(tenant_id, accounts, now)
         book = Ledger.from_snapshot(
@@ -1284,19 +1298,6 @@ class RoutingService:
                 created_at=now,
             )
         )
-        moved = await rtx.move_assignment(
-            tenant_id,
-            assignment_id,
-            from_statuses=(*OPEN_STATUSES, COMPLETED, RETURNED),
-            to_status=RETURNED,
-            result=record.result,
-            reason=body.reason,
-            now=now,
-        )
-        if moved and record.status in OPEN_STATUSES:
-            for res in sorted(record.reservations, key=lambda r: r.key):
-                if res.scope == CounterScope.LOAD.value and res.amount:
-                    await rtx.release(tenant_id, res.key, res.amount)
         view = ReturnView(
             id=return_id,
             assignment_id=assignment_id,
