@@ -8,8 +8,11 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from ductor_core.expressions import default_engine
 from ductor_server.engine.housekeeping import Housekeeping
 from ductor_server.ledger.store import expire_due_holds
+from ductor_server.services.routing import ReturnBody, RoutingService
+from ductor_settlement.errors import AlreadyReturned
 
 from .conftest import Api
 
@@ -283,3 +286,28 @@ async def test_housekeeping_marks_expired_holds(api: Api) -> None:
     assert row is not None
     assert row[0] == first["id"]
     assert (await keeper.sweep())["holds"] == 0
+
+
+async def test_concurrent_returns_of_one_assignment_credit_it_once(api: Api) -> None:
+    await _market(api, {"a": 20 * USD}, returns={"window_seconds": 60}, pricing="first")
+    decision = await _route(api, "l1")
+    # Called straight from one loop, so on Postgres the transactions really overlap.
+    routing = RoutingService(api.store, engine=default_engine(), clock=api.clock)
+    results = await asyncio.gather(
+        *(
+            routing.return_assignment(
+                "tenant-a",
+                decision["assignment_id"],
+                ReturnBody(reason="bad"),
+                idempotency_key=f"r{n}",
+            )
+            for n in range(6)
+        ),
+        return_exceptions=True,
+    )
+    done = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(done) == 1, results
+    assert all(isinstance(e, AlreadyReturned) for e in refused), refused
+    assert await _available(api, "wallet:a") == 20 * USD
+    assert (await api.balance("payable:seller"))["balance"] == 0

@@ -340,10 +340,14 @@ class RoutingTx:
             ),
         )
 
-    async def get_assignment(self, tenant_id: str, assignment_id: str) -> AssignmentRecord | None:
-        """One assignment, or None."""
+    async def get_assignment(
+        self, tenant_id: str, assignment_id: str, *, lock: bool = False
+    ) -> AssignmentRecord | None:
+        """One assignment, or None; with `lock`, locked until this transaction ends (Postgres)."""
+        suffix = " FOR UPDATE" if lock and self._db.backend == "postgres" else ""
         row = await self._db.fetch_one(
-            f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments WHERE tenant_id = %s AND id = %s",
+            f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments"
+            f" WHERE tenant_id = %s AND id = %s{suffix}",
             (tenant_id, assignment_id),
         )
         return None if row is None else self._assignment(row)

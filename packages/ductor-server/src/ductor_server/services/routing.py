@@ -1210,7 +1210,9 @@ class RoutingService:
         rtx = RoutingTx(tx)
         settlement = SettlementTx(tx)
         ledger = LedgerTx(tx)
-        record = await rtx.get_assignment(tenant_id, assignment_id)
+        # Locked first (then counters, then accounts): two returns of one
+        # assignment run one after the other, the second seeing the first's credit.
+        record = await rtx.get_assignment(tenant_id, assignment_id, lock=True)
         if record is None:
             raise RoutingObjectNotFound("assignment", assignment_id)
         charge = await settlement.get_charge(tenant_id, assignment_id)
@@ -1240,7 +1242,8 @@ class RoutingService:
             routable_id=record.routable_id,
             pool=record.pool,
             buyer=record.worker,
-            buyer_account=setting.wallet(record.worker),
+            # The account the charge debited (the wallet prefix may have changed since).
+            buyer_account=next(p.account for p in entry.postings if p.amount > 0),
             delivered_at=record.created_at,
             charge_entry=entry,
             already_reversed=already,
