@@ -167,6 +167,11 @@ async def test_the_setting_is_checked_with_pointers(api: Api) -> None:
     await api.fails("GET", "/v1/pools/leads/settlement", 404, "pool.not_found", as_b=True)
     shown = await api.ok("GET", "/v1/pools/leads/settlement")
     assert shown["settlement"]["take_rate_bps"] == 1000
+    # A pool deleted and made again starts unsettled.
+    await api.ok("POST", "/v1/rules", json={"kinds": {"lead": {}}})
+    assert (await api.call("DELETE", "/v1/pools/leads")).status_code == 204
+    await api.ok("POST", "/v1/pools", json={"id": "leads", "members": [{"worker": "a"}]})
+    await api.fails("GET", "/v1/pools/leads/settlement", 404, "settlement.not_found")
 
 
 async def test_returns_credit_the_buyer_and_reroute_without_it(api: Api) -> None:

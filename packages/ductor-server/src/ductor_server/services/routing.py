@@ -648,6 +648,8 @@ class RoutingService:
         async def apply(rtx: RoutingTx) -> Answer[None]:
             if not await rtx.delete_entity(what, tenant_id, entity_id):
                 raise RoutingObjectNotFound(what, entity_id)
+            if what == "pool":  # a pool made again later starts unsettled
+                await rtx.delete_entity("settlement", tenant_id, entity_id)
             return Answer(None)
 
         def edit(config: _Config) -> tuple[_Config, str | None]:
@@ -655,7 +657,8 @@ class RoutingService:
                 workers = tuple(w for w in config.workers if w.id != entity_id)
                 return msgspec.structs.replace(config, workers=workers), None
             pools = tuple(p for p in config.pools if p.id != entity_id)
-            return msgspec.structs.replace(config, pools=pools), None
+            settlement = {k: v for k, v in config.settlement.items() if k != entity_id}
+            return msgspec.structs.replace(config, pools=pools, settlement=settlement), None
 
         await self._change(tenant_id, None, type(None), edit, apply)
 
