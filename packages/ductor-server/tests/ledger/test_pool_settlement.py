@@ -11,7 +11,7 @@ from typing import Any
 from ductor_core.expressions import default_engine
 from ductor_server.engine.housekeeping import Housekeeping
 from ductor_server.ledger.store import expire_due_holds
-from ductor_server.services.routing import ReturnBody, RoutingService
+from ductor_server.services.routing import ReturnBody, RouteBody, RoutingService
 from ductor_settlement.errors import AlreadyReturned
 
 from .conftest import Api
@@ -316,3 +316,33 @@ async def test_concurrent_returns_of_one_assignment_credit_it_once(api: Api) -> 
     assert all(isinstance(e, AlreadyReturned) for e in refused), refused
     assert await _available(api, "wallet:a") == 20 * USD
     assert (await api.balance("payable:seller"))["balance"] == 0
+
+
+async def test_concurrent_route_calls_lose_the_race_for_funds_and_route_again(api: Api) -> None:
+    # Two buyers; "small" can pay for two leads at its bid, "big" for all of them.
+    await _market(
+        api,
+        {"small": 2 * USD, "big": 100 * USD},
+        bids={"small": USD, "big": USD // 2},
+        pricing="first",
+    )
+    # Called straight from one loop, so on Postgres the transactions really overlap:
+    # every snapshot sees "small" funded, and the commits after its second find it empty.
+    routing = RoutingService(api.store, engine=default_engine(), clock=api.clock)
+    answers = await asyncio.gather(
+        *(routing.route("tenant-a", RouteBody(id=f"l{n}", kind="lead")) for n in range(12))
+    )
+    winners = [a.value.worker for a in answers]
+    assert winners.count("small") == 2
+    assert winners.count("big") == 10
+    wallet = await api.balance("wallet:small")
+    assert (wallet["balance"], wallet["available"]) == (0, 0)
+    assert await _available(api, "wallet:big") == 95 * USD
+    # The lost races were routed again on fresh state, where "small" is out of funds.
+    late = [a.value for a in answers if a.value.worker == "big"]
+    assert any(
+        e.reason == "funds" and e.workers == ("small",)
+        for d in late
+        for e in d.explanation.excluded
+    )
+    assert routing.conflicts > 0
