@@ -207,6 +207,10 @@ async def test_returns_credit_the_buyer_and_reroute_without_it(api: Api) -> None
     replay = await api.call("POST", path, key="r1", json={"reason": "bad_phone", "reroute": True})
     assert replay.status_code == 201
     assert replay.json() == returned
+    assert replay.headers["Idempotency-Replayed"] == "true"
+    await api.fails(
+        "POST", path, 422, "idempotency.conflict", key="r1", json={"reason": "duplicate"}
+    )
     assert await _available(api, "wallet:c") == 20 * USD
     await api.fails("POST", path, 409, "return.already_returned", json={"reason": "duplicate"})
     # The rerouted lead, returned too, goes to the last buyer left.
