@@ -162,6 +162,19 @@ async def test_the_setting_is_checked_with_pointers(api: Api) -> None:
         json={**fixed, "source": "fixed"},
     )
     assert [p["pointer"] for p in body["details"]] == ["/price"]
+    body = await api.fails(
+        "PUT",
+        "/v1/pools/leads/settlement",
+        422,
+        "settlement.invalid",
+        json={
+            **fixed,
+            "minimum_charge": 3,
+            "minimum_payout": 5,
+            "returns": {"window_seconds": 60, "min_sample": 0},
+        },
+    )
+    assert [p["pointer"] for p in body["details"]] == ["/minimum_payout", "/returns/min_sample"]
     await api.fails("PUT", "/v1/pools/nope/settlement", 404, "pool.not_found", json=fixed)
     # Another tenant sees neither the pool nor its setting.
     await api.fails("GET", "/v1/pools/leads/settlement", 404, "pool.not_found", as_b=True)

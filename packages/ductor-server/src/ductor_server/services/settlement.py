@@ -174,8 +174,15 @@ _POLICY_FIELDS = {
 
 
 def _pointer_of(message: str, fields: Iterable[str], default: str) -> str:
-    for name in fields:
-        if message.startswith(name) or f" {name}" in message.split(":")[0]:
+    """The field a problem message is about: the one it starts with, else the first
+    it names before any colon, else `default`."""
+    names = list(fields)
+    for name in names:
+        if message.startswith(name):
+            return "/" + name
+    head = message.split(":")[0]
+    for name in names:
+        if f" {name}" in head:
             return "/" + name
     return default
 
