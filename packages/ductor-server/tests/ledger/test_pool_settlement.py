@@ -363,3 +363,49 @@ async def test_concurrent_route_calls_lose_the_race_for_funds_and_route_again(ap
         for e in d.explanation.excluded
     )
     assert routing.conflicts > 0
+
+
+async def test_hold_mode_reserves_at_assignment_and_charges_on_completion(api: Api) -> None:
+    await _market(
+        api,
+        {"a": 10 * USD},
+        bids={"a": 4 * USD},
+        pricing="first",
+        mode="hold",
+        hold_seconds=600,
+        returns={"window_seconds": 3600},
+    )
+    first, second, third = [await _route(api, f"l{n}") for n in range(3)]
+    wallet = await api.balance("wallet:a")
+    # Two leads reserved 8 USD; the third could not be covered by what is left.
+    assert (wallet["balance"], wallet["pending"], wallet["available"]) == (
+        10 * USD,
+        8 * USD,
+        2 * USD,
+    )
+    assert third["outcome"] == "unassigned"
+    assert third["explanation"]["excluded"] == [{"reason": "funds", "detail": "", "workers": ["a"]}]
+    # Not charged yet: nothing to return.
+    path = f"/v1/assignments/{first['assignment_id']}/return"
+    await api.fails("POST", path, 422, "return.not_returnable", json={"reason": "bad"})
+    # Completing releases the hold and posts the charge; rejecting voids it.
+    await api.ok("POST", f"/v1/assignments/{first['assignment_id']}/complete", json={})
+    await api.ok("POST", f"/v1/assignments/{second['assignment_id']}/reject", json={})
+    wallet = await api.balance("wallet:a")
+    assert (wallet["balance"], wallet["pending"], wallet["available"]) == (6 * USD, 0, 6 * USD)
+    assert (await api.balance("payable:seller"))["balance"] == 3_600_000
+    assert (await api.balance("revenue:platform"))["balance"] == 400_000
+    holds = {h["id"]: h for h in await api.ok("GET", "/v1/holds")}
+    assert holds[f"hold_{first['assignment_id']}"]["status"] == "voided"
+    assert holds[f"hold_{second['assignment_id']}"]["status"] == "voided"
+    # The posted charge is returned like any other.
+    returned = await api.ok("POST", path, json={"reason": "bad"})
+    assert returned["amount"] == 4 * USD
+    assert await _available(api, "wallet:a") == 10 * USD
+    # A hold that expires before completion stops reserving; completing later still
+    # charges, from what the wallet has then.
+    late = await _route(api, "l9")
+    api.clock.advance(timedelta(seconds=601))
+    assert await _available(api, "wallet:a") == 10 * USD
+    await api.ok("POST", f"/v1/assignments/{late['assignment_id']}/complete", json={})
+    assert await _available(api, "wallet:a") == 6 * USD

@@ -8,14 +8,19 @@ from datetime import datetime
 import msgspec
 
 from ductor_server.storage.protocol import Session, Tx
+from ductor_settlement import Posting
+
+_postings = msgspec.json.Decoder(tuple[Posting, ...])
 
 
 class ChargeRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A settled assignment: the entry that charged it (None for a zero charge)
-    and the routable it assigned, as routed (JSON)."""
+    """A settled assignment: the entry that charged it (None for a zero charge, or
+    until a held charge is posted), the postings a held charge will write, and the
+    routable it assigned, as routed (JSON)."""
 
     assignment_id: str
     entry_id: str | None
+    postings: tuple[Posting, ...] | None
     routable: bytes
     created_at: datetime
 
@@ -48,18 +53,35 @@ class SettlementTx:
         entry_id: str | None,
         routable: bytes,
         now: datetime,
+        postings: tuple[Posting, ...] | None = None,
     ) -> None:
-        """Record that `assignment_id` was settled by `entry_id`."""
+        """Record that `assignment_id` was settled by `entry_id` (or will be, with
+        `postings`, when its hold is posted)."""
         await self._db.execute(
-            "INSERT INTO settlement_charges (tenant_id, assignment_id, entry_id, routable,"
-            " created_at) VALUES (%s, %s, %s, %s, %s)",
-            (tenant_id, assignment_id, entry_id, routable.decode(), self._db.to_timestamp(now)),
+            "INSERT INTO settlement_charges (tenant_id, assignment_id, entry_id, postings,"
+            " routable, created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+            (
+                tenant_id,
+                assignment_id,
+                entry_id,
+                None if postings is None else msgspec.json.encode(postings).decode(),
+                routable.decode(),
+                self._db.to_timestamp(now),
+            ),
+        )
+
+    async def set_charge_entry(self, tenant_id: str, assignment_id: str, entry_id: str) -> None:
+        """Record the entry that posted a held charge."""
+        await self._db.execute(
+            "UPDATE settlement_charges SET entry_id = %s"
+            " WHERE tenant_id = %s AND assignment_id = %s",
+            (entry_id, tenant_id, assignment_id),
         )
 
     async def get_charge(self, tenant_id: str, assignment_id: str) -> ChargeRecord | None:
         """The settlement of an assignment, or None when its pool was not settled."""
         row = await self._db.fetch_one(
-            "SELECT assignment_id, entry_id, routable, created_at FROM settlement_charges"
+            "SELECT assignment_id, entry_id, routable, created_at, postings FROM settlement_charges"
             " WHERE tenant_id = %s AND assignment_id = %s",
             (tenant_id, assignment_id),
         )
@@ -67,9 +89,16 @@ class SettlementTx:
             return None
         raw = row[2]  # bytes on Postgres, text on SQLite
         routable = raw if isinstance(raw, bytes) else str(raw).encode()
+        held = row[4]
+        postings = (
+            None
+            if held is None
+            else _postings.decode(held if isinstance(held, bytes) else str(held).encode())
+        )
         return ChargeRecord(
             assignment_id=row[0],
             entry_id=row[1],
+            postings=postings,
             routable=routable,
             created_at=self._db.from_timestamp(row[3]),
         )

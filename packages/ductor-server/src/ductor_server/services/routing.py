@@ -70,6 +70,7 @@ from ductor_server.services.settlement import (
     PoolSettlement,
     PoolSettlementView,
     check_settlement,
+    finish_held_charge,
     funds_for,
     raise_problems,
     settle_assignment,
@@ -981,7 +982,8 @@ class RoutingService:
         routable: RouteBody,
     ) -> tuple[str, ...]:
         """Charge an assignment of a settled pool in its commit's transaction: the ids
-        of the ledger entries written (none when its pool is not settled).
+        of the ledger entries written (none when its pool is not settled, or when
+        its charge is held until the assignment completes).
 
         Raises:
             AssignConflict: the buyer's wallet was spent since the snapshot.
@@ -991,7 +993,7 @@ class RoutingService:
         found = compiled.settled.get(intent.pool)
         if found is None:
             return ()
-        written = await settle_assignment(
+        written, held = await settle_assignment(
             tx,
             tenant_id,
             found[0],
@@ -1008,6 +1010,7 @@ class RoutingService:
             written[0] if written else None,
             msgspec.json.encode(routable),
             now,
+            postings=held,
         )
         return written
 
@@ -1119,12 +1122,37 @@ class RoutingService:
                 for res in sorted(record.reservations, key=lambda r: r.key):
                     if res.scope in give_back and res.amount:
                         await rtx.release(tenant_id, res.key, res.amount)
+                await self._finish_held(tx, record, to_status == COMPLETED, now)
             updated = await rtx.get_assignment(tenant_id, assignment_id)
             assert updated is not None
             answer = Answer(assignment_view(updated))
             if claim is not None:
                 await claim.settle(tx, answer)
         return answer
+
+    async def _finish_held(
+        self, tx: Tx, record: AssignmentRecord, complete: bool, now: datetime
+    ) -> tuple[str, ...]:
+        """Post (on completion) or void the held charge of an assignment of a pool
+        settled in hold mode, after its counters (as every path takes them); the
+        ids of the entries written."""
+        settlement = SettlementTx(tx)
+        charge = await settlement.get_charge(record.tenant_id, record.id)
+        if charge is None or charge.entry_id is not None or charge.postings is None:
+            return ()
+        written = await finish_held_charge(
+            tx,
+            record.tenant_id,
+            assignment_id=record.id,
+            pool=record.pool,
+            decision_id=record.decision_id,
+            postings=charge.postings,
+            complete=complete,
+            now=now,
+        )
+        if written:
+            await settlement.set_charge_entry(record.tenant_id, record.id, written[0])
+        return written
 
     async def return_assignment(
         self,

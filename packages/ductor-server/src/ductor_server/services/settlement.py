@@ -24,12 +24,16 @@ from ductor_server.ledger.store import AccountRecord, LedgerTx
 from ductor_server.storage.protocol import Tx
 from ductor_settlement import (
     Entry,
+    EntryDraft,
     Hold,
+    HoldStatus,
     Ledger,
     LedgerError,
     LedgerSnapshot,
+    Posting,
     Reference,
     ReferenceKind,
+    new_hold,
 )
 from ductor_settlement.pricing import (
     AssignmentAccounts,
@@ -95,6 +99,9 @@ class SettlementMode(enum.StrEnum):
 
     POST = "post"
     """One balanced entry: the buyer's wallet pays, seller and platform are credited."""
+    HOLD = "hold"
+    """A hold reserves the charge on the buyer's wallet; completing the assignment
+    releases it and posts the entry, rejecting or expiring it voids the hold."""
 
 
 class PoolSettlement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -113,7 +120,9 @@ class PoolSettlement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         wallet_prefix: a member's wallet is ``<wallet_prefix><worker id>``.
         seller_account: credited each payout (e.g. the lead seller's payable).
         platform_account: credited each platform fee (a revenue account).
-        mode: how the charge is written ("post").
+        mode: how the charge is written: "post" at once, or "hold" until the
+            assignment completes.
+        hold_seconds: how long a hold reserves the charge (mode hold).
         returns: the pool's return policy; absent: its assignments cannot be returned.
     """
 
@@ -129,6 +138,7 @@ class PoolSettlement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     seller_account: str
     platform_account: str
     mode: SettlementMode = SettlementMode.POST
+    hold_seconds: int = 24 * 3600
     returns: ReturnPolicyBody | None = None
 
     def rule(self, pool: str) -> PriceRule:
@@ -225,6 +235,9 @@ async def check_settlement(
                 f"/{field}",
                 f"account {code!r} is in {record.account.currency}, not {body.currency}",
             )
+    hold_seconds = body.hold_seconds
+    if isinstance(hold_seconds, bool) or not 1 <= hold_seconds <= MAX_SECONDS:
+        add("/hold_seconds", f"must be between 1 and {MAX_SECONDS}")
     if body.seller_account == body.platform_account:
         add("/platform_account", "must differ from seller_account")
     return problems
@@ -297,6 +310,11 @@ def charge_key(assignment_id: str) -> str:
     return f"assign:{assignment_id}"
 
 
+def hold_id_for(assignment_id: str) -> str:
+    """The id of the hold reserving an assignment's charge (mode hold)."""
+    return "hold_" + assignment_id
+
+
 async def settle_assignment(
     tx: Tx,
     tenant_id: str,
@@ -308,8 +326,9 @@ async def settle_assignment(
     decision_id: str,
     assignment_id: str,
     now: datetime,
-) -> tuple[str, ...]:
-    """Write the assignment's charge in `tx`; the ids of the entries written.
+) -> tuple[tuple[str, ...], tuple[Posting, ...] | None]:
+    """Write the assignment's charge in `tx`: (the ids of the entries written, the
+    postings a hold reserves for later, in mode hold).
 
     The accounts are locked in code order and the floors checked on what the
     lock sees, so concurrent decisions never overdraw a wallet.
@@ -331,16 +350,30 @@ async def settle_assignment(
         tenant_id=tenant_id,
         idempotency_key=charge_key(assignment_id),
         reference=Reference(kind=ReferenceKind.DECISION, id=decision_id),
-        description=f"assignment {assignment_id} in pool {pool} to {worker}",
+        description=_description(assignment_id, pool),
     )
     if draft is None:
-        return ()
+        return (), None
     store = LedgerTx(tx)
     records, holds = await store.lock_with_holds(
         tenant_id, [p.account for p in draft.postings], now
     )
     book = _book(tenant_id, records, holds)
     try:
+        if setting.mode is SettlementMode.HOLD:
+            hold = new_hold(
+                id=hold_id_for(assignment_id),
+                tenant_id=tenant_id,
+                debit_account=accounts.buyer_wallet,
+                credit_account=accounts.seller_payable,
+                amount=priced.charge,
+                currency=priced.currency,
+                now=now,
+                expires_at=now + timedelta(seconds=setting.hold_seconds),
+                description=f"charge for assignment {assignment_id}, until it completes",
+            )
+            await store.insert_hold(book.place_hold(hold))
+            return (), draft.postings
         entry: Entry = book.post(draft, at=now)
     except LedgerError as exc:
         if any(p.code == "ledger.floor_crossed" for p in exc.problems):
@@ -349,6 +382,58 @@ async def settle_assignment(
                 details={"decision_id": decision_id, "account": accounts.buyer_wallet},
             ) from exc
         raise
+    await store.write_entry(entry, now)
+    return (entry.id,), None
+
+
+def _description(assignment_id: str, pool: str) -> str:
+    return f"charge for assignment {assignment_id} in pool {pool}"
+
+
+async def finish_held_charge(
+    tx: Tx,
+    tenant_id: str,
+    *,
+    assignment_id: str,
+    pool: str,
+    decision_id: str,
+    postings: tuple[Posting, ...],
+    complete: bool,
+    now: datetime,
+) -> tuple[str, ...]:
+    """End the hold of a held charge: on completion release it and post the charge
+    (in one transaction, so the reserved funds pay it); otherwise void it. The ids
+    of the entries written.
+
+    Raises:
+        LedgerError: the charge no longer fits (the hold had expired and the
+            wallet was spent since): ``ledger.floor_crossed``.
+    """
+    store = LedgerTx(tx)
+    hold_id = hold_id_for(assignment_id)
+    await store.expire_holds(tenant_id, now, hold_id=hold_id)
+    found = await store.get_hold(tenant_id, hold_id, lock=True)
+    pending = found is not None and found.status is HoldStatus.PENDING
+    if not complete and not pending:
+        return ()
+    accounts = {p.account for p in postings}
+    if found is not None:
+        accounts |= {found.debit_account, found.credit_account}
+    records, holds = await store.lock_with_holds(tenant_id, accounts, now)
+    book = _book(tenant_id, records, holds)
+    if pending:
+        assert found is not None
+        await store.finish_hold(book.void_hold(found.id, at=now))
+    if not complete:
+        return ()
+    draft = EntryDraft(
+        tenant_id=tenant_id,
+        idempotency_key=charge_key(assignment_id),
+        description=_description(assignment_id, pool),
+        reference=Reference(kind=ReferenceKind.DECISION, id=decision_id),
+        postings=postings,
+    )
+    entry = book.post(draft, at=now)
     await store.write_entry(entry, now)
     return (entry.id,)
 
@@ -362,7 +447,9 @@ __all__ = [
     "charge_key",
     "check_settlement",
     "cover",
+    "finish_held_charge",
     "funds_for",
+    "hold_id_for",
     "raise_problems",
     "settle_assignment",
 ]

@@ -1,8 +1,9 @@
 -- Pool settlement and returns, SQLite flavour (migration range 0800-0899).
 -- A pool's settlement setting is kept beside the routing configuration (its
 -- changes bump the routing generation); a settled assignment keeps its charge
--- entry and the routable (to route it again on a return); a return records the
--- credit entry it wrote. Every row has tenant_id.
+-- entry (or, in hold mode, the postings to write when it completes) and the
+-- routable (to route it again on a return); a return records the credit entry
+-- it wrote. Every row has tenant_id.
 
 CREATE TABLE settlement_pools (
     tenant_id TEXT NOT NULL,
@@ -16,6 +17,7 @@ CREATE TABLE settlement_charges (
     tenant_id TEXT NOT NULL,
     assignment_id TEXT NOT NULL,
     entry_id TEXT,
+    postings TEXT,
     routable TEXT NOT NULL,
     created_at TEXT NOT NULL,
     PRIMARY KEY (tenant_id, assignment_id)
