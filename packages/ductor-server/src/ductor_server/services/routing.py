@@ -1073,11 +1073,15 @@ class RoutingService:
 
         Completing gives back the worker's load; rejecting or expiring gives
         back every reservation (load, cap, budget), so the work can go elsewhere.
+        In a pool settled in hold mode, completing posts the held charge and
+        rejecting or expiring voids its hold, in the same transaction.
 
         Raises:
             RoutingObjectNotFound: no such assignment.
             AssignmentStateConflict: it is not open (or, to accept, already accepted).
             IdempotencyConflict: the key was used with another result or reason.
+            LedgerError: completing a held charge whose hold expired, from a wallet
+                that can no longer pay it (nothing changes).
         """
         sources: Sequence[str] = (ASSIGNED,) if to_status == ACCEPTED else OPEN_STATUSES
         now = self.clock.now()
