@@ -182,6 +182,34 @@ def test_exclusion_reasons_name_each_filtered_member() -> None:
     assert "capped" in later.explanation.candidates
 
 
+def test_funds_exclude_members_whose_wallet_cannot_cover_their_bid() -> None:
+    workers = [Worker(id=w) for w in ("rich", "poor", "exact", "free")]
+    members = (
+        Member(worker="rich", bid=9_000_000),
+        Member(worker="poor", bid=8_000_000),
+        Member(worker="exact", bid=7_000_000),
+        Member(worker="free", bid=6_000_000),
+    )
+    pool = Pool(
+        id="p", members=members, strategy=StrategySpec(name="auction", options={"pricing": "first"})
+    )
+    r = router([pool], workers, default_pool="p")
+    state = InMemoryRoutingState()
+    # "free" is not named: its funds are not limited.
+    funds = {"rich": 9_000_000, "poor": 7_999_999, "exact": 7_000_000}
+    d = r.route(lead(), state, NOW, funds={"p": funds})
+    assert [(e.reason, e.workers) for e in d.explanation.excluded] == [("funds", ("poor",))]
+    assert d.explanation.candidates == ("rich", "exact", "free")
+    assert (d.worker, d.charge) == ("rich", 9_000_000)
+    broke = r.route(lead(), state, NOW, funds={"p": {"rich": 0, "poor": -1, "exact": 6_999_999}})
+    excluded = {e.reason: e.workers for e in broke.explanation.excluded}
+    assert excluded == {"funds": ("rich", "poor", "exact")}
+    assert broke.worker == "free"
+    # Without funds for the pool nothing is excluded for them: the check is opt-in.
+    assert r.route(lead(), state, NOW).explanation.excluded == ()
+    assert r.route(lead(), state, NOW, funds={"other": {"rich": 0}}).explanation.excluded == ()
+
+
 def test_intent_reserves_caps_budget_load_and_commit_is_all_or_nothing() -> None:
     workers = [Worker(id="a", capacity={"default": 2})]
     member = Member(

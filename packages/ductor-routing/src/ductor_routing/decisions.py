@@ -52,8 +52,9 @@ class Exclusion(msgspec.Struct, frozen=True, kw_only=True):
     Reasons, checked in this order (the first that applies is reported):
     "unavailable", "excluded" (by the caller, e.g. on reroute), "filter"
     (detail: the attribute), "capacity", "cap"
-    (detail: the window), "budget", "when" (the member's CEL condition;
-    detail: false or the error).
+    (detail: the window), "budget", "funds" (the member's wallet cannot cover
+    what it may be charged, in a settled pool), "when" (the member's CEL
+    condition; detail: false or the error).
     """
 
     reason: str

@@ -499,6 +499,7 @@ class Router:
         *,
         decision_id: str | None = None,
         exclude: Collection[str] = (),
+        funds: Mapping[str, Mapping[str, int]] | None = None,
     ) -> Decision:
         """Route one routable against `state` at `now` (naive times are taken as UTC).
 
@@ -510,6 +511,11 @@ class Router:
                 routable id and time).
             exclude: workers that must not get it (e.g. the buyer who returned
                 a lead, on reroute); they are excluded with reason "excluded".
+            funds: per pool id, the most each worker's money can cover of a
+                routing charge in that pool, in micros (a settled pool's
+                wallets); a member whose bid (or the routable's price) exceeds
+                it is excluded with reason "funds". Pools and workers not named
+                are not limited.
 
         Returns a decision whose `intent` (when assigned) the caller commits;
         the state is only read.
@@ -563,7 +569,7 @@ class Router:
             )
         cp = self._pools[pool_id]
         pool = cp.pool
-        candidates, excluded, periods = self._eligible(cp, routable, state, now, exclude)
+        candidates, excluded, periods = self._eligible(cp, routable, state, now, exclude, funds)
 
         # 4. Select, live and in shadow.
         ctx = SelectionContext(
@@ -713,6 +719,7 @@ class Router:
         state: RoutingState,
         now: datetime.datetime,
         exclude: Collection[str],
+        funds: Mapping[str, Mapping[str, int]] | None = None,
     ) -> tuple[list[Candidate], tuple[Exclusion, ...], dict[Window, str]]:
         """The pool's eligible members, the excluded ones by reason, and the window periods."""
         attrs = routable.attributes
@@ -742,6 +749,7 @@ class Router:
         periods: dict[Window, str] = {}
         price = routable.price if routable.price is not None else 0
         member_activation: dict[str, Any] | None = None
+        covers = funds.get(pool.id) if funds is not None else None
         for p in alive:
             cm = cp.members[p]
             member = cm.member
@@ -776,6 +784,10 @@ class Router:
                 spent = state.counter(cm.spend_key(pool.id, budget.window, period))
                 if spent + charge > budget.limit:
                     reason = ("budget", budget.window.value)
+            if reason is None and covers is not None:
+                cover = covers.get(cm.worker.id)
+                if cover is not None and charge > cover:
+                    reason = ("funds", "")
             if reason is None and cm.program is not None:
                 if member_activation is None:
                     member_activation = self._member_activations.build(routable, now)

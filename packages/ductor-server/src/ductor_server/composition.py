@@ -25,6 +25,7 @@ from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
@@ -220,6 +221,7 @@ def build(
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys)
+    runtime.housekeeping.add_sweep("holds", expire_due_holds)
     if receipt_keys is None:
         receipt_keys = load_keys(settings.receipt_keys_file, settings.receipt_key)
     if settings.receipts_for_runs and receipt_keys is None:

@@ -1,5 +1,6 @@
 """The housekeeping loop: forgets what no longer serves a purpose (done tasks,
-old idempotency records, events past their dedupe window).
+old idempotency records, events past their dedupe window), and runs the sweeps
+other parts register (the ledger's: expired holds are marked expired).
 
 It only deletes rows whose outcome is kept elsewhere (attempts, runs, history)
 or whose window has passed; it never touches live work.
@@ -8,15 +9,20 @@ or whose window has passed; it never touches live work.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from ductor_server.engine.clock import Clock
 from ductor_server.storage.protocol import Store, Tx
 
 log = logging.getLogger("ductor.housekeeping")
+
+Sweep = Callable[[Tx, datetime, int], Awaitable[int]]
+"""A registered sweep: `(tx, now, batch)`, returns how many rows it changed (at most
+`batch`; it is called again while it returns a full batch)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +38,10 @@ class Retention:
     done_tasks: timedelta = timedelta(hours=1)
     idempotency: timedelta = timedelta(hours=24)
     events: timedelta = timedelta(days=7)
+
+
+async def _run(sweep: Sweep, now: datetime, batch: int, tx: Tx) -> int:
+    return await sweep(tx, now, batch)
 
 
 class Housekeeping:
@@ -53,6 +63,12 @@ class Housekeeping:
         self.batch = batch
         self.stopped = False  # set by the Runtime on stop
         self.purged = {"tasks": 0, "idempotency": 0, "events": 0}
+        self.sweeps: dict[str, Sweep] = {}
+
+    def add_sweep(self, name: str, sweep: Sweep) -> None:
+        """Run `sweep` on every pass, its count reported under `name`."""
+        self.sweeps[name] = sweep
+        self.purged.setdefault(name, 0)
 
     async def run_forever(self) -> None:
         """Sweep, then sleep `interval`, until stopped or cancelled."""
@@ -83,6 +99,8 @@ class Housekeeping:
             done["idempotency"] = await tx.delete_idempotency_before(
                 now - self.retention.idempotency
             )
+        for name, sweep in self.sweeps.items():
+            done[name] = await self._drain(functools.partial(_run, sweep, now, self.batch))
         for kind, count in done.items():
             self.purged[kind] += count
         return done

@@ -125,6 +125,18 @@ class LedgerTx:
         )
         return [self._account(tenant_id, row) for row in rows]
 
+    async def get_accounts(self, tenant_id: str, codes: Iterable[str]) -> list[AccountRecord]:
+        """The accounts among `codes` that exist, by code (not locked)."""
+        wanted = sorted(set(codes))
+        if not wanted:
+            return []
+        rows = await self._db.fetch_all(
+            f"SELECT {_ACCOUNT_COLS} FROM ledger_accounts"
+            f" WHERE tenant_id = %s AND code IN ({_placeholders(len(wanted))}) ORDER BY code",
+            (tenant_id, *wanted),
+        )
+        return [self._account(tenant_id, row) for row in rows]
+
     async def lock_accounts(self, tenant_id: str, codes: Iterable[str]) -> list[AccountRecord]:
         """The accounts among `codes` that exist, locked until this transaction ends.
 
@@ -587,6 +599,18 @@ class LedgerTx:
         )
 
 
+async def expire_due_holds(tx: Tx, now: datetime, limit: int) -> int:
+    """Mark at most `limit` pending holds of any tenant whose expiry is at or before
+    `now` expired (a housekeeping sweep); returns how many."""
+    db = tx.session
+    return await db.execute(
+        "UPDATE ledger_holds SET status = 'expired', finalized_at = expires_at"
+        " WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM ledger_holds"
+        " WHERE status = 'pending' AND expires_at <= %s LIMIT %s)",
+        (db.to_timestamp(now), limit),
+    )
+
+
 def _encode_cursor(entry: Entry) -> str:
     raw = msgspec.json.encode([entry.posted_at.isoformat(), entry.id])
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -604,4 +628,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     return moment, entry_id
 
 
-__all__ = ["AccountRecord", "EntryPage", "InvalidLedgerCursor", "LedgerTx"]
+__all__ = ["AccountRecord", "EntryPage", "InvalidLedgerCursor", "LedgerTx", "expire_due_holds"]

@@ -15,7 +15,11 @@ import msgspec
 from ductor_server.storage.protocol import Session, Tx
 
 #: The configuration tables a tenant edits over the API (name -> table).
-ENTITY_TABLES = {"worker": "routing_workers", "pool": "routing_pools"}
+ENTITY_TABLES = {
+    "worker": "routing_workers",
+    "pool": "routing_pools",
+    "settlement": "settlement_pools",
+}
 
 _ASSIGNMENT_COLS = (
     "tenant_id, id, decision_id, routable_id, pool, worker, channel, charge, status,"
@@ -336,10 +340,14 @@ class RoutingTx:
             ),
         )
 
-    async def get_assignment(self, tenant_id: str, assignment_id: str) -> AssignmentRecord | None:
-        """One assignment, or None."""
+    async def get_assignment(
+        self, tenant_id: str, assignment_id: str, *, lock: bool = False
+    ) -> AssignmentRecord | None:
+        """One assignment, or None; with `lock`, locked until this transaction ends (Postgres)."""
+        suffix = " FOR UPDATE" if lock and self._db.backend == "postgres" else ""
         row = await self._db.fetch_one(
-            f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments WHERE tenant_id = %s AND id = %s",
+            f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments"
+            f" WHERE tenant_id = %s AND id = %s{suffix}",
             (tenant_id, assignment_id),
         )
         return None if row is None else self._assignment(row)

@@ -16,9 +16,10 @@ current (else it is built again) and writes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -53,6 +54,8 @@ from ductor_server.engine.cheap import INLINE_COST, INLINE_LIMITS, small
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.offload import VALIDATION
 from ductor_server.errors import RequestInvalid
+from ductor_server.ledger.settlement_store import ReturnRecord, SettlementTx
+from ductor_server.ledger.store import LedgerTx
 from ductor_server.routing.errors import (
     AssignmentStateConflict,
     ConfigChangeConflict,
@@ -63,7 +66,19 @@ from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReser
 from ductor_server.services.idempotency import Answer, Claim
 from ductor_server.services.idempotency import Outcome as MutationOutcome
 from ductor_server.services.runs import check_name
-from ductor_server.storage.protocol import Store
+from ductor_server.services.settlement import (
+    PoolSettlement,
+    PoolSettlementView,
+    check_settlement,
+    finish_held_charge,
+    funds_for,
+    raise_problems,
+    settle_assignment,
+)
+from ductor_server.storage.protocol import Store, Tx
+from ductor_settlement import Ledger, LedgerSnapshot
+from ductor_settlement.errors import NotReturnable
+from ductor_settlement.returns import AssignmentFacts, ReturnRefusal, ReturnStats, decide_return
 
 T = TypeVar("T")
 
@@ -178,13 +193,44 @@ class OutcomeBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     reason: str = ""
 
 
+class ReturnBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/assignments/{id}/return`: send a settled assignment back.
+
+    Attributes:
+        reason: why the buyer returns it (the pool's policy may allow only some).
+        reroute: route the routable again in its pool, without the returning buyer.
+        amount: credit exactly this many micros (a partial return); default: the
+            policy's share of what is left of the charge.
+    """
+
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    reroute: bool = False
+    amount: Annotated[int, msgspec.Meta(ge=1, le=MAX_MICROS)] | None = None
+
+
+class ReturnView(msgspec.Struct, frozen=True, kw_only=True):
+    """An accepted return: the credit it wrote and, with a reroute, the new decision."""
+
+    id: str
+    assignment_id: str
+    reason: str
+    amount: int
+    currency: str
+    full: bool
+    entry_id: str
+    reverses: str
+    created_at: datetime
+    decision: DecisionView | None = None
+
+
 #: Assignment statuses.
-ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED = (
+ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED, RETURNED = (
     "assigned",
     "accepted",
     "completed",
     "rejected",
     "expired",
+    "returned",
 )
 OPEN_STATUSES = (ASSIGNED, ACCEPTED)
 
@@ -201,10 +247,15 @@ class Snapshot:
     """A `RoutingState` read from the store at one moment; routing only reads it."""
 
     def __init__(
-        self, counters: dict[CounterKey, int], marks: dict[tuple[MarkKind, str, str], str]
+        self,
+        counters: dict[CounterKey, int],
+        marks: dict[tuple[MarkKind, str, str], str],
+        funds: dict[str, dict[str, int]] | None = None,
     ) -> None:
         self._counters = counters
         self._marks = marks
+        self.funds = funds or None
+        """Per settled pool, what each member's wallet can cover (see `Router.route`)."""
 
     def counter(self, key: CounterKey) -> int:
         """The counter's value when the snapshot was taken (0 if absent)."""
@@ -257,6 +308,7 @@ class _Config(msgspec.Struct, frozen=True, kw_only=True):
     pools: tuple[Pool, ...]
     rules: RulesBody
     version: int
+    settlement: dict[str, PoolSettlement] = {}
 
 
 INLINE_MEMBERS = 1_000
@@ -293,11 +345,19 @@ def _route_cost(config: _Config, pool: str | None, engine: ExpressionEngine) -> 
 class _Compiled:
     """A compiled router and whether its decisions are cheap enough for the loop."""
 
-    __slots__ = ("cost", "router")
+    __slots__ = ("cost", "router", "settled")
 
-    def __init__(self, router: Router, cost: int) -> None:
+    def __init__(self, router: Router, cost: int, config: _Config) -> None:
         self.router = router
         self.cost = cost
+        # The enabled settlement of each pool the router may pick, with its members.
+        self.settled: dict[str, tuple[PoolSettlement, tuple[str, ...]]] = {
+            p.id: (config.settlement[p.id], tuple(m.worker for m in p.members))
+            for p in config.pools
+            if p.id in router.pool_ids
+            and p.id in config.settlement
+            and config.settlement[p.id].enabled
+        }
 
     def inline(self, routable: Routable) -> bool:
         """Whether routing `routable` may run on the event loop: a configuration
@@ -372,12 +432,22 @@ class RoutingService:
     async def _load_config(self, rtx: RoutingTx, tenant_id: str) -> _Config:
         workers = tuple(_decode(b, Worker) for b in await rtx.list_entities("worker", tenant_id))
         pools = tuple(_decode(b, Pool) for b in await rtx.list_entities("pool", tenant_id))
+        settled = (
+            _decode(b, PoolSettlementView) for b in await rtx.list_entities("settlement", tenant_id)
+        )
+        settlement = {v.pool: v.settlement for v in settled}
         found = await rtx.get_rule_set(tenant_id)
         if found is None:
-            return _Config(workers=workers, pools=pools, rules=RulesBody(), version=0)
+            return _Config(
+                workers=workers, pools=pools, rules=RulesBody(), version=0, settlement=settlement
+            )
         version, body, _ = found
         return _Config(
-            workers=workers, pools=pools, rules=_decode(body, RulesBody), version=version
+            workers=workers,
+            pools=pools,
+            rules=_decode(body, RulesBody),
+            version=version,
+            settlement=settlement,
         )
 
     def _build(self, config: _Config, pool: str | None = None) -> Router:
@@ -511,6 +581,63 @@ class RoutingService:
 
         return await self._change(tenant_id, claim, Pool, edit, apply)
 
+    async def put_settlement(
+        self,
+        tenant_id: str,
+        pool_id: str,
+        settlement: PoolSettlement,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[PoolSettlementView]:
+        """Set a pool's settlement (`CREATED` the first time, then `OK`); the next
+        decision of the pool charges by it.
+
+        Raises:
+            RoutingObjectNotFound: no such pool.
+            SettlementInvalid: a bad price rule, return policy or account (every problem).
+            IdempotencyConflict: the key was used with another setting.
+        """
+        now = self.clock.now()
+        claim = Claim.of(
+            tenant_id,
+            "routing.pools.settlement",
+            idempotency_key,
+            settlement,
+            now=now,
+            target=pool_id,
+        )
+        view = PoolSettlementView(pool=pool_id, settlement=settlement)
+        async with self.store.transaction() as tx:
+            if await RoutingTx(tx).get_entity("pool", tenant_id, pool_id) is None:
+                raise RoutingObjectNotFound("pool", pool_id)
+            raise_problems(await check_settlement(tx, tenant_id, pool_id, settlement))
+
+        async def apply(rtx: RoutingTx) -> Answer[PoolSettlementView]:
+            if await rtx.get_entity("pool", tenant_id, pool_id) is None:
+                raise RoutingObjectNotFound("pool", pool_id)
+            created = await rtx.put_entity(
+                "settlement", tenant_id, pool_id, msgspec.json.encode(view), now
+            )
+            return Answer(view, MutationOutcome.CREATED if created else MutationOutcome.OK)
+
+        def edit(config: _Config) -> tuple[_Config, str | None]:
+            changed = {**config.settlement, pool_id: settlement}
+            return msgspec.structs.replace(config, settlement=changed), None
+
+        return await self._change(tenant_id, claim, PoolSettlementView, edit, apply)
+
+    async def get_settlement(self, tenant_id: str, pool_id: str) -> PoolSettlementView:
+        """A pool's settlement (`settlement.not_found` when the pool has none)."""
+        async with self.store.transaction() as tx:
+            rtx = RoutingTx(tx)
+            if await rtx.get_entity("pool", tenant_id, pool_id) is None:
+                raise RoutingObjectNotFound("pool", pool_id)
+            raw = await rtx.get_entity("settlement", tenant_id, pool_id)
+        if raw is None:
+            raise RoutingObjectNotFound("settlement", pool_id)
+        view: PoolSettlementView = _decode(raw, PoolSettlementView)
+        return view
+
     async def delete_entity(self, tenant_id: str, what: str, entity_id: str) -> None:
         """Delete a worker or pool.
 
@@ -522,6 +649,8 @@ class RoutingService:
         async def apply(rtx: RoutingTx) -> Answer[None]:
             if not await rtx.delete_entity(what, tenant_id, entity_id):
                 raise RoutingObjectNotFound(what, entity_id)
+            if what == "pool":  # a pool made again later starts unsettled
+                await rtx.delete_entity("settlement", tenant_id, entity_id)
             return Answer(None)
 
         def edit(config: _Config) -> tuple[_Config, str | None]:
@@ -529,7 +658,8 @@ class RoutingService:
                 workers = tuple(w for w in config.workers if w.id != entity_id)
                 return msgspec.structs.replace(config, workers=workers), None
             pools = tuple(p for p in config.pools if p.id != entity_id)
-            return msgspec.structs.replace(config, pools=pools), None
+            settlement = {k: v for k, v in config.settlement.items() if k != entity_id}
+            return msgspec.structs.replace(config, pools=pools, settlement=settlement), None
 
         await self._change(tenant_id, None, type(None), edit, apply)
 
@@ -620,14 +750,14 @@ class RoutingService:
                 cached = self._routers.get((tenant_id, pool))
                 if cached is not None and cached[0] == generation:
                     compiled = cached[1]
-                    return generation, compiled, await self._snapshot(rtx, tenant_id, compiled, now)
+                    return generation, compiled, await self._snapshot(tx, tenant_id, compiled, now)
                 config = await self._load_config(rtx, tenant_id)
             if pool is not None and pool not in {p.id for p in config.pools}:
                 raise RoutingObjectNotFound("pool", pool)
             router = await VALIDATION.run(self._build, config, pool)
             self._routers[(tenant_id, pool)] = (
                 generation,
-                _Compiled(router, _route_cost(config, pool, self.engine)),
+                _Compiled(router, _route_cost(config, pool, self.engine), config),
             )
         raise AssignConflict(
             f"the routing configuration kept changing for {self.max_attempts} tries; try again"
@@ -689,7 +819,12 @@ class RoutingService:
             try:
                 if compiled.inline(routable):
                     decision = compiled.router.route(
-                        routable, state, now, decision_id=did, exclude=body.exclude
+                        routable,
+                        state,
+                        now,
+                        decision_id=did,
+                        exclude=body.exclude,
+                        funds=state.funds,
                     )
                 else:
                     decision = await VALIDATION.run(
@@ -699,6 +834,7 @@ class RoutingService:
                         now,
                         decision_id=did,
                         exclude=body.exclude,
+                        funds=state.funds,
                     )
             except DuctorError as exc:
                 failure = exc  # raised after the claim: a committed answer wins
@@ -719,7 +855,9 @@ class RoutingService:
                             f"routable {body.id!r} is invalid for kind {body.kind!r}",
                             msgspec.to_builtins(decision.problems),
                         )
-                    fresh, assignment_id = await self._commit(rtx, tenant_id, decision, origin, now)
+                    fresh, assignment_id = await self._commit(
+                        tx, compiled, tenant_id, decision, origin, now, body
+                    )
                     if fresh:
                         answer = Answer(_view(decision, assignment_id), created)
                     else:  # the engine routed this decision id before: answer as it was
@@ -739,8 +877,9 @@ class RoutingService:
         )
 
     async def _snapshot(
-        self, rtx: RoutingTx, tenant_id: str, compiled: _Compiled, now: datetime
+        self, tx: Tx, tenant_id: str, compiled: _Compiled, now: datetime
     ) -> Snapshot:
+        rtx = RoutingTx(tx)
         router = compiled.router
         keys: dict[str, CounterKey] = {}
         scopes: list[str] = [""]
@@ -754,18 +893,22 @@ class RoutingService:
             (MarkKind(kind), scope, key): value
             for kind, scope, key, value in await rtx.read_marks(tenant_id, scopes)
         }
-        return Snapshot(counters, marks)
+        funds = await funds_for(tx, tenant_id, compiled.settled, now) if compiled.settled else None
+        return Snapshot(counters, marks, funds)
 
     async def _commit(
         self,
-        rtx: RoutingTx,
+        tx: Tx,
+        compiled: _Compiled,
         tenant_id: str,
         decision: Decision,
         origin: str | None,
         now: datetime,
+        routable: RouteBody,
     ) -> tuple[bool, str | None]:
         """Store the decision and make its intent real: (fresh, assignment id);
         fresh is False (nothing written) when the decision id was already stored."""
+        rtx = RoutingTx(tx)
         fresh = await rtx.insert_decision(
             tenant_id,
             decision_id=decision.id,
@@ -825,7 +968,51 @@ class RoutingService:
                 updated_at=now,
             )
         )
+        await self._settle(tx, compiled, tenant_id, decision, assignment_id, now, routable)
         return True, assignment_id
+
+    async def _settle(
+        self,
+        tx: Tx,
+        compiled: _Compiled,
+        tenant_id: str,
+        decision: Decision,
+        assignment_id: str,
+        now: datetime,
+        routable: RouteBody,
+    ) -> tuple[str, ...]:
+        """Charge an assignment of a settled pool in its commit's transaction: the ids
+        of the ledger entries written (none when its pool is not settled, or when
+        its charge is held until the assignment completes).
+
+        Raises:
+            AssignConflict: the buyer's wallet was spent since the snapshot.
+        """
+        intent = decision.intent
+        assert intent is not None
+        found = compiled.settled.get(intent.pool)
+        if found is None:
+            return ()
+        written, held = await settle_assignment(
+            tx,
+            tenant_id,
+            found[0],
+            pool=intent.pool,
+            worker=intent.worker,
+            routing_charge=intent.charge,
+            decision_id=decision.id,
+            assignment_id=assignment_id,
+            now=now,
+        )
+        await SettlementTx(tx).insert_charge(
+            tenant_id,
+            assignment_id,
+            written[0] if written else None,
+            msgspec.json.encode(routable),
+            now,
+            postings=held,
+        )
+        return written
 
     async def _stored_decision(self, tenant_id: str, decision_id: str) -> DecisionView | None:
         async with self.store.transaction() as tx:
@@ -886,11 +1073,15 @@ class RoutingService:
 
         Completing gives back the worker's load; rejecting or expiring gives
         back every reservation (load, cap, budget), so the work can go elsewhere.
+        In a pool settled in hold mode, completing posts the held charge and
+        rejecting or expiring voids its hold, in the same transaction.
 
         Raises:
             RoutingObjectNotFound: no such assignment.
             AssignmentStateConflict: it is not open (or, to accept, already accepted).
             IdempotencyConflict: the key was used with another result or reason.
+            LedgerError: completing a held charge whose hold expired, from a wallet
+                that can no longer pay it (nothing changes).
         """
         sources: Sequence[str] = (ASSIGNED,) if to_status == ACCEPTED else OPEN_STATUSES
         now = self.clock.now()
@@ -935,12 +1126,228 @@ class RoutingService:
                 for res in sorted(record.reservations, key=lambda r: r.key):
                     if res.scope in give_back and res.amount:
                         await rtx.release(tenant_id, res.key, res.amount)
+                await self._finish_held(tx, record, to_status == COMPLETED, now)
             updated = await rtx.get_assignment(tenant_id, assignment_id)
             assert updated is not None
             answer = Answer(assignment_view(updated))
             if claim is not None:
                 await claim.settle(tx, answer)
         return answer
+
+    async def _finish_held(
+        self, tx: Tx, record: AssignmentRecord, complete: bool, now: datetime
+    ) -> tuple[str, ...]:
+        """Post (on completion) or void the held charge of an assignment of a pool
+        settled in hold mode, after its counters (as every path takes them); the
+        ids of the entries written."""
+        settlement = SettlementTx(tx)
+        charge = await settlement.get_charge(record.tenant_id, record.id)
+        if charge is None or charge.entry_id is not None or charge.postings is None:
+            return ()
+        written = await finish_held_charge(
+            tx,
+            record.tenant_id,
+            assignment_id=record.id,
+            pool=record.pool,
+            decision_id=record.decision_id,
+            postings=charge.postings,
+            complete=complete,
+            now=now,
+        )
+        if written:
+            await settlement.set_charge_entry(record.tenant_id, record.id, written[0])
+        return written
+
+    async def return_assignment(
+        self,
+        tenant_id: str,
+        assignment_id: str,
+        body: ReturnBody,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Answer[ReturnView]:
+        """Return a settled assignment under its pool's return policy; `CREATED`.
+
+        One transaction writes the credit entry (a reversal of the charge, linked
+        to it), the return and the assignment's `returned` status; with
+        `reroute` (and a policy that reroutes), the routable is then routed
+        again in its pool excluding the returning buyer (and earlier ones), as
+        decision ``dec_<return id>``, so a retry answers the same decision.
+
+        Raises:
+            RoutingObjectNotFound: no such assignment.
+            ReturnError: ``return.not_returnable`` (not settled, or no policy),
+                ``return.window_closed``, ``return.reason_not_allowed``,
+                ``return.rate_exceeded``, ``return.already_returned``,
+                ``return.invalid_amount``; nothing is written.
+            LedgerError: the ledger refuses the credit (e.g. a seller payable's floor).
+            IdempotencyConflict: the key was used with another body.
+        """
+        now = self.clock.now()
+        claim = Claim.of(
+            tenant_id,
+            "routing.assignments.return",
+            idempotency_key,
+            body,
+            now=now,
+            target=assignment_id,
+        )
+        if claim is not None:
+            digest = hashlib.sha256(f"{tenant_id}\x1f{assignment_id}\x1f{claim.key}".encode())
+            return_id = "ret_" + digest.hexdigest()[:32]
+        else:
+            return_id = "ret_" + uuid.uuid4().hex
+        answer: Answer[ReturnView] | None = None
+        async with self.store.transaction() as tx:
+            if claim is not None:
+                answer = await claim.take(tx, ReturnView)
+            if answer is None:
+                answer = await self._credit_return(
+                    tx, tenant_id, assignment_id, body, return_id, now
+                )
+                if claim is not None:
+                    await claim.settle(tx, answer)
+        view = answer.value
+        if not body.reroute or view.decision is not None:
+            return answer
+        async with self.store.transaction() as tx:
+            record = await RoutingTx(tx).get_assignment(tenant_id, assignment_id)
+            charge = await SettlementTx(tx).get_charge(tenant_id, assignment_id)
+            raw = (
+                await RoutingTx(tx).get_entity("settlement", tenant_id, record.pool)
+                if record
+                else None
+            )
+        assert record is not None
+        assert charge is not None
+        setting = _decode(raw, PoolSettlementView).settlement if raw is not None else None
+        if setting is None or setting.returns is None or not setting.returns.reroute:
+            return answer
+        routed: RouteBody = _decode(charge.routable, RouteBody)
+        again = msgspec.structs.replace(
+            routed,
+            pool=record.pool,
+            exclude=tuple(dict.fromkeys((*routed.exclude, record.worker))),
+        )
+        decision = await self.route(tenant_id, again, decision_id="dec_" + return_id)
+        with_decision = msgspec.structs.replace(view, decision=decision.value)
+        return Answer(with_decision, answer.outcome, replayed=answer.replayed)
+
+    async def _credit_return(
+        self,
+        tx: Tx,
+        tenant_id: str,
+        assignment_id: str,
+        body: ReturnBody,
+        return_id: str,
+        now: datetime,
+    ) -> Answer[ReturnView]:
+        rtx = RoutingTx(tx)
+        settlement = SettlementTx(tx)
+        ledger = LedgerTx(tx)
+        # Locked first (then counters, then accounts): two returns of one
+        # assignment run one after the other, the second seeing the first's credit.
+        record = await rtx.get_assignment(tenant_id, assignment_id, lock=True)
+        if record is None:
+            raise RoutingObjectNotFound("assignment", assignment_id)
+        charge = await settlement.get_charge(tenant_id, assignment_id)
+        raw = await rtx.get_entity("settlement", tenant_id, record.pool)
+        setting = _decode(raw, PoolSettlementView).settlement if raw is not None else None
+        entry = None
+        if charge is not None and charge.entry_id is not None:
+            entry = await ledger.get_entry(tenant_id, charge.entry_id)
+        if setting is None or entry is None or charge is None:
+            raise NotReturnable(
+                f"assignment {assignment_id} was not charged by a settled pool",
+                details={"assignment": assignment_id, "pool": record.pool},
+            )
+        policy = setting.returns.policy() if setting.returns is not None else None
+        reversals = await ledger.reversals_of(tenant_id, entry.id)
+        already: dict[str, int] = {}
+        for reversal in reversals:
+            for posting in reversal.postings:
+                already[posting.account] = already.get(posting.account, 0) + posting.amount
+        routed: RouteBody = _decode(charge.routable, RouteBody)
+        since = now - (policy.rate_window if policy is not None else timedelta(0))
+        assigned, returned = await settlement.buyer_stats(
+            tenant_id, record.pool, record.worker, since
+        )
+        facts = AssignmentFacts(
+            assignment_id=assignment_id,
+            routable_id=record.routable_id,
+            pool=record.pool,
+            buyer=record.worker,
+            # The account the charge debited (the wallet prefix may have changed since).
+            buyer_account=next(p.account for p in entry.postings if p.amount > 0),
+            delivered_at=record.created_at,
+            charge_entry=entry,
+            already_reversed=already,
+            excluded=routed.exclude,
+        )
+        decided = decide_return(
+            policy,
+            facts,
+            now=now,
+            stats=ReturnStats(assignments=assigned, returns=returned),
+            reason=body.reason,
+            return_id=return_id,
+            amount=body.amount,
+        )
+        if isinstance(decided, ReturnRefusal):
+            raise decided.error()
+        # Counters before accounts, as a routing commit takes them: no deadlock.
+        moved = await rtx.move_assignment(
+            tenant_id,
+            assignment_id,
+            from_statuses=(*OPEN_STATUSES, COMPLETED, RETURNED),
+            to_status=RETURNED,
+            result=record.result,
+            reason=body.reason,
+            now=now,
+        )
+        if moved and record.status in OPEN_STATUSES:
+            for res in sorted(record.reservations, key=lambda r: r.key):
+                if res.scope == CounterScope.LOAD.value and res.amount:
+                    await rtx.release(tenant_id, res.key, res.amount)
+        accounts = {p.account for p in decided.entry.postings}
+        locked, holds = await ledger.lock_with_holds(tenant_id, accounts, now)
+        book = Ledger.from_snapshot(
+            LedgerSnapshot(
+                tenant_id=tenant_id,
+                accounts=tuple(r.account for r in locked),
+                balances={r.account.code: r.balance for r in locked},
+                holds=tuple(holds),
+                entries=(entry, *reversals),
+            )
+        )
+        credit = book.post(decided.entry, at=now)
+        await ledger.write_entry(credit, now)
+        await settlement.insert_return(
+            ReturnRecord(
+                tenant_id=tenant_id,
+                id=return_id,
+                assignment_id=assignment_id,
+                pool=record.pool,
+                buyer=record.worker,
+                reason=body.reason,
+                amount=decided.amount,
+                currency=decided.currency,
+                entry_id=credit.id,
+                created_at=now,
+            )
+        )
+        view = ReturnView(
+            id=return_id,
+            assignment_id=assignment_id,
+            reason=body.reason,
+            amount=decided.amount,
+            currency=decided.currency,
+            full=decided.full,
+            entry_id=credit.id,
+            reverses=entry.id,
+            created_at=now,
+        )
+        return Answer(view, MutationOutcome.CREATED)
 
     async def list_assignments(
         self,
@@ -972,9 +1379,12 @@ __all__ = [
     "EXPIRED",
     "OPEN_STATUSES",
     "REJECTED",
+    "RETURNED",
     "AssignmentView",
     "DecisionView",
     "OutcomeBody",
+    "ReturnBody",
+    "ReturnView",
     "RouteBody",
     "RoutingService",
     "RuleSetVersion",

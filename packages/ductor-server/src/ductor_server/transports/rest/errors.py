@@ -79,6 +79,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "hold.expired": 409,
     "hold.already_final": 409,
     "hold.amount_exceeded": 422,
+    "settlement.invalid": 422,
+    "settlement.not_found": 404,
     "pricing.invalid_rule": 422,
     "pricing.no_rule": 422,
     "pricing.invalid_charge": 422,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Response, delete, get, post
+from litestar import Controller, Response, delete, get, post, put
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
@@ -20,6 +20,8 @@ from ductor_server.services.routing import (
     AssignmentView,
     DecisionView,
     OutcomeBody,
+    ReturnBody,
+    ReturnView,
     RouteBody,
     RoutingService,
     RulesBody,
@@ -27,6 +29,7 @@ from ductor_server.services.routing import (
     RuleSetView,
     ShadowReportView,
 )
+from ductor_server.services.settlement import PoolSettlement, PoolSettlementView
 from ductor_server.transports.rest.bodies import (
     NO_BODY,
     NoBody,
@@ -130,6 +133,37 @@ class PoolsController(Controller):
     ) -> None:
         """Delete a pool no rule uses any more (422 `routing.config` otherwise)."""
         await routing.delete_entity(tenant_id, "pool", pool_id)
+
+    @put(
+        "/{pool_id:str}/settlement",
+        status_code=201,
+        responses=also_ok(PoolSettlementView, "The pool's setting was replaced"),
+    )
+    async def put_settlement(
+        self,
+        pool_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        routing: NamedDependency[RoutingService],
+        data: JSONBody[PoolSettlement | NoBody] = NO_BODY,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[PoolSettlementView]:
+        """Set how the pool's assignments are charged (201 first, then 200); its next
+        decision excludes members who cannot pay (`funds`) and charges the winner."""
+        setting = required(data)
+        key = checked_key(idempotency_key)
+        return answered(
+            await routing.put_settlement(tenant_id, pool_id, setting, idempotency_key=key)
+        )
+
+    @get("/{pool_id:str}/settlement", responses=V1_ERRORS)
+    async def get_settlement(
+        self,
+        pool_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        routing: NamedDependency[RoutingService],
+    ) -> PoolSettlementView:
+        """The pool's settlement (404 `settlement.not_found` when it has none)."""
+        return await routing.get_settlement(tenant_id, pool_id)
 
     @get("/{pool_id:str}/shadow-report", responses=V1_ERRORS)
     async def shadow_report(
@@ -276,6 +310,23 @@ class RouteController(Controller):
     ) -> Response[AssignmentView]:
         """The assignee declines: `{reason?}`; every reservation is given back."""
         return await _move(routing, tenant_id, assignment_id, REJECTED, data, idempotency_key)
+
+    @post("/assignments/{assignment_id:str}/return", status_code=201, responses=V1_ERRORS)
+    async def return_assignment(
+        self,
+        assignment_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        routing: NamedDependency[RoutingService],
+        data: JSONBody[ReturnBody | NoBody] = NO_BODY,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[ReturnView]:
+        """Return a settled assignment: `{reason, reroute?, amount?}`; credits the buyer
+        (a reversal of the charge) and, with `reroute`, answers the new decision."""
+        body = required(data)
+        key = checked_key(idempotency_key)
+        return answered(
+            await routing.return_assignment(tenant_id, assignment_id, body, idempotency_key=key)
+        )
 
 
 async def _move(
