@@ -31,6 +31,7 @@ from ductor_server.services import (
     EventsService,
     KeysService,
     LedgerService,
+    MeteringService,
     RoutingService,
     RunsService,
     ServiceContext,
@@ -121,6 +122,7 @@ def build_services(
         bridge=BridgeService(context, keys=bridge_keys),
         keys=KeysService(runtime.store, clock=runtime.clock),
         ledger=LedgerService(runtime.store, clock=runtime.clock),
+        metering=MeteringService(runtime.store, clock=runtime.clock),
     )
 
 

@@ -17,6 +17,7 @@ from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
+from ductor_server.services.metering import MeteringService
 from ductor_server.services.routing import (
     AssignmentView,
     DecisionView,
@@ -58,6 +59,7 @@ class Services:
     bridge: BridgeService
     keys: KeysService
     ledger: LedgerService
+    metering: MeteringService
 
 
 __all__ = [
@@ -72,6 +74,7 @@ __all__ = [
     "ItemView",
     "KeysService",
     "LedgerService",
+    "MeteringService",
     "Outcome",
     "PublishedWorkflow",
     "RoutingService",

@@ -8,6 +8,7 @@ from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, stat
 from ductor_server.transports.rest.events import EventsController
 from ductor_server.transports.rest.health import healthz, readyz
 from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
+from ductor_server.transports.rest.metering import METERING_CONTROLLERS
 from ductor_server.transports.rest.routing import ROUTING_CONTROLLERS
 from ductor_server.transports.rest.runs import RunsController
 from ductor_server.transports.rest.workflows import WorkflowsController
@@ -19,6 +20,7 @@ V1_CONTROLLERS = (
     *ROUTING_CONTROLLERS,
     BridgeController,
     *LEDGER_CONTROLLERS,
+    *METERING_CONTROLLERS,
 )
 """Every controller served under /v1."""
 
