@@ -1,7 +1,8 @@
 """Usage the engine meters on its own, on both backends: runs and steps counted in the
-transaction of the tick, child runs never refused; and concurrent triggers through
-the services straight from one event loop (on Postgres each on its own pooled
-connection, so they really overlap) never pass a budget."""
+transaction of the tick, child runs never refused; and concurrent calls through the
+services straight from one event loop (on Postgres each on its own pooled
+connection, so they really overlap): triggers never pass a budget, new workflow
+families never pass the plan's limit."""
 
 from __future__ import annotations
 
@@ -17,9 +18,15 @@ from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.metering import MeteringTx
 from ductor_server.services import Services
-from ductor_server.services.metering import BudgetBody
+from ductor_server.services.metering import BudgetBody, PlanAssignBody, PlanBody
 from ductor_server.storage import Store, open_store
-from ductor_settlement import BudgetExceeded, UsageWindow, window_start
+from ductor_settlement import (
+    BudgetExceeded,
+    Entitlement,
+    EntitlementLimitExceeded,
+    UsageWindow,
+    window_start,
+)
 
 TENANT = "t-meter"
 CONFIG = RuntimeConfig(poll_interval=0.05, lease_seconds=30.0, stop_grace=2.0)
@@ -125,3 +132,19 @@ async def test_twenty_concurrent_service_triggers_never_pass_ten(store: Store) -
     assert all(isinstance(e, BudgetExceeded) for e in errors), errors
     assert await _counter(store, "runs", clock) == 10
     assert len((await services.runs.page(TENANT)).items) == 10
+
+
+async def test_concurrent_new_families_never_pass_the_plans_workflow_limit(store: Store) -> None:
+    runtime = Runtime(store, roles=(), clock=ManualClock())
+    services = build_services(runtime)
+    limits = {"workflows": Entitlement(limit=3)}
+    await services.metering.create_plan(TENANT, PlanBody(id="small", entitlements=limits))
+    await services.metering.assign_plan(TENANT, PlanAssignBody(plan="small"))
+    results = await asyncio.gather(
+        *(services.workflows.publish(TENANT, _chain(f"f{n}", 1)) for n in range(8)),
+        return_exceptions=True,
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 5
+    assert all(isinstance(e, EntitlementLimitExceeded) for e in errors), errors
+    assert len(await services.workflows.families(TENANT)) == 3

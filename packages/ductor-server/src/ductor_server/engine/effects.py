@@ -104,6 +104,7 @@ class Effects:
 
     async def flush(self, tx: Tx) -> None:
         """Write everything gathered so far through `tx` (call before it commits)."""
+        self.budgeted = []
         if self.cancel_timers:
             await tx.delete_timers(self.cancel_timers)
         if self.clear_waits:

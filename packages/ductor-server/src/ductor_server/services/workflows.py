@@ -188,6 +188,8 @@ class WorkflowsService:
                 now=context.clock.now(),
             )
             if created and record.version == 1:  # a new family: the plan's `workflows`
+                # One new family at a time per tenant, so each count sees the last one.
+                await tx.session.advisory_lock(f"workflows.families:{tenant_id}")
                 families = await tx.list_workflow_families(tenant_id)
                 await require_entitlement(tx, tenant_id, "workflows", len(families))
             published = PublishedWorkflow(
