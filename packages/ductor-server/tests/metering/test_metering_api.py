@@ -252,6 +252,11 @@ async def test_custom_meters_sum_count_max_and_their_budgets(api: Api) -> None:
     await api.fails(
         "POST", "/v1/usage", 404, "meter.not_found", json={"meter": "tokens"}, as_b=True
     )
+    await api.fails(
+        "PUT", "/v1/budgets/tokens", 404, "meter.not_found", json={"limit": 1}, as_b=True
+    )
+    await api.fails("GET", "/v1/budgets/tokens", 404, "budget.not_found", as_b=True)
+    await api.fails("GET", "/v1/usage?meter=tokens", 404, "meter.not_found", as_b=True)
 
 
 async def test_plans_gate_routing_and_workflows_through_one_check(api: Api) -> None:
