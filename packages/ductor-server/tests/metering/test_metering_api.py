@@ -309,3 +309,20 @@ async def test_plans_gate_routing_and_workflows_through_one_check(api: Api) -> N
     await api.ok("POST", "/v1/workflows", json={**CHAIN, "family_slug": "three"})
     listed = [p["id"] for p in await api.ok("GET", "/v1/plans")]
     assert listed == ["pro", "starter"]
+
+
+async def test_a_tenant_cannot_flood_meters_or_plans(api: Api) -> None:
+    for n in range(100):
+        await api.ok("POST", "/v1/meters", json={"name": f"m{n}", "unit": "u"})
+        await api.ok("POST", "/v1/plans", json={"id": f"p{n}"})
+    over = await api.fails(
+        "POST", "/v1/meters", 422, "request.invalid", json={"name": "m100", "unit": "u"}
+    )
+    assert over["details"] == {"limit": 100}
+    await api.fails("POST", "/v1/plans", 422, "request.invalid", json={"id": "p100"})
+    # The same meter again still answers; another tenant has its own allowance.
+    assert (
+        await api.call("POST", "/v1/meters", json={"name": "m7", "unit": "u"})
+    ).status_code == 200
+    await api.ok("POST", "/v1/meters", json={"name": "m100", "unit": "u"}, as_b=True)
+    assert len(await api.ok("GET", "/v1/meters")) == 103

@@ -67,6 +67,15 @@ class MeteringTx:
     def __init__(self, tx: Tx) -> None:
         self._db: Session = tx.session
 
+    async def count(self, table: str, tenant_id: str) -> int:
+        """How many rows of `table` ("meters" or "plans") the tenant has."""
+        if table not in ("meters", "plans"):
+            raise ValueError(f"not a metering table: {table!r}")
+        row = await self._db.fetch_one(
+            f"SELECT COUNT(*) FROM {table} WHERE tenant_id = %s", (tenant_id,)
+        )
+        return 0 if row is None else int(row[0])
+
     # --- meters --------------------------------------------------------------------
 
     async def insert_meter(self, tenant_id: str, meter: Meter, now: datetime) -> bool:

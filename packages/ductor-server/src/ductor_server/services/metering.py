@@ -88,6 +88,12 @@ MAX_ENTITLEMENTS = 100
 MAX_USAGE_ROWS = 1000
 """The most usage rows one read answers."""
 
+MAX_METERS = 100
+"""The most meters of its own one tenant may create."""
+
+MAX_PLANS = 100
+"""The most plans one tenant may create."""
+
 _NAME = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _Text = Annotated[str, msgspec.Meta(max_length=500)]
@@ -297,6 +303,13 @@ async def charge_usage(
     return counters
 
 
+async def _bounded(tx: Tx, tenant_id: str, table: str, most: int) -> None:
+    """Refuse a new row of `table` when the tenant has `most` (one create at a time)."""
+    await tx.session.advisory_lock(f"metering.{table}:{tenant_id}")
+    if await MeteringTx(tx).count(table, tenant_id) >= most:
+        raise RequestInvalid(f"a tenant may have at most {most} {table}", details={"limit": most})
+
+
 def _usage_view(record: UsageRecord) -> UsageView:
     return UsageView(
         meter=record.meter,
@@ -367,6 +380,8 @@ class MeteringService:
 
         async def effect(tx: Tx) -> Answer[MeterView]:
             store = MeteringTx(tx)
+            if await store.get_meter(tenant_id, meter.name) is None:
+                await _bounded(tx, tenant_id, "meters", MAX_METERS)
             created = await store.insert_meter(tenant_id, meter, now)
             record = await store.get_meter(tenant_id, meter.name)
             assert record is not None
@@ -686,6 +701,8 @@ class MeteringService:
 
         async def effect(tx: Tx) -> Answer[PlanView]:
             store = MeteringTx(tx)
+            if await store.get_plan(tenant_id, plan.id) is None:
+                await _bounded(tx, tenant_id, "plans", MAX_PLANS)
             created = await store.insert_plan(tenant_id, plan, now)
             record = await store.get_plan(tenant_id, plan.id)
             assert record is not None
