@@ -34,6 +34,7 @@ from ductor_server.services import (
     EventsService,
     KeysService,
     LedgerService,
+    MeteringService,
     ReceiptService,
     RoutingService,
     RunsService,
@@ -134,6 +135,7 @@ def build_services(
         ledger=ledger,
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
         receipts=ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock),
+        metering=MeteringService(runtime.store, clock=runtime.clock),
     )
 
 

@@ -60,6 +60,14 @@ from ductor_server.storage.records import (
     WaitRef,
     WorkflowVersionRecord,
 )
+from ductor_server.storage.usage import BudgetedCounter, UsageIncrement, add_usage
+
+METERED_HISTORY: dict[str, str] = {
+    "run.created": "runs",
+    "step.succeeded": "steps",
+    "step.failed": "steps",
+}
+"""The history kinds that are usage, and the built-in meter each counts on."""
 
 MAX_START_DEPTH = 16
 """How deep child runs may start one another inside one transaction."""
@@ -78,6 +86,10 @@ class Effects:
     Batching turns "one statement per run" into "one statement per kind" for a
     whole coordinator batch. Removals are flushed before additions, so a tick
     that replaces a timer or a wait ends with the new one.
+
+    Runs created and steps ended are metered as the history is flushed
+    (`METERED_HISTORY`); `budgeted` then holds the budget-watched counters that
+    flush changed, for a caller that refuses work past a blocking budget.
     """
 
     topics: set[Topic] = field(default_factory=set)
@@ -88,9 +100,11 @@ class Effects:
     add_waits: list[WaitRecord] = field(default_factory=list)
     clear_waits: list[WaitRef] = field(default_factory=list)
     inbox: list[NewInboxItem] = field(default_factory=list)
+    budgeted: list[BudgetedCounter] = field(default_factory=list)
 
     async def flush(self, tx: Tx) -> None:
         """Write everything gathered so far through `tx` (call before it commits)."""
+        self.budgeted = []
         if self.cancel_timers:
             await tx.delete_timers(self.cancel_timers)
         if self.clear_waits:
@@ -108,6 +122,15 @@ class Effects:
             self.topics.add(Topic.INBOX)
         if self.history:
             await tx.append_history(self.history)
+            # Runs started and steps ended are usage: one upsert per tenant and
+            # meter for the whole batch, last, so its row locks are held briefly.
+            usage = [
+                UsageIncrement(entry.tenant_id, METERED_HISTORY[entry.kind], 1)
+                for entry in self.history
+                if entry.kind in METERED_HISTORY
+            ]
+            if usage:
+                self.budgeted = await add_usage(tx.session, usage, self.history[0].at)
         self.cancel_timers, self.clear_waits, self.set_timers = [], [], []
         self.add_waits, self.tasks, self.inbox, self.history = [], [], [], []
 

@@ -17,6 +17,7 @@ from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
+from ductor_server.services.metering import MeteringService
 from ductor_server.services.receipts import ReceiptService
 from ductor_server.services.routing import (
     AssignmentView,
@@ -62,6 +63,7 @@ class Services:
     ledger: LedgerService
     wallets: WalletService
     receipts: ReceiptService
+    metering: MeteringService
 
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "ItemView",
     "KeysService",
     "LedgerService",
+    "MeteringService",
     "Outcome",
     "PublishedWorkflow",
     "ReceiptService",

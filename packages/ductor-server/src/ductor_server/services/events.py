@@ -14,6 +14,7 @@ from ductor_server.engine.events import ingest_event, prepare_triggered
 from ductor_server.errors import EventInvalid
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
+from ductor_server.services.metering import refuse_over_budget
 from ductor_server.services.runs import check_name
 from ductor_server.storage.protocol import Tx
 
@@ -49,6 +50,8 @@ class EventsService:
         Raises:
             EventInvalid
             IdempotencyConflict: the key was used with another event.
+            BudgetExceeded: `budget.exceeded`: the runs it starts would pass a
+                blocking budget on `runs` (nothing is stored).
         """
         check_name("event name", name, EventInvalid, path="$.name")
         if event_id is not None:
@@ -83,6 +86,7 @@ class EventsService:
                 triggered=triggered,
             )
             await effects.flush(tx)
+            refuse_over_budget(effects.budgeted)  # the runs it started, on `runs`
             accepted = EventAccepted(
                 id=outcome.id,
                 name=outcome.name,

@@ -65,6 +65,7 @@ from ductor_server.routing.errors import (
 from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
 from ductor_server.services.idempotency import Answer, Claim
 from ductor_server.services.idempotency import Outcome as MutationOutcome
+from ductor_server.services.metering import charge_usage, require_entitlement
 from ductor_server.services.runs import check_name
 from ductor_server.services.settlement import (
     PoolSettlement,
@@ -790,6 +791,8 @@ class RoutingService:
             RoutingObjectNotFound: `body.pool` names no pool.
             AssignConflict: caps kept changing under it for `max_attempts` tries.
             IdempotencyConflict: the key was used with another routable.
+            EntitlementMissing: the tenant's plan lacks `routing`.
+            BudgetExceeded: a blocking budget on `route_decisions` (nothing is stored).
         """
         check_name("routable id", body.id, RequestInvalid, path="$.id")
         check_name("routable kind", body.kind, RequestInvalid, path="$.kind")
@@ -847,6 +850,7 @@ class RoutingService:
                     rtx = RoutingTx(tx)
                     if await rtx.generation(tenant_id) != generation:
                         raise _Stale
+                    await require_entitlement(tx, tenant_id, "routing")
                     if failure is not None:
                         raise failure
                     assert decision is not None
@@ -859,6 +863,7 @@ class RoutingService:
                         tx, compiled, tenant_id, decision, origin, now, body
                     )
                     if fresh:
+                        await charge_usage(tx, tenant_id, "route_decisions", 1, now)
                         answer = Answer(_view(decision, assignment_id), created)
                     else:  # the engine routed this decision id before: answer as it was
                         stored = await self._decision_in(rtx, tenant_id, did)

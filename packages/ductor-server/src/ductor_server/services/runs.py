@@ -47,6 +47,7 @@ from ductor_server.services.idempotency import (
     shown_run_key,
     user_run_key,
 )
+from ductor_server.services.metering import refuse_over_budget
 from ductor_server.storage.errors import InvalidCursor
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import IdempotencyRecord, NewInboxItem, RunRecord
@@ -372,6 +373,7 @@ class RunsService:
         Raises:
             WorkflowNotFound, WorkflowVersionNotFound, RequestInvalid
             IdempotencyConflict: the key was used with other arguments.
+            BudgetExceeded: `budget.exceeded`, a blocking budget on `runs`.
         """
         if version is not None and (isinstance(version, bool) or version < 1):
             raise RequestInvalid("version must be a positive integer")
@@ -408,10 +410,14 @@ class RunsService:
                 if other is None:
                     raise WorkflowNotFound(family_slug)
                 await effects.flush(tx)
+                refuse_over_budget(effects.budgeted)
                 return Answer(run_view(other, None), Outcome.CREATED)
             view, _ = await self._create(
                 tx, effects, tenant_id, family_slug, version, input, stored_key, now, first
             )
+            # The runs it created are metered by the flush: past a blocking budget
+            # on `runs`, the whole trigger rolls back.
+            refuse_over_budget(effects.budgeted)
             return Answer(view, Outcome.CREATED)
 
         answer = await once(context.store, claim, RunView, effect)

@@ -25,6 +25,7 @@ from ductor_server.engine.offload import (
 from ductor_server.errors import DefinitionInvalid, WorkflowNotFound, WorkflowVersionNotFound
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
+from ductor_server.services.metering import require_entitlement
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import WorkflowVersionRecord
 
@@ -152,6 +153,8 @@ class WorkflowsService:
         Raises:
             DefinitionInvalid: with the problems as `details`.
             IdempotencyConflict: the key was used with another definition.
+            EntitlementError: a new family the tenant's plan does not allow
+                (`entitlement.missing`, `entitlement.limit_exceeded` on `workflows`).
         """
         context = self._context
         claim = Claim.of(
@@ -184,6 +187,11 @@ class WorkflowsService:
                 trigger_events=sorted({t.event for t in parsed.triggers}),
                 now=context.clock.now(),
             )
+            if created and record.version == 1:  # a new family: the plan's `workflows`
+                # One new family at a time per tenant, so each count sees the last one.
+                await tx.session.advisory_lock(f"workflows.families:{tenant_id}")
+                families = await tx.list_workflow_families(tenant_id)
+                await require_entitlement(tx, tenant_id, "workflows", len(families))
             published = PublishedWorkflow(
                 family_slug=record.family_slug,
                 version=record.version,

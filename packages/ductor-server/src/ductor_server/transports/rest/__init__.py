@@ -8,6 +8,7 @@ from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, stat
 from ductor_server.transports.rest.events import EventsController
 from ductor_server.transports.rest.health import healthz, readyz
 from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
+from ductor_server.transports.rest.metering import METERING_CONTROLLERS
 from ductor_server.transports.rest.receipts import ReceiptsController, receipt_keys
 from ductor_server.transports.rest.routing import ROUTING_CONTROLLERS
 from ductor_server.transports.rest.runs import RunsController
@@ -23,6 +24,7 @@ V1_CONTROLLERS = (
     *LEDGER_CONTROLLERS,
     *WALLET_CONTROLLERS,
     ReceiptsController,
+    *METERING_CONTROLLERS,
 )
 """Every controller served under /v1."""
 
