@@ -22,8 +22,9 @@ from ductor_core.expressions import (
 from ductor_core.step_specs import StepSpecs
 from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
-from ductor_server.engine.actions import ActionRegistry, default_registry
+from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
@@ -98,6 +99,7 @@ def build_services(
     *,
     expressions: ExpressionEngine | None = None,
     bridge_keys: SigningKeys | None = None,
+    outbound: OutboundPolicy | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -105,6 +107,7 @@ def build_services(
         runtime: the engine loops the services write for.
         expressions: the CEL engine of routing (the runtime's, else the default).
         bridge_keys: the bridge signing keys, if the server has them.
+        outbound: the guard of calls to app URLs (none: unguarded).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -118,7 +121,7 @@ def build_services(
         runs=RunsService(context),
         events=EventsService(context),
         routing=RoutingService(runtime.store, engine=routing_engine, clock=runtime.clock),
-        bridge=BridgeService(context, keys=bridge_keys),
+        bridge=BridgeService(context, keys=bridge_keys, policy=outbound),
         keys=KeysService(runtime.store, clock=runtime.clock),
         ledger=LedgerService(runtime.store, clock=runtime.clock),
     )
@@ -164,7 +167,8 @@ def build(
     """
     store = open_store(settings.store_target)
     expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
-    actions = actions if actions is not None else default_registry()
+    policy = OutboundPolicy(settings.outbound_allow or ())
+    actions = actions if actions is not None else default_registry(HttpAction(policy=policy))
     runtime = Runtime(
         store,
         roles=settings.roles,
@@ -180,8 +184,8 @@ def build(
         specs=specs,
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
-    install_bridge(runtime, keys=keys)
-    services = build_services(runtime, expressions=expressions, bridge_keys=keys)
+    install_bridge(runtime, keys=keys, policy=policy)
+    services = build_services(runtime, expressions=expressions, bridge_keys=keys, outbound=policy)
     actions.register("route", RouteStep(services.routing))
     return Composition(
         settings=settings,
