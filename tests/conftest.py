@@ -70,6 +70,9 @@ class ServerProcess:
                 "DUCTOR_LEASE_SECONDS": "2",
                 "DUCTOR_POLL_INTERVAL": "0.2",
                 "PYTHONUNBUFFERED": "1",
+                # The sinks and apps of these tests listen on loopback, which the
+                # outbound guard refuses unless allowed (`ductor dev` allows it).
+                "DUCTOR_OUTBOUND_ALLOW": "127.0.0.0/8,::1",
             }
         )
         if self.database_url:

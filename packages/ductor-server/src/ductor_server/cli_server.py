@@ -132,6 +132,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     )
     if not settings.embedded:
         settings = dataclasses.replace(settings, database_url=None)
+    if settings.outbound_allow is None:
+        # On a developer's machine the app under development listens on loopback.
+        settings = dataclasses.replace(settings, outbound_allow=("127.0.0.0/8", "::1/128"))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     key, created = asyncio.run(ensure_dev_key(settings))
     settings, receipt_kid, receipt_created = ensure_dev_receipt_keys(settings)

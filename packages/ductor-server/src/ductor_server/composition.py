@@ -22,8 +22,9 @@ from ductor_core.expressions import (
 from ductor_core.step_specs import StepSpecs
 from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
-from ductor_server.engine.actions import ActionRegistry, default_registry
+from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
@@ -107,6 +108,7 @@ def build_services(
     bridge_keys: SigningKeys | None = None,
     payments: PaymentGateway | None = None,
     receipt_keys: KeyRing | None = None,
+    outbound: OutboundPolicy | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -116,6 +118,7 @@ def build_services(
         bridge_keys: the bridge signing keys, if the server has them.
         payments: the processor wallets are topped up through, if any.
         receipt_keys: the receipt signing ring (None: no receipts are issued).
+        outbound: the guard of calls to app URLs (none: unguarded).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -130,7 +133,7 @@ def build_services(
         runs=RunsService(context),
         events=EventsService(context),
         routing=RoutingService(runtime.store, engine=routing_engine, clock=runtime.clock),
-        bridge=BridgeService(context, keys=bridge_keys),
+        bridge=BridgeService(context, keys=bridge_keys, policy=outbound),
         keys=KeysService(runtime.store, clock=runtime.clock),
         ledger=ledger,
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
@@ -206,7 +209,8 @@ def build(
     """
     store = open_store(settings.store_target)
     expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
-    actions = actions if actions is not None else default_registry()
+    policy = OutboundPolicy(settings.outbound_allow or ())
+    actions = actions if actions is not None else default_registry(HttpAction(policy=policy))
     runtime = Runtime(
         store,
         roles=settings.roles,
@@ -222,7 +226,7 @@ def build(
         specs=specs,
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
-    install_bridge(runtime, keys=keys)
+    install_bridge(runtime, keys=keys, policy=policy)
     runtime.housekeeping.add_sweep("holds", expire_due_holds)
     if receipt_keys is None:
         receipt_keys = load_keys(settings.receipt_keys_file, settings.receipt_key)
@@ -237,6 +241,7 @@ def build(
         bridge_keys=keys,
         receipt_keys=receipt_keys,
         payments=payment_gateway(settings),
+        outbound=policy,
     )
     actions.register("route", RouteStep(services.routing))
     if settings.receipts_for_runs:

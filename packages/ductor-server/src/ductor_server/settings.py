@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,27 @@ def parse_roles(text: str) -> tuple[str, ...]:
     if unknown or not roles:
         raise ValueError(f"unknown roles {unknown or text!r}: choose from {', '.join(ALL_ROLES)}")
     return roles
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(text: str) -> tuple[IPNetwork, ...]:
+    """Parse "127.0.0.0/8, ::1, 10.1.2.3" into networks (a bare address is a /32 or /128).
+
+    Raises:
+        ValueError: an entry that is not an address or a network.
+    """
+    networks: list[IPNetwork] = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"{entry!r} is not an IP address or network") from exc
+    return tuple(networks)
 
 
 def parse_switch(name: str, text: str) -> bool:
@@ -80,6 +102,9 @@ class Settings:
         receipt_key: one receipt signing key inline (`DUCTOR_RECEIPT_KEY`); never
             shown in the settings' repr.
         receipts_for_runs: also issue a signed receipt for every run that succeeds.
+        outbound_allow: networks outbound calls on a tenant's behalf may reach even
+            though they are not public (loopback, private ...); None: none for
+            `ductor serve`, loopback for `ductor dev`.
     """
 
     host: str = "127.0.0.1"
@@ -107,6 +132,7 @@ class Settings:
     receipt_keys_file: Path | None = None
     receipt_key: str | None = field(default=None, repr=False)
     receipts_for_runs: bool = False
+    outbound_allow: tuple[str, ...] | None = None
 
     @property
     def embedded(self) -> bool:
@@ -194,5 +220,11 @@ class Settings:
             values["receipt_key"] = key
         if for_runs := env.get("DUCTOR_RECEIPTS_FOR_RUNS"):
             values["receipts_for_runs"] = parse_switch("DUCTOR_RECEIPTS_FOR_RUNS", for_runs)
+        if (allow := env.get("DUCTOR_OUTBOUND_ALLOW")) is not None:
+            try:
+                networks = parse_networks(allow)
+            except ValueError as exc:
+                raise ValueError(f"DUCTOR_OUTBOUND_ALLOW: {exc}") from None
+            values["outbound_allow"] = tuple(str(n) for n in networks)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -38,6 +38,13 @@ from ductor_server.engine.actions import ActionCall, ActionFailed, failure
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.effects import Effects, EngineParts
+from ductor_server.engine.outbound import (
+    MAX_RESPONSE_BYTES,
+    OutboundForbidden,
+    OutboundPolicy,
+    guarded_transport,
+    read_capped,
+)
 from ductor_server.engine.queue import WakeUp
 from ductor_server.storage.protocol import Store
 
@@ -61,6 +68,7 @@ class BridgeDriver:
         wake: the engine's wake-up, to start child runs (DAG BRIDGE steps) promptly.
         poll_interval: seconds between looks at a child run a DAG BRIDGE step awaits.
         parts: the runtime's engine parts, for starting those child runs.
+        policy: the outbound guard app URLs must pass (none: unguarded).
     """
 
     def __init__(
@@ -75,8 +83,10 @@ class BridgeDriver:
         wake: WakeUp | None = None,
         poll_interval: float = 0.2,
         parts: EngineParts | None = None,
+        policy: OutboundPolicy | None = None,
     ) -> None:
         self.store = store
+        self.policy = policy
         self.wake = wake
         self.poll_interval = poll_interval
         self.parts = parts or EngineParts(catalog=WorkflowCatalog())
@@ -97,7 +107,11 @@ class BridgeDriver:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            self._http = httpx.AsyncClient(transport=self.transport, timeout=self.timeout)
+            self._http = httpx.AsyncClient(
+                transport=self.transport or guarded_transport(self.policy),
+                timeout=self.timeout,
+                trust_env=self.policy is None,
+            )
         return self._http
 
     async def __call__(self, call: ActionCall) -> Any:
@@ -170,14 +184,28 @@ class BridgeDriver:
         }
         self.calls += 1
         try:
-            response = await self._client().post(url, content=body, headers=headers)
+            async with self._client().stream(
+                "POST", url, content=body, headers=headers
+            ) as response:
+                content = await read_capped(response)
+        except OutboundForbidden as exc:
+            raise failure(
+                "outbound.forbidden", str(exc), retryable=False, details={"host": exc.host}
+            ) from exc
         except httpx.HTTPError as exc:
             raise failure(
                 "bridge.unreachable", f"POST {url} failed: {exc!r}", retryable=True
             ) from exc
+        if content is None:
+            raise failure(
+                "bridge.answer_too_large",
+                f"app {app_id!r} answered more than {MAX_RESPONSE_BYTES} bytes"
+                " (large outputs go by reference)",
+                retryable=False,
+            )
         answered = int(self.clock.now().timestamp())
         try:
-            keys.verify(response.content, response.headers.get(SIGNATURE_HEADER), now=answered)
+            keys.verify(content, response.headers.get(SIGNATURE_HEADER), now=answered)
         except SignatureError as exc:
             raise failure(
                 exc.code,
@@ -186,15 +214,16 @@ class BridgeDriver:
                 retryable=False,
             ) from None
         if response.status_code >= 400:
-            raise self._refused(app_id, response)
-        return response.content
+            raise self._refused(app_id, response, content)
+        return content
 
-    def _refused(self, app_id: str, response: httpx.Response) -> Exception:
+    def _refused(self, app_id: str, response: httpx.Response, content: bytes) -> Exception:
         try:
-            error = decode(response.content, ErrorResponse)
+            error = decode(content, ErrorResponse)
             code, message, retryable = error.code, error.message, error.retryable
         except ProtocolError:
-            code, message, retryable = "bridge.call_failed", response.text[:500], False
+            code, message = "bridge.call_failed", content[:500].decode("utf-8", "replace")
+            retryable = False
         retryable = retryable or response.status_code >= 500 or response.status_code == 429
         return failure(
             code,

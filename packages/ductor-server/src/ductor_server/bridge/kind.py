@@ -29,6 +29,7 @@ from ductor_server.bridge.runs import (
 from ductor_server.bridge.tick import BRIDGE_KIND, BRIDGE_SLUG_PREFIX, HANDLER, bridge_tick
 from ductor_server.engine.effects import Effects, EngineParts
 from ductor_server.engine.kinds import KindTick, failed_tick
+from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import RunRecord
 
@@ -172,12 +173,14 @@ def install(
     *,
     keys: SigningKeys | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    policy: OutboundPolicy | None = None,
 ) -> BridgeDriver:
     """Plug the bridge into `runtime` before its loops start: the bridge run kind
     and the `bridge` step handler. Returns the handler.
 
     Use as `Runtime.start(..., setup=install)`. `keys` default to the
-    environment (`DUCTOR_BRIDGE_SIGNING_KEY`); `transport` is for tests.
+    environment (`DUCTOR_BRIDGE_SIGNING_KEY`); `transport` is for tests; app URLs
+    must pass `policy`, the outbound guard.
     """
     runtime.kinds.register(BridgeKind())
     driver = BridgeDriver(
@@ -187,6 +190,7 @@ def install(
         wake=runtime.wakeup,
         parts=runtime.parts,
         transport=transport,
+        policy=policy,
     )
     # Takes the place of the built-in placeholder that says the bridge is not served.
     runtime.actions.register(HANDLER, driver)

@@ -22,6 +22,13 @@ from ductor.protocol import (
     encode,
 )
 from ductor_server.bridge.keys import Signer
+from ductor_server.engine.outbound import (
+    MAX_RESPONSE_BYTES,
+    OutboundForbidden,
+    OutboundPolicy,
+    guarded_transport,
+    read_capped,
+)
 from ductor_server.errors import ServerError
 
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -42,6 +49,7 @@ async def call_app(
     *,
     call_seconds: float = 30.0,
     transport: httpx.AsyncBaseTransport | None = None,
+    policy: OutboundPolicy | None = None,
 ) -> _S:
     """POST one signed action (a fresh nonce) to the app at `url` and return its
     verified answer.
@@ -55,12 +63,25 @@ async def call_app(
         "content-type": "application/json",
     }
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=call_seconds) as http:
-            response = await http.post(url, content=body, headers=headers)
+        async with (
+            httpx.AsyncClient(
+                transport=transport or guarded_transport(policy),
+                timeout=call_seconds,
+                trust_env=policy is None,
+            ) as http,
+            http.stream("POST", url, content=body, headers=headers) as response,
+        ):
+            content = await read_capped(response)
+    except OutboundForbidden as exc:
+        raise AppCallFailed(
+            str(exc), code="outbound.forbidden", retryable=False, details={"host": exc.host}
+        ) from exc
     except httpx.HTTPError as exc:
         raise AppCallFailed(f"POST {url} failed: {exc!r}") from exc
+    if content is None:
+        raise AppCallFailed(f"{url} answered more than {MAX_RESPONSE_BYTES} bytes", retryable=False)
     try:
-        keys.verify(response.content, response.headers.get(SIGNATURE_HEADER), now=int(time.time()))
+        keys.verify(content, response.headers.get(SIGNATURE_HEADER), now=int(time.time()))
     except SignatureError as exc:
         raise AppCallFailed(
             f"the answer of {url} failed verification: {exc.message}",
@@ -68,16 +89,17 @@ async def call_app(
         ) from None
     if response.status_code >= 400:
         try:
-            error = decode(response.content, ErrorResponse)
+            error = decode(content, ErrorResponse)
             details: object = {"status": response.status_code, "code": error.code}
             message = error.message
         except ProtocolError:
-            details, message = {"status": response.status_code}, response.text[:500]
+            details = {"status": response.status_code}
+            message = content[:500].decode("utf-8", "replace")
         raise AppCallFailed(
             f"{url} answered HTTP {response.status_code}: {message}", details=details
         )
     try:
-        return decode(response.content, answer_type)
+        return decode(content, answer_type)
     except ProtocolError as exc:
         raise AppCallFailed(f"{url} answered an unexpected body: {exc.message}") from None
 

@@ -19,6 +19,13 @@ from ductor_core.durations import parse_duration
 from ductor_core.errors import DurationError
 from ductor_core.runs import ErrorInfo
 from ductor_server.engine.errors import DuplicateHandler
+from ductor_server.engine.outbound import (
+    MAX_RESPONSE_BYTES,
+    OutboundForbidden,
+    OutboundPolicy,
+    guarded_transport,
+    read_capped,
+)
 
 
 class ActionCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,15 +175,15 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-def _response_body(response: httpx.Response) -> Any:
-    if not response.content:
+def _response_body(response: httpx.Response, content: bytes) -> Any:
+    if not content:
         return None
     if "json" in response.headers.get("content-type", ""):
         try:
-            return msgspec.json.decode(response.content)
+            return msgspec.json.decode(content)
         except msgspec.DecodeError:
             pass
-    return response.text
+    return content.decode(response.encoding or "utf-8", errors="replace")
 
 
 class HttpAction:
@@ -185,17 +192,33 @@ class HttpAction:
     Params: `method` (default GET, or POST when a `body` is given), `url`,
     `headers` (map), `body` (sent as JSON), `timeout` (seconds or "5s").
     2xx gives `{"status", "headers", "body"}`; 5xx, 408, 425, 429, timeouts and
-    connection errors are retryable failures; other 4xx are not.
+    connection errors are retryable failures; other 4xx are not. Redirects are
+    not followed (a 3xx is an answer). With a `policy`, an address it refuses
+    fails the step as `outbound.forbidden`; a body over `max_response_bytes`
+    fails it as `http.response_too_large` (neither is retried).
     """
 
-    def __init__(self, client: httpx.AsyncClient | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient | None = None,
+        *,
+        timeout: float = 30.0,
+        policy: OutboundPolicy | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self._client = client
         self._owned = client is None
         self._timeout = timeout
+        self._policy = policy
+        self._max_response_bytes = max_response_bytes
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(follow_redirects=False)
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                transport=guarded_transport(self._policy),
+                trust_env=self._policy is None,
+            )
         return self._client
 
     async def aclose(self) -> None:
@@ -226,9 +249,16 @@ class HttpAction:
             headers.setdefault("Content-Type", "application/json")
         timeout = _timeout_seconds(params.get("timeout"), call.timeout_seconds or self._timeout)
         try:
-            response = await self._get_client().request(
+            async with self._get_client().stream(
                 method.upper(), url, headers=headers, content=content, timeout=timeout
-            )
+            ) as response:
+                received = await read_capped(response, self._max_response_bytes)
+        except OutboundForbidden as exc:
+            raise failure(
+                "outbound.forbidden", str(exc), retryable=False, details={"host": exc.host}
+            ) from exc
+        except httpx.InvalidURL as exc:
+            raise failure("action.bad_params", f"http: {exc}", retryable=False) from exc
         except httpx.TimeoutException as exc:
             raise failure("http.timeout", f"{method} {url} timed out", retryable=True) from exc
         except httpx.HTTPError as exc:
@@ -236,10 +266,17 @@ class HttpAction:
                 "http.connection", f"{method} {url} failed: {exc!s}", retryable=True
             ) from exc
         status = response.status_code
+        if received is None:
+            raise failure(
+                "http.response_too_large",
+                f"{method.upper()} {url} answered more than {self._max_response_bytes} bytes",
+                retryable=False,
+                details={"status": status},
+            )
         output = {
             "status": status,
             "headers": {k: response.headers[k] for k in _KEPT_HEADERS if k in response.headers},
-            "body": _response_body(response),
+            "body": _response_body(response, received),
         }
         if 200 <= status < 300:
             return output

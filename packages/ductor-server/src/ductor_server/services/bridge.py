@@ -53,6 +53,7 @@ from ductor_server.bridge.registry import get_app, list_apps, sync_app, touch_ap
 from ductor_server.bridge.runs import bridge_data, create_bridge_run, find_workflow
 from ductor_server.bridge.tick import BRIDGE_KIND, checkpoint_input, parse_bridge_slug
 from ductor_server.engine.effects import Effects
+from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.queue import Topic
 from ductor_server.errors import (
     BridgeNotConfigured,
@@ -174,6 +175,7 @@ class BridgeService:
         context: the shared service dependencies.
         keys: the bridge signing keys; None when the server has none (then
             apps cannot be called and signed requests cannot be checked).
+        policy: the outbound guard app URLs must pass (none: unguarded).
     """
 
     def __init__(
@@ -182,8 +184,10 @@ class BridgeService:
         *,
         keys: SigningKeys | None,
         require_nonce: bool | None = None,
+        policy: OutboundPolicy | None = None,
     ) -> None:
         self._context = context
+        self._policy = policy
         self.keys = keys
         self.require_nonce = require_nonce_from_env() if require_nonce is None else require_nonce
         self.server_keys = (
@@ -518,7 +522,7 @@ class BridgeService:
             keys: BridgeKeys | SigningKeys = await self.request_keys(tenant_id, app_id)
         else:
             keys = self.required_keys()
-        return await call_app(keys, url, SyncRequest(url=url), SyncResponse)
+        return await call_app(keys, url, SyncRequest(url=url), SyncResponse, policy=self._policy)
 
     async def probe(self, tenant_id: str, app_id: str) -> HealthResponse:
         """Call a registered app's `health` action; record when it answered.
@@ -532,7 +536,7 @@ class BridgeService:
         if app is None or not app.url:
             raise AppNotFound(app_id)
         keys = await self.request_keys(tenant_id, app_id)
-        health = await call_app(keys, app.url, HealthRequest(), HealthResponse)
+        health = await call_app(keys, app.url, HealthRequest(), HealthResponse, policy=self._policy)
         async with self._context.store.transaction() as tx:
             await touch_app(tx, tenant_id, app_id, now=self._context.clock.now())
         return health

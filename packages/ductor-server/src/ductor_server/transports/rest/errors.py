@@ -109,6 +109,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "receipt.not_canonical": 422,
     "receipt.invalid_key": 422,
     # the server
+    "outbound.forbidden": 422,
     "service.unavailable": 503,
     "storage.unavailable": 503,
     "internal": 500,

@@ -1,0 +1,197 @@
+"""The outbound guard: every call the server makes on a tenant's behalf (the `http`
+action, bridge calls to app URLs, app probes) goes to a public address only.
+
+A tenant names a URL; without a guard it could make the server read its own
+database port, a cloud metadata service or anything else on the private
+network. `OutboundPolicy` refuses loopback, private, link-local, shared,
+reserved, multicast and unspecified addresses (anything not globally
+routable), unless the operator allows a range (`DUCTOR_OUTBOUND_ALLOW`).
+
+The check happens where the connection is made, in the network backend of the
+HTTP client (`guarded_transport`): the host is resolved there, every address it
+resolves to must be allowed, and the connection goes to a checked address, so
+a DNS answer cannot change between the check and the connect, and a redirect
+to a forbidden host is refused like a first request. Numeric spellings of an
+address (decimal, octal, IPv4-mapped IPv6) are resolved to the address they
+mean before they are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import httpcore
+import httpx
+
+from ductor_server.settings import IPNetwork, parse_networks
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+"""The most of a response body an outbound call reads (10 MiB)."""
+
+
+class OutboundForbidden(Exception):
+    """A call to an address the policy refuses; names the host and the address."""
+
+    def __init__(self, host: str, address: str | None, reason: str) -> None:
+        where = host if address is None or address == host else f"{host} ({address})"
+        super().__init__(f"outbound calls to {where} are not allowed: {reason}")
+        self.host = host
+        self.address = address
+
+
+class OutboundPolicy:
+    """Which addresses outbound calls may reach: public ones, and `allow`ed ranges."""
+
+    def __init__(self, allow: Iterable[IPNetwork | str] = ()) -> None:
+        self.allow: tuple[IPNetwork, ...] = tuple(
+            ipaddress.ip_network(n, strict=False) if isinstance(n, str) else n for n in allow
+        )
+
+    def refusal(self, address: IPAddress) -> str | None:
+        """Why `address` may not be reached, or None if it may."""
+        if isinstance(address, ipaddress.IPv6Address):
+            mapped = address.ipv4_mapped or address.sixtofour
+            if mapped is not None:
+                address = mapped
+        if any(address in network for network in self.allow):
+            return None
+        if address.is_multicast:
+            return "it is a multicast address"
+        if address.is_loopback:
+            return "it is a loopback address"
+        if address.is_unspecified:
+            return "it is the unspecified address"
+        if address.is_link_local:
+            return "it is a link-local address"
+        if not address.is_global:
+            return "it is not a public address"
+        return None
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        """Every address `host` resolves to, if all of them are allowed.
+
+        Raises:
+            OutboundForbidden: one of them is refused (or the host is empty).
+            OSError: the name does not resolve.
+        """
+        if not host:
+            raise OutboundForbidden(host, None, "no host")
+        name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for text in addresses:
+            address = ipaddress.ip_address(text.split("%", 1)[0])
+            reason = self.refusal(address)
+            if reason is not None:
+                raise OutboundForbidden(host, text, reason)
+        return addresses
+
+
+class _GuardedBackend(httpcore.AsyncNetworkBackend):
+    """Resolves and checks the host, then connects to a checked address."""
+
+    def __init__(self, policy: OutboundPolicy, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._policy = policy
+        self._inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            addresses = await asyncio.wait_for(self._policy.resolve(host, port), timeout)
+        except (OSError, TimeoutError) as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise OutboundForbidden(path, None, "unix sockets are not reachable")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """An httpx transport whose connections go through `OutboundPolicy` (no proxy,
+    no environment settings: a proxy would reach what the guard refuses)."""
+
+    def __init__(self, policy: OutboundPolicy, *, max_connections: int = 100) -> None:
+        super().__init__(trust_env=False)
+        # The pool httpx built has the default network backend; this one checks every
+        # address before it connects. (httpx takes no backend of its own.)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl.create_default_context(),
+            max_connections=max_connections,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_GuardedBackend(policy, httpcore.AnyIOBackend()),
+        )
+        self.policy = policy
+
+
+def guarded_transport(policy: OutboundPolicy | None) -> httpx.AsyncBaseTransport | None:
+    """The transport outbound clients use under `policy` (None: unguarded, for tests
+    that bring their own transport)."""
+    return None if policy is None else GuardedTransport(policy)
+
+
+async def read_capped(response: httpx.Response, limit: int = MAX_RESPONSE_BYTES) -> bytes | None:
+    """The (decoded) body of a streamed `response`, or None when it is longer than
+    `limit` bytes; the rest is not read, so neither a huge body nor a compression
+    bomb fills the memory."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def loopback_networks() -> Sequence[IPNetwork]:
+    """127.0.0.0/8 and ::1: what `ductor dev` allows by default, so a local app works."""
+    return parse_networks("127.0.0.0/8,::1")
+
+
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "GuardedTransport",
+    "OutboundForbidden",
+    "OutboundPolicy",
+    "guarded_transport",
+    "loopback_networks",
+    "parse_networks",
+    "read_capped",
+]
