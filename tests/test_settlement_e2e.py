@@ -12,12 +12,15 @@ less what returns credited back, and no wallet is below its floor.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import random
 import time
 from typing import Any
 
 import httpx
 
+from ductor_settlement import decode_envelope, load_public_keys, verify_receipt
 from tests.conftest import ServerProcess
 
 LEADS = 1_000
@@ -148,7 +151,22 @@ async def market(server: ServerProcess) -> tuple[list[dict[str, Any]], list[dict
     return decisions, returns
 
 
+def _receipts(http: httpx.Client) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"kind": "assignment", "limit": 500}
+        if cursor:
+            params["cursor"] = cursor
+        page = http.get("/v1/receipts", params=params).json()
+        found += page["items"]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return found
+
+
 def test_a_settled_marketplace_balances_to_the_micro(server: ServerProcess) -> None:
+    server.extra_env["DUCTOR_RECEIPT_KEY"] = "market-1 " + base64.b64encode(bytes(32)).decode()
     server.start()
     people = buyers()
     with server.client() as http:
@@ -239,6 +257,18 @@ def test_a_settled_marketplace_balances_to_the_micro(server: ServerProcess) -> N
         assert wallet["balance"] >= 0, wallet
         assert wallet["available"] >= 0, wallet
     assert accounts["cash"]["balance"] == sum(b["funds"] for b in people.values())
+    # Every settled assignment has exactly one receipt, for what its buyer paid, and
+    # each verifies with the published keys alone.
+    everything = [*assigned, *(r["decision"] for r in returns if r["decision"] is not None)]
+    paid = {d["assignment_id"]: d["charge"] for d in everything if d["outcome"] == "assigned"}
+    with server.client() as http:
+        receipts = _receipts(http)
+        keys = load_public_keys(http.get("/.well-known/ductor-keys").content)
+    by_subject = {r["receipt"]["subject"]["id"]: r for r in receipts}
+    assert len(by_subject) == len(receipts) == len(paid)
+    assert {a: r["receipt"]["cost"]["micros"] for a, r in by_subject.items()} == paid
+    for r in receipts:
+        verify_receipt(decode_envelope(json.dumps(r["envelope"])), keys)
     print(
         f"{server.backend}: {len(decisions)} decisions, {len(returns)} returns in {routed_in:.1f}s"
     )

@@ -128,16 +128,19 @@ def build_services(
     )
     routing_engine = expressions or runtime.engine or default_engine()
     ledger = LedgerService(runtime.store, clock=runtime.clock)
+    receipts = ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock)
     return Services(
         workflows=WorkflowsService(context),
         runs=RunsService(context),
         events=EventsService(context),
-        routing=RoutingService(runtime.store, engine=routing_engine, clock=runtime.clock),
+        routing=RoutingService(
+            runtime.store, engine=routing_engine, clock=runtime.clock, receipts=receipts
+        ),
         bridge=BridgeService(context, keys=bridge_keys, policy=outbound),
         keys=KeysService(runtime.store, clock=runtime.clock),
         ledger=ledger,
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
-        receipts=ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock),
+        receipts=receipts,
         metering=MeteringService(runtime.store, clock=runtime.clock),
     )
 

@@ -3,6 +3,7 @@ tenants and a manual clock, and an opened store of each backend."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from ductor_server.cli_server import create_key
 from ductor_server.composition import build
 from ductor_server.engine.clock import ManualClock
 from ductor_server.storage import Store, open_store
+
+RECEIPT_KEY = "test-2030 " + base64.b64encode(bytes(range(32))).decode()
+"""The receipt signing key of these tests' servers (`KEY_ID BASE64_SEED`)."""
 
 
 class Api:
@@ -77,7 +81,12 @@ class Api:
 
 def _settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     database_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    return Settings(data_dir=tmp_path, database_url=database_url, roles=("api",))
+    return Settings(
+        data_dir=tmp_path,
+        database_url=database_url,
+        roles=("api",),
+        receipt_key=RECEIPT_KEY,
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -5,14 +5,18 @@ that never overdraw, returns with reroute, and expired holds swept."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import Any
+
+import pytest
 
 from ductor_core.expressions import default_engine
 from ductor_server.engine.housekeeping import Housekeeping
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.services.routing import ReturnBody, RouteBody, RoutingService
-from ductor_settlement.errors import AlreadyReturned
+from ductor_settlement import canonical_hash, decode_envelope, load_public_keys, verify_receipt
+from ductor_settlement.errors import AlreadyReturned, SettlementError
 
 from .conftest import Api
 
@@ -88,6 +92,37 @@ async def test_a_settled_pool_charges_the_winner_in_the_assignment_commit(api: A
     (charge,) = [e for e in entries["items"] if e["reference"]["kind"] == "decision"]
     assert charge["idempotency_key"] == f"assign:{decision['assignment_id']}"
     assert charge["reference"] == {"kind": "decision", "id": decision["id"]}
+
+
+async def test_a_settled_assignment_has_a_signed_receipt(api: Api) -> None:
+    await _market(api, {"low": 20 * USD, "high": 20 * USD}, bids={"low": 5 * USD, "high": 7 * USD})
+    decision = await _route(api, "l1")
+    assignment = decision["assignment_id"]
+    found = await api.ok("GET", "/v1/receipts", params={"subject": f"assignment:{assignment}"})
+    (receipt,) = found["items"]
+    body = receipt["receipt"]
+    assert body["subject"] == {"kind": "assignment", "id": assignment}
+    assert body["cost"] == {"micros": 5 * USD + 1, "currency": "USD"}
+    entries = await api.ok("GET", "/v1/ledger/entries", params={"account": "wallet:high"})
+    charge = next(e for e in entries["items"] if e["reference"]["kind"] == "decision")
+    assert body["ledger_entries"] == [charge["id"]]
+    stored = await api.ok("GET", f"/v1/decisions/{decision['id']}")
+    assert body["decision"] == {
+        "id": decision["id"],
+        "explanation_hash": canonical_hash(stored["explanation"]),
+    }
+    assert body["configuration_hash"].startswith("sha256:")
+    # It verifies with the published keys alone, and not once a byte is changed.
+    keys = load_public_keys((await api.client.get("/.well-known/ductor-keys")).content)
+    envelope = decode_envelope(json.dumps(receipt["envelope"]))
+    assert verify_receipt(envelope, keys).subject.id == assignment
+    payload = receipt["envelope"]["payload"]
+    flipped = {**receipt["envelope"], "payload": ("B" if payload[0] != "B" else "C") + payload[1:]}
+    with pytest.raises(SettlementError):
+        verify_receipt(decode_envelope(json.dumps(flipped)), keys)
+    # An unsettled decision gets none; another tenant sees none.
+    other = await api.ok("GET", "/v1/receipts", as_b=True)
+    assert other["items"] == []
 
 
 async def test_an_unsettled_pool_charges_nothing(api: Api) -> None:
@@ -388,9 +423,17 @@ async def test_hold_mode_reserves_at_assignment_and_charges_on_completion(api: A
     # Not charged yet: nothing to return.
     path = f"/v1/assignments/{first['assignment_id']}/return"
     await api.fails("POST", path, 422, "return.not_returnable", json={"reason": "bad"})
+    # No receipt until the charge is posted.
+    receipts = await api.ok("GET", "/v1/receipts", params={"kind": "assignment"})
+    assert receipts["items"] == []
     # Completing releases the hold and posts the charge; rejecting voids it.
     await api.ok("POST", f"/v1/assignments/{first['assignment_id']}/complete", json={})
     await api.ok("POST", f"/v1/assignments/{second['assignment_id']}/reject", json={})
+    receipts = await api.ok("GET", "/v1/receipts", params={"kind": "assignment"})
+    (receipt,) = receipts["items"]
+    assert receipt["receipt"]["subject"]["id"] == first["assignment_id"]
+    assert receipt["receipt"]["cost"] == {"micros": 4 * USD, "currency": "USD"}
+    assert receipt["receipt"]["configuration_hash"].startswith("sha256:")
     wallet = await api.balance("wallet:a")
     assert (wallet["balance"], wallet["pending"], wallet["available"]) == (6 * USD, 0, 6 * USD)
     assert (await api.balance("payable:seller"))["balance"] == 3_600_000

@@ -23,6 +23,7 @@ class ChargeRecord(msgspec.Struct, frozen=True, kw_only=True):
     postings: tuple[Posting, ...] | None
     routable: bytes
     created_at: datetime
+    config_hash: str | None = None
 
 
 class ReturnRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,12 +55,14 @@ class SettlementTx:
         routable: bytes,
         now: datetime,
         postings: tuple[Posting, ...] | None = None,
+        config_hash: str | None = None,
     ) -> None:
         """Record that `assignment_id` was settled by `entry_id` (or will be, with
-        `postings`, when its hold is posted)."""
+        `postings`, when its hold is posted), and the hash of the routing
+        configuration it was decided under (for its receipt)."""
         await self._db.execute(
             "INSERT INTO settlement_charges (tenant_id, assignment_id, entry_id, postings,"
-            " routable, created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+            " routable, created_at, config_hash) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (
                 tenant_id,
                 assignment_id,
@@ -67,6 +70,7 @@ class SettlementTx:
                 None if postings is None else msgspec.json.encode(postings).decode(),
                 routable.decode(),
                 self._db.to_timestamp(now),
+                config_hash,
             ),
         )
 
@@ -81,7 +85,8 @@ class SettlementTx:
     async def get_charge(self, tenant_id: str, assignment_id: str) -> ChargeRecord | None:
         """The settlement of an assignment, or None when its pool was not settled."""
         row = await self._db.fetch_one(
-            "SELECT assignment_id, entry_id, routable, created_at, postings FROM settlement_charges"
+            "SELECT assignment_id, entry_id, routable, created_at, postings, config_hash"
+            " FROM settlement_charges"
             " WHERE tenant_id = %s AND assignment_id = %s",
             (tenant_id, assignment_id),
         )
@@ -101,6 +106,7 @@ class SettlementTx:
             postings=postings,
             routable=routable,
             created_at=self._db.from_timestamp(row[3]),
+            config_hash=row[5],
         )
 
     async def insert_return(self, record: ReturnRecord) -> None:

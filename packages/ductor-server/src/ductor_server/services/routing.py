@@ -66,6 +66,7 @@ from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReser
 from ductor_server.services.idempotency import Answer, Claim
 from ductor_server.services.idempotency import Outcome as MutationOutcome
 from ductor_server.services.metering import charge_usage, require_entitlement
+from ductor_server.services.receipts import ReceiptService, decision_ref
 from ductor_server.services.runs import check_name
 from ductor_server.services.settlement import (
     PoolSettlement,
@@ -77,7 +78,15 @@ from ductor_server.services.settlement import (
     settle_assignment,
 )
 from ductor_server.storage.protocol import Store, Tx
-from ductor_settlement import Ledger, LedgerSnapshot
+from ductor_settlement import (
+    Cost,
+    Ledger,
+    LedgerSnapshot,
+    Subject,
+    SubjectKind,
+    canonical_hash,
+    quote,
+)
 from ductor_settlement.errors import NotReturnable
 from ductor_settlement.returns import AssignmentFacts, ReturnRefusal, ReturnStats, decide_return
 
@@ -346,11 +355,13 @@ def _route_cost(config: _Config, pool: str | None, engine: ExpressionEngine) -> 
 class _Compiled:
     """A compiled router and whether its decisions are cheap enough for the loop."""
 
-    __slots__ = ("cost", "router", "settled")
+    __slots__ = ("config_hash", "cost", "router", "settled")
 
     def __init__(self, router: Router, cost: int, config: _Config) -> None:
         self.router = router
         self.cost = cost
+        # What a receipt names as the configuration the decision was made under.
+        self.config_hash = canonical_hash(msgspec.to_builtins(config))
         # The enabled settlement of each pool the router may pick, with its members.
         self.settled: dict[str, tuple[PoolSettlement, tuple[str, ...]]] = {
             p.id: (config.settlement[p.id], tuple(m.worker for m in p.members))
@@ -416,8 +427,10 @@ class RoutingService:
         clock: Clock | None = None,
         registry: StrategyRegistry | None = None,
         max_attempts: int = 20,
+        receipts: ReceiptService | None = None,
     ) -> None:
         self.store = store
+        self.receipts = receipts
         self.engine = engine
         self.clock = clock or SystemClock()
         if registry is None:
@@ -1016,8 +1029,47 @@ class RoutingService:
             msgspec.json.encode(routable),
             now,
             postings=held,
+            config_hash=compiled.config_hash,
         )
+        if written:
+            priced = quote(found[0].rule(intent.pool), routing_charge=intent.charge)
+            await self._receipt(
+                tx,
+                tenant_id,
+                assignment_id,
+                decision,
+                Cost(micros=priced.charge, currency=priced.currency),
+                compiled.config_hash,
+                written,
+                now,
+            )
         return written
+
+    async def _receipt(
+        self,
+        tx: Tx,
+        tenant_id: str,
+        assignment_id: str,
+        decision: Decision,
+        cost: Cost,
+        config_hash: str | None,
+        entries: tuple[str, ...],
+        now: datetime,
+    ) -> None:
+        """Issue the settled assignment's signed receipt in the transaction that
+        charged it (nothing when the server has no receipt key)."""
+        if self.receipts is None:
+            return
+        await self.receipts.issue_in(
+            tx,
+            tenant_id,
+            Subject(kind=SubjectKind.ASSIGNMENT, id=assignment_id),
+            cost=cost,
+            decision=decision_ref(decision.id, msgspec.to_builtins(decision.explanation)),
+            configuration_hash=config_hash,
+            ledger_entries=entries,
+            now=now,
+        )
 
     async def _stored_decision(self, tenant_id: str, decision_id: str) -> DecisionView | None:
         async with self.store.transaction() as tx:
@@ -1161,6 +1213,19 @@ class RoutingService:
         )
         if written:
             await settlement.set_charge_entry(record.tenant_id, record.id, written[0])
+            raw = await RoutingTx(tx).get_decision(record.tenant_id, record.decision_id)
+            if raw is not None:
+                debits = [p for p in charge.postings if p.amount > 0]
+                await self._receipt(
+                    tx,
+                    record.tenant_id,
+                    record.id,
+                    _decode(raw, Decision),
+                    Cost(micros=sum(p.amount for p in debits), currency=debits[0].currency),
+                    charge.config_hash,
+                    written,
+                    now,
+                )
         return written
 
     async def return_assignment(

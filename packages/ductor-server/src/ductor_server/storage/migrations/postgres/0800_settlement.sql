@@ -20,6 +20,7 @@ CREATE TABLE settlement_charges (
     postings jsonb,
     routable jsonb NOT NULL,
     created_at timestamptz NOT NULL,
+    config_hash text,
     PRIMARY KEY (tenant_id, assignment_id)
 );
 

@@ -20,6 +20,7 @@ CREATE TABLE settlement_charges (
     postings TEXT,
     routable TEXT NOT NULL,
     created_at TEXT NOT NULL,
+    config_hash TEXT,
     PRIMARY KEY (tenant_id, assignment_id)
 );
 
