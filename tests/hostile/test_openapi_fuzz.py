@@ -25,8 +25,16 @@ EXCLUDED = [schemathesis.checks.positive_data_acceptance]
 
 def test_no_operation_answers_5xx_or_off_schema(make_server: Any) -> None:
     # With a bridge key, so the signed routes answer (401 unsigned) instead of a
-    # documented 503 `bridge.not_configured`.
-    sqlite_server = make_server("fuzz", env={"DUCTOR_BRIDGE_SIGNING_KEY": "fuzz-" + "k" * 32})
+    # documented 503 `bridge.not_configured`; likewise Stripe settings for top-ups
+    # (`wallet.unavailable`), whose API address nothing listens on: no generated
+    # top-up gets as far as calling it (no account it names exists).
+    env = {
+        "DUCTOR_BRIDGE_SIGNING_KEY": "fuzz-" + "k" * 32,
+        "DUCTOR_STRIPE_API_KEY": "sk_test_fuzz",
+        "DUCTOR_STRIPE_WEBHOOK_SECRET": "whsec_fuzz",
+        "DUCTOR_STRIPE_API_BASE": "http://127.0.0.1:9",
+    }
+    sqlite_server = make_server("fuzz", env=env)
     sqlite_server.start()
     schema = schemathesis.openapi.from_url(f"{sqlite_server.url}/docs/openapi.json")
     headers = {"Authorization": f"Bearer {sqlite_server.api_key}"}
