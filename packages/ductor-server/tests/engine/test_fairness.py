@@ -240,3 +240,54 @@ def test_a_policy_decodes() -> None:
     )
     assert policy.of("big").weight == 4 and policy.of("big").workflows == {"export": 2}
     assert policy.of("other").max_running == 32
+
+
+def test_slow_tasks_of_one_tenant_leave_the_freed_slots_to_a_waiting_tenant() -> None:
+    scheduler = FairScheduler()
+    _backlog(scheduler, "a", 500)
+    first = scheduler.pick(64, now=0.0, capacity=64)
+    assert len(first) == 64  # alone, a tenant may use every slot
+    _backlog(scheduler, "b", 100)
+    for ticket in first[:40]:
+        scheduler.finish(ticket.key)
+    # Forty slots free up: b is below its share (32) and takes them until it has it.
+    picked = Counter(t.tenant for t in scheduler.pick(40, now=0.0, capacity=64))
+    assert picked == Counter({"b": 32, "a": 8})
+    assert scheduler.running_of("b") == 32 and scheduler.running_of("a") == 32
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(TENANTS), weights, min_size=2), ops)
+def test_a_tenant_at_its_share_of_slots_never_takes_one_another_tenant_could_use(
+    shares: dict[str, int], script: list[Op]
+) -> None:
+    capacity = 8
+    policy = FairPolicy(tenants={t: TenantPolicy(weight=w) for t, w in shares.items()})
+    scheduler = FairScheduler(policy)
+    seq = itertools.count()
+    names = sorted(shares)
+    for op, arg in script:
+        if op == "push":
+            n = next(seq)
+            tenant = names[arg % len(names)]
+            scheduler.push(Ticket(key=f"k{n}", tenant=tenant, workflow="w", seq=n))
+        elif op == "pick":
+            for _ in range(arg):
+                if len(list(scheduler.running())) >= capacity:
+                    break
+                under = {
+                    t
+                    for t in names
+                    if scheduler.has_ready(t) and not scheduler.over_share(t, capacity)
+                }
+                over = {t: scheduler.over_share(t, capacity) for t in names}
+                got = scheduler.pick(1, now=0.0, capacity=capacity)
+                if not got:
+                    assert scheduler.ready_count == 0
+                    break
+                if over[got[0].tenant]:
+                    assert not under, f"{got[0].tenant} over its share while {under} waited"
+        elif op in ("finish", "requeue"):
+            running = sorted(t.key for t in scheduler.running())
+            if running:
+                scheduler.finish(running[arg % len(running)])

@@ -233,11 +233,17 @@ class FairScheduler:
 
     # --- the choice -------------------------------------------------------------------
 
-    def pick(self, limit: int, now: float) -> list[Ticket]:
-        """Start up to `limit` ready tasks, fairly; fewer when the rest must wait."""
+    def pick(self, limit: int, now: float, *, capacity: int | None = None) -> list[Ticket]:
+        """Start up to `limit` ready tasks, fairly; fewer when the rest must wait.
+
+        With `capacity` (the worker slots there are), a tenant already holding
+        its share of them (`capacity * weight / total weight` of the tenants with
+        ready or running tasks) gets another only when no tenant below its share
+        can start one.
+        """
         picked: list[Ticket] = []
         while len(picked) < limit:
-            ticket = self._pick_one(now)
+            ticket = self._pick_one(now, capacity)
             if ticket is None:
                 break
             picked.append(ticket)
@@ -253,30 +259,75 @@ class FairScheduler:
             return False
         return self._tokens(ticket.tenant, tp, now) >= 1
 
-    def _pick_one(self, now: float) -> Ticket | None:
+    def has_ready(self, tenant: str) -> bool:
+        """True if `tenant` has a ready task (startable or not)."""
+        return any(tenant in tier.queues for tier in self._tiers.values())
+
+    def share_of(self, tenant: str, capacity: int) -> float:
+        """The slots `tenant` is due out of `capacity`, among the tenants that
+        have ready or running tasks (and `tenant` itself)."""
+        active = {tenant, *self._tenant_running}
+        for tier in self._tiers.values():
+            active.update(tier.queues)
+        total = sum(self.policy.of(t).weight for t in active)
+        return capacity * self.policy.of(tenant).weight / total
+
+    def over_share(self, tenant: str, capacity: int) -> bool:
+        """True if `tenant` holds at least its share of `capacity` slots."""
+        return self.running_of(tenant) >= self.share_of(tenant, capacity)
+
+    def next_start_at(self, now: float) -> float | None:
+        """When a tenant held back only by its rate limit can start again (None:
+        no ready tenant waits on its rate)."""
+        soonest: float | None = None
+        for tier in self._tiers.values():
+            for tenant in tier.queues:
+                tp = self.policy.of(tenant)
+                if tp.rate is None:
+                    continue
+                missing = 1 - self._tokens(tenant, tp, now)
+                if missing > 0:
+                    at = now + missing / tp.rate
+                    soonest = at if soonest is None else min(soonest, at)
+        return soonest
+
+    def _pick_one(self, now: float, capacity: int | None) -> Ticket | None:
         for level in sorted(self._tiers, reverse=True):
             tier = self._tiers[level]
-            for _ in range(len(tier.ring)):
-                tenant = tier.ring[0]
-                tp = self.policy.of(tenant)
-                ticket = self._head(tier, tenant, tp, now)
-                if ticket is None:
-                    # Held back by a limit: no credit banked while it waits.
-                    tier.deficit[tenant] = 0
-                    tier.ring.rotate(-1)
-                    continue
-                credit = tier.deficit.get(tenant, 0)
-                if credit < 1:
-                    credit += tp.weight
-                credit -= 1
-                self.discard(ticket.key)
-                if ticket.tenant in tier.queues:
-                    if credit < 1:
-                        tier.ring.rotate(-1)
-                    tier.deficit[tenant] = credit
-                self._take_token(tenant, tp, now)
-                self._start(ticket)
+            ticket = None
+            if capacity is not None:
+                ticket = self._pick_in(tier, now, capacity)
+            if ticket is None:
+                ticket = self._pick_in(tier, now, None)
+            if ticket is not None:
                 return ticket
+        return None
+
+    def _pick_in(self, tier: _Tier, now: float, capacity: int | None) -> Ticket | None:
+        for _ in range(len(tier.ring)):
+            tenant = tier.ring[0]
+            if capacity is not None and self.over_share(tenant, capacity):
+                tier.ring.rotate(-1)
+                continue
+            tp = self.policy.of(tenant)
+            ticket = self._head(tier, tenant, tp, now)
+            if ticket is None:
+                # Held back by a limit: no credit banked while it waits.
+                tier.deficit[tenant] = 0
+                tier.ring.rotate(-1)
+                continue
+            credit = tier.deficit.get(tenant, 0)
+            if credit < 1:
+                credit += tp.weight
+            credit -= 1
+            self.discard(ticket.key)
+            if tenant in tier.queues:
+                if credit < 1:
+                    tier.ring.rotate(-1)
+                tier.deficit[tenant] = credit
+            self._take_token(tenant, tp, now)
+            self._start(ticket)
+            return ticket
         return None
 
     def _head(self, tier: _Tier, tenant: str, tp: TenantPolicy, now: float) -> Ticket | None:
