@@ -179,7 +179,8 @@ def test_a_tenant_at_its_limit_leaves_the_slots_to_others() -> None:
     _backlog(scheduler, "b", 100)
     picked = Counter(t.tenant for t in scheduler.pick(10, now=0.0))
     assert picked == Counter({"a": 2, "b": 8})
-    assert scheduler.pick(5, now=0.0) and scheduler.running_of("a") == 2
+    assert scheduler.pick(5, now=0.0)
+    assert scheduler.running_of("a") == 2
 
 
 def test_a_workflow_limit_lets_the_tenants_other_workflows_run() -> None:
@@ -208,7 +209,8 @@ def test_requeued_and_rebuilt_tasks_keep_their_place_and_count() -> None:
     for i in range(3):
         scheduler.push(Ticket(key=str(i), tenant="a", workflow="w", seq=i))
     [first] = scheduler.pick(5, now=0.0)
-    assert first.key == "0" and scheduler.requeue("0")
+    assert first.key == "0"
+    assert scheduler.requeue("0")
     assert [t.key for t in scheduler.pick(5, now=0.0)] == ["0"]
     assert not scheduler.push(Ticket(key="0", tenant="a", workflow="w"))
     other = FairScheduler(FairPolicy(default=TenantPolicy(max_running=1)))
@@ -238,7 +240,8 @@ def test_a_policy_decodes() -> None:
         '{"default": {"max_running": 32}, "tenants": {"big": {"weight": 4, "rate": 100,'
         ' "burst": 200, "workflows": {"export": 2}}}}'
     )
-    assert policy.of("big").weight == 4 and policy.of("big").workflows == {"export": 2}
+    assert policy.of("big").weight == 4
+    assert policy.of("big").workflows == {"export": 2}
     assert policy.of("other").max_running == 32
 
 
@@ -253,7 +256,8 @@ def test_slow_tasks_of_one_tenant_leave_the_freed_slots_to_a_waiting_tenant() ->
     # Forty slots free up: b is below its share (32) and takes them until it has it.
     picked = Counter(t.tenant for t in scheduler.pick(40, now=0.0, capacity=64))
     assert picked == Counter({"b": 32, "a": 8})
-    assert scheduler.running_of("b") == 32 and scheduler.running_of("a") == 32
+    assert scheduler.running_of("b") == 32
+    assert scheduler.running_of("a") == 32
 
 
 @settings(max_examples=200, deadline=None)
