@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from redis.asyncio import Redis
+
 from ductor.protocol import SigningKeys
 from ductor_core.expressions import (
     DEFAULT_COST_LIMITS,
@@ -24,6 +26,8 @@ from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.queue import WakeUp
+from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
@@ -54,6 +58,7 @@ class Composition:
         actions: this runtime's step handlers (`route` and `bridge` included).
         runtime: the engine loops of the configured roles.
         services: what transports call.
+        redis: the Redis client when `settings.redis_url` is set (closed by `running`).
     """
 
     settings: Settings
@@ -62,6 +67,7 @@ class Composition:
     actions: ActionRegistry
     runtime: Runtime
     services: Services
+    redis: Redis | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Composition]:
@@ -78,6 +84,8 @@ class Composition:
                 await self.runtime.stop()
         finally:
             await self.store.close()
+            if self.redis is not None:
+                await self.redis.aclose()
             if isinstance(self.expressions, SandboxedEngine):
                 self.expressions.close()
 
@@ -165,15 +173,22 @@ def build(
     store = open_store(settings.store_target)
     expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
     actions = actions if actions is not None else default_registry()
+    redis: Redis | None = None
+    wakeup: WakeUp | None = None
+    if settings.redis_url:
+        redis = Redis.from_url(settings.redis_url)
+        wakeup = RedisWakeUp(redis, prefix=settings.redis_prefix)
     runtime = Runtime(
         store,
         roles=settings.roles,
         config=RuntimeConfig(
             lease_seconds=settings.lease_seconds,
-            poll_interval=settings.poll_interval,
+            poll_interval=settings.engine_poll_interval,
             poison_after=settings.poison_after,
             stop_grace=settings.stop_grace,
+            fairness=settings.fairness,
         ),
+        wakeup=wakeup,
         clock=clock,
         engine=expressions,
         actions=actions,
@@ -190,6 +205,7 @@ def build(
         actions=actions,
         runtime=runtime,
         services=services,
+        redis=redis,
     )
 
 

@@ -292,6 +292,9 @@ class Runtime:
         if Role.WORKER in self.roles:
             await self.workers.drain(self.config.stop_grace)
         await self.actions.aclose()
+        close = getattr(self.wakeup, "aclose", None)
+        if close is not None:
+            await close()
 
     def wake(self) -> None:
         """Wake every loop of this process (after writing outside the services)."""
