@@ -5,7 +5,9 @@ exceeded, whatever the interleaving of pushes, picks, finishes and time."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -295,3 +297,13 @@ def test_a_tenant_at_its_share_of_slots_never_takes_one_another_tenant_could_use
             running = sorted(t.key for t in scheduler.running())
             if running:
                 scheduler.finish(running[arg % len(running)])
+
+
+def test_the_policy_in_the_architecture_doc_decodes() -> None:
+    doc = (Path(__file__).resolve().parents[4] / "docs" / "architecture.md").read_text()
+    section = doc.split("## The task queue", 1)[1]
+    match = re.search(r"```json\n(.*?)\n```", section, re.DOTALL)
+    assert match is not None
+    policy = FairPolicy.from_json(match.group(1))
+    assert policy.of("t_big").workflows == {"nightly-export": 2}
+    assert policy.of("anyone").max_running == 48
