@@ -13,13 +13,38 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
+from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 
 log = logging.getLogger("ductor.wakeup")
+
+
+class _PubSub(PubSub):
+    """A subscription that calls `on_reconnect` whenever redis-py reconnects it by
+    itself (it resubscribes, but messages sent meanwhile are lost). redis-py
+    registers `on_connect` on an already connected connection, so it only runs
+    on reconnects."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        *,
+        ignore_subscribe_messages: bool,
+        on_reconnect: Callable[[], None],
+    ) -> None:
+        super().__init__(pool, ignore_subscribe_messages=ignore_subscribe_messages)
+        self._on_reconnect = on_reconnect
+
+    async def on_connect(self, connection: Any) -> None:
+        """Resubscribe, then report the reconnect."""
+        await super().on_connect(connection)
+        self._on_reconnect()
 
 
 class RedisWakeUp:
@@ -87,20 +112,21 @@ class RedisWakeUp:
     async def _listen(self) -> None:
         failures = 0
         while True:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = _PubSub(
+                self.redis.connection_pool,
+                ignore_subscribe_messages=True,
+                on_reconnect=self._wake_all,
+            )
             try:
                 await pubsub.subscribe(self.channel)
                 if failures:
-                    # Messages published while we were away are lost: look at everything.
-                    for topic in Topic:
-                        self._local.notify(topic)
+                    self._wake_all()
                 failures = 0
                 self._subscribed.set()
                 while True:
                     message = await pubsub.get_message(timeout=None)
-                    if message is None:
-                        continue
-                    self._deliver(message.get("data"))
+                    if message is not None:
+                        self._deliver(message.get("data"))
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
@@ -111,6 +137,10 @@ class RedisWakeUp:
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _wake_all(self) -> None:
+        for topic in Topic:
+            self._local.notify(topic)
 
     def _deliver(self, data: object) -> None:
         text = data.decode() if isinstance(data, bytes) else str(data)
