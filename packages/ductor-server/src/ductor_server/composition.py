@@ -27,8 +27,10 @@ from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.queue import WakeUp
+from ductor_server.engine.redisqueue import RedisFairQueue
 from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
@@ -175,20 +177,31 @@ def build(
     actions = actions if actions is not None else default_registry()
     redis: Redis | None = None
     wakeup: WakeUp | None = None
+    queue: TaskQueue | None = None
+    config = RuntimeConfig(
+        lease_seconds=settings.lease_seconds,
+        poll_interval=settings.engine_poll_interval,
+        poison_after=settings.poison_after,
+        stop_grace=settings.stop_grace,
+        fairness=settings.fairness,
+    )
     if settings.redis_url:
         redis = Redis.from_url(settings.redis_url)
         wakeup = RedisWakeUp(redis, prefix=settings.redis_prefix)
+        queue = RedisFairQueue(
+            store,
+            redis,
+            prefix=settings.redis_prefix,
+            policy=settings.fairness,
+            capacity=config.worker_concurrency,
+            wake=wakeup,
+        )
     runtime = Runtime(
         store,
         roles=settings.roles,
-        config=RuntimeConfig(
-            lease_seconds=settings.lease_seconds,
-            poll_interval=settings.engine_poll_interval,
-            poison_after=settings.poison_after,
-            stop_grace=settings.stop_grace,
-            fairness=settings.fairness,
-        ),
+        config=config,
         wakeup=wakeup,
+        queue=queue,
         clock=clock,
         engine=expressions,
         actions=actions,

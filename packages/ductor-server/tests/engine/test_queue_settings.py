@@ -9,6 +9,7 @@ import pytest
 
 from ductor_server.composition import build
 from ductor_server.engine.fairqueue import LocalFairQueue
+from ductor_server.engine.redisqueue import RedisFairQueue
 from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.settings import IDLE_POLL_INTERVAL, SPLIT_POLL_INTERVAL, Settings
 
@@ -46,4 +47,5 @@ def test_the_composition_wires_the_fair_queue_and_redis_wake_ups(tmp_path: Path)
     assert plain.redis is None
     redis = build(Settings(data_dir=tmp_path, cel_sandbox=False, redis_url="redis://127.0.0.1:1/0"))
     assert isinstance(redis.runtime.wakeup, RedisWakeUp)
+    assert isinstance(redis.runtime.queue, RedisFairQueue)
     assert redis.runtime.config.poll_interval == IDLE_POLL_INTERVAL

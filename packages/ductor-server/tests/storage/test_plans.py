@@ -41,6 +41,10 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "tasks": ("tasks_queued_by_id", ("id",)),
         "runs": ("runs_pkey", ("tenant_id", "id")),
     },
+    "expired_ready_tasks": {
+        "tasks": ("tasks_leased", ("lease_until",)),
+        "runs": ("runs_pkey", ("tenant_id", "id")),
+    },
     "extend_lease": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
     "complete_task": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
     "release_task": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},

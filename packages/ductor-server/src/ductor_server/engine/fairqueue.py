@@ -129,6 +129,11 @@ class LocalFairQueue:
             rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
             for row in rows:
                 self.scheduler.push(ticket_of(row))
+            # Leases that ran out (a process died or stalled with its task) are
+            # free again at once, as in the store's own order.
+            for row in await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit):
+                if not self.scheduler.requeue(row.id):
+                    self.scheduler.push(ticket_of(row))
         if rows:
             self._cursor = max(self._cursor or 0, max(int(r.id) for r in rows))
 
@@ -141,6 +146,8 @@ class LocalFairQueue:
             if ticket.key not in seen and (full or int(ticket.key) <= top):
                 self.scheduler.discard(ticket.key)
         for row in rows:
+            if row.expired:
+                self.scheduler.requeue(row.id)
             self.scheduler.push(ticket_of(row))
 
     def _wake_for_rate(self, at: float) -> None:

@@ -183,6 +183,10 @@ NEW_READY_TASKS = (
     f"SELECT {_READY_COLS}, 0 {_READY_FROM}"
     " WHERE t.status = 'queued' AND t.id > %s AND t.available_at <= %s ORDER BY t.id LIMIT %s"
 )
+EXPIRED_READY_TASKS = (
+    f"SELECT {_READY_COLS}, 1 {_READY_FROM}"
+    " WHERE t.status = 'leased' AND t.lease_until <= %s ORDER BY t.lease_until, t.id LIMIT %s"
+)
 ALL_READY_TASKS = (
     f"SELECT * FROM (SELECT {_READY_COLS}, 0 {_READY_FROM}"
     " WHERE t.status = 'queued' AND t.available_at <= %s"
@@ -237,6 +241,7 @@ HOT_STATEMENTS: dict[str, str] = {
     "lease_queued_tasks": LEASE_QUEUED_TASKS,
     "lease_chosen_task": LEASE_CHOSEN_TASK,
     "new_ready_tasks": NEW_READY_TASKS,
+    "expired_ready_tasks": EXPIRED_READY_TASKS,
     "extend_lease": EXTEND_LEASE,
     "complete_task": COMPLETE_TASK,
     "release_task": RELEASE_TASK,
@@ -1022,10 +1027,17 @@ class SqlTx:
         return [self._task(r) for r in rows]
 
     async def ready_tasks(
-        self, *, now: datetime, after_id: str | None = None, limit: int = 10_000
+        self,
+        *,
+        now: datetime,
+        after_id: str | None = None,
+        limit: int = 10_000,
+        expired_only: bool = False,
     ) -> list[ReadyTask]:
         at = self.to_timestamp(now)
-        if after_id is None:
+        if expired_only:
+            rows = await self.fetch_all(EXPIRED_READY_TASKS, (at, limit))
+        elif after_id is None:
             rows = await self.fetch_all(ALL_READY_TASKS, (at, at, limit))
         else:
             rows = await self.fetch_all(NEW_READY_TASKS, (self._task_id(after_id) or 0, at, limit))

@@ -347,13 +347,20 @@ class TasksTx(Protocol):
         ...
 
     async def ready_tasks(
-        self, *, now: datetime, after_id: str | None = None, limit: int = 10_000
+        self,
+        *,
+        now: datetime,
+        after_id: str | None = None,
+        limit: int = 10_000,
+        expired_only: bool = False,
     ) -> list[ReadyTask]:
-        """Tasks a worker could lease now, for a fair queue to choose from, by id.
+        """Tasks a worker could lease now, for a fair queue to choose from.
 
         With `after_id`: only queued tasks with a larger id (what was enqueued
-        since the last look). Without: every queued task and every task whose
-        lease expired (a rebuild). At most `limit`, lowest ids first.
+        since the last look), lowest ids first. With `expired_only`: only tasks
+        whose lease expired, oldest lease first. With neither: every queued task
+        and every task whose lease expired (a rebuild), lowest ids first. At
+        most `limit`.
         """
         ...
 
