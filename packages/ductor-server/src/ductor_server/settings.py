@@ -55,7 +55,8 @@ class Settings:
         port: port the API listens on.
         data_dir: where the embedded database, the dev API key and the pid file live.
         database_url: a `postgresql://` URL; None for the embedded SQLite store.
-        redis_url: optional Redis: wake-ups across processes (pub/sub).
+        redis_url: optional Redis: wake-ups across processes (pub/sub) and the fair
+            task queue shared by every process.
         redis_prefix: the prefix of every Redis key and channel of this deployment.
         roles: which loops this process runs (api, coordinator, worker, timer).
         max_body_bytes: requests with a larger body get 413 `request.too_large`.

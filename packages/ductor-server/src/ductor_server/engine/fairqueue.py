@@ -24,7 +24,7 @@ from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.fairqueue")
 
-RESCAN_SLACK = 128
+RESCAN_SLACK = 512
 """How far below the highest id seen each look starts again: a task whose
 insert committed after one with a larger id is found by the next look, not
 only by the next full one."""
@@ -57,7 +57,7 @@ class LocalFairQueue:
         policy: FairPolicy | None = None,
         capacity: int | None = None,
         wake: WakeUp | None = None,
-        resync_seconds: float = 5.0,
+        resync_seconds: float = 1.0,
         scan_limit: int = 10_000,
     ) -> None:
         self.store = store
