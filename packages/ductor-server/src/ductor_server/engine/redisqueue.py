@@ -250,7 +250,7 @@ class RedisFairQueue:
         policy: FairPolicy | None = None,
         capacity: int | None = None,
         wake: WakeUp | None = None,
-        resync_seconds: float = 1.0,
+        resync_seconds: float = 0.25,
         scan_limit: int = 10_000,
     ) -> None:
         self.store = store
