@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from redis.asyncio import Redis
+
 from ductor.protocol import SigningKeys
 from ductor_core.expressions import (
     DEFAULT_COST_LIMITS,
@@ -25,7 +27,11 @@ from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.outbound import OutboundPolicy
+from ductor_server.engine.queue import WakeUp
+from ductor_server.engine.redisqueue import RedisFairQueue
+from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
+from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
@@ -62,6 +68,7 @@ class Composition:
         actions: this runtime's step handlers (`route` and `bridge` included).
         runtime: the engine loops of the configured roles.
         services: what transports call.
+        redis: the Redis client when `settings.redis_url` is set (closed by `running`).
     """
 
     settings: Settings
@@ -70,6 +77,7 @@ class Composition:
     actions: ActionRegistry
     runtime: Runtime
     services: Services
+    redis: Redis | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Composition]:
@@ -86,6 +94,8 @@ class Composition:
                 await self.runtime.stop()
         finally:
             await self.store.close()
+            if self.redis is not None:
+                await self.redis.aclose()
             if isinstance(self.expressions, SandboxedEngine):
                 self.expressions.close()
 
@@ -214,15 +224,33 @@ def build(
     expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
     policy = OutboundPolicy(settings.outbound_allow or ())
     actions = actions if actions is not None else default_registry(HttpAction(policy=policy))
+    redis: Redis | None = None
+    wakeup: WakeUp | None = None
+    queue: TaskQueue | None = None
+    config = RuntimeConfig(
+        lease_seconds=settings.lease_seconds,
+        poll_interval=settings.engine_poll_interval,
+        poison_after=settings.poison_after,
+        stop_grace=settings.stop_grace,
+        fairness=settings.fairness,
+    )
+    if settings.redis_url:
+        redis = Redis.from_url(settings.redis_url)
+        wakeup = RedisWakeUp(redis, prefix=settings.redis_prefix)
+        queue = RedisFairQueue(
+            store,
+            redis,
+            prefix=settings.redis_prefix,
+            policy=settings.fairness,
+            capacity=config.worker_concurrency,
+            wake=wakeup,
+        )
     runtime = Runtime(
         store,
         roles=settings.roles,
-        config=RuntimeConfig(
-            lease_seconds=settings.lease_seconds,
-            poll_interval=settings.poll_interval,
-            poison_after=settings.poison_after,
-            stop_grace=settings.stop_grace,
-        ),
+        config=config,
+        wakeup=wakeup,
+        queue=queue,
         clock=clock,
         engine=expressions,
         actions=actions,
@@ -256,6 +284,7 @@ def build(
         actions=actions,
         runtime=runtime,
         services=services,
+        redis=redis,
     )
 
 

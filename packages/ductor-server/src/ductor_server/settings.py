@@ -7,9 +7,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ductor_server.engine.fairness import FairPolicy
+
 ALL_ROLES: tuple[str, ...] = ("api", "coordinator", "worker", "timer")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+IDLE_POLL_INTERVAL = 5.0
+"""Seconds between an idle loop's looks when every write wakes it: a safety net only."""
+SPLIT_POLL_INTERVAL = 0.5
+"""Seconds between an idle loop's looks when writes in other processes cannot wake it."""
 
 
 def parse_roles(text: str) -> tuple[str, ...]:
@@ -72,12 +78,17 @@ class Settings:
         port: port the API listens on.
         data_dir: where the embedded database, the dev API key and the pid file live.
         database_url: a `postgresql://` URL; None for the embedded SQLite store.
-        redis_url: optional Redis accelerator.
+        redis_url: optional Redis: wake-ups across processes (pub/sub) and the fair
+            task queue shared by every process.
+        redis_prefix: the prefix of every Redis key and channel of this deployment.
         roles: which loops this process runs (api, coordinator, worker, timer).
         max_body_bytes: requests with a larger body get 413 `request.too_large`.
         migrate_on_start: apply pending migrations when the app starts.
         lease_seconds: how long a worker owns a leased task before another may retry it.
-        poll_interval: seconds an idle engine loop sleeps before looking again.
+        poll_interval: seconds an idle engine loop sleeps, when nothing wakes it, before
+            looking again; None: `IDLE_POLL_INTERVAL` when wake-ups reach every loop
+            (Redis, or all roles in this process), else `SPLIT_POLL_INTERVAL`.
+        fairness: the tenants' weights and limits in the task queue (`DUCTOR_FAIRNESS`).
         poison_after: how many times a task may die with its process (its lease
             expiring unfinished) before it is quarantined as `attempt.poisoned`; 0: never.
         stop_grace: seconds running steps may take to finish when the process stops
@@ -112,11 +123,13 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path(".ductor"))
     database_url: str | None = None
     redis_url: str | None = None
+    redis_prefix: str = "ductor:"
     roles: tuple[str, ...] = ALL_ROLES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     migrate_on_start: bool = True
     lease_seconds: float = 60.0
-    poll_interval: float = 0.5
+    poll_interval: float | None = None
+    fairness: FairPolicy = field(default_factory=FairPolicy)
     poison_after: int = 3
     stop_grace: float = 5.0
     cel_engine: str = "cel-rust"
@@ -133,6 +146,15 @@ class Settings:
     receipt_key: str | None = field(default=None, repr=False)
     receipts_for_runs: bool = False
     outbound_allow: tuple[str, ...] | None = None
+
+    @property
+    def engine_poll_interval(self) -> float:
+        """The poll interval the engine loops use (see `poll_interval`)."""
+        if self.poll_interval is not None:
+            return self.poll_interval
+        if self.redis_url or set(self.roles) == set(ALL_ROLES):
+            return IDLE_POLL_INTERVAL
+        return SPLIT_POLL_INTERVAL
 
     @property
     def embedded(self) -> bool:
@@ -172,6 +194,10 @@ class Settings:
             values["database_url"] = url
         if url := env.get("DUCTOR_REDIS_URL"):
             values["redis_url"] = url
+        if prefix := env.get("DUCTOR_REDIS_PREFIX"):
+            values["redis_prefix"] = prefix
+        if fairness := env.get("DUCTOR_FAIRNESS"):
+            values["fairness"] = FairPolicy.from_json(fairness)
         if data_dir := env.get("DUCTOR_DATA_DIR"):
             values["data_dir"] = Path(data_dir)
         if host := env.get("DUCTOR_HOST"):

@@ -36,6 +36,15 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "enqueue_task": {},
     "lease_expired_tasks": {"tasks": ("tasks_leased", ("lease_until",))},
     "lease_queued_tasks": {"tasks": ("tasks_ready", ("available_at",))},
+    "lease_chosen_task": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
+    "new_ready_tasks": {
+        "tasks": ("tasks_queued_by_id", ("id",)),
+        "runs": ("runs_pkey", ("tenant_id", "id")),
+    },
+    "expired_ready_tasks": {
+        "tasks": ("tasks_leased", ("lease_until",)),
+        "runs": ("runs_pkey", ("tenant_id", "id")),
+    },
     "extend_lease": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
     "complete_task": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
     "release_task": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
@@ -115,7 +124,7 @@ def check(plans: dict[str, list[dict[str, Any]]]) -> list[str]:
             if scan.get("Index Name") != index:
                 wrong.append(f"{name}: {kind} on {scan.get('Index Name')} ({cond}), not {index}")
                 continue
-            missing = [c for c in columns if not re.search(rf"\b{c} (=|<=)", cond)]
+            missing = [c for c in columns if not re.search(rf"\b{c} (=|<=|>)", cond)]
             if missing:
                 wrong.append(f"{name}: {index} cond {cond!r} lacks {missing}")
         seen = {s["Relation Name"] for s in scans}

@@ -25,10 +25,12 @@ from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
 from ductor_server.engine.effects import EngineParts
 from ductor_server.engine.errors import MissingHandler
+from ductor_server.engine.fairness import FairPolicy
+from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.housekeeping import Housekeeping, Retention
 from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
-from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
+from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
 from ductor_server.storage.protocol import Store
@@ -64,6 +66,7 @@ class RuntimeConfig:
         stop_grace: seconds running handlers may take to finish when stopping.
         housekeeping_interval: seconds between sweeps of expired rows (timer role).
         retention: how long done tasks, idempotency records and events are kept.
+        fairness: the tenants' weights and limits in the task queue.
     """
 
     poll_interval: float = 0.5
@@ -76,6 +79,7 @@ class RuntimeConfig:
     stop_grace: float = 5.0
     housekeeping_interval: float = 300.0
     retention: Retention = field(default_factory=Retention)
+    fairness: FairPolicy = field(default_factory=FairPolicy)
 
 
 Setup = Callable[["Runtime"], object]
@@ -92,7 +96,8 @@ class Runtime:
     Attributes:
         actions: the step handlers of this runtime (built-ins if not given).
         kinds: the run kinds of this runtime (the DAG kind if not given).
-        queue: where the workers take tasks from (the store's tasks table if not given).
+        queue: where the workers take tasks from (if not given, the store's tasks
+            table in fair order, `LocalFairQueue`).
         parts: what carrying out ticks needs (catalog, CEL engine, kinds), shared
             by the coordinator, the services and whatever `setup` plugs in.
     """
@@ -119,7 +124,16 @@ class Runtime:
         self.actions = actions if actions is not None else default_registry()
         self.wakeup = wakeup or InProcessWakeUp()
         self.kinds = kinds if kinds is not None else RunKinds()
-        self.queue: TaskQueue = queue if queue is not None else SqlTaskQueue(store)
+        self.queue: TaskQueue = (
+            queue
+            if queue is not None
+            else LocalFairQueue(
+                store,
+                policy=self.config.fairness,
+                capacity=self.config.worker_concurrency,
+                wake=self.wakeup,
+            )
+        )
         self.catalog = WorkflowCatalog()
         self.parts = EngineParts(
             catalog=self.catalog,
@@ -278,6 +292,9 @@ class Runtime:
         if Role.WORKER in self.roles:
             await self.workers.drain(self.config.stop_grace)
         await self.actions.aclose()
+        close = getattr(self.wakeup, "aclose", None)
+        if close is not None:
+            await close()
 
     def wake(self) -> None:
         """Wake every loop of this process (after writing outside the services)."""

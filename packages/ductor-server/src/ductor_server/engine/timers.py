@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 
 from ductor_core.runs import TimerFired
 from ductor_server.engine.clock import Clock
@@ -43,11 +44,10 @@ class Timers:
         failures = 0
         while not self.stopped:
             try:
-                fired = await self.fire_due()
+                fired, next_at = await self._fire(self.clock.now())
                 failures = 0
                 if fired >= self.batch:
                     continue
-                sleep = await self._sleep_for()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -55,37 +55,41 @@ class Timers:
                 log.exception("firing timers failed (%d in a row)", failures)
                 await asyncio.sleep(min(0.05 * 2**failures, 5.0))
                 continue
+            sleep = self.poll_interval
+            if next_at is not None:
+                sleep = min(max((next_at - self.clock.now()).total_seconds(), 0.0), sleep)
             await self.wake.wait(Topic.TIMERS, sleep)
 
     async def fire_due(self) -> int:
         """Move up to `batch` due timers into inboxes; return how many fired."""
-        now = self.clock.now()
+        fired, _ = await self._fire(self.clock.now())
+        return fired
+
+    async def _fire(self, now: datetime) -> tuple[int, datetime | None]:
+        # One transaction per turn: fire what is due and, when that was not a
+        # full batch, learn when the next timer is due (an idle turn is one commit).
         async with self.store.transaction() as tx:
             due = await tx.due_timers(now=now, limit=self.batch)
-            if not due:
-                return 0
-            await tx.enqueue_inbox(
-                [
-                    NewInboxItem(
-                        tenant_id=t.tenant_id,
-                        run_id=t.run_id,
-                        input=TimerFired(timer_id=t.timer_id),
-                        available_at=now,
-                    )
-                    for t in due
-                ]
-            )
-            await tx.delete_timers(
-                [TimerRef(tenant_id=t.tenant_id, run_id=t.run_id, timer_id=t.timer_id) for t in due]
-            )
-        self.fired += len(due)
-        self.wake.notify(Topic.INBOX)
-        return len(due)
-
-    async def _sleep_for(self) -> float:
-        async with self.store.transaction() as tx:
-            next_at = await tx.next_timer_at()
-        if next_at is None:
-            return self.poll_interval
-        seconds = (next_at - self.clock.now()).total_seconds()
-        return min(max(seconds, 0.0), self.poll_interval)
+            if due:
+                await tx.enqueue_inbox(
+                    [
+                        NewInboxItem(
+                            tenant_id=t.tenant_id,
+                            run_id=t.run_id,
+                            input=TimerFired(timer_id=t.timer_id),
+                            available_at=now,
+                        )
+                        for t in due
+                    ]
+                )
+                await tx.delete_timers(
+                    [
+                        TimerRef(tenant_id=t.tenant_id, run_id=t.run_id, timer_id=t.timer_id)
+                        for t in due
+                    ]
+                )
+            next_at = await tx.next_timer_at() if len(due) < self.batch else None
+        if due:
+            self.fired += len(due)
+            self.wake.notify(Topic.INBOX)
+        return len(due), next_at

@@ -31,6 +31,7 @@ from ductor_server.storage.records import (
     NewInboxItem,
     NewRun,
     NewTask,
+    ReadyTask,
     RunInsert,
     RunPage,
     RunRecord,
@@ -169,6 +170,29 @@ LEASE_QUEUED_TASKS = (
     " WHERE status = 'queued' AND available_at <= %s{handlers}"
     f" ORDER BY tier DESC, available_at, id LIMIT %s{{lock}}) RETURNING {_TASK_COLS}"
 )
+LEASE_CHOSEN_TASK = (
+    "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
+    " deliveries = deliveries + 1,"
+    " deaths = deaths + CASE WHEN status = 'leased' THEN 1 ELSE 0 END"
+    " WHERE tenant_id = %s AND id = %s AND (status = 'queued' AND available_at <= %s"
+    f" OR status = 'leased' AND lease_until <= %s) RETURNING {_TASK_COLS}"
+)
+_READY_COLS = "t.id, t.tenant_id, COALESCE(r.family_slug, ''), t.tier"
+_READY_FROM = "FROM tasks t LEFT JOIN runs r ON r.tenant_id = t.tenant_id AND r.id = t.run_id"
+NEW_READY_TASKS = (
+    f"SELECT {_READY_COLS}, 0 {_READY_FROM}"
+    " WHERE t.status = 'queued' AND t.id > %s AND t.available_at <= %s ORDER BY t.id LIMIT %s"
+)
+EXPIRED_READY_TASKS = (
+    f"SELECT {_READY_COLS}, 1 {_READY_FROM}"
+    " WHERE t.status = 'leased' AND t.lease_until <= %s ORDER BY t.lease_until, t.id LIMIT %s"
+)
+ALL_READY_TASKS = (
+    f"SELECT * FROM (SELECT {_READY_COLS}, 0 {_READY_FROM}"
+    " WHERE t.status = 'queued' AND t.available_at <= %s"
+    f" UNION ALL SELECT {_READY_COLS}, 1 {_READY_FROM}"
+    " WHERE t.status = 'leased' AND t.lease_until <= %s) AS ready ORDER BY 1 LIMIT %s"
+)
 EXTEND_LEASE = (
     "UPDATE tasks SET lease_until = %s WHERE tenant_id = %s AND id = %s"
     " AND status = 'leased' AND lease_owner = %s RETURNING id"
@@ -215,6 +239,9 @@ HOT_STATEMENTS: dict[str, str] = {
     "enqueue_task": ENQUEUE_TASK,
     "lease_expired_tasks": LEASE_EXPIRED_TASKS,
     "lease_queued_tasks": LEASE_QUEUED_TASKS,
+    "lease_chosen_task": LEASE_CHOSEN_TASK,
+    "new_ready_tasks": NEW_READY_TASKS,
+    "expired_ready_tasks": EXPIRED_READY_TASKS,
     "extend_lease": EXTEND_LEASE,
     "complete_task": COMPLETE_TASK,
     "release_task": RELEASE_TASK,
@@ -998,6 +1025,38 @@ class SqlTx:
         sql = self.render(template, handlers=0 if handlers is None else len(handlers))
         rows = await self.fetch_all(sql, params)
         return [self._task(r) for r in rows]
+
+    async def ready_tasks(
+        self,
+        *,
+        now: datetime,
+        after_id: str | None = None,
+        limit: int = 10_000,
+        expired_only: bool = False,
+    ) -> list[ReadyTask]:
+        at = self.to_timestamp(now)
+        if expired_only:
+            rows = await self.fetch_all(EXPIRED_READY_TASKS, (at, limit))
+        elif after_id is None:
+            rows = await self.fetch_all(ALL_READY_TASKS, (at, at, limit))
+        else:
+            rows = await self.fetch_all(NEW_READY_TASKS, (self._task_id(after_id) or 0, at, limit))
+        return [
+            ReadyTask(id=str(r[0]), tenant_id=r[1], workflow=r[2], tier=r[3], expired=bool(r[4]))
+            for r in rows
+        ]
+
+    async def lease_chosen_tasks(
+        self, refs: Sequence[TaskRef], *, owner: str, lease_for: timedelta, now: datetime
+    ) -> list[TaskRecord | None]:
+        if not refs:
+            return []
+        until, at = self.to_timestamp(utc(now) + lease_for), self.to_timestamp(now)
+        rows = await self.executemany_returning(
+            LEASE_CHOSEN_TASK,
+            [(until, owner, r.tenant_id, self._task_id(r.task_id), at, at) for r in refs],
+        )
+        return [None if row is None else self._task(row) for row in rows]
 
     async def extend_leases(
         self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime

@@ -31,6 +31,7 @@ from ductor_server.storage.records import (
     NewInboxItem,
     NewRun,
     NewTask,
+    ReadyTask,
     RunInsert,
     RunPage,
     RunRecord,
@@ -343,6 +344,32 @@ class TasksTx(Protocol):
 
     async def complete_tasks(self, refs: Sequence[TaskRef]) -> list[bool]:
         """Mark tasks done; per task, False if it was already done (or unknown)."""
+        ...
+
+    async def ready_tasks(
+        self,
+        *,
+        now: datetime,
+        after_id: str | None = None,
+        limit: int = 10_000,
+        expired_only: bool = False,
+    ) -> list[ReadyTask]:
+        """Tasks a worker could lease now, for a fair queue to choose from.
+
+        With `after_id`: only queued tasks with a larger id (what was enqueued
+        since the last look), lowest ids first. With `expired_only`: only tasks
+        whose lease expired, oldest lease first. With neither: every queued task
+        and every task whose lease expired (a rebuild), lowest ids first. At
+        most `limit`.
+        """
+        ...
+
+    async def lease_chosen_tasks(
+        self, refs: Sequence[TaskRef], *, owner: str, lease_for: timedelta, now: datetime
+    ) -> list[TaskRecord | None]:
+        """Lease these tasks to `owner` until `now + lease_for`; per ref the leased
+        task, or None where it is not leasable (leased and not expired, done, gone).
+        Taking over an expired lease counts a death, as in `lease_tasks`."""
         ...
 
     async def release_tasks(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:

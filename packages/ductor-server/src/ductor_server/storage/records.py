@@ -261,6 +261,18 @@ class TaskRecord(_Record, frozen=True, kw_only=True):
     deaths: int = 0
 
 
+class ReadyTask(_Record, frozen=True, kw_only=True):
+    """What a fair queue needs to know of a task that can be leased: who it
+    belongs to, its run's workflow, its tier, and whether its lease expired
+    (`expired`) rather than it never having been leased."""
+
+    id: str
+    tenant_id: str
+    workflow: str
+    tier: int
+    expired: bool = False
+
+
 class TaskRef(_Record, frozen=True, kw_only=True):
     """Names one task."""
 

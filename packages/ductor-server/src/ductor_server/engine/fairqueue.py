@@ -1,0 +1,194 @@
+"""The in-process fair `TaskQueue`: the store's tasks, handed out in the order
+of `engine.fairness` (tiers, weights, limits).
+
+It keeps in memory which tasks are ready (learned from the store by id, a
+full look every `resync_seconds`) and which it leased; the store stays the
+truth: each chosen task is leased there by its key, and one that another
+worker took meanwhile, or that ended, is refused and forgotten. Limits and
+shares hold per process (the Redis queue holds them across processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from ductor_server.engine.fairness import FairPolicy, FairScheduler, Ticket
+from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.engine.taskqueue import SqlTaskQueue
+from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
+
+log = logging.getLogger("ductor.fairqueue")
+
+RESCAN_SLACK = 512
+"""How far below the highest id seen each look starts again: a task whose
+insert committed after one with a larger id is found by the next look, not
+only by the next full one."""
+
+
+def ticket_of(task: ReadyTask) -> Ticket:
+    """The scheduler's view of a ready task."""
+    return Ticket(
+        key=task.id, tenant=task.tenant_id, workflow=task.workflow, tier=task.tier, seq=int(task.id)
+    )
+
+
+class LocalFairQueue:
+    """A `TaskQueue` that leases the store's tasks in fair order.
+
+    Args:
+        store: where the tasks are.
+        policy: the tenants' weights and limits.
+        capacity: the worker slots of this process (for the slot shares); None
+            to share only the order of starts.
+        wake: notified (TASKS) when a finished task lets a held-back one start.
+        resync_seconds: how often the whole ready set is read again (the safety
+            net for what the cheap look by id misses).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        policy: FairPolicy | None = None,
+        capacity: int | None = None,
+        wake: WakeUp | None = None,
+        resync_seconds: float = 0.25,
+        scan_limit: int = 10_000,
+    ) -> None:
+        self.store = store
+        self.scheduler = FairScheduler(policy)
+        self.capacity = capacity
+        self.wake = wake
+        self.resync_seconds = resync_seconds
+        self.scan_limit = scan_limit
+        self.refused = 0  # chosen tasks the store would not lease (taken or ended)
+        self._sql = SqlTaskQueue(store)
+        self._cursor: int | None = None
+        self._resynced = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def lease(
+        self,
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+        handlers: Sequence[str] | None = None,
+    ) -> list[TaskRecord]:
+        """Lease up to `limit` tasks in fair order. With `handlers` (a worker that
+        runs only some handlers) the store's own order applies instead."""
+        if handlers is not None:
+            return await self._sql.lease(
+                owner=owner, limit=limit, lease_for=lease_for, now=now, handlers=handlers
+            )
+        if limit < 1:
+            return []
+        at = now.timestamp()
+        async with self.store.transaction() as tx:
+            await self._refresh(tx, now)
+            picked = self.scheduler.pick(limit, at, capacity=self.capacity)
+            if not picked:
+                self._wake_for_rate(at)
+                return []
+            try:
+                leased = await tx.lease_chosen_tasks(
+                    [TaskRef(tenant_id=t.tenant, task_id=t.key) for t in picked],
+                    owner=owner,
+                    lease_for=lease_for,
+                    now=now,
+                )
+            except BaseException:
+                for ticket in picked:
+                    self.scheduler.requeue(ticket.key)
+                raise
+        out: list[TaskRecord] = []
+        for ticket, task in zip(picked, leased, strict=True):
+            if task is None:
+                self.refused += 1
+                self.scheduler.finish(ticket.key)
+            else:
+                out.append(task)
+        if len(picked) < limit:
+            self._wake_for_rate(at)
+        return out
+
+    async def _refresh(self, tx: Tx, now: datetime) -> None:
+        clock = time.monotonic()
+        if self._cursor is None or clock - self._resynced >= self.resync_seconds:
+            rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
+            self._resynced = clock
+            self._rebuild(rows, full=len(rows) < self.scan_limit)
+        else:
+            after = max(self._cursor - RESCAN_SLACK, 0)
+            rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
+            for row in rows:
+                self.scheduler.push(ticket_of(row))
+            # Leases that ran out (a process died or stalled with its task) are
+            # free again at once, as in the store's own order.
+            for row in await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit):
+                if not self.scheduler.requeue(row.id):
+                    self.scheduler.push(ticket_of(row))
+        if rows:
+            self._cursor = max(self._cursor or 0, max(int(r.id) for r in rows))
+
+    def _rebuild(self, rows: list[ReadyTask], *, full: bool) -> None:
+        """Make the ready set what the store says (tasks this queue leased stay
+        running; a ready task the store no longer has as ready is forgotten)."""
+        seen = {row.id for row in rows}
+        top = max((int(r.id) for r in rows), default=0)
+        for ticket in list(self.scheduler.ready()):
+            if ticket.key not in seen and (full or int(ticket.key) <= top):
+                self.scheduler.discard(ticket.key)
+        for row in rows:
+            if row.expired:
+                self.scheduler.requeue(row.id)
+            self.scheduler.push(ticket_of(row))
+
+    def _wake_for_rate(self, at: float) -> None:
+        # Tasks held back only by a rate limit: wake the workers when the first
+        # can start rather than at their next poll.
+        if self.wake is None or self._timer is not None:
+            return
+        when = self.scheduler.next_start_at(at)
+        if when is None:
+            return
+        wake = self.wake
+
+        def fire() -> None:
+            self._timer = None
+            wake.notify(Topic.TASKS)
+
+        self._timer = asyncio.get_running_loop().call_later(max(when - at, 0.001), fire)
+
+    async def extend(
+        self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime
+    ) -> list[bool]:
+        """Push the leases in the store."""
+        return await self._sql.extend(refs, owner=owner, lease_until=lease_until)
+
+    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
+        """Mark the tasks done in `tx`; their slots count as free from now on."""
+        done = await tx.complete_tasks(refs)
+        tenants = set()
+        for ref in refs:
+            if self.scheduler.finish(ref.task_id):
+                tenants.add(ref.tenant_id)
+        if self.wake is not None and any(self.scheduler.has_ready(t) for t in tenants):
+            self.wake.notify(Topic.TASKS)
+        return done
+
+    async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
+        """Give the tasks back in the store; they are ready again here too."""
+        count = await self._sql.release(refs, available_at=available_at)
+        for ref in refs:
+            self.scheduler.requeue(ref.task_id)
+        return count
+
+
+__all__ = ["RESCAN_SLACK", "LocalFairQueue", "ticket_of"]

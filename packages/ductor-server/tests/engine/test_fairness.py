@@ -1,0 +1,309 @@
+"""Properties of the fair scheduler: shares converge to weights, nobody with
+startable work starves, a higher tier always goes first, and no limit is ever
+exceeded, whatever the interleaving of pushes, picks, finishes and time."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ductor_server.engine.fairness import FairPolicy, FairScheduler, TenantPolicy, Ticket
+
+TENANTS = ["a", "b", "c", "d"]
+WORKFLOWS = ["w1", "w2"]
+
+weights = st.integers(min_value=1, max_value=8)
+
+
+@st.composite
+def tenant_policies(draw: st.DrawFn) -> TenantPolicy:
+    return TenantPolicy(
+        weight=draw(weights),
+        max_running=draw(st.none() | st.integers(min_value=1, max_value=6)),
+        rate=draw(st.none() | st.floats(min_value=0.5, max_value=20)),
+        burst=draw(st.integers(min_value=1, max_value=5)),
+        workflows=draw(
+            st.dictionaries(st.sampled_from(WORKFLOWS), st.integers(min_value=1, max_value=3))
+        ),
+    )
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> FairPolicy:
+    tenants = draw(st.dictionaries(st.sampled_from(TENANTS), tenant_policies()))
+    return FairPolicy(default=draw(tenant_policies()), tenants=tenants)
+
+
+def _backlog(scheduler: FairScheduler, tenant: str, count: int, tier: int = 0) -> None:
+    for i in range(count):
+        scheduler.push(Ticket(key=f"{tenant}-{tier}-{i}", tenant=tenant, workflow="w", tier=tier))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(TENANTS), weights, min_size=1),
+    st.integers(min_value=1, max_value=5),
+)
+def test_backlogged_tenants_get_exactly_their_weight_per_round(
+    shares: dict[str, int], rounds: int
+) -> None:
+    policy = FairPolicy(tenants={t: TenantPolicy(weight=w) for t, w in shares.items()})
+    scheduler = FairScheduler(policy)
+    total = sum(shares.values())
+    for tenant in shares:
+        _backlog(scheduler, tenant, total * rounds + 10)
+    picked = Counter(t.tenant for t in scheduler.pick(total * rounds, now=0.0))
+    assert picked == Counter({t: w * rounds for t, w in shares.items()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(TENANTS), weights, min_size=2),
+    st.lists(st.integers(min_value=1, max_value=7), min_size=1, max_size=40),
+)
+def test_shares_converge_whatever_the_batch_sizes(
+    shares: dict[str, int], batches: list[int]
+) -> None:
+    # Picked in batches of any size, with each task finished at once: after n
+    # picks each tenant's count is within one round of n * weight / total.
+    policy = FairPolicy(tenants={t: TenantPolicy(weight=w) for t, w in shares.items()})
+    scheduler = FairScheduler(policy)
+    for tenant in shares:
+        _backlog(scheduler, tenant, 400)
+    counts: Counter[str] = Counter()
+    for size in batches:
+        for ticket in scheduler.pick(size, now=0.0):
+            counts[ticket.tenant] += 1
+            scheduler.finish(ticket.key)
+    n, total = sum(counts.values()), sum(shares.values())
+    for tenant, weight in shares.items():
+        assert abs(counts[tenant] - n * weight / total) <= max(shares.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(TENANTS), weights, min_size=2), st.data())
+def test_no_tenant_with_startable_work_waits_longer_than_a_round(
+    shares: dict[str, int], data: st.DataObject
+) -> None:
+    # A tenant arriving late behind a huge backlog is served within one round
+    # (the sum of the other tenants' weights) of picks.
+    policy = FairPolicy(tenants={t: TenantPolicy(weight=w) for t, w in shares.items()})
+    scheduler = FairScheduler(policy)
+    late, *early = list(shares)
+    for tenant in early:
+        _backlog(scheduler, tenant, 500)
+    scheduler.pick(data.draw(st.integers(min_value=0, max_value=50)), now=0.0)
+    scheduler.push(Ticket(key="late", tenant=late, workflow="w"))
+    bound = sum(shares[t] for t in early) + 1
+    keys = [t.key for t in scheduler.pick(bound, now=0.0)]
+    assert "late" in keys
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=30), st.data())
+def test_a_higher_tier_always_goes_first(tiers: list[int], data: st.DataObject) -> None:
+    scheduler = FairScheduler()
+    for i, tier in enumerate(tiers):
+        tenant = data.draw(st.sampled_from(TENANTS))
+        scheduler.push(Ticket(key=str(i), tenant=tenant, workflow="w", tier=tier, seq=i))
+    order = [t.tier for t in scheduler.pick(len(tiers), now=0.0)]
+    assert order == sorted(tiers, reverse=True)
+
+
+Op = tuple[str, int]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.integers(min_value=0, max_value=10_000)),
+        st.tuples(st.just("pick"), st.integers(min_value=1, max_value=6)),
+        st.tuples(st.just("finish"), st.integers(min_value=0, max_value=50)),
+        st.tuples(st.just("requeue"), st.integers(min_value=0, max_value=50)),
+        st.tuples(st.just("tick"), st.integers(min_value=1, max_value=2000)),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(policies(), ops)
+def test_limits_are_never_exceeded_and_the_queue_never_idles_needlessly(
+    policy: FairPolicy, script: list[Op]
+) -> None:
+    scheduler = FairScheduler(policy)
+    now = 0.0
+    seq = itertools.count()
+    starts: dict[str, list[float]] = {}
+    for op, arg in script:
+        if op == "push":
+            n = next(seq)
+            tenant, workflow = TENANTS[arg % 4], WORKFLOWS[arg // 4 % 2]
+            scheduler.push(
+                Ticket(key=f"k{n}", tenant=tenant, workflow=workflow, tier=arg // 8 % 2, seq=n)
+            )
+        elif op == "pick":
+            picked = scheduler.pick(arg, now=now)
+            for ticket in picked:
+                starts.setdefault(ticket.tenant, []).append(now)
+            if len(picked) < arg:
+                # Work-conserving: whatever is still ready is held back by a limit.
+                assert not any(scheduler.could_start(t, now) for t in scheduler.ready())
+        elif op in ("finish", "requeue"):
+            running = sorted(t.key for t in scheduler.running())
+            if running:
+                key = running[arg % len(running)]
+                assert (scheduler.finish if op == "finish" else scheduler.requeue)(key)
+        else:
+            now += arg / 1000
+        for tenant in TENANTS:
+            tp = policy.of(tenant)
+            if tp.max_running is not None:
+                assert scheduler.running_of(tenant) <= tp.max_running
+            for workflow, cap in tp.workflows.items():
+                assert scheduler.running_of(tenant, workflow) <= cap
+    for tenant, times in starts.items():
+        tp = policy.of(tenant)
+        if tp.rate is None:
+            continue
+        for i, start in enumerate(times):
+            window = [t for t in times[i:] if t - start <= 1.0]
+            assert len(window) <= tp.burst + tp.rate * 1.0 + 1e-9
+
+
+def test_a_tenant_at_its_limit_leaves_the_slots_to_others() -> None:
+    policy = FairPolicy(tenants={"a": TenantPolicy(weight=8, max_running=2)})
+    scheduler = FairScheduler(policy)
+    _backlog(scheduler, "a", 100)
+    _backlog(scheduler, "b", 100)
+    picked = Counter(t.tenant for t in scheduler.pick(10, now=0.0))
+    assert picked == Counter({"a": 2, "b": 8})
+    assert scheduler.pick(5, now=0.0)
+    assert scheduler.running_of("a") == 2
+
+
+def test_a_workflow_limit_lets_the_tenants_other_workflows_run() -> None:
+    policy = FairPolicy(default=TenantPolicy(workflows={"slow": 1}))
+    scheduler = FairScheduler(policy)
+    for i in range(5):
+        scheduler.push(Ticket(key=f"s{i}", tenant="a", workflow="slow", seq=i))
+    for i in range(5):
+        scheduler.push(Ticket(key=f"f{i}", tenant="a", workflow="fast", seq=10 + i))
+    keys = [t.key for t in scheduler.pick(10, now=0.0)]
+    assert keys == ["s0", "f0", "f1", "f2", "f3", "f4"]
+
+
+def test_the_rate_limit_refills_with_time() -> None:
+    policy = FairPolicy(default=TenantPolicy(rate=2.0, burst=3))
+    scheduler = FairScheduler(policy)
+    _backlog(scheduler, "a", 20)
+    assert len(scheduler.pick(10, now=0.0)) == 3
+    assert scheduler.pick(10, now=0.4) == []
+    assert len(scheduler.pick(10, now=0.5)) == 1
+    assert len(scheduler.pick(10, now=10.0)) == 3
+
+
+def test_requeued_and_rebuilt_tasks_keep_their_place_and_count() -> None:
+    scheduler = FairScheduler(FairPolicy(default=TenantPolicy(max_running=1)))
+    for i in range(3):
+        scheduler.push(Ticket(key=str(i), tenant="a", workflow="w", seq=i))
+    [first] = scheduler.pick(5, now=0.0)
+    assert first.key == "0"
+    assert scheduler.requeue("0")
+    assert [t.key for t in scheduler.pick(5, now=0.0)] == ["0"]
+    assert not scheduler.push(Ticket(key="0", tenant="a", workflow="w"))
+    other = FairScheduler(FairPolicy(default=TenantPolicy(max_running=1)))
+    other.push(Ticket(key="1", tenant="a", workflow="w", seq=1))
+    assert other.mark_running(Ticket(key="0", tenant="a", workflow="w"))
+    assert other.pick(5, now=0.0) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"default": {"weight": 0}}', "/default/weight"),
+        ('{"tenants": {"t1": {"max_running": 0}}}', "/tenants/t1/max_running"),
+        ('{"tenants": {"t1": {"rate": -1}}}', "/tenants/t1/rate"),
+        ('{"tenants": {"t1": {"workflows": {"x": 0}}}}', "/tenants/t1/workflows/x"),
+        ('{"tenants": {"t1": {"wieght": 2}}}', "wieght"),
+        ("{", "not JSON"),
+    ],
+)
+def test_a_bad_policy_is_refused_saying_where(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        FairPolicy.from_json(text)
+
+
+def test_a_policy_decodes() -> None:
+    policy = FairPolicy.from_json(
+        '{"default": {"max_running": 32}, "tenants": {"big": {"weight": 4, "rate": 100,'
+        ' "burst": 200, "workflows": {"export": 2}}}}'
+    )
+    assert policy.of("big").weight == 4
+    assert policy.of("big").workflows == {"export": 2}
+    assert policy.of("other").max_running == 32
+
+
+def test_slow_tasks_of_one_tenant_leave_the_freed_slots_to_a_waiting_tenant() -> None:
+    scheduler = FairScheduler()
+    _backlog(scheduler, "a", 500)
+    first = scheduler.pick(64, now=0.0, capacity=64)
+    assert len(first) == 64  # alone, a tenant may use every slot
+    _backlog(scheduler, "b", 100)
+    for ticket in first[:40]:
+        scheduler.finish(ticket.key)
+    # Forty slots free up: b is below its share (32) and takes them until it has it.
+    picked = Counter(t.tenant for t in scheduler.pick(40, now=0.0, capacity=64))
+    assert picked == Counter({"b": 32, "a": 8})
+    assert scheduler.running_of("b") == 32
+    assert scheduler.running_of("a") == 32
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(TENANTS), weights, min_size=2), ops)
+def test_a_tenant_at_its_share_of_slots_never_takes_one_another_tenant_could_use(
+    shares: dict[str, int], script: list[Op]
+) -> None:
+    capacity = 8
+    policy = FairPolicy(tenants={t: TenantPolicy(weight=w) for t, w in shares.items()})
+    scheduler = FairScheduler(policy)
+    seq = itertools.count()
+    names = sorted(shares)
+    for op, arg in script:
+        if op == "push":
+            n = next(seq)
+            tenant = names[arg % len(names)]
+            scheduler.push(Ticket(key=f"k{n}", tenant=tenant, workflow="w", seq=n))
+        elif op == "pick":
+            for _ in range(arg):
+                if len(list(scheduler.running())) >= capacity:
+                    break
+                under = {
+                    t
+                    for t in names
+                    if scheduler.has_ready(t) and not scheduler.over_share(t, capacity)
+                }
+                over = {t: scheduler.over_share(t, capacity) for t in names}
+                got = scheduler.pick(1, now=0.0, capacity=capacity)
+                if not got:
+                    assert scheduler.ready_count == 0
+                    break
+                if over[got[0].tenant]:
+                    assert not under, f"{got[0].tenant} over its share while {under} waited"
+        elif op in ("finish", "requeue"):
+            running = sorted(t.key for t in scheduler.running())
+            if running:
+                scheduler.finish(running[arg % len(running)])
+
+
+def test_the_policy_in_the_architecture_doc_decodes() -> None:
+    doc = (Path(__file__).resolve().parents[4] / "docs" / "architecture.md").read_text()
+    section = doc.split("## The task queue", 1)[1]
+    match = re.search(r"```json\n(.*?)\n```", section, re.DOTALL)
+    assert match is not None
+    policy = FairPolicy.from_json(match.group(1))
+    assert policy.of("t_big").workflows == {"nightly-export": 2}
+    assert policy.of("anyone").max_running == 48

@@ -1,0 +1,117 @@
+"""The in-process fair queue on both backends: a late tenant is served at once,
+limits hold across leases, the store's word wins over the queue's memory
+(tasks taken elsewhere are refused, released and expired ones come back)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.fairness import FairPolicy, TenantPolicy
+from ductor_server.engine.fairqueue import LocalFairQueue
+from ductor_server.engine.queue import InProcessWakeUp, Topic
+from ductor_server.engine.taskqueue import SqlTaskQueue
+from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef
+
+from .conftest import OTHER_TENANT, TENANT
+
+MINUTE = timedelta(minutes=1)
+
+
+async def _enqueue(store: Store, tenant: str, count: int, now: datetime, tag: str = "") -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks(
+            [
+                NewTask(
+                    tenant_id=tenant,
+                    run_id=f"r{tag}{i}",
+                    step_ref="s",
+                    attempt=1,
+                    step_type="STEP_TYPE_ACTION",
+                    handler="action:noop",
+                    idempotency_key=f"{tenant}:{tag}{i}",
+                    available_at=now,
+                )
+                for i in range(count)
+            ]
+        )
+
+
+def _refs(tasks: list[TaskRecord]) -> list[TaskRef]:
+    return [TaskRef(tenant_id=t.tenant_id, task_id=t.id) for t in tasks]
+
+
+async def test_a_tenant_behind_a_large_backlog_is_served_in_the_next_lease(store: Store) -> None:
+    now = ManualClock().now()
+    queue = LocalFairQueue(store)
+    await _enqueue(store, TENANT, 300, now)
+    first = await queue.lease(owner="w", limit=4, lease_for=MINUTE, now=now)
+    assert {t.tenant_id for t in first} == {TENANT}
+    await _enqueue(store, OTHER_TENANT, 5, now)
+    # The SQL queue would hand out the oldest 296 of the first tenant first.
+    leased = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
+    assert Counter(t.tenant_id for t in leased) == Counter({TENANT: 5, OTHER_TENANT: 5})
+    assert all(t.lease_owner == "w" and t.deliveries == 1 for t in leased)
+
+
+async def test_a_tenant_limit_holds_across_leases_and_frees_on_completion(store: Store) -> None:
+    now = ManualClock().now()
+    wake = InProcessWakeUp()
+    policy = FairPolicy(tenants={TENANT: TenantPolicy(max_running=3)})
+    queue = LocalFairQueue(store, policy=policy, wake=wake)
+    await _enqueue(store, TENANT, 10, now)
+    first = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
+    assert len(first) == 3
+    assert await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now) == []
+    assert not await wake.wait(Topic.TASKS, 0)
+    async with store.transaction() as tx:
+        assert await queue.complete(tx, _refs(first[:1])) == [True]
+    assert await wake.wait(Topic.TASKS, 0)  # a held-back task can start now
+    again = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
+    assert len(again) == 1
+    assert queue.scheduler.running_of(TENANT) == 3
+
+
+async def test_tasks_taken_elsewhere_are_refused_and_forgotten(store: Store) -> None:
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=3600)
+    await _enqueue(store, TENANT, 6, now)
+    assert len(await queue.lease(owner="w1", limit=1, lease_for=MINUTE, now=now)) == 1
+    assert queue.scheduler.ready_count == 5
+    other = await SqlTaskQueue(store).lease(owner="w2", limit=10, lease_for=MINUTE, now=now)
+    assert len(other) == 5
+    assert await queue.lease(owner="w1", limit=10, lease_for=MINUTE, now=now) == []
+    assert queue.refused == 5
+    assert queue.scheduler.ready_count == 0
+
+
+async def test_released_and_expired_tasks_come_back(store: Store) -> None:
+    now = ManualClock().now()
+    queue = LocalFairQueue(store)
+    await _enqueue(store, TENANT, 2, now)
+    leased = await queue.lease(owner="w1", limit=2, lease_for=MINUTE, now=now)
+    assert await queue.release(_refs(leased[:1]), available_at=now) == 1
+    [back] = await queue.lease(owner="w1", limit=5, lease_for=MINUTE, now=now)
+    assert back.id == leased[0].id
+    assert back.deliveries == 2
+    assert back.deaths == 0
+    # A new process (a fresh queue) finds both leases expired later on.
+    fresh = LocalFairQueue(store)
+    later = now + 3 * MINUTE
+    again = await fresh.lease(owner="w2", limit=5, lease_for=MINUTE, now=later)
+    assert sorted(t.id for t in again) == sorted(t.id for t in leased)
+    assert all(t.deaths == 1 and t.lease_owner == "w2" for t in again)
+
+
+async def test_a_rebuild_forgets_tasks_that_ended_elsewhere(store: Store) -> None:
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=0)
+    await _enqueue(store, TENANT, 4, now)
+    assert len(await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)) == 1
+    async with store.transaction() as tx:
+        await tx.drop_run_tasks(TENANT, "r1")
+        await tx.drop_run_tasks(TENANT, "r2")
+    leased = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+    assert [t.run_id for t in leased] == ["r3"]
+    assert queue.refused == 0  # the rebuild knew before choosing

@@ -1,0 +1,51 @@
+"""The queue's settings: the poll interval follows what wake-ups can reach, and
+`DUCTOR_FAIRNESS` is decoded at start, refusing a bad policy with its pointer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ductor_server.composition import build
+from ductor_server.engine.fairqueue import LocalFairQueue
+from ductor_server.engine.redisqueue import RedisFairQueue
+from ductor_server.engine.rediswake import RedisWakeUp
+from ductor_server.settings import IDLE_POLL_INTERVAL, SPLIT_POLL_INTERVAL, Settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DUCTOR_POLL_INTERVAL", "DUCTOR_REDIS_URL", "DUCTOR_ROLES", "DUCTOR_FAIRNESS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_poll_interval_is_slow_only_where_wake_ups_reach_every_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings.from_env().engine_poll_interval == IDLE_POLL_INTERVAL
+    monkeypatch.setenv("DUCTOR_ROLES", "coordinator,worker")
+    assert Settings.from_env().engine_poll_interval == SPLIT_POLL_INTERVAL
+    monkeypatch.setenv("DUCTOR_REDIS_URL", "redis://127.0.0.1:1/0")
+    assert Settings.from_env().engine_poll_interval == IDLE_POLL_INTERVAL
+    monkeypatch.setenv("DUCTOR_POLL_INTERVAL", "0.25")
+    assert Settings.from_env().engine_poll_interval == 0.25
+
+
+def test_the_fairness_policy_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DUCTOR_FAIRNESS", '{"tenants": {"t1": {"weight": 3, "max_running": 2}}}')
+    settings = Settings.from_env()
+    assert settings.fairness.of("t1").weight == 3
+    monkeypatch.setenv("DUCTOR_FAIRNESS", '{"tenants": {"t1": {"weight": 0}}}')
+    with pytest.raises(ValueError, match="/tenants/t1/weight"):
+        Settings.from_env()
+
+
+def test_the_composition_wires_the_fair_queue_and_redis_wake_ups(tmp_path: Path) -> None:
+    plain = build(Settings(data_dir=tmp_path, cel_sandbox=False))
+    assert isinstance(plain.runtime.queue, LocalFairQueue)
+    assert plain.redis is None
+    redis = build(Settings(data_dir=tmp_path, cel_sandbox=False, redis_url="redis://127.0.0.1:1/0"))
+    assert isinstance(redis.runtime.wakeup, RedisWakeUp)
+    assert isinstance(redis.runtime.queue, RedisFairQueue)
+    assert redis.runtime.config.poll_interval == IDLE_POLL_INTERVAL

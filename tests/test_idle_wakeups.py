@@ -1,0 +1,163 @@
+"""An idle server only polls as a safety net, and wake-ups reach other processes.
+
+Idle: a real `ductor serve` on a fresh Postgres database, all roles, default
+poll interval. The commits it sends over a window stay within what the engine
+loops' polls allow: each loop (coordinator, workers, timers) commits once per look.
+
+Across processes: with the poll interval set far beyond the test's wait, a run
+triggered through an API-only process completes in an engine-only process only
+because Redis pub/sub woke it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from ductor_server.settings import IDLE_POLL_INTERVAL
+
+from .conftest import ServerProcess
+
+WINDOW = 20.0
+SETTLE = 3.0
+LOOPS = 3  # coordinator, workers, timers: one transaction per look each
+
+
+class CommitCounter:
+    """A loopback TCP proxy in front of Postgres that counts the COMMITs its
+    clients send. Postgres' own `pg_stat_database.xact_commit` also counts
+    transactions an idle backend runs to catch up on other databases' catalog
+    changes: on a machine where other suites create and drop databases all the
+    time that is noise of tens per second, so the wire is the exact measure."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.commits = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, database_url: str) -> str:
+        parts = urlsplit(database_url)
+        netloc = parts.netloc.rsplit("@", 1)
+        host = f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) > 1 else host))
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
+        tail = b""
+        try:
+            while chunk := src.recv(65536):
+                if count:
+                    seen = tail + chunk
+                    with self._lock:
+                        self.commits += seen.count(b"COMMIT\x00")
+                    tail = chunk[-6:]  # a COMMIT split across two reads is still seen once
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+def _check_idle(make: Callable[[str], ServerProcess], postgres_url: str) -> None:
+    parts = urlsplit(postgres_url)
+    counter = CommitCounter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    try:
+        server = make(counter.url(postgres_url))
+        server.start()
+        time.sleep(SETTLE)  # start-up work (migrations, the first housekeeping sweep) is over
+        before = counter.commits
+        time.sleep(WINDOW)
+        commits = counter.commits - before
+    finally:
+        counter.close()
+    bound = LOOPS * (math.ceil(WINDOW / IDLE_POLL_INTERVAL) + 1)
+    assert bound <= WINDOW  # the target: at most one commit per second
+    print(f"idle: {commits} commits in {WINDOW:g}s (bound {bound})")
+    assert 0 < commits <= bound, f"{commits} commits in {WINDOW:g}s, bound {bound}"
+
+
+def test_an_idle_server_only_commits_its_safety_net_polls(
+    make_server: Callable[..., ServerProcess], postgres_url: str
+) -> None:
+    env = {"DUCTOR_POLL_INTERVAL": ""}
+    _check_idle(lambda url: make_server("idle", database_url=url, env=env), postgres_url)
+
+
+def test_an_idle_server_with_redis_only_commits_its_safety_net_polls(
+    make_server: Callable[..., ServerProcess],
+    postgres_url: str,
+    redis_url: str,
+    redis_prefix: str,
+) -> None:
+    env = {
+        "DUCTOR_POLL_INTERVAL": "",
+        "DUCTOR_REDIS_URL": redis_url,
+        "DUCTOR_REDIS_PREFIX": redis_prefix,
+    }
+    _check_idle(lambda url: make_server("idle", database_url=url, env=env), postgres_url)
+
+
+ONE_STEP = {
+    "family_slug": "one-step",
+    "title": "One step",
+    "steps": [
+        {
+            "ref": "only",
+            "type": "STEP_TYPE_ACTION",
+            "title": "only",
+            "args": {"action": "noop", "params": {"n": "1"}},
+        }
+    ],
+    "edges": [],
+}
+
+
+def test_redis_wakes_the_engine_in_another_process(
+    make_server: Callable[..., ServerProcess],
+    postgres_url: str,
+    redis_url: str,
+    redis_prefix: str,
+) -> None:
+    # Polls every 10 minutes: only a wake-up can finish the runs within the wait.
+    env = {
+        "DUCTOR_POLL_INTERVAL": "600",
+        "DUCTOR_REDIS_URL": redis_url,
+        "DUCTOR_REDIS_PREFIX": redis_prefix,
+    }
+    engine = make_server(
+        "engine", database_url=postgres_url, env={**env, "DUCTOR_ROLES": "coordinator,worker,timer"}
+    )
+    api = make_server("api", database_url=postgres_url, env={**env, "DUCTOR_ROLES": "api"})
+    engine.start()
+    api.start()
+    with api.client() as http:
+        assert http.post("/v1/workflows", json=ONE_STEP).status_code in (200, 201)
+        for _ in range(3):
+            response = http.post("/v1/runs", json={"family_slug": "one-step", "input": {}})
+            assert response.status_code in (200, 201, 202), response.text
+            run = api.wait_for_run(response.json()["id"], timeout=30)
+            assert run["status"] == "RUN_STATUS_SUCCEEDED", run
