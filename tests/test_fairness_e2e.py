@@ -6,9 +6,10 @@ that the steps call. Tenant B's 100 one-step runs are measured twice in the same
 test: on the idle server, then while tenant A has 2,000 runs of five slow steps
 (0.2 s each: 2,000 slot-seconds, far more than the 64 worker slots get through
 while B runs) queued and running. B's p99 trigger-to-end latency under A's
-flood stays within 4x its idle p99 (the target is 3x; see the assertion). (The target is 20,000 runs of A; 2,000
-keep this test under a minute and already hold every slot for the whole of
-B's runs: the queue, not the size of the backlog, decides who goes next.)
+flood stays within 4x its idle p99 (the target is 3x; see the assertion).
+(The target is 20,000 runs of A; 2,000 keep this test under a minute and
+already hold every slot for the whole of B's runs: the queue, not the size of
+the backlog, decides who goes next.)
 """
 
 from __future__ import annotations
