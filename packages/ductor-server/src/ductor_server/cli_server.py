@@ -14,9 +14,11 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from ductor_server import __version__
 from ductor_server.settings import Settings, parse_roles
@@ -159,6 +161,56 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 settings.pid_file.unlink()
 
 
+def _where(settings: Settings) -> str:
+    """The database of `settings` for messages, without a password."""
+    if settings.database_url is None:
+        return f"sqlite at {settings.store_target}"
+    parts = urlsplit(settings.database_url)
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"postgres at {host}{port}{parts.path}"
+
+
+@contextlib.contextmanager
+def _quiet_pool() -> Iterator[None]:
+    """Mute the pool's log line per failed connection attempt: the command says why
+    in one line of its own."""
+    logger = logging.getLogger("psycopg.pool")
+    before = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = before
+
+
+async def _check_database(settings: Settings) -> str | None:
+    """Why `serve` cannot start on this database (unreachable, or not migrated when
+    it will not migrate at start); None when it can."""
+    from ductor_server.storage import StoreError, open_store
+
+    store = open_store(settings.store_target)
+    try:
+        await store.open()
+    except StoreError as exc:
+        return f"cannot reach the database ({_where(settings)}): {exc}"
+    try:
+        if settings.migrate_on_start:
+            return None
+        pending = await store.pending_migrations()
+    except StoreError as exc:
+        return f"cannot read the database ({_where(settings)}): {exc}"
+    finally:
+        await store.close()
+    if pending:
+        return (
+            f"the database ({_where(settings)}) is not migrated ({len(pending)} "
+            "migration(s) pending): run `ductor migrate` first, or start with "
+            "`ductor serve --migrate`"
+        )
+    return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """`ductor serve`: the production server on DUCTOR_DATABASE_URL (or the embedded store)."""
     roles = parse_roles(args.roles) if args.roles else None
@@ -173,6 +225,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Nobody else migrates an embedded store: do it at start, as `dev` does.
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         settings = dataclasses.replace(settings, migrate_on_start=True)
+    with _quiet_pool():
+        problem = asyncio.run(_check_database(settings))
+    if problem:
+        sys.stderr.write(f"error: {problem}\n")
+        return 1
     backend = "postgres" if settings.database_url else f"sqlite at {settings.store_target}"
     print(
         f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
@@ -198,7 +255,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    applied = asyncio.run(run())
+    from ductor_server.storage import StoreError
+
+    try:
+        with _quiet_pool():
+            applied = asyncio.run(run())
+    except StoreError as exc:
+        sys.stderr.write(f"error: cannot migrate the database ({_where(settings)}): {exc}\n")
+        return 1
     for name in applied:
         print(f"applied {name}")
     print("database is up to date" if not applied else f"{len(applied)} migration(s) applied")
