@@ -381,7 +381,13 @@ def cmd_runs_signal(client: ApiClient, args: argparse.Namespace, out: TextIO) ->
 
 def cmd_events_send(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Send an event; print which runs it started or reached."""
-    body: dict[str, Any] = {"name": args.name, "data": _json_arg(args.data, "--data")}
+    if args.data is not None and args.data_flag is not None:
+        raise ClientError("client.usage", "give the event data once: as DATA or with --data")
+    if args.data_flag is not None:
+        data = _json_arg(args.data_flag, "--data")
+    else:
+        data = _json_arg(args.data, "DATA")
+    body: dict[str, Any] = {"name": args.name, "data": data}
     if args.id:
         body["id"] = args.id
     _print_json(client.call("POST", "/v1/events", body=body), out)
@@ -521,7 +527,10 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     ev = events.add_subparsers(dest="events_command", metavar="COMMAND", required=True)
     p = command(ev, "send", cmd_events_send, "send an event")
     p.add_argument("name")
-    p.add_argument("--data", default=None, help="event data as JSON")
+    p.add_argument("data", nargs="?", default=None, help="event data as JSON")
+    p.add_argument(
+        "--data", dest="data_flag", metavar="DATA", default=None, help="event data as JSON"
+    )
     p.add_argument("--id", default=None, help="event id (a repeat is a duplicate)")
 
     apps = sub.add_parser("apps", help="bridge apps: their signing keys")
