@@ -12,6 +12,7 @@ runs checkpoint; bad or expired signatures are refused and record nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -281,6 +282,23 @@ def test_a_store_stall_longer_than_the_lease_does_not_rerun_a_step_in_flight(
     for i in range(4):
         assert app.count(f"start s{i}") == 1, (i, app.lines())
         assert app.count(f"done s{i}") == 1, (i, app.lines())
+
+
+def test_the_cli_lists_the_app_and_sends_an_event_as_the_docs_write_it(
+    bridge: tuple[Any, AppProcess],
+) -> None:
+    server, _ = bridge
+    listed = server.cli("apps", "list").stdout.splitlines()
+    assert listed[0].split()[:2] == ["shop", "live"]
+    assert "  bridge:shop:fulfil-order" in listed[1:]
+    # With no DAG workflow published, the SDK workflows are what `workflows list` shows.
+    families = server.cli("workflows", "list").stdout.splitlines()
+    assert any(line.split()[0] == "bridge:shop:fulfil-order" for line in families), families
+    # docs/sdk.md: the data follows the event name.
+    sent = server.cli("events", "send", "order.created", '{"id": 7, "total": 500}')
+    [run_id] = json.loads(sent.stdout)["runs_started"]
+    with server.client() as http:
+        assert _run(http, run_id)["family_slug"] == "bridge:shop:fulfil-order"
 
 
 def test_a_failing_step_is_retried_then_succeeds(bridge: tuple[Any, AppProcess]) -> None:
