@@ -176,3 +176,26 @@ def test_help_lists_every_command() -> None:
         "receipts",
     ):
         assert command in result.stdout
+
+
+def test_scripts_ductor_runs_the_cli_from_any_directory(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ductor"
+    env = _env(None)
+    version = subprocess.run(
+        [str(script), "--version"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("ductor ")
+    # Paths on the command line are the caller's: the file is read, then the
+    # (absent) server is what fails.
+    (tmp_path / "hello.json").write_text("{}")
+    nobody = f"http://127.0.0.1:{_free_port()}"
+    validate = subprocess.run(
+        [str(script), "workflows", "validate", "hello.json", "--api-key", "k", "--url", nobody],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert validate.returncode == 1
+    assert validate.stderr.startswith("error: client.unreachable"), validate.stderr
