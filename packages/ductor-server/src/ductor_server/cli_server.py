@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ductor_server import __version__
-from ductor_server.settings import Settings, parse_roles
+from ductor_server.settings import ALL_ROLES, Settings, parse_roles
 
 if TYPE_CHECKING:
     from ductor_server.storage import Store
@@ -297,38 +297,53 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "$DUCTOR_RECEIPT_KEYS or $DUCTOR_RECEIPT_KEY, also a receipt signing key in "
         "<data-dir>/receipt_keys (mode 0600).",
     )
-    dev.add_argument("--host", default=None, help="interface (default 127.0.0.1, $DUCTOR_HOST)")
-    dev.add_argument("--port", type=int, default=None, help="port (default 7070, $DUCTOR_PORT)")
-    dev.add_argument("--data-dir", default=None, help="data directory (default .ductor)")
+    defaults = Settings()
+    host_help = f"interface (default $DUCTOR_HOST, else {defaults.host})"
+    port_help = f"port (default $DUCTOR_PORT, else {defaults.port})"
+    data_dir_help = f"data directory (default $DUCTOR_DATA_DIR, else {defaults.data_dir})"
+    dev.add_argument("--host", default=None, help=host_help)
+    dev.add_argument("--port", type=int, default=None, help=port_help)
+    dev.add_argument("--data-dir", default=None, help=data_dir_help)
     dev.set_defaults(func=cmd_dev)
 
     serve = sub.add_parser(
         "serve",
         help="run against DUCTOR_DATABASE_URL (Postgres) with selectable roles",
         description="Run Ductor on the database in $DUCTOR_DATABASE_URL (the embedded "
-        "SQLite store if unset) and the optional $DUCTOR_REDIS_URL.",
+        "SQLite store if unset) and the optional $DUCTOR_REDIS_URL. A database that "
+        "cannot be reached, or has migrations pending without --migrate, is refused "
+        "with one error line and exit status 1.",
     )
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--data-dir", default=None, help="for the embedded store only")
+    serve.add_argument("--host", default=None, help=host_help)
+    serve.add_argument("--port", type=int, default=None, help=port_help)
     serve.add_argument(
-        "--roles", default=None, help="comma-separated: api,coordinator,worker,timer (default all)"
+        "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
+    )
+    serve.add_argument(
+        "--roles",
+        default=None,
+        help="comma-separated, from " + ",".join(ALL_ROLES) + " (default $DUCTOR_ROLES, else all)",
     )
     serve.add_argument(
         "--migrate",
         action="store_true",
-        help="apply pending migrations before serving (always done for the embedded store)",
+        help="apply pending migrations before serving (default off: a database with "
+        "migrations pending is refused; always done for the embedded store)",
     )
     serve.set_defaults(func=cmd_serve)
 
     migrate = sub.add_parser("migrate", help="apply pending database migrations")
-    migrate.add_argument("--data-dir", default=None, help="for the embedded store only")
+    migrate.add_argument(
+        "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
+    )
     migrate.set_defaults(func=cmd_migrate)
 
     keys = sub.add_parser("keys", help="manage API keys (direct database access)")
     keys_sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
     create = keys_sub.add_parser("create", help="mint an API key for a tenant (created if new)")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--name", default="cli")
-    create.add_argument("--data-dir", default=None, help="for the embedded store only")
+    create.add_argument("--tenant", required=True, help="the tenant's id (created if new)")
+    create.add_argument("--name", default="cli", help="the key's name (default cli)")
+    create.add_argument(
+        "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
+    )
     create.set_defaults(func=cmd_keys_create)

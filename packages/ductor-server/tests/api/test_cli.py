@@ -217,3 +217,16 @@ def test_a_usage_error_shows_the_sub_commands_usage(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         main(["runs", "get", "r1", "r2"])
     assert capsys.readouterr().err.startswith("usage: ductor runs get ")
+
+
+def test_server_commands_show_their_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    for command, expected in (
+        ("serve", ["127.0.0.1", "7070", ".ductor", "$DUCTOR_ROLES", "else all", "default off"]),
+        ("dev", ["127.0.0.1", "7070", ".ductor"]),
+        ("migrate", [".ductor"]),
+    ):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        shown = " ".join(capsys.readouterr().out.split())
+        for text in expected:
+            assert text in shown, (command, text)
