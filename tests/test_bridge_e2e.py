@@ -294,11 +294,20 @@ def test_the_cli_lists_the_app_and_sends_an_event_as_the_docs_write_it(
     # With no DAG workflow published, the SDK workflows are what `workflows list` shows.
     families = server.cli("workflows", "list").stdout.splitlines()
     assert any(line.split()[0] == "bridge:shop:fulfil-order" for line in families), families
-    # docs/sdk.md: the data follows the event name.
+    # docs/sdk.md, as written: the data follows the event name ...
     sent = server.cli("events", "send", "order.created", '{"id": 7, "total": 500}')
     [run_id] = json.loads(sent.stdout)["runs_started"]
+    listed_runs = server.cli("runs", "list", "--family", "bridge:shop:fulfil-order").stdout
+    assert listed_runs.split()[0] == run_id
+    # ... then the shipment event and the approval the run waits for.
     with server.client() as http:
-        assert _run(http, run_id)["family_slug"] == "bridge:shop:fulfil-order"
+        _wait(http, run_id, _waiting_for("event order.shipped"))
+        server.cli("events", "send", "order.shipped", '{"order_id": 7, "carrier": "ups"}')
+        _wait(http, run_id, _waiting_for("signal approve"))
+        server.cli("runs", "signal", run_id, "approve", "--payload", '"ops"')
+    watched = server.cli("runs", "watch", run_id, "--timeout", str(TIMEOUT))
+    assert f"run {run_id}  bridge:shop:fulfil-order v1  succeeded" in watched.stdout
+    assert '"approved_by": "ops"' in watched.stdout
 
 
 def test_a_failing_step_is_retried_then_succeeds(bridge: tuple[Any, AppProcess]) -> None:
