@@ -563,3 +563,20 @@ def test_replays_are_refused_and_an_app_key_of_its_own_takes_over(
         )
         assert forged.status_code == 401
         assert forged.json()["code"] == "signature.mismatch"
+
+
+def test_the_app_without_a_server_at_its_url_fails_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DUCTOR_", "BRIDGE_"))}
+    nobody = f"http://127.0.0.1:{_free_port()}"
+    env.update(DUCTOR_URL=nobody, DUCTOR_API_KEY="k", BRIDGE_APP_LOG=str(tmp_path / "steps.log"))
+    result = subprocess.run(
+        [sys.executable, str(APP), "--port", str(_free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr
+    assert result.stderr.startswith(f"error: no Ductor server answers at {nobody}")
+    assert "DUCTOR_URL" in result.stderr
