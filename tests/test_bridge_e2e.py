@@ -12,6 +12,7 @@ runs checkpoint; bad or expired signatures are refused and record nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -283,6 +284,32 @@ def test_a_store_stall_longer_than_the_lease_does_not_rerun_a_step_in_flight(
         assert app.count(f"done s{i}") == 1, (i, app.lines())
 
 
+def test_the_cli_lists_the_app_and_sends_an_event_as_the_docs_write_it(
+    bridge: tuple[Any, AppProcess],
+) -> None:
+    server, _ = bridge
+    listed = server.cli("apps", "list").stdout.splitlines()
+    assert listed[0].split()[:2] == ["shop", "live"]
+    assert "  bridge:shop:fulfil-order" in listed[1:]
+    # With no DAG workflow published, the SDK workflows are what `workflows list` shows.
+    families = server.cli("workflows", "list").stdout.splitlines()
+    assert any(line.split()[0] == "bridge:shop:fulfil-order" for line in families), families
+    # docs/sdk.md, as written: the data follows the event name ...
+    sent = server.cli("events", "send", "order.created", '{"id": 7, "total": 500}')
+    [run_id] = json.loads(sent.stdout)["runs_started"]
+    listed_runs = server.cli("runs", "list", "--family", "bridge:shop:fulfil-order").stdout
+    assert listed_runs.split()[0] == run_id
+    # ... then the shipment event and the approval the run waits for.
+    with server.client() as http:
+        _wait(http, run_id, _waiting_for("event order.shipped"))
+        server.cli("events", "send", "order.shipped", '{"order_id": 7, "carrier": "ups"}')
+        _wait(http, run_id, _waiting_for("signal approve"))
+        server.cli("runs", "signal", run_id, "approve", "--payload", '"ops"')
+    watched = server.cli("runs", "watch", run_id, "--timeout", str(TIMEOUT))
+    assert f"run {run_id}  bridge:shop:fulfil-order v1  succeeded" in watched.stdout
+    assert '"approved_by": "ops"' in watched.stdout
+
+
 def test_a_failing_step_is_retried_then_succeeds(bridge: tuple[Any, AppProcess]) -> None:
     server, app = bridge
     with server.client() as http:
@@ -536,3 +563,20 @@ def test_replays_are_refused_and_an_app_key_of_its_own_takes_over(
         )
         assert forged.status_code == 401
         assert forged.json()["code"] == "signature.mismatch"
+
+
+def test_the_app_without_a_server_at_its_url_fails_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DUCTOR_", "BRIDGE_"))}
+    nobody = f"http://127.0.0.1:{_free_port()}"
+    env.update(DUCTOR_URL=nobody, DUCTOR_API_KEY="k", BRIDGE_APP_LOG=str(tmp_path / "steps.log"))
+    result = subprocess.run(
+        [sys.executable, str(APP), "--port", str(_free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr
+    assert result.stderr.startswith(f"error: no Ductor server answers at {nobody}")
+    assert "DUCTOR_URL" in result.stderr

@@ -55,16 +55,96 @@ def test_ductor_dev_serves_healthz(tmp_path: Path) -> None:
     assert not (tmp_path / "data" / "ductor.pid").exists(), "a clean stop removes the pid file"
 
 
-def _ductor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _env(env: dict[str, str] | None) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
     base.update(env or {})
+    return base
+
+
+def _ductor(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ductor_server.cli", *args],
-        env=base,
+        env=_env(env),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def _ready(port: int, proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the server's /readyz; its status code."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code
+        except httpx.TransportError:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the server did not start in 30s"
+            time.sleep(0.1)
+
+
+def test_serve_refuses_an_unmigrated_database_until_migrated(postgres_url: str) -> None:
+    env = {"DUCTOR_DATABASE_URL": postgres_url}
+    refused = _ductor("serve", "--port", str(_free_port()), env=env)
+    assert refused.returncode == 1
+    assert "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines() == [refused.stderr.strip()]
+    assert "is not migrated" in refused.stderr
+    assert "run `ductor migrate`" in refused.stderr
+    assert "serve on" not in refused.stdout
+
+    assert _ductor("migrate", env=env).returncode == 0
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
+        env=_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert _ready(port, proc) == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_serve_on_an_unreachable_database_fails_in_one_line(tmp_path: Path) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/ductor"
+    for command in (["serve", "--port", str(_free_port())], ["migrate"]):
+        result = _ductor(*command, env={"DUCTOR_DATABASE_URL": url})
+        assert result.returncode == 1, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("error: cannot ")
+        assert "127.0.0.1" in lines[0]
+        assert "refused" in lines[0], lines[0]
+        assert "serve on" not in result.stdout
+
+
+def test_unknown_database_schemes_are_refused(tmp_path: Path) -> None:
+    for command in (
+        ["serve", "--port", str(_free_port())],
+        ["migrate"],
+        ["keys", "create", "--tenant", "t"],
+    ):
+        result = _ductor(*command, env={"DUCTOR_DATABASE_URL": "mysql://x"}, cwd=tmp_path)
+        assert result.returncode != 0
+        assert "unsupported database URL scheme 'mysql://'" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == [], "no SQLite file named after the URL"
+
+
+def test_postgres_url_spellings_are_accepted(postgres_url: str) -> None:
+    rest = postgres_url.split("://", 1)[1]
+    first = _ductor("migrate", env={"DUCTOR_DATABASE_URL": f"postgresql+psycopg://{rest}"})
+    assert first.returncode == 0, first.stderr
+    assert "applied 0001" in first.stdout
+    again = _ductor("migrate", env={"DUCTOR_DATABASE_URL": f"postgres://{rest}"})
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "database is up to date"
 
 
 def test_migrate_applies_once_then_reports_up_to_date(tmp_path: Path, postgres_url: str) -> None:
@@ -96,3 +176,26 @@ def test_help_lists_every_command() -> None:
         "receipts",
     ):
         assert command in result.stdout
+
+
+def test_scripts_ductor_runs_the_cli_from_any_directory(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ductor"
+    env = _env(None)
+    version = subprocess.run(
+        [str(script), "--version"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("ductor ")
+    # Paths on the command line are the caller's: the file is read, then the
+    # (absent) server is what fails.
+    (tmp_path / "hello.json").write_text("{}")
+    nobody = f"http://127.0.0.1:{_free_port()}"
+    validate = subprocess.run(
+        [str(script), "workflows", "validate", "hello.json", "--api-key", "k", "--url", nobody],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert validate.returncode == 1
+    assert validate.stderr.startswith("error: client.unreachable"), validate.stderr

@@ -21,6 +21,7 @@ import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
 SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.DOTALL | re.MULTILINE)
+TEXT_BLOCK = re.compile(r"^```text\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 WAIT_READY = """\
 "$PYTHON" - <<'PY'
@@ -121,3 +122,11 @@ def test_getting_started_runs_as_written(workdir: Path) -> None:
     assert "API key (created" in log
     assert "API key (from" in log
     assert oct((workdir / ".ductor" / "api_key").stat().st_mode & 0o777) == "0o600"
+    # The sample output the doc shows is what the commands print ("..." stands
+    # for what differs from run to run: ids, hashes, times).
+    for block in TEXT_BLOCK.findall(DOC.read_text()):
+        pattern = "\n".join(
+            ".*?".join(re.escape(part) for part in line.split("...")) + "$"
+            for line in block.rstrip("\n").split("\n")
+        )
+        assert re.search("^" + pattern, out, re.MULTILINE), f"not in the output:\n{block}"

@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from litestar import Litestar, get
 
@@ -27,10 +29,12 @@ from ductor.litestar import bridge_handler
 LOG = Path(os.environ.get("BRIDGE_APP_LOG", "bridge-app.log"))
 VARIANT = os.environ.get("BRIDGE_APP_VARIANT", "1")
 
+SERVER_URL = os.environ.get("DUCTOR_URL", "http://127.0.0.1:7070")
+
 client = Client(
     "shop",
     signing_key=os.environ.get("DUCTOR_BRIDGE_SIGNING_KEY", "signkey-dev-0001"),
-    server_url=os.environ.get("DUCTOR_URL", "http://127.0.0.1:7070"),
+    server_url=SERVER_URL,
     api_key=os.environ.get("DUCTOR_API_KEY"),
     url=os.environ.get("BRIDGE_APP_URL"),
     checkpoint=os.environ.get("BRIDGE_APP_CHECKPOINT") == "1",
@@ -168,11 +172,25 @@ app = Litestar(
 )
 
 
+def _server_unreachable() -> str | None:
+    """Why the Ductor server cannot be reached at `SERVER_URL`; None when it answers."""
+    try:
+        httpx.get(f"{SERVER_URL}/healthz", timeout=5).raise_for_status()
+    except httpx.HTTPError as exc:
+        return (
+            f"error: no Ductor server answers at {SERVER_URL} ({exc}); "
+            "start one, or point DUCTOR_URL at it"
+        )
+    return None
+
+
 def main() -> None:
-    """Serve the app on 127.0.0.1."""
+    """Serve the app on 127.0.0.1 (first checking the server it syncs with answers)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=8010)
     args = parser.parse_args()
+    if os.environ.get("DUCTOR_API_KEY") and (problem := _server_unreachable()):
+        sys.exit(problem)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -60,6 +60,13 @@ def test_example_replays_deterministically_and_adds_up() -> None:
     table = format_summary(summary)
     assert "solar-buyers" in table
     assert "filtered:filter" in table
+    # Every routed routable is in the table: assigned to a recipient, unassigned
+    # (in a pool, or in none), or invalid.
+    rows = [line.split() for line in table.splitlines()]
+    unassigned = [int(row[-1]) for row in rows if row[-2:-1] == ["(unassigned)"]]
+    assert sum(unassigned) == summary.unassigned == 10
+    assert ["(no", "pool)", "(unassigned)", "5"] in rows
+    assert ["(invalid)", "1"] in rows
     assert {s.strategy for s in summary.shadows} >= {"round_robin", "waterfall", "least_loaded"}
 
 

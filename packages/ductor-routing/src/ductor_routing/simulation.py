@@ -248,6 +248,11 @@ def format_summary(summary: SimulationSummary) -> str:
                     + [format_micros(rec.spend)]
                 )
         rows.append(["", "(unassigned)", str(pool.unassigned)] + ["" for _ in reasons] + [""])
+    # Routables no pool took (no rule matched and no default pool), and invalid ones.
+    poolless = summary.unassigned - sum(pool.unassigned for pool in summary.pools)
+    if poolless or summary.invalid:
+        rows.append(["(no pool)", "(unassigned)", str(poolless)] + ["" for _ in reasons] + [""])
+        rows.append(["", "(invalid)", str(summary.invalid)] + ["" for _ in reasons] + [""])
     lines.extend(_table(header, rows))
     if summary.shadows:
         lines.append("")

@@ -24,13 +24,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_commands(sub)
     add_routing_commands(sub)
     add_settlement_commands(sub)
+    _mark_leaves(parser)
     return parser
+
+
+def _mark_leaves(parser: argparse.ArgumentParser) -> None:
+    """Let each command without sub-commands name itself, so a usage error found
+    after parsing shows that command's usage instead of the top level's."""
+    children = [
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    ]
+    if not children:
+        parser.set_defaults(usage_parser=parser)
+    for action in children:
+        for child in set(action.choices.values()):
+            _mark_leaves(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ductor` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # e.g. `ductor events send NAME DATA extra`: say so with that command's usage.
+        leaf: argparse.ArgumentParser = getattr(args, "usage_parser", parser)
+        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

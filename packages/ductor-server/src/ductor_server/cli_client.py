@@ -194,13 +194,19 @@ def cmd_workflows_publish(client: ApiClient, args: argparse.Namespace, out: Text
 
 
 def cmd_workflows_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
-    """List the workflow families of the tenant."""
+    """List the workflow families of the tenant, then the SDK workflows of its bridge
+    apps (as `bridge:<app>:<workflow>`, the slug that triggers them)."""
     families = client.call("GET", "/v1/workflows")
     if args.json:
         _print_json(families, out)
         return 0
     for family in families:
         out.write(f"{family['family_slug']:<32} v{family['latest_version']:<4} {family['title']}\n")
+    for app in client.call("GET", "/v1/bridge/apps"):
+        for workflow in app["workflows"]:
+            slug = f"bridge:{app['app_id']}:{workflow}"
+            stale = " (stale)" if app.get("stale") else ""
+            out.write(f"{slug:<32} {'sdk':<5} app {app['app_id']}{stale}\n")
     return 0
 
 
@@ -381,10 +387,33 @@ def cmd_runs_signal(client: ApiClient, args: argparse.Namespace, out: TextIO) ->
 
 def cmd_events_send(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Send an event; print which runs it started or reached."""
-    body: dict[str, Any] = {"name": args.name, "data": _json_arg(args.data, "--data")}
+    if args.data is not None and args.data_flag is not None:
+        raise ClientError("client.usage", "give the event data once: as DATA or with --data")
+    if args.data_flag is not None:
+        data = _json_arg(args.data_flag, "--data")
+    else:
+        data = _json_arg(args.data, "DATA")
+    body: dict[str, Any] = {"name": args.name, "data": data}
     if args.id:
         body["id"] = args.id
     _print_json(client.call("POST", "/v1/events", body=body), out)
+    return 0
+
+
+def cmd_apps_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """List the tenant's bridge apps with their workflows."""
+    apps = client.call("GET", "/v1/bridge/apps")
+    if args.json:
+        _print_json(apps, out)
+        return 0
+    for app in apps:
+        state = "stale" if app.get("stale") else "live"
+        out.write(
+            f"{app['app_id']:<20} {state:<5} {app.get('url') or '-'}  "
+            f"{app['sdk']} {app['sdk_version']}  last seen {app['last_seen_at']}\n"
+        )
+        for workflow in app["workflows"]:
+            out.write(f"  bridge:{app['app_id']}:{workflow}\n")
     return 0
 
 
@@ -476,7 +505,7 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("file", help="JSON definition file ('-' for stdin)")
     p.add_argument("--idempotency-key", default=None)
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
-    p = command(wf, "list", cmd_workflows_list, "list workflow families")
+    p = command(wf, "list", cmd_workflows_list, "list workflow families and bridge apps' workflows")
     p.add_argument("--json", action="store_true")
     p = command(wf, "get", cmd_workflows_get, "show a family or one version")
     p.add_argument("slug")
@@ -521,11 +550,16 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     ev = events.add_subparsers(dest="events_command", metavar="COMMAND", required=True)
     p = command(ev, "send", cmd_events_send, "send an event")
     p.add_argument("name")
-    p.add_argument("--data", default=None, help="event data as JSON")
+    p.add_argument("data", nargs="?", default=None, help="event data as JSON")
+    p.add_argument(
+        "--data", dest="data_flag", metavar="DATA", default=None, help="event data as JSON"
+    )
     p.add_argument("--id", default=None, help="event id (a repeat is a duplicate)")
 
-    apps = sub.add_parser("apps", help="bridge apps: their signing keys")
+    apps = sub.add_parser("apps", help="bridge apps: list them, manage their signing keys")
     ap = apps.add_subparsers(dest="apps_command", metavar="COMMAND", required=True)
+    p = command(ap, "list", cmd_apps_list, "list bridge apps and their workflows")
+    p.add_argument("--json", action="store_true")
     app_keys = ap.add_parser("keys", help="create, list and revoke an app's signing keys")
     ak = app_keys.add_subparsers(dest="apps_keys_command", metavar="COMMAND", required=True)
     p = command(ak, "create", cmd_apps_keys_create, "create a signing key for an app")

@@ -14,12 +14,14 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from ductor_server import __version__
-from ductor_server.settings import Settings, parse_roles
+from ductor_server.settings import ALL_ROLES, Settings, parse_roles
 
 if TYPE_CHECKING:
     from ductor_server.storage import Store
@@ -159,6 +161,56 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 settings.pid_file.unlink()
 
 
+def _where(settings: Settings) -> str:
+    """The database of `settings` for messages, without a password."""
+    if settings.database_url is None:
+        return f"sqlite at {settings.store_target}"
+    parts = urlsplit(settings.database_url)
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"postgres at {host}{port}{parts.path}"
+
+
+@contextlib.contextmanager
+def _quiet_pool() -> Iterator[None]:
+    """Mute the pool's log line per failed connection attempt: the command says why
+    in one line of its own."""
+    logger = logging.getLogger("psycopg.pool")
+    before = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = before
+
+
+async def _check_database(settings: Settings) -> str | None:
+    """Why `serve` cannot start on this database (unreachable, or not migrated when
+    it will not migrate at start); None when it can."""
+    from ductor_server.storage import StoreError, open_store
+
+    store = open_store(settings.store_target)
+    try:
+        await store.open()
+    except StoreError as exc:
+        return f"cannot reach the database ({_where(settings)}): {exc}"
+    try:
+        if settings.migrate_on_start:
+            return None
+        pending = await store.pending_migrations()
+    except StoreError as exc:
+        return f"cannot read the database ({_where(settings)}): {exc}"
+    finally:
+        await store.close()
+    if pending:
+        return (
+            f"the database ({_where(settings)}) is not migrated ({len(pending)} "
+            "migration(s) pending): run `ductor migrate` first, or start with "
+            "`ductor serve --migrate`"
+        )
+    return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """`ductor serve`: the production server on DUCTOR_DATABASE_URL (or the embedded store)."""
     roles = parse_roles(args.roles) if args.roles else None
@@ -173,6 +225,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Nobody else migrates an embedded store: do it at start, as `dev` does.
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         settings = dataclasses.replace(settings, migrate_on_start=True)
+    with _quiet_pool():
+        problem = asyncio.run(_check_database(settings))
+    if problem:
+        sys.stderr.write(f"error: {problem}\n")
+        return 1
     backend = "postgres" if settings.database_url else f"sqlite at {settings.store_target}"
     print(
         f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
@@ -198,7 +255,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    applied = asyncio.run(run())
+    from ductor_server.storage import StoreError
+
+    try:
+        with _quiet_pool():
+            applied = asyncio.run(run())
+    except StoreError as exc:
+        sys.stderr.write(f"error: cannot migrate the database ({_where(settings)}): {exc}\n")
+        return 1
     for name in applied:
         print(f"applied {name}")
     print("database is up to date" if not applied else f"{len(applied)} migration(s) applied")
@@ -233,38 +297,53 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "$DUCTOR_RECEIPT_KEYS or $DUCTOR_RECEIPT_KEY, also a receipt signing key in "
         "<data-dir>/receipt_keys (mode 0600).",
     )
-    dev.add_argument("--host", default=None, help="interface (default 127.0.0.1, $DUCTOR_HOST)")
-    dev.add_argument("--port", type=int, default=None, help="port (default 7070, $DUCTOR_PORT)")
-    dev.add_argument("--data-dir", default=None, help="data directory (default .ductor)")
+    defaults = Settings()
+    host_help = f"interface (default $DUCTOR_HOST, else {defaults.host})"
+    port_help = f"port (default $DUCTOR_PORT, else {defaults.port})"
+    data_dir_help = f"data directory (default $DUCTOR_DATA_DIR, else {defaults.data_dir})"
+    dev.add_argument("--host", default=None, help=host_help)
+    dev.add_argument("--port", type=int, default=None, help=port_help)
+    dev.add_argument("--data-dir", default=None, help=data_dir_help)
     dev.set_defaults(func=cmd_dev)
 
     serve = sub.add_parser(
         "serve",
         help="run against DUCTOR_DATABASE_URL (Postgres) with selectable roles",
         description="Run Ductor on the database in $DUCTOR_DATABASE_URL (the embedded "
-        "SQLite store if unset) and the optional $DUCTOR_REDIS_URL.",
+        "SQLite store if unset) and the optional $DUCTOR_REDIS_URL. A database that "
+        "cannot be reached, or has migrations pending without --migrate, is refused "
+        "with one error line and exit status 1.",
     )
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--data-dir", default=None, help="for the embedded store only")
+    serve.add_argument("--host", default=None, help=host_help)
+    serve.add_argument("--port", type=int, default=None, help=port_help)
     serve.add_argument(
-        "--roles", default=None, help="comma-separated: api,coordinator,worker,timer (default all)"
+        "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
+    )
+    serve.add_argument(
+        "--roles",
+        default=None,
+        help="comma-separated, from " + ",".join(ALL_ROLES) + " (default $DUCTOR_ROLES, else all)",
     )
     serve.add_argument(
         "--migrate",
         action="store_true",
-        help="apply pending migrations before serving (always done for the embedded store)",
+        help="apply pending migrations before serving (default off: a database with "
+        "migrations pending is refused; always done for the embedded store)",
     )
     serve.set_defaults(func=cmd_serve)
 
     migrate = sub.add_parser("migrate", help="apply pending database migrations")
-    migrate.add_argument("--data-dir", default=None, help="for the embedded store only")
+    migrate.add_argument(
+        "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
+    )
     migrate.set_defaults(func=cmd_migrate)
 
     keys = sub.add_parser("keys", help="manage API keys (direct database access)")
     keys_sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
     create = keys_sub.add_parser("create", help="mint an API key for a tenant (created if new)")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--name", default="cli")
-    create.add_argument("--data-dir", default=None, help="for the embedded store only")
+    create.add_argument("--tenant", required=True, help="the tenant's id (created if new)")
+    create.add_argument("--name", default="cli", help="the key's name (default cli)")
+    create.add_argument(
+        "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
+    )
     create.set_defaults(func=cmd_keys_create)

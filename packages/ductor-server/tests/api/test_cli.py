@@ -170,3 +170,63 @@ def test_every_documented_command_parses() -> None:
 def test_serve_refuses_unknown_roles(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--roles", "api,chef"]) == 2
     assert "unknown roles" in capsys.readouterr().err
+
+
+def _send_event(argv: list[str]) -> dict[str, Any]:
+    """Run `ductor events send ARGV` against a stand-in server; the body it sent."""
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("POST", "/v1/events")
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"event_id": "e1", "started": [], "delivered": []})
+
+    args = build_parser().parse_args(["events", "send", *argv])
+    client = ApiClient("http://test", "k", transport=httpx.MockTransport(handler))
+    assert args.client_func(client, args, io.StringIO()) == 0
+    return sent[0]
+
+
+def test_event_data_may_be_positional_or_a_flag() -> None:
+    # As docs/sdk.md writes it: the data right after the name.
+    assert _send_event(["order.created", '{"id": 7}']) == {
+        "name": "order.created",
+        "data": {"id": 7},
+    }
+    assert _send_event(["order.created", "--data", '{"id": 8}'])["data"] == {"id": 8}
+    assert _send_event(["order.created"])["data"] is None
+
+
+def test_event_data_given_twice_or_not_json_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    where = ["--api-key", "k", "--url", "http://127.0.0.1:9"]
+    assert main(["events", "send", "n", "{}", "--data", "{}", *where]) == 1
+    assert "give the event data once" in capsys.readouterr().err
+    assert main(["events", "send", "n", "{nope", *where]) == 1
+    assert "error: client.bad_json: DATA is not valid JSON" in capsys.readouterr().err
+
+
+def test_a_usage_error_shows_the_sub_commands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["events", "send", "order.created", "{}", "surplus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ductor events send ")
+    assert "unrecognized arguments: surplus" in err
+    with pytest.raises(SystemExit):
+        main(["runs", "get", "r1", "r2"])
+    assert capsys.readouterr().err.startswith("usage: ductor runs get ")
+
+
+def test_server_commands_show_their_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    for command, expected in (
+        ("serve", ["127.0.0.1", "7070", ".ductor", "$DUCTOR_ROLES", "else all", "default off"]),
+        ("dev", ["127.0.0.1", "7070", ".ductor"]),
+        ("migrate", [".ductor"]),
+    ):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        shown = " ".join(capsys.readouterr().out.split())
+        for text in expected:
+            assert text in shown, (command, text)

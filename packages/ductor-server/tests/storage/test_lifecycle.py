@@ -33,6 +33,21 @@ async def test_migrate_again_applies_nothing(store: Store) -> None:
     await store.ping()
 
 
+async def test_pending_migrations_lists_what_migrate_would_apply(store_target: str) -> None:
+    store = open_store(store_target)
+    await store.open()
+    try:
+        every = [name for name, _ in migration_files(store.backend)]
+        assert await store.pending_migrations() == every
+        assert await store.migrate() == every
+        assert await store.pending_migrations() == []
+        async with store.transaction() as tx:
+            await tx.session.execute("DELETE FROM schema_migrations WHERE name = %s", (every[-1],))
+        assert await store.pending_migrations() == [every[-1]]
+    finally:
+        await store.close()
+
+
 async def test_concurrent_migrations_apply_each_file_once(store_target: str) -> None:
     stores = [open_store(store_target) for _ in range(3)]
     for s in stores:
@@ -256,6 +271,15 @@ def test_open_store_picks_the_backend_from_the_target(tmp_path: Path) -> None:
     url = open_store(f"sqlite://{tmp_path}/b.db")
     assert plain.backend == url.backend == "sqlite"
     assert getattr(url, "path", None) == tmp_path / "b.db"
+    sqlalchemy_style = open_store("postgresql+psycopg://u@127.0.0.1/db")
+    assert sqlalchemy_style.backend == "postgres"
+    assert getattr(sqlalchemy_style, "url", None) == "postgresql://u@127.0.0.1/db"
+
+
+@pytest.mark.parametrize("target", ["mysql://x", "sqlite3://x.db", "postgresql+asyncpg://u@h/d"])
+def test_open_store_refuses_unknown_schemes(target: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unsupported database URL scheme"):
+        open_store(target)
 
 
 async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:

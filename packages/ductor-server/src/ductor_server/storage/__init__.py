@@ -41,27 +41,45 @@ from ductor_server.storage.records import (
     WorkflowVersionRecord,
 )
 
+POSTGRES_SCHEMES: tuple[str, ...] = ("postgresql", "postgres", "postgresql+psycopg")
+"""URL schemes of the Postgres backend (`postgresql+psycopg` is SQLAlchemy's spelling)."""
+
 
 def open_store(target: str | Path) -> Store:
-    """A store for `target`, not yet opened: a `postgresql://` (or `postgres://`)
-    URL gives the Postgres backend; a `sqlite:///path` URL or anything else is a
-    SQLite file path.
+    """A store for `target`, not yet opened: a `postgresql://`, `postgres://` or
+    `postgresql+psycopg://` URL gives the Postgres backend; a `sqlite:///path` URL
+    or a plain path (no `scheme://`) is a SQLite file.
 
     Call `await store.open()` (and `await store.migrate()`) before use.
+
+    Raises:
+        ValueError: a URL of any other scheme (e.g. `mysql://`).
     """
     text = str(target)
-    if text.startswith(("postgresql://", "postgres://")):
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        from ductor_server.storage.sqlite import SqliteStore
+
+        return SqliteStore(Path(text))
+    if scheme.lower() in POSTGRES_SCHEMES:
         from ductor_server.storage.postgres import PostgresStore
 
-        return PostgresStore(text)
-    from ductor_server.storage.sqlite import SqliteStore
+        # psycopg (libpq) knows postgresql:// and postgres:// only.
+        plain = text if scheme.lower() != "postgresql+psycopg" else f"postgresql://{rest}"
+        return PostgresStore(plain)
+    if scheme.lower() == "sqlite":
+        from ductor_server.storage.sqlite import SqliteStore
 
-    if text.startswith("sqlite://"):
-        text = text.removeprefix("sqlite://")
-    return SqliteStore(Path(text))
+        return SqliteStore(Path(rest))
+    accepted = ", ".join(f"{s}://" for s in (*POSTGRES_SCHEMES, "sqlite"))
+    raise ValueError(
+        f"unsupported database URL scheme {scheme + '://'!r}: use one of {accepted} "
+        "(or leave DUCTOR_DATABASE_URL unset for the embedded SQLite store)"
+    )
 
 
 __all__ = [
+    "POSTGRES_SCHEMES",
     "ApiKeyRecord",
     "AttemptRecord",
     "BeforeCommit",

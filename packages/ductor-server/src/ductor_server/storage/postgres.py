@@ -169,8 +169,19 @@ class PostgresStore:
             await pool.open(wait=True, timeout=self._connect_timeout)
         except PoolTimeout as exc:
             await pool.close()
-            raise StoreUnavailable(f"cannot connect to postgres: {exc}") from exc
+            reason = await self._connect_error() or str(exc)
+            raise StoreUnavailable(f"cannot connect to postgres: {reason}") from exc
         self._pool = pool
+
+    async def _connect_error(self) -> str | None:
+        """Why one direct connection fails (the pool only says it timed out); None if
+        it succeeds now."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=5)
+        except psycopg.Error as exc:
+            return " ".join(str(exc).split())
+        await conn.close()
+        return None
 
     async def close(self) -> None:
         """Close the pool. Safe to call twice."""
@@ -220,6 +231,23 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise store_error(exc) from exc
         return applied
+
+    async def pending_migrations(self) -> list[str]:
+        """The migrations not yet recorded in `schema_migrations`, in order."""
+        names = [name for name, _ in migration_files("postgres")]
+        try:
+            async with self._require_pool().connection() as conn:
+                cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
+                row = await cur.fetchone()
+                if row is None or not row[0]:
+                    return names
+                cur = await conn.execute("SELECT name FROM schema_migrations")
+                done = {r[0] for r in await cur.fetchall()}
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"postgres: {exc}") from exc
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
+        return [name for name in names if name not in done]
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Tx]:

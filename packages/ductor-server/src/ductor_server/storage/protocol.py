@@ -579,6 +579,11 @@ class Store(Protocol):
         none). Idempotent and safe when several processes start at once."""
         ...
 
+    async def pending_migrations(self) -> list[str]:
+        """The names of the migrations `migrate` would apply now (all of them on an
+        empty database), without applying any."""
+        ...
+
     async def ping(self) -> None:
         """Raise `StoreUnavailable` if the database cannot answer a trivial query."""
         ...

@@ -202,6 +202,22 @@ class SqliteStore:
         async with self._lock:
             return await self._call(run)
 
+    async def pending_migrations(self) -> list[str]:
+        """The migrations not yet recorded in `schema_migrations`, in order."""
+        names = [name for name, _ in migration_files("sqlite")]
+
+        def read(conn: sqlite3.Connection) -> set[str]:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+            ).fetchone()
+            if exists is None:
+                return set()
+            return {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+
+        async with self._lock:
+            done = await self._call(read)
+        return [name for name in names if name not in done]
+
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Tx]:
         task = asyncio.current_task()
