@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ductor_server.engine.fairness import FairPolicy
+from ductor_server.netaddr import parse_networks
+
+if TYPE_CHECKING:
+    from ductor_server.engine.fairness import FairPolicy
 
 ALL_ROLES: tuple[str, ...] = ("api", "coordinator", "worker", "timer")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
@@ -31,25 +34,12 @@ def parse_roles(text: str) -> tuple[str, ...]:
     return roles
 
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+def _fair_policy(text: str | None = None) -> FairPolicy:
+    """The fair queue's policy: the default, or parsed from `DUCTOR_FAIRNESS` JSON
+    (imported here, so that reading settings does not load the engine)."""
+    from ductor_server.engine.fairness import FairPolicy
 
-
-def parse_networks(text: str) -> tuple[IPNetwork, ...]:
-    """Parse "127.0.0.0/8, ::1, 10.1.2.3" into networks (a bare address is a /32 or /128).
-
-    Raises:
-        ValueError: an entry that is not an address or a network.
-    """
-    networks: list[IPNetwork] = []
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError as exc:
-            raise ValueError(f"{entry!r} is not an IP address or network") from exc
-    return tuple(networks)
+    return FairPolicy() if text is None else FairPolicy.from_json(text)
 
 
 def parse_switch(name: str, text: str) -> bool:
@@ -129,7 +119,7 @@ class Settings:
     migrate_on_start: bool = True
     lease_seconds: float = 60.0
     poll_interval: float | None = None
-    fairness: FairPolicy = field(default_factory=FairPolicy)
+    fairness: FairPolicy = field(default_factory=lambda: _fair_policy())
     poison_after: int = 3
     stop_grace: float = 5.0
     cel_engine: str = "cel-rust"
@@ -197,7 +187,7 @@ class Settings:
         if prefix := env.get("DUCTOR_REDIS_PREFIX"):
             values["redis_prefix"] = prefix
         if fairness := env.get("DUCTOR_FAIRNESS"):
-            values["fairness"] = FairPolicy.from_json(fairness)
+            values["fairness"] = _fair_policy(fairness)
         if data_dir := env.get("DUCTOR_DATA_DIR"):
             values["data_dir"] = Path(data_dir)
         if host := env.get("DUCTOR_HOST"):

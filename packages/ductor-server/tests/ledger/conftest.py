@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from ductor_server import Settings, create_app
-from ductor_server.cli_server import create_key
+from ductor_server import Settings
 from ductor_server.composition import build
 from ductor_server.engine.clock import ManualClock
 from ductor_server.storage import Store, open_store
+from ductor_server.testing import TenantApi, served
 
 RECEIPT_KEY = "test-2030 " + base64.b64encode(bytes(range(32))).decode()
 """The receipt signing key of these tests' servers (`KEY_ID BASE64_SEED`)."""
 
 
-class Api:
-    """A test client, two tenants' keys, the app's clock and a store of the test's own."""
+class Api(TenantApi):
+    """The tenants' client, with the app's clock and a few ledger helpers."""
 
     def __init__(
         self,
@@ -32,38 +32,8 @@ class Api:
         clock: ManualClock,
         backend: str,
     ) -> None:
-        self.client = client
-        self.store = store
+        super().__init__(client, keys, store, backend)
         self.clock = clock
-        self.backend = backend
-        self.a = {"Authorization": f"Bearer {keys[0]}"}
-        self.b = {"Authorization": f"Bearer {keys[1]}"}
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        key: str | None = None,
-        as_b: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        headers = dict(self.b if as_b else self.a)
-        if key is not None:
-            headers["Idempotency-Key"] = key
-        return await self.client.request(method, path, headers=headers, **kwargs)
-
-    async def ok(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self.call(method, path, **kwargs)
-        assert response.status_code in (200, 201), response.text
-        return response.json()
-
-    async def fails(self, method: str, path: str, status: int, code: str, **kwargs: Any) -> Any:
-        response = await self.call(method, path, **kwargs)
-        assert response.status_code == status, response.text
-        body = response.json()
-        assert body["code"] == code, body
-        return body
 
     async def open(self, code: str, kind: str = "liability", **fields: Any) -> Any:
         body = {"code": code, "currency": "USD", "kind": kind, **fields}
@@ -71,12 +41,6 @@ class Api:
 
     async def balance(self, code: str, *, as_b: bool = False) -> Any:
         return await self.ok("GET", f"/v1/accounts/{code}", as_b=as_b)
-
-    async def count(self, sql: str, *params: Any) -> int:
-        async with self.store.transaction() as tx:
-            row = await tx.session.fetch_one(sql, params)
-        assert row is not None
-        return int(row[0] or 0)
 
 
 def _settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
@@ -93,18 +57,8 @@ def _settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Api]:
     settings = _settings(request, tmp_path)
     clock = ManualClock()
-    composition = build(settings, clock=clock)
-    async with AsyncTestClient(app=create_app(composition=composition)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            keys = (
-                await create_key(store, "tenant-a", name="a"),
-                await create_key(store, "tenant-b", name="b"),
-            )
-            yield Api(client, keys, store, clock, request.param)
-        finally:
-            await store.close()
+    async with served(build(settings, clock=clock)) as (client, keys, store):
+        yield Api(client, keys, store, clock, request.param)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -19,6 +19,7 @@ from ductor_server.cli_server import create_key
 from ductor_server.composition import build, payment_gateway
 from ductor_server.engine.clock import ManualClock
 from ductor_server.storage import open_store
+from ductor_server.testing import served
 
 from .conftest import Api
 from .fake_stripe import API_KEY, WEBHOOK_SECRET, FakeStripe, stripe_signature
@@ -54,19 +55,10 @@ async def wallet_api(
     database_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     settings = _stripe_settings(tmp_path, database_url, stripe.url)
     clock = ManualClock()
-    async with AsyncTestClient(app=create_app(composition=build(settings, clock=clock))) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            keys = (
-                await create_key(store, "tenant-a", name="a"),
-                await create_key(store, "tenant-b", name="b"),
-            )
-            api = Api(client, keys, store, clock, request.param)
-            await api.open("wallet:buyer", floor=0)
-            yield api
-        finally:
-            await store.close()
+    async with served(build(settings, clock=clock)) as (client, keys, store):
+        api = Api(client, keys, store, clock, request.param)
+        await api.open("wallet:buyer", floor=0)
+        yield api
 
 
 async def _deliver(api: Api, payload: bytes, signature: str | None = None) -> Any:

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from ductor_server import Settings, create_app
-from ductor_server.cli_server import create_key
+from ductor_server import Settings
 from ductor_server.composition import build
 from ductor_server.services.receipts import ReceiptService
 from ductor_server.storage import Store, open_store
+from ductor_server.testing import TenantApi, served
 from ductor_settlement import KeyRing, SigningKey
 
 ONE_STEP: dict[str, Any] = {
@@ -38,9 +38,9 @@ def ring(*kids: str) -> KeyRing:
     return KeyRing(keys, active=keys[-1].kid)
 
 
-class Api:
-    """A test client, two tenants' keys, the server's signing ring, and a store and
-    receipt service of the test's own (same database, same ring)."""
+class Api(TenantApi):
+    """The tenants' client, the server's signing ring, and a receipt service of the
+    test's own (same database, same ring)."""
 
     def __init__(
         self,
@@ -50,34 +50,9 @@ class Api:
         ring: KeyRing,
         backend: str,
     ) -> None:
-        self.client = client
-        self.store = store
+        super().__init__(client, keys, store, backend)
         self.ring = ring
-        self.backend = backend
         self.receipts = ReceiptService(store, keys=ring)
-        self.a = {"Authorization": f"Bearer {keys[0]}"}
-        self.b = {"Authorization": f"Bearer {keys[1]}"}
-
-    async def call(self, method: str, path: str, *, as_b: bool = False, **kwargs: Any) -> Any:
-        return await self.client.request(method, path, headers=self.b if as_b else self.a, **kwargs)
-
-    async def ok(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self.call(method, path, **kwargs)
-        assert response.status_code in (200, 201), response.text
-        return response.json()
-
-    async def fails(self, method: str, path: str, status: int, code: str, **kwargs: Any) -> Any:
-        response = await self.call(method, path, **kwargs)
-        assert response.status_code == status, response.text
-        body = response.json()
-        assert body["code"] == code, body
-        return body
-
-    async def count(self, sql: str, *params: Any) -> int:
-        async with self.store.transaction() as tx:
-            row = await tx.session.fetch_one(sql, params)
-        assert row is not None
-        return int(row[0] or 0)
 
     async def run_to_end(self, definition: dict[str, Any]) -> dict[str, Any]:
         """Publish `definition`, start a run of it and wait until it ends."""
@@ -105,18 +80,8 @@ async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[A
         receipts_for_runs=True,
     )
     signing = ring("k1")
-    composition = build(settings, receipt_keys=signing)
-    async with AsyncTestClient(app=create_app(composition=composition)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            keys = (
-                await create_key(store, "tenant-a", name="a"),
-                await create_key(store, "tenant-b", name="b"),
-            )
-            yield Api(client, keys, store, signing, request.param)
-        finally:
-            await store.close()
+    async with served(build(settings, receipt_keys=signing)) as (client, keys, store):
+        yield Api(client, keys, store, signing, request.param)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -28,7 +28,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from ductor_server.settings import IPNetwork, parse_networks
+from ductor_server.netaddr import IPNetwork, parse_networks
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
