@@ -479,22 +479,30 @@ def run_client_command(args: argparse.Namespace) -> int:
         client.close()
 
 
+ClientCommand = Callable[[ApiClient, argparse.Namespace, TextIO], int]
+"""A client command: given the API client, its arguments and where to print."""
+
+_COMMON = argparse.ArgumentParser(add_help=False)
+_COMMON.add_argument("--url", default=None, help="server URL (default $DUCTOR_URL or :7070)")
+_COMMON.add_argument("--api-key", default=None, help="API key (default $DUCTOR_API_KEY)")
+_COMMON.add_argument("--data-dir", default=None, help="where to find api_key (default .ductor)")
+
+
+def command(
+    group: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    func: ClientCommand,
+    help_text: str,
+) -> argparse.ArgumentParser:
+    """Add the client command `name` to `group`, with the options every client command
+    takes (`--url`, `--api-key`, `--data-dir`)."""
+    parser = group.add_parser(name, parents=[_COMMON], help=help_text, description=help_text)
+    parser.set_defaults(func=run_client_command, client_func=func)
+    return parser
+
+
 def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `workflows`, `runs`, `events` and `apps` on the top-level parser."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=None, help="server URL (default $DUCTOR_URL or :7070)")
-    common.add_argument("--api-key", default=None, help="API key (default $DUCTOR_API_KEY)")
-    common.add_argument("--data-dir", default=None, help="where to find api_key (default .ductor)")
-
-    def command(
-        group: argparse._SubParsersAction[argparse.ArgumentParser],
-        name: str,
-        func: Callable[[ApiClient, argparse.Namespace, TextIO], int],
-        help_text: str,
-    ) -> argparse.ArgumentParser:
-        parser = group.add_parser(name, parents=[common], help=help_text, description=help_text)
-        parser.set_defaults(func=run_client_command, client_func=func)
-        return parser
 
     workflows = sub.add_parser("workflows", help="validate, publish and read definitions")
     wf = workflows.add_subparsers(dest="workflows_command", metavar="COMMAND", required=True)

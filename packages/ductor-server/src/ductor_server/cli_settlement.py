@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 import httpx
 
-from ductor_server.cli_client import ApiClient, ClientError, run_client_command
+from ductor_server.cli_client import ApiClient, ClientError, command
 
 KEYS_PATH = "/.well-known/ductor-keys"
 """Where a server publishes its receipt keys."""
@@ -243,21 +242,6 @@ def cmd_receipts_add_key(args: argparse.Namespace) -> int:
 
 def add_settlement_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `ledger` and `receipts` on the top-level parser."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=None, help="server URL (default $DUCTOR_URL or :7070)")
-    common.add_argument("--api-key", default=None, help="API key (default $DUCTOR_API_KEY)")
-    common.add_argument("--data-dir", default=None, help="where to find api_key (default .ductor)")
-
-    def command(
-        group: argparse._SubParsersAction[argparse.ArgumentParser],
-        name: str,
-        func: Callable[[ApiClient, argparse.Namespace, TextIO], int],
-        help_text: str,
-    ) -> argparse.ArgumentParser:
-        parser = group.add_parser(name, parents=[common], help=help_text, description=help_text)
-        parser.set_defaults(func=run_client_command, client_func=func)
-        return parser
-
     ledger = sub.add_parser("ledger", help="read ledger balances and entries")
     lg = ledger.add_subparsers(dest="ledger_command", metavar="COMMAND", required=True)
     p = command(
