@@ -551,21 +551,7 @@ class RoutingService:
         check_name("worker id", worker.id, RequestInvalid, path="$.id")
         for channel in worker.capacity:
             check_name("capacity channel", channel, RequestInvalid, path="$.capacity")
-        now = self.clock.now()
-        claim = Claim.of(tenant_id, "routing.workers.put", idempotency_key, worker, now=now)
-
-        async def apply(rtx: RoutingTx) -> Answer[Worker]:
-            created = await rtx.put_entity(
-                "worker", tenant_id, worker.id, msgspec.json.encode(worker), now
-            )
-            return Answer(worker, MutationOutcome.CREATED if created else MutationOutcome.OK)
-
-        def edit(config: _Config) -> tuple[_Config, str | None]:
-            workers = _replaced(config.workers, worker)
-            at = next(i for i, w in enumerate(workers) if w.id == worker.id)
-            return msgspec.structs.replace(config, workers=workers), f"/workers/{at}"
-
-        return await self._change(tenant_id, claim, Worker, edit, apply)
+        return await self._put(tenant_id, "worker", worker, Worker, idempotency_key)
 
     async def put_pool(
         self, tenant_id: str, pool: Pool, *, idempotency_key: str | None = None
@@ -579,21 +565,34 @@ class RoutingService:
         check_name("pool id", pool.id, RequestInvalid, path="$.id")
         # The channel is part of every capacity counter's key: bounded like an id.
         check_name("pool channel", pool.channel, RequestInvalid, path="$.channel")
-        now = self.clock.now()
-        claim = Claim.of(tenant_id, "routing.pools.put", idempotency_key, pool, now=now)
+        return await self._put(tenant_id, "pool", pool, Pool, idempotency_key)
 
-        async def apply(rtx: RoutingTx) -> Answer[Pool]:
+    async def _put(
+        self,
+        tenant_id: str,
+        what: str,
+        entity: _E,
+        into: type[_E],
+        idempotency_key: str | None,
+    ) -> Answer[_E]:
+        """Create (`CREATED`) or replace (`OK`) the worker or pool `entity`: stored
+        under its id, and put in by id in the configuration's `<what>s`."""
+        field = what + "s"
+        now = self.clock.now()
+        claim = Claim.of(tenant_id, f"routing.{field}.put", idempotency_key, entity, now=now)
+
+        async def apply(rtx: RoutingTx) -> Answer[_E]:
             created = await rtx.put_entity(
-                "pool", tenant_id, pool.id, msgspec.json.encode(pool), now
+                what, tenant_id, entity.id, msgspec.json.encode(entity), now
             )
-            return Answer(pool, MutationOutcome.CREATED if created else MutationOutcome.OK)
+            return Answer(entity, MutationOutcome.CREATED if created else MutationOutcome.OK)
 
         def edit(config: _Config) -> tuple[_Config, str | None]:
-            pools = _replaced(config.pools, pool)
-            at = next(i for i, p in enumerate(pools) if p.id == pool.id)
-            return msgspec.structs.replace(config, pools=pools), f"/pools/{at}"
+            items = _replaced(getattr(config, field), entity)
+            at = next(i for i, item in enumerate(items) if item.id == entity.id)
+            return msgspec.structs.replace(config, **{field: items}), f"/{field}/{at}"
 
-        return await self._change(tenant_id, claim, Pool, edit, apply)
+        return await self._change(tenant_id, claim, into, edit, apply)
 
     async def put_settlement(
         self,
