@@ -26,18 +26,11 @@ import pytest
 
 from ductor_server.cli_server import create_key
 from ductor_server.storage import open_store
+from ductor_server.testing import free_port
 
 pytest_plugins = ["ductor_server.pytest_plugin"]
 
 START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class ServerProcess:

@@ -1,14 +1,24 @@
 """Testing against the app in process: `served` runs a composition under Litestar's
 test client with two tenants ("tenant-a" and "tenant-b") and their API keys, and
-`TenantApi` calls it as either tenant. For the project's own suites and for
-applications that embed the server; nothing else imports this module."""
+`TenantApi` calls it as either tenant; `serve_process` runs a real `ductor
+serve` process instead. For the project's own suites and for applications that
+embed the server; nothing else imports this module."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import httpx
 from litestar.testing import AsyncTestClient
 
 from ductor_server import Settings, create_app
@@ -83,4 +93,78 @@ async def served(
             await store.close()
 
 
-__all__ = ["TenantApi", "served"]
+@dataclass(frozen=True)
+class ServedProcess:
+    """A running `ductor serve`: its URL, its store target and a key per tenant."""
+
+    url: str
+    target: str
+    keys: dict[str, str]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _mint_keys(target: str, tenants: Sequence[str]) -> dict[str, str]:
+    store = open_store(target)
+    await store.open()
+    try:
+        await store.migrate()
+        return {t: await create_key(store, t, name=t) for t in tenants}
+    finally:
+        await store.close()
+
+
+@contextmanager
+def serve_process(
+    data_dir: Path,
+    *,
+    tenants: Sequence[str],
+    database_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    start_seconds: float = 30.0,
+) -> Iterator[ServedProcess]:
+    """Migrate the store, mint a key per tenant, and run `ductor serve` on a free
+    port of 127.0.0.1 (SQLite under `data_dir` unless `database_url`), with none of
+    this process's `DUCTOR_*` settings but `env`'s; stopped (SIGTERM) on exit. Its
+    output goes to `data_dir/server.log`."""
+    target = database_url or str(data_dir / "ductor.db")
+    keys = asyncio.run(_mint_keys(target, tenants))
+    settings = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
+    settings.update({"PYTHONUNBUFFERED": "1", **(env or {})})
+    if database_url is not None:
+        settings["DUCTOR_DATABASE_URL"] = database_url
+    port = free_port()
+    log_path = data_dir / "server.log"
+    command = [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*command, "--data-dir", str(data_dir)],
+            env=settings,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_seconds
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, f"the server did not start in {start_seconds} s"
+            time.sleep(0.1)
+        yield ServedProcess(url=url, target=target, keys=keys)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+__all__ = ["ServedProcess", "TenantApi", "free_port", "serve_process", "served"]

@@ -6,42 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from ductor_server.cli_server import create_key
 from ductor_server.pytest_plugin import create_database, drop_database
-from ductor_server.storage import open_store
+from ductor_server.testing import ServedProcess, serve_process
 
 RETRIES = 20
 TENANTS = ("t-route", "t-runs", "t-events", "t-workflows", "t-signals")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
 class Server:
     """A `ductor serve` process and a key per tenant; `count` reads its database."""
 
-    url: str
-    target: str
-    keys: dict[str, str]
+    def __init__(self, served: ServedProcess) -> None:
+        self.url = served.url
+        self.target = served.target
+        self.keys = served.keys
 
     def count(self, sql: str, *params: Any) -> int:
         """The first column of the first row of `sql` (`%s` placeholders)."""
@@ -58,55 +44,19 @@ class Server:
         return int(row[0] or 0)
 
 
-async def _mint_keys(target: str) -> dict[str, str]:
-    store = open_store(target)
-    await store.open()
-    try:
-        await store.migrate()
-        return {t: await create_key(store, t, name=t) for t in TENANTS}
-    finally:
-        await store.close()
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    data_dir = tmp_path_factory.mktemp(f"idem-{request.param}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
-    env.update({"DUCTOR_POLL_INTERVAL": "0.05", "PYTHONUNBUFFERED": "1"})
+    data_dir = tmp_path_factory.mktemp("idem-" + request.param)
+    env = {"DUCTOR_POLL_INTERVAL": "0.05"}
     database_url = None
     if request.param == "postgres":
         database_url = create_database(request.getfixturevalue("_postgres_admin"))
-        env["DUCTOR_DATABASE_URL"] = database_url
-    target = database_url or str(data_dir / "ductor.db")
-    keys = asyncio.run(_mint_keys(target))
-    port = _free_port()
-    log = (data_dir / "server.log").open("wb")
-    command = [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--data-dir", str(data_dir)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, (data_dir / "server.log").read_text()
-            assert time.monotonic() < deadline, "the server did not start in 30 s"
-            time.sleep(0.1)
-        yield Server(url=url, target=target, keys=keys)
+        with serve_process(data_dir, tenants=TENANTS, database_url=database_url, env=env) as served:
+            yield Server(served)
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()
         if database_url is not None:
             drop_database(database_url)
 

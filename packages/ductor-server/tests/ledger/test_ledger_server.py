@@ -6,50 +6,19 @@ a Stripe webhook (from a fake Stripe API on 127.0.0.1) credit a wallet once."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
-from ductor_server.cli_server import create_key
 from ductor_server.pytest_plugin import create_database, drop_database
-from ductor_server.storage import open_store
+from ductor_server.testing import ServedProcess, serve_process
 
 from .fake_stripe import API_KEY, WEBHOOK_SECRET, FakeStripe, stripe_signature
 
 USD = 1_000_000
 TENANTS = ("t-debits", "t-retries", "t-stripe")
-
-
-@dataclass
-class Server:
-    url: str
-    target: str
-    keys: dict[str, str]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def _mint_keys(target: str) -> dict[str, str]:
-    store = open_store(target)
-    await store.open()
-    try:
-        await store.migrate()
-        return {t: await create_key(store, t, name=t) for t in TENANTS}
-    finally:
-        await store.close()
 
 
 @pytest.fixture(scope="module")
@@ -64,52 +33,32 @@ def stripe() -> Iterator[FakeStripe]:
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, stripe: FakeStripe
-) -> Iterator[Server]:
-    data_dir = tmp_path_factory.mktemp(f"ledger-{request.param}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
-    env.update({"DUCTOR_POLL_INTERVAL": "0.05", "PYTHONUNBUFFERED": "1"})
-    env.update(
-        {
-            "DUCTOR_STRIPE_API_KEY": API_KEY,
-            "DUCTOR_STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
-            "DUCTOR_STRIPE_API_BASE": stripe.url,
-        }
-    )
+) -> Iterator[ServedProcess]:
+    data_dir = tmp_path_factory.mktemp("ledger-" + request.param)
+    env = {
+        "DUCTOR_POLL_INTERVAL": "0.05",
+        "DUCTOR_STRIPE_API_KEY": API_KEY,
+        "DUCTOR_STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "DUCTOR_STRIPE_API_BASE": stripe.url,
+    }
     database_url = None
     if request.param == "postgres":
         database_url = create_database(request.getfixturevalue("_postgres_admin"))
-        env["DUCTOR_DATABASE_URL"] = database_url
-    target = database_url or str(data_dir / "ductor.db")
-    keys = asyncio.run(_mint_keys(target))
-    port = _free_port()
-    log = (data_dir / "server.log").open("wb")
-    command = [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--data-dir", str(data_dir)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, (data_dir / "server.log").read_text()
-            assert time.monotonic() < deadline, "the server did not start in 30 s"
-            time.sleep(0.1)
-        yield Server(url=url, target=target, keys=keys)
+        with serve_process(data_dir, tenants=TENANTS, database_url=database_url, env=env) as served:
+            yield served
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()
         if database_url is not None:
             drop_database(database_url)
 
 
 async def _call(
-    server: Server, tenant: str, method: str, path: str, body: Any = None, key: str | None = None
+    server: ServedProcess,
+    tenant: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    key: str | None = None,
 ) -> httpx.Response:
     headers = {"Authorization": f"Bearer {server.keys[tenant]}"}
     if key is not None:
@@ -118,7 +67,7 @@ async def _call(
         return await http.request(method, path, json=body, headers=headers)
 
 
-async def _setup(server: Server, tenant: str, funds: int) -> None:
+async def _setup(server: ServedProcess, tenant: str, funds: int) -> None:
     for code, kind, floor in (
         ("cash", "asset", None),
         ("wallet", "liability", 0),
@@ -144,7 +93,7 @@ def _charge(amount: int) -> dict[str, Any]:
     }
 
 
-async def test_twenty_debits_at_once_never_overdraw(server: Server) -> None:
+async def test_twenty_debits_at_once_never_overdraw(server: ServedProcess) -> None:
     tenant = "t-debits"
     await _setup(server, tenant, 10 * USD)
     answers = await asyncio.gather(
@@ -162,7 +111,7 @@ async def test_twenty_debits_at_once_never_overdraw(server: Server) -> None:
     assert len(page["items"]) == 10
 
 
-async def test_twenty_retries_of_one_entry_post_it_once(server: Server) -> None:
+async def test_twenty_retries_of_one_entry_post_it_once(server: ServedProcess) -> None:
     tenant = "t-retries"
     await _setup(server, tenant, 10 * USD)
     answers = await asyncio.gather(
@@ -180,7 +129,7 @@ async def test_twenty_retries_of_one_entry_post_it_once(server: Server) -> None:
 
 
 async def test_twenty_webhook_deliveries_at_once_credit_a_wallet_once(
-    server: Server, stripe: FakeStripe
+    server: ServedProcess, stripe: FakeStripe
 ) -> None:
     tenant = "t-stripe"
     wallet = {"code": "wallet", "currency": "USD", "kind": "liability", "floor": 0}
