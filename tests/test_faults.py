@@ -9,6 +9,9 @@
   in its log.
 - PostgreSQL itself (a private cluster of this test's) is restarted mid-load:
   the server reconnects and every run completes.
+- Redis (a private server of this test's, the fair queue and the wake-ups) is
+  flushed, then killed and started again, mid-load: every run completes, each
+  step's side effect happened once.
 
 Each test is bounded in time and talks only to 127.0.0.1.
 """
@@ -391,3 +394,86 @@ def test_a_postgres_restart_mid_load_loses_nothing(
     assert server.proc.poll() is None, "the server died"
     left = asyncio.run(_leftovers(private_postgres.url))
     assert left == {"open tasks": 0, "inbox items": 0, "runs": len(run_ids)}
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, on a free port, that it may flush and kill."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while self.cli("PING") != "PONG":
+            assert time.monotonic() < deadline, "the private redis-server did not start"
+            time.sleep(0.05)
+
+    def cli(self, *command: str) -> str:
+        done = subprocess.run(
+            ["redis-cli", "-p", str(self.port), *command],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return done.stdout.strip()
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    redis = PrivateRedis()
+    redis.start()
+    try:
+        yield redis
+    finally:
+        if redis.proc is not None and redis.proc.poll() is None:
+            redis.kill9()
+
+
+@pytest.mark.slow
+def test_a_redis_flush_and_restart_mid_load_lose_and_repeat_nothing(
+    private_redis: PrivateRedis, make_server: Any, postgres_url: str, sink: Any
+) -> None:
+    server = make_server(
+        "on-private-redis",
+        database_url=postgres_url,
+        env={"DUCTOR_REDIS_URL": private_redis.url, "DUCTOR_REDIS_PREFIX": "fault"},
+    )
+    server.start()
+    with server.client() as http:
+        assert http.post("/v1/workflows", json=_chain(f"{sink.url}/ok")).status_code == 201
+    with Trigger(server, "fault-chain", per_second=8) as trigger:
+        time.sleep(2.0)
+        in_use = int(private_redis.cli("DBSIZE") or 0)
+        assert private_redis.cli("FLUSHALL") == "OK"
+        time.sleep(2.0)
+        private_redis.kill9()
+        time.sleep(1.0)
+        private_redis.start()
+        time.sleep(2.0)
+    # The queue was really in Redis when it was flushed.
+    assert in_use > 0, "the server kept nothing in Redis: nothing was tested"
+    run_ids = list(trigger.runs.values())
+    assert len(run_ids) >= 20
+    assert len(set(run_ids)) == len(run_ids), "two keys gave one run"
+    runs = _wait_all(server, run_ids, timeout=120)
+    _one_effect_per_step(sink, runs, ("first", "second"))
+    assert server.proc is not None
+    assert server.proc.poll() is None, "the server died"
+    left = asyncio.run(_leftovers(postgres_url))
+    assert left == {"open tasks": 0, "inbox items": 0, "runs": len(run_ids)}
+    print(f"redis flush and restart: {len(run_ids)} runs, {trigger.refused} refused requests")
