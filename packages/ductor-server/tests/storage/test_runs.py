@@ -309,6 +309,31 @@ async def test_deferred_inbox_input_waits_until_its_new_time(store: Store) -> No
     ]
 
 
+async def test_claims_let_tenants_take_turns_whatever_came_first(store: Store) -> None:
+    # Tenant "a" has a backlog of six runs with input, all older than tenant "b"'s two.
+    runs = [new_run("a", f"a{i}") for i in range(6)] + [new_run("b", f"b{i}") for i in range(2)]
+    async with store.transaction() as tx:
+        await tx.insert_runs(runs)
+        await tx.enqueue_inbox(
+            [
+                NewInboxItem(
+                    tenant_id=run.tenant_id,
+                    run_id=run.state.run_id,
+                    input=TimerFired(timer_id="x"),
+                    available_at=NOW,
+                )
+                for run in runs
+            ]
+        )
+    async with store.transaction() as tx:
+        claimed = await tx.claim_runs_with_inbox(now=NOW, limit=4)
+    # Each tenant's oldest, then each one's second oldest: "b" is not behind "a"'s backlog.
+    assert [r.run_id for r in claimed] == ["a0", "b0", "a1", "b1"]
+    async with store.transaction() as tx:
+        everything = await tx.claim_runs_with_inbox(now=NOW, limit=10)
+    assert [r.run_id for r in everything] == ["a0", "b0", "a1", "b1", "a2", "a3", "a4", "a5"]
+
+
 async def test_inbox_respects_available_at_and_claims_oldest_input_first(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", f"r{i}") for i in range(4)])

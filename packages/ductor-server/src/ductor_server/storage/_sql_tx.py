@@ -112,10 +112,18 @@ _IDEM_COLS = "tenant_id, scope, key, request_hash, status_code, response, create
 # `{handlers}` an optional handler filter. tests/storage/test_plans.py EXPLAINs
 # every entry of HOT_STATEMENTS on a freshly migrated Postgres database.
 
+_PENDING_IN_TURNS = (
+    "SELECT tenant_id, run_id, first_seq, turn FROM ("
+    "SELECT tenant_id, run_id, MIN(seq) AS first_seq,"
+    " ROW_NUMBER() OVER (PARTITION BY tenant_id ORDER BY MIN(seq)) AS turn"
+    " FROM run_inbox WHERE available_at <= %s GROUP BY tenant_id, run_id"
+    ") g ORDER BY turn, first_seq LIMIT %s"
+)
+"""Runs with input due, tenants taking turns: every tenant's oldest run, then every
+tenant's second oldest, and so on, so one tenant's backlog of inbox input does
+not stand in front of another tenant's first run in the coordinator's claims."""
 CLAIM_RUNS_WITH_INBOX_PG = (
-    "SELECT r.tenant_id, r.id FROM ("
-    "SELECT tenant_id, run_id, MIN(seq) AS first_seq FROM run_inbox"
-    " WHERE available_at <= %s GROUP BY tenant_id, run_id ORDER BY first_seq LIMIT %s"
+    f"SELECT r.tenant_id, r.id FROM ({_PENDING_IN_TURNS}"
     ") p CROSS JOIN LATERAL ("
     "SELECT tenant_id, id FROM runs WHERE tenant_id = p.tenant_id AND id = p.run_id{lock}"
     ") r LIMIT %s"
@@ -124,13 +132,10 @@ CLAIM_RUNS_WITH_INBOX_PG = (
 plan can join the inbox to a scan of `runs`, and no more runs are locked than
 are claimed."""
 CLAIM_RUNS_WITH_INBOX_PLAIN = (
-    "WITH pending AS ("
-    "  SELECT tenant_id, run_id, MIN(seq) AS first_seq FROM run_inbox"
-    "  WHERE available_at <= %s GROUP BY tenant_id, run_id"
-    "  ORDER BY first_seq LIMIT %s"
+    f"WITH pending AS ({_PENDING_IN_TURNS}"
     ") SELECT r.tenant_id, r.id FROM runs r JOIN pending p"
     " ON p.tenant_id = r.tenant_id AND p.run_id = r.id"
-    " ORDER BY p.first_seq LIMIT %s{lock_runs}"
+    " ORDER BY p.turn, p.first_seq LIMIT %s{lock_runs}"
 )
 """SQLite (one writer, no row locks, no LATERAL): a plain join."""
 GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
