@@ -206,11 +206,21 @@ async def test_bad_configuration_is_refused_and_nothing_changes(api: Api) -> Non
         "routing.config",
     )
     assert [p["pointer"] for p in body["details"]] == ["/rules/0/when"]
-    # Deleting a worker a pool still lists is refused too (pointing into the configuration).
-    body = assert_error(await api.call("DELETE", "/v1/workers/ana"), 422, "routing.config")
-    assert [p["pointer"] for p in body["details"]] == ["/pools/0/members/0/worker"]
+    # Deleting a worker a pool still lists, or a pool a rule picks, is refused as in use
+    # (pointing into the configuration) and nothing changes.
+    body = assert_error(await api.call("DELETE", "/v1/workers/ana"), 409, "routing.in_use")
+    assert "pool 'desk'" in body["message"], body
+    assert body["details"]["used_by"] == [{"pool": "desk", "pointer": "/pools/0/members/0/worker"}]
+    await api.ok("POST", "/v1/rules", json={"rules": [{"id": "r", "pool": "desk"}]})
+    body = assert_error(await api.call("DELETE", "/v1/pools/desk"), 409, "routing.in_use")
+    assert body["details"] == {
+        "pool": "desk",
+        "used_by": [{"rule": "r", "pointer": "/rule_set/rules/0/pool"}],
+    }
+    assert (await api.ok("GET", "/v1/rules"))["version"] == 2
+    await api.ok("POST", "/v1/rules", json={"rules": []})
     assert [p["id"] for p in await api.ok("GET", "/v1/pools")] == ["desk"]
-    assert (await api.ok("GET", "/v1/rules"))["version"] == 1
+    assert (await api.ok("GET", "/v1/rules"))["version"] == 3
     assert len(await api.ok("GET", "/v1/workers")) == 2
     # Malformed bodies and unknown fields.
     assert_error(await api.call("POST", "/v1/workers", content=b"{"), 400, "request.malformed_json")

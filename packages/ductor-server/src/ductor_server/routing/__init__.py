@@ -12,6 +12,7 @@ from ductor_server.routing.errors import (
     AssignmentStateConflict,
     ConfigChangeConflict,
     RoutableInvalid,
+    RoutingObjectInUse,
     RoutingObjectNotFound,
 )
 from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
@@ -21,6 +22,7 @@ __all__ = [
     "AssignmentStateConflict",
     "ConfigChangeConflict",
     "RoutableInvalid",
+    "RoutingObjectInUse",
     "RoutingObjectNotFound",
     "RoutingTx",
     "StoredReservation",

@@ -4,7 +4,8 @@ DuctorError (ductor_core)
  ├── ServerError
  │    ├── NotFoundError
  │    │    ├── RoutingObjectNotFound     <what>.not_found (pool, worker, ...)
- │    └── AssignmentStateConflict       routing.assignment_state
+ │    ├── AssignmentStateConflict       routing.assignment_state
+ │    └── RoutingObjectInUse            routing.in_use (a worker or pool still referred to)
  └── RoutingError (ductor_routing)
       ├── ConfigError                   routing.config (a change that breaks the config)
       ├── RoutableInvalid               routing.routable_invalid (details: problems)
@@ -35,6 +36,24 @@ class AssignmentStateConflict(ServerError):
     """An assignment that cannot make this move from where it is (e.g. complete twice)."""
 
     code = "routing.assignment_state"
+
+
+class RoutingObjectInUse(ServerError):
+    """A worker still in a pool, or a pool a rule still picks, cannot be deleted.
+
+    `details.used_by` lists each reference with its configuration pointer.
+    """
+
+    code = "routing.in_use"
+
+    def __init__(self, what: str, object_id: str, used_by: list[dict[str, str]]) -> None:
+        first = used_by[0]
+        holder = ", ".join(f"{k} {v!r}" for k, v in first.items() if k != "pointer")
+        more = f" and {len(used_by) - 1} more" if len(used_by) > 1 else ""
+        super().__init__(
+            f"{what} {object_id!r} is still used by {holder}{more}: change those first",
+            details={what: object_id, "used_by": used_by},
+        )
 
 
 class RoutableInvalid(RoutingError):

@@ -60,6 +60,7 @@ from ductor_server.routing.errors import (
     AssignmentStateConflict,
     ConfigChangeConflict,
     RoutableInvalid,
+    RoutingObjectInUse,
     RoutingObjectNotFound,
 )
 from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
@@ -408,6 +409,26 @@ def _relative(error: ConfigError, prefix: str | None) -> ConfigError:
     return ConfigError(f"invalid routing configuration: {summary}", details=moved)
 
 
+def _references(config: _Config, what: str, entity_id: str) -> list[dict[str, str]]:
+    """What in `config` still names the worker or pool `entity_id`, with pointers."""
+    if what == "worker":
+        return [
+            {"pool": pool.id, "pointer": f"/pools/{i}/members/{j}/worker"}
+            for i, pool in enumerate(config.pools)
+            for j, member in enumerate(pool.members)
+            if member.worker == entity_id
+        ]
+    rules = config.rules
+    used = [
+        {"rule": rule.id, "pointer": f"/rule_set/rules/{i}/pool"}
+        for i, rule in enumerate(rules.rules)
+        if rule.pool == entity_id
+    ]
+    if rules.default_pool == entity_id:
+        used.append({"rule_set": rules.id, "pointer": "/rule_set/default_pool"})
+    return used
+
+
 class RoutingService:
     """Routing configuration and decisions of every tenant, on one store.
 
@@ -667,6 +688,9 @@ class RoutingService:
             return Answer(None)
 
         def edit(config: _Config) -> tuple[_Config, str | None]:
+            used_by = _references(config, what, entity_id)
+            if used_by:
+                raise RoutingObjectInUse(what, entity_id, used_by)
             if what == "worker":
                 workers = tuple(w for w in config.workers if w.id != entity_id)
                 return msgspec.structs.replace(config, workers=workers), None

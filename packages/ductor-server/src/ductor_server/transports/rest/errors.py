@@ -51,6 +51,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "routing.assign_conflict": 409,
     "routing.config_conflict": 409,
     "routing.assignment_state": 409,
+    "routing.in_use": 409,
     # the ledger (ductor_settlement's codes: every problem is in details.problems)
     "account.not_found": 404,
     "entry.not_found": 404,
