@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -62,6 +64,37 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
         return value
+
+
+def unknown_operation(provider: str, operation: str) -> ProviderFailed:
+    """The `provider.unknown_operation` failure (not retryable)."""
+    return provider_failure(
+        "provider.unknown_operation",
+        f"{provider} has no operation {operation!r}",
+        retryable=False,
+    )
+
+
+def elapsed_ms(started: float) -> float:
+    """Milliseconds since `started` (a `time.perf_counter()` reading)."""
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def check_url(url: str, *, query: bool) -> None:
+    """Refuse a URL that is not an absolute http(s) URL, carries credentials or a
+    fragment, or (unless `query`) a query; a `ValueError`, which msgspec reports as
+    a validation error of the field being decoded."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an absolute http:// or https:// URL")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not carry credentials (put them in the secrets)")
+    if parts.fragment or (parts.query and not query):
+        raise ValueError(
+            "must not have a query or a fragment" if not query else "must not have a fragment"
+        )
+    if any(c in url for c in "\\\r\n\t\0 "):
+        raise ValueError("must not contain spaces, backslashes or control characters")
 
 
 def header_problems(headers: Mapping[str, str], pointer: str) -> list[dict[str, str]]:
@@ -199,4 +232,14 @@ async def exchange(
     )
 
 
-__all__ = ["REDACTED", "Answer", "Redactor", "bad_input", "exchange", "header_problems"]
+__all__ = [
+    "REDACTED",
+    "Answer",
+    "Redactor",
+    "bad_input",
+    "check_url",
+    "elapsed_ms",
+    "exchange",
+    "header_problems",
+    "unknown_operation",
+]

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from ductor_server.providers.base import ProviderRegistry
 from ductor_server.providers.http import HttpProvider
+from ductor_server.providers.webhook import WebhookProvider
 
 
 def builtin_providers() -> ProviderRegistry:
     """A new registry holding the built-in providers (origin `builtin`)."""
     registry = ProviderRegistry()
-    for provider in (HttpProvider(),):
+    for provider in (HttpProvider(), WebhookProvider()):
         registry.register(provider, origin="builtin")
     return registry
 

@@ -22,15 +22,17 @@ from ductor_server.engine.outbound import is_retryable_status
 from ductor_server.providers._exchange import (
     Redactor,
     bad_input,
+    check_url,
+    elapsed_ms,
     exchange,
     header_problems,
+    unknown_operation,
 )
 from ductor_server.providers.base import (
     CallContext,
     CheckResult,
     Operation,
     ProviderFailed,
-    provider_failure,
 )
 
 Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -42,13 +44,7 @@ def check_base_url(url: str) -> None:
     """Refuse a base URL that is not an absolute http(s) URL without credentials,
     query or fragment (a `ValueError`, which msgspec reports as a validation error).
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be an absolute http:// or https:// URL")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("must not carry credentials (put them in the secrets)")
-    if parts.query or parts.fragment:
-        raise ValueError("must not have a query or a fragment")
+    check_url(url, query=False)
 
 
 def _check_header_map(headers: dict[str, str], what: str) -> None:
@@ -212,11 +208,7 @@ class HttpProvider:
         """Run `request`: 2xx gives `{status, headers, body}`; other answers fail
         as `http.<status>` (5xx, 408, 425 and 429 retryable)."""
         if operation != "request":
-            raise provider_failure(
-                "provider.unknown_operation",
-                f"http has no operation {operation!r}",
-                retryable=False,
-            )
+            raise unknown_operation(self.name, operation)
         problems = header_problems(input.headers, "/headers")
         try:
             url = join_url(settings.base_url, input.path)
@@ -282,7 +274,7 @@ class HttpProvider:
             return CheckResult(
                 ok=False,
                 message=exc.error.message,
-                latency_ms=_ms(started),
+                latency_ms=elapsed_ms(started),
                 details={"code": exc.error.code},
             )
         ok = answer.status < 500 and answer.status not in (401, 403)
@@ -290,7 +282,7 @@ class HttpProvider:
         return CheckResult(
             ok=ok,
             message=f"HEAD {settings.base_url} answered {answer.status} ({verdict})",
-            latency_ms=_ms(started),
+            latency_ms=elapsed_ms(started),
             details={"status": answer.status},
         )
 
@@ -302,10 +294,6 @@ def _query(query: dict[str, QueryValue]) -> dict[str, Any]:
         return str(v)
 
     return {k: [text(x) for x in v] if isinstance(v, list) else text(v) for k, v in query.items()}
-
-
-def _ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
 
 
 __all__ = [
