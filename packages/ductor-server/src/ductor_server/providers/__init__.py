@@ -16,6 +16,7 @@ from ductor_server.providers.base import (
 )
 from ductor_server.providers.builtin import builtin_providers
 from ductor_server.providers.http import HttpProvider
+from ductor_server.providers.smtp import SmtpProvider
 from ductor_server.providers.webhook import WebhookProvider
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ProviderFailed",
     "ProviderRegistry",
     "ProviderSetupError",
+    "SmtpProvider",
     "WebhookProvider",
     "builtin_providers",
     "provider_failure",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from ductor_server.providers.base import ProviderRegistry
 from ductor_server.providers.http import HttpProvider
+from ductor_server.providers.smtp import SmtpProvider
 from ductor_server.providers.webhook import WebhookProvider
 
 
 def builtin_providers() -> ProviderRegistry:
     """A new registry holding the built-in providers (origin `builtin`)."""
     registry = ProviderRegistry()
-    for provider in (HttpProvider(), WebhookProvider()):
+    for provider in (HttpProvider(), SmtpProvider(), WebhookProvider()):
         registry.register(provider, origin="builtin")
     return registry
 
