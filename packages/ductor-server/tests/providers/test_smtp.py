@@ -4,6 +4,7 @@ how it logs in, and how each refusal, outage and injection attempt fails."""
 from __future__ import annotations
 
 import email.utils
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,19 @@ async def test_a_server_that_is_down_is_retryable(make_context: MakeContext) -> 
     )
     assert failed.error.code == "smtp.connection"
     assert failed.error.retryable is True
+
+
+async def test_a_server_that_never_greets_times_out(make_context: MakeContext) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        failed = await fail(
+            SmtpProvider().call(
+                "send", settings(port), secrets(), mail(), make_context(timeout=0.5)
+            )
+        )
+    assert (failed.error.code, failed.error.retryable) == ("smtp.timeout", True)
 
 
 async def test_starttls_not_offered_is_refused(smtp: SmtpSink, make_context: MakeContext) -> None:

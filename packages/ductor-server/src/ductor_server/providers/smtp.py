@@ -14,7 +14,6 @@ header the provider sets itself), nor put the password in an error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import email.policy
 import email.utils
 import re
@@ -243,12 +242,16 @@ class SmtpProvider:
         redactor = Redactor([secrets.password])
 
         async def send(client: aiosmtplib.SMTP) -> SendOutput:
-            await _step(client.mail(settings.from_address), "smtp.sender_refused", redactor)
+            await _step(
+                client.mail(settings.from_address),
+                "smtp.sender_refused",
+                f"the server refused the sender {settings.from_address}",
+                redactor,
+            )
             for recipient in recipients:
                 try:
                     await client.rcpt(recipient)
                 except aiosmtplib.SMTPRecipientRefused as exc:
-                    await _reset(client)
                     raise _refused(
                         "smtp.recipient_refused",
                         f"the server refused the recipient {recipient}",
@@ -256,7 +259,12 @@ class SmtpProvider:
                         redactor,
                         recipient=recipient,
                     ) from None
-            await _step(client.data(message.as_bytes()), "smtp.message_refused", redactor)
+            await _step(
+                client.data(message.as_bytes()),
+                "smtp.message_refused",
+                "the server refused the message",
+                redactor,
+            )
             return SendOutput(message_id=message_id(context.idempotency_key), accepted=recipients)
 
         output = await _session(settings, secrets, context, redactor, send)
@@ -271,7 +279,12 @@ class SmtpProvider:
         redactor = Redactor([secrets.password])
 
         async def noop(client: aiosmtplib.SMTP) -> None:
-            await _step(client.noop(), "smtp.connection", redactor)
+            await _step(
+                client.noop(),
+                "smtp.refused",
+                f"{settings.host}:{settings.port} refused NOOP",
+                redactor,
+            )
 
         try:
             await _session(settings, secrets, context, redactor, noop)
@@ -315,14 +328,19 @@ async def _session(
             client = await _connect(addresses, settings, seconds, where)
             try:
                 if client.is_ehlo_or_helo_needed:
-                    await _step(client.ehlo(), "smtp.connection", redactor)
+                    await _step(client.ehlo(), "smtp.refused", f"{where} refused EHLO", redactor)
                 if settings.starttls:
                     await _starttls(client, settings, where)
                 if settings.username is not None and secrets.password is not None:
                     await _login(client, settings.username, secrets.password, where, redactor)
                 result = await work(client)
-            finally:
-                await _quit(client)
+            except ProviderFailed:
+                await _quit(client)  # the server answered: say goodbye properly
+                raise
+            except BaseException:
+                client.close()  # a dead or slow server: do not wait for it again
+                raise
+            await _quit(client)
             return result
     except OutboundForbidden as exc:
         raise provider_failure(
@@ -335,6 +353,11 @@ async def _session(
     except aiosmtplib.SMTPServerDisconnected as exc:
         raise provider_failure(
             "smtp.connection", f"{where} closed the connection: {exc}", retryable=True
+        ) from None
+    except (aiosmtplib.SMTPException, OSError) as exc:
+        reason = redactor.text(str(exc)) or type(exc).__name__
+        raise provider_failure(
+            "smtp.connection", f"the session with {where} failed: {reason}", retryable=True
         ) from None
 
 
@@ -353,8 +376,10 @@ async def _connect(
         )
         try:
             await client.connect()
+        except TimeoutError:
+            raise  # the whole session's time is up: smtp.timeout
         except aiosmtplib.SMTPConnectResponseError as exc:
-            raise _refused("smtp.connection", f"{where} refused the session", exc) from None
+            raise _refused("smtp.refused", f"{where} refused the session", exc) from None
         except (aiosmtplib.SMTPConnectError, OSError) as exc:
             failure = exc
             continue
@@ -369,6 +394,8 @@ async def _starttls(client: aiosmtplib.SMTP, settings: SmtpSettings, where: str)
         raise provider_failure("smtp.tls", f"{where} does not offer STARTTLS", retryable=False)
     try:
         await client.starttls(server_hostname=settings.host, validate_certs=True)
+    except TimeoutError:
+        raise
     except aiosmtplib.SMTPResponseException as exc:
         raise _refused("smtp.tls", f"{where} refused STARTTLS", exc) from None
     except (aiosmtplib.SMTPConnectError, aiosmtplib.SMTPException, OSError) as exc:
@@ -392,12 +419,12 @@ async def _login(
         ) from None
 
 
-async def _step(command: Any, code: str, redactor: Redactor) -> Any:
+async def _step(command: Any, code: str, message: str, redactor: Redactor) -> Any:
     """Await one SMTP command; a refusal becomes `code` (a 4xx reply: `smtp.temporary`)."""
     try:
         return await command
     except aiosmtplib.SMTPResponseException as exc:
-        raise _refused(code, "the server refused the message", exc, redactor) from None
+        raise _refused(code, message, exc, redactor) from None
 
 
 def _refused(
@@ -419,11 +446,6 @@ def _refused(
         retryable=temporary,
         details={"reply_code": exc.code, **details},
     )
-
-
-async def _reset(client: aiosmtplib.SMTP) -> None:
-    with contextlib.suppress(aiosmtplib.SMTPException, OSError):
-        await client.rset()
 
 
 async def _quit(client: aiosmtplib.SMTP) -> None:
