@@ -287,7 +287,7 @@ def _failure(answer: Answer, what: str) -> ProviderFailed:
     retryable = is_retryable_status(answer.status)
     if answer.status >= 500:
         code = "openai.server_error"
-    if upstream_code == "insufficient_quota":
+    if answer.status == 429 and upstream_code == "insufficient_quota":
         code, retryable = "openai.quota_exceeded", False
     message = f"{what} answered {answer.status}"
     if isinstance(error.get("message"), str):

@@ -409,11 +409,14 @@ async def _login(
 ) -> None:
     try:
         await client.login(username, password)
-    except aiosmtplib.SMTPAuthenticationError as exc:
+    except aiosmtplib.SMTPResponseException as exc:
         raise _refused(
             "smtp.auth_failed", f"{where} refused the login of {username}", exc, redactor
         ) from None
-    except aiosmtplib.SMTPNotSupported:
+    except (TimeoutError, aiosmtplib.SMTPServerDisconnected):
+        raise
+    except aiosmtplib.SMTPException:
+        # No AUTH at all, or no mechanism both sides know.
         raise provider_failure(
             "smtp.auth_failed", f"{where} offers no login this client can use", retryable=False
         ) from None
