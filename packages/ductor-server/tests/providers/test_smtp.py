@@ -14,7 +14,7 @@ import pytest
 
 from ductor_server.providers import ProviderFailed, builtin_providers
 from ductor_server.providers.smtp import (
-    SendInput,
+    SendEmailInput,
     SmtpProvider,
     SmtpSecrets,
     SmtpSettings,
@@ -49,9 +49,9 @@ def secrets(password: str | None = None) -> SmtpSecrets:
     return SmtpSecrets(password=password)
 
 
-def mail(**extra: Any) -> SendInput:
+def mail(**extra: Any) -> SendEmailInput:
     fields = {"to": ["ada@example.test"], "subject": "Invoice 7", "text": "Paid, thanks."}
-    return msgspec.convert({**fields, **extra}, SendInput)
+    return msgspec.convert({**fields, **extra}, SendEmailInput)
 
 
 async def fail(coro: Any) -> ProviderFailed:

@@ -127,7 +127,7 @@ class SmtpSecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError("password may not contain CR, LF or NUL")
 
 
-class SendInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SendEmailInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The input of `send`.
 
     Attributes:
@@ -151,7 +151,7 @@ class SendInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     headers: dict[str, str] = {}
 
 
-class SendOutput(msgspec.Struct, frozen=True, kw_only=True):
+class SendEmailOutput(msgspec.Struct, frozen=True, kw_only=True):
     """The output of `send`.
 
     Attributes:
@@ -163,7 +163,7 @@ class SendOutput(msgspec.Struct, frozen=True, kw_only=True):
     accepted: list[str]
 
 
-def input_problems(input: SendInput) -> list[dict[str, str]]:
+def input_problems(input: SendEmailInput) -> list[dict[str, str]]:
     """Everything wrong with a `send` input, each with its JSON pointer."""
     problems: list[dict[str, str]] = []
     if not input.to:
@@ -187,7 +187,9 @@ def input_problems(input: SendInput) -> list[dict[str, str]]:
     return problems
 
 
-def build_message(settings: SmtpSettings, input: SendInput, context: CallContext) -> EmailMessage:
+def build_message(
+    settings: SmtpSettings, input: SendEmailInput, context: CallContext
+) -> EmailMessage:
     """The message `send` sends (no `Bcc` header)."""
     message = EmailMessage(policy=email.policy.SMTP)
     message["From"] = settings.from_address
@@ -218,8 +220,8 @@ class SmtpProvider:
         "send": Operation(
             name="send",
             description="Send one email to every recipient or to none.",
-            input=SendInput,
-            output=SendOutput,
+            input=SendEmailInput,
+            output=SendEmailOutput,
         )
     }
 
@@ -228,7 +230,7 @@ class SmtpProvider:
         operation: str,
         settings: SmtpSettings,
         secrets: SmtpSecrets,
-        input: SendInput,
+        input: SendEmailInput,
         context: CallContext,
     ) -> Any:
         """Run `send`: `{message_id, accepted}` once the server took the message."""
@@ -241,7 +243,7 @@ class SmtpProvider:
         recipients = list(dict.fromkeys([*input.to, *input.cc, *input.bcc]))
         redactor = Redactor([secrets.password])
 
-        async def send(client: aiosmtplib.SMTP) -> SendOutput:
+        async def send(client: aiosmtplib.SMTP) -> SendEmailOutput:
             await _step(
                 client.mail(settings.from_address),
                 "smtp.sender_refused",
@@ -265,7 +267,9 @@ class SmtpProvider:
                 "the server refused the message",
                 redactor,
             )
-            return SendOutput(message_id=message_id(context.idempotency_key), accepted=recipients)
+            return SendEmailOutput(
+                message_id=message_id(context.idempotency_key), accepted=recipients
+            )
 
         output = await _session(settings, secrets, context, redactor, send)
         return msgspec.to_builtins(output)
@@ -459,8 +463,8 @@ async def _quit(client: aiosmtplib.SMTP) -> None:
 
 
 __all__ = [
-    "SendInput",
-    "SendOutput",
+    "SendEmailInput",
+    "SendEmailOutput",
     "SmtpProvider",
     "SmtpSecrets",
     "SmtpSettings",
