@@ -22,6 +22,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: bytes
+    raw_header_names: tuple[str, ...] = ()
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -68,7 +69,11 @@ class HttpSink:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
                 seen = Seen(
-                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                    self.command,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    tuple(self.headers.keys()),
                 )
                 with sink.lock:
                     sink.seen.append(seen)

@@ -98,13 +98,16 @@ async def test_basic_auth_and_secret_headers(sink: HttpSink, make_context: MakeC
         "request",
         settings(sink),
         secrets(username="ada", password="pw-secret", headers={"X-Api-Key": "k-secret"}),
-        request(headers={"X-Api-Key": "from-input"}),
+        request(headers={"x-api-key": "from-input", "AUTHORIZATION": "Bearer forged"}),
         make_context(),
     )
     assert (
         sink.last.headers["authorization"] == "Basic " + base64.b64encode(b"ada:pw-secret").decode()
     )
-    assert sink.last.headers["x-api-key"] == "k-secret"  # the secret header wins
+    # The secret headers win, whatever the letter case, and are sent once.
+    assert sink.last.headers["x-api-key"] == "k-secret"
+    raw = [name.lower() for name in sink.last.raw_header_names]
+    assert raw.count("x-api-key") == raw.count("authorization") == 1
 
 
 @pytest.mark.parametrize(
@@ -158,6 +161,9 @@ async def test_redirect_is_an_answer_not_followed(
         "javascript:alert(1)",
         "mailto:a@b.c",
         "\\\\evil.example\\x",
+        "../admin",
+        "a/%2e%2E/admin",
+        "./x",
         "a\r\nHost: evil",
     ],
 )

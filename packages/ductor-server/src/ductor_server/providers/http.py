@@ -12,7 +12,7 @@ import base64
 import time
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httpx
 import msgspec
@@ -159,18 +159,33 @@ class HttpResponse(msgspec.Struct, frozen=True, kw_only=True):
     body: Any
 
 
+def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of `layers`, a later layer's header replacing an earlier one of
+    the same name in any letter case."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        for name, value in layer.items():
+            for existing in [k for k in merged if k.lower() == name.lower()]:
+                del merged[existing]
+            merged[name] = value
+    return merged
+
+
 def join_url(base_url: str, path: str) -> httpx.URL:
     """`path` appended to the path of `base_url`.
 
     Raises:
-        ValueError: `path` names a scheme or a host, holds a backslash or a
-            control character, or the result leaves the base URL's origin.
+        ValueError: `path` names a scheme or a host, holds a backslash, a
+            control character or a `.` or `..` segment (even percent-encoded),
+            or the result leaves the base URL's origin.
     """
     if "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
         raise ValueError("may not contain backslashes or control characters")
     parts = urlsplit(path)
     if parts.scheme or parts.netloc or path.startswith("//"):
         raise ValueError("must be a path, not an absolute URL")
+    if any(unquote(segment) in (".", "..") for segment in parts.path.split("/")):
+        raise ValueError("may not hold . or .. segments (it stays under the base URL's path)")
     base = httpx.URL(base_url)
     if not path:
         url = base
@@ -219,7 +234,7 @@ class HttpProvider:
         if input.query:
             url = url.copy_merge_params(_query(input.query))
         method = input.method or ("GET" if input.body is None else "POST")
-        headers = {**settings.headers, **input.headers, **secrets.auth_headers()}
+        headers = merge_headers(settings.headers, input.headers, secrets.auth_headers())
         content: bytes | None = None
         if input.body is not None:
             content = msgspec.json.encode(input.body)
@@ -267,7 +282,7 @@ class HttpProvider:
                 url=settings.base_url,
                 what=f"HEAD {settings.base_url}",
                 redactor=redactor,
-                headers={**settings.headers, **secrets.auth_headers()},
+                headers=merge_headers(settings.headers, secrets.auth_headers()),
                 limit_seconds=settings.timeout,
             )
         except ProviderFailed as exc:
@@ -304,4 +319,5 @@ __all__ = [
     "RequestInput",
     "check_base_url",
     "join_url",
+    "merge_headers",
 ]
