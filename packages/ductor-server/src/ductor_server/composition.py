@@ -36,6 +36,7 @@ from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.extensions import (
+    CEL_FUNCTIONS,
     SERVER_STARTED,
     SERVER_STOPPING,
     Extensions,
@@ -234,9 +235,12 @@ def payment_gateway(settings: Settings) -> PaymentGateway | None:
     return StripeGateway(key, secret, api_base=settings.stripe_api_base)
 
 
-def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
+def sandboxed(
+    engine: ExpressionEngine, settings: Settings, *, shared: tuple[str, ...] = ()
+) -> ExpressionEngine:
     """`engine`, wrapped so costly expressions run in the sandbox when the settings
-    ask and the engine is cel-rust (cel-python stops itself: its step limit)."""
+    ask and the engine is cel-rust (cel-python stops itself: its step limit);
+    `shared` names the custom functions the sandbox processes register too."""
     if not settings.cel_sandbox or engine.name != "cel-rust":
         return engine
     pool = SandboxPool(
@@ -248,7 +252,7 @@ def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
             timeout=settings.cel_sandbox_timeout,
         ),
     )
-    return SandboxedEngine(engine, pool, threshold=settings.cel_sandbox_threshold)
+    return SandboxedEngine(engine, pool, threshold=settings.cel_sandbox_threshold, shared=shared)
 
 
 def build(
@@ -285,10 +289,13 @@ def build(
     # Every process that builds an engine registers the plugins' functions first:
     # this one, its lanes' worker processes, its sandbox children.
     register_cel_functions(extensions)
+    shared: tuple[str, ...] = ()
     if extensions is installed_extensions():
+        # The sandbox children and lane workers load exactly these.
+        shared = tuple(entry.name for entry, _ in extensions.values(CEL_FUNCTIONS))
         add_worker_setup(install_cel_functions)
     store = open_store(settings.store_target)
-    expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
+    expressions = sandboxed(engine_by_name(settings.cel_engine), settings, shared=shared)
     policy = OutboundPolicy(settings.outbound_allow or ())
     actions = actions if actions is not None else default_registry(HttpAction(policy=policy))
     specs = plugin_steps(extensions, specs or BUILTIN_STEP_SPECS, actions)

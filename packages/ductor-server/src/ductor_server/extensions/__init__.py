@@ -21,6 +21,7 @@ from ductor_server.extensions.hooks import (
     HookEvent,
 )
 from ductor_server.extensions.loader import (
+    CEL_FUNCTIONS,
     ExtensionFailure,
     Extensions,
     ExtensionsView,
@@ -41,6 +42,7 @@ from ductor_server.extensions.points import (
 )
 
 __all__ = [
+    "CEL_FUNCTIONS",
     # events
     "DECISION_MADE",
     "DEFAULT_HOOK_TIMEOUT",
