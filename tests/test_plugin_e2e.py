@@ -76,9 +76,9 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env["UV_PYTHON_DOWNLOADS"] = "never"
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     # The locked third-party packages only, from uv's cache.
+    sync = [uv, "sync", "--quiet", "--offline", "--locked", "--all-packages", "--no-dev"]
     _run(
-        [uv, "sync", "--quiet", "--offline", "--locked", "--all-packages", "--no-dev"]
-        + ["--no-install-workspace", "--python", python],
+        [*sync, "--no-install-workspace", "--python", python],
         env={**env, "UV_PROJECT_ENVIRONMENT": str(env_dir)},
     )
     # The workspace's packages as built from this checkout, then the plugin.
@@ -86,11 +86,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _run([uv, "build", "--quiet", "--offline", "--wheel", "-o", str(wheels), str(PLUGIN)])
     built = sorted(str(p) for p in wheels.glob("*.whl"))
     assert len(built) == 6, built
-    _run(
-        [uv, "pip", "install", "--quiet", "--offline", "--no-deps"]
-        + ["--python", str(env_dir / "bin" / "python"), *built],
-        env=env,
-    )
+    install = [uv, "pip", "install", "--quiet", "--offline", "--no-deps"]
+    _run([*install, "--python", str(env_dir / "bin" / "python"), *built], env=env)
     return env_dir
 
 

@@ -3,6 +3,7 @@ to the file `$DUCTOR_EXAMPLE_HOOK_LOG` (nothing when it is unset)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -17,5 +18,10 @@ async def record(event: HookEvent) -> None:
     if not path:
         return
     line = json.dumps(msgspec.to_builtins(event))
+    # Off the event loop: a hook must not block the server.
+    await asyncio.to_thread(_append, path, line)
+
+
+def _append(path: str, line: str) -> None:
     with open(path, "a", encoding="utf-8") as log:
         log.write(line + "\n")

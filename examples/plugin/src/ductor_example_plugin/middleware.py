@@ -6,6 +6,7 @@ Appends one JSON line per `/v1` request to the file `$DUCTOR_EXAMPLE_AUDIT_LOG`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import Any
@@ -20,6 +21,11 @@ def _key_prefix(scope: Scope) -> str | None:
             token = value.decode("latin-1").removeprefix("Bearer ").strip()
             return token[:12] or None
     return None
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
 
 
 def audit(app: ASGIApp) -> ASGIApp:
@@ -46,7 +52,6 @@ def audit(app: ASGIApp) -> ASGIApp:
                 "status": status[0] if status else None,
                 "key": _key_prefix(scope),
             }
-            with open(path, "a", encoding="utf-8") as log:
-                log.write(json.dumps(line) + "\n")
+            await asyncio.to_thread(_append, path, json.dumps(line))
 
     return audited
