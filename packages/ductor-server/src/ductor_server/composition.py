@@ -37,6 +37,7 @@ from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.extensions import (
     CEL_FUNCTIONS,
+    DEFAULT_HOOK_TIMEOUT,
     SERVER_STARTED,
     SERVER_STOPPING,
     Extensions,
@@ -44,6 +45,7 @@ from ductor_server.extensions import (
     HookEvent,
     install_cel_functions,
     installed_extensions,
+    is_installed,
     register_cel_functions,
 )
 from ductor_server.extensions.kinds import KindValidators
@@ -264,6 +266,7 @@ def build(
     bridge_keys: SigningKeys | None = None,
     receipt_keys: KeyRing | None = None,
     extensions: Extensions | None = None,
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
 ) -> Composition:
     """Build everything the process runs for `settings` (no I/O until `running`).
 
@@ -279,6 +282,7 @@ def build(
         extensions: the plugins to plug in (the installed entry points if None; see
             docs/extending.md): their CEL functions, strategies, enrichers,
             providers, step types, hooks and kind validators.
+        hook_timeout: seconds one lifecycle hook may take with one event.
 
     Raises:
         ValueError: `settings.cel_engine` names no engine, or the receipt keys
@@ -290,7 +294,7 @@ def build(
     # this one, its lanes' worker processes, its sandbox children.
     register_cel_functions(extensions)
     shared: tuple[str, ...] = ()
-    if extensions is installed_extensions():
+    if is_installed(extensions):
         # The sandbox children and lane workers load exactly these.
         shared = tuple(entry.name for entry, _ in extensions.values(CEL_FUNCTIONS))
         add_worker_setup(install_cel_functions)
@@ -341,7 +345,7 @@ def build(
             "DUCTOR_RECEIPTS_FOR_RUNS is on but no receipt signing key is set"
             " (DUCTOR_RECEIPT_KEYS or DUCTOR_RECEIPT_KEY)"
         )
-    hooks = HookDispatcher(plugin_hooks(extensions))
+    hooks = HookDispatcher(plugin_hooks(extensions), timeout=hook_timeout)
     services = build_services(
         runtime,
         expressions=expressions,

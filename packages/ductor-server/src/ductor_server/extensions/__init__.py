@@ -29,6 +29,7 @@ from ductor_server.extensions.loader import (
     PointView,
     install_cel_functions,
     installed_extensions,
+    is_installed,
     load_extensions,
     register_cel_functions,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "StepHandler",
     "install_cel_functions",
     "installed_extensions",
+    "is_installed",
     "load_extensions",
     "register_cel_functions",
 ]

@@ -195,6 +195,11 @@ _installed: Extensions | None = None
 _installed_lock = threading.Lock()
 
 
+def is_installed(extensions: Extensions) -> bool:
+    """Whether `extensions` is this process's `installed_extensions()` (loading nothing)."""
+    return extensions is _installed
+
+
 def installed_extensions() -> Extensions:
     """The installed extensions, loaded on first use and shared by the process."""
     global _installed
@@ -243,6 +248,7 @@ __all__ = [
     "PointView",
     "install_cel_functions",
     "installed_extensions",
+    "is_installed",
     "load_extensions",
     "register_cel_functions",
 ]
