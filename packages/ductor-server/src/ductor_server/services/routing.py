@@ -57,6 +57,8 @@ from ductor_server.engine.offload import VALIDATION
 from ductor_server.errors import RequestInvalid
 from ductor_server.extensions.hooks import DECISION_MADE, HookDispatcher, to_data
 from ductor_server.extensions.kinds import KindValidators
+from ductor_server.extensions.loader import installed_extensions
+from ductor_server.extensions.wiring import plugin_enrichers, plugin_strategies
 from ductor_server.ledger.settlement_store import ReturnRecord, SettlementTx
 from ductor_server.ledger.store import LedgerTx
 from ductor_server.routing.errors import (
@@ -420,10 +422,10 @@ class RoutingService:
         store: the opened store.
         engine: the CEL engine routers compile with.
         clock: the decision time source.
-        registry: strategy registry (built-ins plus installed entry points by default).
+        registry: strategy registry (built-ins plus the installed plugins by default).
         max_attempts: how often a decision is routed again after losing a cap race.
         receipts: where decision receipts are signed, if anywhere.
-        enrichers: the enricher plugins configurations may name (installed entry points
+        enrichers: the enricher plugins configurations may name (the installed plugins
             by default).
         kinds: the plugin validators of routable kinds (none if None).
         hooks: told of each decision and ledger entry after it commits (none if None).
@@ -444,8 +446,7 @@ class RoutingService:
     ) -> None:
         self.store = store
         if enrichers is None:
-            enrichers = EnricherRegistry()
-            enrichers.discover()
+            enrichers = plugin_enrichers(installed_extensions())
         self.enrichers = enrichers
         self.kinds = kinds if kinds is not None else KindValidators()
         self.hooks = hooks if hooks is not None else HookDispatcher()
@@ -453,8 +454,7 @@ class RoutingService:
         self.engine = engine
         self.clock = clock or SystemClock()
         if registry is None:
-            registry = StrategyRegistry()
-            registry.discover()
+            registry = plugin_strategies(installed_extensions())
         self.registry = registry
         self.max_attempts = max_attempts
         self.conflicts = 0  # commits that lost a race and routed again
