@@ -18,6 +18,7 @@ from litestar.openapi import OpenAPIConfig
 
 from ductor_server.composition import Composition, build
 from ductor_server.extensions import installed_extensions
+from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
 from ductor_server.transports.rest import (
     PUBLIC_ROUTES,
@@ -62,7 +63,7 @@ def create_app(
     """
     settings = composition.settings if composition is not None else settings or Settings()
     extensions = composition.extensions if composition is not None else installed_extensions()
-    middleware = [factory for _, factory in extensions.values("ductor.middleware")]
+    middleware = plugin_middleware(extensions)
     handlers: list[Any] = [healthz, readyz]
     if "api" in settings.roles:
         handlers.append(receipt_keys)

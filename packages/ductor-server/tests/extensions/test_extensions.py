@@ -64,6 +64,9 @@ PLUGIN = textwrap.dedent(
         return wrapped
 
     not_a_step = object()
+
+    def no_app():
+        return None
     """
 )
 
@@ -79,6 +82,7 @@ ENTRY_POINTS = textwrap.dedent(
     invoice = probe_plugin:invoice
 
     [ductor.middleware]
+    broken = probe_plugin:no_app
     tagged = probe_plugin:tagged
 
     [ductor.steps]
@@ -207,8 +211,13 @@ async def test_plugins_plug_in_and_failing_hooks_change_nothing(
     assert listing.status_code == 200
     assert listing.headers["x-tagged"] == "1"  # the middleware wraps /v1
     body = listing.json()
-    assert len(body["failures"]) == 4
+    # The middleware that takes no app is refused when the app is built; it starts.
+    assert len(body["failures"]) == 5
     assert {f["distribution"] for f in body["failures"]} == {"probe-plugins"}
+    [broken] = [f for f in body["failures"] if f["group"] == "ductor.middleware"]
+    assert (broken["name"], broken["code"]) == ("broken", "extension.contract")
+    [middleware] = [p for p in body["points"] if p["group"] == "ductor.middleware"]
+    assert [e["name"] for e in middleware["extensions"]] == ["tagged"]
     assert "x-tagged" not in (await client.get("/healthz")).headers
 
     # A run finishes although one hook raises and another hangs.

@@ -20,7 +20,11 @@ from ductor_server.engine.effects import RunFinishedHook
 from ductor_server.extensions.hooks import RUN_FINISHED, Hook, HookDispatcher
 from ductor_server.extensions.kinds import KindValidators
 from ductor_server.extensions.loader import ExtensionFailure, Extensions, LoadedExtension
-from ductor_server.extensions.points import KindValidator, StepExtension
+from ductor_server.extensions.points import (
+    ExtensionContractError,
+    KindValidator,
+    StepExtension,
+)
 from ductor_server.providers.base import Provider, ProviderRegistry
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import RunRecord
@@ -31,7 +35,14 @@ PLUGIN_REFUSED = "extension.refused"
 """The failure code of a plugin that loaded but whose name is taken where it plugs in."""
 
 
-def _refuse(extensions: Extensions, group: str, entry: LoadedExtension, error: str) -> None:
+def _refuse(
+    extensions: Extensions,
+    group: str,
+    entry: LoadedExtension,
+    error: str,
+    *,
+    code: str = PLUGIN_REFUSED,
+) -> None:
     extensions.loaded[group] = [(e, v) for e, v in extensions.loaded[group] if e is not entry]
     extensions.failures.append(
         ExtensionFailure(
@@ -40,7 +51,7 @@ def _refuse(extensions: Extensions, group: str, entry: LoadedExtension, error: s
             distribution=entry.distribution,
             version=entry.version,
             object=entry.object,
-            code=PLUGIN_REFUSED,
+            code=code,
             error=error,
         )
     )
@@ -109,6 +120,31 @@ def plugin_steps(extensions: Extensions, specs: StepSpecs, actions: ActionRegist
     return specs.with_specs(*added) if added else specs
 
 
+async def _probe_app(scope: Any, receive: Any, send: Any) -> None:
+    """The ASGI app a middleware factory is tried on (never called)."""
+
+
+def plugin_middleware(extensions: Extensions) -> list[Any]:
+    """The plugins' middleware factories (`ductor.middleware`), each tried once on a
+    stand-in app: one that raises or does not answer a callable is refused
+    (`extension.contract`) instead of failing the server's start."""
+    group = "ductor.middleware"
+    usable = []
+    for entry, factory in extensions.values(group):
+        try:
+            wrapped = factory(_probe_app)
+        except Exception as exc:
+            error = f"middleware {entry.name!r}: calling it with an app raised {exc!r}"
+            _refuse(extensions, group, entry, error, code=ExtensionContractError.code)
+            continue
+        if not callable(wrapped):
+            error = f"middleware {entry.name!r} answered {type(wrapped).__name__}, not an app"
+            _refuse(extensions, group, entry, error, code=ExtensionContractError.code)
+            continue
+        usable.append(factory)
+    return usable
+
+
 def plugin_hooks(extensions: Extensions) -> list[tuple[str, Hook]]:
     """The plugins' lifecycle hooks (`ductor.hooks`), named for log lines."""
     return [
@@ -152,6 +188,7 @@ __all__ = [
     "plugin_enrichers",
     "plugin_hooks",
     "plugin_kinds",
+    "plugin_middleware",
     "plugin_providers",
     "plugin_steps",
     "plugin_strategies",
