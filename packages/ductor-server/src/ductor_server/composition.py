@@ -363,9 +363,9 @@ def build(
         runtime.parts.on_finish.append(services.receipts.on_run_finished)
     if hooks:
         runtime.parts.on_finish.append(run_finished_hook(hooks))
-    # The process's providers. The built-in ones and the connections ACTION
-    # steps dispatch through are wired here too; plugin providers are listed
-    # at /v1/extensions and found by name in this registry.
+    # The process's provider registry, holding the plugins' providers (each with
+    # its distribution as origin; listed at /v1/extensions). Whatever resolves a
+    # provider by name for a connection reads this registry.
     providers = ProviderRegistry()
     plugin_providers(extensions, providers)
     return Composition(
