@@ -72,7 +72,9 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert uv is not None, "uv is needed to build the plugin's environment (scripts/_uv.sh)"
     place = tmp_path_factory.mktemp("plugin-env")
     env_dir, wheels = place / "venv", place / "wheels"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_"))}
+    # uv's own settings (its cache above all) stay; the environment it targets is ours.
+    drop = ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["UV_PYTHON_DOWNLOADS"] = "never"
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     # The locked third-party packages only, from uv's cache.
@@ -82,8 +84,9 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env={**env, "UV_PROJECT_ENVIRONMENT": str(env_dir)},
     )
     # The workspace's packages as built from this checkout, then the plugin.
-    _run([uv, "build", "--quiet", "--offline", "--all-packages", "--wheel", "-o", str(wheels)])
-    _run([uv, "build", "--quiet", "--offline", "--wheel", "-o", str(wheels), str(PLUGIN)])
+    build = [uv, "build", "--quiet", "--offline", "--wheel", "-o", str(wheels)]
+    _run([*build, "--all-packages"], env=env)
+    _run([*build, str(PLUGIN)], env=env)
     built = sorted(str(p) for p in wheels.glob("*.whl"))
     assert len(built) == 6, built
     install = [uv, "pip", "install", "--quiet", "--offline", "--no-deps"]

@@ -19,16 +19,18 @@ from ductor_core.step_specs import StepSpec
 from ductor_routing.kinds import Problem
 from ductor_routing.routables import Routable
 from ductor_server.engine.actions import ActionCall
-from ductor_server.errors import ServerError
 from ductor_server.extensions.hooks import Hook
 from ductor_server.providers.base import Provider
 
 
-class ExtensionContractError(ServerError):
-    """A plugin object does not keep its extension point's contract."""
+class ExtensionContractError(Exception):
+    """A plugin object does not keep its extension point's contract.
+
+    Never raised to a caller: the loader turns it into a listed failure with
+    this `code`.
+    """
 
     code = "extension.contract"
-    retryable = False
 
 
 StepHandler = Callable[[ActionCall], Awaitable[Any]]
