@@ -1053,7 +1053,7 @@ class RoutingService:
             decision_id=decision.id,
             assignment_id=assignment_id,
             now=now,
-            on_entry=self._entry_posted(tx, tenant_id, now),
+            on_entry=self._entry_posted(tx, now),
         )
         await SettlementTx(tx).insert_charge(
             tenant_id,
@@ -1078,7 +1078,7 @@ class RoutingService:
             )
         return written
 
-    def _entry_posted(self, tx: Tx, tenant_id: str, now: datetime) -> Callable[[Entry], None]:
+    def _entry_posted(self, tx: Tx, now: datetime) -> Callable[[Entry], None]:
         """Tells the hooks of a ledger entry written in `tx`, once `tx` commits."""
 
         def posted(entry: Entry) -> None:
@@ -1251,7 +1251,7 @@ class RoutingService:
             postings=charge.postings,
             complete=complete,
             now=now,
-            on_entry=self._entry_posted(tx, record.tenant_id, now),
+            on_entry=self._entry_posted(tx, now),
         )
         if written:
             await settlement.set_charge_entry(record.tenant_id, record.id, written[0])

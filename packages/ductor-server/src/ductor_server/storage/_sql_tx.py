@@ -50,10 +50,10 @@ from ductor_server.storage.records import (
     WorkflowVersionRecord,
 )
 
-# Batches that become one `IN (...)` list are cut to this many items, well under
-# SQLite's limit on bound variables.
 _log = logging.getLogger(__name__)
 
+# Batches that become one `IN (...)` list are cut to this many items, well under
+# SQLite's limit on bound variables.
 _CHUNK = 400
 
 _encoder = msgspec.json.Encoder()
