@@ -283,3 +283,54 @@ def test_the_cli_lists_the_points(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for group in ("ductor.routing.strategies", "ductor.cel.functions", "ductor.kinds"):
         assert f"{group} (" in out
+
+
+def _dist(root: Path, name: str, module: str, source: str, entry_points: str) -> None:
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{module}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+
+
+def test_a_second_plugin_of_one_name_is_a_duplicate_and_groups_load_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = """
+        def invoice(routable):
+            return ()
+
+        def twice(x):
+            return 2 * x
+        """
+    _dist(
+        tmp_path,
+        "first-kinds",
+        "first_kinds",
+        source,
+        "[ductor.kinds]\ninvoice = first_kinds:invoice\n",
+    )
+    _dist(
+        tmp_path,
+        "second-kinds",
+        "second_kinds",
+        source,
+        "[ductor.kinds]\ninvoice = second_kinds:invoice\n"
+        "[ductor.cel.functions]\ntwice = second_kinds:twice\n",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [
+        ep
+        for name in ("first-kinds", "second-kinds")
+        for ep in metadata.distribution(name).entry_points
+    ]
+    extensions = load_extensions(eps)
+    [kind] = extensions.values("ductor.kinds")
+    assert (kind[0].name, kind[0].distribution) == ("invoice", "first-kinds")
+    [failure] = extensions.failures
+    assert (failure.code, failure.distribution) == ("extension.duplicate", "second-kinds")
+    assert "already provided by first-kinds" in failure.error
+    only = load_extensions(eps, groups=["ductor.cel.functions"])
+    assert [e.name for e, _ in only.values("ductor.cel.functions")] == ["twice"]
+    assert only.values("ductor.kinds") == []
+    assert only.failures == []

@@ -171,14 +171,22 @@ def _load_one(
     found.loaded.setdefault(point.group, []).append((entry, value))
 
 
-def load_extensions(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Extensions:
-    """Load every extension point's entry points (all installed ones if None).
+def load_extensions(
+    entry_points: Iterable[metadata.EntryPoint] | None = None,
+    *,
+    groups: Iterable[str] | None = None,
+) -> Extensions:
+    """Load every extension point's entry points (all installed ones if None), or only
+    those of `groups`.
 
     Never raises for a plugin's fault: each failure is logged and listed.
     """
     given = None if entry_points is None else list(entry_points)
+    wanted = None if groups is None else frozenset(groups)
     found = Extensions()
     for point in POINTS:
+        if wanted is not None and point.group not in wanted:
+            continue
         seen: dict[str, str] = {}
         eps = metadata.entry_points(group=point.group) if given is None else given
         mine = sorted(
@@ -230,10 +238,15 @@ def register_cel_functions(
 
 
 def install_cel_functions() -> tuple[str, ...]:
-    """Load the installed extensions and register their CEL functions in the default
-    registry: what every process that builds an engine (the server, its sandbox
-    children and its lanes' worker processes) calls before building it."""
-    return register_cel_functions(installed_extensions())
+    """Register the installed plugins' CEL functions in the default registry: what
+    every process that builds an engine (the server, its sandbox children and its
+    lanes' worker processes) calls before building it. Loads only that group
+    unless the process loaded every extension already."""
+    with _installed_lock:
+        found = _installed
+    if found is None:
+        found = load_extensions(groups=(CEL_FUNCTIONS,))
+    return register_cel_functions(found)
 
 
 __all__ = [
