@@ -17,6 +17,8 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from ductor_server.composition import Composition, build
+from ductor_server.extensions import installed_extensions
+from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
 from ductor_server.transports.rest import (
     PUBLIC_ROUTES,
@@ -36,7 +38,7 @@ API_VERSION = "0.1.0"
 def _lifespan(settings: Settings, composition: Composition | None) -> Any:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        built = composition or build(settings)
+        built = composition or build(settings, extensions=app.state.extensions)
         async with built.running():
             app.state.composition = built
             app.state.services = built.services
@@ -52,13 +54,16 @@ def create_app(
 
     `/healthz` and `/readyz` are always served; the `/v1` resources and the public
     receipt keys (`/.well-known/ductor-keys`) only when the process has the `api`
-    role. Every `/v1` call needs a Bearer API key.
+    role. Every `/v1` call needs a Bearer API key. The installed `ductor.middleware`
+    plugins wrap every `/v1` route (see docs/extending.md).
 
     Args:
         settings: the process configuration (from the environment if None).
         composition: what to serve (built from `settings` at startup if None).
     """
     settings = composition.settings if composition is not None else settings or Settings()
+    extensions = composition.extensions if composition is not None else installed_extensions()
+    middleware = plugin_middleware(extensions)
     handlers: list[Any] = [healthz, readyz]
     if "api" in settings.roles:
         handlers.append(receipt_keys)
@@ -67,6 +72,7 @@ def create_app(
                 "/",
                 route_handlers=list(V1_CONTROLLERS),
                 guards=[require_api_key],
+                middleware=middleware,
                 dependencies={
                     "tenant_id": Provide(provide_tenant_id, sync_to_thread=False),
                     **SERVICE_DEPENDENCIES,
@@ -90,4 +96,5 @@ def create_app(
         ),
     )
     app.state.settings = settings
+    app.state.extensions = extensions
     return app

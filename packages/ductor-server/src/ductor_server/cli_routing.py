@@ -18,15 +18,15 @@ from ductor_core.errors import DuctorError
 from ductor_core.expressions import default_engine
 from ductor_routing import (
     ConfigError,
-    EnricherRegistry,
     Simulation,
-    StrategyRegistry,
     build_router,
     decode_config,
     decode_event,
     encode_decision,
     format_summary,
 )
+from ductor_server.extensions import install_cel_functions, installed_extensions
+from ductor_server.extensions.wiring import plugin_enrichers, plugin_strategies
 
 PROGRESS_THRESHOLD = 2_000
 """Inputs with at least this many lines show a progress bar (with --progress auto)."""
@@ -63,10 +63,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     events_path = Path(args.events)
     try:
         config = decode_config(config_path.read_bytes())
-        registry = StrategyRegistry()
-        registry.discover()
-        enrichers = EnricherRegistry()
-        enrichers.discover()
+        # The installed plugins, loaded as the server loads them (bad ones are
+        # reported and skipped); their CEL functions before the engine is built.
+        extensions = installed_extensions()
+        install_cel_functions()
+        registry = plugin_strategies(extensions)
+        enrichers = plugin_enrichers(extensions)
         router = build_router(
             config,
             engine=default_engine(),

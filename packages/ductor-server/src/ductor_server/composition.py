@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
 from ductor.protocol import SigningKeys
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.expressions import (
     DEFAULT_COST_LIMITS,
     ExpressionEngine,
@@ -22,18 +23,44 @@ from ductor_core.expressions import (
     engine_by_name,
 )
 from ductor_core.step_specs import StepSpecs
+from ductor_routing import EnricherRegistry, StrategyRegistry
 from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.offload import add_worker_setup
 from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.queue import WakeUp
 from ductor_server.engine.redisqueue import RedisFairQueue
 from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.engine.taskqueue import TaskQueue
+from ductor_server.extensions import (
+    CEL_FUNCTIONS,
+    DEFAULT_HOOK_TIMEOUT,
+    SERVER_STARTED,
+    SERVER_STOPPING,
+    Extensions,
+    HookDispatcher,
+    HookEvent,
+    install_cel_functions,
+    installed_extensions,
+    is_installed,
+    register_cel_functions,
+)
+from ductor_server.extensions.kinds import KindValidators
+from ductor_server.extensions.wiring import (
+    plugin_enrichers,
+    plugin_hooks,
+    plugin_kinds,
+    plugin_providers,
+    plugin_steps,
+    plugin_strategies,
+    run_finished_hook,
+)
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
+from ductor_server.providers import ProviderRegistry
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
@@ -69,6 +96,9 @@ class Composition:
         runtime: the engine loops of the configured roles.
         services: what transports call.
         redis: the Redis client when `settings.redis_url` is set (closed by `running`).
+        extensions: the plugins this process loaded (and those that failed).
+        providers: the providers of this process: plugins' (`ductor.providers`).
+        hooks: the plugins' lifecycle hooks (`ductor.hooks`).
     """
 
     settings: Settings
@@ -78,6 +108,9 @@ class Composition:
     runtime: Runtime
     services: Services
     redis: Redis | None = None
+    extensions: Extensions = field(default_factory=Extensions)
+    providers: ProviderRegistry = field(default_factory=ProviderRegistry)
+    hooks: HookDispatcher = field(default_factory=HookDispatcher)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Composition]:
@@ -89,9 +122,12 @@ class Composition:
                 await self.store.migrate()
             self.runtime.launch()
             try:
+                await self.hooks.deliver(_server_event(SERVER_STARTED, self))
                 yield self
             finally:
+                await self.hooks.deliver(_server_event(SERVER_STOPPING, self))
                 await self.runtime.stop()
+                await self.hooks.drain()
         finally:
             await self.store.close()
             if self.redis is not None:
@@ -111,6 +147,14 @@ class Composition:
             await self.store.close()
 
 
+def _server_event(name: str, composition: Composition) -> HookEvent:
+    return HookEvent(
+        name=name,
+        at=composition.runtime.clock.now(),
+        data={"roles": sorted(composition.settings.roles)},
+    )
+
+
 def build_services(
     runtime: Runtime,
     *,
@@ -119,6 +163,10 @@ def build_services(
     payments: PaymentGateway | None = None,
     receipt_keys: KeyRing | None = None,
     outbound: OutboundPolicy | None = None,
+    strategies: StrategyRegistry | None = None,
+    enrichers: EnricherRegistry | None = None,
+    kinds: KindValidators | None = None,
+    hooks: HookDispatcher | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -129,6 +177,10 @@ def build_services(
         payments: the processor wallets are topped up through, if any.
         receipt_keys: the receipt signing ring (None: no receipts are issued).
         outbound: the guard of calls to app URLs (none: unguarded).
+        strategies: the routing strategies (built-ins and installed entry points if None).
+        enrichers: the routing enricher plugins (installed entry points if None).
+        kinds: the plugin validators of routable kinds (none if None).
+        hooks: told of decisions and ledger entries after they commit (none if None).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -137,14 +189,21 @@ def build_services(
         parts=runtime.parts,
     )
     routing_engine = expressions or runtime.engine or default_engine()
-    ledger = LedgerService(runtime.store, clock=runtime.clock)
+    ledger = LedgerService(runtime.store, clock=runtime.clock, hooks=hooks)
     receipts = ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock)
     return Services(
         workflows=WorkflowsService(context),
         runs=RunsService(context),
         events=EventsService(context),
         routing=RoutingService(
-            runtime.store, engine=routing_engine, clock=runtime.clock, receipts=receipts
+            runtime.store,
+            engine=routing_engine,
+            clock=runtime.clock,
+            receipts=receipts,
+            registry=strategies,
+            enrichers=enrichers,
+            kinds=kinds,
+            hooks=hooks,
         ),
         bridge=BridgeService(context, keys=bridge_keys, policy=outbound),
         keys=KeysService(runtime.store, clock=runtime.clock),
@@ -178,9 +237,12 @@ def payment_gateway(settings: Settings) -> PaymentGateway | None:
     return StripeGateway(key, secret, api_base=settings.stripe_api_base)
 
 
-def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
+def sandboxed(
+    engine: ExpressionEngine, settings: Settings, *, shared: tuple[str, ...] = ()
+) -> ExpressionEngine:
     """`engine`, wrapped so costly expressions run in the sandbox when the settings
-    ask and the engine is cel-rust (cel-python stops itself: its step limit)."""
+    ask and the engine is cel-rust (cel-python stops itself: its step limit);
+    `shared` names the custom functions the sandbox processes register too."""
     if not settings.cel_sandbox or engine.name != "cel-rust":
         return engine
     pool = SandboxPool(
@@ -192,7 +254,7 @@ def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
             timeout=settings.cel_sandbox_timeout,
         ),
     )
-    return SandboxedEngine(engine, pool, threshold=settings.cel_sandbox_threshold)
+    return SandboxedEngine(engine, pool, threshold=settings.cel_sandbox_threshold, shared=shared)
 
 
 def build(
@@ -203,6 +265,8 @@ def build(
     specs: StepSpecs | None = None,
     bridge_keys: SigningKeys | None = None,
     receipt_keys: KeyRing | None = None,
+    extensions: Extensions | None = None,
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
 ) -> Composition:
     """Build everything the process runs for `settings` (no I/O until `running`).
 
@@ -215,15 +279,30 @@ def build(
         bridge_keys: the bridge signing keys (from the environment if None).
         receipt_keys: the receipt signing ring (from `settings.receipt_keys_file` or
             `settings.receipt_key` if None; no receipts when neither is set).
+        extensions: the plugins to plug in (the installed entry points if None; see
+            docs/extending.md): their CEL functions, strategies, enrichers,
+            providers, step types, hooks and kind validators.
+        hook_timeout: seconds one lifecycle hook may take with one event.
 
     Raises:
         ValueError: `settings.cel_engine` names no engine, or the receipt keys
             cannot be read (`ReceiptKeyError`).
     """
+    if extensions is None:
+        extensions = installed_extensions()
+    # Every process that builds an engine registers the plugins' functions first:
+    # this one, its lanes' worker processes, its sandbox children.
+    register_cel_functions(extensions)
+    shared: tuple[str, ...] = ()
+    if is_installed(extensions):
+        # The sandbox children and lane workers load exactly these.
+        shared = tuple(entry.name for entry, _ in extensions.values(CEL_FUNCTIONS))
+        add_worker_setup(install_cel_functions)
     store = open_store(settings.store_target)
-    expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
+    expressions = sandboxed(engine_by_name(settings.cel_engine), settings, shared=shared)
     policy = OutboundPolicy(settings.outbound_allow or ())
     actions = actions if actions is not None else default_registry(HttpAction(policy=policy))
+    specs = plugin_steps(extensions, specs or BUILTIN_STEP_SPECS, actions)
     redis: Redis | None = None
     wakeup: WakeUp | None = None
     queue: TaskQueue | None = None
@@ -266,6 +345,7 @@ def build(
             "DUCTOR_RECEIPTS_FOR_RUNS is on but no receipt signing key is set"
             " (DUCTOR_RECEIPT_KEYS or DUCTOR_RECEIPT_KEY)"
         )
+    hooks = HookDispatcher(plugin_hooks(extensions), timeout=hook_timeout)
     services = build_services(
         runtime,
         expressions=expressions,
@@ -273,10 +353,21 @@ def build(
         receipt_keys=receipt_keys,
         payments=payment_gateway(settings),
         outbound=policy,
+        strategies=plugin_strategies(extensions),
+        enrichers=plugin_enrichers(extensions),
+        kinds=plugin_kinds(extensions),
+        hooks=hooks,
     )
     actions.register("route", RouteStep(services.routing))
     if settings.receipts_for_runs:
         runtime.parts.on_finish.append(services.receipts.on_run_finished)
+    if hooks:
+        runtime.parts.on_finish.append(run_finished_hook(hooks))
+    # The process's provider registry, holding the plugins' providers (each with
+    # its distribution as origin; listed at /v1/extensions). Whatever resolves a
+    # provider by name for a connection reads this registry.
+    providers = ProviderRegistry()
+    plugin_providers(extensions, providers)
     return Composition(
         settings=settings,
         store=store,
@@ -285,6 +376,9 @@ def build(
         runtime=runtime,
         services=services,
         redis=redis,
+        extensions=extensions,
+        providers=providers,
+        hooks=hooks,
     )
 
 

@@ -232,3 +232,47 @@ async def test_advisory_lock_makes_a_second_transaction_wait_on_postgres(pg_stor
     await asyncio.gather(*tasks)
     assert order.index("first done") < order.index("second locked")
     assert "other name locked" in order
+
+
+async def test_after_commit_runs_once_the_commit_is_durable(store: Store) -> None:
+    await _probe_table(store)
+    seen: list[int | None] = []
+    counted: list[int | None] = []
+
+    async with store.transaction() as tx:
+        await tx.session.execute(
+            "INSERT INTO session_probe (tenant_id, k, n) VALUES (%s, %s, %s)", ("t1", "a", 7)
+        )
+        tx.session.after_commit(lambda: seen.append(7))
+        tx.session.after_commit(lambda: (_ for _ in ()).throw(RuntimeError("a bad notice")))
+        tx.session.after_commit(lambda: seen.append(8))
+        assert seen == []  # nothing before the commit
+    # In order; the raising one is logged and skipped, the commit stands.
+    assert seen == [7, 8]
+    counted.append(await _count(store, "a"))
+    assert counted == [7]
+
+
+async def _rolled_back(store: Store, seen: list[str]) -> None:
+    async with store.transaction() as tx:
+        tx.session.after_commit(lambda: seen.append("told"))
+        raise RuntimeError("boom")
+
+
+async def _refused(store: Store, seen: list[str]) -> None:
+    async def refuse() -> None:
+        raise Unbalanced("no")
+
+    async with store.transaction() as tx:
+        tx.session.after_commit(lambda: seen.append("told"))
+        tx.session.before_commit(refuse)
+
+
+async def test_after_commit_never_runs_when_the_transaction_rolls_back(store: Store) -> None:
+    await _probe_table(store)
+    seen: list[str] = []
+    with pytest.raises(RuntimeError, match="boom"):
+        await _rolled_back(store, seen)
+    with pytest.raises(Unbalanced):
+        await _refused(store, seen)
+    assert seen == []

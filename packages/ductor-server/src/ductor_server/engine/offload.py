@@ -140,6 +140,7 @@ class Lane:
                     max_workers=self.slots,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_start_worker,
+                    initargs=(tuple(_WORKER_SETUP),),
                 )
             return self._pool
 
@@ -157,9 +158,25 @@ class Lane:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start_worker() -> None:
+_WORKER_SETUP: list[Callable[[], object]] = []
+
+
+def add_worker_setup(setup: Callable[[], object]) -> None:
+    """Call `setup()` in each lane worker process as it starts, before any call
+    (registering plugin CEL functions before an engine is built there).
+
+    `setup` must be a module-level function (it is pickled by name); it applies
+    to the worker processes started after this call. Adding one twice adds it once.
+    """
+    if setup not in _WORKER_SETUP:
+        _WORKER_SETUP.append(setup)
+
+
+def _start_worker(setup: tuple[Callable[[], object], ...] = ()) -> None:
     # Heavy tenant work yields the CPU to the processes that answer requests.
     os.nice(WORKER_NICENESS)
+    for step in setup:
+        step()
     # A worker outlives a killed server otherwise (it waits on a queue whose
     # writing end it holds itself): leave once the parent is gone.
     parent = os.getppid()
@@ -224,6 +241,7 @@ __all__ = [
     "ENGINE",
     "VALIDATION",
     "Lane",
+    "add_worker_setup",
     "portable_engine",
     "portable_specs",
     "resolve_engine",

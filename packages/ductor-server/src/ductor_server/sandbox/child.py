@@ -2,7 +2,8 @@
 
 Run as `python -m ductor_server.sandbox.child ENGINE LIMITS_JSON MEMORY_BYTES`.
 It caps its own address space first (RLIMIT_AS), asks Linux to kill it when
-its parent dies, answers one `ready` frame, then one reply per request. It
+its parent dies, registers the installed plugins' CEL functions (as the server
+does), answers one `ready` frame, then one reply per request. Past its start it
 opens no file and no socket; its stdout carries frames only.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from ductor_core.errors import ExpressionError
 from ductor_core.expressions import CelPyEngine, CelRustEngine, CostLimits, ExpressionEngine
+from ductor_server.extensions.loader import install_cel_functions
 from ductor_server.sandbox.wire import HEADER, MAX_FRAME, Failure, Reply, decode_request, frame
 
 RESOURCE_EXHAUSTED = "expression.resource_exhausted"
@@ -102,6 +104,8 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)
     _die_with_parent()
     limits = CostLimits(**json.loads(limits_json))
+    # The installed plugins' CEL functions, as the server registered them.
+    install_cel_functions()
     engine = build_engine(name, limits)
     engine.evaluate("size([1]) == 1", {})  # load the engine before the cap and the clock
     if memory > 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from ductor_core.expressions import (
@@ -59,6 +59,9 @@ class SandboxedEngine:
         pool: the sandbox processes of the same engine and limits.
         threshold: the estimated cost from which an expression is sandboxed.
         cache_size: how many compiled programs to keep.
+        shared: custom functions the sandbox processes register too (the installed
+            plugins' CEL functions); programs calling any other custom function
+            stay in-process.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class SandboxedEngine:
         *,
         threshold: int = DEFAULT_THRESHOLD,
         cache_size: int = 4096,
+        shared: Collection[str] = (),
     ) -> None:
         self.inner = inner
         self.pool = pool
@@ -75,8 +79,11 @@ class SandboxedEngine:
         self._limits: CostLimits = getattr(inner, "limits", pool.limits)
         # Functions the sandbox processes do not have keep their programs in-process.
         builtin = {f.name: f.impl for f in BUILTIN_FUNCTIONS}
+        self.shared = tuple(sorted(shared))
         self._local_only = tuple(
-            f.name for f in inner.functions if builtin.get(f.name) is not f.impl
+            f.name
+            for f in inner.functions
+            if builtin.get(f.name) is not f.impl and f.name not in self.shared
         )
         self._programs: OrderedDict[str, CompiledExpression] = OrderedDict()
         self._cache_size = cache_size
@@ -102,7 +109,7 @@ class SandboxedEngine:
             shared = None
         if shared is not self.inner:
             raise TypeError("only a sandbox around a process-wide engine can be pickled")
-        recipe = (self.inner.name, self.pool.limits, self.pool.sandbox, self.threshold)
+        recipe = (self.inner.name, self.pool.limits, self.pool.sandbox, self.threshold, self.shared)
         return (_rebuilt, recipe)
 
     @property
@@ -170,14 +177,20 @@ _REBUILT_LOCK = threading.Lock()
 
 
 def _rebuilt(
-    engine_name: str, limits: CostLimits, sandbox: SandboxLimits, threshold: int
+    engine_name: str,
+    limits: CostLimits,
+    sandbox: SandboxLimits,
+    threshold: int,
+    shared: tuple[str, ...] = (),
 ) -> SandboxedEngine:
     """The sandboxed engine of this recipe in this process, built on first use."""
-    key = (engine_name, limits, sandbox, threshold)
+    key = (engine_name, limits, sandbox, threshold, shared)
     with _REBUILT_LOCK:
         found = _REBUILT.get(key)
         if found is None:
             pool = SandboxPool(engine_name, limits=limits, sandbox=sandbox)
-            found = SandboxedEngine(engine_by_name(engine_name), pool, threshold=threshold)
+            found = SandboxedEngine(
+                engine_by_name(engine_name), pool, threshold=threshold, shared=shared
+            )
             _REBUILT[key] = found
         return found

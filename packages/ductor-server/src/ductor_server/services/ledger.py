@@ -21,6 +21,7 @@ import msgspec
 
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.errors import RequestInvalid, ServerError
+from ductor_server.extensions.hooks import ENTRY_POSTED, HookDispatcher, to_data
 from ductor_server.ledger.errors import LedgerObjectNotFound
 from ductor_server.ledger.store import AccountRecord, InvalidLedgerCursor, LedgerTx
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -308,12 +309,28 @@ def _check_limit(limit: int) -> None:
 # --- the service ----------------------------------------------------------------------
 
 
-class LedgerService:
-    """Accounts, entries and holds of every tenant, checked by `ductor_settlement.Ledger`."""
+def tell_entry_posted(hooks: HookDispatcher, tx: Tx, entry: Entry, now: datetime) -> None:
+    """Give the hooks `ledger.entry_posted` (the entry's view) once `tx` commits."""
+    hooks.after_commit(
+        tx, ENTRY_POSTED, at=now, tenant_id=entry.tenant_id, data=to_data(entry_view(entry))
+    )
 
-    def __init__(self, store: Store, *, clock: Clock | None = None) -> None:
+
+class LedgerService:
+    """Accounts, entries and holds of every tenant, checked by `ductor_settlement.Ledger`.
+
+    Args:
+        store: the opened store.
+        clock: the time source.
+        hooks: told of each entry posted, after its commit (none if None).
+    """
+
+    def __init__(
+        self, store: Store, *, clock: Clock | None = None, hooks: HookDispatcher | None = None
+    ) -> None:
         self._store = store
         self._clock = clock or SystemClock()
+        self._hooks = hooks if hooks is not None else HookDispatcher()
 
     # --- accounts ------------------------------------------------------------------
 
@@ -450,6 +467,7 @@ class LedgerService:
                     raise
                 return replayed
             if await store.write_entry(entry, now):
+                tell_entry_posted(self._hooks, tx, entry, now)
                 return Answer(entry_view(entry), Outcome.CREATED)
             replayed = await self._replay(store, tenant_id, key, draft, records, holds)
             assert replayed is not None  # write_entry found the key taken
@@ -569,6 +587,7 @@ class LedgerService:
                         code="ledger.batch_conflict",
                         retryable=True,
                     )
+                tell_entry_posted(self._hooks, tx, entry, now)
                 created += 1
             view = EntryBatchView(
                 entries=tuple(entry_view(e) for e in posted),
@@ -737,6 +756,7 @@ class LedgerService:
                 raise HoldAlreadyFinal(
                     f"hold {hold.id!r} was already posted", details={"hold": hold.id}
                 )
+            tell_entry_posted(self._hooks, tx, entry, now)
             await store.finish_hold(final)
             return Answer(HoldPosted(hold=hold_view(final), entry=entry_view(entry)))
 

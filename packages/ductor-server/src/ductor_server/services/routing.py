@@ -33,6 +33,7 @@ from ductor_routing import (
     CounterKey,
     CounterScope,
     Decision,
+    EnricherRegistry,
     EnricherSpec,
     Explanation,
     KindSchema,
@@ -54,6 +55,10 @@ from ductor_server.engine.cheap import INLINE_COST, INLINE_LIMITS, small
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.offload import VALIDATION
 from ductor_server.errors import RequestInvalid
+from ductor_server.extensions.hooks import DECISION_MADE, HookDispatcher, to_data
+from ductor_server.extensions.kinds import KindValidators
+from ductor_server.extensions.loader import installed_extensions
+from ductor_server.extensions.wiring import plugin_enrichers, plugin_strategies
 from ductor_server.ledger.settlement_store import ReturnRecord, SettlementTx
 from ductor_server.ledger.store import LedgerTx
 from ductor_server.routing.errors import (
@@ -66,6 +71,7 @@ from ductor_server.routing.errors import (
 from ductor_server.routing.store import AssignmentRecord, RoutingTx, StoredReservation
 from ductor_server.services.idempotency import Answer, Claim
 from ductor_server.services.idempotency import Outcome as MutationOutcome
+from ductor_server.services.ledger import tell_entry_posted
 from ductor_server.services.metering import charge_usage, require_entitlement
 from ductor_server.services.receipts import ReceiptService, decision_ref
 from ductor_server.services.runs import check_name
@@ -81,6 +87,7 @@ from ductor_server.services.settlement import (
 from ductor_server.storage.protocol import Store, Tx
 from ductor_settlement import (
     Cost,
+    Entry,
     Ledger,
     LedgerSnapshot,
     Subject,
@@ -436,8 +443,13 @@ class RoutingService:
         store: the opened store.
         engine: the CEL engine routers compile with.
         clock: the decision time source.
-        registry: strategy registry (built-ins plus installed entry points by default).
+        registry: strategy registry (built-ins plus the installed plugins by default).
         max_attempts: how often a decision is routed again after losing a cap race.
+        receipts: where decision receipts are signed, if anywhere.
+        enrichers: the enricher plugins configurations may name (the installed plugins
+            by default).
+        kinds: the plugin validators of routable kinds (none if None).
+        hooks: told of each decision and ledger entry after it commits (none if None).
     """
 
     def __init__(
@@ -449,14 +461,21 @@ class RoutingService:
         registry: StrategyRegistry | None = None,
         max_attempts: int = 20,
         receipts: ReceiptService | None = None,
+        enrichers: EnricherRegistry | None = None,
+        kinds: KindValidators | None = None,
+        hooks: HookDispatcher | None = None,
     ) -> None:
         self.store = store
+        if enrichers is None:
+            enrichers = plugin_enrichers(installed_extensions())
+        self.enrichers = enrichers
+        self.kinds = kinds if kinds is not None else KindValidators()
+        self.hooks = hooks if hooks is not None else HookDispatcher()
         self.receipts = receipts
         self.engine = engine
         self.clock = clock or SystemClock()
         if registry is None:
-            registry = StrategyRegistry()
-            registry.discover()
+            registry = plugin_strategies(installed_extensions())
         self.registry = registry
         self.max_attempts = max_attempts
         self.conflicts = 0  # commits that lost a race and routed again
@@ -501,6 +520,7 @@ class RoutingService:
             engine=self.engine,
             enrichers=rules.enrichers,
             registry=self.registry,
+            enricher_registry=self.enrichers,
             seed=rules.seed,
         )
 
@@ -847,6 +867,12 @@ class RoutingService:
             consent=body.consent,
             price=body.price,
         )
+        problems = self.kinds.problems(routable)
+        if problems:
+            raise RoutableInvalid(
+                f"routable {body.id!r} is invalid for kind {body.kind!r}",
+                msgspec.to_builtins(problems),
+            )
         for attempt in range(self.max_attempts):
             now = self.clock.now()
             # Read in one short transaction, route with none open, commit in a
@@ -901,6 +927,13 @@ class RoutingService:
                     if fresh:
                         await charge_usage(tx, tenant_id, "route_decisions", 1, now)
                         answer = Answer(_view(decision, assignment_id), created)
+                        self.hooks.after_commit(
+                            tx,
+                            DECISION_MADE,
+                            at=now,
+                            tenant_id=tenant_id,
+                            data=to_data(answer.value),
+                        )
                     else:  # the engine routed this decision id before: answer as it was
                         stored = await self._decision_in(rtx, tenant_id, did)
                         assert stored is not None
@@ -1044,6 +1077,7 @@ class RoutingService:
             decision_id=decision.id,
             assignment_id=assignment_id,
             now=now,
+            on_entry=self._entry_posted(tx, now),
         )
         await SettlementTx(tx).insert_charge(
             tenant_id,
@@ -1067,6 +1101,14 @@ class RoutingService:
                 now,
             )
         return written
+
+    def _entry_posted(self, tx: Tx, now: datetime) -> Callable[[Entry], None]:
+        """Tells the hooks of a ledger entry written in `tx`, once `tx` commits."""
+
+        def posted(entry: Entry) -> None:
+            tell_entry_posted(self.hooks, tx, entry, now)
+
+        return posted
 
     async def _receipt(
         self,
@@ -1233,6 +1275,7 @@ class RoutingService:
             postings=charge.postings,
             complete=complete,
             now=now,
+            on_entry=self._entry_posted(tx, now),
         )
         if written:
             await settlement.set_charge_entry(record.tenant_id, record.id, written[0])
@@ -1414,7 +1457,8 @@ class RoutingService:
             )
         )
         credit = book.post(decided.entry, at=now)
-        await ledger.write_entry(credit, now)
+        if await ledger.write_entry(credit, now):
+            tell_entry_posted(self.hooks, tx, credit, now)
         await settlement.insert_return(
             ReturnRecord(
                 tenant_id=tenant_id,

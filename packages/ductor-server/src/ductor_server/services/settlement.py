@@ -13,7 +13,7 @@ that was emptied in between makes the commit lose like a lost cap race.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import msgspec
@@ -326,6 +326,7 @@ async def settle_assignment(
     decision_id: str,
     assignment_id: str,
     now: datetime,
+    on_entry: Callable[[Entry], None] | None = None,
 ) -> tuple[tuple[str, ...], tuple[Posting, ...] | None]:
     """Write the assignment's charge in `tx`: (the ids of the entries written, the
     postings a hold reserves for later, in mode hold).
@@ -382,7 +383,8 @@ async def settle_assignment(
                 details={"decision_id": decision_id, "account": accounts.buyer_wallet},
             ) from exc
         raise
-    await store.write_entry(entry, now)
+    if await store.write_entry(entry, now) and on_entry is not None:
+        on_entry(entry)
     return (entry.id,), None
 
 
@@ -400,6 +402,7 @@ async def finish_held_charge(
     postings: tuple[Posting, ...],
     complete: bool,
     now: datetime,
+    on_entry: Callable[[Entry], None] | None = None,
 ) -> tuple[str, ...]:
     """End the hold of a held charge: on completion release it and post the charge
     (in one transaction, so the reserved funds pay it); otherwise void it. The ids
@@ -434,7 +437,8 @@ async def finish_held_charge(
         postings=postings,
     )
     entry = book.post(draft, at=now)
-    await store.write_entry(entry, now)
+    if await store.write_entry(entry, now) and on_entry is not None:
+        on_entry(entry)
     return (entry.id,)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ import msgspec
 
 from ductor_core.runs import ErrorInfo, RunInput, RunState, RunStatus
 from ductor_server.storage.errors import InvalidCursor, StoreError
-from ductor_server.storage.protocol import BeforeCommit, Params, Row, Session
+from ductor_server.storage.protocol import AfterCommit, BeforeCommit, Params, Row, Session
 from ductor_server.storage.records import (
     ApiKeyRecord,
     AttemptRecord,
@@ -48,6 +49,8 @@ from ductor_server.storage.records import (
     WorkflowFamilyRecord,
     WorkflowVersionRecord,
 )
+
+_log = logging.getLogger(__name__)
 
 # Batches that become one `IN (...)` list are cut to this many items, well under
 # SQLite's limit on bound variables.
@@ -295,6 +298,7 @@ class SqlTx:
 
     def __init__(self) -> None:
         self._before_commit: list[BeforeCommit] = []
+        self._after_commit: list[AfterCommit] = []
 
     @property
     def session(self) -> Session:
@@ -363,6 +367,20 @@ class SqlTx:
         while self._before_commit:
             callback = self._before_commit.pop(0)
             await callback()
+
+    def after_commit(self, callback: AfterCommit) -> None:
+        """Call `callback()` once this transaction has committed (see `Session`)."""
+        self._after_commit.append(callback)
+
+    def _run_after_commit(self) -> None:
+        # Called by the backend's `transaction()` once COMMIT has returned: the
+        # work is durable, so a failing notice is logged and never raised.
+        callbacks, self._after_commit = self._after_commit, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                _log.exception("an after-commit callback failed (the commit stands)")
 
     # --- conversion --------------------------------------------------------------
 

@@ -257,6 +257,7 @@ class PostgresStore:
                 tx = PostgresTx(conn)
                 yield tx
                 await tx._run_before_commit()
+            tx._run_after_commit()
         except PoolTimeout as exc:
             raise StoreUnavailable(f"postgres: {exc}") from exc
         except psycopg.Error as exc:

@@ -57,6 +57,9 @@ Params = Sequence[Any]
 BeforeCommit = Callable[[], Awaitable[None]]
 """A check or write to run inside the transaction just before it commits."""
 
+AfterCommit = Callable[[], None]
+"""A notice to give once the transaction has committed (it must not block)."""
+
 
 class Session(Protocol):
     """Plain SQL inside one open transaction, the same on both backends.
@@ -129,6 +132,16 @@ class Session(Protocol):
         too) and may read and write through the session. If one raises, the
         transaction rolls back, nothing it wrote is kept, and the exception
         reaches the caller of `transaction()`. A block that raises runs none.
+        """
+        ...
+
+    def after_commit(self, callback: AfterCommit) -> None:
+        """Call `callback()` once this transaction has committed; never if it rolls back.
+
+        Callbacks run in registration order on the committing task, right after
+        the commit and before `transaction()` returns; they must not block (one
+        that has slow work schedules it). One that raises is logged and skipped:
+        the commit stands and the caller never sees the exception.
         """
         ...
 

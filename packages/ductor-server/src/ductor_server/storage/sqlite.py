@@ -242,6 +242,7 @@ class SqliteStore:
                 raise
             finally:
                 self._holder = None
+        tx._run_after_commit()
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
         """One IMMEDIATE transaction; commits on normal exit, rolls back on error."""

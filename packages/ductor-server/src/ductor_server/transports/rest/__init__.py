@@ -6,6 +6,7 @@ from __future__ import annotations
 from ductor_server.transports.rest.bridge import BridgeController
 from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, status_for
 from ductor_server.transports.rest.events import EventsController
+from ductor_server.transports.rest.extensions import ExtensionsController
 from ductor_server.transports.rest.health import healthz, readyz
 from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
 from ductor_server.transports.rest.metering import METERING_CONTROLLERS
@@ -25,6 +26,7 @@ V1_CONTROLLERS = (
     *WALLET_CONTROLLERS,
     ReceiptsController,
     *METERING_CONTROLLERS,
+    ExtensionsController,
 )
 """Every controller served under /v1."""
 

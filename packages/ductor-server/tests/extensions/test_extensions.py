@@ -1,0 +1,336 @@
+"""The extension mechanism in one process: a distribution with good and bad plugins is
+loaded, its failures are reported and skipped, and the good ones plug in: a kind
+validator refuses a routable, middleware wraps /v1, and hooks hear of runs,
+decisions and entries after commit while raising and hanging hooks change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from ductor_server import Settings, create_app
+from ductor_server.cli import main as cli_main
+from ductor_server.cli_server import create_key
+from ductor_server.composition import build
+from ductor_server.extensions import (
+    HookDispatcher,
+    HookEvent,
+    load_extensions,
+)
+from ductor_server.storage import open_store
+
+PLUGIN = textwrap.dedent(
+    """
+    import asyncio
+    from ductor_routing import Problem
+
+    SEEN = []
+
+    async def record(event):
+        SEEN.append(event)
+
+    async def boom(event):
+        raise RuntimeError("this hook always fails")
+
+    async def hang(event):
+        await asyncio.sleep(3600)
+
+    def not_async(event):
+        pass
+
+    def invoice(routable):
+        if not isinstance(routable.attributes.get("amount"), int):
+            yield Problem(pointer="/attributes/amount", message="an integer amount")
+
+    def tagged(app):
+        async def wrapped(scope, receive, send):
+            async def sending(message):
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message["headers"], (b"x-tagged", b"1")]}
+                await send(message)
+            await app(scope, receive, sending)
+        return wrapped
+
+    not_a_step = object()
+
+    def no_app():
+        return None
+    """
+)
+
+ENTRY_POINTS = textwrap.dedent(
+    """
+    [ductor.hooks]
+    a_record = probe_plugin:record
+    b_boom = probe_plugin:boom
+    c_hang = probe_plugin:hang
+    d_not_async = probe_plugin:not_async
+
+    [ductor.kinds]
+    invoice = probe_plugin:invoice
+
+    [ductor.middleware]
+    broken = probe_plugin:no_app
+    tagged = probe_plugin:tagged
+
+    [ductor.steps]
+    broken = probe_plugin:not_a_step
+
+    [ductor.cel.functions]
+    lower = probe_plugin:record
+    gone = probe_plugin_missing:thing
+    """
+)
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An installed distribution `probe-plugins 2.0` holding good and bad plugins."""
+    (tmp_path / "probe_plugin.py").write_text(PLUGIN)
+    dist = tmp_path / "probe_plugins-2.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-plugins\nVersion: 2.0\n")
+    (dist / "entry_points.txt").write_text(ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "probe_plugin", raising=False)
+    found = metadata.distribution("probe-plugins")
+    extensions = load_extensions(found.entry_points)
+    import probe_plugin  # type: ignore[import-not-found]
+
+    return extensions, probe_plugin
+
+
+def test_bad_plugins_are_reported_with_their_distribution_and_skipped(plugin: Any) -> None:
+    extensions, _ = plugin
+    failures = {(f.group, f.name): f for f in extensions.failures}
+    assert set(failures) == {
+        ("ductor.hooks", "d_not_async"),
+        ("ductor.steps", "broken"),
+        ("ductor.cel.functions", "lower"),
+        ("ductor.cel.functions", "gone"),
+    }
+    for failure in failures.values():
+        assert (failure.distribution, failure.version) == ("probe-plugins", "2.0")
+    assert failures["ductor.cel.functions", "gone"].code == "extension.load_failed"
+    assert "ModuleNotFoundError" in failures["ductor.cel.functions", "gone"].error
+    assert failures["ductor.hooks", "d_not_async"].code == "extension.contract"
+    assert "async function" in failures["ductor.hooks", "d_not_async"].error
+    assert "StepExtension" in failures["ductor.steps", "broken"].error
+    assert "already registered" in failures["ductor.cel.functions", "lower"].error
+    view = extensions.view()
+    loaded = {p.group: [e.name for e in p.extensions] for p in view.points}
+    assert loaded["ductor.hooks"] == ["a_record", "b_boom", "c_hang"]
+    assert loaded["ductor.kinds"] == ["invoice"]
+    assert loaded["ductor.steps"] == []
+    assert len(view.points) == 8
+
+
+async def test_a_raising_or_hanging_hook_is_bounded_and_the_others_still_hear() -> None:
+    heard: list[str] = []
+
+    async def record(event: HookEvent) -> None:
+        heard.append(event.name)
+
+    async def boom(event: HookEvent) -> None:
+        raise RuntimeError("no")
+
+    async def hang(event: HookEvent) -> None:
+        await asyncio.sleep(3600)
+
+    hooks = HookDispatcher([("boom", boom), ("hang", hang), ("record", record)], timeout=0.2)
+    started = time.monotonic()
+    hooks.emit(HookEvent(name="run.finished", at=datetime.now(UTC)))
+    await hooks.drain()
+    assert time.monotonic() - started < 2
+    assert heard == ["run.finished"]
+
+
+FLOW = {
+    "family_slug": "plain",
+    "title": "Plain",
+    "steps": [
+        {
+            "ref": "only",
+            "type": "STEP_TYPE_DATAFLOW",
+            "title": "Project",
+            "args": {"operation": "project", "project": {"n": "input.n + 1"}},
+        }
+    ],
+    "edges": [],
+}
+
+
+@pytest.fixture
+async def api(
+    plugin: Any, tmp_path: Path
+) -> AsyncIterator[tuple[AsyncTestClient[Any], dict[str, str], list[HookEvent]]]:
+    extensions, module = plugin
+    module.SEEN.clear()
+    settings = Settings(data_dir=tmp_path / "data", poll_interval=0.05)
+    composition = build(settings, extensions=extensions, hook_timeout=0.5)
+    async with AsyncTestClient(app=create_app(composition=composition)) as client:
+        store = open_store(settings.store_target)
+        await store.open()
+        try:
+            key = await create_key(store, "t-ext", name="ext")
+        finally:
+            await store.close()
+        yield client, {"Authorization": f"Bearer {key}"}, module.SEEN
+
+
+async def _until(seen: list[HookEvent], name: str) -> HookEvent:
+    for _ in range(200):
+        for event in seen:
+            if event.name == name:
+                return event
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no {name} in {[e.name for e in seen]}")
+
+
+async def test_plugins_plug_in_and_failing_hooks_change_nothing(
+    api: tuple[AsyncTestClient[Any], dict[str, str], list[HookEvent]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, auth, seen = api
+    caplog.set_level(logging.ERROR)
+    assert seen[0].name == "server.started"
+
+    listing = await client.get("/v1/extensions", headers=auth)
+    assert listing.status_code == 200
+    assert listing.headers["x-tagged"] == "1"  # the middleware wraps /v1
+    body = listing.json()
+    # The middleware that takes no app is refused when the app is built; it starts.
+    assert len(body["failures"]) == 5
+    assert {f["distribution"] for f in body["failures"]} == {"probe-plugins"}
+    [broken] = [f for f in body["failures"] if f["group"] == "ductor.middleware"]
+    assert (broken["name"], broken["code"]) == ("broken", "extension.contract")
+    [middleware] = [p for p in body["points"] if p["group"] == "ductor.middleware"]
+    assert [e["name"] for e in middleware["extensions"]] == ["tagged"]
+    assert "x-tagged" not in (await client.get("/healthz")).headers
+
+    # A run finishes although one hook raises and another hangs.
+    assert (await client.post("/v1/workflows", json=FLOW, headers=auth)).status_code == 201
+    started = await client.post(
+        "/v1/runs", json={"family_slug": "plain", "input": {"n": 1}}, headers=auth
+    )
+    run_id = started.json()["id"]
+    finished = await _until(seen, "run.finished")
+    assert finished.data["run_id"] == run_id
+    assert finished.data["status"] == "RUN_STATUS_SUCCEEDED"
+    assert finished.tenant_id == "t-ext"
+    run = (await client.get(f"/v1/runs/{run_id}", headers=auth)).json()
+    assert run["output"] == {"only": {"n": 2}}
+
+    # The kind validator refuses; nothing is decided.
+    await client.post("/v1/workers", json={"id": "ana"}, headers=auth)
+    await client.post(
+        "/v1/pools",
+        json={"id": "desk", "strategy": {"name": "round_robin"}, "members": [{"worker": "ana"}]},
+        headers=auth,
+    )
+    rules = {"id": "r", "default_pool": "desk", "kinds": {"invoice": {}}}
+    assert (await client.post("/v1/rules", json=rules, headers=auth)).status_code == 201
+    refused = await client.post(
+        "/v1/route", json={"id": "i1", "kind": "invoice", "attributes": {}}, headers=auth
+    )
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "routing.routable_invalid"
+    assert refused.json()["details"] == [
+        {"pointer": "/attributes/amount", "message": "an integer amount"}
+    ]
+    routed = await client.post(
+        "/v1/route", json={"id": "i2", "kind": "invoice", "attributes": {"amount": 3}}, headers=auth
+    )
+    assert routed.status_code == 201, routed.text
+    decided = await _until(seen, "routing.decision_made")
+    assert decided.data["id"] == routed.json()["id"]
+    assert decided.data["routable_id"] == "i2"
+
+    # An entry is heard of; a refused one is not.
+    for code, kind in (("cash", "asset"), ("wallet", "liability")):
+        await client.post(
+            "/v1/accounts", json={"code": code, "currency": "USD", "kind": kind}, headers=auth
+        )
+    lines = [
+        {"account": "cash", "amount": 5, "currency": "USD"},
+        {"account": "wallet", "amount": -4, "currency": "USD"},
+    ]
+    bad = await client.post("/v1/ledger/entries", json={"postings": lines}, headers=auth)
+    assert bad.status_code == 422
+    lines[1]["amount"] = -5
+    good = await client.post("/v1/ledger/entries", json={"postings": lines}, headers=auth)
+    assert good.status_code == 201, good.text
+    posted = await _until(seen, "ledger.entry_posted")
+    assert posted.data["id"] == good.json()["id"]
+    assert [e.name for e in seen].count("ledger.entry_posted") == 1
+    assert "this hook always fails" in caplog.text
+
+
+def test_the_cli_lists_the_points(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["extensions", "list"]) == 0
+    out = capsys.readouterr().out
+    for group in ("ductor.routing.strategies", "ductor.cel.functions", "ductor.kinds"):
+        assert f"{group} (" in out
+
+
+def _dist(root: Path, name: str, module: str, source: str, entry_points: str) -> None:
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{module}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+
+
+def test_a_second_plugin_of_one_name_is_a_duplicate_and_groups_load_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = """
+        def invoice(routable):
+            return ()
+
+        def twice(x):
+            return 2 * x
+        """
+    _dist(
+        tmp_path,
+        "first-kinds",
+        "first_kinds",
+        source,
+        "[ductor.kinds]\ninvoice = first_kinds:invoice\n",
+    )
+    _dist(
+        tmp_path,
+        "second-kinds",
+        "second_kinds",
+        source,
+        "[ductor.kinds]\ninvoice = second_kinds:invoice\n"
+        "[ductor.cel.functions]\ntwice = second_kinds:twice\n",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [
+        ep
+        for name in ("first-kinds", "second-kinds")
+        for ep in metadata.distribution(name).entry_points
+    ]
+    extensions = load_extensions(eps)
+    [kind] = extensions.values("ductor.kinds")
+    assert (kind[0].name, kind[0].distribution) == ("invoice", "first-kinds")
+    [failure] = extensions.failures
+    assert (failure.code, failure.distribution) == ("extension.duplicate", "second-kinds")
+    assert "already provided by first-kinds" in failure.error
+    only = load_extensions(eps, groups=["ductor.cel.functions"])
+    assert [e.name for e, _ in only.values("ductor.cel.functions")] == ["twice"]
+    assert only.values("ductor.kinds") == []
+    assert only.failures == []
