@@ -24,6 +24,8 @@ from ductor_core.expressions import (
 from ductor_core.step_specs import StepSpecs
 from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
+from ductor_server.connections import HANDLER as CONNECTION_HANDLER
+from ductor_server.connections import ConnectionCalls, SecretKeys, load_secret_keys
 from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.outbound import OutboundPolicy
@@ -34,10 +36,12 @@ from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
+from ductor_server.providers import ProviderRegistry
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
+    ConnectionsService,
     EventsService,
     KeysService,
     LedgerService,
@@ -119,6 +123,9 @@ def build_services(
     payments: PaymentGateway | None = None,
     receipt_keys: KeyRing | None = None,
     outbound: OutboundPolicy | None = None,
+    providers: ProviderRegistry | None = None,
+    secret_keys: SecretKeys | None = None,
+    calls: ConnectionCalls | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -129,6 +136,11 @@ def build_services(
         payments: the processor wallets are topped up through, if any.
         receipt_keys: the receipt signing ring (None: no receipts are issued).
         outbound: the guard of calls to app URLs (none: unguarded).
+        providers: the providers connections may use (none if None).
+        secret_keys: the ring connection secrets are sealed with (None: connections
+            with secrets are refused).
+        calls: how connections are called and tested (one on `outbound`, or a
+            guard with no allowed range, if None).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -139,8 +151,20 @@ def build_services(
     routing_engine = expressions or runtime.engine or default_engine()
     ledger = LedgerService(runtime.store, clock=runtime.clock)
     receipts = ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock)
+    providers = providers if providers is not None else ProviderRegistry()
+    if calls is None:
+        calls = ConnectionCalls(
+            runtime.store,
+            providers,
+            secret_keys,
+            policy=outbound or OutboundPolicy(),
+            clock=runtime.clock,
+        )
+    connections = ConnectionsService(
+        runtime.store, providers, secret_keys, calls, clock=runtime.clock
+    )
     return Services(
-        workflows=WorkflowsService(context),
+        workflows=WorkflowsService(context, connections=connections),
         runs=RunsService(context),
         events=EventsService(context),
         routing=RoutingService(
@@ -152,6 +176,7 @@ def build_services(
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
         receipts=receipts,
         metering=MeteringService(runtime.store, clock=runtime.clock),
+        connections=connections,
     )
 
 
@@ -195,6 +220,15 @@ def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
     return SandboxedEngine(engine, pool, threshold=settings.cel_sandbox_threshold)
 
 
+def default_providers() -> ProviderRegistry:
+    """The built-in providers (`ductor_server.providers.builtin_providers`)."""
+    from ductor_server import providers
+
+    builtin = getattr(providers, "builtin_providers", None)
+    registry: ProviderRegistry = builtin() if builtin is not None else ProviderRegistry()
+    return registry
+
+
 def build(
     settings: Settings,
     *,
@@ -203,6 +237,8 @@ def build(
     specs: StepSpecs | None = None,
     bridge_keys: SigningKeys | None = None,
     receipt_keys: KeyRing | None = None,
+    providers: ProviderRegistry | None = None,
+    secret_keys: SecretKeys | None = None,
 ) -> Composition:
     """Build everything the process runs for `settings` (no I/O until `running`).
 
@@ -215,10 +251,14 @@ def build(
         bridge_keys: the bridge signing keys (from the environment if None).
         receipt_keys: the receipt signing ring (from `settings.receipt_keys_file` or
             `settings.receipt_key` if None; no receipts when neither is set).
+        providers: the providers connections may use (the built-in ones if None).
+        secret_keys: the ring connection secrets are sealed with (from
+            `settings.secret_keys` or `settings.secret_keys_file` if None; without
+            either, connections with secrets are refused).
 
     Raises:
         ValueError: `settings.cel_engine` names no engine, or the receipt keys
-            cannot be read (`ReceiptKeyError`).
+            (`ReceiptKeyError`) or secret keys (`SecretKeysInvalid`) cannot be read.
     """
     store = open_store(settings.store_target)
     expressions = sandboxed(engine_by_name(settings.cel_engine), settings)
@@ -266,6 +306,10 @@ def build(
             "DUCTOR_RECEIPTS_FOR_RUNS is on but no receipt signing key is set"
             " (DUCTOR_RECEIPT_KEYS or DUCTOR_RECEIPT_KEY)"
         )
+    if secret_keys is None:
+        secret_keys = load_secret_keys(settings.secret_keys, settings.secret_keys_file)
+    providers = providers if providers is not None else default_providers()
+    calls = ConnectionCalls(store, providers, secret_keys, policy=policy, clock=runtime.clock)
     services = build_services(
         runtime,
         expressions=expressions,
@@ -273,8 +317,12 @@ def build(
         receipt_keys=receipt_keys,
         payments=payment_gateway(settings),
         outbound=policy,
+        providers=providers,
+        secret_keys=secret_keys,
+        calls=calls,
     )
     actions.register("route", RouteStep(services.routing))
+    actions.register(CONNECTION_HANDLER, calls)
     if settings.receipts_for_runs:
         runtime.parts.on_finish.append(services.receipts.on_run_finished)
     return Composition(
@@ -288,4 +336,11 @@ def build(
     )
 
 
-__all__ = ["Composition", "build", "build_services", "payment_gateway", "sandboxed"]
+__all__ = [
+    "Composition",
+    "build",
+    "build_services",
+    "default_providers",
+    "payment_gateway",
+    "sandboxed",
+]

@@ -4,6 +4,7 @@ handlers over `ductor_server.services`; `ductor_server.app` assembles them."""
 from __future__ import annotations
 
 from ductor_server.transports.rest.bridge import BridgeController
+from ductor_server.transports.rest.connections import CONNECTION_CONTROLLERS
 from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, status_for
 from ductor_server.transports.rest.events import EventsController
 from ductor_server.transports.rest.health import healthz, readyz
@@ -25,6 +26,7 @@ V1_CONTROLLERS = (
     *WALLET_CONTROLLERS,
     ReceiptsController,
     *METERING_CONTROLLERS,
+    *CONNECTION_CONTROLLERS,
 )
 """Every controller served under /v1."""
 
