@@ -24,7 +24,11 @@ from ductor_server.engine.outbound import (
     OutboundForbidden,
     OutboundPolicy,
     guarded_transport,
+    is_retryable_status,
+    kept_headers,
     read_capped,
+    response_body,
+    retry_after,
 )
 
 
@@ -146,9 +150,6 @@ def action_params(call: ActionCall) -> Mapping[str, Any]:
 
 # --- http --------------------------------------------------------------------
 
-_KEPT_HEADERS = ("content-type", "content-length", "location", "etag", "retry-after")
-_RETRYABLE_4XX = {408, 425, 429}
-
 
 def _timeout_seconds(value: Any, default: float) -> float:
     if value is None:
@@ -163,27 +164,6 @@ def _timeout_seconds(value: Any, default: float) -> float:
         except DurationError as exc:
             raise failure("action.bad_params", exc.message, retryable=False) from exc
     raise failure("action.bad_params", "timeout must be a number or duration", retryable=False)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return None
-
-
-def _response_body(response: httpx.Response, content: bytes) -> Any:
-    if not content:
-        return None
-    if "json" in response.headers.get("content-type", ""):
-        try:
-            return msgspec.json.decode(content)
-        except msgspec.DecodeError:
-            pass
-    return content.decode(response.encoding or "utf-8", errors="replace")
 
 
 class HttpAction:
@@ -275,18 +255,17 @@ class HttpAction:
             )
         output = {
             "status": status,
-            "headers": {k: response.headers[k] for k in _KEPT_HEADERS if k in response.headers},
-            "body": _response_body(response, received),
+            "headers": kept_headers(response),
+            "body": response_body(response, received),
         }
         if 200 <= status < 300:
             return output
-        retryable = status >= 500 or status in _RETRYABLE_4XX
         raise ActionFailed(
             ErrorInfo(
                 code=f"http.{status}",
                 message=f"{method.upper()} {url} answered {status}",
-                retryable=retryable,
-                retry_after_seconds=_retry_after(response),
+                retryable=is_retryable_status(status),
+                retry_after_seconds=retry_after(response),
                 details=output,
             )
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpcore
 import httpx
+import msgspec
 
 from ductor_server.netaddr import IPNetwork, parse_networks
 
@@ -180,18 +181,65 @@ async def read_capped(response: httpx.Response, limit: int = MAX_RESPONSE_BYTES)
     return b"".join(chunks)
 
 
+KEPT_RESPONSE_HEADERS = ("content-type", "content-length", "location", "etag", "retry-after")
+"""The response headers an outbound call reports back (the rest may carry cookies)."""
+
+RETRYABLE_4XX = frozenset({408, 425, 429})
+"""The 4xx statuses a retry may cure (timeout, too early, too many requests)."""
+
+
+def is_retryable_status(status: int) -> bool:
+    """Whether an answer with `status` may succeed if sent again (5xx, 408, 425, 429)."""
+    return status >= 500 or status in RETRYABLE_4XX
+
+
+def kept_headers(response: httpx.Response) -> dict[str, str]:
+    """The `KEPT_RESPONSE_HEADERS` of `response`."""
+    return {k: response.headers[k] for k in KEPT_RESPONSE_HEADERS if k in response.headers}
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The response's `Retry-After` in seconds (a number of seconds), or None."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None
+
+
+def response_body(response: httpx.Response, content: bytes) -> Any:
+    """`content` as JSON when the response says it is JSON (and it parses), else as
+    text; None when empty."""
+    if not content:
+        return None
+    if "json" in response.headers.get("content-type", ""):
+        try:
+            return msgspec.json.decode(content)
+        except msgspec.DecodeError:
+            pass
+    return content.decode(response.encoding or "utf-8", errors="replace")
+
+
 def loopback_networks() -> Sequence[IPNetwork]:
     """127.0.0.0/8 and ::1: what `ductor dev` allows by default, so a local app works."""
     return parse_networks("127.0.0.0/8,::1")
 
 
 __all__ = [
+    "KEPT_RESPONSE_HEADERS",
     "MAX_RESPONSE_BYTES",
+    "RETRYABLE_4XX",
     "GuardedTransport",
     "OutboundForbidden",
     "OutboundPolicy",
     "guarded_transport",
+    "is_retryable_status",
+    "kept_headers",
     "loopback_networks",
     "parse_networks",
     "read_capped",
+    "response_body",
+    "retry_after",
 ]

@@ -14,14 +14,20 @@ from ductor_server.providers.base import (
     ProviderSetupError,
     provider_failure,
 )
+from ductor_server.providers.builtin import builtin_providers
+from ductor_server.providers.http import HttpProvider
+from ductor_server.providers.webhook import WebhookProvider
 
 __all__ = [
     "CallContext",
     "CheckResult",
+    "HttpProvider",
     "Operation",
     "Provider",
     "ProviderFailed",
     "ProviderRegistry",
     "ProviderSetupError",
+    "WebhookProvider",
+    "builtin_providers",
     "provider_failure",
 ]
