@@ -36,7 +36,7 @@ from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
-from ductor_server.providers import ProviderRegistry
+from ductor_server.providers import ProviderRegistry, builtin_providers
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
@@ -221,12 +221,8 @@ def sandboxed(engine: ExpressionEngine, settings: Settings) -> ExpressionEngine:
 
 
 def default_providers() -> ProviderRegistry:
-    """The built-in providers (`ductor_server.providers.builtin_providers`)."""
-    from ductor_server import providers
-
-    builtin = getattr(providers, "builtin_providers", None)
-    registry: ProviderRegistry = builtin() if builtin is not None else ProviderRegistry()
-    return registry
+    """The built-in providers (a new registry each call)."""
+    return builtin_providers()
 
 
 def build(

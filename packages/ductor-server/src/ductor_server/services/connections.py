@@ -156,7 +156,20 @@ def _schema(tp: Any) -> dict[str, Any]:
     (schema,), components = msgspec.json.schema_components([tp])
     if components:
         schema = {**schema, "$defs": components}
-    return dict(schema)
+    return _inlined(dict(schema))
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with a top-level `$ref` into its own `$defs` replaced by what it names
+    (so `properties` and `required` are at the top, as readers expect)."""
+    ref, defs = schema.get("$ref"), schema.get("$defs")
+    prefix = "#/$defs/"
+    if isinstance(ref, str) and ref.startswith(prefix) and isinstance(defs, dict):
+        target = defs.get(ref[len(prefix) :])
+        if isinstance(target, dict):
+            rest = {k: v for k, v in schema.items() if k not in ("$ref", "$defs")}
+            return {**target, **rest, "$defs": defs}
+    return schema
 
 
 def _problem(at: str, message: str) -> dict[str, str]:
@@ -217,8 +230,8 @@ class ConnectionsService:
                     OperationView(
                         name=op.name,
                         description=op.description,
-                        input=op.input_schema(),
-                        output=op.output_schema(),
+                        input=_inlined(op.input_schema()),
+                        output=_inlined(op.output_schema()),
                         required=sorted(op.required_inputs()),
                     )
                     for op in sorted(p.operations.values(), key=lambda o: o.name)
