@@ -23,6 +23,7 @@ from ductor_server.providers import (
     ProviderRegistry,
     provider_failure,
 )
+from ductor_server.storage import Store, open_store
 from ductor_server.testing import TenantApi, served
 
 from .sink import HttpSink
@@ -162,3 +163,15 @@ async def guarded(tmp_path: Path) -> AsyncIterator[Api]:
 def sink() -> Iterator[HttpSink]:
     with HttpSink() as s:
         yield s
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """An opened, migrated store of each backend in turn."""
+    opened = open_store(_database(request) or str(tmp_path / "ductor.db"))
+    await opened.open()
+    await opened.migrate()
+    try:
+        yield opened
+    finally:
+        await opened.close()

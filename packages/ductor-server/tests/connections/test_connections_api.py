@@ -152,6 +152,21 @@ async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
         json={"name": "api", "provider": "http", "config": {"base_url": "ftp://x"}},
     )
     assert body["details"][0]["pointer"].startswith("/config")
+    both = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={
+            "name": "api",
+            "provider": "http",
+            "config": {"base_url": "https://example.com"},
+            "secrets": {"bearer_token": TOKEN, "username": "u", "password": TOKEN + "x"},
+        },
+    )
+    assert both["details"][0]["pointer"].startswith("/secrets")
+    assert "bearer_token" in both["details"][0]["message"]
+    assert TOKEN not in str(both)
     made = await api.ok(
         "POST",
         "/v1/connections",

@@ -32,7 +32,13 @@ from ductor_server.connections.secret_keys import (
     SecretKeys,
     Tampered,
 )
-from ductor_server.connections.shapes import mask_of, pointer, problems_of
+from ductor_server.connections.shapes import (
+    Redactor,
+    mask_of,
+    pointer,
+    problems_of,
+    secret_strings,
+)
 from ductor_server.connections.store import ConnectionRecord, ConnectionsTx
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.providers.base import CheckResult, ProviderRegistry
@@ -275,11 +281,12 @@ class ConnectionsService:
         if secrets is not None and _size(secrets) > MAX_SECRETS_BYTES:
             problems.append(_problem("/secrets", f"secrets are over {MAX_SECRETS_BYTES} bytes"))
         elif secrets is not None and provider is not None:
-            for found in problems_of(secrets, provider.secrets, "/secrets"):
-                # A type problem's message may quote the value: say where, not what.
-                if not found["message"].startswith(("unknown field", "missing required")):
-                    found = _problem(found["pointer"], "this secret has the wrong type")
-                problems.append(found)
+            # A problem's message may quote a value: never a secret one.
+            redactor = Redactor(secret_strings(secrets))
+            problems += [
+                _problem(found["pointer"], redactor.text(found["message"]))
+                for found in problems_of(secrets, provider.secrets, "/secrets")
+            ]
         if problems:
             raise ConnectionInvalid(problems)
 
