@@ -157,6 +157,12 @@ def test_a_secret_never_comes_back(
     failed = api.run("fails", {"lead": 2})
     assert failed["status"] == "RUN_STATUS_FAILED"
     api("GET", "/v1/runs")
+    listed = server.cli("connections", "list")
+    assert "crm" in listed.stdout
+    assert "bearer_token" in listed.stdout
+    api.answers.append(server.cli("connections", "list", "--json").stdout)
+    if backend == "sqlite":
+        assert (server.data_dir / "secret_keys").exists()  # made by `ductor dev`
     # The secret did go out, on every request...
     assert echo_sink.auth
     assert all(a == f"Bearer {SECRET}" for a in echo_sink.auth)

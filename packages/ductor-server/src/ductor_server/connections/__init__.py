@@ -30,14 +30,20 @@ def load_secret_keys(text: str | None, path: Path | None) -> SecretKeys | None:
         SecretKeysInvalid: the text or file does not parse, or the file cannot be read.
     """
     if text:
-        return SecretKeys.parse(text)
+        try:
+            return SecretKeys.parse(text)
+        except SecretKeysInvalid as exc:
+            raise SecretKeysInvalid(f"DUCTOR_SECRET_KEYS: {exc}") from None
     if path is None:
         return None
     try:
         content = path.read_text()
     except OSError as exc:
         raise SecretKeysInvalid(f"cannot read the secret key file {path}: {exc.strerror}") from None
-    return SecretKeys.parse(content)
+    try:
+        return SecretKeys.parse(content)
+    except SecretKeysInvalid as exc:
+        raise SecretKeysInvalid(f"{path}: {exc}") from None
 
 
 __all__ = [
