@@ -106,7 +106,7 @@ class HttpSink:
             return self.seen[-1]
 
     def __enter__(self) -> HttpSink:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -16,7 +16,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from ductor_server.providers import ProviderFailed, builtin_providers
 from ductor_server.providers.webhook import (
-    SendInput,
+    SendEventInput,
     WebhookProvider,
     WebhookSecrets,
     WebhookSettings,
@@ -36,8 +36,8 @@ def secrets(secret: str = SECRET) -> WebhookSecrets:
     return msgspec.convert({"signing_secret": secret}, WebhookSecrets)
 
 
-def event(type: str = "order.paid", data: object = None) -> SendInput:
-    return msgspec.convert({"type": type, "data": data or {"order": 7}}, SendInput)
+def event(type: str = "order.paid", data: object = None) -> SendEventInput:
+    return msgspec.convert({"type": type, "data": data or {"order": 7}}, SendEventInput)
 
 
 async def test_send_is_signed_per_standard_webhooks(
@@ -149,7 +149,7 @@ def test_validation() -> None:
             msgspec.convert({"url": url}, WebhookSettings)
     for type_ in ("", "a b", "a\r\nb", "x" * 201):
         with pytest.raises(msgspec.ValidationError):
-            msgspec.convert({"type": type_}, SendInput)
+            msgspec.convert({"type": type_}, SendEventInput)
 
 
 async def test_check_sends_a_signed_ping(sink: HttpSink, make_context: MakeContext) -> None:

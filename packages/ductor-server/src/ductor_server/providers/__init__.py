@@ -16,17 +16,23 @@ from ductor_server.providers.base import (
 )
 from ductor_server.providers.builtin import builtin_providers
 from ductor_server.providers.http import HttpProvider
+from ductor_server.providers.openai import OpenAIProvider
+from ductor_server.providers.slack import SlackProvider
+from ductor_server.providers.smtp import SmtpProvider
 from ductor_server.providers.webhook import WebhookProvider
 
 __all__ = [
     "CallContext",
     "CheckResult",
     "HttpProvider",
+    "OpenAIProvider",
     "Operation",
     "Provider",
     "ProviderFailed",
     "ProviderRegistry",
     "ProviderSetupError",
+    "SlackProvider",
+    "SmtpProvider",
     "WebhookProvider",
     "builtin_providers",
     "provider_failure",

@@ -166,7 +166,7 @@ def join_url(base_url: str, path: str) -> httpx.URL:
         ValueError: `path` names a scheme or a host, holds a backslash or a
             control character, or the result leaves the base URL's origin.
     """
-    if any(c in path for c in "\\\r\n\t\0"):
+    if "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
         raise ValueError("may not contain backslashes or control characters")
     parts = urlsplit(path)
     if parts.scheme or parts.netloc or path.startswith("//"):

@@ -76,7 +76,7 @@ class WebhookSecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ValueError("signing_secret must hold 24 to 64 bytes")
 
 
-class SendInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SendEventInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The input of `send`.
 
     Attributes:
@@ -88,7 +88,7 @@ class SendInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     data: Any = None
 
 
-class SendOutput(msgspec.Struct, frozen=True, kw_only=True):
+class SendEventOutput(msgspec.Struct, frozen=True, kw_only=True):
     """The output of `send`.
 
     Attributes:
@@ -133,8 +133,8 @@ class WebhookProvider:
         "send": Operation(
             name="send",
             description="POST one signed event to the connection's URL.",
-            input=SendInput,
-            output=SendOutput,
+            input=SendEventInput,
+            output=SendEventOutput,
         )
     }
 
@@ -143,7 +143,7 @@ class WebhookProvider:
         operation: str,
         settings: WebhookSettings,
         secrets: WebhookSecrets,
-        input: SendInput,
+        input: SendEventInput,
         context: CallContext,
     ) -> Any:
         """Run `send`: 2xx gives `{status, webhook_id}`; other answers fail as
@@ -161,7 +161,7 @@ class WebhookProvider:
         event_type: str,
         data: Any,
         context: CallContext,
-    ) -> SendOutput:
+    ) -> SendEventOutput:
         webhook_id = context.idempotency_key
         headers, body = signed_request(secrets, webhook_id, context.now, event_type, data)
         redactor = Redactor([secrets.signing_secret, secrets.signing_secret[len(SECRET_PREFIX) :]])
@@ -177,7 +177,7 @@ class WebhookProvider:
             content=body,
         )
         if answer.ok:
-            return SendOutput(status=answer.status, webhook_id=webhook_id)
+            return SendEventOutput(status=answer.status, webhook_id=webhook_id)
         raise ProviderFailed(
             ErrorInfo(
                 code=f"webhook.{answer.status}",
@@ -219,8 +219,8 @@ class WebhookProvider:
 
 
 __all__ = [
-    "SendInput",
-    "SendOutput",
+    "SendEventInput",
+    "SendEventOutput",
     "WebhookProvider",
     "WebhookSecrets",
     "WebhookSettings",
