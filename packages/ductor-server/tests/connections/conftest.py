@@ -49,8 +49,8 @@ class SendInput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 class EchoProvider:
     """Answers with what it was given: the token only as its SHA-256 (or, for
-    `text == "leak"`, the token itself, which the server must hide), and fails with
-    the token in its message when `text == "fail"`."""
+    `text == "leak"`, the token itself, which the server must hide); fails with the
+    token in its message when `text == "fail"`, and crashes so when `"crash"`."""
 
     name = "echo"
     description = "Echoes its input (tests)."
@@ -72,6 +72,8 @@ class EchoProvider:
             raise provider_failure(
                 "echo.refused", f"refused token {secrets.token}", retryable=False
             )
+        if input.text == "crash":
+            raise RuntimeError(f"crashed holding {secrets.token}")
         if input.text == "leak":
             return {"echo": secrets.token, "nested": [{"t": f"x{secrets.token}y"}]}
         return {

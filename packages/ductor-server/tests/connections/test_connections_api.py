@@ -387,7 +387,26 @@ async def test_a_step_through_a_connection_runs_without_leaking(api: Api) -> Non
         )
     )
     assert failed["status"] == "RUN_STATUS_FAILED"
-    for run_ in (run, leak, failed):
+    crashed = await api.run_to_end(
+        {
+            **one_step({}, slug="crash"),
+            "steps": [
+                {
+                    "ref": "push",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {
+                        "connection": "crm",
+                        "operation": "send",
+                        "input": {"to": "'a'", "text": "'crash'"},
+                    },
+                    "retry": {"max_attempts": 1},
+                }
+            ],
+        }
+    )
+    assert step(crashed, "push")["error"]["code"] == "provider.crashed"
+    assert step(crashed, "push")["error"]["message"] == "RuntimeError: crashed holding ••••"
+    for run_ in (run, leak, failed, crashed):
         history = await api.call("GET", f"/v1/runs/{run_['id']}/history")
         got = await api.call("GET", f"/v1/runs/{run_['id']}")
         assert TOKEN not in history.text

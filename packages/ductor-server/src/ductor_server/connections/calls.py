@@ -285,7 +285,7 @@ class ConnectionCalls:
             output = await opened.provider.call(
                 operation_name, opened.settings, opened.secrets, decoded, context
             )
-        except ProviderFailed as exc:
+        except (ProviderFailed, ActionFailed) as exc:
             raise ActionFailed(_redacted(exc.error, redactor)) from None
         except OutboundForbidden as exc:
             raise failure(
@@ -300,8 +300,6 @@ class ConnectionCalls:
                 f"{opened.provider.name}.{operation_name} timed out",
                 retryable=True,
             ) from None
-        except (ActionFailed, asyncio.CancelledError):
-            raise
         except Exception as exc:  # a provider bug: retried, and said without its secrets
             message = redactor.text(f"{type(exc).__name__}: {exc}")
             log.warning(
@@ -312,7 +310,14 @@ class ConnectionCalls:
                 message,
             )
             raise failure("provider.crashed", message, retryable=True) from None
-        return redactor.value(output)
+        try:
+            return redactor.value(output)
+        except RecursionError:
+            raise failure(
+                "handler.bad_output",
+                f"the output of {opened.provider.name}.{operation_name} nests too deeply",
+                retryable=False,
+            ) from None
 
     # --- tests -----------------------------------------------------------------------
 
