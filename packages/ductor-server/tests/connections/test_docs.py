@@ -44,7 +44,9 @@ async def test_the_example_runs(api: Api, sink: HttpSink) -> None:
     created, patched = answers[0], answers[1]
     shown = json.loads(re.search(r"```json\n(\{\"id\".*?)```", DOC, re.DOTALL).group(1))  # type: ignore[union-attr]
     assert set(shown) == set(created)
-    assert created["secrets"] == {"bearer_token": "••••cdef"}
+    assert created["secrets"] == shown["secrets"] == {"bearer_token": "••••cdef"}
+    assert shown["config"] == {"base_url": EXAMPLE_BASE}
+    assert created["config"] == {"base_url": sink.url + "/api"}
     assert patched["config"]["timeout"] == 10
     run = answers[-1]
     deadline = asyncio.get_running_loop().time() + 30
