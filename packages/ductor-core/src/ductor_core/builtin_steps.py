@@ -154,10 +154,11 @@ def _check_action(a: ArgsCheck) -> None:
             "connection",
         )
     elif not a.given("action") and not a.given("connection"):
+        # At the args when they are empty or missing (then `/args/action` has no parent).
         a.problem(
             f"an ACTION needs '{a.prefix}connection' and '{a.prefix}operation'"
             f" (or '{a.prefix}action' for a built-in action)",
-            "action",
+            *(("action",) if a.raw else ()),
         )
     elif a.given("connection"):
         if not a.given("operation"):
