@@ -75,8 +75,13 @@ def test_bad_durations_are_rejected(text: str) -> None:
 PINNED_HASHES = {
     "hello-world.json": "sha256:27dccadebf03227fa66fa9aa1540a60210632152a848579f6fb989fbcb81a123",
     "valid/diamond.json": "sha256:b2deb2507cb4e4ba4c1d92eb4838b41a438e4f89a8bae02dbf1ba98dfa1d84ae",
-    "valid/lead-intake.json": (
+    # Published before ACTION steps took `connection` + `operation` (now refused at
+    # publish: `action` and `connection` together), still found by its hash.
+    "published/lead-intake-v1.json": (
         "sha256:a55ec92bb7fdb4b6ebebe68aaf5b4f748ddbdef4f091ccaca21187f69cab8a8b"
+    ),
+    "valid/lead-intake.json": (
+        "sha256:8e171ee9f327c7af2c507c57f1d8f27b270326a85ed0497c48249d1914e8097f"
     ),
     "valid/nightly-fanout.json": (
         "sha256:e18c6b6e92fbf0f60561d6c67b0ac425effa41e6021b8e6a11745eb2a623a3af"

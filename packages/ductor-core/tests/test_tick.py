@@ -363,10 +363,39 @@ def test_action_dispatch_payload_key_and_timeout() -> None:
     assert step.status is StepStatus.RUNNING
     assert step.attempt == 1
     assert step.started_at == NOW
+
     done = step_tick(definition, result, ok("call", output={"status": 200}))
     assert done.commands[0] == CancelTimer(timer_id="call:-1:timeout:1")
     assert done.state.status is RunStatus.SUCCEEDED
     assert done.state.timers == {}
+
+
+def test_action_through_a_connection_dispatches_its_evaluated_input() -> None:
+    step = {
+        "ref": "push",
+        "type": "STEP_TYPE_ACTION",
+        "args": {
+            "connection": "crm",
+            "operation": "send",
+            "input": {"path": '"/leads/" + input.id', "count": "input.n * 2"},
+        },
+    }
+    result = start_run(wf([step]), run_id="run-2", input={"id": "x7", "n": 4}, now=NOW)
+    assert result.commands == [
+        DispatchTask(
+            step_ref="push",
+            item_index=-1,
+            attempt=1,
+            step_type="STEP_TYPE_ACTION",
+            handler="connection",
+            payload={
+                "connection": "crm",
+                "operation": "send",
+                "input": {"path": "/leads/x7", "count": 8},
+            },
+            idempotency_key="run-2:push:-1:1",
+        )
+    ]
 
 
 def test_bridge_route_notify_payloads() -> None:

@@ -146,12 +146,52 @@ WAIT_FOR_SIGNAL: StepSpec[WaitForSignalArgs] = StepSpec(
 def _check_action(a: ArgsCheck) -> None:
     a.not_blank("action")
     a.not_blank("connection")
+    a.not_blank("operation")
+    if a.given("action") and a.given("connection"):
+        a.problem(
+            f"an ACTION takes '{a.prefix}action' (a built-in action) or"
+            f" '{a.prefix}connection' (one of the tenant's connections), not both",
+            "connection",
+        )
+    elif not a.given("action") and not a.given("connection"):
+        # At the args when they are empty or missing (then `/args/action` has no parent).
+        a.problem(
+            f"an ACTION needs '{a.prefix}connection' and '{a.prefix}operation'"
+            f" (or '{a.prefix}action' for a built-in action)",
+            *(("action",) if a.raw else ()),
+        )
+    elif a.given("connection"):
+        if not a.given("operation"):
+            a.problem(f"an ACTION through a connection needs '{a.prefix}operation'", "operation")
+        if a.fields.get("params"):
+            a.problem(
+                f"'{a.prefix}params' is for an 'action'; a connection takes '{a.prefix}input'",
+                "params",
+            )
+    elif a.given("action"):
+        for name in ("operation", "input"):
+            if a.given(name) and a.fields.get(name) != {}:
+                a.problem(
+                    f"'{a.prefix}{name}' is for a 'connection'; an 'action' takes"
+                    f" '{a.prefix}params'",
+                    name,
+                )
+
+
+def _action_handler(args: ActionArgs) -> str:
+    return "connection" if args.connection is not None else f"action:{args.action}"
 
 
 def _action_payload(args: ActionArgs, evaluate: Evaluate) -> Any:
+    if args.connection is not None:
+        return {
+            "connection": args.connection,
+            "operation": args.operation,
+            "input": {key: evaluate(source) for key, source in args.input.items()},
+        }
     return {
         "params": {key: evaluate(source) for key, source in args.params.items()},
-        "connection": args.connection,
+        "connection": None,
     }
 
 
@@ -160,10 +200,10 @@ ACTION: StepSpec[ActionArgs] = StepSpec(
     args=ActionArgs,
     start=OnWorker(
         handler="action",
-        handler_for=lambda args: f"action:{args.action}",
+        handler_for=_action_handler,
         payload=_action_payload,
     ),
-    expressions=("params",),
+    expressions=("params", "input"),
     check=_check_action,
     scatterable=True,
 )

@@ -89,12 +89,22 @@ class WaitForSignalArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unkn
 
 
 class ActionArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Dispatch a provider action to a worker. `params` values are CEL, evaluated
-    by the coordinator, so workers receive plain values."""
+    """Dispatch work to a worker, in one of two forms:
 
-    action: str
+    - through a connection: `connection` names one of the tenant's connections,
+      `operation` one of its provider's operations, and `input` maps the
+      operation's input fields to CEL;
+    - a built-in action: `action` names it (`http`, `noop`) and `params` maps
+      its parameters to CEL.
+
+    The coordinator evaluates the CEL, so workers receive plain values.
+    """
+
+    action: str | None = None
     params: dict[str, str] = {}
     connection: str | None = None
+    operation: str | None = None
+    input: dict[str, str] = {}
 
 
 class StepTemplate(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):

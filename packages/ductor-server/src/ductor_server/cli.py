@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ductor_server import __version__
 from ductor_server.cli_client import add_client_commands
+from ductor_server.cli_connections import add_connections_commands
 from ductor_server.cli_extensions import add_extensions_commands
 from ductor_server.cli_routing import register as add_routing_commands
 from ductor_server.cli_server import add_server_commands
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_routing_commands(sub)
     add_settlement_commands(sub)
     add_extensions_commands(sub)
+    add_connections_commands(sub)
     _mark_leaves(parser)
     return parser
 

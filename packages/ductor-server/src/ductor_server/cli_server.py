@@ -99,6 +99,24 @@ def ensure_dev_receipt_keys(settings: Settings) -> tuple[Settings, str | None, b
     return dataclasses.replace(settings, receipt_keys_file=path), ring.active.kid, created
 
 
+def ensure_dev_secret_keys(settings: Settings) -> tuple[Settings, str | None, bool]:
+    """Give `ductor dev` a connection secret key when `DUCTOR_SECRET_KEYS` is not set:
+    the key file under the data dir (mode 0600), made with one fresh key on first start.
+
+    Returns:
+        The settings pointing at the key file, the newest key id (None when keys
+        come from the environment), and whether the file was created now.
+    """
+    from ductor_server.connections import SecretKeys, ensure_key_file
+
+    if settings.secret_keys or settings.secret_keys_file is not None:
+        return settings, None, False
+    path = settings.dev_secret_keys_file
+    text, created = ensure_key_file(path)
+    kid = SecretKeys.parse(text).newest.kid
+    return dataclasses.replace(settings, secret_keys_file=path), kid, created
+
+
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -140,6 +158,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     key, created = asyncio.run(ensure_dev_key(settings))
     settings, receipt_kid, receipt_created = ensure_dev_receipt_keys(settings)
+    settings, secret_kid, secret_created = ensure_dev_secret_keys(settings)
     _write_private(settings.pid_file, f"{os.getpid()}\n")
     where = f"http://{settings.host}:{settings.port}"
     print(f"ductor {__version__} (embedded) on {where}", flush=True)
@@ -150,6 +169,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
         made = "created, saved to" if receipt_created else "from"
         print(
             f"receipt signing key {receipt_kid} ({made} {settings.dev_receipt_keys_file})",
+            flush=True,
+        )
+    if secret_kid is not None:
+        made = "created, saved to" if secret_created else "from"
+        print(
+            f"connection secret key {secret_kid} ({made} {settings.dev_secret_keys_file})",
             flush=True,
         )
     try:
@@ -295,7 +320,8 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         description="Run Ductor on its embedded default. Creates a dev tenant and API key "
         "on first start and writes the key to <data-dir>/api_key (mode 0600); without "
         "$DUCTOR_RECEIPT_KEYS or $DUCTOR_RECEIPT_KEY, also a receipt signing key in "
-        "<data-dir>/receipt_keys (mode 0600).",
+        "<data-dir>/receipt_keys (mode 0600); without $DUCTOR_SECRET_KEYS, a connection "
+        "secret key in <data-dir>/secret_keys (mode 0600).",
     )
     defaults = Settings()
     host_help = f"interface (default $DUCTOR_HOST, else {defaults.host})"

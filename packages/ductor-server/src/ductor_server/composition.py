@@ -26,6 +26,8 @@ from ductor_core.step_specs import StepSpecs
 from ductor_routing import EnricherRegistry, StrategyRegistry
 from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
+from ductor_server.connections import HANDLER as CONNECTION_HANDLER
+from ductor_server.connections import ConnectionCalls, SecretKeys, load_secret_keys
 from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.offload import add_worker_setup
@@ -60,11 +62,12 @@ from ductor_server.extensions.wiring import (
 )
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
-from ductor_server.providers import ProviderRegistry
+from ductor_server.providers import ProviderRegistry, builtin_providers
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     BridgeService,
+    ConnectionsService,
     EventsService,
     KeysService,
     LedgerService,
@@ -97,7 +100,8 @@ class Composition:
         services: what transports call.
         redis: the Redis client when `settings.redis_url` is set (closed by `running`).
         extensions: the plugins this process loaded (and those that failed).
-        providers: the providers of this process: plugins' (`ductor.providers`).
+        providers: the providers of this process: the built-in ones, then the
+            plugins' (`ductor.providers`).
         hooks: the plugins' lifecycle hooks (`ductor.hooks`).
     """
 
@@ -167,6 +171,9 @@ def build_services(
     enrichers: EnricherRegistry | None = None,
     kinds: KindValidators | None = None,
     hooks: HookDispatcher | None = None,
+    providers: ProviderRegistry | None = None,
+    secret_keys: SecretKeys | None = None,
+    calls: ConnectionCalls | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -181,6 +188,11 @@ def build_services(
         enrichers: the routing enricher plugins (installed entry points if None).
         kinds: the plugin validators of routable kinds (none if None).
         hooks: told of decisions and ledger entries after they commit (none if None).
+        providers: the providers connections may use (none if None).
+        secret_keys: the ring connection secrets are sealed with (None: connections
+            with secrets are refused).
+        calls: how connections are called and tested (one on `outbound`, or a
+            guard with no allowed range, if None).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -191,8 +203,20 @@ def build_services(
     routing_engine = expressions or runtime.engine or default_engine()
     ledger = LedgerService(runtime.store, clock=runtime.clock, hooks=hooks)
     receipts = ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock)
+    providers = providers if providers is not None else ProviderRegistry()
+    if calls is None:
+        calls = ConnectionCalls(
+            runtime.store,
+            providers,
+            secret_keys,
+            policy=outbound or OutboundPolicy(),
+            clock=runtime.clock,
+        )
+    connections = ConnectionsService(
+        runtime.store, providers, secret_keys, calls, clock=runtime.clock
+    )
     return Services(
-        workflows=WorkflowsService(context),
+        workflows=WorkflowsService(context, connections=connections),
         runs=RunsService(context),
         events=EventsService(context),
         routing=RoutingService(
@@ -211,6 +235,7 @@ def build_services(
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
         receipts=receipts,
         metering=MeteringService(runtime.store, clock=runtime.clock),
+        connections=connections,
     )
 
 
@@ -257,6 +282,11 @@ def sandboxed(
     return SandboxedEngine(engine, pool, threshold=settings.cel_sandbox_threshold, shared=shared)
 
 
+def default_providers() -> ProviderRegistry:
+    """The built-in providers (a new registry each call)."""
+    return builtin_providers()
+
+
 def build(
     settings: Settings,
     *,
@@ -267,6 +297,8 @@ def build(
     receipt_keys: KeyRing | None = None,
     extensions: Extensions | None = None,
     hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+    providers: ProviderRegistry | None = None,
+    secret_keys: SecretKeys | None = None,
 ) -> Composition:
     """Build everything the process runs for `settings` (no I/O until `running`).
 
@@ -283,10 +315,14 @@ def build(
             docs/extending.md): their CEL functions, strategies, enrichers,
             providers, step types, hooks and kind validators.
         hook_timeout: seconds one lifecycle hook may take with one event.
+        providers: the providers connections may use (the built-in ones if None).
+        secret_keys: the ring connection secrets are sealed with (from
+            `settings.secret_keys` or `settings.secret_keys_file` if None; without
+            either, connections with secrets are refused).
 
     Raises:
         ValueError: `settings.cel_engine` names no engine, or the receipt keys
-            cannot be read (`ReceiptKeyError`).
+            (`ReceiptKeyError`) or secret keys (`SecretKeysInvalid`) cannot be read.
     """
     if extensions is None:
         extensions = installed_extensions()
@@ -346,6 +382,11 @@ def build(
             " (DUCTOR_RECEIPT_KEYS or DUCTOR_RECEIPT_KEY)"
         )
     hooks = HookDispatcher(plugin_hooks(extensions), timeout=hook_timeout)
+    if secret_keys is None:
+        secret_keys = load_secret_keys(settings.secret_keys, settings.secret_keys_file)
+    providers = providers if providers is not None else default_providers()
+    calls = ConnectionCalls(store, providers, secret_keys, policy=policy, clock=runtime.clock)
+    plugin_providers(extensions, providers)
     services = build_services(
         runtime,
         expressions=expressions,
@@ -357,17 +398,16 @@ def build(
         enrichers=plugin_enrichers(extensions),
         kinds=plugin_kinds(extensions),
         hooks=hooks,
+        providers=providers,
+        secret_keys=secret_keys,
+        calls=calls,
     )
     actions.register("route", RouteStep(services.routing))
+    actions.register(CONNECTION_HANDLER, calls)
     if settings.receipts_for_runs:
         runtime.parts.on_finish.append(services.receipts.on_run_finished)
     if hooks:
         runtime.parts.on_finish.append(run_finished_hook(hooks))
-    # The process's provider registry, holding the plugins' providers (each with
-    # its distribution as origin; listed at /v1/extensions). Whatever resolves a
-    # provider by name for a connection reads this registry.
-    providers = ProviderRegistry()
-    plugin_providers(extensions, providers)
     return Composition(
         settings=settings,
         store=store,
@@ -382,4 +422,11 @@ def build(
     )
 
 
-__all__ = ["Composition", "build", "build_services", "payment_gateway", "sandboxed"]
+__all__ = [
+    "Composition",
+    "build",
+    "build_services",
+    "default_providers",
+    "payment_gateway",
+    "sandboxed",
+]

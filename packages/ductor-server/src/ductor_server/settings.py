@@ -106,6 +106,12 @@ class Settings:
         outbound_allow: networks outbound calls on a tenant's behalf may reach even
             though they are not public (loopback, private ...); None: none for
             `ductor serve`, loopback for `ductor dev`.
+        secret_keys: the keys connection secrets are encrypted with
+            (`DUCTOR_SECRET_KEYS`: `KID:KEY` entries, comma-separated, newest first);
+            never shown in the settings' repr.
+        secret_keys_file: a file holding such entries (one per line), read when
+            `secret_keys` is not set; `ductor dev` points it at
+            `dev_secret_keys_file`.
     """
 
     host: str = "127.0.0.1"
@@ -136,6 +142,8 @@ class Settings:
     receipt_key: str | None = field(default=None, repr=False)
     receipts_for_runs: bool = False
     outbound_allow: tuple[str, ...] | None = None
+    secret_keys: str | None = field(default=None, repr=False)
+    secret_keys_file: Path | None = None
 
     @property
     def engine_poll_interval(self) -> float:
@@ -165,6 +173,11 @@ class Settings:
     def dev_receipt_keys_file(self) -> Path:
         """Where `ductor dev` keeps the receipt signing key it made (mode 0600)."""
         return self.data_dir / "receipt_keys"
+
+    @property
+    def dev_secret_keys_file(self) -> Path:
+        """Where `ductor dev` keeps the connection secret key it made (mode 0600)."""
+        return self.data_dir / "secret_keys"
 
     @property
     def pid_file(self) -> Path:
@@ -242,5 +255,7 @@ class Settings:
             except ValueError as exc:
                 raise ValueError(f"DUCTOR_OUTBOUND_ALLOW: {exc}") from None
             values["outbound_allow"] = tuple(str(n) for n in networks)
+        if secret_keys := env.get("DUCTOR_SECRET_KEYS"):
+            values["secret_keys"] = secret_keys
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -49,6 +49,7 @@ async def test_every_body_taking_operation_lists_its_request_schema(tmp_path: Pa
     # that must: its signature covers the raw bytes (and Stripe documents the body).
     assert sorted(k for k, takes in operations.items() if not takes) == [
         ("post", "/v1/bridge/apps/{app_id}/health"),
+        ("post", "/v1/connections/{name}/test"),
         ("post", "/v1/holds/{hold_id}/void"),
         ("post", "/webhooks/stripe"),
     ]

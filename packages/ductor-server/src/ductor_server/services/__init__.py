@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ductor_server.services.bridge import AppView, BridgeService
+from ductor_server.services.connections import ConnectionsService
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
@@ -64,6 +65,7 @@ class Services:
     wallets: WalletService
     receipts: ReceiptService
     metering: MeteringService
+    connections: ConnectionsService
 
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "AppView",
     "AssignmentView",
     "BridgeService",
+    "ConnectionsService",
     "DecisionView",
     "EventAccepted",
     "EventsService",

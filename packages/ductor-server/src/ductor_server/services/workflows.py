@@ -14,7 +14,7 @@ from ductor_core.definitions import WorkflowDefinition, content_hash, definition
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.step_specs import StepSpecs
-from ductor_core.validation import ValidationReport, validate_definition
+from ductor_core.validation import Problem, ValidationReport, validate_definition
 from ductor_server.engine.offload import (
     VALIDATION,
     portable_engine,
@@ -23,6 +23,7 @@ from ductor_server.engine.offload import (
     resolve_specs,
 )
 from ductor_server.errors import DefinitionInvalid, WorkflowNotFound, WorkflowVersionNotFound
+from ductor_server.services.connections import ConnectionsService
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
 from ductor_server.services.metering import require_entitlement
@@ -127,21 +128,36 @@ def _checked(
 class WorkflowsService:
     """Definitions of every tenant: draft -> validate -> publish; every call takes the tenant."""
 
-    def __init__(self, context: ServiceContext) -> None:
+    def __init__(
+        self, context: ServiceContext, *, connections: ConnectionsService | None = None
+    ) -> None:
         self._context = context
+        self._connections = connections
+
+    async def _connection_problems(self, tenant_id: str, definition: Any) -> list[Problem]:
+        """The problems of ACTION steps naming the tenant's connections (none without
+        a connections service)."""
+        if self._connections is None:
+            return []
+        return await self._connections.definition_problems(tenant_id, definition)
 
     async def validate(self, tenant_id: str, definition: Any) -> ValidationReport:
         """Validate a definition (parsed JSON); report every problem with a pointer.
 
         Validation compiles every expression, so it runs in a worker thread of
-        the validation lane, never on the event loop.
+        the validation lane, never on the event loop. ACTION steps that name a
+        connection are checked against the tenant's connections too.
         """
-        return await VALIDATION.run(
+        report = await VALIDATION.run(
             _report,
             definition,
             engine=portable_engine(self._context.expressions),
             specs=portable_specs(self._context.parts.specs),
         )
+        extra = await self._connection_problems(tenant_id, definition)
+        if not extra:
+            return report
+        return ValidationReport(valid=False, problems=[*report.problems, *extra])
 
     async def publish(
         self, tenant_id: str, definition: Any, *, idempotency_key: str | None = None
@@ -169,10 +185,14 @@ class WorkflowsService:
             engine=portable_engine(context.expressions),
             specs=portable_specs(context.parts.specs),
         )
-        if not checked.report.valid:
+        problems = [
+            *checked.report.problems,
+            *await self._connection_problems(tenant_id, definition),
+        ]
+        if problems:
             raise DefinitionInvalid(
-                f"the definition has {len(checked.report.problems)} problem(s)",
-                details=msgspec.to_builtins(checked.report.problems),
+                f"the definition has {len(problems)} problem(s)",
+                details=msgspec.to_builtins(problems),
             )
         parsed, hash_ = checked.parsed, checked.hash
         if parsed is None:

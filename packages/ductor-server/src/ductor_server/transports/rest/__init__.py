@@ -4,6 +4,7 @@ handlers over `ductor_server.services`; `ductor_server.app` assembles them."""
 from __future__ import annotations
 
 from ductor_server.transports.rest.bridge import BridgeController
+from ductor_server.transports.rest.connections import CONNECTION_CONTROLLERS
 from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, status_for
 from ductor_server.transports.rest.events import EventsController
 from ductor_server.transports.rest.extensions import ExtensionsController
@@ -27,6 +28,7 @@ V1_CONTROLLERS = (
     ReceiptsController,
     *METERING_CONTROLLERS,
     ExtensionsController,
+    *CONNECTION_CONTROLLERS,
 )
 """Every controller served under /v1."""
 

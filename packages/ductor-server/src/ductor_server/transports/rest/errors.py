@@ -109,6 +109,13 @@ STATUS_BY_CODE: dict[str, int] = {
     "receipt.bad_signature": 422,
     "receipt.not_canonical": 422,
     "receipt.invalid_key": 422,
+    # connections and their secrets
+    "connection.not_found": 404,
+    "connection.invalid": 422,
+    "connection.conflict": 409,
+    "provider.unknown": 422,
+    "secrets.unconfigured": 503,
+    "secrets.undecryptable": 503,
     # the server
     "outbound.forbidden": 422,
     "service.unavailable": 503,

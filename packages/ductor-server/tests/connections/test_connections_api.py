@@ -1,0 +1,480 @@
+"""`/v1/connections` and `/v1/providers` through the app on both backends: secrets only
+as masks, every problem with a pointer, other tenants' connections invisible, tests
+through the outbound guard, and ACTION steps through a connection."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .conftest import Api, step
+from .sink import HttpSink, reply
+
+TOKEN = "tok-3f9c1e77a2b84d05b6e1-secret-zq"
+
+
+def echo(name: str = "crm", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "provider": "echo",
+        "config": {"region": "eu"},
+        "secrets": {"token": TOKEN},
+        **extra,
+    }
+
+
+def one_step(args: dict[str, Any], slug: str = "push") -> dict[str, Any]:
+    return {
+        "family_slug": slug,
+        "title": "Push",
+        "steps": [{"ref": "push", "type": "STEP_TYPE_ACTION", "args": args}],
+        "edges": [],
+    }
+
+
+async def test_create_shows_masks_never_the_secret(api: Api) -> None:
+    response = await api.call("POST", "/v1/connections", json=echo(description="the CRM"))
+    assert response.status_code == 201, response.text
+    created = response.json()
+    assert TOKEN not in response.text
+    assert created["id"].startswith("con_")
+    assert created["secrets"] == {"token": "••••" + TOKEN[-4:]}
+    assert created["config"] == {"region": "eu"}
+    assert created["secrets_updated_at"] is not None
+    for path in ("/v1/connections", "/v1/connections/crm"):
+        answer = await api.call("GET", path)
+        assert answer.status_code == 200
+        assert TOKEN not in answer.text
+    listed = await api.ok("GET", "/v1/connections")
+    assert [c["name"] for c in listed] == ["crm"]
+    async with api.store.transaction() as tx:
+        row = await tx.session.fetch_one(
+            "SELECT secrets_ciphertext, secrets_key_id, config FROM connections"
+            " WHERE tenant_id = %s AND name = %s",
+            ("tenant-a", "crm"),
+        )
+    assert row is not None
+    assert TOKEN not in str(row[0])
+    assert row[1] == "k1"
+
+
+async def test_create_is_idempotent_and_names_are_unique(api: Api) -> None:
+    first = await api.call("POST", "/v1/connections", json=echo(), key="c-1")
+    again = await api.call("POST", "/v1/connections", json=echo(), key="c-1")
+    assert first.status_code == again.status_code == 201
+    assert again.headers["Idempotency-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "idempotency.conflict",
+        json=echo(description="x"),
+        key="c-1",
+    )
+    await api.fails("POST", "/v1/connections", 409, "connection.conflict", json=echo())
+    assert await api.count("SELECT COUNT(*) FROM connections") == 1
+
+
+async def test_every_problem_has_a_pointer(api: Api) -> None:
+    body = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={
+            "name": "Bad Name",
+            "provider": "echo",
+            "config": {"regoin": "eu", "retries": "3"},
+            "secrets": {"tokn": TOKEN},
+        },
+    )
+    pointers = {p["pointer"] for p in body["details"]}
+    assert pointers == {
+        "/name",
+        "/config/regoin",
+        "/config/region",
+        "/secrets/tokn",
+        "/secrets/token",
+    }
+    wrong_type = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json=echo(config={"region": "eu", "retries": "three"}),
+    )
+    assert wrong_type["details"] == [
+        {"pointer": "/config/retries", "message": "Expected `int`, got `str`"}
+    ]
+    secret_type = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json=echo(secrets={"token": TOKEN, "extra": 12345}),
+    )
+    assert secret_type["details"][0]["pointer"] == "/secrets/extra"
+    unknown = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={"name": "x", "provider": "ftp", "config": {}},
+    )
+    assert unknown["details"][0]["pointer"] == "/provider"
+    assert "echo" in unknown["details"][0]["message"]
+    huge = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json=echo(config={"region": "eu" * 50_000}),
+    )
+    assert huge["details"][0]["pointer"] == "/config"
+    nested = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "request.invalid",
+        json=echo(config={"region": "eu", "x": {"a" * 10: [[[[[[[[]]]]]]]]} | {}}) | {"y": 1},
+    )
+    assert nested["details"]["path"] == "$"
+    assert await api.count("SELECT COUNT(*) FROM connections") == 0
+
+
+async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
+    body = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={"name": "api", "provider": "http", "config": {"base_url": "ftp://x"}},
+    )
+    assert body["details"][0]["pointer"].startswith("/config")
+    both = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={
+            "name": "api",
+            "provider": "http",
+            "config": {"base_url": "https://example.com"},
+            "secrets": {"bearer_token": TOKEN, "username": "u", "password": TOKEN + "x"},
+        },
+    )
+    assert both["details"][0]["pointer"].startswith("/secrets")
+    assert "bearer_token" in both["details"][0]["message"]
+    assert TOKEN not in str(both)
+    made = await api.ok(
+        "POST",
+        "/v1/connections",
+        json={
+            "name": "api",
+            "provider": "http",
+            "config": {"base_url": "https://example.com"},
+            "secrets": {"bearer_token": TOKEN},
+        },
+    )
+    assert made["secrets"] == {"bearer_token": "••••" + TOKEN[-4:]}
+
+
+async def test_other_tenants_connections_are_not_found(api: Api) -> None:
+    await api.ok("POST", "/v1/connections", json=echo())
+    assert await api.ok("GET", "/v1/connections", as_b=True) == []
+    for method, path in [
+        ("GET", "/v1/connections/crm"),
+        ("PATCH", "/v1/connections/crm"),
+        ("DELETE", "/v1/connections/crm"),
+        ("POST", "/v1/connections/crm/test"),
+    ]:
+        kwargs: dict[str, Any] = {"json": {"description": "x"}} if method == "PATCH" else {}
+        await api.fails(method, path, 404, "connection.not_found", as_b=True, **kwargs)
+    # tenant b may use the same name for its own
+    await api.ok("POST", "/v1/connections", json=echo(), as_b=True)
+
+
+async def test_update_replaces_config_and_merges_secrets(api: Api) -> None:
+    created = await api.ok(
+        "POST", "/v1/connections", json=echo(secrets={"token": TOKEN, "extra": "e" * 20})
+    )
+    updated = await api.ok(
+        "PATCH", "/v1/connections/crm", json={"config": {"region": "us", "retries": 2}}
+    )
+    assert updated["config"] == {"region": "us", "retries": 2}
+    assert updated["secrets_updated_at"] == created["secrets_updated_at"]
+    new_token = "tok-new-0000000000000000000-rotated"
+    changed = await api.ok(
+        "PATCH", "/v1/connections/crm", json={"secrets": {"token": new_token, "extra": None}}
+    )
+    assert changed["secrets"] == {"token": "••••" + new_token[-4:]}
+    assert changed["secrets_updated_at"] > created["secrets_updated_at"]
+    missing = await api.fails(
+        "PATCH", "/v1/connections/crm", 422, "connection.invalid", json={"secrets": {"token": None}}
+    )
+    assert missing["details"][0]["pointer"] == "/secrets/token"
+    await api.fails(
+        "PATCH", "/v1/connections/crm", 422, "connection.invalid", json={"config": {"region": 1}}
+    )
+    await api.fails("PATCH", "/v1/connections/crm", 422, "request.invalid", json={"name": "other"})
+    # the step sees the new token
+    run = await api.run_to_end(
+        one_step({"connection": "crm", "operation": "send", "input": {"to": "'a'"}})
+    )
+    output = step(run, "push")["output"]
+    assert output["token_sha256"] == hashlib.sha256(new_token.encode()).hexdigest()
+    assert output["region"] == "us"
+
+
+async def test_delete(api: Api) -> None:
+    await api.ok("POST", "/v1/connections", json=echo())
+    response = await api.call("DELETE", "/v1/connections/crm")
+    assert response.status_code == 204
+    await api.fails("GET", "/v1/connections/crm", 404, "connection.not_found")
+    await api.fails("DELETE", "/v1/connections/crm", 404, "connection.not_found")
+
+
+async def test_secrets_need_a_key(keyless: Api) -> None:
+    await keyless.fails("POST", "/v1/connections", 503, "secrets.unconfigured", json=echo())
+    assert await keyless.count("SELECT COUNT(*) FROM connections") == 0
+    plain = await keyless.ok(
+        "POST",
+        "/v1/connections",
+        json={"name": "open", "provider": "http", "config": {"base_url": "https://example.com"}},
+    )
+    assert plain["secrets"] == {}
+    assert plain["secrets_updated_at"] is None
+
+
+async def test_providers_are_listed_with_schemas(api: Api) -> None:
+    providers = {p["name"]: p for p in await api.ok("GET", "/v1/providers")}
+    assert {"http", "echo"} <= set(providers)
+    echo_ = providers["echo"]
+    assert echo_["origin"] == "tests"
+    assert set(echo_["settings"]["properties"]) == {"region", "retries"}
+    assert echo_["secrets"]["required"] == ["token"]
+    (send,) = echo_["operations"]
+    assert send["name"] == "send"
+    assert send["required"] == ["to"]
+    assert set(send["input"]["properties"]) == {"to", "text"}
+    request = providers["http"]["operations"][0]
+    assert request["name"] == "request"
+    assert request["output"]["properties"]["status"]["type"] == "integer"
+
+
+async def test_connection_test_answers_check_result(api: Api, sink: HttpSink) -> None:
+    await api.ok("POST", "/v1/connections", json=echo())
+    result = await api.ok("POST", "/v1/connections/crm/test")
+    assert result["ok"] is True
+    assert TOKEN not in str(result)
+    assert "••••" in result["message"]
+    await api.ok(
+        "POST",
+        "/v1/connections",
+        json={
+            "name": "api",
+            "provider": "http",
+            "config": {"base_url": sink.url},
+            "secrets": {"bearer_token": TOKEN},
+        },
+    )
+    sink.answer(204)
+    result = await api.ok("POST", "/v1/connections/api/test")
+    assert result["ok"] is True, result
+    assert sink.last.method == "HEAD"
+    assert sink.last.headers["authorization"] == f"Bearer {TOKEN}"
+
+
+async def test_connection_test_to_loopback_is_refused_not_hung(
+    guarded: Api, sink: HttpSink
+) -> None:
+    await guarded.ok(
+        "POST",
+        "/v1/connections",
+        json={
+            "name": "api",
+            "provider": "http",
+            "config": {"base_url": sink.url},
+            "secrets": {"bearer_token": TOKEN},
+        },
+    )
+    result = await guarded.ok("POST", "/v1/connections/api/test")
+    assert result["ok"] is False
+    assert result["details"]["code"] == "outbound.forbidden"
+    assert sink.seen == []
+
+
+# --- publishing and running ---------------------------------------------------------
+
+
+async def test_publish_checks_connection_operation_and_input(api: Api) -> None:
+    await api.ok("POST", "/v1/connections", json=echo())
+    await api.ok("POST", "/v1/connections", json=echo("theirs"), as_b=True)
+    definition = {
+        "family_slug": "checked",
+        "title": "Checked",
+        "steps": [
+            {
+                "ref": "a",
+                "type": "STEP_TYPE_ACTION",
+                "args": {"connection": "theirs", "operation": "send", "input": {"to": "'x'"}},
+            },
+            {
+                "ref": "b",
+                "type": "STEP_TYPE_ACTION",
+                "args": {"connection": "crm", "operation": "shout", "input": {"to": "'x'"}},
+            },
+            {
+                "ref": "c",
+                "type": "STEP_TYPE_ACTION",
+                "args": {"connection": "crm", "operation": "send", "input": {"txt": "'x'"}},
+            },
+            {
+                "ref": "d",
+                "type": "STEP_TYPE_SCATTER",
+                "args": {
+                    "items": "[1, 2]",
+                    "step": {
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {"connection": "nope", "operation": "send", "input": {"to": "'x'"}},
+                    },
+                },
+            },
+        ],
+        "edges": [],
+    }
+    body = await api.fails("POST", "/v1/workflows", 422, "definition.invalid", json=definition)
+    got = sorted((p["code"], p["pointer"]) for p in body["details"])
+    assert got == [
+        ("definition.bad_input", "/steps/2/args/input/to"),
+        ("definition.bad_input", "/steps/2/args/input/txt"),
+        ("definition.unknown_connection", "/steps/0/args/connection"),
+        ("definition.unknown_connection", "/steps/3/args/step/args/connection"),
+        ("definition.unknown_operation", "/steps/1/args/operation"),
+    ]
+    report = await api.ok("POST", "/v1/workflows/validate", json=definition)
+    assert report["valid"] is False
+    assert len(report["problems"]) == 5
+    # tenant b's own connection is fine for tenant b
+    ok = one_step({"connection": "theirs", "operation": "send", "input": {"to": "'x'"}})
+    await api.ok("POST", "/v1/workflows", json=ok, as_b=True)
+    await api.fails("POST", "/v1/workflows", 422, "definition.invalid", json=ok)
+
+
+async def test_a_step_through_a_connection_runs_without_leaking(api: Api) -> None:
+    await api.ok("POST", "/v1/connections", json=echo())
+    args = {"connection": "crm", "operation": "send", "input": {"to": "input.who", "text": "'hi'"}}
+    run = await api.run_to_end(one_step(args), input={"who": "ada"})
+    assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+    output = run["output"]["push"]
+    assert output["to"] == "ada"
+    assert output["region"] == "eu"
+    assert output["token_sha256"] == hashlib.sha256(TOKEN.encode()).hexdigest()
+    assert output["key"] == f"{run['id']}:push:-1:1"
+    leak = await api.run_to_end(
+        one_step(
+            {"connection": "crm", "operation": "send", "input": {"to": "'a'", "text": "'leak'"}},
+            slug="leak",
+        )
+    )
+    assert leak["status"] == "RUN_STATUS_SUCCEEDED"
+    assert leak["output"]["push"] == {"echo": "••••", "nested": [{"t": "x••••y"}]}
+    failed = await api.run_to_end(
+        one_step(
+            {"connection": "crm", "operation": "send", "input": {"to": "'a'", "text": "'fail'"}},
+            slug="fail",
+        )
+    )
+    assert failed["status"] == "RUN_STATUS_FAILED"
+    crashed = await api.run_to_end(
+        {
+            **one_step({}, slug="crash"),
+            "steps": [
+                {
+                    "ref": "push",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {
+                        "connection": "crm",
+                        "operation": "send",
+                        "input": {"to": "'a'", "text": "'crash'"},
+                    },
+                    "retry": {"max_attempts": 1},
+                }
+            ],
+        }
+    )
+    assert step(crashed, "push")["error"]["code"] == "provider.crashed"
+    assert step(crashed, "push")["error"]["message"] == "RuntimeError: crashed holding ••••"
+    for run_ in (run, leak, failed, crashed):
+        history = await api.call("GET", f"/v1/runs/{run_['id']}/history")
+        got = await api.call("GET", f"/v1/runs/{run_['id']}")
+        assert TOKEN not in history.text
+        assert TOKEN not in got.text
+    assert "refused token ••••" in str(failed)
+
+
+async def test_bad_input_and_a_deleted_connection_fail_the_step_once(api: Api) -> None:
+    await api.ok("POST", "/v1/connections", json=echo())
+    args = {"connection": "crm", "operation": "send", "input": {"to": "input.n"}}
+    run = await api.run_to_end(one_step(args, slug="typed"), input={"n": 5})
+    assert run["status"] == "RUN_STATUS_FAILED"
+    error = step(run, "push")["error"]
+    assert error["code"] == "connection.bad_input"
+    assert error["retryable"] is False
+    assert "/input/to" in error["message"]
+    assert step(run, "push")["attempt"] == 1
+    good = one_step({"connection": "crm", "operation": "send", "input": {"to": "'a'"}}, "gone")
+    await api.ok("POST", "/v1/workflows", json=good)
+    await api.call("DELETE", "/v1/connections/crm")
+    gone = await api.run_to_end(good, publish=False)
+    assert gone["status"] == "RUN_STATUS_FAILED"
+    assert step(gone, "push")["error"]["code"] == "connection.not_found"
+    assert step(gone, "push")["attempt"] == 1
+
+
+async def test_an_http_connection_step_reaches_the_sink(api: Api, sink: HttpSink) -> None:
+    sink.answer(200, {"id": 42})
+    await api.ok(
+        "POST",
+        "/v1/connections",
+        json={
+            "name": "api",
+            "provider": "http",
+            "config": {"base_url": sink.url + "/v2"},
+            "secrets": {"bearer_token": TOKEN},
+        },
+    )
+    args = {
+        "connection": "api",
+        "operation": "request",
+        "input": {"method": "'POST'", "path": "'/leads'", "body": "{'who': input.who}"},
+    }
+    run = await api.run_to_end(one_step(args), input={"who": "ada"})
+    assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+    assert run["output"]["push"]["body"] == {"id": 42}
+    seen = sink.last
+    assert (seen.method, seen.path) == ("POST", "/v2/leads")
+    assert seen.json() == {"who": "ada"}
+    assert seen.headers["authorization"] == f"Bearer {TOKEN}"
+    assert seen.headers["idempotency-key"] == f"{run['id']}:push:-1:1"
+    sink.script(lambda seen: reply(500, {"echo": seen.headers.get("authorization", "")}))
+    failed = await api.run_to_end(
+        {
+            **one_step(args, slug="fails"),
+            "steps": [
+                {
+                    "ref": "push",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": args,
+                    "retry": {"max_attempts": 1},
+                }
+            ],
+        },
+        input={"who": "ada"},
+    )
+    assert failed["status"] == "RUN_STATUS_FAILED"
+    history = await api.call("GET", f"/v1/runs/{failed['id']}/history")
+    assert "http.500" in history.text
+    assert TOKEN not in history.text
+    assert TOKEN not in str(failed)
