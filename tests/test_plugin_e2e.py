@@ -397,11 +397,71 @@ def test_every_point_through_the_api(server: Server) -> None:
         assert posted.status_code == 201, posted.text
         entry_id = posted.json()["id"]
 
-        # 4. The provider `echo` is listed above (distribution and object path).
-        # INTEGRATION (connections): create an `echo` connection here and run a
-        # STEP_TYPE_ACTION step through it (`{connection, operation: "echo", input}`),
-        # asserting the step's output is its input; the connections resource and
-        # the ACTION dispatch through a connection are built on their own branch.
+        # 4. The provider `echo` (listed above) serves a connection, and an ACTION
+        # step through that connection runs its operation.
+        providers = {p["name"]: p for p in http.get("/v1/providers").json()}
+        assert providers["echo"]["origin"] == "ductor-example-plugin", providers["echo"]
+        assert [o["name"] for o in providers["echo"]["operations"]] == ["echo"]
+        made = http.post(
+            "/v1/connections",
+            json={"name": "loud", "provider": "echo", "config": {"prefix": ">> "}},
+        )
+        assert made.status_code == 201, made.text
+        checked = http.post("/v1/connections/loud/test").json()
+        assert checked["ok"] is True, checked
+        echoed = http.post(
+            "/v1/workflows",
+            json={
+                "family_slug": "echo-through-a-connection",
+                "steps": [
+                    {
+                        "ref": "say",
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {
+                            "connection": "loud",
+                            "operation": "echo",
+                            "input": {"message": "example_slug(input.text)"},
+                        },
+                    }
+                ],
+                "edges": [],
+            },
+        )
+        assert echoed.status_code == 201, echoed.text
+        unknown = http.post(
+            "/v1/workflows/validate",
+            json={
+                "family_slug": "echo-wrong-operation",
+                "steps": [
+                    {
+                        "ref": "say",
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {"connection": "loud", "operation": "shout", "input": {}},
+                    }
+                ],
+                "edges": [],
+            },
+        )
+        assert "/steps/0/args/operation" in unknown.text, unknown.text
+        started = http.post(
+            "/v1/runs",
+            json={"family_slug": "echo-through-a-connection", "input": {"text": "Hello There"}},
+        )
+        assert started.status_code == 201, started.text
+        echo_run = started.json()["id"]
+        deadline = time.monotonic() + 30
+        while (said := http.get(f"/v1/runs/{echo_run}").json())["status"] in (
+            "RUN_STATUS_PENDING",
+            "RUN_STATUS_RUNNING",
+        ):
+            assert time.monotonic() < deadline, said
+            time.sleep(0.1)
+        assert said["status"] == "RUN_STATUS_SUCCEEDED", said
+        [say] = said["steps"]
+        assert say["output"] == {
+            "message": ">> hello-there",
+            "idempotency_key": f"{echo_run}:say:-1:{say['attempt']}",
+        }
 
     # 7. The hook saw the server start, the run finish, the decisions and the entry.
     assert server.events()[0]["name"] == "server.started"

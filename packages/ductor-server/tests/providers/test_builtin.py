@@ -9,6 +9,7 @@ import pytest
 from ductor_server.providers import (
     HttpProvider,
     Provider,
+    ProviderRegistry,
     ProviderSetupError,
     builtin_providers,
 )
@@ -38,6 +39,15 @@ def test_each_call_builds_a_new_registry() -> None:
     with pytest.raises(ProviderSetupError):
         first.register(HttpProvider(), origin="some-plugin")
     assert first.origin("http") == "builtin"
+
+
+def test_a_provider_class_is_not_a_provider() -> None:
+    # A class has every attribute of a Provider (its methods unbound); only an
+    # instance can be called.
+    registry = ProviderRegistry()
+    with pytest.raises(ProviderSetupError, match="not a provider"):
+        registry.register(HttpProvider)  # type: ignore[arg-type]
+    assert len(registry) == 0
 
 
 def test_schemas() -> None:

@@ -111,7 +111,8 @@ def check_cel_function(name: str, obj: Any) -> Any:
 def check_provider(name: str, obj: Any) -> Provider:
     """A `Provider` (or a class or zero-argument factory making one) named `name`."""
     provider = obj
-    if not isinstance(provider, Provider) and callable(provider):
+    # A class has every attribute a Provider has (its methods unbound): build it.
+    if isinstance(provider, type) or (not isinstance(provider, Provider) and callable(provider)):
         try:
             provider = provider()
         except Exception as exc:

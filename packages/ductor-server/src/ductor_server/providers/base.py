@@ -172,7 +172,7 @@ class ProviderRegistry:
         Raises:
             ProviderSetupError: the name is taken or the provider breaks the contract.
         """
-        if not isinstance(provider, Provider):
+        if isinstance(provider, type) or not isinstance(provider, Provider):
             raise ProviderSetupError(f"{provider!r} is not a provider (ductor_server.providers)")
         if provider.name in self._providers:
             raise ProviderSetupError(
