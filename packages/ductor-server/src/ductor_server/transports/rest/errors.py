@@ -109,6 +109,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "receipt.bad_signature": 422,
     "receipt.not_canonical": 422,
     "receipt.invalid_key": 422,
+    # the inbox
+    "inbox.not_found": 404,
+    "notification.not_found": 404,
+    "notification.not_actionable": 422,
     # the server
     "outbound.forbidden": 422,
     "service.unavailable": 503,
