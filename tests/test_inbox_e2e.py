@@ -222,19 +222,20 @@ async def test_other_subscribers_and_tenants_see_nothing_over_the_websocket(
             assert refused["code"] == "inbox.not_found"
             await asyncio.wait_for(socket.wait_closed(), 10)
             assert socket.close_code == 4404
-    async with _http(server) as http, _http(server, other_key) as other:
-        async with (
-            feed(server, tenant, "bob", secret) as bob,
-            feed(server, "other", "ann", other_secret) as other_ann,
-            feed(server, tenant, "ann", secret) as ann,
-        ):
-            mine = await _send(http, "ann", "only for ann")
-            assert (await ann.change())["notification"]["id"] == mine["id"]
-            await bob.quiet(1.0)
-            await other_ann.quiet(0.2)
-            theirs = await _send(other, "ann", "other tenant's ann")
-            assert (await other_ann.change())["notification"]["id"] == theirs["id"]
-            await ann.quiet(0.5)
+    async with (
+        _http(server) as http,
+        _http(server, other_key) as other,
+        feed(server, tenant, "bob", secret) as bob,
+        feed(server, "other", "ann", other_secret) as other_ann,
+        feed(server, tenant, "ann", secret) as ann,
+    ):
+        mine = await _send(http, "ann", "only for ann")
+        assert (await ann.change())["notification"]["id"] == mine["id"]
+        await bob.quiet(1.0)
+        await other_ann.quiet(0.2)
+        theirs = await _send(other, "ann", "other tenant's ann")
+        assert (await other_ann.change())["notification"]["id"] == theirs["id"]
+        await ann.quiet(0.5)
 
 
 def _redis_env(url: str, prefix: str) -> dict[str, str]:
