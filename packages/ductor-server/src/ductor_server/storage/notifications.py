@@ -155,9 +155,9 @@ class InboxTx:
         """A subscriber's notifications, newest first, after the cursor `before`
         (the created_at and id of the last one seen).
 
-        `status`: "all" (not archived, snoozed ones included), "unseen",
-        "unread", "archived" or "snoozed"; every status but "all" and "snoozed"
-        leaves out notifications snoozed until after `now`.
+        `status`: "all" (not archived), "unseen", "unread", "archived" or
+        "snoozed"; every status but "snoozed" leaves out notifications snoozed
+        until after `now`, and "snoozed" lists only those.
         """
         db = self._db
         where = ["tenant_id = %s", "subscriber_id = %s"]
@@ -172,7 +172,7 @@ class InboxTx:
         if status == "snoozed":
             where.append("snoozed_until IS NOT NULL AND snoozed_until > %s")
             params.append(db.to_timestamp(now))
-        elif status != "all":
+        else:
             where.append("(snoozed_until IS NULL OR snoozed_until <= %s)")
             params.append(db.to_timestamp(now))
         if status == "unseen":
