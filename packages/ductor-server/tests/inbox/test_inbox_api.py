@@ -280,3 +280,21 @@ async def test_a_clicked_action_resumes_the_waiting_run_once(api: Inbox) -> None
     history = await api.ok("GET", f"/v1/runs/{run['id']}/history")
     sent = [h for h in history if h["kind"] == "notify.sent"]
     assert sent[0]["data"]["in_app"] == ["ann", "bob"]
+
+
+async def test_a_repeated_send_with_one_idempotency_key_sends_once(api: Inbox) -> None:
+    body = {"subscriber_id": "ann", "title": "once"}
+    first = await api.ok("POST", "/v1/inbox/notifications", json=body, key="k-1")
+    again = await api.ok("POST", "/v1/inbox/notifications", json=body, key="k-1")
+    assert again["notification"]["id"] == first["notification"]["id"]
+    await api.fails(
+        "POST",
+        "/v1/inbox/notifications",
+        422,
+        "idempotency.conflict",
+        json={"subscriber_id": "ann", "title": "other"},
+        key="k-1",
+    )
+    ann = await api.me("tenant-a", "ann")
+    changes = (await api.as_me(ann, "GET", "/v1/inbox/me/changes")).json()
+    assert [c["seq"] for c in changes["changes"]] == [1]
