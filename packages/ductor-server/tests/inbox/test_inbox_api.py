@@ -298,3 +298,49 @@ async def test_a_repeated_send_with_one_idempotency_key_sends_once(api: Inbox) -
     ann = await api.me("tenant-a", "ann")
     changes = (await api.as_me(ann, "GET", "/v1/inbox/me/changes")).json()
     assert [c["seq"] for c in changes["changes"]] == [1]
+
+
+async def test_an_action_cta_sends_its_signal_to_the_run_and_its_event(api: Inbox) -> None:
+    flow = {
+        "family_slug": "ack",
+        "steps": [
+            {
+                "ref": "tell",
+                "type": "STEP_TYPE_NOTIFY",
+                "args": {
+                    "recipients": "'ann'",
+                    "title": "'Incident'",
+                    "ctas": [
+                        {
+                            "label": "'Ack'",
+                            "action": "ack",
+                            "signal": "acked",
+                            "event": "ack.clicked",
+                        }
+                    ],
+                },
+            },
+            {"ref": "wait", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "acked"}},
+        ],
+        "edges": [{"source_ref": "tell", "target_ref": "wait"}],
+    }
+    audit = {
+        "family_slug": "audit",
+        "triggers": [{"event": "ack.clicked"}],
+        "steps": [{"ref": "noop", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}}],
+        "edges": [],
+    }
+    await api.ok("POST", "/v1/workflows", json=flow)
+    await api.ok("POST", "/v1/workflows", json=audit)
+    run = await api.ok("POST", "/v1/runs", json={"family_slug": "ack", "input": {}})
+    note = await _notification_of(api, "ann")
+    ann = await api.me("tenant-a", "ann")
+    path = f"/v1/inbox/me/notifications/{note['id']}/ctas/0/click"
+    for _ in range(2):
+        assert (await api.as_me(ann, "POST", path)).status_code == 200
+    done = await _wait_run(api, run["id"])
+    assert done["status"] == "RUN_STATUS_SUCCEEDED"
+    assert done["output"]["wait"]["action"] == "ack"
+    assert done["output"]["wait"]["subscriber_id"] == "ann"
+    audits = await api.ok("GET", "/v1/runs", params={"family_slug": "audit"})
+    assert len(audits["items"]) == 1
