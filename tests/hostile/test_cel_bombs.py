@@ -148,7 +148,7 @@ def workflow_placements(bomb: str) -> Iterator[tuple[str, dict[str, Any], str]]:
     )
     yield (
         "notify title",
-        two("STEP_TYPE_NOTIFY", {"recipient": "'ops'", "title": bomb}),
+        two("STEP_TYPE_NOTIFY", {"recipients": "'ops'", "title": bomb}),
         "/steps/1/args/title",
     )
     yield (

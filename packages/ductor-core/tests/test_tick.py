@@ -25,6 +25,7 @@ from ductor_core import (
     RunInput,
     RunState,
     RunStatus,
+    SendNotifications,
     SetTimer,
     SignalReceived,
     StartChildRun,
@@ -421,7 +422,7 @@ def test_bridge_route_notify_payloads() -> None:
             {
                 "ref": "n",
                 "type": "STEP_TYPE_NOTIFY",
-                "args": {"recipient": '"ops"', "title": '"hi " + input.state'},
+                "args": {"recipients": '"ops"', "title": '"hi " + input.state'},
             },
         ]
     )
@@ -442,8 +443,12 @@ def test_bridge_route_notify_payloads() -> None:
         "await_completion": True,
     }
     assert tasks["r"].timeout_seconds == 3600.0
-    assert tasks["n"].handler == "notify"
-    assert tasks["n"].payload == {"recipient": "ops", "title": "hi CA", "body": "", "channel": None}
+    [sent] = of(result, SendNotifications)
+    assert (sent.step_ref, sent.recipients, sent.title, sent.body) == ("n", ["ops"], "hi CA", "")
+    assert sent.group_id == "r:n"
+    assert sent.feed == "default"
+    assert result.state.steps["n"].status is StepStatus.SUCCEEDED
+    assert result.state.steps["n"].output == {"group_id": "r:n", "recipients": ["ops"]}
 
 
 def test_bad_param_expression_fails_step_without_dispatch() -> None:
@@ -1255,3 +1260,80 @@ def test_both_engines_drive_a_run_to_the_same_state() -> None:
     assert results[0].state.steps["m"].output == [0, 4, 12]
     assert status(results[0], "small") is StepStatus.SKIPPED
     assert of(results[0], DispatchTask)[0].payload["params"] == {"sum": 8}
+
+
+# --- NOTIFY ------------------------------------------------------------------------
+
+
+def _notify_wf(**extra: Any) -> WorkflowDefinition:
+    args = {
+        "recipients": "input.to",
+        "title": "'Approve ' + input.what",
+        "feed": "approvals",
+        "data": "{'what': input.what}",
+        "ctas": [
+            {"label": "'Approve'", "action": "approve"},
+            {"label": "'Open'", "url": "'https://example.com/' + input.what"},
+        ],
+        **extra,
+    }
+    return wf([{"ref": "ask", "type": "STEP_TYPE_NOTIFY", "args": args}])
+
+
+def test_notify_sends_once_per_distinct_recipient_and_succeeds() -> None:
+    definition = _notify_wf()
+    first = start_run(definition, run_id="r", input={"to": ["a", "b", "a"], "what": "x"}, now=NOW)
+    [sent] = of(first, SendNotifications)
+    assert sent.recipients == ["a", "b"]
+    assert sent.ctas == [
+        {"label": "Approve", "action": "approve"},
+        {"label": "Open", "url": "https://example.com/x"},
+    ]
+    assert (sent.title, sent.data, sent.feed) == ("Approve x", {"what": "x"}, "approvals")
+    assert first.state.status is RunStatus.SUCCEEDED
+    assert first.state.output == {"ask": {"group_id": "r:ask", "recipients": ["a", "b"]}}
+
+
+def test_notify_awaiting_an_action_resumes_once_with_who_clicked() -> None:
+    definition = _notify_wf(await_action=True, timeout="1h")
+    first = start_run(definition, run_id="r", input={"to": "a", "what": "x"}, now=NOW)
+    assert first.state.steps["ask"].status is StepStatus.WAITING
+    assert RegisterWait(step_ref="ask", kind="signal", name="inbox.action:ask") in first.commands
+    click = SignalReceived(
+        signal_id="inbox:r:ask",
+        name="inbox.action:ask",
+        payload={"action": "approve", "subscriber_id": "a", "notification_id": "n1"},
+    )
+    done = step_tick(definition, first, click, click)
+    assert done.state.steps["ask"].output == {
+        "group_id": "r:ask",
+        "recipients": ["a"],
+        "action": "approve",
+        "subscriber_id": "a",
+        "notification_id": "n1",
+        "timed_out": False,
+    }
+    assert done.ignored[0].input == click
+    assert done.state.status is RunStatus.SUCCEEDED
+
+
+def test_notify_awaiting_an_action_times_out_with_no_action() -> None:
+    definition = _notify_wf(await_action=True, timeout="1m")
+    first = start_run(definition, run_id="r", input={"to": "a", "what": "x"}, now=NOW)
+    [timer] = of(first, SetTimer)
+    done = step_tick(definition, first, TimerFired(timer_id=timer.timer_id))
+    assert done.state.steps["ask"].output == {
+        "group_id": "r:ask",
+        "recipients": ["a"],
+        "action": None,
+        "timed_out": True,
+    }
+
+
+def test_notify_with_bad_recipients_fails_the_step() -> None:
+    definition = _notify_wf()
+    first = start_run(definition, run_id="r", input={"to": 7, "what": "x"}, now=NOW)
+    assert of(first, SendNotifications) == []
+    error = first.state.steps["ask"].error
+    assert error is not None
+    assert error.code == "notify.bad_recipients"

@@ -129,7 +129,10 @@ def test_gather_may_follow_its_scatter_through_any_path() -> None:
             "type": "STEP_TYPE_SCATTER",
             "args": {
                 "items": "input.xs",
-                "step": {"type": "STEP_TYPE_NOTIFY", "args": {"recipient": "item", "title": "'t'"}},
+                "step": {
+                    "type": "STEP_TYPE_ROUTE",
+                    "args": {"kind": "k", "attributes": {"x": "item"}},
+                },
             },
         },
         {"ref": "mid", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}},
@@ -219,7 +222,7 @@ def test_a_definition_built_in_code_is_checked_too() -> None:
         family_slug="built",
         steps=[
             Step(ref="a", type="STEP_TYPE_WAIT", args={"duration": "soon"}),
-            Step(ref="b c", type="STEP_TYPE_NOTIFY", args={"recipient": "'x'"}),
+            Step(ref="b c", type="STEP_TYPE_NOTIFY", args={"recipients": "'x'"}),
         ],
         edges=[Edge(source_ref="a", target_ref="b c", condition="true")],
     )

@@ -188,7 +188,20 @@ _ARGS: dict[str, list[dict[str, Any]]] = {
         {"kind": "lead", "attributes": {"score": "input.score"}, "price": "100"},
         {"kind": "ticket", "await_completion": True, "timeout": "1d"},
     ],
-    "STEP_TYPE_NOTIFY": [{"recipient": "'ops'", "title": "'hi'", "body": "'there'"}],
+    "STEP_TYPE_NOTIFY": [
+        {"recipients": "'ops'", "title": "'hi'", "body": "'there'"},
+        {
+            "recipients": "['a', 'b']",
+            "title": "'hi'",
+            "feed": "approvals",
+            "ctas": [
+                {"label": "'Approve'", "action": "approve"},
+                {"label": "'Open'", "url": "'u'"},
+            ],
+            "await_action": True,
+            "timeout": "1h",
+        },
+    ],
     "STEP_TYPE_SCATTER": [
         {"items": "input.xs", "step": {"type": "STEP_TYPE_ACTION", "args": {"action": "a"}}},
         {"items": "input.xs", "workflow": {"family_slug": "per-item"}, "max_concurrency": 3},
@@ -277,7 +290,7 @@ def test_reading_a_step_that_is_not_before_is_the_one_problem(
     assume(choices)
     reader, other = data.draw(st.sampled_from(choices))
     step = definition["steps"][position[reader]]
-    step["type"], step["args"] = "STEP_TYPE_NOTIFY", {"recipient": "'a'", "title": "'t'"}
+    step["type"], step["args"] = "STEP_TYPE_NOTIFY", {"recipients": "'a'", "title": "'t'"}
     step["args"]["body"] = f"string(steps['{other}'].output)"
     pointer = f"/steps/{position[reader]}/args/body"
     got = [(p.code, p.pointer) for p in validate_definition(definition).problems]

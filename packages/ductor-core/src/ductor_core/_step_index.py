@@ -24,6 +24,7 @@ from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import (
     Edge,
     EdgeType,
+    NotifyArgs,
     RetryPolicy,
     ScatterArgs,
     Step,
@@ -203,6 +204,9 @@ def build_index(
             event_waiters.setdefault(info.args.event, []).append(ref)
         elif isinstance(info.args, WaitForSignalArgs):
             signal_waiters.setdefault(info.args.signal, []).append(ref)
+        elif isinstance(info.args, NotifyArgs) and info.args.await_action:
+            # A clicked action resumes its own NOTIFY step (`tick.notify_signal`).
+            signal_waiters.setdefault(f"inbox.action:{ref}", []).append(ref)
     problem: DuctorError | None = None
     try:
         graph.topological_order()

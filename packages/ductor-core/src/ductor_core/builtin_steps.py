@@ -7,6 +7,7 @@ validation corpus. Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -337,12 +338,78 @@ ROUTE: StepSpec[RouteArgs] = StepSpec(
     check=_check_route,
     scatterable=True,
 )
+MAX_CTAS = 2
+"""The most calls to action one notification carries."""
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+"""What a feed or a CTA action name looks like."""
+
+
+def _check_notify(a: ArgsCheck) -> None:
+    a.not_blank("recipients")
+    a.not_blank("title")
+    feed = a.text("feed")
+    if feed is not None and not NAME_PATTERN.match(feed):
+        a.problem(
+            f"'{a.prefix}feed' must be 1-64 letters, digits or _.:- (starting with a letter "
+            f"or digit), got {_show(feed)}",
+            "feed",
+        )
+    ctas = a.fields.get("ctas")
+    actions = 0
+    if isinstance(ctas, list):
+        if len(ctas) > MAX_CTAS:
+            a.problem(f"a notification has at most {MAX_CTAS} CTAs, got {len(ctas)}", "ctas")
+        for j, cta in enumerate(ctas):
+            if not isinstance(cta, dict):
+                continue
+            actions += _check_cta(a, j, cta)
+    if a.fields.get("await_action") is True and actions == 0:
+        a.problem(
+            f"'{a.prefix}await_action' needs at least one CTA with an 'action'", "await_action"
+        )
+    if a.given("timeout") and a.fields.get("await_action") is not True:
+        a.problem(f"'{a.prefix}timeout' only applies with 'await_action': true", "timeout")
+    a.duration("timeout")
+    email = a.fields.get("email")
+    if isinstance(email, dict):
+        connection = email.get("connection")
+        if isinstance(connection, str) and not connection.strip():
+            a.problem(f"'{a.prefix}email.connection' must not be blank", "email", "connection")
+        subject = email.get("subject")
+        if isinstance(subject, str):
+            a.expression(subject, "email", "subject")
+
+
+def _check_cta(a: ArgsCheck, j: int, cta: dict[str, Any]) -> int:
+    label, url, action = cta.get("label"), cta.get("url"), cta.get("action")
+    if isinstance(label, str):
+        a.expression(label, "ctas", j, "label")
+    if (url is None) == (action is None):
+        a.problem(f"'{a.prefix}ctas[{j}]' needs exactly one of 'url' or 'action'", "ctas", j)
+    if isinstance(url, str):
+        a.expression(url, "ctas", j, "url")
+    for name in ("action", "signal", "event"):
+        value = cta.get(name)
+        if isinstance(value, str) and not NAME_PATTERN.match(value):
+            a.problem(
+                f"'{a.prefix}ctas[{j}].{name}' must be 1-64 letters, digits or _.:-, "
+                f"got {_show(value)}",
+                "ctas",
+                j,
+                name,
+            )
+        if name != "action" and value is not None and action is None:
+            a.problem(f"'{a.prefix}ctas[{j}].{name}' only applies to an action CTA", "ctas", j)
+    return 1 if isinstance(action, str) else 0
+
+
 NOTIFY: StepSpec[NotifyArgs] = StepSpec(
     type=StepType.NOTIFY,
     args=NotifyArgs,
-    start=OnWorker(handler="notify"),
-    expressions=("recipient", "title", "body", "channel"),
-    scatterable=True,
+    start=InCoordinator.NOTIFY,
+    expressions=("recipients", "title", "body", "data", "avatar"),
+    check=_check_notify,
 )
 
 # --- the set -------------------------------------------------------------------------

@@ -195,7 +195,7 @@ class DispatchTask(_Data, frozen=True, kw_only=True, tag="dispatch_task"):
     item_index: int = -1
     attempt: int
     step_type: str
-    handler: str  # "action:http", "bridge", "route", "notify"
+    handler: str  # "action:http", "bridge", "route"
     payload: Any = None
     idempotency_key: str
     timeout_seconds: float | None = None
@@ -245,6 +245,24 @@ class CancelChildRuns(_Data, frozen=True, kw_only=True, tag="cancel_child_runs")
     step_ref: str | None = None
 
 
+class SendNotifications(_Data, frozen=True, kw_only=True, tag="send_notifications"):
+    """Create one inbox notification per recipient (a NOTIFY step). `group_id`
+    (`{run_id}:{step_ref}`) names the set: it makes the send idempotent and an
+    action clicked on any of them resumes the step once. Values are resolved."""
+
+    step_ref: str
+    group_id: str
+    recipients: list[str]
+    feed: str
+    title: str
+    body: str = ""
+    data: Any = None
+    avatar: str | None = None
+    ctas: list[dict[str, Any]] = []
+    await_action: bool = False
+    email: dict[str, Any] | None = None
+
+
 class RunFinished(_Data, frozen=True, kw_only=True, tag="run_finished"):
     """The run reached a terminal status; the parent (if any) must be told."""
 
@@ -261,6 +279,7 @@ Command = (
     | ClearWait
     | StartChildRun
     | CancelChildRuns
+    | SendNotifications
     | RunFinished
 )
 

@@ -168,10 +168,44 @@ class RouteArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fiel
     timeout: str | None = None
 
 
-class NotifyArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Create an inbox notification; every field is CEL."""
+class NotifyCta(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A call to action on a notification: a link (`url`, CEL) or an `action` (a
+    name) whose click is sent back to the run; `label` is CEL.
 
-    recipient: str
+    A clicked action resumes the NOTIFY step when it has `await_action`, and also
+    sends the signal `signal` to the run or the event `event` when they are named.
+    """
+
+    label: str
+    url: str | None = None
+    action: str | None = None
+    signal: str | None = None
+    event: str | None = None
+
+
+class NotifyEmail(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Email for the recipients whose preferences allow it, through the tenant's
+    SMTP connection `connection`; `subject` is CEL (the title if not given)."""
+
+    connection: str
+    subject: str | None = None
+
+
+class NotifyArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Create an inbox notification for each recipient, in the coordinator's commit.
+
+    `recipients` (CEL: a subscriber id or a list of them), `title`, `body`, `data`
+    (a map) and `avatar` are CEL; `feed` is a name. With `await_action` the step
+    waits (a durable wait) until a recipient clicks an action CTA, or `timeout`.
+    """
+
+    recipients: str
     title: str
     body: str = '""'
-    channel: str | None = None
+    data: str | None = None
+    feed: str = "default"
+    avatar: str | None = None
+    ctas: list[NotifyCta] = []
+    await_action: bool = False
+    timeout: str | None = None
+    email: NotifyEmail | None = None

@@ -33,6 +33,7 @@ from ductor_core.errors import DefinitionError
 from ductor_core.step_args import (
     DataflowArgs,
     GatherArgs,
+    NotifyArgs,
     ScatterArgs,
     SubworkflowArgs,
     WaitArgs,
@@ -66,6 +67,7 @@ class InCoordinator(enum.Enum):
     WAIT_FOR_SIGNAL = "wait_for_signal"  # the same, for a signal sent to the run
     SUBWORKFLOW = "subworkflow"  # a child run, awaited
     SCATTER = "scatter"  # one worker task, inline step or child run per item
+    NOTIFY = "notify"  # inbox notifications written with the tick; may await a click
 
 
 # The args each behaviour reads: a spec that names a behaviour must have them.
@@ -77,6 +79,7 @@ _BEHAVIOUR_ARGS: dict[InCoordinator, type[msgspec.Struct]] = {
     InCoordinator.WAIT_FOR_SIGNAL: WaitForSignalArgs,
     InCoordinator.SUBWORKFLOW: SubworkflowArgs,
     InCoordinator.SCATTER: ScatterArgs,
+    InCoordinator.NOTIFY: NotifyArgs,
 }
 
 
@@ -163,6 +166,11 @@ class ArgsCheck(Protocol):
     def expressions(self, *names: str) -> None:
         """Compile the CEL in each named field (a string, or a map or list of
         strings); code `definition.bad_expression` (or `bad_step_reference`)."""
+        ...
+
+    def expression(self, source: str, *parts: str | int) -> None:
+        """Compile `source`, the CEL found at `parts` (nested objects and list
+        indexes), as `expressions` does."""
         ...
 
     def duration(self, name: str) -> None:

@@ -87,6 +87,7 @@ from ductor_core.definitions import (
     DataflowArgs,
     EdgeType,
     GatherArgs,
+    NotifyArgs,
     RetryPolicy,
     ScatterArgs,
     SubworkflowArgs,
@@ -117,6 +118,7 @@ from ductor_core.runs import (
     RunInput,
     RunState,
     RunStatus,
+    SendNotifications,
     SetTimer,
     SignalReceived,
     StartChildRun,
@@ -127,7 +129,7 @@ from ductor_core.runs import (
 )
 from ductor_core.step_specs import InCoordinator, OnWorker, StepSpec, StepSpecs
 
-__all__ = ["start_run", "tick"]
+__all__ = ["MAX_RECIPIENTS", "notify_signal", "start_run", "tick"]
 
 _WAITS = (InCoordinator.WAIT_FOR_EVENT, InCoordinator.WAIT_FOR_SIGNAL)
 
@@ -150,6 +152,42 @@ def _parse_instant(value: Any, source: str) -> datetime:
         f"`until` must give a timestamp, got {value!r} (in expression {source!r})",
         code="expression.evaluation",
     )
+
+
+MAX_RECIPIENTS = 1000
+"""The most subscribers one NOTIFY step may notify."""
+
+MAX_SUBSCRIBER_ID = 200
+"""The longest subscriber id, in characters."""
+
+
+def notify_signal(ref: str) -> str:
+    """The signal name a clicked action sends to resume NOTIFY step `ref`."""
+    return f"inbox.action:{ref}"
+
+
+def _recipients(value: Any) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise DuctorError(
+            "NOTIFY recipients must evaluate to a subscriber id or a non-empty list of them",
+            code="notify.bad_recipients",
+        )
+    seen: dict[str, None] = {}
+    for item in items:
+        if not isinstance(item, str) or not item or len(item) > MAX_SUBSCRIBER_ID:
+            raise DuctorError(
+                f"each NOTIFY recipient must be a string of 1-{MAX_SUBSCRIBER_ID} characters,"
+                f" got {item!r:.80}",
+                code="notify.bad_recipients",
+            )
+        seen[item] = None
+    if len(seen) > MAX_RECIPIENTS:
+        raise DuctorError(
+            f"a NOTIFY step notifies at most {MAX_RECIPIENTS} recipients, got {len(seen)}",
+            code="notify.bad_recipients",
+        )
+    return list(seen)
 
 
 def _error_of(exc: DuctorError) -> ErrorInfo:
@@ -512,6 +550,9 @@ class _Tick:
         elif start is InCoordinator.SCATTER:
             assert isinstance(args, ScatterArgs)
             self.start_scatter(ref, args)
+        elif start is InCoordinator.NOTIFY:
+            assert isinstance(args, NotifyArgs)
+            self.start_notify(ref, info, args)
         else:  # pragma: no cover - a step with a problem never gets here
             raise DuctorError(f"step {ref!r} has no runnable type", code="definition.bad_args")
 
@@ -538,6 +579,66 @@ class _Tick:
         self.set_timer(_key(ref, -1, "wait", 1), fire_at)
         data = {**self.steps[ref].data, "fire_at": _iso(fire_at)}
         self.update(ref, status=StepStatus.WAITING, waiting_for=f"timer {_iso(fire_at)}", data=data)
+
+    def start_notify(self, ref: str, info: StepIndex, args: NotifyArgs) -> None:
+        uses = info.uses
+
+        def text(source: str | None, what: str) -> str | None:
+            if source is None:
+                return None
+            value = self.evaluate(source, None, uses)
+            if value is not None and not isinstance(value, str):
+                raise DuctorError(
+                    f"NOTIFY {what} must evaluate to a string, got {type(value).__name__}",
+                    code="notify.bad_value",
+                )
+            return value
+
+        recipients = _recipients(self.evaluate(args.recipients, None, uses))
+        data = None if args.data is None else self.evaluate(args.data, None, uses)
+        if data is not None and not isinstance(data, dict):
+            raise DuctorError(
+                f"NOTIFY data must evaluate to a map, got {type(data).__name__}",
+                code="notify.bad_value",
+            )
+        ctas: list[dict[str, Any]] = []
+        for cta in args.ctas:
+            resolved: dict[str, Any] = {"label": text(cta.label, "CTA label") or ""}
+            if cta.url is not None:
+                resolved["url"] = text(cta.url, "CTA url") or ""
+            for name in ("action", "signal", "event"):
+                value = getattr(cta, name)
+                if value is not None:
+                    resolved[name] = value
+            ctas.append(resolved)
+        email = None
+        if args.email is not None:
+            email = {
+                "connection": args.email.connection,
+                "subject": text(args.email.subject, "email subject"),
+            }
+        group_id = f"{self.run_id}:{ref}"
+        self.emit(
+            SendNotifications(
+                step_ref=ref,
+                group_id=group_id,
+                recipients=recipients,
+                feed=args.feed,
+                title=text(args.title, "title") or "",
+                body=text(args.body, "body") or "",
+                data=data,
+                avatar=text(args.avatar, "avatar"),
+                ctas=ctas,
+                await_action=args.await_action,
+                email=email,
+            )
+        )
+        sent = {"group_id": group_id, "recipients": recipients}
+        if not args.await_action:
+            self.finish(ref, StepStatus.SUCCEEDED, sent)
+            return
+        self.update(ref, data={**self.steps[ref].data, "sent": sent})
+        self.start_wait_for(ref, "signal", notify_signal(ref), args.timeout or info.step.timeout)
 
     def start_wait_for(self, ref: str, kind: str, name: str, timeout: str | None) -> None:
         fire_at = None if timeout is None else self.now + parse_duration(timeout)
@@ -896,7 +997,10 @@ class _Tick:
             self.finish(ref, StepStatus.SUCCEEDED, {"waited_until": _iso(fire_at)})
         elif purpose in ("event_timeout", "signal_timeout") and unit.status is StepStatus.WAITING:
             self.emit(ClearWait(step_ref=ref))
-            self.finish(ref, StepStatus.SUCCEEDED, None)
+            output = None
+            if info.start is InCoordinator.NOTIFY:
+                output = {**self.steps[ref].data.get("sent", {}), "action": None, "timed_out": True}
+            self.finish(ref, StepStatus.SUCCEEDED, output)
         elif (
             purpose == "retry"
             and unit.status is StepStatus.RETRYING
@@ -980,7 +1084,12 @@ class _Tick:
             if self.steps[ref].status is StepStatus.WAITING:
                 self.emit(ClearWait(step_ref=ref))
                 self.cancel_timer(_key(ref, -1, "signal_timeout", 1))
-                self.finish(ref, StepStatus.SUCCEEDED, item.payload)
+                output = item.payload
+                if self.ix.steps[ref].start is InCoordinator.NOTIFY:
+                    clicked = item.payload if isinstance(item.payload, dict) else {}
+                    output = {**self.steps[ref].data.get("sent", {}), **clicked}
+                    output["timed_out"] = False
+                self.finish(ref, StepStatus.SUCCEEDED, output)
                 return
         self.pending_signals.append(
             BufferedSignal(signal_id=item.signal_id, name=item.name, payload=item.payload)

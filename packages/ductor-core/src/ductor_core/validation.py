@@ -992,6 +992,10 @@ class _Args:
                             source, self.pointer, name, j, where=where, label=f"{prefix}{name}[{j}]"
                         )
 
+    def expression(self, source: str, *parts: str | int) -> None:
+        label = self.prefix + ".".join(str(p) for p in parts)
+        self._walker.cel(source, self.pointer, *parts, where=self.where, label=label)
+
     def duration(self, name: str) -> None:
         text = self.text(name)
         if text is not None:

@@ -30,6 +30,7 @@ from ductor_server.connections import HANDLER as CONNECTION_HANDLER
 from ductor_server.connections import ConnectionCalls, SecretKeys, load_secret_keys
 from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.inboxfeed import InboxFeed, RedisInboxFeed
 from ductor_server.engine.offload import add_worker_setup
 from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.queue import WakeUp
@@ -79,6 +80,7 @@ from ductor_server.services import (
     Services,
     WorkflowsService,
 )
+from ductor_server.services.inbox import InboxService
 from ductor_server.services.route_step import RouteStep
 from ductor_server.services.wallets import WalletService
 from ductor_server.settings import Settings
@@ -199,6 +201,7 @@ def build_services(
         wake=runtime.wakeup,
         clock=runtime.clock,
         parts=runtime.parts,
+        feed=runtime.inbox_feed,
     )
     routing_engine = expressions or runtime.engine or default_engine()
     ledger = LedgerService(runtime.store, clock=runtime.clock, hooks=hooks)
@@ -215,10 +218,11 @@ def build_services(
     connections = ConnectionsService(
         runtime.store, providers, secret_keys, calls, clock=runtime.clock
     )
+    events = EventsService(context)
     return Services(
         workflows=WorkflowsService(context, connections=connections),
         runs=RunsService(context),
-        events=EventsService(context),
+        events=events,
         routing=RoutingService(
             runtime.store,
             engine=routing_engine,
@@ -236,6 +240,7 @@ def build_services(
         receipts=receipts,
         metering=MeteringService(runtime.store, clock=runtime.clock),
         connections=connections,
+        inbox=InboxService(context, events),
     )
 
 
@@ -342,6 +347,7 @@ def build(
     redis: Redis | None = None
     wakeup: WakeUp | None = None
     queue: TaskQueue | None = None
+    inbox_feed: InboxFeed | None = None
     config = RuntimeConfig(
         lease_seconds=settings.lease_seconds,
         poll_interval=settings.engine_poll_interval,
@@ -352,6 +358,7 @@ def build(
     if settings.redis_url:
         redis = Redis.from_url(settings.redis_url)
         wakeup = RedisWakeUp(redis, prefix=settings.redis_prefix)
+        inbox_feed = RedisInboxFeed(redis, prefix=settings.redis_prefix)
         queue = RedisFairQueue(
             store,
             redis,
@@ -370,6 +377,7 @@ def build(
         engine=expressions,
         actions=actions,
         specs=specs,
+        inbox_feed=inbox_feed,
     )
     keys = bridge_keys if bridge_keys is not None else signing_keys_from_env()
     install_bridge(runtime, keys=keys, policy=policy)

@@ -4,10 +4,13 @@
      └── ServerError
           ├── NotFoundError
           │    ├── RunNotFound                 run.not_found
+          │    ├── InboxNotFound               inbox.not_found (a subscriber's feed)
+          │    ├── NotificationNotFound        notification.not_found
           │    ├── WorkflowNotFound            workflow.not_found
           │    └── WorkflowVersionNotFound     workflow.version_not_found
           ├── DefinitionInvalid                definition.invalid (details: problems)
           ├── RequestInvalid                   request.invalid
+          ├── NotificationNotActionable        notification.not_actionable
           ├── EventInvalid                     event.invalid
           ├── RunNotCancellable                run.not_cancellable
           ├── RunEnded                         run.ended (a signal to a finished run)
@@ -45,6 +48,34 @@ class RunNotFound(NotFoundError):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} not found", details={"run_id": run_id})
+
+
+class InboxNotFound(NotFoundError):
+    """No inbox for these subscriber credentials: the tenant has no inbox secret,
+    or the subscriber token is not the HMAC of this subscriber id under it."""
+
+    code = "inbox.not_found"
+
+    def __init__(self) -> None:
+        super().__init__("no inbox for this subscriber and token")
+
+
+class NotificationNotFound(NotFoundError):
+    """No notification with this id for this tenant (and subscriber)."""
+
+    code = "notification.not_found"
+
+    def __init__(self, notification_id: str) -> None:
+        super().__init__(
+            f"notification {notification_id!r} not found",
+            details={"notification_id": notification_id},
+        )
+
+
+class NotificationNotActionable(ServerError):
+    """The clicked CTA does not exist or is a link, not an action."""
+
+    code = "notification.not_actionable"
 
 
 class WorkflowNotFound(NotFoundError):
@@ -142,7 +173,10 @@ __all__ = [
     "DefinitionInvalid",
     "EventInvalid",
     "IdempotencyConflict",
+    "InboxNotFound",
     "NotFoundError",
+    "NotificationNotActionable",
+    "NotificationNotFound",
     "RequestInvalid",
     "RunEnded",
     "RunNotCancellable",

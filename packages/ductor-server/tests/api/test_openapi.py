@@ -51,6 +51,8 @@ async def test_every_body_taking_operation_lists_its_request_schema(tmp_path: Pa
         ("post", "/v1/bridge/apps/{app_id}/health"),
         ("post", "/v1/connections/{name}/test"),
         ("post", "/v1/holds/{hold_id}/void"),
+        ("post", "/v1/inbox/me/notifications/{notification_id}/ctas/{index}/click"),
+        ("post", "/v1/inbox/secret/rotate"),
         ("post", "/webhooks/stripe"),
     ]
     for (method, path), takes_body in sorted(operations.items()):

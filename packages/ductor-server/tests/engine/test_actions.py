@@ -135,21 +135,11 @@ async def test_http_bad_params_are_not_retryable(params: dict[str, Any]) -> None
 
 async def test_registry_builtins_and_unknown_handlers() -> None:
     registry = default_registry()
-    assert {"action:http", "action:noop", "notify", "bridge", "route"} <= set(registry.names())
+    assert {"action:http", "action:noop", "bridge", "route"} <= set(registry.names())
+    # NOTIFY runs in the coordinator now: no worker handler stands behind it.
+    assert "notify" not in registry.names()
     out = await registry.run(call({"x": 1}, handler="action:noop"))
     assert out == {"x": 1}
-    note = await registry.run(
-        ActionCall(
-            tenant_id="t",
-            run_id="r",
-            step_ref="n",
-            attempt=1,
-            handler="notify",
-            payload={"recipient": "ops", "title": "hi"},
-            idempotency_key="r:n:-1:1",
-        )
-    )
-    assert note == {"notification_id": "r:n:-1:1", "recipient": "ops", "title": "hi"}
     for name in ("bridge", "route"):
         with pytest.raises(ActionFailed) as caught:
             await registry.run(call({}, handler=name))

@@ -36,6 +36,28 @@ def test_cost_counts_only_what_the_tick_evaluates() -> None:
     assert 0 < cheap < 500 < 1_000_000 < costly  # a field read pays for its result
 
 
+def test_a_notify_counts_its_cta_labels_and_urls_but_not_its_names() -> None:
+    def notify(label: str) -> dict[str, Any]:
+        args = {
+            "recipients": "'ann'",
+            "title": "'t'",
+            "feed": "approvals",
+            "ctas": [{"label": label, "action": "approve"}, {"label": "'Open'", "url": "'u'"}],
+            "await_action": True,
+            "timeout": "2d",
+        }
+        step = {"ref": "ask", "type": "STEP_TYPE_NOTIFY", "args": args}
+        return {"family_slug": "n", "steps": [step], "edges": []}
+
+    plain = definition_cost(definition_from_obj(notify("'Yes'")), BUILTIN_STEP_SPECS)
+    costly = definition_cost(
+        definition_from_obj(notify("string(input.items.map(x, x.map(y, y)))")),
+        BUILTIN_STEP_SPECS,
+    )
+    # "2d" and the feed and action names are not CEL, so they make nothing costly.
+    assert 0 < plain < 500 < 1_000_000 < costly
+
+
 def test_size_walk_stops_at_the_bound() -> None:
     assert small([{"a": [1, 2, 3], "b": "x" * 100}])
     assert not small([{"a": "x" * INLINE_BYTES}])

@@ -1,5 +1,5 @@
 """Step handlers run by the workers: the registry one runtime uses and the built-in
-handlers (`action:http`, `action:noop`, `notify`; `bridge` and `route` hold
+handlers (`action:http`, `action:noop`; `bridge` and `route` hold
 placeholders that report themselves unavailable until the real ones plug in).
 
 A handler returns the step's output or raises `ActionFailed`; it never touches
@@ -65,7 +65,7 @@ Handler = Callable[[ActionCall], Awaitable[Any]]
 
 
 class ActionRegistry:
-    """Handlers by handler name ("action:<name>", "notify", "bridge", "route").
+    """Handlers by handler name ("action:<name>", "bridge", "route").
 
     A name holds one handler: registering a second one is an error unless the
     caller says `replace=True`. A placeholder (`register_placeholder`) stands in
@@ -274,12 +274,6 @@ class HttpAction:
 # --- other built-ins -------------------------------------------------------------
 
 
-async def notify_handler(call: ActionCall) -> Any:
-    """Record the notification as the step's output (delivery comes with the inbox)."""
-    payload = call.payload if isinstance(call.payload, Mapping) else {"value": call.payload}
-    return {"notification_id": call.idempotency_key, **payload}
-
-
 async def unavailable_handler(call: ActionCall) -> Any:
     """Fail non-retryably: this kind of step is not served by this build."""
     raise failure(
@@ -299,12 +293,11 @@ async def noop_action(call: ActionCall) -> Any:
 
 def default_registry(http: HttpAction | None = None) -> ActionRegistry:
     """A new registry with the built-in handlers: `action:http`, `action:noop`,
-    `notify`, and placeholders for `bridge` and `route` (unavailable until the
-    bridge and routing register theirs)."""
+    and placeholders for `bridge` and `route` (unavailable until the bridge and
+    routing register theirs). NOTIFY steps run in the coordinator, not here."""
     registry = ActionRegistry()
     registry.register_action("http", http or HttpAction())
     registry.register_action("noop", noop_action)
-    registry.register("notify", notify_handler)
     registry.register_placeholder("bridge", unavailable_handler)
     registry.register_placeholder("route", unavailable_handler)
     return registry

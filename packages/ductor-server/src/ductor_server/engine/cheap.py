@@ -88,8 +88,24 @@ def cel_sources(definition: WorkflowDefinition, specs: StepSpecs) -> Iterator[st
         if spec is not None and precise:
             for name in spec.expressions:
                 yield from _strings(step.args.get(name))
+            if spec.start is InCoordinator.NOTIFY:
+                yield from _notify_sources(step.args)
         else:
             yield from _strings(step.args)
+
+
+def _notify_sources(args: Mapping[str, Any]) -> Iterator[str]:
+    # A NOTIFY's CTA labels and URLs and its email subject are CEL too; its feed,
+    # action names and timeout are not.
+    ctas = args.get("ctas")
+    for cta in ctas if isinstance(ctas, list) else ():
+        if isinstance(cta, Mapping):
+            for name in ("label", "url"):
+                if isinstance(cta.get(name), str):
+                    yield cta[name]
+    email = args.get("email")
+    if isinstance(email, Mapping) and isinstance(email.get("subject"), str):
+        yield email["subject"]
 
 
 def _total_cost(sources: Iterable[str]) -> int:

@@ -28,6 +28,7 @@ from ductor_core.runs import IgnoredInput
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
+from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunKind
 from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic, WakeUp
@@ -59,8 +60,10 @@ class Coordinator:
         wake: WakeUp,
         batch: int = 64,
         poll_interval: float = 0.5,
+        feed: InboxFeed | None = None,
     ) -> None:
         self.store = store
+        self.feed = feed
         self.parts = parts
         self.clock = clock
         self.wake = wake
@@ -114,7 +117,7 @@ class Coordinator:
             span.set_attribute("ductor.runs", ticked)
         if ticked:
             self.batches += 1
-            effects.notify(self.wake)
+            effects.notify(self.wake, self.feed)
         return ticked
 
     async def _tick_batch(self, now: datetime, effects: Effects, limit: int) -> int:

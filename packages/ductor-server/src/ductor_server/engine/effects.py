@@ -28,6 +28,7 @@ from ductor_core.runs import (
     RegisterWait,
     RunFinished,
     RunStatus,
+    SendNotifications,
     SetTimer,
     StartChildRun,
     TickResult,
@@ -37,7 +38,9 @@ from ductor_core.tick import start_run
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.cheap import cheap
 from ductor_server.engine.history import transition_entries
+from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.kinds import RunKinds
+from ductor_server.engine.notify import write_notifications
 from ductor_server.engine.offload import (
     ENGINE,
     portable_engine,
@@ -101,6 +104,7 @@ class Effects:
     clear_waits: list[WaitRef] = field(default_factory=list)
     inbox: list[NewInboxItem] = field(default_factory=list)
     budgeted: list[BudgetedCounter] = field(default_factory=list)
+    inbox_keys: set[tuple[str, str]] = field(default_factory=set)
 
     async def flush(self, tx: Tx) -> None:
         """Write everything gathered so far through `tx` (call before it commits)."""
@@ -134,10 +138,14 @@ class Effects:
         self.cancel_timers, self.clear_waits, self.set_timers = [], [], []
         self.add_waits, self.tasks, self.inbox, self.history = [], [], [], []
 
-    def notify(self, wake: WakeUp) -> None:
-        """Wake the loops of every recorded topic (call after the commit)."""
+    def notify(self, wake: WakeUp, feed: InboxFeed | None = None) -> None:
+        """Wake the loops of every recorded topic, and the inbox sessions of every
+        subscriber a notification was written for (call after the commit)."""
         for topic in sorted(self.topics):
             wake.notify(topic)
+        if self.inbox_keys and feed is not None:
+            feed.announce(sorted(self.inbox_keys))
+        self.inbox_keys = set()
 
 
 class RunFinishedHook(Protocol):
@@ -348,6 +356,11 @@ async def apply_commands(
                 cancel_children.append(command)
             case RunFinished():
                 finished = command
+            case SendNotifications():
+                # Written even when the same tick ends the run: the step succeeded.
+                moved, entry = await write_notifications(tx, run=run, command=command, now=now)
+                effects.inbox_keys.update(moved)
+                effects.history.append(entry)
             case _:
                 assert_never(command)
 

@@ -25,7 +25,7 @@ from ductor_server.engine.queue import InProcessWakeUp, Topic
 log = logging.getLogger("ductor.wakeup")
 
 
-class _PubSub(PubSub):
+class ReconnectingPubSub(PubSub):
     """A subscription that calls `on_reconnect` whenever redis-py reconnects it by
     itself (it resubscribes, but messages sent meanwhile are lost). redis-py
     registers `on_connect` on an already connected connection, so it only runs
@@ -112,7 +112,7 @@ class RedisWakeUp:
     async def _listen(self) -> None:
         failures = 0
         while True:
-            pubsub = _PubSub(
+            pubsub = ReconnectingPubSub(
                 self.redis.connection_pool,
                 ignore_subscribe_messages=True,
                 on_reconnect=self._wake_all,
@@ -154,4 +154,4 @@ class RedisWakeUp:
                 self._local.notify(Topic(name))
 
 
-__all__ = ["RedisWakeUp"]
+__all__ = ["ReconnectingPubSub", "RedisWakeUp"]

@@ -28,6 +28,7 @@ from ductor_server.engine.errors import MissingHandler
 from ductor_server.engine.fairness import FairPolicy
 from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.housekeeping import Housekeeping, Retention
+from ductor_server.engine.inboxfeed import InboxFeed, LocalInboxFeed
 from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
 from ductor_server.engine.taskqueue import TaskQueue
@@ -115,8 +116,10 @@ class Runtime:
         kinds: RunKinds | None = None,
         queue: TaskQueue | None = None,
         specs: StepSpecs | None = None,
+        inbox_feed: InboxFeed | None = None,
     ) -> None:
         self.store = store
+        self.inbox_feed: InboxFeed = inbox_feed if inbox_feed is not None else LocalInboxFeed()
         self.roles = frozenset(Role(r) for r in roles)
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
@@ -149,6 +152,7 @@ class Runtime:
             wake=self.wakeup,
             batch=cfg.coordinator_batch,
             poll_interval=cfg.poll_interval,
+            feed=self.inbox_feed,
         )
         self.workers = Workers(
             store,
@@ -168,6 +172,7 @@ class Runtime:
             wake=self.wakeup,
             batch=cfg.timer_batch,
             poll_interval=cfg.poll_interval,
+            feed=self.inbox_feed,
         )
         self.housekeeping = Housekeeping(
             store,
@@ -292,9 +297,10 @@ class Runtime:
         if Role.WORKER in self.roles:
             await self.workers.drain(self.config.stop_grace)
         await self.actions.aclose()
-        close = getattr(self.wakeup, "aclose", None)
-        if close is not None:
-            await close()
+        for part in (self.wakeup, self.inbox_feed):
+            close = getattr(part, "aclose", None)
+            if close is not None:
+                await close()
 
     def wake(self) -> None:
         """Wake every loop of this process (after writing outside the services)."""

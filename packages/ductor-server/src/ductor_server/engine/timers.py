@@ -1,7 +1,9 @@
-"""The timer loop: moves due timers into their runs' inboxes as `TimerFired`.
+"""The timer loop: moves due timers into their runs' inboxes as `TimerFired`,
+and brings snoozed inbox notifications back, unseen, when their snooze ends.
 
-Each batch enqueues and deletes its timers in one transaction, so a timer
-fires once even if the process dies between two batches.
+Each batch enqueues and deletes its timers (and ends its snoozes) in one
+transaction, so a timer fires once even if the process dies between two
+batches, and a snooze survives a restart: its end is a column of the store.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ import asyncio
 import logging
 from datetime import datetime
 
+import msgspec
+
 from ductor_core.runs import TimerFired
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.queue import Topic, WakeUp
-from ductor_server.storage.protocol import Store
+from ductor_server.storage.notifications import InboxTx
+from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import NewInboxItem, TimerRef
 
 log = logging.getLogger("ductor.timers")
@@ -30,8 +36,11 @@ class Timers:
         wake: WakeUp,
         batch: int = 256,
         poll_interval: float = 0.5,
+        feed: InboxFeed | None = None,
     ) -> None:
         self.store = store
+        self.feed = feed
+        self.unsnoozed = 0  # notifications brought back from a snooze since start
         self.clock = clock
         self.wake = wake
         self.batch = batch
@@ -89,7 +98,32 @@ class Timers:
                     ]
                 )
             next_at = await tx.next_timer_at() if len(due) < self.batch else None
+            woken, next_snooze = await self._unsnooze(tx, now)
         if due:
             self.fired += len(due)
             self.wake.notify(Topic.INBOX)
+        if woken:
+            self.unsnoozed += len(woken)
+            if self.feed is not None:
+                self.feed.announce(woken)
+        if len(woken) >= self.batch:
+            return self.batch, now
+        if next_snooze is not None and (next_at is None or next_snooze < next_at):
+            next_at = next_snooze
         return len(due), next_at
+
+    async def _unsnooze(
+        self, tx: Tx, now: datetime
+    ) -> tuple[list[tuple[str, str]], datetime | None]:
+        inbox = InboxTx(tx)
+        woken: list[tuple[str, str]] = []
+        for tenant_id, notification_id in await inbox.due_snoozes(now, limit=self.batch):
+            item = await inbox.get(tenant_id, notification_id)
+            if item is None:
+                continue
+            await inbox.update(
+                msgspec.structs.replace(item, snoozed_until=None, seen_at=None), now=now
+            )
+            woken.append((tenant_id, item.subscriber_id))
+        next_at = await inbox.next_snooze_at() if len(woken) < self.batch else None
+        return woken, next_at

@@ -16,6 +16,7 @@ from ductor_server.services.connections import ConnectionsService
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.events import EventAccepted, EventsService
 from ductor_server.services.idempotency import Answer, Outcome
+from ductor_server.services.inbox import InboxService
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
 from ductor_server.services.metering import MeteringService
@@ -66,6 +67,7 @@ class Services:
     receipts: ReceiptService
     metering: MeteringService
     connections: ConnectionsService
+    inbox: InboxService
 
 
 __all__ = [
@@ -78,6 +80,7 @@ __all__ = [
     "EventAccepted",
     "EventsService",
     "HistoryEntry",
+    "InboxService",
     "ItemView",
     "KeysService",
     "LedgerService",

@@ -404,7 +404,7 @@ class BridgeService:
             return Answer(started, Outcome.CREATED)
 
         answer = await once(context.store, claim, InlineRunResponse, effect)
-        effects.notify(context.wake)
+        effects.notify(context.wake, context.feed)
         return answer
 
     async def checkpoint(

@@ -11,6 +11,7 @@ from ductor_core.expressions import ExpressionEngine
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.queue import WakeUp
 from ductor_server.storage.protocol import Store
 
@@ -25,12 +26,14 @@ class ServiceContext:
         clock: where `now` comes from.
         parts: the engine's definition cache and expression engine, shared with
             the coordinator so a run started here is ticked the same way.
+        feed: where inbox changes are announced to subscribers' open sessions.
     """
 
     store: Store
     wake: WakeUp
     clock: Clock
     parts: EngineParts
+    feed: InboxFeed | None = None
 
     @property
     def catalog(self) -> WorkflowCatalog:

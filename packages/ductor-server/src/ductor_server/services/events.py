@@ -97,7 +97,7 @@ class EventsService:
             return Answer(accepted, Outcome.ACCEPTED)
 
         answer = await once(context.store, claim, EventAccepted, effect)
-        effects.notify(context.wake)
+        effects.notify(context.wake, context.feed)
         return answer
 
 

@@ -421,7 +421,7 @@ class RunsService:
             return Answer(view, Outcome.CREATED)
 
         answer = await once(context.store, claim, RunView, effect)
-        effects.notify(context.wake)
+        effects.notify(context.wake, context.feed)
         return answer
 
     async def trigger_many(
@@ -532,7 +532,7 @@ class RunsService:
             return Answer(RunsStarted(runs=tuple(started), created=made), Outcome.CREATED)
 
         answer = await once(context.store, claim, RunsStarted, effect)
-        effects.notify(context.wake)
+        effects.notify(context.wake, context.feed)
         return answer
 
     async def _first_tick(
@@ -807,7 +807,7 @@ class RunsService:
             return Answer(accepted, Outcome.ACCEPTED)
 
         answer = await once(context.store, claim, SignalAccepted, effect)
-        effects.notify(context.wake)
+        effects.notify(context.wake, context.feed)
         return answer
 
 

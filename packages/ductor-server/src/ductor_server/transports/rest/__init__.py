@@ -9,6 +9,8 @@ from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, stat
 from ductor_server.transports.rest.events import EventsController
 from ductor_server.transports.rest.extensions import ExtensionsController
 from ductor_server.transports.rest.health import healthz, readyz
+from ductor_server.transports.rest.inbox import PUBLIC_HANDLERS as INBOX_PUBLIC
+from ductor_server.transports.rest.inbox import InboxController
 from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
 from ductor_server.transports.rest.metering import METERING_CONTROLLERS
 from ductor_server.transports.rest.receipts import ReceiptsController, receipt_keys
@@ -29,11 +31,13 @@ V1_CONTROLLERS = (
     *METERING_CONTROLLERS,
     ExtensionsController,
     *CONNECTION_CONTROLLERS,
+    InboxController,
 )
 """Every controller served under /v1."""
 
-PUBLIC_ROUTES = (*PUBLIC_HANDLERS,)
-"""Routes the API role serves without an API key: each checks its own signature."""
+PUBLIC_ROUTES = (*PUBLIC_HANDLERS, *INBOX_PUBLIC)
+"""Routes the API role serves without an API key: each checks its own signature
+(or, for a subscriber's inbox, its subscriber token)."""
 
 __all__ = [
     "PUBLIC_ROUTES",

@@ -116,6 +116,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "provider.unknown": 422,
     "secrets.unconfigured": 503,
     "secrets.undecryptable": 503,
+    # the inbox
+    "inbox.not_found": 404,
+    "notification.not_found": 404,
+    "notification.not_actionable": 422,
     # the server
     "outbound.forbidden": 422,
     "service.unavailable": 503,

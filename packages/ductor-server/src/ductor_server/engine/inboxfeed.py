@@ -1,0 +1,217 @@
+"""Live inbox pushes: "subscriber S of tenant T has news" from the writer of a
+notification change to the open sessions (WebSockets) of that subscriber.
+
+A push carries no notification, only whose feed moved: a woken session reads
+the subscriber's change log from its cursor in the store, so a lost or
+repeated push costs latency, never a change. `LocalInboxFeed` wakes sessions in
+this process; `RedisInboxFeed` also publishes on `<prefix>inbox` and wakes the
+sessions of every process listening there; after its subscription is lost and
+back it wakes every session once, since a push may have been missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+import msgspec
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ductor_server.engine.rediswake import ReconnectingPubSub
+
+log = logging.getLogger("ductor.inbox")
+
+Key = tuple[str, str]
+"""(tenant id, subscriber id)."""
+
+
+class Listener:
+    """One session's wake-up: set by a push for its subscriber, cleared by `wait`."""
+
+    def __init__(self, feed: LocalInboxFeed, key: Key) -> None:
+        self.key = key
+        self._feed = feed
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        """Mark that the subscriber may have news."""
+        self._event.set()
+
+    async def wait(self, within: float) -> bool:
+        """Sleep until woken or `within` seconds pass; True if woken. A wake that
+        came while nobody waited ends the next wait at once."""
+        if not self._event.is_set():
+            try:
+                async with asyncio.timeout(max(within, 0.0)):
+                    await self._event.wait()
+            except TimeoutError:
+                return False
+        self._event.clear()
+        return True
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._feed.forget(self)
+
+
+@runtime_checkable
+class InboxFeed(Protocol):
+    """Announce subscribers' news; listen for one subscriber's."""
+
+    def announce(self, keys: Iterable[Key]) -> None:
+        """Tell the sessions of each (tenant, subscriber) that their feed moved."""
+        ...
+
+    def listen(self, tenant_id: str, subscriber_id: str) -> Listener:
+        """A listener woken by every announce of this subscriber (close it when done)."""
+        ...
+
+
+class LocalInboxFeed:
+    """Pushes within this process."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[Key, set[Listener]] = {}
+
+    def announce(self, keys: Iterable[Key]) -> None:
+        """Wake this process's listeners of `keys`."""
+        for key in keys:
+            for listener in self._listeners.get(key, ()):
+                listener.wake()
+
+    def listen(self, tenant_id: str, subscriber_id: str) -> Listener:
+        """A new listener of the subscriber."""
+        key = (tenant_id, subscriber_id)
+        listener = Listener(self, key)
+        self._listeners.setdefault(key, set()).add(listener)
+        return listener
+
+    def forget(self, listener: Listener) -> None:
+        """Drop a listener (`Listener.close`)."""
+        listeners = self._listeners.get(listener.key)
+        if listeners is not None:
+            listeners.discard(listener)
+            if not listeners:
+                del self._listeners[listener.key]
+
+    def wake_all(self) -> None:
+        """Wake every listener of this process."""
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.wake()
+
+    @property
+    def listening(self) -> int:
+        """How many listeners are open."""
+        return sum(len(s) for s in self._listeners.values())
+
+
+class RedisInboxFeed:
+    """Pushes shared by every process on one Redis (channel `<prefix>inbox`)."""
+
+    def __init__(self, redis: Redis, *, prefix: str = "ductor:") -> None:
+        self.redis = redis
+        self.channel = f"{prefix}inbox"
+        self.origin = uuid.uuid4().hex[:12]
+        self.local = LocalInboxFeed()
+        self._pending: set[Key] = set()
+        self._publisher: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+
+    def announce(self, keys: Iterable[Key]) -> None:
+        """Wake this process's listeners of `keys` and publish them to the others."""
+        keys = list(keys)
+        if not keys:
+            return
+        self.local.announce(keys)
+        self._pending.update(keys)
+        if self._publisher is None or self._publisher.done():
+            self._publisher = asyncio.get_running_loop().create_task(
+                self._publish(), name="ductor-inbox-publish"
+            )
+
+    def listen(self, tenant_id: str, subscriber_id: str) -> Listener:
+        """A new listener of the subscriber (starts the subscription if needed)."""
+        self.start()
+        return self.local.listen(tenant_id, subscriber_id)
+
+    def start(self) -> None:
+        """Subscribe to the channel (idempotent)."""
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.get_running_loop().create_task(
+                self._listen(), name="ductor-inbox-listen"
+            )
+
+    async def subscribed(self) -> None:
+        """Wait until subscribed (bound it with `asyncio.timeout`)."""
+        self.start()
+        await self._subscribed.wait()
+
+    async def aclose(self) -> None:
+        """Stop listening and publishing."""
+        for task in (self._listener, self._publisher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._listener = self._publisher = None
+
+    async def _publish(self) -> None:
+        while self._pending:
+            keys = sorted(self._pending)
+            self._pending.clear()
+            message = msgspec.json.encode({"o": self.origin, "k": keys})
+            try:
+                await self.redis.publish(self.channel, message)
+            except RedisError as exc:
+                # Sessions elsewhere catch up at their next poll or reconnect.
+                log.warning("could not publish inbox pushes (%s)", exc)
+                return
+
+    async def _listen(self) -> None:
+        failures = 0
+        while True:
+            pubsub = ReconnectingPubSub(
+                self.redis.connection_pool,
+                ignore_subscribe_messages=True,
+                on_reconnect=self.local.wake_all,
+            )
+            try:
+                await pubsub.subscribe(self.channel)
+                if failures:
+                    self.local.wake_all()
+                failures = 0
+                self._subscribed.set()
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is not None:
+                        self._deliver(message.get("data"))
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                failures += 1
+                self._subscribed.clear()
+                log.warning("inbox channel lost (%s); retrying (%d)", exc, failures)
+                await asyncio.sleep(min(0.1 * 2**failures, 2.0))
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _deliver(self, data: object) -> None:
+        try:
+            message = msgspec.json.decode(data if isinstance(data, bytes | str) else b"")
+            if message.get("o") == self.origin:
+                return
+            keys = [(str(t), str(s)) for t, s in message.get("k", [])]
+        except (msgspec.DecodeError, AttributeError, TypeError, ValueError):
+            return
+        self.local.announce(keys)
+
+
+__all__ = ["InboxFeed", "Key", "Listener", "LocalInboxFeed", "RedisInboxFeed"]

@@ -1,0 +1,346 @@
+"""The inbox over REST, in process on both backends: the tenant's API, the
+subscriber's API with its token, isolation, states, bulk actions, counts, the
+change log, preferences, and NOTIFY steps that await a clicked action."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ductor_server import Settings
+from ductor_server.composition import build
+from ductor_server.services.inbox import subscriber_token
+from ductor_server.testing import TenantApi, served
+
+APPROVAL: dict[str, Any] = {
+    "family_slug": "approval",
+    "steps": [
+        {
+            "ref": "ask",
+            "type": "STEP_TYPE_NOTIFY",
+            "args": {
+                "recipients": "input.approvers",
+                "title": "'Approve order ' + input.order",
+                "body": "'Total: ' + string(input.total)",
+                "feed": "approvals",
+                "data": "{'order': input.order}",
+                "ctas": [
+                    {"label": "'Approve'", "action": "approve"},
+                    {"label": "'Open'", "url": "'https://shop.example/o/' + input.order"},
+                ],
+                "await_action": True,
+                "timeout": "1h",
+            },
+        }
+    ],
+    "edges": [],
+}
+
+
+class Inbox(TenantApi):
+    """The tenant API plus subscriber headers."""
+
+    async def me(
+        self, tenant: str, subscriber: str, *, secret: str | None = None
+    ) -> dict[str, str]:
+        if secret is None:
+            secret = (await self.ok("GET", "/v1/inbox/secret", as_b=tenant == "tenant-b"))["secret"]
+        return {
+            "X-Ductor-Tenant": tenant,
+            "X-Ductor-Subscriber": subscriber,
+            "X-Ductor-Subscriber-Token": subscriber_token(secret, subscriber),
+        }
+
+    async def as_me(self, headers: dict[str, str], method: str, path: str, **kw: Any) -> Any:
+        return await self.client.request(method, path, headers=headers, **kw)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Inbox]:
+    database_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    settings = Settings(data_dir=tmp_path, database_url=database_url, poll_interval=0.05)
+    async with served(build(settings)) as (client, keys, store):
+        yield Inbox(client, keys, store, request.param)
+
+
+async def _send(api: Inbox, subscriber: str, title: str, **extra: Any) -> dict[str, Any]:
+    body = {"subscriber_id": subscriber, "title": title, **extra}
+    result = await api.ok("POST", "/v1/inbox/notifications", json=body)
+    assert result["notification"] is not None
+    return dict(result["notification"])
+
+
+async def test_a_subscriber_reads_only_its_own_feed(api: Inbox) -> None:
+    mine = await _send(api, "ann", "for ann", feed="alerts")
+    await _send(api, "bob", "for bob")
+    ann = await api.me("tenant-a", "ann")
+    page = (await api.as_me(ann, "GET", "/v1/inbox/me/notifications")).json()
+    assert [n["title"] for n in page["notifications"]] == ["for ann"]
+    got = await api.as_me(ann, "GET", f"/v1/inbox/me/notifications/{mine['id']}")
+    assert got.status_code == 200
+    assert got.json()["feed"] == "alerts"
+    # Bob's token, a token of another tenant's secret, no token: all 404.
+    bob = await api.me("tenant-a", "bob")
+    other = await api.as_me(bob, "GET", f"/v1/inbox/me/notifications/{mine['id']}")
+    assert other.status_code == 404
+    assert other.json()["code"] == "notification.not_found"
+    forged = dict(ann, **{"X-Ductor-Subscriber-Token": bob["X-Ductor-Subscriber-Token"]})
+    refused = await api.as_me(forged, "GET", "/v1/inbox/me/notifications")
+    assert refused.status_code == 404
+    assert refused.json()["code"] == "inbox.not_found"
+    b_secret = (await api.ok("GET", "/v1/inbox/secret", as_b=True))["secret"]
+    wrong_tenant = await api.me("tenant-a", "ann", secret=b_secret)
+    assert (await api.as_me(wrong_tenant, "GET", "/v1/inbox/me/counts")).status_code == 404
+    as_b = await api.me("tenant-b", "ann", secret=b_secret)
+    assert (await api.as_me(as_b, "GET", "/v1/inbox/me/notifications")).json()[
+        "notifications"
+    ] == []
+    assert (await api.as_me({}, "GET", "/v1/inbox/me/counts")).status_code == 404
+    # The tenant's API: tenant B cannot see or delete tenant A's notification.
+    await api.fails(
+        "GET", f"/v1/inbox/notifications/{mine['id']}", 404, "notification.not_found", as_b=True
+    )
+    await api.fails(
+        "DELETE", f"/v1/inbox/notifications/{mine['id']}", 404, "notification.not_found", as_b=True
+    )
+    # Rotating the secret retires every token.
+    await api.ok("POST", "/v1/inbox/secret/rotate")
+    assert (await api.as_me(ann, "GET", "/v1/inbox/me/counts")).status_code == 404
+
+
+async def test_states_bulk_counts_and_the_change_log(api: Inbox) -> None:
+    ann = await api.me("tenant-a", "ann")
+    made = [await _send(api, "ann", f"n{i}", feed="a" if i < 3 else "b") for i in range(5)]
+    assert [n["seq"] for n in made] == [1, 2, 3, 4, 5]
+    first = made[0]["id"]
+    read = await api.as_me(ann, "PATCH", f"/v1/inbox/me/notifications/{first}", json={"read": True})
+    assert read.json()["read"] is True
+    assert read.json()["seen"] is True
+    assert read.json()["seq"] == 6
+    counts = (await api.as_me(ann, "GET", "/v1/inbox/me/counts")).json()
+    assert counts["feeds"]["a"] == {"total": 3, "unseen": 2, "unread": 2}
+    assert counts["all"] == {"total": 5, "unseen": 4, "unread": 4}
+    assert counts["seq"] == 6
+    bulk = await api.as_me(ann, "POST", "/v1/inbox/me/bulk", json={"action": "seen", "feed": "a"})
+    assert bulk.json() == {"changed": 2, "more": False}
+    archived = await api.as_me(ann, "POST", "/v1/inbox/me/bulk", json={"action": "archive_read"})
+    assert archived.json()["changed"] == 1
+    counts = (await api.as_me(ann, "GET", "/v1/inbox/me/counts")).json()
+    assert counts["feeds"]["a"] == {"total": 2, "unseen": 0, "unread": 2}
+    changes = (await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": 5})).json()
+    assert [c["seq"] for c in changes["changes"]] == [6, 7, 8, 9]
+    assert [c["kind"] for c in changes["changes"]] == ["updated"] * 4
+    assert changes["changes"][-1]["notification"]["archived"] is True
+    assert changes["cursor"] == 9
+    assert not changes["more"]
+    deleted = await api.call("DELETE", f"/v1/inbox/notifications/{made[4]['id']}")
+    assert deleted.status_code == 204
+    last = (await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": 9})).json()
+    assert [(c["seq"], c["kind"]) for c in last["changes"]] == [(10, "deleted")]
+    listed = await api.ok(
+        "GET", "/v1/inbox/notifications", params={"subscriber_id": "ann", "limit": 2}
+    )
+    assert len(listed["notifications"]) == 2
+    rest = await api.ok(
+        "GET",
+        "/v1/inbox/notifications",
+        params={"subscriber_id": "ann", "cursor": listed["next_cursor"], "status": "all"},
+    )
+    assert [n["title"] for n in listed["notifications"] + rest["notifications"]] == [
+        "n3",
+        "n2",
+        "n1",
+    ]
+
+
+async def test_bad_input_is_a_clear_422(api: Inbox) -> None:
+    ann = await api.me("tenant-a", "ann")
+    made = await _send(api, "ann", "x", ctas=[{"label": "Docs", "url": "https://d.example"}])
+    body = await api.fails(
+        "POST",
+        "/v1/inbox/notifications",
+        422,
+        "request.invalid",
+        json={"subscriber_id": "ann", "title": "t", "feed": "no spaces"},
+    )
+    assert body["details"]["pointer"] == "/feed"
+    body = await api.fails(
+        "POST",
+        "/v1/inbox/notifications",
+        422,
+        "request.invalid",
+        json={"subscriber_id": "ann", "title": "t", "ctas": [{"label": "x"}]},
+    )
+    assert body["details"]["pointer"] == "/ctas/0"
+    await api.fails(
+        "POST",
+        "/v1/inbox/notifications",
+        422,
+        "request.invalid",
+        json={"subscriber_id": "ann", "title": "t", "color": "red"},
+    )
+    snooze = await api.as_me(
+        ann, "PATCH", f"/v1/inbox/me/notifications/{made['id']}", json={"snooze": "soon"}
+    )
+    assert snooze.status_code == 422
+    assert snooze.json()["details"]["pointer"] == "/snooze"
+    click = await api.as_me(ann, "POST", f"/v1/inbox/me/notifications/{made['id']}/ctas/0/click")
+    assert click.status_code == 422
+    assert click.json()["code"] == "notification.not_actionable"
+    bad = await api.as_me(ann, "GET", "/v1/inbox/me/notifications", params={"status": "old"})
+    assert bad.status_code == 422
+    rules = await api.call(
+        "PUT", "/v1/inbox/subscribers/ann/preferences", json={"rules": [{"email": False}]}
+    )
+    assert rules.status_code == 422
+    assert rules.json()["details"]["pointer"] == "/rules/0"
+
+
+async def test_preferences_turn_the_in_app_channel_off_per_feed(api: Inbox) -> None:
+    rules = {"rules": [{"feed": "digest", "in_app": False, "email": False}]}
+    await api.ok("PUT", "/v1/inbox/subscribers/ann/preferences", json=rules)
+    assert await api.ok("GET", "/v1/inbox/subscribers/ann/preferences") == {
+        "rules": [{"workflow": None, "feed": "digest", "in_app": False, "email": False}]
+    }
+    skipped = await api.ok(
+        "POST",
+        "/v1/inbox/notifications",
+        json={"subscriber_id": "ann", "title": "t", "feed": "digest"},
+    )
+    assert skipped["notification"] is None
+    assert skipped["suppressed"] is True
+    sent = await api.ok(
+        "POST", "/v1/inbox/notifications", json={"subscriber_id": "ann", "title": "t"}
+    )
+    assert sent["notification"]["feed"] == "default"
+    assert sent["email"]["sent"] is False
+
+
+async def _wait_run(api: Inbox, run_id: str, *, status: str | None = None) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while True:
+        run = await api.ok("GET", f"/v1/runs/{run_id}")
+        if (
+            status is None and run["status"] in ("RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED")
+        ) or run["status"] == status:
+            return dict(run)
+        assert time.monotonic() < deadline, run
+        await asyncio.sleep(0.05)
+
+
+async def _notification_of(api: Inbox, subscriber: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while True:
+        page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": subscriber})
+        if page["notifications"]:
+            return dict(page["notifications"][0])
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+
+
+async def test_a_clicked_action_resumes_the_waiting_run_once(api: Inbox) -> None:
+    await api.ok("POST", "/v1/workflows", json=APPROVAL)
+    run = await api.ok(
+        "POST",
+        "/v1/runs",
+        json={
+            "family_slug": "approval",
+            "input": {"approvers": ["ann", "bob"], "order": "o-7", "total": 12},
+        },
+    )
+    ann_note = await _notification_of(api, "ann")
+    bob_note = await _notification_of(api, "bob")
+    assert ann_note["title"] == "Approve order o-7"
+    assert ann_note["ctas"] == [
+        {"label": "Approve", "url": None, "action": "approve"},
+        {"label": "Open", "url": "https://shop.example/o/o-7", "action": None},
+    ]
+    assert ann_note["run_id"] == run["id"]
+    assert (await api.ok("GET", f"/v1/runs/{run['id']}"))["status"] == "RUN_STATUS_RUNNING"
+    ann = await api.me("tenant-a", "ann")
+    bob = await api.me("tenant-a", "bob")
+    path = f"/v1/inbox/me/notifications/{ann_note['id']}/ctas/0/click"
+    clicks = await asyncio.gather(*(api.as_me(ann, "POST", path) for _ in range(3)))
+    assert sorted(c.json()["duplicate"] for c in clicks) == [False, True, True]
+    assert [c.json()["resumed"] for c in clicks].count(True) == 1
+    late = await api.as_me(bob, "POST", f"/v1/inbox/me/notifications/{bob_note['id']}/ctas/0/click")
+    assert late.json()["resumed"] is False
+    done = await _wait_run(api, run["id"])
+    assert done["status"] == "RUN_STATUS_SUCCEEDED"
+    output = done["output"]["ask"]
+    assert output["action"] == "approve"
+    assert output["subscriber_id"] == "ann"
+    assert output["notification_id"] == ann_note["id"]
+    assert output["timed_out"] is False
+    history = await api.ok("GET", f"/v1/runs/{run['id']}/history")
+    sent = [h for h in history if h["kind"] == "notify.sent"]
+    assert sent[0]["data"]["in_app"] == ["ann", "bob"]
+
+
+async def test_a_repeated_send_with_one_idempotency_key_sends_once(api: Inbox) -> None:
+    body = {"subscriber_id": "ann", "title": "once"}
+    first = await api.ok("POST", "/v1/inbox/notifications", json=body, key="k-1")
+    again = await api.ok("POST", "/v1/inbox/notifications", json=body, key="k-1")
+    assert again["notification"]["id"] == first["notification"]["id"]
+    await api.fails(
+        "POST",
+        "/v1/inbox/notifications",
+        422,
+        "idempotency.conflict",
+        json={"subscriber_id": "ann", "title": "other"},
+        key="k-1",
+    )
+    ann = await api.me("tenant-a", "ann")
+    changes = (await api.as_me(ann, "GET", "/v1/inbox/me/changes")).json()
+    assert [c["seq"] for c in changes["changes"]] == [1]
+
+
+async def test_an_action_cta_sends_its_signal_to_the_run_and_its_event(api: Inbox) -> None:
+    flow = {
+        "family_slug": "ack",
+        "steps": [
+            {
+                "ref": "tell",
+                "type": "STEP_TYPE_NOTIFY",
+                "args": {
+                    "recipients": "'ann'",
+                    "title": "'Incident'",
+                    "ctas": [
+                        {
+                            "label": "'Ack'",
+                            "action": "ack",
+                            "signal": "acked",
+                            "event": "ack.clicked",
+                        }
+                    ],
+                },
+            },
+            {"ref": "wait", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "acked"}},
+        ],
+        "edges": [{"source_ref": "tell", "target_ref": "wait"}],
+    }
+    audit = {
+        "family_slug": "audit",
+        "triggers": [{"event": "ack.clicked"}],
+        "steps": [{"ref": "noop", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}}],
+        "edges": [],
+    }
+    await api.ok("POST", "/v1/workflows", json=flow)
+    await api.ok("POST", "/v1/workflows", json=audit)
+    run = await api.ok("POST", "/v1/runs", json={"family_slug": "ack", "input": {}})
+    note = await _notification_of(api, "ann")
+    ann = await api.me("tenant-a", "ann")
+    path = f"/v1/inbox/me/notifications/{note['id']}/ctas/0/click"
+    for _ in range(2):
+        assert (await api.as_me(ann, "POST", path)).status_code == 200
+    done = await _wait_run(api, run["id"])
+    assert done["status"] == "RUN_STATUS_SUCCEEDED"
+    assert done["output"]["wait"]["action"] == "ack"
+    assert done["output"]["wait"]["subscriber_id"] == "ann"
+    audits = await api.ok("GET", "/v1/runs", params={"family_slug": "audit"})
+    assert len(audits["items"]) == 1

@@ -1,0 +1,383 @@
+"""The inbox end to end: real `ductor` processes, the `websockets` library as the
+client. NOTIFY steps' notifications arrive live (the p99 is printed); a client
+that reconnects with its cursor gets exactly what it missed; two processes on
+one Postgres and Redis push to each other; a Redis restart loses nothing; a
+snooze ends after a server restart; other subscribers and tenants see 404."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from ductor_server.cli_server import create_key
+from ductor_server.services.inbox import subscriber_token
+from ductor_server.storage import open_store
+from ductor_server.testing import free_port
+
+from .conftest import ServerProcess
+
+pytestmark = pytest.mark.timeout(90)
+
+PING: dict[str, Any] = {
+    "family_slug": "ping",
+    "steps": [
+        {
+            "ref": "tell",
+            "type": "STEP_TYPE_NOTIFY",
+            "args": {
+                "recipients": "input.to",
+                "title": "'ping ' + string(input.i)",
+                "data": "{'i': input.i}",
+                "feed": "pings",
+            },
+        }
+    ],
+    "edges": [],
+}
+
+
+def _tenant(server: ServerProcess) -> str:
+    return "acme" if server.database_url else "dev"
+
+
+def _http(server: ServerProcess, key: str | None = None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=server.url,
+        headers={"Authorization": f"Bearer {key or server.api_key}"},
+        timeout=30,
+    )
+
+
+async def _secret(server: ServerProcess, key: str | None = None) -> str:
+    async with _http(server, key) as http:
+        response = await http.get("/v1/inbox/secret")
+        assert response.status_code == 200, response.text
+        return str(response.json()["secret"])
+
+
+async def _send(http: httpx.AsyncClient, subscriber: str, title: str) -> dict[str, Any]:
+    response = await http.post(
+        "/v1/inbox/notifications", json={"subscriber_id": subscriber, "title": title}
+    )
+    assert response.status_code == 201, response.text
+    return dict(response.json()["notification"])
+
+
+class Feed:
+    """One subscriber's WebSocket."""
+
+    def __init__(self, socket: ClientConnection) -> None:
+        self.socket = socket
+        self.counts: dict[str, Any] | None = None
+
+    async def frame(self, within: float) -> dict[str, Any]:
+        raw = await asyncio.wait_for(self.socket.recv(), within)
+        message: dict[str, Any] = msgspec.json.decode(raw)
+        return message
+
+    async def change(self, within: float = 10.0) -> dict[str, Any]:
+        """The next change (counts frames are kept aside)."""
+        deadline = time.monotonic() + within
+        while True:
+            message = await self.frame(max(deadline - time.monotonic(), 0.001))
+            if message["type"] == "counts":
+                self.counts = message
+            elif message["type"] == "change":
+                return message
+            else:
+                raise AssertionError(f"unexpected frame {message}")
+
+    async def changes(self, count: int, within: float = 10.0) -> list[dict[str, Any]]:
+        return [await self.change(within) for _ in range(count)]
+
+    async def quiet(self, within: float) -> None:
+        """Assert no change arrives for `within` seconds."""
+        with pytest.raises(TimeoutError):
+            await self.change(within)
+
+
+@asynccontextmanager
+async def feed(
+    server: ServerProcess, tenant: str, subscriber: str, secret: str, *, after: int = 0
+) -> AsyncIterator[Feed]:
+    url = server.url.replace("http://", "ws://") + "/v1/inbox/me/ws"
+    async with connect(url, open_timeout=10) as socket:
+        auth = {
+            "type": "auth",
+            "tenant_id": tenant,
+            "subscriber_id": subscriber,
+            "token": subscriber_token(secret, subscriber),
+            "after": after,
+        }
+        await socket.send(msgspec.json.encode(auth).decode())
+        opened = Feed(socket)
+        ready = await opened.frame(10)
+        assert ready == {"type": "ready", "cursor": after}, ready
+        yield opened
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+async def test_notify_steps_arrive_live_and_in_order(sqlite_server: ServerProcess) -> None:
+    server = await asyncio.to_thread(sqlite_server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    async with _http(server) as http:
+        assert (await http.post("/v1/workflows", json=PING)).status_code in (200, 201)
+        async with feed(server, tenant, "ann", secret) as ann:
+            latencies = []
+            for i in range(200):
+                started = time.perf_counter()
+                response = await http.post(
+                    "/v1/runs", json={"family_slug": "ping", "input": {"to": ["ann"], "i": i}}
+                )
+                assert response.status_code == 201, response.text
+                change = await ann.change()
+                latencies.append(time.perf_counter() - started)
+                assert change["seq"] == i + 1
+                assert change["kind"] == "created"
+                assert change["notification"]["data"] == {"i": i}
+                assert change["notification"]["title"] == f"ping {i}"
+    p50, p99 = _p(latencies, 0.5) * 1000, _p(latencies, 0.99) * 1000
+    print(f"\nNOTIFY step -> WebSocket over 200 notifications: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    # Trigger request to push received, on a shared 2-core machine; the target is 200 ms.
+    assert p99 < 1000
+
+
+async def test_a_reconnect_with_the_cursor_gets_exactly_what_was_missed(
+    sqlite_server: ServerProcess,
+) -> None:
+    server = await asyncio.to_thread(sqlite_server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    async with _http(server) as http:
+        async with feed(server, tenant, "ann", secret) as ann:
+            for i in range(5):
+                await _send(http, "ann", f"early {i}")
+            seen = await ann.changes(5)
+        cursor = seen[-1]["seq"]
+        assert cursor == 5
+        for i in range(50):
+            await _send(http, "ann", f"missed {i}")
+        async with feed(server, tenant, "ann", secret, after=cursor) as ann:
+            missed = await ann.changes(50)
+            await ann.quiet(0.5)
+        assert [c["seq"] for c in missed] == list(range(6, 56))
+        assert [c["notification"]["title"] for c in missed] == [f"missed {i}" for i in range(50)]
+        assert ann.counts is not None
+        assert ann.counts["all"]["unseen"] == 55
+        # The polling fallback reads the same log from the same cursor.
+        headers = {
+            "X-Ductor-Tenant": tenant,
+            "X-Ductor-Subscriber": "ann",
+            "X-Ductor-Subscriber-Token": subscriber_token(secret, "ann"),
+        }
+        polled = await http.get(
+            "/v1/inbox/me/changes", params={"after": cursor, "limit": 200}, headers=headers
+        )
+        assert [c["seq"] for c in polled.json()["changes"]] == list(range(6, 56))
+
+
+async def _mint(server: ServerProcess, tenant: str) -> str:
+    assert server.database_url is not None
+    store = open_store(server.database_url)
+    await store.open()
+    try:
+        return await create_key(store, tenant, name="test")
+    finally:
+        await store.close()
+
+
+async def test_other_subscribers_and_tenants_see_nothing_over_the_websocket(
+    postgres_server: ServerProcess,
+) -> None:
+    server = await asyncio.to_thread(postgres_server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    other_key = await _mint(server, "other")
+    other_secret = await _secret(server, other_key)
+    url = server.url.replace("http://", "ws://") + "/v1/inbox/me/ws"
+    for claimed_tenant, token in (
+        (tenant, subscriber_token(secret, "bob")),  # bob's token for ann
+        (tenant, subscriber_token(other_secret, "ann")),  # another tenant's secret
+        ("other", subscriber_token(secret, "ann")),  # right secret, wrong tenant
+        ("nobody", "0" * 64),
+    ):
+        async with connect(url, open_timeout=10) as socket:
+            auth = {"type": "auth", "tenant_id": claimed_tenant, "subscriber_id": "ann"}
+            await socket.send(msgspec.json.encode({**auth, "token": token}).decode())
+            refused = msgspec.json.decode(await asyncio.wait_for(socket.recv(), 10))
+            assert refused["type"] == "error"
+            assert refused["status"] == 404
+            assert refused["code"] == "inbox.not_found"
+            await asyncio.wait_for(socket.wait_closed(), 10)
+            assert socket.close_code == 4404
+    async with (
+        _http(server) as http,
+        _http(server, other_key) as other,
+        feed(server, tenant, "bob", secret) as bob,
+        feed(server, "other", "ann", other_secret) as other_ann,
+        feed(server, tenant, "ann", secret) as ann,
+    ):
+        mine = await _send(http, "ann", "only for ann")
+        assert (await ann.change())["notification"]["id"] == mine["id"]
+        await bob.quiet(1.0)
+        await other_ann.quiet(0.2)
+        theirs = await _send(other, "ann", "other tenant's ann")
+        assert (await other_ann.change())["notification"]["id"] == theirs["id"]
+        await ann.quiet(0.5)
+
+
+def _redis_env(url: str, prefix: str) -> dict[str, str]:
+    return {"DUCTOR_REDIS_URL": url, "DUCTOR_REDIS_PREFIX": prefix}
+
+
+async def test_a_client_on_one_process_receives_what_another_created(
+    make_server: Any, postgres_url: str, redis_url: str, redis_prefix: str
+) -> None:
+    a = make_server("a", database_url=postgres_url, env=_redis_env(redis_url, redis_prefix))
+    b = make_server("b", database_url=postgres_url, env=_redis_env(redis_url, redis_prefix))
+    await asyncio.to_thread(a.start)
+    await asyncio.to_thread(b.start)
+    tenant, secret = "acme", await _secret(a)
+    async with _http(a) as on_a, feed(b, tenant, "ann", secret) as ann:
+        assert (await on_a.post("/v1/workflows", json=PING)).status_code in (200, 201)
+        latencies = []
+        for i in range(20):
+            started = time.perf_counter()
+            if i % 2:
+                await _send(on_a, "ann", f"sent {i}")
+            else:
+                run = {"family_slug": "ping", "input": {"to": "ann", "i": i}}
+                assert (await on_a.post("/v1/runs", json=run)).status_code == 201
+            change = await ann.change()
+            latencies.append(time.perf_counter() - started)
+            assert change["seq"] == i + 1
+    print(f"\nA -> Redis -> B: median {statistics.median(latencies) * 1000:.1f} ms")
+    # Well under B's 5 s safety poll: the push came through Redis.
+    assert max(latencies) < 2.5
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, on a free port, to kill and start again."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            done = subprocess.run(
+                ["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True
+            )
+            if done.stdout.strip() == "PONG":
+                return
+            assert time.monotonic() < deadline, "the private redis-server did not start"
+            time.sleep(0.05)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    redis = PrivateRedis()
+    redis.start()
+    try:
+        yield redis
+    finally:
+        if redis.proc is not None and redis.proc.poll() is None:
+            redis.kill9()
+
+
+async def test_a_redis_restart_mid_stream_loses_nothing(
+    make_server: Any, postgres_url: str, private_redis: PrivateRedis
+) -> None:
+    env = _redis_env(private_redis.url, "inbox:")
+    a = make_server("a", database_url=postgres_url, env=env)
+    b = make_server("b", database_url=postgres_url, env=env)
+    await asyncio.to_thread(a.start)
+    await asyncio.to_thread(b.start)
+    tenant, secret = "acme", await _secret(a)
+    titles = [f"n{i}" for i in range(30)]
+    async with _http(a) as on_a:
+        async with feed(b, tenant, "ann", secret) as ann:
+            for title in titles[:10]:
+                await _send(on_a, "ann", title)
+            live = await ann.changes(10)
+            private_redis.kill9()
+            for title in titles[10:20]:
+                await _send(on_a, "ann", title)
+            private_redis.start()
+            for title in titles[20:]:
+                await _send(on_a, "ann", title)
+            # B's subscription comes back and wakes its sessions (or its safety
+            # poll does): the open socket catches up by itself.
+            live += await ann.changes(20, within=15)
+        assert [c["notification"]["title"] for c in live] == titles
+        assert [c["seq"] for c in live] == list(range(1, 31))
+        # And a client that reconnects from any cursor reads the rest from the store.
+        async with feed(b, tenant, "ann", secret, after=12) as again:
+            rest = await again.changes(18)
+            await again.quiet(0.5)
+        assert [c["seq"] for c in rest] == list(range(13, 31))
+
+
+async def test_a_snooze_ends_unseen_after_a_server_restart(sqlite_server: ServerProcess) -> None:
+    server = await asyncio.to_thread(sqlite_server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    headers = {
+        "X-Ductor-Tenant": tenant,
+        "X-Ductor-Subscriber": "ann",
+        "X-Ductor-Subscriber-Token": subscriber_token(secret, "ann"),
+    }
+    async with _http(server) as http:
+        made = await _send(http, "ann", "later")
+        path = f"/v1/inbox/me/notifications/{made['id']}"
+        seen = await http.patch(path, json={"seen": True}, headers=headers)
+        assert seen.json()["seen"] is True
+        snoozed = await http.patch(path, json={"snooze": "3s"}, headers=headers)
+        assert snoozed.status_code == 200, snoozed.text
+        assert snoozed.json()["snoozed_until"] is not None
+        counts = await http.get("/v1/inbox/me/counts", headers=headers)
+        assert counts.json()["all"]["total"] == 0
+    server.kill9()
+    await asyncio.sleep(3.5)
+    await asyncio.to_thread(server.start)
+    deadline = time.monotonic() + 20
+    async with _http(server) as http:
+        while True:
+            back = (await http.get(path, headers=headers)).json()
+            if back["snoozed_until"] is None:
+                break
+            assert time.monotonic() < deadline, back
+            await asyncio.sleep(0.1)
+        assert back["seen"] is False
+        counts = await http.get("/v1/inbox/me/counts", headers=headers)
+        assert counts.json()["all"] == {"total": 1, "unseen": 1, "unread": 1}
+    async with feed(server, tenant, "ann", secret, after=made["seq"]) as ann:
+        updates = await ann.changes(3)
+    assert [c["notification"]["seen"] for c in updates] == [True, True, False]
+    assert updates[-1]["notification"]["snoozed_until"] is None
