@@ -2,8 +2,9 @@
 in the transaction that commits the tick, and the preference rules that decide
 who gets them in the inbox and by email.
 
-Nothing here reads the clock or talks to the network. Email is not sent by
-this build: a recipient whose preferences want email gets a history note saying
+Nothing here reads the clock or talks to the network. Email is not sent yet
+(it needs a subscriber's address and an outbox a worker sends through an SMTP
+connection): a recipient whose preferences want email gets a history note saying
 so (`notify.sent`, `email.sent` false). The notification id is a hash of the
 tenant, the step's group and the subscriber, so a repeated command writes nothing.
 """
@@ -22,7 +23,7 @@ from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import NewHistoryEntry, RunRecord
 
 EMAIL_NOTE = (
-    "email is not sent: this server has no SMTP connections yet; "
+    "email is not sent: the inbox does not send email through SMTP connections yet; "
     "the notification was delivered in-app only"
 )
 """The note recorded for recipients whose preferences want email."""
