@@ -370,3 +370,56 @@ def wait_until() -> Callable[..., None]:
             time.sleep(0.05)
 
     return wait
+
+
+# --- a private Redis ----------------------------------------------------------------
+
+
+class PrivateRedis:
+    """A redis-server of a test's own, on a free port, that it may flush, kill and
+    start again (never the shared Redis other tests use)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while self.cli("PING") != "PONG":
+            assert time.monotonic() < deadline, "the private redis-server did not start"
+            time.sleep(0.05)
+
+    def cli(self, *command: str) -> str:
+        done = subprocess.run(
+            ["redis-cli", "-p", str(self.port), *command],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return done.stdout.strip()
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    """A running private redis-server, killed after the test."""
+    redis = PrivateRedis()
+    redis.start()
+    try:
+        yield redis
+    finally:
+        if redis.proc is not None and redis.proc.poll() is None:
+            redis.kill9()

@@ -39,7 +39,7 @@ import pytest
 
 from ductor_server.storage import open_store
 
-from .conftest import ServerProcess, free_port
+from .conftest import PrivateRedis, ServerProcess, free_port
 
 TERMINAL = {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
 
@@ -399,54 +399,6 @@ def test_a_postgres_restart_mid_load_loses_nothing(
     assert server.proc.poll() is None, "the server died"
     left = asyncio.run(_leftovers(private_postgres.url))
     assert left == {"open tasks": 0, "inbox items": 0, "runs": len(run_ids)}
-
-
-class PrivateRedis:
-    """A redis-server of this test's own, on a free port, that it may flush and kill."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while self.cli("PING") != "PONG":
-            assert time.monotonic() < deadline, "the private redis-server did not start"
-            time.sleep(0.05)
-
-    def cli(self, *command: str) -> str:
-        done = subprocess.run(
-            ["redis-cli", "-p", str(self.port), *command],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return done.stdout.strip()
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    redis = PrivateRedis()
-    redis.start()
-    try:
-        yield redis
-    finally:
-        if redis.proc is not None and redis.proc.poll() is None:
-            redis.kill9()
 
 
 @pytest.mark.slow

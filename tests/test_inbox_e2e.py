@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,9 +21,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from ductor_server.cli_server import create_key
 from ductor_server.services.inbox import subscriber_token
 from ductor_server.storage import open_store
-from ductor_server.testing import free_port
 
-from .conftest import ServerProcess
+from .conftest import PrivateRedis, ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -266,50 +264,6 @@ async def test_a_client_on_one_process_receives_what_another_created(
     print(f"\nA -> Redis -> B: median {statistics.median(latencies) * 1000:.1f} ms")
     # Well under B's 5 s safety poll: the push came through Redis.
     assert max(latencies) < 2.5
-
-
-class PrivateRedis:
-    """A redis-server of this test's own, on a free port, to kill and start again."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            done = subprocess.run(
-                ["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True
-            )
-            if done.stdout.strip() == "PONG":
-                return
-            assert time.monotonic() < deadline, "the private redis-server did not start"
-            time.sleep(0.05)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    redis = PrivateRedis()
-    redis.start()
-    try:
-        yield redis
-    finally:
-        if redis.proc is not None and redis.proc.poll() is None:
-            redis.kill9()
 
 
 async def test_a_redis_restart_mid_stream_loses_nothing(
