@@ -12,17 +12,14 @@ back it wakes every session once, since a push may have been missed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import uuid
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ductor_server.engine.rediswake import ReconnectingPubSub
+from ductor_server.engine.redischannel import RedisChannel
 
 log = logging.getLogger("ductor.inbox")
 
@@ -111,99 +108,34 @@ class LocalInboxFeed:
         return sum(len(s) for s in self._listeners.values())
 
 
-class RedisInboxFeed:
+class RedisInboxFeed(RedisChannel[Key]):
     """Pushes shared by every process on one Redis (channel `<prefix>inbox`)."""
 
     def __init__(self, redis: Redis, *, prefix: str = "ductor:") -> None:
-        self.redis = redis
-        self.channel = f"{prefix}inbox"
-        self.origin = uuid.uuid4().hex[:12]
+        super().__init__(redis, f"{prefix}inbox", log=log, name="inbox", max_backoff=2.0)
         self.local = LocalInboxFeed()
-        self._pending: set[Key] = set()
-        self._publisher: asyncio.Task[None] | None = None
-        self._listener: asyncio.Task[None] | None = None
-        self._subscribed = asyncio.Event()
 
     def announce(self, keys: Iterable[Key]) -> None:
         """Wake this process's listeners of `keys` and publish them to the others."""
         keys = list(keys)
-        if not keys:
-            return
         self.local.announce(keys)
-        self._pending.update(keys)
-        if self._publisher is None or self._publisher.done():
-            self._publisher = asyncio.get_running_loop().create_task(
-                self._publish(), name="ductor-inbox-publish"
-            )
+        self.publish(keys)
 
     def listen(self, tenant_id: str, subscriber_id: str) -> Listener:
         """A new listener of the subscriber (starts the subscription if needed)."""
         self.start()
         return self.local.listen(tenant_id, subscriber_id)
 
-    def start(self) -> None:
-        """Subscribe to the channel (idempotent)."""
-        if self._listener is None or self._listener.done():
-            self._listener = asyncio.get_running_loop().create_task(
-                self._listen(), name="ductor-inbox-listen"
-            )
+    def encode(self, items: list[Key]) -> bytes:
+        """`{"o": origin, "k": [[tenant, subscriber], ...]}`."""
+        return msgspec.json.encode({"o": self.origin, "k": items})
 
-    async def subscribed(self) -> None:
-        """Wait until subscribed (bound it with `asyncio.timeout`)."""
-        self.start()
-        await self._subscribed.wait()
+    def on_gap(self) -> None:
+        """Wake every session once: a push may have been missed."""
+        self.local.wake_all()
 
-    async def aclose(self) -> None:
-        """Stop listening and publishing."""
-        for task in (self._listener, self._publisher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        self._listener = self._publisher = None
-
-    async def _publish(self) -> None:
-        while self._pending:
-            keys = sorted(self._pending)
-            self._pending.clear()
-            message = msgspec.json.encode({"o": self.origin, "k": keys})
-            try:
-                await self.redis.publish(self.channel, message)
-            except RedisError as exc:
-                # Sessions elsewhere catch up at their next poll or reconnect.
-                log.warning("could not publish inbox pushes (%s)", exc)
-                return
-
-    async def _listen(self) -> None:
-        failures = 0
-        while True:
-            pubsub = ReconnectingPubSub(
-                self.redis.connection_pool,
-                ignore_subscribe_messages=True,
-                on_reconnect=self.local.wake_all,
-            )
-            try:
-                await pubsub.subscribe(self.channel)
-                if failures:
-                    self.local.wake_all()
-                failures = 0
-                self._subscribed.set()
-                while True:
-                    message = await pubsub.get_message(timeout=None)
-                    if message is not None:
-                        self._deliver(message.get("data"))
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                failures += 1
-                self._subscribed.clear()
-                log.warning("inbox channel lost (%s); retrying (%d)", exc, failures)
-                await asyncio.sleep(min(0.1 * 2**failures, 2.0))
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-    def _deliver(self, data: object) -> None:
+    def on_message(self, data: object) -> None:
+        """Wake this process's sessions of the subscribers another process announced."""
         try:
             message = msgspec.json.decode(data if isinstance(data, bytes | str) else b"")
             if message.get("o") == self.origin:
