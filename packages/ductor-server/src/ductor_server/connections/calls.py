@@ -28,7 +28,7 @@ from ductor_server.connections.errors import (
     SecretsUndecryptable,
 )
 from ductor_server.connections.secret_keys import KeyNotInRing, Sealed, SecretKeys, Tampered
-from ductor_server.connections.shapes import Redactor, problems_of, secret_strings
+from ductor_server.connections.shapes import MASK, problems_of, secret_strings
 from ductor_server.connections.store import ConnectionRecord, ConnectionsTx
 from ductor_server.engine.actions import ActionCall, ActionFailed, failure
 from ductor_server.engine.clock import Clock, SystemClock
@@ -40,6 +40,7 @@ from ductor_server.providers.base import (
     Provider,
     ProviderFailed,
     ProviderRegistry,
+    Redactor,
 )
 from ductor_server.storage.protocol import Store
 
@@ -121,7 +122,7 @@ def open_record(
     if provider is None:
         raise ProviderUnavailable(record.name, record.provider)
     raw_secrets = unseal(record, keys)
-    redactor = Redactor(secret_strings(raw_secrets))
+    redactor = Redactor(secret_strings(raw_secrets), mask=MASK)
     problems = problems_of(record.config, provider.settings, "/config")
     problems += problems_of(raw_secrets, provider.secrets, "/secrets")
     if problems:

@@ -8,7 +8,7 @@ Pure functions over plain values: no store, no keys, no network.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -112,37 +112,8 @@ def secret_strings(value: Any) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-class Redactor:
-    """Replaces every occurrence of a connection's secrets with `MASK`."""
-
-    __slots__ = ("_secrets",)
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        self._secrets = tuple(secrets)
-
-    def text(self, text: str) -> str:
-        """`text` without the secrets."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return text
-
-    def value(self, value: Any) -> Any:
-        """A JSON value with the secrets replaced in every string and key."""
-        if not self._secrets:
-            return value
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {self.text(str(k)): self.value(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.value(v) for v in value]
-        return value
-
-
 __all__ = [
     "MASK",
-    "Redactor",
     "decode",
     "mask_of",
     "pointer",

@@ -12,6 +12,7 @@ from ductor_server.providers.base import (
     ProviderFailed,
     ProviderRegistry,
     ProviderSetupError,
+    Redactor,
     provider_failure,
 )
 from ductor_server.providers.builtin import builtin_providers
@@ -31,6 +32,7 @@ __all__ = [
     "ProviderFailed",
     "ProviderRegistry",
     "ProviderSetupError",
+    "Redactor",
     "SlackProvider",
     "SmtpProvider",
     "WebhookProvider",

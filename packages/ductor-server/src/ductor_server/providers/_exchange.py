@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,41 +29,18 @@ from ductor_server.engine.outbound import (
     response_body,
     retry_after,
 )
-from ductor_server.providers.base import CallContext, ProviderFailed, provider_failure
-
-REDACTED = "***"
-"""What a secret value is replaced with in errors and outputs."""
+from ductor_server.providers.base import (
+    REDACTED,
+    CallContext,
+    ProviderFailed,
+    Redactor,
+    provider_failure,
+)
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _FORBIDDEN_HEADERS = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "idempotency-key"}
 )
-
-
-class Redactor:
-    """Replaces a connection's secret values with `***` in text and JSON values."""
-
-    def __init__(self, secrets: Iterable[str | None]) -> None:
-        # Longest first, so a value that contains another is replaced whole.
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
-
-    def text(self, text: str) -> str:
-        """`text` without any secret value."""
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        return text
-
-    def value(self, value: Any) -> Any:
-        """A copy of the JSON `value` without any secret value in its strings or keys."""
-        if not self._secrets:
-            return value
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {self.text(str(k)): self.value(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.value(v) for v in value]
-        return value
 
 
 def unknown_operation(provider: str, operation: str) -> ProviderFailed:

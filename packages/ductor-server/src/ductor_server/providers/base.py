@@ -9,7 +9,7 @@ the context's guarded HTTP client or `CallContext.resolve` (the outbound guard).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,6 +18,39 @@ import msgspec
 
 from ductor_core.runs import ErrorInfo
 from ductor_server.errors import ServerError
+
+REDACTED = "***"
+"""What a secret value is replaced with, unless a `Redactor` is given another mask."""
+
+
+class Redactor:
+    """Replaces a connection's secret values with a mask in text and JSON values."""
+
+    __slots__ = ("_mask", "_secrets")
+
+    def __init__(self, secrets: Iterable[str | None], *, mask: str = REDACTED) -> None:
+        # Longest first, so a value that contains another is replaced whole.
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._mask = mask
+
+    def text(self, text: str) -> str:
+        """`text` without any secret value."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, self._mask)
+        return text
+
+    def value(self, value: Any) -> Any:
+        """A copy of the JSON `value` without any secret value in its strings or keys."""
+        if not self._secrets:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {self.text(str(k)): self.value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(v) for v in value]
+        return value
 
 
 class ProviderFailed(Exception):

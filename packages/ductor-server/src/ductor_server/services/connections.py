@@ -33,7 +33,7 @@ from ductor_server.connections.secret_keys import (
     Tampered,
 )
 from ductor_server.connections.shapes import (
-    Redactor,
+    MASK,
     mask_of,
     pointer,
     problems_of,
@@ -41,7 +41,7 @@ from ductor_server.connections.shapes import (
 )
 from ductor_server.connections.store import ConnectionRecord, ConnectionsTx
 from ductor_server.engine.clock import Clock, SystemClock
-from ductor_server.providers.base import CheckResult, ProviderRegistry
+from ductor_server.providers.base import CheckResult, ProviderRegistry, Redactor
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
 from ductor_server.storage.protocol import Store, Tx
 
@@ -282,7 +282,7 @@ class ConnectionsService:
             problems.append(_problem("/secrets", f"secrets are over {MAX_SECRETS_BYTES} bytes"))
         elif secrets is not None and provider is not None:
             # A problem's message may quote a value: never a secret one.
-            redactor = Redactor(secret_strings(secrets))
+            redactor = Redactor(secret_strings(secrets), mask=MASK)
             problems += [
                 _problem(found["pointer"], redactor.text(found["message"]))
                 for found in problems_of(secrets, provider.secrets, "/secrets")
