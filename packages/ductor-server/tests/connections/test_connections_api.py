@@ -4,6 +4,7 @@ through the outbound guard, and ACTION steps through a connection."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
@@ -74,6 +75,26 @@ async def test_create_is_idempotent_and_names_are_unique(api: Api) -> None:
     )
     await api.fails("POST", "/v1/connections", 409, "connection.conflict", json=echo())
     assert await api.count("SELECT COUNT(*) FROM connections") == 1
+
+
+async def test_concurrent_duplicates_make_one_connection(api: Api) -> None:
+    # Twenty retries with one key, at once: one connection, every answer the same.
+    same_key = await asyncio.gather(
+        *(api.call("POST", "/v1/connections", json=echo(), key="burst") for _ in range(20))
+    )
+    assert {r.status_code for r in same_key} == {201}, [r.text for r in same_key]
+    assert len({r.json()["id"] for r in same_key}) == 1
+    # Twenty different keys racing for one new name: one wins, the rest are told.
+    racing = await asyncio.gather(
+        *(
+            api.call("POST", "/v1/connections", json=echo("race"), key=f"race-{n}")
+            for n in range(20)
+        )
+    )
+    statuses = sorted(r.status_code for r in racing)
+    assert statuses == [201] + [409] * 19, [r.text for r in racing]
+    assert {r.json()["code"] for r in racing if r.status_code == 409} == {"connection.conflict"}
+    assert await api.count("SELECT COUNT(*) FROM connections") == 2
 
 
 async def test_every_problem_has_a_pointer(api: Api) -> None:
