@@ -41,6 +41,9 @@ from ductor_server.storage import open_store
 
 from .conftest import PrivateRedis, ServerProcess, free_port
 
+# Timing, load and kills: these run alone, after the parallel part of the suite.
+pytestmark = pytest.mark.serial
+
 TERMINAL = {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
 
 
@@ -179,9 +182,12 @@ async def _leftovers(target: str) -> dict[str, int]:
         await store.close()
 
 
-def _one_effect_per_step(sink: Any, runs: dict[str, Any], refs: tuple[str, ...]) -> None:
+def _one_effect_per_step(
+    sink: Any, runs: dict[str, Any], refs: tuple[str, ...], context: str = ""
+) -> None:
     for run_id, run in runs.items():
-        assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+        errors = {s["ref"]: s.get("error") for s in run["steps"] if s.get("error")}
+        assert run["status"] == "RUN_STATUS_SUCCEEDED", (context, run_id, run["status"], errors)
         steps = {s["ref"]: s for s in run["steps"]}
         for ref in refs:
             keys = {k for k in sink.effects_for(run_id) if k.split(":")[1] == ref}
@@ -193,6 +199,11 @@ def test_twenty_kills_under_load_lose_and_repeat_nothing(
     postgres_server: ServerProcess, sink: Any
 ) -> None:
     server = postgres_server
+    # Twenty outside kills seconds apart look, to the quarantine, like a task that
+    # kills its process: a task leased right after a restart dies with it again
+    # and again. Quarantine has its own test (test_poison_e2e); here it is off so
+    # that every run must complete.
+    server.extra_env["DUCTOR_POISON_AFTER"] = "0"
     server.start()
     with server.client() as http:
         assert http.post("/v1/workflows", json=_chain(f"{sink.url}/ok")).status_code == 201
@@ -212,7 +223,7 @@ def test_twenty_kills_under_load_lose_and_repeat_nothing(
     assert len(run_ids) >= 40, f"only {len(run_ids)} runs triggered (seed {seed})"
     assert len(set(run_ids)) == len(run_ids), "two keys gave one run"
     runs = _wait_all(server, run_ids, timeout=150)
-    _one_effect_per_step(sink, runs, ("first", "second"))
+    _one_effect_per_step(sink, runs, ("first", "second"), f"seed {seed}")
     assert server.database_url is not None
     left = asyncio.run(_leftovers(server.database_url))
     assert left == {"open tasks": 0, "inbox items": 0, "runs": len(run_ids)}, (seed, left)
