@@ -177,11 +177,15 @@ class DagKind:
         )
         if resolved is None:
             what = command.family_slug + (f" v{command.version}" if command.version else "")
-            return ErrorInfo(
-                code="workflow.not_found",
-                message=f"child workflow {what} is not published",
-                retryable=False,
-            )
+            message = f"child workflow {what} is not published"
+            if parent.kind != DAG_KIND:
+                # An SDK step's invoke without app_id names a DAG family; the
+                # likely mistake is an SDK workflow id without its app.
+                message += (
+                    " as a DAG family; to invoke an SDK workflow, pass its app_id"
+                    f' (step.invoke(..., workflow="{command.family_slug}", app_id=...))'
+                )
+            return ErrorInfo(code="workflow.not_found", message=message, retryable=False)
         if depth >= MAX_START_DEPTH:
             return ErrorInfo(
                 code="run.nesting_too_deep",
