@@ -169,7 +169,14 @@ def _wait(http: httpx.Client, run_id: str, check: Callable[[dict[str, Any]], boo
 
 
 def _waiting_for(what: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda run: any(step.get("waiting_for") == what for step in run["steps"])
+    """A step waits for `what` ("signal approve"), or for a timer when `what` is "timer"."""
+
+    def waits(step: dict[str, Any]) -> bool:
+        if what == "timer":
+            return (step.get("waiting_for") or "").startswith("timer ")
+        return bool(step.get("waiting_for") == what)
+
+    return lambda run: any(waits(step) for step in run["steps"])
 
 
 def _trigger(http: httpx.Client, workflow: str, input: Any = None) -> str:

@@ -142,10 +142,31 @@ async def test_a_failing_step_is_retried_then_succeeds(make_engine: Any) -> None
         run = (
             await engine.services.runs.trigger(TENANT, "bridge:shop:flaky", None, None, None)
         ).value
+        retrying = await engine.wait_run(
+            run.id,
+            lambda v: any(s.status == StepStatus.RETRYING for s in v.steps),
+            "show the step retrying",
+        )
         view = await engine.wait_run(run.id)
+        history = await engine.services.runs.history(TENANT, run.id)
     assert view.status == RunStatus.SUCCEEDED, view.error
     assert view.output == "finally"
     assert counts["flaky"] == 3
+    # While it waits to be tried again, the step shows its try, error and time,
+    # in the words a DAG step uses.
+    [step] = [s for s in retrying.steps if s.ref == "flaky"]
+    assert step.attempt in (1, 2)
+    assert step.error is not None
+    assert f"try {step.attempt} fails" in step.error.message
+    assert step.retry_at is not None
+    assert step.waiting_for is not None
+    assert step.waiting_for.startswith("retry at ")
+    # Done: three tries, and each failed one is in the history.
+    [done] = [s for s in view.steps if s.ref == "flaky"]
+    assert (done.status, done.attempt, done.error) == (StepStatus.SUCCEEDED, 3, None)
+    retries = [e.data for e in history if e.kind == "step.retrying"]
+    assert [(r["step_ref"], r["attempt"]) for r in retries] == [("flaky", 1), ("flaky", 2)]
+    assert all("fails" in r["error"]["message"] and r["retry_at"] for r in retries)
 
 
 async def test_a_non_retriable_error_fails_the_run_with_the_error(make_engine: Any) -> None:
@@ -191,7 +212,9 @@ async def test_changed_code_fails_the_run_as_workflow_changed(make_engine: Any) 
             await engine.services.runs.trigger(TENANT, "bridge:shop:evolving", None, None, None)
         ).value
         await engine.wait_run(
-            run.id, lambda v: any(s.waiting_for == "timer" for s in v.steps), "sleep"
+            run.id,
+            lambda v: any((s.waiting_for or "").startswith("timer ") for s in v.steps),
+            "sleep",
         )
         version["n"] = 2  # the code changes under the sleeping run
         view = await engine.wait_run(run.id)
@@ -317,6 +340,31 @@ async def test_a_dag_bridge_step_to_an_unknown_workflow_fails_clearly(make_engin
     [call] = [s for s in view.steps if s.ref == "call"]
     assert call.error is not None
     assert call.error.code == "workflow.not_found"
+
+
+async def test_an_invoke_without_app_id_names_the_fix(make_engine: Any) -> None:
+    """`workflow=` alone names a DAG family: an SDK workflow's id there fails
+    with an error that says to pass its app_id."""
+    client = Client("shop", signing_key=KEY)
+
+    @client.workflow("receipt")
+    async def receipt(ctx: Context, _: None) -> Any:
+        return "sent"
+
+    @client.workflow("checkout")
+    async def checkout(ctx: Context, _: None) -> Any:
+        return await ctx.step.invoke("send", workflow="receipt")
+
+    async with make_engine(client) as engine:
+        run = (
+            await engine.services.runs.trigger(TENANT, "bridge:shop:checkout", None, None, None)
+        ).value
+        view = await engine.wait_run(run.id)
+    assert view.status == RunStatus.FAILED
+    assert view.error is not None
+    assert view.error.code == "workflow.not_found", view.error
+    assert "pass its app_id" in view.error.message, view.error.message
+    assert 'workflow="receipt"' in view.error.message
 
 
 async def test_cancelling_a_bridge_run_cancels_its_invoked_child(make_engine: Any) -> None:

@@ -24,7 +24,9 @@ from ductor.protocol import (
     RunCompleteOp,
     SigningKeys,
     SleepOp,
+    StepErrorOp,
     StepFailedOp,
+    StepPlannedOp,
     StepRunOp,
     WaitForEventOp,
     WaitForSignalOp,
@@ -198,6 +200,59 @@ def test_sleep_wait_and_invoke_become_timers_waits_and_child_runs() -> None:
     assert steps[1].result["data"] == {"id": 7}
     assert steps[2].error is not None
     assert steps[2].error.code == "boom"
+
+
+def _step(result: BridgeTickResult, ref: str) -> StepState:
+    return result.state.steps[ref]
+
+
+def test_retries_and_waits_read_as_a_dag_run_s() -> None:
+    """A failed try shows as RETRYING with its attempt, error and time, for a step
+    of the body and for a planned (parallel) one; a recorded step shows its tries;
+    sleeps and invokes wait in the DAG's words."""
+    first = _start()
+    [task] = _dispatches(first)
+    boom = WireError(code="boom", message="try failed", retryable=True)
+    body = StepErrorOp(id="b" * 32, name="charge", error=boom)
+    result = bridge_tick(first.state, first.data, [_answer(task, body)], T0)
+    step = _step(result, "charge")
+    assert (step.status, step.attempt) == (StepStatus.RETRYING, 1)
+    assert step.error is not None
+    assert (step.error.code, step.error.message) == ("boom", "try failed")
+    assert step.retry_at is not None
+    assert step.retry_at > T0
+    assert step.waiting_for == f"retry at {step.retry_at.isoformat().replace('+00:00', 'Z')}"
+    [timer] = _of(result.commands, SetTimer)
+    result = bridge_tick(result.state, result.data, [TimerFired(timer_id=timer.timer_id)], T0)
+    assert (_step(result, "charge").status, _step(result, "charge").attempt) == (
+        StepStatus.RUNNING,
+        2,
+    )
+    [task] = _dispatches(result)
+    done = StepRunOp(id="b" * 32, name="charge", result=1)
+    planned = [StepPlannedOp(id="p" * 32, name="left"), StepPlannedOp(id="q" * 32, name="right")]
+    result = bridge_tick(result.state, result.data, [_answer(task, done, *planned)], T0)
+    assert (_step(result, "charge").status, _step(result, "charge").attempt) == (
+        StepStatus.SUCCEEDED,
+        2,
+    )
+    assert _step(result, "left").attempt == 1
+    left = next(t for t in _dispatches(result) if "p" * 32 in str(t.payload))
+    failed_left = StepErrorOp(id="p" * 32, name="left", error=boom)
+    result = bridge_tick(result.state, result.data, [_answer(left, failed_left)], T0)
+    step = _step(result, "left")
+    assert (step.status, step.attempt) == (StepStatus.RETRYING, 1)
+    assert step.error is not None
+    assert step.retry_at is not None
+    assert (step.waiting_for or "").startswith("retry at ")
+
+    fresh = _start()
+    [task] = _dispatches(fresh)
+    nap = SleepOp(id="s" * 32, name="nap", duration="10m")
+    invoke = InvokeOp(id="i" * 32, name="child", workflow="receipt", app_id="shop", input=1)
+    result = bridge_tick(fresh.state, fresh.data, [_answer(task, nap, invoke)], T0)
+    assert _step(result, "nap").waiting_for == "timer 2026-01-01T00:10:00Z"
+    assert _step(result, "child").waiting_for == "child run"
 
 
 def test_a_wait_times_out_with_null_and_an_early_signal_is_buffered() -> None:

@@ -142,7 +142,8 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     """A step opcode the engine is resolving: a planned step, a sleep, a wait or an invoke.
 
     `op` is the opcode as JSON; `attempt` the failed tries of a planned step;
-    `task` the attempt number of its in-flight execute task, if any.
+    `task` the attempt number of its in-flight execute task, if any; `error`
+    the last failed try's error.
     """
 
     id: str
@@ -150,6 +151,18 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     op: dict[str, Any]
     attempt: int = 0
     task: int | None = None
+    error: WireError | None = None
+
+
+class Retrying(msgspec.Struct, frozen=True, kw_only=True):
+    """A step of the body (not planned) whose last try failed and will be tried
+    again by the next execute: `tries` so far, the last `error`, and when."""
+
+    id: str
+    name: str
+    tries: int
+    error: WireError
+    retry_at: datetime
 
 
 class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
@@ -173,6 +186,8 @@ class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
         cancel_reason: why the run is being cancelled.
         queued: the run waits for a slot of its workflow's `concurrency` limit
             (it stays PENDING, dispatching nothing, until `SLOT_TIMER` fires).
+        retrying: the body's step whose last try failed, until it is recorded.
+        tries: how many tries each recorded `step.run` took, when more than one.
     """
 
     app_id: str
@@ -190,6 +205,8 @@ class BridgeData(msgspec.Struct, frozen=True, kw_only=True):
     cancelling: int | None = None
     cancel_reason: str = ""
     queued: bool = False
+    retrying: Retrying | None = None
+    tries: dict[str, int] = {}
 
 
 _OPS_TYPE: Final = list[Opcode]
@@ -290,6 +307,8 @@ class _BridgeTick:
         self.cancelling = data.cancelling
         self.cancel_reason = data.cancel_reason
         self.queued = data.queued
+        self.retrying = data.retrying
+        self.tries = dict(data.tries)
         self.timers = dict(state.timers)
         self.pending_signals = list(state.pending_signals)
         self.received_ids = list(state.received_ids)
@@ -314,6 +333,8 @@ class _BridgeTick:
             cancelling=self.cancelling,
             cancel_reason=self.cancel_reason,
             queued=self.queued,
+            retrying=self.retrying,
+            tries=self.tries,
         )
 
     def result(self) -> BridgeTickResult:
@@ -370,9 +391,11 @@ class _BridgeTick:
             key = key_of(record.id, record.name)
             old = previous.get(key)
             failed = record.op == OpcodeName.STEP_FAILED or record.error is not None
+            ran = record.op in (OpcodeName.STEP_RUN, OpcodeName.STEP_FAILED)
             steps[key] = StepState(
                 ref=key,
                 status=StepStatus.FAILED if failed else StepStatus.SUCCEEDED,
+                attempt=self.tries.get(record.id, 1) if ran else 0,
                 output=record.result,
                 error=core_error(record.error) if record.error is not None else None,
                 started_at=old.started_at if old is not None else self.now,
@@ -383,19 +406,57 @@ class _BridgeTick:
             key = key_of(pending.id, pending.name)
             old = previous.get(key)
             op = str(pending.op.get("op"))
+            planned = op == OpcodeName.STEP_PLANNED
+            retry_at = self.timers.get(f"retry:{pending.id}") if planned else None
             steps[key] = StepState(
                 ref=key,
                 status=StepStatus.CANCELLED
                 if ended
+                else StepStatus.RETRYING
+                if retry_at is not None
                 else StepStatus.RUNNING
-                if op == OpcodeName.STEP_PLANNED
+                if planned
                 else StepStatus.WAITING,
-                attempt=pending.attempt,
+                # The try under way (or, retrying, the last one): 1 first, as DAG steps.
+                attempt=pending.attempt + (0 if retry_at is not None else 1) if planned else 0,
+                error=core_error(pending.error) if pending.error is not None else None,
                 started_at=old.started_at if old is not None else self.now,
-                waiting_for=_waiting_for(pending.op),
+                retry_at=retry_at,
+                waiting_for=self.waiting_for(pending, retry_at),
                 data={"id": pending.id, "op": op},
             )
+        if self.retrying is not None and not ended:
+            failing = self.retrying
+            key = key_of(failing.id, failing.name)
+            old = previous.get(key)
+            waiting = self.main_retry
+            steps[key] = StepState(
+                ref=key,
+                status=StepStatus.RETRYING if waiting else StepStatus.RUNNING,
+                attempt=failing.tries if waiting else failing.tries + 1,
+                error=core_error(failing.error),
+                started_at=old.started_at if old is not None else self.now,
+                retry_at=failing.retry_at if waiting else None,
+                waiting_for=f"retry at {_iso(failing.retry_at)}" if waiting else None,
+                data={"id": failing.id, "op": str(OpcodeName.STEP_RUN)},
+            )
         return steps
+
+    def waiting_for(self, pending: Pending, retry_at: datetime | None) -> str | None:
+        """What a pending step waits for, in the words DAG steps use."""
+        if retry_at is not None:
+            return f"retry at {_iso(retry_at)}"
+        kind = pending.op.get("op")
+        if kind == OpcodeName.SLEEP:
+            fire_at = self.timers.get(f"sleep:{pending.id}")
+            return "timer" if fire_at is None else f"timer {_iso(fire_at)}"
+        if kind == OpcodeName.WAIT_FOR_EVENT:
+            return f"event {pending.op.get('event')}"
+        if kind == OpcodeName.WAIT_FOR_SIGNAL:
+            return f"signal {pending.op.get('signal')}"
+        if kind == OpcodeName.INVOKE:
+            return "child run"
+        return None
 
     # --- commands ------------------------------------------------------------------
 
@@ -613,7 +674,13 @@ class _BridgeTick:
             return False
         self.history.append(record)
         self.recorded.add(record.id)
-        self.pending.pop(record.id, None)
+        pending = self.pending.pop(record.id, None)
+        failed_tries = pending.attempt if pending is not None else 0
+        if self.retrying is not None and self.retrying.id == record.id:
+            failed_tries = self.retrying.tries
+        if failed_tries:
+            self.tries[record.id] = failed_tries + 1
+        self.retrying = None
         self.attempt = 0
         return True
 
@@ -623,7 +690,7 @@ class _BridgeTick:
                 self.record(step_record(op))
             elif isinstance(op, StepErrorOp) and op.id == target.id:
                 self.pending[target.id] = msgspec.structs.replace(
-                    target, attempt=target.attempt + 1
+                    target, attempt=target.attempt + 1, error=op.error
                 )
                 self.set_timer(
                     f"retry:{target.id}",
@@ -649,7 +716,19 @@ class _BridgeTick:
                 self.record(step_record(op))
             elif isinstance(op, StepErrorOp | RunErrorOp):
                 self.attempt += 1
-                self.schedule_main(self.retry_delay(op.retry_after, self.attempt))
+                delay = self.retry_delay(op.retry_after, self.attempt)
+                self.schedule_main(delay)
+                if isinstance(op, StepErrorOp):
+                    tries = 1
+                    if self.retrying is not None and self.retrying.id == op.id:
+                        tries = self.retrying.tries + 1
+                    self.retrying = Retrying(
+                        id=op.id,
+                        name=op.name,
+                        tries=tries,
+                        error=op.error,
+                        retry_at=self.now + delay,
+                    )
             elif isinstance(op, RunCompleteOp):
                 self.finish(RunStatus.SUCCEEDED, output=op.output)
             elif isinstance(op, RunFailedOp):
@@ -838,19 +917,6 @@ class _BridgeTick:
 
 def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
-
-
-def _waiting_for(op: dict[str, Any]) -> str | None:
-    kind = op.get("op")
-    if kind == OpcodeName.SLEEP:
-        return "timer"
-    if kind == OpcodeName.WAIT_FOR_EVENT:
-        return f"event {op.get('event')}"
-    if kind == OpcodeName.WAIT_FOR_SIGNAL:
-        return f"signal {op.get('signal')}"
-    if kind == OpcodeName.INVOKE:
-        return f"workflow {op.get('workflow')}"
-    return None
 
 
 def bridge_start(
