@@ -98,6 +98,21 @@ class RouteStep:
         deadline = None
         if call.timeout_seconds is not None and call.timeout_seconds > 0:
             deadline = loop.time() + max(call.timeout_seconds - _TIMEOUT_MARGIN, 0.0)
+        try:
+            return await self._poll(tenant, assignment_id, output, deadline)
+        except asyncio.CancelledError:
+            # Past the deadline, the worker's own timeout cut the attempt before
+            # it could expire the assignment (a slow store, a busy machine): it
+            # must not stay open behind the failed attempt. (Cancelled before
+            # the deadline, as at shutdown, the redelivered attempt finds it.)
+            if deadline is not None and loop.time() >= deadline:
+                await asyncio.shield(self._expire(tenant, assignment_id))
+            raise
+
+    async def _poll(
+        self, tenant: str, assignment_id: str, output: dict[str, Any], deadline: float | None
+    ) -> Any:
+        loop = asyncio.get_running_loop()
         while True:
             assignment = await self.service.get_assignment(tenant, assignment_id)
             if assignment.status == COMPLETED:
