@@ -32,6 +32,9 @@ import pytest
 
 from .conftest import ServerProcess, _create_key
 
+# Timing, load and kills: these run alone, after the parallel part of the suite.
+pytestmark = pytest.mark.serial
+
 A_RUNS = 2_000
 A_STEPS = 5
 SLOW_SECONDS = 0.2

@@ -21,8 +21,12 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from .conftest import ServerProcess
+
+# Timing, load and kills: these run alone, after the parallel part of the suite.
+pytestmark = pytest.mark.serial
 
 SAMPLE_EVERY = 0.01
 P99_BOUND = 0.050

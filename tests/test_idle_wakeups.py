@@ -19,9 +19,14 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
+import pytest
+
 from ductor_server.settings import IDLE_POLL_INTERVAL
 
 from .conftest import ServerProcess
+
+# Timing, load and kills: these run alone, after the parallel part of the suite.
+pytestmark = pytest.mark.serial
 
 WINDOW = 20.0
 SETTLE = 3.0

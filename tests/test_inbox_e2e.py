@@ -129,6 +129,7 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
+@pytest.mark.serial  # its latency figure means something only on a quiet machine
 async def test_notify_steps_arrive_live_and_in_order(sqlite_server: ServerProcess) -> None:
     server = await asyncio.to_thread(sqlite_server.start)
     tenant, secret = _tenant(server), await _secret(server)

@@ -58,6 +58,8 @@ def test_a_value_opens_only_for_its_tenant_and_connection() -> None:
         ("k1:" + "QUJD", "32 bytes, got 3"),
         (f"{K1},{K1}", "listed twice"),
     ],
+    # Stable ids (the keys are random): parallel workers must collect the same tests.
+    ids=["empty", "no-colon", "bad-kid", "not-base64", "short", "twice"],
 )
 def test_bad_rings_are_refused_without_showing_keys(text: str, says: str) -> None:
     with pytest.raises(SecretKeysInvalid) as refused:

@@ -27,6 +27,9 @@ from ductor_server.sandbox import (
 )
 from ductor_server.settings import Settings
 
+# Deadlines of a second that include a child process's start: run alone.
+pytestmark = pytest.mark.serial
+
 CORPUS = Path(__file__).parents[3] / "ductor-core/tests/data/cel_corpus.json"
 LISTS = {"input": {"a": list(range(100)), "b": list(range(100)), "c": list(range(100))}}
 JOIN = "input.a.map(x, input.b.filter(y, y == x).size())"
