@@ -21,8 +21,8 @@ import pytest
 
 from ductor_server.connections import new_secret_key
 
-from .ai_upstream import PIECES, STREAM_USAGE, UPSTREAM_KEY, USAGE, ScriptedUpstream
 from . import conftest
+from .ai_upstream import PIECES, STREAM_USAGE, UPSTREAM_KEY, USAGE, ScriptedUpstream
 from .conftest import ServerProcess, _create_key
 
 
@@ -105,18 +105,23 @@ def test_chat_stream_embeddings_cost_and_records(
     )
     completion = raw.parse()
     assert completion.choices[0].message.content == "echo: hi there"
-    assert completion.usage is not None and completion.usage.prompt_tokens == USAGE["prompt_tokens"]
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens == USAGE["prompt_tokens"]
     # 11 * 3 + 7 * 10 micros per token = 103
     assert raw.headers["ductor-cost-micros"] == "103"
     request_id = raw.headers["ductor-request-id"]
     sent = upstream.requests[-1]
-    assert sent[0] == "/v1/chat/completions" and sent[1] == f"Bearer {UPSTREAM_KEY}"
+    assert sent[0] == "/v1/chat/completions"
+    assert sent[1] == f"Bearer {UPSTREAM_KEY}"
     with server.client() as http:
         record = http.get(f"/v1/ai/requests/{request_id}").json()
-    assert record["model"] == "echo" and record["status"] == "ok"
+    assert record["model"] == "echo"
+    assert record["status"] == "ok"
     assert (record["tokens_in"], record["tokens_out"], record["cost_micros"]) == (11, 7, 103)
-    assert record["usage_source"] == "upstream" and record["connection"] == "llm"
-    assert record["latency_ms"] > 0 and record["http_status"] == 200
+    assert record["usage_source"] == "upstream"
+    assert record["connection"] == "llm"
+    assert record["latency_ms"] > 0
+    assert record["http_status"] == 200
 
     # A stream: each chunk reaches the caller before the upstream sends the next one.
     pieces: list[str] = []
@@ -140,14 +145,16 @@ def test_chat_stream_embeddings_cost_and_records(
     ) as response:
         stream_id = response.headers["ductor-request-id"]
         chunks = list(response.parse())
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 3
     with server.client() as http:
         deadline = time.monotonic() + 10
         while (answer := http.get(f"/v1/ai/requests/{stream_id}")).status_code == 404:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         record = answer.json()
-    assert record["stream"] is True and record["status"] == "ok"
+    assert record["stream"] is True
+    assert record["status"] == "ok"
     assert (record["tokens_in"], record["tokens_out"]) == (11, STREAM_USAGE["completion_tokens"])
     assert record["cost_micros"] == 11 * 3 + 3 * 10
 
@@ -158,8 +165,10 @@ def test_chat_stream_embeddings_cost_and_records(
     assert raw.headers["ductor-usage-source"] == "estimated"
     with server.client() as http:
         record = http.get(f"/v1/ai/requests/{raw.headers['ductor-request-id']}").json()
-    assert record["usage_source"] == "estimated" and record["tokens_in"] == 10
-    assert record["priced"] is False and record["cost_micros"] == 0
+    assert record["usage_source"] == "estimated"
+    assert record["tokens_in"] == 10
+    assert record["priced"] is False
+    assert record["cost_micros"] == 0
 
     # Embeddings.
     raw_embed = client.embeddings.with_raw_response.create(model="text-embed", input=["a", "b"])
@@ -175,14 +184,16 @@ def test_chat_stream_embeddings_cost_and_records(
             if row["meter"].startswith("ai.")
         }
         page = http.get("/v1/ai/requests", params={"limit": 2}).json()
-        assert len(page["items"]) == 2 and page["next_cursor"]
+        assert len(page["items"]) == 2
+        assert page["next_cursor"]
         rest = http.get(
             "/v1/ai/requests", params={"limit": 50, "cursor": page["next_cursor"]}
         ).json()
         ids = [r["id"] for r in page["items"] + rest["items"]]
     assert usage["ai.requests"] == 5
     assert usage["ai.cost"] == 103 + 0 + 63 + 0 + 1  # echo, gated, streamed echo, nousage, embed
-    assert len(ids) == len(set(ids)) == 5 and request_id in ids
+    assert len(ids) == len(set(ids)) == 5
+    assert request_id in ids
 
     # Another tenant sees none of it and cannot use the first tenant's connection.
     other = _client(server, other_key)
@@ -242,7 +253,8 @@ def test_budget_refuses_before_the_upstream_sees_it(
         )
     assert refused.value.status_code == 429
     body = refused.value.body
-    assert body["code"] == "budget.exceeded" and body["details"]["meter"] == "ai.cost"  # type: ignore[index]
+    assert body["code"] == "budget.exceeded"
+    assert body["details"]["meter"] == "ai.cost"
     assert len(upstream.requests) == seen  # nothing was sent
     # A count budget on ai.requests refuses exactly the request past it.
     with server.client() as http:
@@ -259,7 +271,8 @@ def test_budget_refuses_before_the_upstream_sees_it(
     with server.client() as http:
         items = http.get("/v1/ai/requests").json()["items"]
     assert [i["status"] for i in items][:2] == ["refused", "ok"]
-    assert items[0]["error_code"] == "budget.exceeded" and items[0]["cost_micros"] == 0
+    assert items[0]["error_code"] == "budget.exceeded"
+    assert items[0]["cost_micros"] == 0
 
 
 def test_upstream_failures_and_bad_input(server: ServerProcess, upstream: ScriptedUpstream) -> None:
@@ -292,14 +305,16 @@ def test_upstream_failures_and_bad_input(server: ServerProcess, upstream: Script
     started = time.monotonic()
     with pytest.raises(openai.APIStatusError) as slow:
         client.chat.completions.create(model="slow", messages=hi)
-    assert slow.value.status_code == 504 and time.monotonic() - started < 4
+    assert slow.value.status_code == 504
+    assert time.monotonic() - started < 4
     assert slow.value.body["code"] == "ai.upstream_timeout"  # type: ignore[index]
     # A stream that goes silent midway ends with an error event.
     got: list[str] = []
     with pytest.raises(openai.APIError) as broken:  # noqa: PT012
         for chunk in client.chat.completions.create(model="stall", messages=hi, stream=True):
             got.extend(c.delta.content or "" for c in chunk.choices)
-    assert got == ["Hel"] and "silent" in broken.value.message
+    assert got == ["Hel"]
+    assert "silent" in broken.value.message
     # The upstream refused by the outbound guard would be `outbound.forbidden`; an
     # unreachable one is a 502.
     with server.client() as http:
@@ -317,7 +332,8 @@ def test_upstream_failures_and_bad_input(server: ServerProcess, upstream: Script
             json={"model": "echo", "messages": hi},
             headers={"Ductor-Connection": "gone"},
         )
-        assert answer.status_code == 502 and answer.json()["code"] == "ai.upstream_error"
+        assert answer.status_code == 502
+        assert answer.json()["code"] == "ai.upstream_error"
 
         # Bad input: every problem with a pointer, nothing sent upstream.
         seen = len(upstream.requests)
@@ -335,18 +351,21 @@ def test_upstream_failures_and_bad_input(server: ServerProcess, upstream: Script
             + b'"}]}',
             headers={"Content-Type": "application/json"},
         )
-        assert answer.status_code == 413 and answer.json()["code"] == "request.too_large"
+        assert answer.status_code == 413
+        assert answer.json()["code"] == "request.too_large"
         answer = http.post(
             "/v1/ai/chat/completions",
             json={"model": "echo", "messages": hi, "ductor_connection": "nope"},
         )
-        assert answer.status_code == 404 and answer.json()["code"] == "connection.not_found"
+        assert answer.status_code == 404
+        assert answer.json()["code"] == "connection.not_found"
         answer = http.post(
             "/v1/ai/chat/completions",
             json={"model": "echo", "messages": hi},
             headers={"Ductor-Connection": "hook"},
         )
-        assert answer.status_code == 422 and answer.json()["code"] == "ai.connection_unsupported"
+        assert answer.status_code == 422
+        assert answer.json()["code"] == "ai.connection_unsupported"
         answer = http.post(
             "/v1/ai/chat/completions",
             content=b"{nope",
@@ -403,7 +422,11 @@ def test_an_action_on_an_openai_connection_is_metered(
         }
     assert len(items) == 1
     record = items[0]
-    assert record["source"] == "action" and record["run_id"] == run["id"]
-    assert record["step_ref"] == "ask" and record["model"] == "echo"
+    assert record["source"] == "action"
+    assert record["run_id"] == run["id"]
+    assert record["step_ref"] == "ask"
+    assert record["model"] == "echo"
     assert (record["tokens_in"], record["tokens_out"], record["cost_micros"]) == (11, 7, 25)
-    assert usage["ai.requests"] == 1 and usage["ai.tokens"] == 18 and usage["ai.cost"] == 25
+    assert usage["ai.requests"] == 1
+    assert usage["ai.tokens"] == 18
+    assert usage["ai.cost"] == 25
