@@ -26,7 +26,7 @@ async def usage_of(api: Api, meter: str, window: str = "day", **kw: Any) -> int:
 
 async def test_meters_builtin_and_own(api: Api) -> None:
     names = [m["name"] for m in await api.ok("GET", "/v1/meters")]
-    assert names == ["runs", "steps", "route_decisions"]
+    assert names == ["runs", "steps", "route_decisions", "ai.requests", "ai.tokens", "ai.cost"]
     body = {"name": "llm.tokens", "unit": "token", "aggregation": "sum"}
     created = await api.call("POST", "/v1/meters", json=body, key="m1")
     assert created.status_code == 201, created.text
