@@ -23,7 +23,7 @@ def test_cost_is_integer_micros_rounded_up() -> None:
     assert cost_micros(price(3_000_000, 10_000_000), 11, 7) == 103
     assert cost_micros(price(150_000, 600_000), 1, 0) == 1  # 0.15 micros
     assert cost_micros(price(150_000, 600_000), 0, 0) == 0
-    assert cost_micros(price(2**53 - 1, 0), 2**40, 0) > 0  # no float, no overflow
+    assert cost_micros(price(2**53 - 1, 0), 2**40, 0) == 2**53 - 1  # capped, no float
 
 
 def test_estimate_is_four_characters_a_token() -> None:

@@ -25,6 +25,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -37,6 +38,7 @@ import httpx
 import msgspec
 
 from ductor_core.runs import ErrorInfo
+from ductor_core.validation import SLUG_PATTERN
 from ductor_server.ai import (
     AiConnectionUnsupported,
     AiNoConnection,
@@ -48,7 +50,7 @@ from ductor_server.ai import (
     PriceNotFound,
     PriceRecord,
 )
-from ductor_server.connections import ConnectionCalls, SecretKeys
+from ductor_server.connections import ConnectionCalls, ConnectionNotFound, SecretKeys
 from ductor_server.connections.calls import CompletedCall, Opened, load
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.outbound import OutboundForbidden, read_capped
@@ -89,7 +91,7 @@ PRICE_WILDCARD = "*"
 """The model whose price applies to models without one of their own."""
 
 _SCALE = 1_000_000
-_HEADER_CONNECTION = "ductor-connection"
+_REQUEST_ID = re.compile(r"air_[0-9a-f]{32}")
 _BODY_CONNECTION = "ductor_connection"
 
 
@@ -188,11 +190,11 @@ class ProxyAnswer:
 
 
 def cost_micros(price: PriceRecord | None, tokens_in: int, tokens_out: int) -> int:
-    """The cost of a call in micros, rounded up (0 without a price)."""
+    """The cost of a call in micros, rounded up (0 without a price; at most 2**53 - 1)."""
     if price is None:
         return 0
     total = tokens_in * price.input_per_million + tokens_out * price.output_per_million
-    return -(-total // _SCALE)
+    return min(-(-total // _SCALE), MAX_USAGE)
 
 
 def estimate_tokens(text_chars: int) -> int:
@@ -372,6 +374,12 @@ def _check_model(model: str) -> None:
         )
 
 
+def _known_model(model: str) -> None:
+    """Refuse a model name no price can have, before it reaches the store."""
+    if not model or len(model) > 256 or any(ord(c) < 32 for c in model):
+        raise PriceNotFound(model[:256])
+
+
 def _upstream_error(answer_status: int, content: bytes | None, opened: Opened) -> AiUpstreamError:
     error: Any = None
     if content:
@@ -516,6 +524,7 @@ class AiService:
         Raises:
             PriceNotFound: `ai.price_not_found`.
         """
+        _known_model(model)
         async with self._store.transaction() as tx:
             record = await AiTx(tx).get_price(tenant_id, model)
         if record is None:
@@ -547,6 +556,7 @@ class AiService:
         Raises:
             PriceNotFound: `ai.price_not_found`.
         """
+        _known_model(model)
         async with self._store.transaction() as tx:
             if not await AiTx(tx).delete_price(tenant_id, model):
                 raise PriceNotFound(model)
@@ -559,6 +569,8 @@ class AiService:
         Raises:
             AiRequestNotFound: `ai.request_not_found` (another tenant's too).
         """
+        if not _REQUEST_ID.fullmatch(request_id):  # no such id can exist
+            raise AiRequestNotFound(request_id[:64])
         async with self._store.transaction() as tx:
             record = await AiTx(tx).get_request(tenant_id, request_id)
         if record is None:
@@ -590,6 +602,8 @@ class AiService:
     # --- the proxy -------------------------------------------------------------------
 
     async def _open(self, tenant_id: str, name: str) -> Opened:
+        if not SLUG_PATTERN.fullmatch(name):  # no such name can exist
+            raise ConnectionNotFound(name[:64])
         opened = await load(self._store, self._providers, self._keys, tenant_id, name)
         if opened.record.provider != "openai":
             raise AiConnectionUnsupported(name, opened.record.provider)
