@@ -51,15 +51,16 @@ from ductor_server.ai import (
     PriceRecord,
 )
 from ductor_server.connections import ConnectionCalls, ConnectionNotFound, SecretKeys
-from ductor_server.connections.calls import CompletedCall, Opened, load
+from ductor_server.connections.calls import CompletedCall, Opened, load, open_record
+from ductor_server.connections.store import ConnectionRecord, ConnectionsTx
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.outbound import OutboundForbidden, read_capped
 from ductor_server.errors import RequestInvalid, ServerError
-from ductor_server.metering.store import MeteringTx
+from ductor_server.metering.store import BudgetRecord, MeteringTx
 from ductor_server.providers import ProviderRegistry
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.metering import charge_usage
-from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.protocol import Store
 from ductor_server.storage.usage import UsageIncrement, add_usage
 from ductor_settlement import MAX_USAGE, BudgetExceeded, window_start
 
@@ -253,6 +254,7 @@ class _Call:
     upstream_status: int | None = None
     error_code: str | None = None
     recorded: bool = False
+    counted: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -641,39 +643,56 @@ class AiService:
         )
         name = connection or call.body.pop(_BODY_CONNECTION, None)
         call.body.pop(_BODY_CONNECTION, None)
-        async with self._store.transaction() as tx:
-            settings = await AiTx(tx).get_settings(tenant_id)
-        timeout = settings.timeout_seconds if settings is not None else DEFAULT_TIMEOUT
-        if not name:
-            name = settings.default_connection if settings is not None else None
-        if not name:
-            raise AiNoConnection()
-        opened = await self._open(tenant_id, name)
-        call.connection = name
-        await self._admit(call)
-        if stream:
-            return await self._stream(call, opened, timeout)
-        return await self._whole(call, opened, timeout)
-
-    async def _admit(self, call: _Call) -> None:
-        """Count the request and refuse it past a blocking budget, before anything is sent."""
-        now = self._clock.now()
         try:
-            async with self._store.transaction() as tx:
-                store = AiTx(tx)
-                call.price = await store.get_price(call.tenant_id, call.model)
-                if call.price is None:
-                    call.price = await store.get_price(call.tenant_id, PRICE_WILDCARD)
-                await charge_usage(tx, call.tenant_id, METER_REQUESTS, 1, now)
-                tokens = call.estimate_in + call.estimate_out
-                cost = cost_micros(call.price, call.estimate_in, call.estimate_out)
-                await _refuse_estimate(tx, call.tenant_id, METER_TOKENS, tokens, now)
-                await _refuse_estimate(tx, call.tenant_id, METER_COST, cost, now)
+            record, timeout = await self._admit(call, name)
         except BudgetExceeded as exc:
             call.status, call.http_status, call.error_code = "refused", 429, exc.code
             call.tokens_in = call.tokens_out = 0
             await self._finish(call, meter=False)
             raise
+        opened = open_record(record, self._providers, self._keys)
+        if stream:
+            return await self._stream(call, opened, timeout)
+        return await self._whole(call, opened, timeout)
+
+    async def _admit(self, call: _Call, name: str | None) -> tuple[ConnectionRecord, float]:
+        """In one transaction: the settings, the connection, the price, and the budgets,
+        which refuse the request before anything is sent. The request is counted on
+        `ai.requests` here when a blocking budget watches that meter (so concurrent
+        requests cannot pass it), else with its record."""
+        now = self._clock.now()
+        tenant_id = call.tenant_id
+        async with self._store.transaction() as tx:
+            store = AiTx(tx)
+            settings = await store.get_settings(tenant_id)
+            timeout = settings.timeout_seconds if settings is not None else DEFAULT_TIMEOUT
+            if not name:
+                name = settings.default_connection if settings is not None else None
+            if not name:
+                raise AiNoConnection()
+            if not SLUG_PATTERN.fullmatch(name):  # no such name can exist
+                raise ConnectionNotFound(name[:64])
+            record = await ConnectionsTx(tx).get(tenant_id, name)
+            if record is None:
+                raise ConnectionNotFound(name)
+            if record.provider != "openai":
+                raise AiConnectionUnsupported(name, record.provider)
+            call.connection = name
+            call.price = await store.get_price(tenant_id, call.model)
+            if call.price is None:
+                call.price = await store.get_price(tenant_id, PRICE_WILDCARD)
+            metering = MeteringTx(tx)
+            requests = await metering.get_budget(tenant_id, METER_REQUESTS)
+            if requests is not None and requests.policy.block:
+                await charge_usage(tx, tenant_id, METER_REQUESTS, 1, now)
+                call.counted = True
+            tokens = call.estimate_in + call.estimate_out
+            cost = cost_micros(call.price, call.estimate_in, call.estimate_out)
+            for meter, amount in ((METER_TOKENS, tokens), (METER_COST, cost)):
+                budget = await metering.get_budget(tenant_id, meter)
+                if budget is not None:
+                    await _refuse_estimate(metering, budget, amount, now)
+        return record, timeout
 
     def _headers(self, opened: Opened) -> dict[str, str]:
         settings = opened.settings
@@ -920,17 +939,18 @@ class AiService:
             created_at=call.created_at,
         )
         try:
-            await self._store_record(record, meter=meter)
+            await self._store_record(record, meter=meter, counted=call.counted)
         except Exception:
             log.exception("the record of AI request %s could not be stored", call.id)
 
-    async def _store_record(self, record: AiRequestRecord, *, meter: bool) -> bool:
+    async def _store_record(self, record: AiRequestRecord, *, meter: bool, counted: bool) -> bool:
         async with self._store.transaction() as tx:
             inserted = await AiTx(tx).insert_request(record)
             if inserted and meter:
                 await add_usage(
                     tx.session,
                     [
+                        UsageIncrement(record.tenant_id, METER_REQUESTS, 0 if counted else 1),
                         UsageIncrement(record.tenant_id, METER_TOKENS, record.tokens_in),
                         UsageIncrement(record.tenant_id, METER_TOKENS, record.tokens_out),
                         UsageIncrement(record.tenant_id, METER_COST, record.cost_micros),
@@ -1011,21 +1031,22 @@ class _StreamBroken(Exception):
         self.message = message
 
 
-async def _refuse_estimate(tx: Tx, tenant_id: str, meter: str, amount: int, now: datetime) -> None:
-    """Refuse a request whose estimate would take `meter` past a blocking budget (the
+async def _refuse_estimate(
+    metering: MeteringTx, budget: BudgetRecord, amount: int, now: datetime
+) -> None:
+    """Refuse a request whose estimate would take a meter past its blocking budget (the
     usage itself is added when the answer is in)."""
-    budget = await MeteringTx(tx).get_budget(tenant_id, meter)
-    if budget is None or not budget.policy.block:
-        return
     policy = budget.policy
+    if not policy.block:
+        return
     start = window_start(policy.window, now)
-    current = await MeteringTx(tx).counter(tenant_id, meter, policy.window, start)
+    current = await metering.counter(policy.tenant_id, policy.meter, policy.window, start)
     if current + amount > policy.limit:
         raise BudgetExceeded(
-            f"meter {meter!r} is at {current} of its {policy.window.value} limit of "
+            f"meter {policy.meter!r} is at {current} of its {policy.window.value} limit of "
             f"{policy.limit}; this request is estimated at {amount} more",
             details={
-                "meter": meter,
+                "meter": policy.meter,
                 "window": policy.window.value,
                 "window_start": start,
                 "limit": policy.limit,
