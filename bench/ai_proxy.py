@@ -6,7 +6,8 @@ sends the same chat completion alternately straight to the upstream and
 through Ductor (`POST /v1/ai/chat/completions`: key check, body check,
 connection load and decryption, budget admission, the outbound guard, the
 record and the meters). The upstream answers at once, so the difference is
-what the proxy adds. Streams are measured the same way, to the last byte.
+what the proxy adds. Streams are measured the same way, to the last byte. A
+floor is measured too: `GET /v1/ai/settings`, an authenticated one-row read.
 
     uv run python bench/ai_proxy.py [--requests 300]
 """
@@ -94,6 +95,16 @@ def measure(requests: int) -> None:
                 ).raise_for_status()
                 ductor.put("/v1/ai/settings", json={"default_connection": "llm"})
                 ductor.put("/v1/ai/prices/echo", json={"input_per_million": 1_000_000})
+                floor = []
+                for i in range(requests + 20):
+                    started = time.perf_counter()
+                    ductor.get("/v1/ai/settings").raise_for_status()
+                    if i >= 20:
+                        floor.append((time.perf_counter() - started) * 1000)
+                print(
+                    f"floor  n={len(floor)}  GET /v1/ai/settings (key check + one read)"
+                    f" p50 {percentile(floor, 0.5):6.2f} ms p99 {percentile(floor, 0.99):6.2f} ms"
+                )
                 for stream in (False, True):
                     body = {**BODY, "stream": stream}
                     times: dict[str, list[float]] = {"direct": [], "proxy": []}

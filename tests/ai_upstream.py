@@ -17,6 +17,7 @@ Embeddings answer one 3-float vector per input, usage 2 tokens per input.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +44,11 @@ class ScriptedUpstream:
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
+
+            def setup(self) -> None:
+                super().setup()
+                # Each event leaves at once (no Nagle delay waiting for an ACK).
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)

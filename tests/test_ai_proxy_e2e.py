@@ -373,11 +373,24 @@ def test_upstream_failures_and_bad_input(server: ServerProcess, upstream: Script
         )
         assert answer.status_code == 400
         assert len(upstream.requests) == seen
+        answer = http.put("/v1/ai/settings", json={"default_connection": "hook"})
+        assert answer.json()["code"] == "ai.connection_unsupported"
+        answer = http.put("/v1/ai/settings", json={"timeout_seconds": 0})
+        assert answer.status_code == 422
+        assert http.get("/v1/ai/requests", params={"cursor": "bogus"}).status_code == 422
+        assert http.get("/v1/ai/prices/nope").json()["code"] == "ai.price_not_found"
+        assert http.get("/v1/ai/requests/air_x%00").status_code == 404
+        assert http.put("/v1/ai/prices/a%00b", json={"input_per_million": 1}).status_code == 422
         items = http.get("/v1/ai/requests").json()["items"]
         statuses = [(i["model"], i["status"], i["http_status"]) for i in items]
     assert ("slow", "upstream_timeout", 504) in statuses
     assert ("fail", "upstream_error", 502) in statuses
     assert ("stall", "upstream_timeout", 200) in statuses
+    with server.client() as http:
+        assert http.put("/v1/ai/settings", json={"default_connection": None}).status_code == 200
+        answer = http.post("/v1/ai/chat/completions", json={"model": "echo", "messages": hi})
+    assert answer.status_code == 422
+    assert answer.json()["code"] == "ai.no_connection"
 
 
 def test_an_action_on_an_openai_connection_is_metered(

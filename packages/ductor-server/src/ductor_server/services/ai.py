@@ -339,7 +339,7 @@ def _parse_cursor(cursor: str) -> tuple[datetime, str]:
         raise RequestInvalid(
             "cursor is not one this API gave", details={"pointer": "cursor"}
         ) from None
-    if parsed.tzinfo is None or not request_id:
+    if parsed.tzinfo is None or not _REQUEST_ID.fullmatch(request_id):
         raise RequestInvalid("cursor is not one this API gave", details={"pointer": "cursor"})
     return parsed, request_id
 
