@@ -67,6 +67,7 @@ from ductor_server.providers import ProviderRegistry, builtin_providers
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
+    AiService,
     BridgeService,
     ConnectionsService,
     EventsService,
@@ -219,6 +220,8 @@ def build_services(
         runtime.store, providers, secret_keys, calls, clock=runtime.clock
     )
     events = EventsService(context)
+    ai = AiService(runtime.store, providers, secret_keys, calls, clock=runtime.clock)
+    calls.observe(ai.record_action)
     return Services(
         workflows=WorkflowsService(context, connections=connections),
         runs=RunsService(context),
@@ -241,6 +244,7 @@ def build_services(
         metering=MeteringService(runtime.store, clock=runtime.clock),
         connections=connections,
         inbox=InboxService(context, events),
+        ai=ai,
     )
 
 

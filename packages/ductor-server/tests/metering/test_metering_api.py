@@ -26,7 +26,7 @@ async def usage_of(api: Api, meter: str, window: str = "day", **kw: Any) -> int:
 
 async def test_meters_builtin_and_own(api: Api) -> None:
     names = [m["name"] for m in await api.ok("GET", "/v1/meters")]
-    assert names == ["runs", "steps", "route_decisions"]
+    assert names == ["runs", "steps", "route_decisions", "ai.requests", "ai.tokens", "ai.cost"]
     body = {"name": "llm.tokens", "unit": "token", "aggregation": "sum"}
     created = await api.call("POST", "/v1/meters", json=body, key="m1")
     assert created.status_code == 201, created.text
@@ -43,7 +43,7 @@ async def test_meters_builtin_and_own(api: Api) -> None:
     assert (await api.ok("GET", "/v1/meters/runs"))["builtin"] is True
     # Another tenant sees the built-ins only.
     await api.fails("GET", "/v1/meters/llm.tokens", 404, "meter.not_found", as_b=True)
-    assert len(await api.ok("GET", "/v1/meters", as_b=True)) == 3
+    assert len(await api.ok("GET", "/v1/meters", as_b=True)) == 6
 
 
 async def test_bad_meter_budget_and_plan_bodies_are_4xx(api: Api) -> None:
@@ -325,4 +325,4 @@ async def test_a_tenant_cannot_flood_meters_or_plans(api: Api) -> None:
         await api.call("POST", "/v1/meters", json={"name": "m7", "unit": "u"})
     ).status_code == 200
     await api.ok("POST", "/v1/meters", json={"name": "m100", "unit": "u"}, as_b=True)
-    assert len(await api.ok("GET", "/v1/meters")) == 103
+    assert len(await api.ok("GET", "/v1/meters")) == 106  # 100 own, 6 built in

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +82,34 @@ def unseal(record: ConnectionRecord, keys: SecretKeys | None) -> dict[str, Any]:
         raise SecretsUndecryptable(record.name, sealed.kid, str(exc)) from None
     value = msgspec.json.decode(raw)
     return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedCall:
+    """One ACTION attempt through a connection that reached its provider, as told to
+    the observers (`ConnectionCalls.observe`), e.g. to meter model calls.
+
+    Attributes:
+        output: the provider's output (secrets redacted); None when it failed.
+        error: the failure (redacted); None when it succeeded.
+        latency_ms: how long the provider took.
+    """
+
+    tenant_id: str
+    connection: str
+    provider: str
+    operation: str
+    input: Any
+    output: Any
+    error: ErrorInfo | None
+    latency_ms: float
+    idempotency_key: str
+    run_id: str
+    step_ref: str
+
+
+CallObserver = Callable[[CompletedCall], Awaitable[None]]
+"""Told of every `CompletedCall`; what it raises is logged, never fails the step."""
 
 
 class ProviderUnavailable(ServerError):
@@ -189,6 +217,24 @@ class ConnectionCalls:
         self._clock = clock or SystemClock()
         self._timeout = timeout
         self._client: httpx.AsyncClient | None = None
+        self._observers: list[CallObserver] = []
+
+    def observe(self, observer: CallObserver) -> None:
+        """Tell `observer` of every ACTION attempt that reached its provider."""
+        self._observers.append(observer)
+
+    async def _tell(self, completed: CompletedCall) -> None:
+        for observer in self._observers:
+            try:
+                await observer(completed)
+            except Exception as exc:  # an observer's failure must not fail the step
+                log.warning(
+                    "observer of %s.%s failed: %s: %s",
+                    completed.connection,
+                    completed.operation,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -282,12 +328,32 @@ class ConnectionCalls:
             run_id=call.run_id,
             step_ref=call.step_ref,
         )
+        started = time.perf_counter()
+
+        def completed(output: Any, error: ErrorInfo | None) -> CompletedCall:
+            return CompletedCall(
+                tenant_id=call.tenant_id,
+                connection=name,
+                provider=opened.provider.name,
+                operation=operation_name,
+                input=decoded,
+                output=output,
+                error=error,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                idempotency_key=call.idempotency_key,
+                run_id=call.run_id,
+                step_ref=call.step_ref,
+            )
+
         try:
             output = await opened.provider.call(
                 operation_name, opened.settings, opened.secrets, decoded, context
             )
         except (ProviderFailed, ActionFailed) as exc:
-            raise ActionFailed(_redacted(exc.error, redactor)) from None
+            error = _redacted(exc.error, redactor)
+            if self._observers:
+                await self._tell(completed(None, error))
+            raise ActionFailed(error) from None
         except OutboundForbidden as exc:
             raise failure(
                 "outbound.forbidden",
@@ -312,13 +378,16 @@ class ConnectionCalls:
             )
             raise failure("provider.crashed", message, retryable=True) from None
         try:
-            return redactor.value(output)
+            output = redactor.value(output)
         except RecursionError:
             raise failure(
                 "handler.bad_output",
                 f"the output of {opened.provider.name}.{operation_name} nests too deeply",
                 retryable=False,
             ) from None
+        if self._observers:
+            await self._tell(completed(output, None))
+        return output
 
     # --- tests -----------------------------------------------------------------------
 
@@ -377,6 +446,8 @@ def _redacted(error: ErrorInfo, redactor: Redactor) -> ErrorInfo:
 __all__ = [
     "DEFAULT_TIMEOUT",
     "HANDLER",
+    "CallObserver",
+    "CompletedCall",
     "ConnectionCalls",
     "Opened",
     "ProviderUnavailable",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ductor_server.services.ai import AiService
 from ductor_server.services.bridge import AppView, BridgeService
 from ductor_server.services.connections import ConnectionsService
 from ductor_server.services.context import ServiceContext
@@ -68,9 +69,11 @@ class Services:
     metering: MeteringService
     connections: ConnectionsService
     inbox: InboxService
+    ai: AiService
 
 
 __all__ = [
+    "AiService",
     "Answer",
     "AppView",
     "AssignmentView",

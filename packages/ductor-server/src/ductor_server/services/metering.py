@@ -1,9 +1,10 @@
 """Metering, budgets and plans of each tenant, and the checks other services call.
 
 Usage is counted per tenant, meter and window (hour, day, month). The server
-meters three built-in meters itself, in the transaction of the work: `runs`
+meters its built-in meters itself, in the transaction of the work: `runs`
 (a run created, by a trigger, an event or a parent run), `steps` (a step that
-succeeded or failed) and `route_decisions` (a routing decision committed).
+succeeded or failed), `route_decisions` (a routing decision committed), and
+`ai.requests`, `ai.tokens` and `ai.cost` (model calls, by `services.ai`).
 Tenants may create meters of their own and record usage on them.
 
 A budget watches one meter per window. A blocking budget refuses new work that
@@ -69,6 +70,24 @@ BUILTIN_METERS: Final[dict[str, Meter]] = {
         unit="decision",
         aggregation=Aggregation.COUNT,
         description="Routing decisions committed (by the API or a route step).",
+    ),
+    "ai.requests": Meter(
+        name="ai.requests",
+        unit="request",
+        aggregation=Aggregation.COUNT,
+        description="Model calls: proxied (/v1/ai) or ACTION steps on an openai connection.",
+    ),
+    "ai.tokens": Meter(
+        name="ai.tokens",
+        unit="token",
+        aggregation=Aggregation.SUM,
+        description="Tokens in and out of model calls (the upstream's usage, or estimated).",
+    ),
+    "ai.cost": Meter(
+        name="ai.cost",
+        unit="micros",
+        aggregation=Aggregation.SUM,
+        description="The cost of model calls in micros, from the tenant's price table.",
     ),
 }
 """The meters the server counts itself; every tenant has them."""

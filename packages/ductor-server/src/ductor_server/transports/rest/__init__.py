@@ -3,6 +3,7 @@ handlers over `ductor_server.services`; `ductor_server.app` assembles them."""
 
 from __future__ import annotations
 
+from ductor_server.transports.rest.ai import AiController
 from ductor_server.transports.rest.bridge import BridgeController
 from ductor_server.transports.rest.connections import CONNECTION_CONTROLLERS
 from ductor_server.transports.rest.errors import STATUS_BY_CODE, ErrorBody, status_for
@@ -32,6 +33,7 @@ V1_CONTROLLERS = (
     ExtensionsController,
     *CONNECTION_CONTROLLERS,
     InboxController,
+    AiController,
 )
 """Every controller served under /v1."""
 

@@ -120,6 +120,13 @@ STATUS_BY_CODE: dict[str, int] = {
     "inbox.not_found": 404,
     "notification.not_found": 404,
     "notification.not_actionable": 422,
+    # the inference proxy
+    "ai.no_connection": 422,
+    "ai.connection_unsupported": 422,
+    "ai.request_not_found": 404,
+    "ai.price_not_found": 404,
+    "ai.upstream_error": 502,
+    "ai.upstream_timeout": 504,
     # the server
     "outbound.forbidden": 422,
     "service.unavailable": 503,
@@ -164,6 +171,8 @@ V1_ERRORS: dict[int, ResponseSpec] = {
         415: "The body is not JSON (`request.unsupported_media_type`)",
         422: "Invalid request (`request.invalid`, `definition.invalid`, `idempotency.conflict`)",
         429: "A blocking budget would be passed (`budget.exceeded`)",
+        502: "The AI upstream answered an error or could not be reached (`ai.upstream_error`)",
+        504: "The AI upstream did not answer in time (`ai.upstream_timeout`)",
         503: "Cannot answer right now; retry (`service.unavailable`, `storage.unavailable`)",
     }.items()
 }
