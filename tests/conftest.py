@@ -30,7 +30,8 @@ from ductor_server.testing import free_port
 
 pytest_plugins = ["ductor_server.pytest_plugin"]
 
-START_TIMEOUT = 30.0
+START_TIMEOUT = float(os.environ.get("DUCTOR_TEST_START_TIMEOUT", "30"))
+"""Seconds a server process may take to answer /readyz (raise it on a loaded machine)."""
 
 
 class ServerProcess:

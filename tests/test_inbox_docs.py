@@ -1,5 +1,6 @@
-"""docs/inbox.md, executed against a real `ductor dev`: the example script runs and
-prints what the doc says, the NOTIFY step validates, the preferences request
+"""docs/inbox.md, executed against a real `ductor dev`: the example scripts (the
+approval and the email one) run and print what the doc says, an email's fields
+are the documented ones, the NOTIFY step validates, the preferences request
 answers as shown, and the token recipe is the server's. The JavaScript
 browser snippet is the one block not run (it says so)."""
 
@@ -43,6 +44,29 @@ def test_the_example_runs_and_prints_what_the_doc_says(sqlite_server: ServerProc
     assert done.returncode == 0, done.stderr
     [expected] = [b for b in blocks("text") if b.startswith("received:")]
     assert done.stdout == expected
+
+
+def test_the_email_example_runs_and_prints_what_the_doc_says(
+    sqlite_server: ServerProcess,
+) -> None:
+    server = sqlite_server.start()
+    script = next(b for b in blocks("python") if "Controller(Mailbox()" in b)
+    env = {**os.environ, "DUCTOR_URL": server.url, "DUCTOR_API_KEY": server.api_key}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr + server.log()[-3000:]
+    [expected] = [b for b in blocks("text") if b.startswith("emails:")]
+    assert done.stdout == expected
+    option = json.loads(next(b for b in blocks("json") if b.startswith('{"connection"')))
+    step = json.loads(next(b for b in blocks("json") if '"STEP_TYPE_NOTIFY"' in b))
+    step["args"]["email"] = option
+    definition = {"family_slug": "approval", "steps": [step], "edges": []}
+    with server.client() as http:
+        assert http.post("/v1/workflows/validate", json=definition).json()["valid"] is True
+        [view] = http.get("/v1/inbox/emails").json()["emails"]
+    documented = json.loads(next(b for b in blocks("json") if b.startswith('{"id": "eml_')))
+    assert sorted(view) == sorted(documented)
 
 
 def test_the_step_the_token_and_the_preferences_are_real(sqlite_server: ServerProcess) -> None:

@@ -6,6 +6,7 @@
           │    ├── RunNotFound                 run.not_found
           │    ├── InboxNotFound               inbox.not_found (a subscriber's feed)
           │    ├── NotificationNotFound        notification.not_found
+          │    ├── EmailNotFound               email.not_found (an inbox email)
           │    ├── WorkflowNotFound            workflow.not_found
           │    └── WorkflowVersionNotFound     workflow.version_not_found
           ├── DefinitionInvalid                definition.invalid (details: problems)
@@ -70,6 +71,15 @@ class NotificationNotFound(NotFoundError):
             f"notification {notification_id!r} not found",
             details={"notification_id": notification_id},
         )
+
+
+class EmailNotFound(NotFoundError):
+    """No inbox email with this id for this tenant."""
+
+    code = "email.not_found"
+
+    def __init__(self, email_id: str) -> None:
+        super().__init__(f"email {email_id!r} not found", details={"email_id": email_id})
 
 
 class NotificationNotActionable(ServerError):
@@ -171,6 +181,7 @@ class BridgeNotConfigured(ServerError):
 __all__ = [
     "BridgeNotConfigured",
     "DefinitionInvalid",
+    "EmailNotFound",
     "EventInvalid",
     "IdempotencyConflict",
     "InboxNotFound",

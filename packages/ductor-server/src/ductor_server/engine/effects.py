@@ -358,9 +358,11 @@ async def apply_commands(
                 finished = command
             case SendNotifications():
                 # Written even when the same tick ends the run: the step succeeded.
-                moved, entry = await write_notifications(tx, run=run, command=command, now=now)
-                effects.inbox_keys.update(moved)
-                effects.history.append(entry)
+                written = await write_notifications(tx, run=run, command=command, now=now)
+                effects.inbox_keys.update(written.moved)
+                effects.history.append(written.entry)
+                if written.emails:
+                    effects.topics.add(Topic.EMAIL)
             case _:
                 assert_never(command)
 

@@ -19,6 +19,7 @@ class Topic(enum.StrEnum):
     INBOX = "inbox"  # some run has pending input: the coordinator should look
     TASKS = "tasks"  # tasks were enqueued: workers should lease
     TIMERS = "timers"  # timers were set or changed: the timer loop should re-plan
+    EMAIL = "email"  # inbox emails were queued: the email loop should look
 
 
 @runtime_checkable

@@ -24,6 +24,7 @@ from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
 from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.emails import EmailPolicy, EmailSender
 from ductor_server.engine.errors import MissingHandler
 from ductor_server.engine.fairness import FairPolicy
 from ductor_server.engine.fairqueue import LocalFairQueue
@@ -68,6 +69,7 @@ class RuntimeConfig:
         housekeeping_interval: seconds between sweeps of expired rows (timer role).
         retention: how long done tasks, idempotency records and events are kept.
         fairness: the tenants' weights and limits in the task queue.
+        emails: how the inbox's outbox emails are retried (worker role).
     """
 
     poll_interval: float = 0.5
@@ -81,6 +83,7 @@ class RuntimeConfig:
     housekeeping_interval: float = 300.0
     retention: Retention = field(default_factory=Retention)
     fairness: FairPolicy = field(default_factory=FairPolicy)
+    emails: EmailPolicy = field(default_factory=EmailPolicy)
 
 
 Setup = Callable[["Runtime"], object]
@@ -174,6 +177,14 @@ class Runtime:
             poll_interval=cfg.poll_interval,
             feed=self.inbox_feed,
         )
+        self.emails = EmailSender(
+            store,
+            self.actions,
+            clock=self.clock,
+            wake=self.wakeup,
+            poll_interval=cfg.poll_interval,
+            policy=cfg.emails,
+        )
         self.housekeeping = Housekeeping(
             store,
             clock=self.clock,
@@ -258,7 +269,7 @@ class Runtime:
         if Role.WORKER in self.roles:
             self.check_handlers()
         self.coordinator.stopped = self.workers.stopped = self.timers.stopped = False
-        self.housekeeping.stopped = False
+        self.housekeeping.stopped = self.emails.stopped = False
 
         def spawn(name: str, coro: Coroutine[Any, Any, None]) -> None:
             self._loops.append(asyncio.create_task(coro, name=f"ductor-{name}"))
@@ -269,6 +280,7 @@ class Runtime:
             spawn("workers", self.workers.run_forever())
             spawn("worker-reports", self.workers.report_forever())
             spawn("worker-heartbeat", self.workers.heartbeat_forever())
+            spawn("emails", self.emails.run_forever())
         if Role.TIMER in self.roles:
             spawn("timers", self.timers.run_forever())
             spawn("housekeeping", self.housekeeping.run_forever())
@@ -278,7 +290,7 @@ class Runtime:
         """Stop the loops: finish or release running tasks, then close the handlers."""
         loops, self._loops = self._loops, []
         self.coordinator.stopped = self.workers.stopped = self.timers.stopped = True
-        self.housekeeping.stopped = True
+        self.housekeeping.stopped = self.emails.stopped = True
         for loop in loops:
             loop.cancel()
         if loops:

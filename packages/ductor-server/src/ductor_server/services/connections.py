@@ -41,6 +41,7 @@ from ductor_server.connections.shapes import (
 )
 from ductor_server.connections.store import ConnectionRecord, ConnectionsTx
 from ductor_server.engine.clock import Clock, SystemClock
+from ductor_server.engine.notify import EMAIL_PROVIDER
 from ductor_server.providers.base import CheckResult, ProviderRegistry, Redactor
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
 from ductor_server.storage.protocol import Store, Tx
@@ -59,6 +60,7 @@ MAX_DESCRIPTION = 1000
 
 _ACTION = "STEP_TYPE_ACTION"
 _SCATTER = "STEP_TYPE_SCATTER"
+_NOTIFY = "STEP_TYPE_NOTIFY"
 
 # --- bodies and views -----------------------------------------------------------------
 
@@ -492,12 +494,32 @@ class ConnectionsService:
         name a connection: the tenant must have it, its provider the operation, and
         `input` must hold every required field and no unknown one."""
         uses = list(_connection_uses(definition))
-        if not uses:
+        emails = _email_uses(definition)
+        if not uses and not emails:
             return []
-        names = sorted({use[1] for use in uses})
+        names = sorted({use[1] for use in uses} | {use[1] for use in emails})
         async with self._store.transaction() as tx:
             providers = await ConnectionsTx(tx).names(tenant_id, names)
         problems: list[Problem] = []
+        for at, name in emails:
+            provider_name = providers.get(name)
+            if provider_name is None:
+                problems.append(
+                    Problem(
+                        code="definition.unknown_connection",
+                        message=f"the tenant has no connection named {name[:64]!r}",
+                        pointer=at,
+                    )
+                )
+            elif provider_name != EMAIL_PROVIDER:
+                problems.append(
+                    Problem(
+                        code="definition.not_email_connection",
+                        message=f"NOTIFY email needs an {EMAIL_PROVIDER!r} connection;"
+                        f" {name!r} uses provider {provider_name!r}",
+                        pointer=at,
+                    )
+                )
         for at, name, operation_name, input_keys in uses:
             provider_name = providers.get(name)
             if provider_name is None:
@@ -600,6 +622,21 @@ async def rotate_secrets(store: Store, keys: SecretKeys) -> RotateReport:
             else:
                 current += 1
     return RotateReport(key_id=newest, rotated=rotated, current=current, failed=failed)
+
+
+def _email_uses(definition: Any) -> list[tuple[str, str]]:
+    """(pointer to `email.connection`, connection) of every NOTIFY step that emails."""
+    found: list[tuple[str, str]] = []
+    steps = definition.get("steps") if isinstance(definition, Mapping) else None
+    for index, step in enumerate(steps if isinstance(steps, list) else []):
+        if not isinstance(step, Mapping) or step.get("type") != _NOTIFY:
+            continue
+        args = step.get("args")
+        email = args.get("email") if isinstance(args, Mapping) else None
+        name = email.get("connection") if isinstance(email, Mapping) else None
+        if isinstance(name, str) and name.strip():
+            found.append((f"/steps/{index}/args/email/connection", name))
+    return found
 
 
 def _connection_uses(

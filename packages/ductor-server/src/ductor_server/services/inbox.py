@@ -27,7 +27,7 @@ from ductor_core.errors import DurationError
 from ductor_core.runs import SignalReceived
 from ductor_core.tick import notify_signal
 from ductor_server.engine.inboxfeed import InboxFeed, LocalInboxFeed
-from ductor_server.engine.notify import EMAIL_NOTE, channels
+from ductor_server.engine.notify import channels
 from ductor_server.engine.queue import Topic
 from ductor_server.errors import (
     InboxNotFound,
@@ -38,6 +38,15 @@ from ductor_server.errors import (
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.events import EventsService
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
+from ductor_server.services.inbox_email import (
+    EmailOption,
+    InboxEmail,
+    SubscriberBody,
+    SubscriberView,
+    check_email_option,
+    queue_api_email,
+    require_email_connection,
+)
 from ductor_server.storage.notifications import (
     Change,
     FeedCounts,
@@ -162,11 +171,14 @@ class SendBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     feed: str = "default"
     avatar: str | None = None
     ctas: list[CtaBody] = []
+    email: EmailOption | None = None
 
 
 class SendResult(msgspec.Struct, frozen=True, kw_only=True):
     """What a send did: the notification, or none when the subscriber's preferences
-    turn the in-app channel off (`suppressed`); `email` notes the email channel."""
+    turn the in-app channel off (`suppressed`); `email` (with an `email` option)
+    says whether an email was queued: `{"queued": true, "id", "to"}` or
+    `{"queued": false, "reason": "opted_out" | "no_address"}`."""
 
     notification: NotificationView | None
     suppressed: bool = False
@@ -330,6 +342,7 @@ class InboxService:
     def __init__(self, context: ServiceContext, events: EventsService) -> None:
         self._context = context
         self._events = events
+        self.email = InboxEmail(context.store, max_page=MAX_PAGE)
 
     @property
     def feed(self) -> InboxFeed:
@@ -403,6 +416,8 @@ class InboxService:
                 )
             if cta.action is not None:
                 _check_name("action", cta.action, f"/ctas/{index}/action")
+        if body.email is not None:
+            check_email_option(body.email)
         now = self._now()
         claim = Claim.of(tenant_id, "inbox.send", idempotency_key, body, now=now)
         notification_id = f"ntf_{uuid.uuid4().hex}"
@@ -410,12 +425,31 @@ class InboxService:
             digest = hashlib.sha256(f"{tenant_id}\n{claim.key}".encode()).hexdigest()
             notification_id = f"ntf_{digest[:32]}"
         moved: list[tuple[str, str]] = []
+        queued: list[bool] = []
 
         async def effect(tx: Tx) -> Answer[SendResult]:
             inbox = InboxTx(tx)
             rules = await inbox.preferences(tenant_id, body.subscriber_id)
             wanted = channels(rules, workflow=None, feed=body.feed)
-            email = {"sent": False, "note": EMAIL_NOTE} if wanted.email else None
+            email: dict[str, Any] | None = None
+            if body.email is not None:
+                await require_email_connection(tx, tenant_id, body.email.connection)
+                email = {"queued": False, "reason": "opted_out"}
+                if wanted.email:
+                    email = await queue_api_email(
+                        tx,
+                        tenant_id=tenant_id,
+                        subscriber_id=body.subscriber_id,
+                        option=body.email,
+                        source=notification_id,
+                        title=body.title,
+                        body=body.body,
+                        ctas=[msgspec.to_builtins(c) for c in body.ctas],
+                        notification_id=notification_id if wanted.in_app else None,
+                        now=now,
+                    )
+                    if email.get("queued"):
+                        queued.append(True)
             if not wanted.in_app:
                 return Answer(
                     SendResult(notification=None, suppressed=True, email=email), Outcome.OK
@@ -439,6 +473,8 @@ class InboxService:
 
         answer = await once(self._context.store, claim, SendResult, effect)
         self.feed.announce(moved)
+        if queued:
+            self._context.wake.notify(Topic.EMAIL)
         return answer
 
     async def list_notifications(
@@ -506,6 +542,22 @@ class InboxService:
             item = await self._find(inbox, tenant_id, notification_id, None)
             await inbox.delete(item, now=now)
         self.feed.announce([(tenant_id, item.subscriber_id)])
+
+    async def subscriber(self, tenant_id: str, subscriber_id: str) -> SubscriberView:
+        """A subscriber's profile (its email address, or null)."""
+        _check_id("subscriber id", subscriber_id, "subscriber_id")
+        return await self.email.subscriber(tenant_id, subscriber_id)
+
+    async def set_subscriber(
+        self, tenant_id: str, subscriber_id: str, body: SubscriberBody
+    ) -> SubscriberView:
+        """Set a subscriber's profile (its email address; null removes it).
+
+        Raises:
+            RequestInvalid: a bad subscriber id or address.
+        """
+        _check_id("subscriber id", subscriber_id, "subscriber_id")
+        return await self.email.set_subscriber(tenant_id, subscriber_id, body)
 
     async def preferences(self, tenant_id: str, subscriber_id: str) -> Preferences:
         """A subscriber's preference rules."""

@@ -1,5 +1,6 @@
-"""SQL for the inbox (migration 0880): notifications, their per-subscriber change
-log and sequence, subscriber preferences, groups and the tenant's inbox secret.
+"""SQL for the inbox (migrations 0880, 0890): notifications, their per-subscriber change
+log and sequence, subscriber preferences and email addresses, groups and the
+tenant's inbox secret.
 
 `InboxTx(tx)` reads and writes these tables through `tx.session`. It keeps the
 one invariant the tables carry: every write to a notification takes the
@@ -502,6 +503,30 @@ class InboxTx:
             " VALUES (%s, %s, 0, %s) ON CONFLICT (tenant_id, subscriber_id)"
             " DO UPDATE SET preferences = excluded.preferences",
             (tenant_id, subscriber_id, self._db.to_json(rules)),
+        )
+
+    async def emails(self, tenant_id: str, subscriber_ids: Sequence[str]) -> dict[str, str]:
+        """The email addresses of those of `subscriber_ids` whose profile has one."""
+        found: dict[str, str] = {}
+        ids = list(dict.fromkeys(subscriber_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ", ".join(["%s"] * len(chunk))
+            rows = await self._db.fetch_all(
+                "SELECT subscriber_id, email FROM inbox_subscribers WHERE tenant_id = %s"
+                f" AND subscriber_id IN ({marks}) AND email IS NOT NULL",
+                (tenant_id, *chunk),
+            )
+            found.update({row[0]: row[1] for row in rows})
+        return found
+
+    async def set_email(self, tenant_id: str, subscriber_id: str, email: str | None) -> None:
+        """Set (or with None, clear) the subscriber's email address."""
+        await self._db.execute(
+            "INSERT INTO inbox_subscribers (tenant_id, subscriber_id, last_seq, email)"
+            " VALUES (%s, %s, 0, %s) ON CONFLICT (tenant_id, subscriber_id)"
+            " DO UPDATE SET email = excluded.email",
+            (tenant_id, subscriber_id, email),
         )
 
     async def secret(self, tenant_id: str) -> str | None:

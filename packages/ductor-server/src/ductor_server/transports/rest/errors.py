@@ -119,6 +119,7 @@ STATUS_BY_CODE: dict[str, int] = {
     # the inbox
     "inbox.not_found": 404,
     "notification.not_found": 404,
+    "email.not_found": 404,
     "notification.not_actionable": 422,
     # the inference proxy
     "ai.no_connection": 422,

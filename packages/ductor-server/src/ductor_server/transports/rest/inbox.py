@@ -38,6 +38,12 @@ from ductor_server.services.inbox import (
     SendResult,
     StateBody,
 )
+from ductor_server.services.inbox_email import (
+    EmailPage,
+    EmailView,
+    SubscriberBody,
+    SubscriberView,
+)
 from ductor_server.transports.rest.bodies import NO_BODY, JsonBody, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS, status_for
@@ -144,6 +150,58 @@ class InboxController(Controller):
     ) -> None:
         """Delete a notification; its subscriber's sessions get a `deleted` change."""
         await inbox.delete(tenant_id, notification_id)
+
+    @get("/subscribers/{subscriber_id:str}", responses=V1_ERRORS)
+    async def subscriber(
+        self,
+        subscriber_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        inbox: NamedDependency[InboxService],
+    ) -> SubscriberView:
+        """A subscriber's profile: the address its emails go to (null: none)."""
+        return await inbox.subscriber(tenant_id, subscriber_id)
+
+    @put("/subscribers/{subscriber_id:str}", responses=V1_ERRORS)
+    async def set_subscriber(
+        self,
+        subscriber_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        inbox: NamedDependency[InboxService],
+        data: JSONBody[SubscriberBody | NoBody] = NO_BODY,
+    ) -> SubscriberView:
+        """Set a subscriber's profile (`{"email": address | null}`)."""
+        return await inbox.set_subscriber(tenant_id, subscriber_id, required(data))
+
+    @get("/emails", responses=V1_ERRORS)
+    async def emails(
+        self,
+        tenant_id: NamedDependency[str],
+        inbox: NamedDependency[InboxService],
+        run_id: FromQuery[str | None] = None,
+        subscriber_id: FromQuery[str | None] = None,
+        status: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=200)] = 50,
+    ) -> EmailPage:
+        """The tenant's outbox emails, oldest first (`status`: pending, sent, failed)."""
+        return await inbox.email.list_emails(
+            tenant_id,
+            run_id=run_id,
+            subscriber_id=subscriber_id,
+            status=status,
+            cursor=cursor,
+            limit=limit,
+        )
+
+    @get("/emails/{email_id:str}", responses=V1_ERRORS)
+    async def get_email(
+        self,
+        email_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        inbox: NamedDependency[InboxService],
+    ) -> EmailView:
+        """One outbox email and its delivery state."""
+        return await inbox.email.get_email(tenant_id, email_id)
 
     @get("/subscribers/{subscriber_id:str}/preferences", responses=V1_ERRORS)
     async def preferences(
