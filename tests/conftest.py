@@ -30,8 +30,9 @@ from ductor_server.testing import free_port
 
 pytest_plugins = ["ductor_server.pytest_plugin"]
 
-START_TIMEOUT = float(os.environ.get("DUCTOR_TEST_START_TIMEOUT", "30"))
-"""Seconds a server process may take to answer /readyz (raise it on a loaded machine)."""
+START_TIMEOUT = float(os.environ.get("DUCTOR_TEST_START_TIMEOUT", "120"))
+"""Seconds a server process may take to answer /readyz: a bound on a hang, not a
+measure (tests run in parallel, and a loaded machine starts a server slowly)."""
 
 
 class ServerProcess:

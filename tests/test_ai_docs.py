@@ -15,7 +15,6 @@ import pytest
 
 from ductor_server.transports.rest.errors import STATUS_BY_CODE
 
-from . import conftest
 from .ai_upstream import UPSTREAM_KEY, ScriptedUpstream
 from .conftest import ServerProcess
 
@@ -36,9 +35,8 @@ def upstream() -> Iterator[ScriptedUpstream]:
 
 
 def test_the_example_prints_what_the_doc_says(
-    sqlite_server: ServerProcess, upstream: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch
+    sqlite_server: ServerProcess, upstream: ScriptedUpstream
 ) -> None:
-    monkeypatch.setattr(conftest, "START_TIMEOUT", 120.0)  # a loaded machine starts slowly
     server = sqlite_server.start()
     [script] = blocks("python")
     env = {

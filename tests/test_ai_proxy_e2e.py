@@ -21,15 +21,8 @@ import pytest
 
 from ductor_server.connections import new_secret_key
 
-from . import conftest
 from .ai_upstream import PIECES, STREAM_USAGE, UPSTREAM_KEY, USAGE, ScriptedUpstream
 from .conftest import ServerProcess, _create_key
-
-
-@pytest.fixture(autouse=True)
-def _patient_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    # On a shared, loaded machine a server can take over 30 s to import and start.
-    monkeypatch.setattr(conftest, "START_TIMEOUT", 120.0)
 
 
 @pytest.fixture

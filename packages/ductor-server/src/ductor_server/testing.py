@@ -127,7 +127,7 @@ def serve_process(
     tenants: Sequence[str],
     database_url: str | None = None,
     env: Mapping[str, str] | None = None,
-    start_seconds: float = 30.0,
+    start_seconds: float = 120.0,
 ) -> Iterator[ServedProcess]:
     """Migrate the store, mint a key per tenant, and run `ductor serve` on a free
     port of 127.0.0.1 (SQLite under `data_dir` unless `database_url`), with none of
