@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ductor_core.errors import DuctorError
 from ductor_server.transports.mcp import TOOLS, input_schema
 
 from . import conftest
@@ -85,6 +86,26 @@ def test_the_example_runs_and_prints_what_the_doc_says(sqlite_server: ServerProc
     refused = httpx.post(url, json={}, headers={"Authorization": "Bearer dk_nope"})
     assert refused.status_code == 401
     assert refused.json() == shown
+
+    # The definition refusal shown is the one publishing the doc's BROKEN gets.
+    [invalid] = [json.loads(b) for b in blocks("json") if "definition.invalid" in b]
+    broken = {"family_slug": "broken", "steps": [{"ref": "a", "type": "STEP_TYPE_NOPE"}]}
+    with server.client() as http:
+        answer = http.post("/v1/workflows", json={**broken, "edges": []})
+    assert answer.status_code == 422
+    assert answer.json() == invalid
+    assert f"BROKEN = {json.dumps({**broken, 'edges': []})}" in script
+
+
+def test_the_argument_error_shown_is_the_servers() -> None:
+    from ductor_server.transports.mcp.server import decode_arguments
+    from ductor_server.transports.mcp.tools import TriggerRunArgs
+
+    [shown] = [json.loads(b) for b in blocks("json") if '"argument"' in b]
+    with pytest.raises(DuctorError) as refused:
+        decode_arguments({"family_slug": "gate", "version": "one"}, TriggerRunArgs)
+    error = refused.value
+    assert {"code": error.code, "message": error.message, "details": error.details} == shown
 
 
 def test_api_md_points_here() -> None:

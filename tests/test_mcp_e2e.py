@@ -203,6 +203,13 @@ async def _every_tool(server: ServerProcess) -> None:
         )
         same = {"family_slug": "gate", "input": {"who": "ada"}, "idempotency_key": "t-1"}
         assert (await call(client, "trigger_run", **same))["id"] == run["id"]
+        racing = await asyncio.gather(
+            *(
+                call(client, "trigger_run", family_slug="gate", idempotency_key="t-2")
+                for _ in range(8)
+            )
+        )
+        assert len({started["id"] for started in racing}) == 1
         conflict = await refused(client, "trigger_run", family_slug="gate", idempotency_key="t-1")
         assert conflict["code"] == "idempotency.conflict"
         doomed = await call(client, "trigger_run", family_slug="gate")
