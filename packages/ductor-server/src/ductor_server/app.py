@@ -9,7 +9,7 @@ handlers reach the services through the dependencies of
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from litestar import Litestar, Router
@@ -20,6 +20,7 @@ from ductor_server.composition import Composition, build
 from ductor_server.extensions import installed_extensions
 from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
+from ductor_server.transports.mcp import McpEndpoint
 from ductor_server.transports.rest import (
     PUBLIC_ROUTES,
     V1_CONTROLLERS,
@@ -35,13 +36,17 @@ from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
 API_VERSION = "0.1.0"
 
 
-def _lifespan(settings: Settings, composition: Composition | None) -> Any:
+def _lifespan(settings: Settings, composition: Composition | None, mcp: McpEndpoint | None) -> Any:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         built = composition or build(settings, extensions=app.state.extensions)
-        async with built.running():
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(built.running())
             app.state.composition = built
             app.state.services = built.services
+            if mcp is not None:
+                # The MCP session manager runs inside the composition's lifetime.
+                await stack.enter_async_context(mcp.running(built.services))
             yield
 
     return lifespan
@@ -53,8 +58,9 @@ def create_app(
     """Build the Ductor API application for `settings`.
 
     `/healthz` and `/readyz` are always served; the `/v1` resources and the public
-    receipt keys (`/.well-known/ductor-keys`) only when the process has the `api`
-    role. Every `/v1` call needs a Bearer API key. The installed `ductor.middleware`
+    receipt keys (`/.well-known/ductor-keys`) and the MCP server (`/mcp`, see
+    docs/mcp.md) only when the process has the `api` role. Every `/v1` and `/mcp`
+    call needs a Bearer API key. The installed `ductor.middleware`
     plugins wrap every `/v1` route (see docs/extending.md).
 
     Args:
@@ -65,8 +71,11 @@ def create_app(
     extensions = composition.extensions if composition is not None else installed_extensions()
     middleware = plugin_middleware(extensions)
     handlers: list[Any] = [healthz, readyz]
+    mcp: McpEndpoint | None = None
     if "api" in settings.roles:
+        mcp = McpEndpoint(max_body_bytes=settings.max_body_bytes, version=API_VERSION)
         handlers.append(receipt_keys)
+        handlers.append(mcp.route_handler())
         handlers.append(
             Router(
                 "/",
@@ -85,7 +94,7 @@ def create_app(
         handlers.extend(PUBLIC_ROUTES)
     app = Litestar(
         route_handlers=handlers,
-        lifespan=[_lifespan(settings, composition)],
+        lifespan=[_lifespan(settings, composition, mcp)],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

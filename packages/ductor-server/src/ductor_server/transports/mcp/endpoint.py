@@ -1,0 +1,252 @@
+"""`/mcp`: the MCP server over streamable HTTP, mounted in the Litestar app.
+
+Every request is checked before any MCP work: the API key (the same
+`Authorization: Bearer` as REST; 401 `auth.unauthenticated` otherwise), then
+the body size (413 `request.too_large` over `max_body_bytes`). Both refusals
+are JSON-RPC error bodies whose `error.data` is the REST error body, so an MCP
+client shows the reason. The session manager runs stateless with JSON answers:
+any `ductor serve` process can answer any request, no session is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+import msgspec
+from litestar import types as asgi_types
+from litestar.handlers import ASGIRouteHandler, asgi
+
+from ductor_core.errors import DuctorError
+from ductor_server.services import Services
+from ductor_server.transports.rest.auth import bearer_token
+from ductor_server.transports.rest.errors import ApiError, status_for
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+MCP_PATH = "/mcp"
+"""Where the MCP server is mounted."""
+
+Scope: TypeAlias = MutableMapping[str, Any]
+Message: TypeAlias = MutableMapping[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Message], Awaitable[None]]
+
+INVALID_REQUEST = -32600
+"""The JSON-RPC error code of a refused request."""
+
+TENANT_KEY = "ductor.tenant_id"
+"""Where `handle` leaves the caller's tenant in the request scope's `state`."""
+
+
+class McpEndpoint:
+    """The MCP server of one app: its streamable-HTTP session manager and the ASGI
+    handler in front of it. `running(services)` must wrap its serving time (the
+    app's lifespan does it).
+
+    The `mcp` library (pydantic models of two protocol eras) takes seconds to
+    import on a busy machine, so it is imported and started in the background
+    when the first authenticated MCP request comes: the server starts as fast
+    as without it, and that first request waits until it is there.
+    """
+
+    def __init__(self, *, max_body_bytes: int, version: str) -> None:
+        self.max_body_bytes = max_body_bytes
+        self.version = version
+        self._services: Services | None = None
+        self._manager: StreamableHTTPSessionManager | None = None
+        self._started: asyncio.Future[None] | None = None
+        self._wanted: asyncio.Event | None = None
+
+    def _build(self) -> StreamableHTTPSessionManager:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        from ductor_server.transports.mcp.server import build_server
+
+        return StreamableHTTPSessionManager(
+            build_server(self.version, self._lifespan),
+            json_response=True,
+            stateless=True,
+            max_request_body_size=self.max_body_bytes,
+        )
+
+    @asynccontextmanager
+    async def _lifespan(self, _: Any) -> AsyncIterator[Services]:
+        if self._services is None:
+            raise RuntimeError("McpEndpoint.running() gives the services first")
+        yield self._services
+
+    @asynccontextmanager
+    async def running(self, services: Services) -> AsyncIterator[None]:
+        """Serve MCP requests with `services` until the block ends."""
+        self._services = services
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+        self._started, self._wanted = started, asyncio.Event()
+        task = asyncio.create_task(
+            self._serve(started, self._wanted, stop), name="mcp-session-manager"
+        )
+        try:
+            yield
+        finally:
+            stop.set()
+            await task
+            self._started = self._wanted = None
+            self._services = None
+            self._manager = None
+
+    async def _serve(
+        self, started: asyncio.Future[None], wanted: asyncio.Event, stop: asyncio.Event
+    ) -> None:
+        try:
+            if await _first(wanted, stop):
+                manager = await asyncio.to_thread(self._build)
+                async with manager.run():
+                    self._manager = manager
+                    started.set_result(None)
+                    await stop.wait()
+        except Exception as error:
+            started.set_exception(error)
+        finally:
+            if not started.done():
+                started.set_exception(RuntimeError("the server is stopping"))
+            if started.done() and not started.cancelled():
+                started.exception()  # retrieved here: waiting requests report it
+
+    async def _ready(self) -> StreamableHTTPSessionManager:
+        started, wanted = self._started, self._wanted
+        if started is None or wanted is None:
+            raise ApiError(
+                "the MCP server is not running", code="service.unavailable", retryable=True
+            )
+        wanted.set()
+        try:
+            await asyncio.shield(started)
+        except Exception as error:
+            raise ApiError(
+                f"the MCP server failed to start: {error}",
+                code="service.unavailable",
+                retryable=True,
+            ) from None
+        assert self._manager is not None
+        return self._manager
+
+    def route_handler(self) -> ASGIRouteHandler:
+        """The Litestar handler mounting this endpoint at `MCP_PATH`."""
+
+        async def mcp_endpoint(
+            scope: asgi_types.Scope, receive: asgi_types.Receive, send: asgi_types.Send
+        ) -> None:
+            await self.handle(cast(Scope, scope), cast(Receive, receive), cast(Send, send))
+
+        handler: ASGIRouteHandler = asgi(MCP_PATH, is_mount=True, copy_scope=True)(mcp_endpoint)
+        return handler
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Authenticate, bound the body, then let the session manager answer."""
+        if scope["type"] != "http":
+            return
+        try:
+            key = bearer_token(_header(scope, b"authorization"))
+            services = self._services
+            if services is None:
+                raise ApiError(
+                    "the MCP server is not running", code="service.unavailable", retryable=True
+                )
+            tenant_id = await services.keys.tenant_of(key)
+            body = await self._read_body(scope, receive)
+            manager = await self._ready()
+        except DuctorError as error:
+            await _refuse(send, error)
+            return
+        state: dict[str, Any] = dict(scope.get("state") or {})
+        state[TENANT_KEY] = tenant_id
+        scope["state"] = state
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await manager.handle_request(scope, replay, send)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise self._too_large()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    def _too_large(self) -> ApiError:
+        return ApiError(
+            f"request body is larger than the limit ({self.max_body_bytes} bytes)",
+            code="request.too_large",
+            details={"max_body_bytes": self.max_body_bytes},
+        )
+
+
+def error_body(error: DuctorError) -> dict[str, Any]:
+    """The REST error body of `error`: `{code, message, details}`."""
+    details = error.details
+    if details is not None:
+        details = msgspec.to_builtins(details)
+    return {"code": error.code, "message": error.message, "details": details}
+
+
+async def _first(wanted: asyncio.Event, stop: asyncio.Event) -> bool:
+    """Wait for `wanted` or `stop`; True if `wanted` came first."""
+    waits = [asyncio.ensure_future(wanted.wait()), asyncio.ensure_future(stop.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
+    return wanted.is_set() and not stop.is_set()
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _refuse(send: Send, error: DuctorError) -> None:
+    """Answer a refused request: the REST status, a JSON-RPC error whose `data` is the
+    REST error body."""
+    body = error_body(error)
+    payload = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": INVALID_REQUEST,
+            "message": f"{error.code}: {error.message}",
+            "data": body,
+        },
+    }
+    status = status_for(error.code, retryable=error.retryable)
+    headers = [(b"content-type", b"application/json")]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="ductor"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
+
+
+__all__ = ["MCP_PATH", "TENANT_KEY", "McpEndpoint", "error_body"]

@@ -1,0 +1,306 @@
+"""The MCP server of one process: its tools and resources over the shared services.
+
+Handlers find the services in the server's lifespan context and the caller's
+tenant in the HTTP request's scope, where `McpEndpoint` put it after checking
+the API key. A service error becomes a tool error result carrying the REST
+error body (`{code, message, details}`), never a protocol error; malformed
+arguments are `request.invalid` naming the argument. No HTTP here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import msgspec
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ContentBlock,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+    Resource,
+    ResourceTemplate,
+    TextContent,
+    TextResourceContents,
+    Tool,
+    ToolAnnotations,
+)
+
+from ductor_core.errors import DuctorError
+from ductor_server.errors import RequestInvalid
+from ductor_server.services import Answer, Services
+from ductor_server.transports.mcp.endpoint import TENANT_KEY, error_body
+from ductor_server.transports.mcp.tools import TOOLS, ToolSpec, input_schema
+from ductor_server.transports.rest.bodies import check_limits, too_deep
+from ductor_server.transports.rest.errors import ApiError
+
+log = logging.getLogger("ductor_server.transports.mcp")
+
+
+SERVER_NAME = "ductor"
+
+_PATH_AT = re.compile(r" - at `([^`]*)`$")
+_FIELD = re.compile(r"field `([^`]*)`")
+
+WORKFLOW_URI = "ductor://workflows/{family_slug}"
+VERSION_URI = "ductor://workflows/{family_slug}/versions/{version}"
+HISTORY_URI = "ductor://runs/{run_id}/history"
+_WORKFLOW = re.compile(r"ductor://workflows/([^/]+)")
+_VERSION = re.compile(r"ductor://workflows/([^/]+)/versions/([0-9]{1,19})")
+_HISTORY = re.compile(r"ductor://runs/([^/]+)/history")
+
+_BY_NAME = {tool.name: tool for tool in TOOLS}
+
+
+class ToolError(RequestInvalid):
+    """A tool's arguments are not what it takes (`request.invalid`)."""
+
+
+def decode_arguments(arguments: dict[str, Any] | None, into: type[Any]) -> Any:
+    """Decode a tool's arguments strictly into its argument struct.
+
+    Raises:
+        ToolError: `request.invalid` naming the argument (`details.argument`), its
+            path and why; also for nesting deeper than the REST limit, an integer
+            outside 64 bits or a NUL character.
+    """
+    try:
+        raw = msgspec.json.encode(arguments or {})
+    except RecursionError:
+        raise too_deep() from None
+    try:
+        value = msgspec.json.decode(raw, type=into)
+    except RecursionError:
+        raise too_deep() from None
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _PATH_AT.search(text)
+        path = match.group(1) if match else "$"
+        reason = text[: match.start()] if match else text
+        argument = path[2:].split(".", 1)[0].split("[", 1)[0] if path.startswith("$.") else None
+        if argument is None:
+            named = _FIELD.search(reason)
+            argument = named.group(1) if named else None
+        where = f"argument `{argument}`" if argument else "the arguments"
+        raise ToolError(
+            f"invalid {where}: {reason}" + (f" (at {path})" if path != "$" else ""),
+            details={"argument": argument, "path": path, "reason": reason},
+        ) from None
+    check_limits(raw, value)
+    return value
+
+
+def _builtins(value: Any) -> Any:
+    # The same JSON the REST answer has (msgspec's encoding of the view).
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def _text(value: Any) -> list[ContentBlock]:
+    return [TextContent(text=json.dumps(value, ensure_ascii=False))]
+
+
+def tool_error(body: dict[str, Any]) -> CallToolResult:
+    """A tool result that failed with the REST error body `body`."""
+    return CallToolResult(content=_text(body), structured_content=body, is_error=True)
+
+
+def tool_result(value: Any) -> CallToolResult:
+    """A tool's answer: the view as structured content and as JSON text. A mutation's
+    `_meta` tells what it did (`ductor/status`, the REST status) and whether it was
+    a remembered answer (`ductor/replayed`)."""
+    meta: dict[str, Any] | None = None
+    if isinstance(value, Answer):
+        meta = {"ductor/status": int(value.outcome), "ductor/replayed": value.replayed}
+        value = value.value
+    body = _builtins(value)
+    return CallToolResult(content=_text(body), structured_content=body, _meta=meta)
+
+
+def tool_definition(tool: ToolSpec) -> Tool:
+    """How `tools/list` describes `tool`."""
+    return Tool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description,
+        input_schema=input_schema(tool),
+        annotations=ToolAnnotations(
+            title=tool.title,
+            read_only_hint=not tool.mutates,
+            destructive_hint=tool.destructive,
+            idempotent_hint=not tool.mutates,
+            open_world_hint=False,
+        ),
+    )
+
+
+def tenant_of(ctx: ServerRequestContext[Services, Any]) -> str:
+    """The tenant `McpEndpoint` authenticated for this request.
+
+    Raises:
+        MCPError: the request came by another way than the endpoint (a bug).
+    """
+    request = ctx.request
+    state = getattr(request, "scope", {}).get("state") or {}
+    tenant_id = state.get(TENANT_KEY)
+    if not isinstance(tenant_id, str):
+        raise MCPError(INTERNAL_ERROR, "the request carries no authenticated tenant")
+    return tenant_id
+
+
+def build_server(
+    version: str, lifespan: Callable[[Server[Services]], AbstractAsyncContextManager[Services]]
+) -> Server[Services]:
+    """The MCP server: the tools of `TOOLS`, the definition and history resources.
+
+    Args:
+        version: the server version it announces.
+        lifespan: yields the process's `Services` (what every handler calls).
+    """
+    definitions = [tool_definition(tool) for tool in TOOLS]
+    schemas = {tool.name: tool.input_schema for tool in definitions}
+
+    async def list_tools(
+        ctx: ServerRequestContext[Services, Any], _: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        return ListToolsResult(tools=definitions)
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Services, Any], params: CallToolRequestParams
+    ) -> CallToolResult:
+        tool = _BY_NAME.get(params.name)
+        if tool is None:
+            return tool_error(
+                {
+                    "code": "request.invalid",
+                    "message": f"no tool named {params.name!r}",
+                    "details": {"tool": params.name, "tools": sorted(_BY_NAME)},
+                }
+            )
+        tenant_id = tenant_of(ctx)
+        try:
+            args = decode_arguments(params.arguments, tool.arguments)
+            value = await tool.call(ctx.lifespan_context, tenant_id, args)
+        except DuctorError as error:
+            return tool_error(error_body(error))
+        except Exception:
+            log.exception("tool %s failed", tool.name)
+            return tool_error({"code": "internal", "message": "internal server error"})
+        return tool_result(value)
+
+    async def list_resources(
+        ctx: ServerRequestContext[Services, Any], _: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        families = await ctx.lifespan_context.workflows.families(tenant_of(ctx))
+        return ListResourcesResult(
+            resources=[
+                Resource(
+                    uri=WORKFLOW_URI.format(family_slug=family.family_slug),
+                    name=family.family_slug,
+                    title=family.title or family.family_slug,
+                    description="The workflow family: its latest definition and versions.",
+                    mime_type="application/json",
+                )
+                for family in families
+            ]
+        )
+
+    async def list_templates(
+        ctx: ServerRequestContext[Services, Any], _: PaginatedRequestParams | None
+    ) -> ListResourceTemplatesResult:
+        return ListResourceTemplatesResult(
+            resource_templates=[
+                ResourceTemplate(
+                    uri_template=WORKFLOW_URI,
+                    name="workflow",
+                    description="A workflow family: its latest definition and versions.",
+                    mime_type="application/json",
+                ),
+                ResourceTemplate(
+                    uri_template=VERSION_URI,
+                    name="workflow-version",
+                    description="One published version of a workflow, with its definition.",
+                    mime_type="application/json",
+                ),
+                ResourceTemplate(
+                    uri_template=HISTORY_URI,
+                    name="run-history",
+                    description="A run's append-only history, oldest first.",
+                    mime_type="application/json",
+                ),
+            ]
+        )
+
+    async def read_resource(
+        ctx: ServerRequestContext[Services, Any], params: ReadResourceRequestParams
+    ) -> ReadResourceResult:
+        uri = str(params.uri)
+        services, tenant_id = ctx.lifespan_context, tenant_of(ctx)
+        value: Any
+        try:
+            if match := _VERSION.fullmatch(uri):
+                value = await services.workflows.version(
+                    tenant_id, match.group(1), int(match.group(2))
+                )
+            elif match := _WORKFLOW.fullmatch(uri):
+                value = await services.workflows.family(tenant_id, match.group(1))
+            elif match := _HISTORY.fullmatch(uri):
+                value = {"items": await services.runs.history(tenant_id, match.group(1))}
+            else:
+                raise ApiError(
+                    f"no resource at {uri!r}",
+                    code="not_found",
+                    details={"uri": uri, "templates": [WORKFLOW_URI, VERSION_URI, HISTORY_URI]},
+                )
+        except DuctorError as error:
+            body = error_body(error)
+            raise MCPError(INVALID_PARAMS, f"{body['code']}: {body['message']}", body) from None
+        return ReadResourceResult(
+            contents=[
+                TextResourceContents(
+                    uri=uri,
+                    mime_type="application/json",
+                    text=json.dumps(_builtins(value), ensure_ascii=False),
+                )
+            ]
+        )
+
+    lookup: Callable[[str], dict[str, Any] | None] = schemas.get
+    return Server(
+        SERVER_NAME,
+        version=version,
+        title="Ductor",
+        instructions="Ductor's workflows, runs, events, routing decisions, balances and "
+        "receipts, for the tenant of the API key. Tool errors carry Ductor's error body.",
+        lifespan=lifespan,
+        get_tool_input_schema=lookup,
+        on_list_tools=list_tools,
+        on_call_tool=on_call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+    )
+
+
+__all__ = [
+    "HISTORY_URI",
+    "VERSION_URI",
+    "WORKFLOW_URI",
+    "build_server",
+    "decode_arguments",
+    "tool_definition",
+    "tool_error",
+    "tool_result",
+]

@@ -1,0 +1,419 @@
+"""The MCP server at /mcp, driven by the `mcp` library's own streamable-HTTP client
+against a real server process on 127.0.0.1, on SQLite (`ductor dev`) and on
+Postgres (`ductor serve`).
+
+Every tool is called and its answer compared with the REST API's; a bad key is
+refused before any MCP work; another tenant's key finds nothing; malformed
+arguments name the argument; a body over the limit is refused and the server
+keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from . import conftest
+from .conftest import ServerProcess
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(autouse=True)
+def patient_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check answers, not start-up speed: on a machine shared with other
+    suites a server may take longer than the usual 30 s to be ready."""
+    monkeypatch.setattr(conftest, "START_TIMEOUT", 120.0)
+
+
+TOOLS = {
+    "list_workflows",
+    "get_workflow",
+    "validate_workflow",
+    "publish_workflow",
+    "trigger_run",
+    "get_run",
+    "get_run_history",
+    "send_event",
+    "send_signal",
+    "cancel_run",
+    "route",
+    "get_decision",
+    "list_accounts",
+    "get_account",
+    "list_receipts",
+    "get_receipt",
+}
+MUTATING = {"publish_workflow", "trigger_run", "send_event", "send_signal", "cancel_run", "route"}
+
+GATE: dict[str, Any] = {
+    "family_slug": "gate",
+    "title": "Wait for approval",
+    "steps": [
+        {"ref": "approval", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "approve"}},
+        {
+            "ref": "done",
+            "type": "STEP_TYPE_DATAFLOW",
+            "args": {"operation": "project", "project": {"who": "input.who"}},
+        },
+    ],
+    "edges": [{"source_ref": "approval", "target_ref": "done"}],
+}
+BROKEN: dict[str, Any] = {
+    "family_slug": "broken",
+    "steps": [{"ref": "a", "type": "STEP_TYPE_NOPE"}, {"ref": "a", "type": "STEP_TYPE_WAIT"}],
+    "edges": [],
+}
+
+
+@asynccontextmanager
+async def connect(server: ServerProcess, key: str | None = None) -> AsyncIterator[Client]:
+    """The `mcp` client on /mcp, authenticated with `key` (the server's by default)."""
+    headers = {"Authorization": f"Bearer {key or server.api_key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=60) as http,
+        Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as client,
+    ):
+        yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> Any:
+    """A tool's structured answer; fails if the tool answered an error."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, (tool, result.structured_content)
+    assert result.content[0].type == "text"
+    return result.structured_content
+
+
+async def refused(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A tool's error body (`{code, message, details}`); fails if the tool succeeded."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, (tool, result.structured_content)
+    body: dict[str, Any] = result.structured_content
+    assert set(body) == {"code", "message", "details"}
+    return body
+
+
+def mcp_error(raised: BaseException) -> MCPError:
+    """The `MCPError` in what the client raised (it may come inside exception groups)."""
+    if isinstance(raised, MCPError):
+        return raised
+    if isinstance(raised, BaseExceptionGroup):
+        for inner in raised.exceptions:
+            try:
+                return mcp_error(inner)
+            except AssertionError:
+                continue
+    raise AssertionError(f"no MCPError in {raised!r}") from raised
+
+
+def other_tenant_key(server: ServerProcess, tenant: str) -> str:
+    extra = [] if server.database_url else ["--data-dir", str(server.data_dir)]
+    return server.cli("keys", "create", "--tenant", tenant, *extra).stdout.strip()
+
+
+async def poll(http: httpx.AsyncClient, path: str, params: dict[str, str]) -> Any:
+    """The `items` of a REST listing, once there are some."""
+    deadline = time.monotonic() + 60
+    while True:
+        items = (await http.get(path, params=params)).json()["items"]
+        if items:
+            return items
+        assert time.monotonic() < deadline, f"nothing at {path} {params} in 60s"
+        await asyncio.sleep(0.1)
+
+
+def with_receipts(server: ServerProcess) -> ServerProcess:
+    server.extra_env["DUCTOR_RECEIPT_KEY"] = "mcp-1 " + base64.b64encode(bytes(32)).decode()
+    server.extra_env["DUCTOR_RECEIPTS_FOR_RUNS"] = "on"
+    return server.start()
+
+
+def test_every_tool_answers_what_rest_answers(server: ServerProcess) -> None:
+    with_receipts(server)
+    asyncio.run(_every_tool(server))
+
+
+def rest(server: ServerProcess) -> httpx.AsyncClient:
+    """The REST API of `server`, with its key."""
+    headers = {"Authorization": f"Bearer {server.api_key}"}
+    return httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30)
+
+
+async def _every_tool(server: ServerProcess) -> None:
+    async with rest(server) as http, connect(server) as client:
+        listed = (await client.list_tools()).tools
+        assert {tool.name for tool in listed} == TOOLS
+        for tool in listed:
+            schema = tool.input_schema
+            assert schema["type"] == "object"
+            assert schema["additionalProperties"] is False
+            assert ("idempotency_key" in schema["properties"]) == (tool.name in MUTATING)
+            assert tool.annotations is not None
+            assert tool.annotations.read_only_hint is (tool.name not in MUTATING)
+
+        # validate and publish: the same report and the same refusal as REST.
+        report = await call(client, "validate_workflow", definition=BROKEN)
+        assert report == (await http.post("/v1/workflows/validate", json=BROKEN)).json()
+        assert report["valid"] is False
+        assert {p["pointer"] for p in report["problems"]} >= {"/steps/0/type", "/steps/1/ref"}
+        refusal = await refused(client, "publish_workflow", definition=BROKEN)
+        rest_refusal = await http.post("/v1/workflows", json=BROKEN)
+        assert rest_refusal.status_code == 422
+        assert refusal == rest_refusal.json()
+        assert refusal["code"] == "definition.invalid"
+        assert {p["pointer"] for p in refusal["details"]} >= {"/steps/0/type"}
+
+        first = await client.call_tool(
+            "publish_workflow", {"definition": GATE, "idempotency_key": "pub-1"}
+        )
+        again = await client.call_tool(
+            "publish_workflow", {"definition": GATE, "idempotency_key": "pub-1"}
+        )
+        assert first.meta is not None
+        assert again.meta is not None
+        assert (first.meta["ductor/status"], first.meta["ductor/replayed"]) == (201, False)
+        assert (again.meta["ductor/status"], again.meta["ductor/replayed"]) == (201, True)
+        assert first.structured_content == again.structured_content
+        assert first.structured_content["version"] == 1
+        assert await call(client, "list_workflows") == {
+            "items": (await http.get("/v1/workflows")).json()
+        }
+        assert await call(client, "get_workflow", family_slug="gate") == (
+            (await http.get("/v1/workflows/gate")).json()
+        )
+        assert await call(client, "get_workflow", family_slug="gate", version=1) == (
+            (await http.get("/v1/workflows/gate/versions/1")).json()
+        )
+
+        # runs: trigger (idempotent), signal, cancel, read, history.
+        run = await call(
+            client, "trigger_run", family_slug="gate", input={"who": "ada"}, idempotency_key="t-1"
+        )
+        same = {"family_slug": "gate", "input": {"who": "ada"}, "idempotency_key": "t-1"}
+        assert (await call(client, "trigger_run", **same))["id"] == run["id"]
+        racing = await asyncio.gather(
+            *(
+                call(client, "trigger_run", family_slug="gate", idempotency_key="t-2")
+                for _ in range(8)
+            )
+        )
+        assert len({started["id"] for started in racing}) == 1
+        conflict = await refused(client, "trigger_run", family_slug="gate", idempotency_key="t-1")
+        assert conflict["code"] == "idempotency.conflict"
+        doomed = await call(client, "trigger_run", family_slug="gate")
+        signal = await client.call_tool(
+            "send_signal", {"run_id": run["id"], "name": "approve", "payload": {"ok": True}}
+        )
+        assert not signal.is_error
+        assert signal.meta is not None
+        assert signal.meta["ductor/status"] == 202
+        cancel = await client.call_tool(
+            "cancel_run", {"run_id": doomed["id"], "reason": "not needed", "idempotency_key": "c"}
+        )
+        assert not cancel.is_error
+        assert cancel.meta is not None
+        assert cancel.meta["ductor/status"] == 202
+        assert (await asyncio.to_thread(server.wait_for_run, run["id"]))[
+            "status"
+        ] == "RUN_STATUS_SUCCEEDED"
+        assert (await asyncio.to_thread(server.wait_for_run, doomed["id"]))[
+            "status"
+        ] == "RUN_STATUS_CANCELLED"
+        finished = await call(client, "get_run", run_id=run["id"])
+        assert finished == (await http.get(f"/v1/runs/{run['id']}")).json()
+        assert finished["output"] == {"done": {"who": "ada"}}
+        history = await call(client, "get_run_history", run_id=run["id"])
+        assert history == {"items": (await http.get(f"/v1/runs/{run['id']}/history")).json()}
+        assert any(entry["kind"] for entry in history["items"])
+        ended = await refused(client, "send_signal", run_id=run["id"], name="approve")
+        rest_ended = await http.post(f"/v1/runs/{run['id']}/signals/approve", json={})
+        assert ended == rest_ended.json()
+
+        # events: the first is stored; REST sees the same id as a duplicate.
+        event = await call(client, "send_event", name="lead.created", data={"n": 1}, id="ev-1")
+        assert event["duplicate"] is False
+        assert event["id"] == "ev-1"
+        duplicate = (
+            await http.post("/v1/events", json={"name": "lead.created", "id": "ev-1"})
+        ).json()
+        assert duplicate == {**event, "duplicate": True}
+
+        # routing: route a routable, read the decision and its explanation.
+        assert (await http.post("/v1/workers", json={"id": "ana"})).status_code == 201
+        pool = {"id": "desk", "members": [{"worker": "ana"}]}
+        assert (await http.post("/v1/pools", json=pool)).status_code == 201
+        rules = {"kinds": {"ticket": {}}, "default_pool": "desk"}
+        assert (await http.post("/v1/rules", json=rules)).status_code == 201
+        routable = {"id": "t-1", "kind": "ticket", "attributes": {"subject": "refund"}}
+        decision = await call(client, "route", routable=routable, idempotency_key="r-1")
+        assert decision["worker"] == "ana"
+        assert decision["explanation"]
+        replay = await http.post("/v1/route", json=routable, headers={"Idempotency-Key": "r-1"})
+        assert replay.headers["Idempotency-Replayed"] == "true"
+        assert replay.json() == decision
+        assert await call(client, "get_decision", decision_id=decision["id"]) == (
+            (await http.get(f"/v1/decisions/{decision['id']}")).json()
+        )
+
+        # balances and receipts.
+        account = {"code": "wallet:ana", "currency": "USD", "kind": "liability"}
+        assert (await http.post("/v1/accounts", json=account)).status_code == 201
+        assert await call(client, "list_accounts") == {
+            "items": (await http.get("/v1/accounts")).json()
+        }
+        assert await call(client, "get_account", code="wallet:ana") == (
+            (await http.get("/v1/accounts/wallet:ana")).json()
+        )
+        subject = f"run:{run['id']}"
+        page = await poll(http, "/v1/receipts", {"subject": subject})
+        assert await call(client, "list_receipts", subject=subject) == (
+            (await http.get("/v1/receipts", params={"subject": subject})).json()
+        )
+        receipt_id = page[0]["id"]
+        assert await call(client, "get_receipt", receipt_id=receipt_id) == (
+            (await http.get(f"/v1/receipts/{receipt_id}")).json()
+        )
+
+        # resources: definitions and run histories.
+        resources = (await client.list_resources()).resources
+        assert [str(r.uri) for r in resources] == ["ductor://workflows/gate"]
+        templates = (await client.list_resource_templates()).resource_templates
+        assert {t.uri_template for t in templates} == {
+            "ductor://workflows/{family_slug}",
+            "ductor://workflows/{family_slug}/versions/{version}",
+            "ductor://runs/{run_id}/history",
+        }
+        for uri, path in (
+            ("ductor://workflows/gate", "/v1/workflows/gate"),
+            ("ductor://workflows/gate/versions/1", "/v1/workflows/gate/versions/1"),
+        ):
+            [content] = (await client.read_resource(uri)).contents
+            assert httpx.Response(200, text=content.text).json() == (await http.get(path)).json()  # type: ignore[union-attr]
+        [content] = (await client.read_resource(f"ductor://runs/{run['id']}/history")).contents
+        assert httpx.Response(200, text=content.text).json() == history  # type: ignore[union-attr]
+
+
+def test_a_bad_key_is_refused_before_any_mcp_work(server: ServerProcess) -> None:
+    server.start()
+    for headers in ({}, {"Authorization": "Bearer dk_nope"}, {"Authorization": "Basic eDp5"}):
+        answer = httpx.post(
+            f"{server.url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={**headers, "Accept": "application/json, text/event-stream"},
+        )
+        assert answer.status_code == 401, answer.text
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+        assert answer.json()["error"]["data"]["code"] == "auth.unauthenticated"
+
+    async def with_a_bad_key() -> None:
+        try:
+            async with connect(server, "dk_not_a_key") as client:
+                await client.list_tools()
+        except BaseException as refusal:
+            error = mcp_error(refusal)
+        else:
+            raise AssertionError("a bad key was let in")
+        assert error.message.startswith("auth.unauthenticated")
+        assert error.error.data["code"] == "auth.unauthenticated"
+
+    asyncio.run(with_a_bad_key())
+
+
+def test_another_tenant_finds_nothing(server: ServerProcess) -> None:
+    server.start()
+    other = other_tenant_key(server, "other")
+    asyncio.run(_isolation(server, other))
+
+
+async def _isolation(server: ServerProcess, other: str) -> None:
+    async with rest(server) as http, connect(server) as mine:
+        await call(mine, "publish_workflow", definition=GATE)
+        run = await call(mine, "trigger_run", family_slug="gate")
+        assert (await http.post("/v1/workers", json={"id": "ana"})).status_code == 201
+        pool = {"id": "desk", "members": [{"worker": "ana"}]}
+        assert (await http.post("/v1/pools", json=pool)).status_code == 201
+        assert (
+            await http.post("/v1/rules", json={"kinds": {"t": {}}, "default_pool": "desk"})
+        ).is_success
+        decision = await call(mine, "route", routable={"id": "x", "kind": "t"})
+        assert (
+            await http.post(
+                "/v1/accounts", json={"code": "wallet:a", "currency": "USD", "kind": "liability"}
+            )
+        ).is_success
+    async with connect(server, other) as theirs:
+        for tool, arguments, code in (
+            ("get_workflow", {"family_slug": "gate"}, "workflow.not_found"),
+            ("get_workflow", {"family_slug": "gate", "version": 1}, "workflow.not_found"),
+            ("trigger_run", {"family_slug": "gate"}, "workflow.not_found"),
+            ("get_run", {"run_id": run["id"]}, "run.not_found"),
+            ("get_run_history", {"run_id": run["id"]}, "run.not_found"),
+            ("send_signal", {"run_id": run["id"], "name": "approve"}, "run.not_found"),
+            ("cancel_run", {"run_id": run["id"]}, "run.not_found"),
+            ("get_decision", {"decision_id": decision["id"]}, "decision.not_found"),
+            ("get_account", {"code": "wallet:a"}, "account.not_found"),
+        ):
+            body = await refused(theirs, tool, **arguments)
+            assert body["code"] == code, (tool, body)
+        assert await call(theirs, "list_workflows") == {"items": []}
+        assert await call(theirs, "list_accounts") == {"items": []}
+        assert (await theirs.list_resources()).resources == []
+        for uri in ("ductor://workflows/gate", f"ductor://runs/{run['id']}/history"):
+            with pytest.raises(MCPError, match="not_found"):
+                await theirs.read_resource(uri)
+    # Nothing of theirs touched mine: the run still waits for its signal.
+    async with rest(server) as http:
+        assert (await http.get(f"/v1/runs/{run['id']}")).json()["status"] == "RUN_STATUS_RUNNING"
+
+
+def test_malformed_and_huge_arguments_are_refused_clearly(server: ServerProcess) -> None:
+    server.start()
+    asyncio.run(_malformed(server))
+    assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+async def _malformed(server: ServerProcess) -> None:
+    async with connect(server) as client:
+        missing = await refused(client, "get_run")
+        assert missing["code"] == "request.invalid"
+        assert missing["details"]["argument"] == "run_id"
+        assert "run_id" in missing["message"]
+        wrong = await refused(client, "trigger_run", family_slug="gate", version="one")
+        assert wrong["details"] == {
+            "argument": "version",
+            "path": "$.version",
+            "reason": "Expected `int | null`, got `str`",
+        }
+        unknown = await refused(client, "get_run", run_id="r", colour="blue")
+        assert unknown["details"]["argument"] == "colour"
+        blank_key = await refused(client, "trigger_run", family_slug="gate", idempotency_key=" ")
+        assert blank_key["details"]["argument"] == "idempotency_key"
+        nested = await refused(client, "route", routable={"id": "x", "kind": 7})
+        assert nested["details"]["path"] == "$.routable.kind"
+        assert nested["details"]["argument"] == "routable"
+        too_big_int = await refused(client, "send_event", name="n", data={"n": 2**70})
+        assert too_big_int["code"] == "request.invalid"
+        unknown_tool = await refused(client, "drop_tables")
+        assert unknown_tool["code"] == "request.invalid"
+        assert "list_workflows" in unknown_tool["details"]["tools"]
+
+        huge = "x" * (2 * 1024 * 1024)
+        with pytest.raises(MCPError) as refusal:
+            await client.call_tool("send_event", {"name": "big", "data": huge})
+        assert "request.too_large" in str(refusal.value)
+        assert refusal.value.error.data["details"] == {"max_body_bytes": 1024 * 1024}
+        # Still serving, on the same client.
+        assert len((await client.list_tools()).tools) == len(TOOLS)
+        assert await call(client, "list_workflows") == {"items": []}
