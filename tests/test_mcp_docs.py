@@ -18,19 +18,12 @@ import pytest
 from ductor_core.errors import DuctorError
 from ductor_server.transports.mcp import TOOLS, input_schema
 
-from . import conftest
 from .conftest import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DOC = (DOCS / "mcp.md").read_text()
-
-
-@pytest.fixture(autouse=True)
-def patient_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a machine shared with other suites the server may take longer to be ready."""
-    monkeypatch.setattr(conftest, "START_TIMEOUT", 120.0)
 
 
 def blocks(language: str) -> list[str]:

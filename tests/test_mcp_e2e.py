@@ -24,17 +24,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from . import conftest
 from .conftest import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(autouse=True)
-def patient_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests check answers, not start-up speed: on a machine shared with other
-    suites a server may take longer than the usual 30 s to be ready."""
-    monkeypatch.setattr(conftest, "START_TIMEOUT", 120.0)
 
 
 TOOLS = {
