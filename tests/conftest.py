@@ -99,8 +99,9 @@ class ServerProcess:
             )
         return result
 
-    def start(self) -> ServerProcess:
-        """Start the process and wait until /readyz answers 200."""
+    def start(self, *extra: str) -> ServerProcess:
+        """Start the process (`extra`: more arguments of `dev` or `serve`) and wait
+        until /readyz answers 200."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.database_url:
@@ -109,7 +110,7 @@ class ServerProcess:
             args = ["dev", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ductor_server.cli", *args],
+            [sys.executable, "-m", "ductor_server.cli", *args, *extra],
             env=self._env(),
             stdout=log,
             stderr=subprocess.STDOUT,
