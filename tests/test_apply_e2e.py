@@ -300,7 +300,7 @@ def test_a_bad_seed_stops_the_start_and_changes_nothing(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert (
-        f"error: {bad}/pool.yaml:2:36: /spec/members/0/worker: unknown worker 'ghost'"
+        f"error: {bad}/pool.yaml:2:34: /spec/members/0/worker: unknown worker 'ghost'"
         in done.stderr
     )
     assert f"seed {bad}: 1 problem(s): nothing was applied" in done.stderr
