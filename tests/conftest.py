@@ -51,6 +51,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
         self.api_key: str = ""
+        self.start_timeout = START_TIMEOUT
 
     @property
     def backend(self) -> str:
@@ -116,7 +117,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited {self.proc.returncode}:\n{self.log()}")
@@ -126,7 +127,7 @@ class ServerProcess:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"server not ready in {START_TIMEOUT}s:\n{self.log()}")
+                raise AssertionError(f"server not ready in {self.start_timeout}s:\n{self.log()}")
             time.sleep(0.1)
         if not self.api_key:
             if self.database_url:
