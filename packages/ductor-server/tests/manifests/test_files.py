@@ -126,3 +126,13 @@ def test_missing_source_and_empty_directory(tmp_path: Path) -> None:
     assert [str(p) for p in read_manifests(tmp_path)[1]] == [
         f"{tmp_path}: /: no manifest files (*.yaml, *.yml, *.json) found"
     ]
+
+
+def test_a_directory_of_too_many_files_is_refused_whole(tmp_path: Path) -> None:
+    from ductor_server.manifests.files import MAX_FILES
+
+    for i in range(MAX_FILES + 1):
+        write(tmp_path, f"w{i:04}.yaml", f"kind: Worker\nspec: {{id: w{i}}}\n")
+    resources, problems = read_manifests(tmp_path)
+    assert resources == []
+    assert [str(p) for p in problems] == [f"{tmp_path}: /: more than {MAX_FILES} manifest files"]
