@@ -53,6 +53,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
         self.api_key: str = ""
+        self.start_timeout = START_TIMEOUT
 
     @property
     def backend(self) -> str:
@@ -101,8 +102,9 @@ class ServerProcess:
             )
         return result
 
-    def start(self) -> ServerProcess:
-        """Start the process and wait until /readyz answers 200."""
+    def start(self, *extra: str) -> ServerProcess:
+        """Start the process (`extra`: more arguments of `dev` or `serve`) and wait
+        until /readyz answers 200."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.database_url:
@@ -111,13 +113,13 @@ class ServerProcess:
             args = ["dev", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ductor_server.cli", *args],
+            [sys.executable, "-m", "ductor_server.cli", *args, *extra],
             env=self._env(),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         log.close()
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited {self.proc.returncode}:\n{self.log()}")
@@ -127,7 +129,7 @@ class ServerProcess:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"server not ready in {START_TIMEOUT}s:\n{self.log()}")
+                raise AssertionError(f"server not ready in {self.start_timeout}s:\n{self.log()}")
             time.sleep(0.1)
         if not self.api_key:
             if self.database_url:

@@ -142,6 +142,56 @@ def _serve(settings: Settings) -> int:
     return 0
 
 
+def seed(settings: Settings, source: str, tenant_id: str) -> int:
+    """Apply the manifests under `source` to `tenant_id` (created if new) through the
+    services, before serving; print the plan, or every problem and change nothing.
+
+    Returns:
+        0 when applied, 1 on any problem.
+    """
+    from ductor_server.composition import build
+    from ductor_server.manifests import apply_plan, make_plan, read_manifests, where
+    from ductor_server.manifests.local import ServicesTarget
+    from ductor_server.manifests.report import (
+        change_lines,
+        failure,
+        partial,
+        problem_lines,
+        summary,
+    )
+
+    resources, problems = read_manifests(Path(source))
+    if not resources:
+        for line in [*problem_lines(problems), f"seed {source}: {failure(problems)}"]:
+            sys.stderr.write(line + "\n")
+        return 1
+
+    async def run() -> int:
+        composition = build(settings)
+        async with composition.opened(migrate=settings.migrate_on_start):
+            async with composition.store.transaction() as tx:
+                now = composition.runtime.clock.now()
+                await tx.ensure_tenant(tenant_id, name=tenant_id, now=now)
+            target = ServicesTarget(composition.services, tenant_id)
+            plan = await make_plan(target, resources)
+            found = sorted([*problems, *plan.problems], key=where)
+            if found:
+                for line in [*problem_lines(found), f"seed {source}: {failure(found)}"]:
+                    sys.stderr.write(line + "\n")
+                return 1
+            done, error = await apply_plan(target, plan)
+            if error is not None:
+                for line in partial(done, f"{error.code}: {error.message}"):
+                    sys.stderr.write(line + "\n")
+                return 1
+        for line in change_lines(plan, applied=True):
+            print(f"seed: {line}", flush=True)
+        print(f"seed {source} (tenant {tenant_id}): {summary(plan, dry_run=False)}", flush=True)
+        return 0
+
+    return asyncio.run(run())
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     """`ductor dev`: the embedded server (SQLite under the data dir, in-process queue)."""
     settings = Settings.from_env(
@@ -159,6 +209,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     key, created = asyncio.run(ensure_dev_key(settings))
     settings, receipt_kid, receipt_created = ensure_dev_receipt_keys(settings)
     settings, secret_kid, secret_created = ensure_dev_secret_keys(settings)
+    if args.seed is not None and seed(settings, args.seed, DEV_TENANT) != 0:
+        return 1
     _write_private(settings.pid_file, f"{os.getpid()}\n")
     where = f"http://{settings.host}:{settings.port}"
     print(f"ductor {__version__} (embedded) on {where}", flush=True)
@@ -255,6 +307,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         sys.stderr.write(f"error: {problem}\n")
         return 1
+    if args.seed is not None:
+        tenant = args.seed_tenant or os.environ.get("DUCTOR_SEED_TENANT")
+        if not tenant:
+            sys.stderr.write("error: --seed needs --seed-tenant (or $DUCTOR_SEED_TENANT)\n")
+            return 2
+        if seed(settings, args.seed, tenant) != 0:
+            return 1
     backend = "postgres" if settings.database_url else f"sqlite at {settings.store_target}"
     print(
         f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
@@ -330,6 +389,13 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     dev.add_argument("--host", default=None, help=host_help)
     dev.add_argument("--port", type=int, default=None, help=port_help)
     dev.add_argument("--data-dir", default=None, help=data_dir_help)
+    dev.add_argument(
+        "--seed",
+        default=None,
+        metavar="DIR",
+        help="apply the manifests in DIR to the dev tenant before serving, as `ductor apply`"
+        " would (a problem stops the start: exit 1)",
+    )
     dev.set_defaults(func=cmd_dev)
 
     serve = sub.add_parser(
@@ -355,6 +421,19 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help="apply pending migrations before serving (default off: a database with "
         "migrations pending is refused; always done for the embedded store)",
+    )
+    serve.add_argument(
+        "--seed",
+        default=None,
+        metavar="DIR",
+        help="apply the manifests in DIR (docs/configuration.md) to --seed-tenant before"
+        " serving (a problem stops the start: exit 1)",
+    )
+    serve.add_argument(
+        "--seed-tenant",
+        default=None,
+        metavar="TENANT",
+        help="the tenant --seed applies to, created if new (default $DUCTOR_SEED_TENANT)",
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -136,22 +136,26 @@ class Composition:
                 await self.runtime.stop()
                 await self.hooks.drain()
         finally:
-            await self.store.close()
-            if self.redis is not None:
-                await self.redis.aclose()
-            if isinstance(self.expressions, SandboxedEngine):
-                self.expressions.close()
+            await self._close()
 
     @asynccontextmanager
     async def opened(self, *, migrate: bool = True) -> AsyncIterator[Composition]:
-        """Open (and migrate) the store without engine loops, for one-off commands."""
+        """Open (and migrate) the store without engine loops, for one-off commands
+        (`serve --seed`); on exit close what `running` closes."""
         await self.store.open()
         try:
             if migrate:
                 await self.store.migrate()
             yield self
         finally:
-            await self.store.close()
+            await self._close()
+
+    async def _close(self) -> None:
+        await self.store.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+        if isinstance(self.expressions, SandboxedEngine):
+            self.expressions.close()
 
 
 def _server_event(name: str, composition: Composition) -> HookEvent:

@@ -101,6 +101,14 @@ class ConnectionPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     secrets: dict[str, Any] | None = None
 
 
+class ConnectionCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /v1/connections/validate`: every problem (`{pointer, message}`) a create
+    of the body would find before it looks at the store."""
+
+    valid: bool
+    problems: list[dict[str, str]]
+
+
 class ConnectionView(msgspec.Struct, frozen=True, kw_only=True):
     """A connection as the API shows it: never a secret, only a mask per secret field."""
 
@@ -291,6 +299,23 @@ class ConnectionsService:
             ]
         if problems:
             raise ConnectionInvalid(problems)
+
+    def check(self, body: ConnectionBody) -> list[dict[str, str]]:
+        """Every problem `create` would find in `body` before it looks at the store
+        (pointers into the body); the secrets are checked only when some are given,
+        so a body may leave the ones already stored out."""
+        secrets = {k: v for k, v in body.secrets.items() if v is not None}
+        try:
+            self._check(
+                name=body.name,
+                provider_name=body.provider,
+                description=body.description,
+                config=body.config,
+                secrets=secrets or None,
+            )
+        except ConnectionInvalid as exc:
+            return list(exc.details) if isinstance(exc.details, list) else []
+        return []
 
     def _seal(
         self, tenant_id: str, connection_id: str, secrets: Mapping[str, Any]
@@ -676,6 +701,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "MAX_SECRETS_BYTES",
     "ConnectionBody",
+    "ConnectionCheck",
     "ConnectionPatch",
     "ConnectionView",
     "ConnectionsService",

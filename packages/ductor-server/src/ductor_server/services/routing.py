@@ -51,6 +51,7 @@ from ductor_routing import (
     encode_decision,
     shadow_report,
 )
+from ductor_server.connections.shapes import problems_of, struct_fields
 from ductor_server.engine.cheap import INLINE_COST, INLINE_LIMITS, small
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.offload import VALIDATION
@@ -99,6 +100,7 @@ from ductor_settlement.errors import NotReturnable
 from ductor_settlement.returns import AssignmentFacts, ReturnRefusal, ReturnStats, decide_return
 
 T = TypeVar("T")
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 MAX_MICROS = 10**15
 """The largest amount a request may name, in micros (a billion units): sums of many
@@ -125,6 +127,27 @@ class RulesBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     kinds: dict[str, KindSchema] = {}
     enrichers: tuple[EnricherSpec, ...] = ()
     seed: int = 0
+
+
+class ConfigCheckBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/routing/validate`: workers, pools and a rule set to check together with
+    the stored configuration, as if each were put (nothing is written).
+
+    Each object is checked as its own `POST` would check it; then the configuration
+    they lead to (these over the stored ones, by id) is compiled as a whole.
+    """
+
+    workers: list[Any] = []
+    pools: list[Any] = []
+    rule_set: Any = None
+
+
+class ConfigCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """What `POST /v1/routing/validate` found: every problem, pointers into its body
+    (a problem of a stored object no body object replaces names it in the message)."""
+
+    valid: bool
+    problems: list[Problem]
 
 
 class RuleSetView(msgspec.Struct, frozen=True, kw_only=True):
@@ -434,6 +457,39 @@ def _references(config: _Config, what: str, entity_id: str) -> list[dict[str, st
     if rules.default_pool == entity_id:
         used.append({"rule_set": rules.id, "pointer": "/rule_set/default_pool"})
     return used
+
+
+def _body_problem(
+    found: Problem,
+    workers: Sequence[Worker],
+    pools: Sequence[Pool],
+    given_workers: dict[str, int],
+    given_pools: dict[str, int],
+    rules_given: bool,
+) -> Problem:
+    """`found` (a pointer into a whole configuration) with its pointer moved into a
+    `ConfigCheckBody`; a stored object's problem keeps no pointer and names the object."""
+    parts = found.pointer.split("/", 3)  # "", "workers", "3", rest
+    if len(parts) >= 3 and parts[1] in ("workers", "pools") and parts[2].isdigit():
+        items: Sequence[Worker | Pool] = workers if parts[1] == "workers" else pools
+        given = given_workers if parts[1] == "workers" else given_pools
+        index = int(parts[2])
+        rest = "/" + parts[3] if len(parts) == 4 else ""
+        if index < len(items):
+            entity_id = items[index].id
+            if entity_id in given:
+                return Problem(
+                    pointer=f"/{parts[1]}/{given[entity_id]}{rest}", message=found.message
+                )
+            what = parts[1][:-1]
+            return Problem(
+                pointer="", message=f"stored {what} {entity_id!r}: {rest}: {found.message}"
+            )
+    if found.pointer.startswith("/enrichers"):
+        found = Problem(pointer="/rule_set" + found.pointer, message=found.message)
+    if rules_given:
+        return found
+    return Problem(pointer="", message=f"stored rule set: {found.pointer}: {found.message}")
 
 
 class RoutingService:
@@ -775,6 +831,112 @@ class RoutingService:
             return changed, "/rule_set"
 
         return await self._change(tenant_id, claim, RuleSetView, edit, apply)
+
+    async def check_config(self, tenant_id: str, body: ConfigCheckBody) -> ConfigCheck:
+        """Check `body`'s workers, pools and rule set as their puts would, and the
+        configuration they lead to as a whole; write nothing."""
+        problems: list[Problem] = []
+        broken: set[str] = set()
+
+        def shaped(raw: Any, into: type[_S], at: str, what: str) -> _S | None:
+            found = [
+                Problem(pointer=p["pointer"], message=p["message"])
+                for p in problems_of(raw, into, at)
+            ]
+            if found and isinstance(raw, dict):
+                # Unknown fields hide the wrongly typed ones: look again without them.
+                known, _ = struct_fields(into)
+                trimmed = {k: v for k, v in raw.items() if k in known}
+                if len(trimmed) < len(raw):
+                    found += [
+                        Problem(pointer=p["pointer"], message=p["message"])
+                        for p in problems_of(trimmed, into, at)
+                        if not p["message"].startswith("missing required field")
+                    ]
+            name = raw.get("id", "default") if isinstance(raw, dict) else None
+            if isinstance(raw, dict):
+                try:
+                    check_name(what, name, RequestInvalid)
+                except RequestInvalid as exc:
+                    found.append(Problem(pointer=f"{at}/id", message=exc.message))
+            if found:
+                problems.extend(found)
+                if isinstance(name, str):
+                    broken.add(name)
+                return None
+            return msgspec.convert(raw, into)
+
+        workers = [
+            shaped(w, Worker, f"/workers/{i}", "worker id") for i, w in enumerate(body.workers)
+        ]
+        pools = [shaped(p, Pool, f"/pools/{i}", "pool id") for i, p in enumerate(body.pools)]
+        rules = (
+            None
+            if body.rule_set is None
+            else shaped(body.rule_set, RulesBody, "/rule_set", "rule set id")
+        )
+        for i, worker in enumerate(workers):
+            if worker is not None:
+                for channel in worker.capacity:
+                    try:
+                        check_name("capacity channel", channel, RequestInvalid)
+                    except RequestInvalid as exc:
+                        problems.append(
+                            Problem(pointer=f"/workers/{i}/capacity", message=exc.message)
+                        )
+        for i, pool in enumerate(pools):
+            if pool is not None:
+                try:
+                    check_name("pool channel", pool.channel, RequestInvalid)
+                except RequestInvalid as exc:
+                    problems.append(Problem(pointer=f"/pools/{i}/channel", message=exc.message))
+        async with self.store.transaction() as tx:
+            current = await self._load_config(RoutingTx(tx), tenant_id)
+        # Where each object of the merged configuration came from: the body's index or None.
+        given_workers = {w.id: i for i, w in enumerate(workers) if w is not None}
+        given_pools = {p.id: i for i, p in enumerate(pools) if p is not None}
+        merged_workers = tuple(
+            sorted(
+                [w for w in current.workers if w.id not in given_workers]
+                + [w for w in workers if w is not None],
+                key=lambda w: w.id,
+            )
+        )
+        merged_pools = tuple(
+            sorted(
+                [p for p in current.pools if p.id not in given_pools]
+                + [p for p in pools if p is not None],
+                key=lambda p: p.id,
+            )
+        )
+        changed = msgspec.structs.replace(
+            current,
+            workers=merged_workers,
+            pools=merged_pools,
+            rules=rules if rules is not None else current.rules,
+        )
+        try:
+            await VALIDATION.run(self._build, changed)
+        except ConfigError as exc:
+            details = exc.details if isinstance(exc.details, list) else []
+            for found in details:
+                if not isinstance(found, Problem):
+                    continue
+                if found.message.startswith("unknown worker ") and any(
+                    found.message == f"unknown worker {b!r}" for b in broken
+                ):
+                    continue  # the worker's own problems were reported
+                problems.append(
+                    _body_problem(
+                        found,
+                        merged_workers,
+                        merged_pools,
+                        given_workers,
+                        given_pools,
+                        body.rule_set is not None,
+                    )
+                )
+        return ConfigCheck(valid=not problems, problems=problems)
 
     async def get_rules(self, tenant_id: str, version: int | None = None) -> RuleSetView:
         """The latest rule set, or one version (RoutingObjectNotFound if absent)."""

@@ -16,6 +16,7 @@ from litestar.params import FromPath, JSONBody
 from ductor_server.providers import CheckResult
 from ductor_server.services.connections import (
     ConnectionBody,
+    ConnectionCheck,
     ConnectionPatch,
     ConnectionsService,
     ConnectionView,
@@ -55,6 +56,17 @@ class ConnectionsController(Controller):
         body = required(data)
         key = checked_key(idempotency_key)
         return answered(await connections.create(tenant_id, body, idempotency_key=key))
+
+    @post("/validate", status_code=200, responses=V1_ERRORS)
+    async def validate_connection(
+        self,
+        connections: NamedDependency[ConnectionsService],
+        data: JSONBody[ConnectionBody | NoBody] = NO_BODY,
+    ) -> ConnectionCheck:
+        """Check a connection as its create would (`{valid, problems}`), writing nothing;
+        the secrets only when some are given."""
+        problems = connections.check(required(data))
+        return ConnectionCheck(valid=not problems, problems=problems)
 
     @get("/", responses=V1_ERRORS)
     async def list_connections(

@@ -18,6 +18,8 @@ from ductor_server.services.routing import (
     COMPLETED,
     REJECTED,
     AssignmentView,
+    ConfigCheck,
+    ConfigCheckBody,
     DecisionView,
     OutcomeBody,
     ReturnBody,
@@ -221,6 +223,24 @@ class RulesController(Controller):
         return await routing.get_rules(tenant_id, version)
 
 
+class RoutingConfigController(Controller):
+    """Checking a routing configuration change before making it."""
+
+    path = "/v1/routing"
+    tags = ("routing",)
+
+    @post("/validate", status_code=200, responses=V1_ERRORS)
+    async def validate(
+        self,
+        tenant_id: NamedDependency[str],
+        routing: NamedDependency[RoutingService],
+        data: JSONBody[ConfigCheckBody | NoBody] = NO_BODY,
+    ) -> ConfigCheck:
+        """Check `{workers, pools, rule_set}` as their puts would, together with the
+        stored configuration (`{valid, problems}`); nothing is written."""
+        return await routing.check_config(tenant_id, required(data))
+
+
 class RouteController(Controller):
     """Route a routable now: the decision, its explanation and its assignment."""
 
@@ -350,7 +370,13 @@ async def _move(
     return answered(moved)
 
 
-ROUTING_CONTROLLERS = (WorkersController, PoolsController, RulesController, RouteController)
+ROUTING_CONTROLLERS = (
+    WorkersController,
+    PoolsController,
+    RulesController,
+    RoutingConfigController,
+    RouteController,
+)
 """Every routing controller, for the app's route list."""
 
 

@@ -1,0 +1,138 @@
+"""Reading manifest files: values as JSON, problems with file, line, column and pointer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ductor_server.manifests import read_manifests
+from ductor_server.manifests.files import MAX_DEPTH, read_file
+
+
+def write(root: Path, name: str, text: str) -> Path:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_values_are_json_with_yaml_1_2_booleans_and_no_timestamps(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "w.yaml",
+        "kind: Worker\nspec:\n  id: w\n  attributes:\n    country: NO\n    on: yes\n"
+        "    since: 2024-01-02\n    flag: true\n    n: 3\n    x: 1.5\n    none: null\n",
+    )
+    [resource], problems = read_file(path, "w.yaml")
+    assert problems == []
+    assert resource.spec["attributes"] == {
+        "country": "NO",
+        "on": "yes",
+        "since": "2024-01-02",
+        "flag": True,
+        "n": 3,
+        "x": 1.5,
+        "none": None,
+    }
+    assert (resource.kind, resource.name, resource.ref) == ("Worker", "w", "Worker/w")
+
+
+def test_a_problem_names_the_line_of_its_pointer_or_of_the_nearest_parent(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "p.yaml",
+        "- kind: Pool\n  spec:\n    id: p\n    members:\n      - {worker: a/b~c}\n",
+    )
+    [resource], _ = read_file(path, "p.yaml")
+    assert resource.base == "/0"
+    found = resource.problem("/members/0/worker", "unknown worker")
+    assert str(found) == "p.yaml:5:18: /0/spec/members/0/worker: unknown worker"
+    missing = resource.problem("/members/0/caps/0/limit", "must be >= 0")
+    assert (missing.line, missing.column) == (5, 9)  # where members/0 starts
+
+
+def test_keys_with_slash_and_tilde_escape_in_pointers(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "w.yaml", "kind: Worker\nspec:\n  id: w\n  attributes: {a/b: 1, c~d: 2, a/b: 3}\n"
+    )
+    _, problems = read_file(path, "w.yaml")
+    assert [str(p) for p in problems] == ["w.yaml:4:32: /spec/attributes/a~1b: duplicate key 'a/b'"]
+
+
+def test_a_directory_is_read_recursively_in_name_order_skipping_hidden_and_other_files(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "b.yaml", "kind: Worker\nspec: {id: b}\n")
+    write(tmp_path, "a/z.yml", "kind: Worker\nspec: {id: z}\n")
+    write(tmp_path, "c.json", '{"kind": "Worker", "spec": {"id": "c"}}')
+    write(tmp_path, ".git/x.yaml", "not: [valid\n")
+    write(tmp_path, "README.md", "# notes\n")
+    resources, problems = read_manifests(tmp_path)
+    assert problems == []
+    assert [r.name for r in resources] == ["z", "b", "c"]
+    [single], _ = read_manifests(tmp_path / "b.yaml")
+    assert single.name == "b"
+
+
+def test_a_resource_defined_twice_and_a_second_rule_set_are_problems(tmp_path: Path) -> None:
+    write(
+        tmp_path, "a.yaml", "- kind: Worker\n  spec: {id: w}\n- kind: RuleSet\n  spec: {id: one}\n"
+    )
+    write(tmp_path, "b.yaml", "- kind: Worker\n  spec: {id: w}\n- kind: RuleSet\n  spec: {}\n")
+    resources, problems = read_manifests(tmp_path)
+    assert [r.ref for r in resources] == ["Worker/w", "RuleSet/one"]
+    assert [str(p) for p in problems] == [
+        f"{tmp_path}/b.yaml:2:14: /0/spec/id: Worker/w is also defined at {tmp_path}/a.yaml/0",
+        f"{tmp_path}/b.yaml:4:9: /1/spec: a tenant has one rule set: RuleSet/one is defined at"
+        f" {tmp_path}/a.yaml",
+    ]
+
+
+def test_names_and_shapes(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "x.yaml",
+        "- {kind: Workflow, spec: {title: t}}\n- {kind: Worker, spec: {id: ' '}}\n"
+        "- {kind: Pool, spec: {id: p}, status: {}}\n- {spec: {id: q}}\n",
+    )
+    _, problems = read_file(path, "x.yaml")
+    assert [str(p) for p in problems] == [
+        "x.yaml:1:26: /0/spec/family_slug: a Workflow needs `family_slug`: a non-empty string",
+        "x.yaml:2:29: /1/spec/id: a Worker needs `id`: a non-empty string",
+        "x.yaml:3:39: /2/status: unknown field 'status' (a resource has kind and spec)",
+        "x.yaml:4:3: /3/kind: kind is missing: one of Connection, Worker, Pool, RuleSet, Workflow",
+    ]
+
+
+def test_nesting_is_bounded_before_anything_is_built(tmp_path: Path) -> None:
+    ok = write(
+        tmp_path,
+        "ok.yaml",
+        "kind: Worker\nspec: {id: w, attributes: "
+        + "[" * (MAX_DEPTH - 3)
+        + "]" * (MAX_DEPTH - 3)
+        + "}\n",
+    )
+    assert read_file(ok, "ok.yaml")[1] == []
+    deep = write(tmp_path, "deep.yaml", "a:\n" + "".join("  " * i + "- \n" for i in range(1, 200)))
+    [problem] = read_file(deep, "deep.yaml")[1]
+    assert problem.message == f"nested deeper than {MAX_DEPTH} levels"
+    assert problem.line == 65
+
+
+def test_missing_source_and_empty_directory(tmp_path: Path) -> None:
+    assert [str(p) for p in read_manifests(tmp_path / "nope")[1]] == [
+        f"{tmp_path}/nope: /: no such file or directory"
+    ]
+    assert [str(p) for p in read_manifests(tmp_path)[1]] == [
+        f"{tmp_path}: /: no manifest files (*.yaml, *.yml, *.json) found"
+    ]
+
+
+def test_a_directory_of_too_many_files_is_refused_whole(tmp_path: Path) -> None:
+    from ductor_server.manifests.files import MAX_FILES
+
+    for i in range(MAX_FILES + 1):
+        write(tmp_path, f"w{i:04}.yaml", f"kind: Worker\nspec: {{id: w{i}}}\n")
+    resources, problems = read_manifests(tmp_path)
+    assert resources == []
+    assert [str(p) for p in problems] == [f"{tmp_path}: /: more than {MAX_FILES} manifest files"]
