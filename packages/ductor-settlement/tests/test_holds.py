@@ -104,7 +104,8 @@ def hold(
         ({"credit_account": "wallet"}, "same account"),
         ({"currency": "dollars"}, "currency"),
         ({"expires_at": NOW}, "not after now"),
-        ({"id": ""}, "id is empty"),
+        ({"id": ""}, "id must be 1 to 256 characters"),
+        ({"id": "h" * 257}, "id must be 1 to 256 characters"),
     ],
 )
 def test_a_malformed_hold_is_invalid(kwargs: dict[str, object], fragment: str) -> None:
@@ -112,6 +113,24 @@ def test_a_malformed_hold_is_invalid(kwargs: dict[str, object], fragment: str) -
         hold(**kwargs)  # type: ignore[arg-type]
     assert caught.value.code == "hold.invalid"
     assert fragment in str(caught.value)
+
+
+def test_an_over_long_description_is_invalid_and_the_refusal_does_not_echo_a_huge_id() -> None:
+    with pytest.raises(HoldInvalid) as caught:
+        new_hold(
+            id="h" * 20_000,
+            tenant_id=T,
+            debit_account="wallet",
+            credit_account="escrow",
+            amount=5,
+            currency="USD",
+            now=NOW,
+            expires_at=EXPIRY,
+            description="d" * 1001,
+        )
+    assert "description must be at most 1000 characters" in str(caught.value)
+    assert len(str(caught.value)) < 1_000
+    assert len(caught.value.details["hold"]) < 300
 
 
 def test_post_void_and_expire_are_final_and_exclusive() -> None:

@@ -149,6 +149,10 @@ def test_opening_the_same_account_twice_is_a_no_op_but_different_attributes_conf
             Account(tenant_id=T, code="x", currency="USD", kind=AccountKind.ASSET, floor=2**60),
             "floor",
         ),
+        (
+            Account(tenant_id=T, code="x", currency="USD", kind=AccountKind.ASSET, name="n" * 257),
+            "account name must be at most 256 characters",
+        ),
     ],
 )
 def test_an_invalid_account_is_refused_with_the_reason(bad: Account, fragment: str) -> None:
@@ -245,6 +249,30 @@ def test_a_malformed_entry_is_invalid(
         book().post(draft(key, *postings, tenant_id=tenant), at=NOW)
     assert caught.value.code == "ledger.invalid_entry"
     assert fragment in str(caught.value)
+
+
+def test_a_huge_entry_is_refused_with_one_problem_per_limit() -> None:
+    legs = [debit("cash", 1, "USD")] * 100 + [credit("wallet", 100, "USD")]
+    with pytest.raises(InvalidEntry) as caught:
+        book().post(draft("k", *legs), at=NOW)
+    assert [p.message for p in caught.value.problems] == [
+        "an entry has at most 100 postings, this one has 101 (post several entries, or a batch)"
+    ]
+    # A hundred postings are fine: the limit is the count, not the amounts.
+    ledger = book()
+    ledger.post(draft("ok", *legs[:99], credit("wallet", 99, "USD")), at=NOW)
+    assert ledger.balance("wallet") == 99
+    long = msgspec.structs.replace(
+        draft("k", debit("cash", 5, "USD"), credit("wallet", 5, "USD")),
+        description="d" * 1001,
+        reference=Reference(kind=ReferenceKind.RUN, id="r" * 257),
+    )
+    with pytest.raises(InvalidEntry) as caught:
+        book().post(long, at=NOW)
+    assert [p.message for p in caught.value.problems] == [
+        "the description must be at most 1000 characters, this one has 1001",
+        "the reference id must be at most 256 characters",
+    ]
 
 
 @pytest.mark.parametrize("amount", [0, MAX_MICROS + 1, True])

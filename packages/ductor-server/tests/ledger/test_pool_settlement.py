@@ -94,9 +94,17 @@ async def test_a_settled_pool_charges_the_winner_in_the_assignment_commit(api: A
     assert charge["reference"] == {"kind": "decision", "id": decision["id"]}
 
 
+CONSENT = {
+    "granted": True,
+    "scopes": ["phone"],
+    "evidence": "https://forms.example/opt-in/77",
+    "captured_at": "2029-12-31T23:00:00Z",
+}
+
+
 async def test_a_settled_assignment_has_a_signed_receipt(api: Api) -> None:
     await _market(api, {"low": 20 * USD, "high": 20 * USD}, bids={"low": 5 * USD, "high": 7 * USD})
-    decision = await _route(api, "l1")
+    decision = await _route(api, "l1", consent=CONSENT)
     assignment = decision["assignment_id"]
     found = await api.ok("GET", "/v1/receipts", params={"subject": f"assignment:{assignment}"})
     (receipt,) = found["items"]
@@ -106,6 +114,7 @@ async def test_a_settled_assignment_has_a_signed_receipt(api: Api) -> None:
     entries = await api.ok("GET", "/v1/ledger/entries", params={"account": "wallet:high"})
     charge = next(e for e in entries["items"] if e["reference"]["kind"] == "decision")
     assert body["ledger_entries"] == [charge["id"]]
+    assert body["consent"] == [CONSENT]
     stored = await api.ok("GET", f"/v1/decisions/{decision['id']}")
     assert body["decision"] == {
         "id": decision["id"],
@@ -410,7 +419,7 @@ async def test_hold_mode_reserves_at_assignment_and_charges_on_completion(api: A
         hold_seconds=600,
         returns={"window_seconds": 3600},
     )
-    first, second, third = [await _route(api, f"l{n}") for n in range(3)]
+    first, second, third = [await _route(api, f"l{n}", consent=CONSENT) for n in range(3)]
     wallet = await api.balance("wallet:a")
     # Two leads reserved 8 USD; the third could not be covered by what is left.
     assert (wallet["balance"], wallet["pending"], wallet["available"]) == (
@@ -434,6 +443,7 @@ async def test_hold_mode_reserves_at_assignment_and_charges_on_completion(api: A
     assert receipt["receipt"]["subject"]["id"] == first["assignment_id"]
     assert receipt["receipt"]["cost"] == {"micros": 4 * USD, "currency": "USD"}
     assert receipt["receipt"]["configuration_hash"].startswith("sha256:")
+    assert receipt["receipt"]["consent"] == [CONSENT]
     wallet = await api.balance("wallet:a")
     assert (wallet["balance"], wallet["pending"], wallet["available"]) == (6 * USD, 0, 6 * USD)
     assert (await api.balance("payable:seller"))["balance"] == 3_600_000

@@ -211,6 +211,7 @@ async def test_refusals(wallet_api: Api, stripe: FakeStripe) -> None:
         ({"account": "wallet:buyer", "amount": 10**9 * USD}, "/amount"),
         ({"account": "cash", "amount": USD}, "/account"),  # grows on debit
         ({"account": "points", "amount": USD}, "/account"),  # not an ISO currency
+        ({"account": "wallet:buyer", "amount": USD, "description": "d" * 1001}, "/description"),
     ):
         refused = await api.fails("POST", "/v1/topups", 422, "request.invalid", json=body)
         assert refused["details"]["pointer"] == pointer, refused

@@ -12,8 +12,11 @@ from ductor_core.runs import RunStatus
 from ductor_routing import Availability, Cap, KindSchema, Member, Pool, StrategySpec, Worker
 from ductor_routing.pools import Window
 from ductor_server.engine.actions import ActionCall, ActionFailed
+from ductor_server.metering import MeteringTx
+from ductor_server.services.metering import BudgetBody, PlanAssignBody, PlanBody
 from ductor_server.services.route_step import RouteStep
 from ductor_server.services.routing import RulesBody
+from ductor_settlement import Entitlement, UsageWindow, window_start
 
 from .conftest import TENANT, Engine
 
@@ -147,6 +150,61 @@ async def test_a_redelivered_attempt_finds_its_decision_and_books_once(engine: E
     nxt = await step(msgspec.structs.replace(call, attempt=2, idempotency_key="run-x:assign:-1:2"))
     assert nxt["id"] != first["id"]
     assert len(await engine.routing.assignments_of(TENANT, "run-x:assign:-1")) == 2
+
+
+async def _decisions_today(engine: Engine) -> int:
+    async with engine.store.transaction() as tx:
+        start = window_start(UsageWindow.DAY, engine.clock.now())
+        return await MeteringTx(tx).counter(TENANT, "route_decisions", UsageWindow.DAY, start)
+
+
+async def test_route_steps_are_metered_once_and_refused_past_a_budget_or_a_plan(
+    engine: Engine,
+) -> None:
+    await configure(engine)
+    await engine.services.metering.create_budget(
+        TENANT, BudgetBody(meter="route_decisions", window=UsageWindow.DAY, limit=1)
+    )
+    step = RouteStep(engine.routing, poll_interval=0.01)
+    call = ActionCall(
+        tenant_id=TENANT,
+        run_id="run-m",
+        step_ref="assign",
+        attempt=1,
+        handler="route",
+        payload={"kind": "ticket", "attributes": {"topic": "vpn"}},
+        idempotency_key="run-m:assign:-1:1",
+    )
+    first = await step(call)
+    assert await _decisions_today(engine) == 1
+    # A redelivered attempt answers its decision: not counted again, not refused.
+    assert await step(call) == first
+    assert await _decisions_today(engine) == 1
+    # A new decision would pass the blocking budget: refused, naming the meter.
+    with pytest.raises(ActionFailed) as failed:
+        await step(msgspec.structs.replace(call, attempt=2, idempotency_key="run-m:assign:-1:2"))
+    assert failed.value.error.code == "budget.exceeded"
+    assert not failed.value.error.retryable
+    assert failed.value.error.details["meter"] == "route_decisions"
+    assert (failed.value.error.details["limit"], failed.value.error.details["current"]) == (1, 1)
+    assert len(await engine.routing.assignments_of(TENANT, "run-m:assign:-1")) == 1
+    # Through the engine, the run's route step fails with the error.
+    run_id = await start(engine, workflow(await_completion=False, attempts=1))
+    view = await engine.wait_run(run_id)
+    assert view.status is RunStatus.FAILED
+    assert view.steps[0].error is not None
+    assert view.steps[0].error.code == "budget.exceeded"
+    assert await _decisions_today(engine) == 1
+    # A plan without routing: entitlement.missing, naming the plan and the feature.
+    await engine.services.metering.delete_budget(TENANT, "route_decisions")
+    plan = PlanBody(id="no-routing", entitlements={"workflows": Entitlement()})
+    await engine.services.metering.create_plan(TENANT, plan)
+    await engine.services.metering.assign_plan(TENANT, PlanAssignBody(plan="no-routing"))
+    with pytest.raises(ActionFailed) as failed:
+        await step(msgspec.structs.replace(call, attempt=3, idempotency_key="run-m:assign:-1:3"))
+    assert failed.value.error.code == "entitlement.missing"
+    assert failed.value.error.details == {"plan": "no-routing", "feature": "routing"}
+    assert await _decisions_today(engine) == 1
 
 
 async def test_route_step_bad_params_and_unknown_pool_fail_without_retry(engine: Engine) -> None:

@@ -41,6 +41,9 @@ __all__ = [
     "void_hold",
 ]
 
+_MAX_ID = 256  # hold ids are stored in an indexed column
+_MAX_DESCRIPTION = 1000
+
 
 class HoldStatus(enum.StrEnum):
     """Where a hold is in its life; every status but `PENDING` is final."""
@@ -118,14 +121,17 @@ def new_hold(
     """A pending hold, checked for shape (accounts, funds and floors are the book's job).
 
     Raises:
-        HoldInvalid: empty id, the same account on both sides, a bad amount or
+        HoldInvalid: an empty or over-long id (over 256 characters) or description
+            (over 1,000), the same account on both sides, a bad amount or
             currency, or an expiry not after `now`.
     """
     now = aware(now, "now")
     expires_at = aware(expires_at, "expires_at")
     reasons: list[str] = []
-    if not id:
-        reasons.append("the hold id is empty")
+    if not id or len(id) > _MAX_ID:
+        reasons.append(f"the hold id must be 1 to {_MAX_ID} characters")
+    if len(description) > _MAX_DESCRIPTION:
+        reasons.append(f"the description must be at most {_MAX_DESCRIPTION} characters")
     if not debit_account or not credit_account:
         reasons.append("both accounts must be named")
     elif debit_account == credit_account:
@@ -141,9 +147,10 @@ def new_hold(
             f"the hold expires at {expires_at.isoformat()}, not after now ({now.isoformat()})"
         )
     if reasons:
+        shown = id if len(id) <= _MAX_ID else id[:_MAX_ID] + "..."
         raise HoldInvalid(
-            f"hold {id!r} is invalid: " + "; ".join(reasons),
-            details={"hold": id, "reasons": reasons},
+            f"hold {shown!r} is invalid: " + "; ".join(reasons),
+            details={"hold": shown, "reasons": reasons},
         )
     return Hold(
         id=id,

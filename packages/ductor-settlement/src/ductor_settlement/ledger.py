@@ -75,6 +75,8 @@ __all__ = [
 ]
 
 _MAX_TEXT = 256  # account codes, keys and ids are stored in indexed columns
+_MAX_POSTINGS = 100  # Postgres checks each posting's entry at commit: cost grows as n * n
+_MAX_DESCRIPTION = 1000  # descriptions are for people
 
 
 class NormalBalance(enum.StrEnum):
@@ -589,6 +591,14 @@ class Ledger:
                     account=account.code,
                 )
             )
+        if len(account.name) > _MAX_TEXT:
+            problems.append(
+                _problem(
+                    "ledger.invalid_account",
+                    f"account name must be at most {_MAX_TEXT} characters",
+                    account=account.code,
+                )
+            )
         reason = currency_problem(account.currency)
         if reason is not None:
             problems.append(_problem("ledger.invalid_account", reason, account=account.code))
@@ -915,6 +925,31 @@ class Ledger:
                     f"an entry needs at least two postings, this one has {len(draft.postings)}",
                 )
             )
+        if len(draft.description) > _MAX_DESCRIPTION:
+            problems.append(
+                _problem(
+                    "ledger.invalid_entry",
+                    f"the description must be at most {_MAX_DESCRIPTION} characters, "
+                    f"this one has {len(draft.description)}",
+                )
+            )
+        if len(draft.reference.id) > _MAX_TEXT:
+            problems.append(
+                _problem(
+                    "ledger.invalid_entry",
+                    f"the reference id must be at most {_MAX_TEXT} characters",
+                )
+            )
+        if len(draft.postings) > _MAX_POSTINGS:
+            # Checked before the postings, so a huge entry costs one problem, not one each.
+            problems.append(
+                _problem(
+                    "ledger.invalid_entry",
+                    f"an entry has at most {_MAX_POSTINGS} postings, this one has "
+                    f"{len(draft.postings)} (post several entries, or a batch)",
+                )
+            )
+            return problems, {}
         sums: dict[str, int] = {}
         for index, posting in enumerate(draft.postings):
             reason = micros_problem(posting.amount, signed=True)

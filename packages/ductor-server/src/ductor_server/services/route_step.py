@@ -79,7 +79,9 @@ class RouteStep:
                 )
             ).value
         except DuctorError as exc:
-            raise failure(exc.code, exc.message, retryable=exc.retryable) from exc
+            # The details say what refused it (a budget's meter, limit and usage).
+            details = None if exc.details is None else msgspec.to_builtins(exc.details)
+            raise failure(exc.code, exc.message, retryable=exc.retryable, details=details) from exc
         output: dict[str, Any] = msgspec.to_builtins(decision)
         if decision.assignment_id is None:
             raise failure(

@@ -87,6 +87,7 @@ from ductor_server.services.settlement import (
 )
 from ductor_server.storage.protocol import Store, Tx
 from ductor_settlement import (
+    ConsentRecord,
     Cost,
     Entry,
     Ledger,
@@ -1260,6 +1261,7 @@ class RoutingService:
                 Cost(micros=priced.charge, currency=priced.currency),
                 compiled.config_hash,
                 written,
+                routable.consent,
                 now,
             )
         return written
@@ -1281,12 +1283,26 @@ class RoutingService:
         cost: Cost,
         config_hash: str | None,
         entries: tuple[str, ...],
+        consent: Consent | None,
         now: datetime,
     ) -> None:
         """Issue the settled assignment's signed receipt in the transaction that
-        charged it (nothing when the server has no receipt key)."""
+        charged it, with the routable's consent as its consent trail (nothing when
+        the server has no receipt key)."""
         if self.receipts is None:
             return
+        trail = (
+            ()
+            if consent is None
+            else (
+                ConsentRecord(
+                    granted=consent.granted,
+                    scopes=consent.scopes,
+                    evidence=consent.evidence,
+                    captured_at=consent.captured_at,
+                ),
+            )
+        )
         await self.receipts.issue_in(
             tx,
             tenant_id,
@@ -1294,6 +1310,7 @@ class RoutingService:
             cost=cost,
             decision=decision_ref(decision.id, msgspec.to_builtins(decision.explanation)),
             configuration_hash=config_hash,
+            consent=trail,
             ledger_entries=entries,
             now=now,
         )
@@ -1452,6 +1469,7 @@ class RoutingService:
                     Cost(micros=sum(p.amount for p in debits), currency=debits[0].currency),
                     charge.config_hash,
                     written,
+                    msgspec.json.decode(charge.routable, type=RouteBody).consent,
                     now,
                 )
         return written

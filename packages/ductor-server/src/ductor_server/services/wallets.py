@@ -42,6 +42,9 @@ from ductor_settlement import AccountKind, NormalBalance, Posting, Reference, Re
 MAX_TOPUP_MINOR_UNITS = 99_999_999
 """The most one top-up may be, in minor units (Stripe's own limit for most currencies)."""
 
+MAX_DESCRIPTION = 1000
+"""The longest description a top-up may carry to the processor."""
+
 MAX_PAGE = 500
 """The most top-ups one list answers."""
 
@@ -175,11 +178,17 @@ class WalletService:
             WalletUnavailable: no processor is configured (503).
             LedgerObjectNotFound: the wallet account does not exist (404).
             RequestInvalid: an amount that is not positive, too large or not whole
-                minor units; a wallet that does not grow on credit (422).
+                minor units; a wallet that does not grow on credit; a description
+                over `MAX_DESCRIPTION` characters (422).
             PaymentProcessorError: the processor refused (422) or was unreachable (503).
             IdempotencyConflict: the key was used with another body.
         """
         gateway = self._processor()
+        if len(body.description) > MAX_DESCRIPTION:
+            raise _invalid(
+                f"description must be at most {MAX_DESCRIPTION} characters",
+                "/description",
+            )
         now = self._clock.now()
         claim = Claim.of(tenant_id, "wallets.topups.start", idempotency_key, body, now=now)
         async with self._store.transaction() as tx:
