@@ -28,6 +28,10 @@ import pytest
 
 from ductor_core.expressions import DEFAULT_COST_LIMITS, estimate_cost
 
+# Sandbox deadlines and the server's resident set: measured alone, after the
+# parallel part of the suite.
+pytestmark = pytest.mark.serial
+
 # How much the server's resident set may grow, end to end, while refusing
 # every bomb: a refused bomb allocates nothing but its error.
 REFUSED_GROWTH_KIB = 64 * 1024
