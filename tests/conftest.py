@@ -34,6 +34,23 @@ START_TIMEOUT = float(os.environ.get("DUCTOR_TEST_START_TIMEOUT", "120"))
 """Seconds a server process may take to answer /readyz: a bound on a hang, not a
 measure (tests run in parallel, and a loaded machine starts a server slowly)."""
 
+WAIT_READY = f"""\
+"$PYTHON" - <<'PY'
+import os, sys, time, httpx
+deadline = time.monotonic() + {START_TIMEOUT}
+while time.monotonic() < deadline:
+    try:
+        if httpx.get(os.environ["DUCTOR_URL"] + "/readyz", timeout=1).status_code == 200:
+            sys.exit(0)
+    except httpx.TransportError:
+        pass
+    time.sleep(0.1)
+sys.exit("the server did not become ready in {START_TIMEOUT}s")
+PY
+"""
+"""A shell snippet for docs tests: wait (as long as `START_TIMEOUT`) until the
+server at `$DUCTOR_URL` is ready, with the Python at `$PYTHON`."""
+
 
 class ServerProcess:
     """One `ductor dev` (SQLite) or `ductor serve` (Postgres) process, restartable.

@@ -18,23 +18,10 @@ import pytest
 
 from ductor_server.testing import free_port
 
+from .conftest import WAIT_READY
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "configuration.md").read_text()
-
-WAIT_READY = """\
-"$PYTHON" - <<'PY'
-import os, sys, time, httpx
-deadline = time.monotonic() + 90
-while time.monotonic() < deadline:
-    try:
-        if httpx.get(os.environ["DUCTOR_URL"] + "/readyz", timeout=1).status_code == 200:
-            sys.exit(0)
-    except httpx.TransportError:
-        pass
-    time.sleep(0.1)
-sys.exit("the server did not become ready in 90s")
-PY
-"""
 
 
 def blocks(language: str) -> list[str]:

@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,31 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from ductor_server.testing import free_port
+
+from .conftest import WAIT_READY
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
 SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.DOTALL | re.MULTILINE)
 TEXT_BLOCK = re.compile(r"^```text\n(.*?)^```", re.DOTALL | re.MULTILINE)
-
-WAIT_READY = """\
-"$PYTHON" - <<'PY'
-import os, sys, time, httpx
-deadline = time.monotonic() + 60
-while time.monotonic() < deadline:
-    try:
-        if httpx.get(os.environ["DUCTOR_URL"] + "/readyz", timeout=1).status_code == 200:
-            sys.exit(0)
-    except httpx.TransportError:
-        pass
-    time.sleep(0.1)
-sys.exit("the server did not become ready in 60s")
-PY
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def doc_blocks() -> list[str]:
