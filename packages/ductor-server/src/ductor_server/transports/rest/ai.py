@@ -13,7 +13,8 @@ from typing import Annotated, Any
 
 from litestar import Controller, MediaType, Request, Response, delete, get, post, put
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 
 from ductor_server.services.ai import (
@@ -31,6 +32,46 @@ from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS, ApiError
 from ductor_server.transports.rest.idempotency import answered
 
+_FORWARDED = (
+    "Forwarded to the upstream as sent (any other OpenAI field too); "
+    "`ductor_connection` is taken off first."
+)
+_CONNECTION_FIELD = {
+    "type": "string",
+    "description": "The tenant's `openai` connection (else the header's, else the default).",
+}
+ChatBody = Annotated[
+    dict[str, Any] | NoBody,
+    Body(
+        media_type=RequestEncodingType.JSON,
+        description="An OpenAI chat completion request. " + _FORWARDED,
+        schema_extra={
+            "required": ["model", "messages"],
+            "properties": {
+                "model": {"type": "string"},
+                "messages": {"type": "array", "items": {"type": "object"}, "minItems": 1},
+                "stream": {"type": "boolean"},
+                "max_tokens": {"type": "integer"},
+                "ductor_connection": _CONNECTION_FIELD,
+            },
+        },
+    ),
+]
+EmbeddingsBody = Annotated[
+    dict[str, Any] | NoBody,
+    Body(
+        media_type=RequestEncodingType.JSON,
+        description="An OpenAI embeddings request. " + _FORWARDED,
+        schema_extra={
+            "required": ["model", "input"],
+            "properties": {
+                "model": {"type": "string"},
+                "input": {},
+                "ductor_connection": _CONNECTION_FIELD,
+            },
+        },
+    ),
+]
 ConnectionHeader = Annotated[
     str | None,
     HeaderParameter(
@@ -84,7 +125,7 @@ class AiController(Controller):
         tenant_id: NamedDependency[str],
         ai: NamedDependency[AiService],
         connection: ConnectionHeader = None,
-        data: JSONBody[dict[str, Any] | NoBody] = NO_BODY,
+        data: ChatBody = NO_BODY,
     ) -> Response[Any]:
         """An OpenAI chat completion from the tenant's upstream (`stream: true` for
         server-sent events). 502 `ai.upstream_error`, 504 `ai.upstream_timeout`,
@@ -97,7 +138,7 @@ class AiController(Controller):
         tenant_id: NamedDependency[str],
         ai: NamedDependency[AiService],
         connection: ConnectionHeader = None,
-        data: JSONBody[dict[str, Any] | NoBody] = NO_BODY,
+        data: EmbeddingsBody = NO_BODY,
     ) -> Response[Any]:
         """OpenAI embeddings from the tenant's upstream."""
         return _respond(await ai.proxy(tenant_id, "embeddings", _body(data), connection=connection))

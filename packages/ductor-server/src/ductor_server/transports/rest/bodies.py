@@ -327,9 +327,13 @@ class JsonBody(AbstractDTO[Any]):
     def create_openapi_schema(
         cls, field_definition: FieldDefinition, handler_id: str, schema_creator: Any
     ) -> Reference | Schema:
-        """Describe the declared body type (its component schema)."""
+        """Describe the declared body type (its component schema), with what the
+        declaration's `Body(...)` adds (a description, `schema_extra`)."""
         schema: Reference | Schema = schema_creator.for_field_definition(
-            FieldDefinition.from_annotation(documented_type(field_definition))
+            FieldDefinition.from_annotation(
+                documented_type(field_definition),
+                kwarg_definition=field_definition.kwarg_definition,
+            )
         )
         return schema
 
