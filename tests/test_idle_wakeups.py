@@ -2,7 +2,8 @@
 
 Idle: a real `ductor serve` on a fresh Postgres database, all roles, default
 poll interval. The commits it sends over a window stay within what the engine
-loops' polls allow: each loop (coordinator, workers, timers) commits once per look.
+loops' polls allow: each loop (coordinator, workers, timers, email outbox)
+commits once per look.
 
 Across processes: with the poll interval set far beyond the test's wait, a run
 triggered through an API-only process completes in an engine-only process only
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.serial
 
 WINDOW = 20.0
 SETTLE = 3.0
-LOOPS = 3  # coordinator, workers, timers: one transaction per look each
+LOOPS = 4  # coordinator, workers, timers, the email outbox: one transaction per look each
 
 
 class CommitCounter:
