@@ -21,8 +21,6 @@ output_per_million) / 1_000_000)` from the tenant's price of the model (or of
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
 import re
@@ -58,6 +56,7 @@ from ductor_server.engine.outbound import OutboundForbidden, read_capped
 from ductor_server.errors import RequestInvalid, ServerError
 from ductor_server.metering.store import BudgetRecord, MeteringTx
 from ductor_server.providers import ProviderRegistry
+from ductor_server.services.cursors import parse_time_cursor, time_cursor
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.metering import charge_usage
 from ductor_server.storage.protocol import Store
@@ -326,20 +325,12 @@ def check_body(kind: str, body: Any) -> tuple[str, bool, int, int]:
 
 
 def _cursor(record: AiRequestRecord) -> str:
-    raw = f"{record.created_at.isoformat()}|{record.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return time_cursor(record.created_at, record.id)
 
 
 def _parse_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment, _, request_id = raw.partition("|")
-        parsed = datetime.fromisoformat(moment)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise RequestInvalid(
-            "cursor is not one this API gave", details={"pointer": "cursor"}
-        ) from None
-    if parsed.tzinfo is None or not _REQUEST_ID.fullmatch(request_id):
+    parsed, request_id = parse_time_cursor(cursor)
+    if not _REQUEST_ID.fullmatch(request_id):
         raise RequestInvalid("cursor is not one this API gave", details={"pointer": "cursor"})
     return parsed, request_id
 

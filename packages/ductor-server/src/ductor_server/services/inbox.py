@@ -11,8 +11,6 @@ the subscriber's next sequence number and logs it, and is announced on the
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import secrets
@@ -36,6 +34,7 @@ from ductor_server.errors import (
     RequestInvalid,
 )
 from ductor_server.services.context import ServiceContext
+from ductor_server.services.cursors import parse_time_cursor, time_cursor
 from ductor_server.services.events import EventsService
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
 from ductor_server.services.inbox_email import (
@@ -307,22 +306,7 @@ def _check_name(what: str, value: str, pointer: str) -> str:
 
 
 def _cursor(n: Notification) -> str:
-    raw = f"{n.created_at.isoformat()}|{n.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _parse_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment, _, notification_id = raw.partition("|")
-        parsed = datetime.fromisoformat(moment)
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise RequestInvalid(
-            "cursor is not one this API gave", details={"pointer": "cursor"}
-        ) from exc
-    if parsed.tzinfo is None or not notification_id:
-        raise RequestInvalid("cursor is not one this API gave", details={"pointer": "cursor"})
-    return parsed, notification_id
+    return time_cursor(n.created_at, n.id)
 
 
 def _sum(counts: dict[str, FeedCounts]) -> Counts:
@@ -498,7 +482,7 @@ class InboxService:
             )
         if not 1 <= limit <= MAX_PAGE:
             raise RequestInvalid(f"limit is 1 to {MAX_PAGE}", details={"pointer": "limit"})
-        before = None if cursor is None else _parse_cursor(cursor)
+        before = None if cursor is None else parse_time_cursor(cursor)
         async with self._context.store.transaction() as tx:
             items = await InboxTx(tx).list_notifications(
                 tenant_id,

@@ -8,8 +8,6 @@ Transport-neutral: nothing here knows HTTP.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +17,7 @@ from ductor_server.connections.store import ConnectionsTx
 from ductor_server.engine.notify import EMAIL_PROVIDER, email_id, outbox_email
 from ductor_server.errors import EmailNotFound, RequestInvalid
 from ductor_server.providers.smtp import is_address
+from ductor_server.services.cursors import parse_time_cursor, time_cursor
 from ductor_server.storage.emails import Email, EmailStatus, EmailsTx
 from ductor_server.storage.notifications import InboxTx
 from ductor_server.storage.protocol import Store, Tx
@@ -177,22 +176,7 @@ async def queue_api_email(
 
 
 def _cursor(e: Email) -> str:
-    raw = f"{e.created_at.isoformat()}|{e.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _parse_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment, _, found = raw.partition("|")
-        parsed = datetime.fromisoformat(moment)
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise RequestInvalid(
-            "cursor is not one this API gave", details={"pointer": "cursor"}
-        ) from exc
-    if parsed.tzinfo is None or not found:
-        raise RequestInvalid("cursor is not one this API gave", details={"pointer": "cursor"})
-    return parsed, found
+    return time_cursor(e.created_at, e.id)
 
 
 class InboxEmail:
@@ -247,7 +231,7 @@ class InboxEmail:
             )
         if not 1 <= limit <= self._max_page:
             raise RequestInvalid(f"limit is 1 to {self._max_page}", details={"pointer": "limit"})
-        after = None if cursor is None else _parse_cursor(cursor)
+        after = None if cursor is None else parse_time_cursor(cursor)
         async with self._store.transaction() as tx:
             rows = await EmailsTx(tx).list_emails(
                 tenant_id,
