@@ -14,16 +14,6 @@ from pathlib import Path
 from typing import TextIO
 
 from ductor_server.cli_client import default_url, find_api_key
-from ductor_server.manifests import apply_plan, make_plan, read_manifests
-from ductor_server.manifests import where as _where
-from ductor_server.manifests.report import (
-    change_lines,
-    failure,
-    partial,
-    problem_lines,
-    summary,
-)
-from ductor_server.manifests.rest import RestTarget
 
 
 def _write(stream: TextIO, lines: list[str]) -> None:
@@ -34,6 +24,19 @@ def _write(stream: TextIO, lines: list[str]) -> None:
 def cmd_apply(args: argparse.Namespace) -> int:
     """Plan the manifests under `args.source` against the server; apply unless
     `--dry-run`. Exit 0 when done, 1 on any problem (then nothing is applied)."""
+    # Imported here: the manifests reach the services and the engine, which every
+    # other `ductor` command would otherwise pay for at start-up.
+    from ductor_server.manifests import apply_plan, make_plan, read_manifests
+    from ductor_server.manifests import where as _where
+    from ductor_server.manifests.report import (
+        change_lines,
+        failure,
+        partial,
+        problem_lines,
+        summary,
+    )
+    from ductor_server.manifests.rest import RestTarget
+
     key = find_api_key(args.api_key, args.data_dir)
     if key is None:
         sys.stderr.write(

@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 
-from ductor_server.extensions import installed_extensions
-
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from ductor_server.extensions import installed_extensions  # loads every plugin: only here
+
     view = installed_extensions().view()
     out = sys.stdout
     if args.json:

@@ -14,20 +14,6 @@ from typing import IO, Any
 
 import msgspec
 
-from ductor_core.errors import DuctorError
-from ductor_core.expressions import default_engine
-from ductor_routing import (
-    ConfigError,
-    Simulation,
-    build_router,
-    decode_config,
-    decode_event,
-    encode_decision,
-    format_summary,
-)
-from ductor_server.extensions import install_cel_functions, installed_extensions
-from ductor_server.extensions.wiring import plugin_enrichers, plugin_strategies
-
 PROGRESS_THRESHOLD = 2_000
 """Inputs with at least this many lines show a progress bar (with --progress auto)."""
 
@@ -59,6 +45,22 @@ class ProgressBar:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: CEL and the plugins cost every other `ductor`
+    # command its start-up time.
+    from ductor_core.errors import DuctorError
+    from ductor_core.expressions import default_engine
+    from ductor_routing import (
+        ConfigError,
+        Simulation,
+        build_router,
+        decode_config,
+        decode_event,
+        encode_decision,
+        format_summary,
+    )
+    from ductor_server.extensions import install_cel_functions, installed_extensions
+    from ductor_server.extensions.wiring import plugin_enrichers, plugin_strategies
+
     config_path = Path(args.config)
     events_path = Path(args.events)
     try:

@@ -382,10 +382,14 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "<data-dir>/receipt_keys (mode 0600); without $DUCTOR_SECRET_KEYS, a connection "
         "secret key in <data-dir>/secret_keys (mode 0600).",
     )
-    defaults = Settings()
-    host_help = f"interface (default $DUCTOR_HOST, else {defaults.host})"
-    port_help = f"port (default $DUCTOR_PORT, else {defaults.port})"
-    data_dir_help = f"data directory (default $DUCTOR_DATA_DIR, else {defaults.data_dir})"
+    # The field defaults, not `Settings()`: building one loads the fair queue's
+    # policy and with it the engine, which `ductor --help` need not wait for.
+    defaults = {f.name: f for f in dataclasses.fields(Settings)}
+    host_help = f"interface (default $DUCTOR_HOST, else {defaults['host'].default})"
+    port_help = f"port (default $DUCTOR_PORT, else {defaults['port'].default})"
+    make_data_dir = defaults["data_dir"].default_factory
+    data_dir = make_data_dir() if callable(make_data_dir) else defaults["data_dir"].default
+    data_dir_help = f"data directory (default $DUCTOR_DATA_DIR, else {data_dir})"
     dev.add_argument("--host", default=None, help=host_help)
     dev.add_argument("--port", type=int, default=None, help=port_help)
     dev.add_argument("--data-dir", default=None, help=data_dir_help)
