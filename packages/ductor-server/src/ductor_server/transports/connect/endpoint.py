@@ -124,9 +124,9 @@ def _method_info(spec: Method) -> MethodInfo[Any, Any]:
         service_name=f"{PACKAGE}.{spec.service}",
         input=spec.request,
         output=object,
-        idempotency_level=IdempotencyLevel.UNKNOWN
-        if spec.mutates or spec.rest.startswith(("POST", "PUT", "PATCH", "DELETE"))
-        else IdempotencyLevel.NO_SIDE_EFFECTS,
+        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS
+        if spec.read_only
+        else IdempotencyLevel.UNKNOWN,
         stream_type=StreamType.UNARY,
     )
 

@@ -88,6 +88,11 @@ class Method:
         return f"/{PACKAGE}.{self.service}/{self.name}"
 
     @property
+    def read_only(self) -> bool:
+        """It changes nothing (its REST route is a GET): Connect may call it by GET."""
+        return self.rest.startswith("GET ")
+
+    @property
     def listed(self) -> bool:
         """The REST route answers an array, sent here as `{"items": [...]}`."""
         return get_origin(self.response) is list
