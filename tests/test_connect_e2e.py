@@ -13,7 +13,12 @@ protobuf-es; another tenant finds nothing; ten concurrent duplicates with one
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -454,3 +459,45 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
         assert proto.status_code == 415
         # The server still answers.
         assert _rpc(http, "WorkflowService/ListWorkflows", {}).status_code == 200
+
+
+# --- docs/connect.md -------------------------------------------------------------------
+
+
+def test_the_docs_examples_run(sqlite: ServerProcess) -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "connect.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", doc, re.DOTALL)
+    assert len(blocks) == 2
+    env = {**os.environ, "DUCTOR_URL": sqlite.url, "DUCTOR_API_KEY": other_key(sqlite, "docs")}
+    outputs = []
+    for block in blocks:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block.replace("curl -s", "curl -sS")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    published, run, runs = (json.loads(line) for line in _documents(outputs[0]))
+    assert published["family_slug"] == "hello"
+    assert run["family_slug"] == "hello"
+    assert run["idempotency_key"] == "hello-1"
+    assert [r["id"] for r in runs["items"]] == [run["id"]]
+    error = json.loads(outputs[1])
+    shown = json.loads(re.findall(r"```json\n(.*?)\n```", doc, re.DOTALL)[0])
+    assert error["details"][0]["value"]
+    shown["details"][0]["value"] = error["details"][0]["value"]
+    assert error == shown
+
+
+def _documents(text: str) -> list[str]:
+    # curl prints one JSON document per call, without newlines between them.
+    decoder, at, found = json.JSONDecoder(), 0, []
+    while at < len(text):
+        _, end = decoder.raw_decode(text, at)
+        found.append(text[at:end])
+        at = end
+    return found
