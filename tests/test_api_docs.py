@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ductor_server.transports.error_codes import ERROR_CODES
 from ductor_server.transports.rest.bodies import TriggerRunBody, decode_body
 from ductor_server.transports.rest.errors import STATUS_BY_CODE, ApiError
 
@@ -17,8 +18,11 @@ DOC = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
 
 
 def test_the_error_table_is_the_servers() -> None:
-    rows = re.findall(r"^\| `([a-z_.]+)` \| (\d{3}) \|", DOC, re.MULTILINE)
-    assert {code: int(status) for code, status in rows} == STATUS_BY_CODE
+    rows = re.findall(r"^\| `([a-z_.]+)` \| (\d{3}) \| `([a-z_]+)` \|", DOC, re.MULTILINE)
+    assert {code: int(status) for code, status, _ in rows} == STATUS_BY_CODE
+    assert {code: connect for code, _, connect in rows} == {
+        code: mapped.connect for code, mapped in ERROR_CODES.items()
+    }
     assert len(rows) == len(STATUS_BY_CODE), "a code is listed twice"
 
 

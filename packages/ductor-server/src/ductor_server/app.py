@@ -1,4 +1,5 @@
-"""The Litestar application factory: the REST transport over one process's services.
+"""The Litestar application factory: the REST, MCP and Connect-RPC transports over one
+process's services.
 
 The lifespan runs the `Composition` (opening the store, migrating it when
 asked, starting the engine loops of this process) and stops it on shutdown;
@@ -20,6 +21,8 @@ from ductor_server.composition import Composition, build
 from ductor_server.extensions import installed_extensions
 from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
+from ductor_server.transports.connect import METHODS as CONNECT_METHODS
+from ductor_server.transports.connect import ConnectEndpoint
 from ductor_server.transports.mcp import McpEndpoint
 from ductor_server.transports.rest import (
     PUBLIC_ROUTES,
@@ -36,7 +39,12 @@ from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
 API_VERSION = "0.1.0"
 
 
-def _lifespan(settings: Settings, composition: Composition | None, mcp: McpEndpoint | None) -> Any:
+def _lifespan(
+    settings: Settings,
+    composition: Composition | None,
+    mcp: McpEndpoint | None,
+    connect: ConnectEndpoint | None,
+) -> Any:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         built = composition or build(settings, extensions=app.state.extensions)
@@ -44,6 +52,8 @@ def _lifespan(settings: Settings, composition: Composition | None, mcp: McpEndpo
             await stack.enter_async_context(built.running())
             app.state.composition = built
             app.state.services = built.services
+            if connect is not None:
+                await stack.enter_async_context(connect.running(built.services))
             if mcp is not None:
                 # The MCP session manager runs inside the composition's lifetime.
                 await stack.enter_async_context(mcp.running(built.services))
@@ -58,9 +68,10 @@ def create_app(
     """Build the Ductor API application for `settings`.
 
     `/healthz` and `/readyz` are always served; the `/v1` resources and the public
-    receipt keys (`/.well-known/ductor-keys`) and the MCP server (`/mcp`, see
-    docs/mcp.md) only when the process has the `api` role. Every `/v1` and `/mcp`
-    call needs a Bearer API key. The installed `ductor.middleware`
+    receipt keys (`/.well-known/ductor-keys`), the MCP server (`/mcp`, see
+    docs/mcp.md) and the Connect-RPC services (`/ductor.v1.<Service>/<Method>`, see
+    docs/connect.md) only when the process has the `api` role. Every `/v1`, `/mcp`
+    and Connect call needs a Bearer API key. The installed `ductor.middleware`
     plugins wrap every `/v1` route (see docs/extending.md).
 
     Args:
@@ -72,7 +83,10 @@ def create_app(
     middleware = plugin_middleware(extensions)
     handlers: list[Any] = [healthz, readyz]
     mcp: McpEndpoint | None = None
+    connect: ConnectEndpoint | None = None
     if "api" in settings.roles:
+        connect = ConnectEndpoint(CONNECT_METHODS, max_body_bytes=settings.max_body_bytes)
+        handlers.extend(connect.route_handlers())
         mcp = McpEndpoint(max_body_bytes=settings.max_body_bytes, version=API_VERSION)
         handlers.append(receipt_keys)
         handlers.append(mcp.route_handler())
@@ -94,7 +108,7 @@ def create_app(
         handlers.extend(PUBLIC_ROUTES)
     app = Litestar(
         route_handlers=handlers,
-        lifespan=[_lifespan(settings, composition, mcp)],
+        lifespan=[_lifespan(settings, composition, mcp, connect)],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

@@ -216,13 +216,15 @@ def empty_body() -> ApiError:
     )
 
 
-def decode_body(raw: bytes, into: type[T], *, optional: bool = False) -> T:
+def decode_body(raw: bytes, into: type[T], *, optional: bool = False, strict: bool = True) -> T:
     """Decode a JSON request body into `into`.
 
     Args:
         raw: the body bytes as received.
         into: the struct (or `Any`) to decode into.
         optional: an empty body means "all defaults" instead of an error.
+        strict: False lets a string stand for a number or a boolean (proto3 JSON
+            writes 64-bit integers as strings; Connect-RPC decodes so).
 
     Raises:
         ApiError: `request.malformed_json` (with line/column; also for invalid
@@ -231,10 +233,11 @@ def decode_body(raw: bytes, into: type[T], *, optional: bool = False) -> T:
     """
     if not raw.strip():
         if optional:
-            return msgspec.json.decode(b"{}", type=into)
-        raise empty_body()
+            raw = b"{}"
+        else:
+            raise empty_body()
     try:
-        value = msgspec.json.decode(raw, type=into)
+        value = msgspec.json.decode(raw, type=into, strict=strict)
     except UnicodeDecodeError:
         raise malformed(raw, _bad_utf8_at(raw), "invalid UTF-8") from None
     except RecursionError:

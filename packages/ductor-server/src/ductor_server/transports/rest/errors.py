@@ -1,4 +1,5 @@
-"""The one table from error codes to HTTP statuses, and the handlers that apply it.
+"""The HTTP side of the one error table (`transports/error_codes.py`), and the
+handlers that apply it.
 
 Every error leaves the API as `{"code", "message", "details"}` (the bridge's
 signed routes wrap the same codes in the protocol's `ErrorResponse`). No
@@ -17,134 +18,18 @@ from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
 
 from ductor_core.errors import DuctorError
+from ductor_server.transports.error_codes import ERROR_CODES, error_code
 
 log = logging.getLogger("ductor_server.transports.rest")
 
-#: Every stable error code the API answers with, and its HTTP status.
-STATUS_BY_CODE: dict[str, int] = {
-    # the request itself
-    "request.malformed_json": 400,
-    "request.invalid": 422,
-    "request.too_large": 413,
-    "request.unsupported_media_type": 415,
-    "route.not_found": 404,
-    "route.method_not_allowed": 405,
-    # who is asking
-    "auth.unauthenticated": 401,
-    # replays
-    "idempotency.conflict": 422,
-    # definitions
-    "definition.invalid": 422,
-    "definition.malformed": 422,
-    # not found (another tenant's object is not found too)
-    "not_found": 404,
-    "run.not_found": 404,
-    "workflow.not_found": 404,
-    "workflow.version_not_found": 404,
-    # state conflicts and bad events
-    "run.not_cancellable": 409,
-    "run.ended": 409,
-    "event.invalid": 422,
-    # routing (issue 5)
-    "routing.config": 422,
-    "routing.routable_invalid": 422,
-    "routing.assign_conflict": 409,
-    "routing.config_conflict": 409,
-    "routing.assignment_state": 409,
-    "routing.in_use": 409,
-    # the ledger (ductor_settlement's codes: every problem is in details.problems)
-    "account.not_found": 404,
-    "entry.not_found": 404,
-    "settlement.naive_time": 422,
-    "ledger.invalid_account": 422,
-    "ledger.account_conflict": 409,
-    "ledger.unknown_account": 422,
-    "ledger.unknown_entry": 422,
-    "ledger.invalid_entry": 422,
-    "ledger.invalid_amount": 422,
-    "ledger.currency_mismatch": 422,
-    "ledger.unbalanced": 422,
-    "ledger.over_reversal": 422,
-    "ledger.floor_crossed": 422,
-    "ledger.idempotency_conflict": 409,
-    "ledger.batch_conflict": 409,
-    "hold.invalid": 422,
-    # wallet top-ups through a payment processor
-    "topup.not_found": 404,
-    "wallet.unavailable": 503,
-    "wallet.processor_error": 422,
-    "wallet.processor_unreachable": 503,
-    "webhook.signature_invalid": 400,
-    "hold.not_found": 404,
-    "hold.conflict": 409,
-    "hold.expired": 409,
-    "hold.already_final": 409,
-    "hold.amount_exceeded": 422,
-    "settlement.invalid": 422,
-    "settlement.not_found": 404,
-    "pricing.invalid_rule": 422,
-    "pricing.no_rule": 422,
-    "pricing.invalid_charge": 422,
-    "return.invalid_policy": 422,
-    "return.not_returnable": 422,
-    "return.window_closed": 422,
-    "return.reason_not_allowed": 422,
-    "return.rate_exceeded": 422,
-    "return.already_returned": 409,
-    "return.invalid_amount": 422,
-    "metering.invalid": 422,
-    "meter.not_found": 404,
-    "meter.conflict": 409,
-    "budget.not_found": 404,
-    "budget.conflict": 409,
-    "plan.not_found": 404,
-    "plan.conflict": 409,
-    "budget.exceeded": 429,
-    "entitlement.missing": 403,
-    "entitlement.limit_exceeded": 403,
-    "receipt.not_found": 404,
-    "receipt.malformed": 422,
-    "receipt.wrong_payload_type": 422,
-    "receipt.unknown_key": 422,
-    "receipt.bad_signature": 422,
-    "receipt.not_canonical": 422,
-    "receipt.invalid_key": 422,
-    # connections and their secrets
-    "connection.not_found": 404,
-    "connection.invalid": 422,
-    "connection.conflict": 409,
-    "provider.unknown": 422,
-    "secrets.unconfigured": 503,
-    "secrets.undecryptable": 503,
-    # the inbox
-    "inbox.not_found": 404,
-    "notification.not_found": 404,
-    "email.not_found": 404,
-    "notification.not_actionable": 422,
-    # the inference proxy
-    "ai.no_connection": 422,
-    "ai.connection_unsupported": 422,
-    "ai.request_not_found": 404,
-    "ai.price_not_found": 404,
-    "ai.upstream_error": 502,
-    "ai.upstream_timeout": 504,
-    # the server
-    "outbound.forbidden": 422,
-    "service.unavailable": 503,
-    "storage.unavailable": 503,
-    "internal": 500,
-}
+#: Every stable error code the API answers with, and its HTTP status (read from the
+#: one table, `transports/error_codes.py`, which also gives each its Connect code).
+STATUS_BY_CODE: dict[str, int] = {code: mapped.http for code, mapped in ERROR_CODES.items()}
 
 
 def status_for(code: str, *, retryable: bool = False) -> int:
     """The HTTP status for an error code: the table first, then code families."""
-    if code in STATUS_BY_CODE:
-        return STATUS_BY_CODE[code]
-    if code.endswith(".not_found"):
-        return 404
-    if code.startswith(("definition.", "expression.", "duration.", "request.")):
-        return 422
-    return 503 if retryable else 422
+    return error_code(code, retryable=retryable).http
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):

@@ -43,7 +43,12 @@ def provide_metering(request: Request[Any, Any, Any]) -> MeteringService:
 _METERING = {"metering": Provide(provide_metering, sync_to_thread=False)}
 
 
-def _time(name: str, text: str | None) -> datetime | None:
+def usage_time(name: str, text: str | None) -> datetime | None:
+    """The time of the usage query parameter `name` (None when absent).
+
+    Raises:
+        RequestInvalid: not an RFC 3339 time with an offset.
+    """
     if text is None:
         return None
     try:
@@ -58,7 +63,12 @@ def _time(name: str, text: str | None) -> datetime | None:
     return value
 
 
-def _window(text: str) -> UsageWindow:
+def usage_window(text: str) -> UsageWindow:
+    """The usage window kind `text` names.
+
+    Raises:
+        RequestInvalid: not hour, day or month.
+    """
     try:
         return UsageWindow(text)
     except ValueError:
@@ -129,9 +139,9 @@ class UsageController(Controller):
         return await metering.usage(
             tenant_id,
             meter=meter,
-            window=_window(window),
-            start=_time("from", from_),
-            end=_time("to", to),
+            window=usage_window(window),
+            start=usage_time("from", from_),
+            end=usage_time("to", to),
             limit=limit,
         )
 
@@ -297,4 +307,6 @@ __all__ = [
     "PlansController",
     "UsageController",
     "provide_metering",
+    "usage_time",
+    "usage_window",
 ]

@@ -1,0 +1,21 @@
+"""The Connect-RPC transport: every unary operation of the REST API as a method of a
+`ductor.v1` service, served by the `connectrpc` library with a msgspec JSON codec
+and mounted in the Litestar app (`POST /ductor.v1.<Service>/<Method>`). The
+`.proto` files in `proto/ductor/v1/` are written from the same method table by
+`schema.py`. See docs/connect.md."""
+
+from __future__ import annotations
+
+from ductor_server.transports.connect import integrations, routing, runs, settlement
+from ductor_server.transports.connect.endpoint import ConnectEndpoint, connect_error
+from ductor_server.transports.connect.method import PACKAGE, Method
+
+METHODS: tuple[Method, ...] = (
+    *runs.METHODS,
+    *routing.METHODS,
+    *settlement.METHODS,
+    *integrations.METHODS,
+)
+"""Every Connect method, by service in the order of the docs."""
+
+__all__ = ["METHODS", "PACKAGE", "ConnectEndpoint", "Method", "connect_error"]

@@ -1,0 +1,503 @@
+"""Connect-RPC against real server processes on 127.0.0.1.
+
+A Connect client not written here (connect-es with connect-node, its code generated
+by protoc-gen-es from `proto/`) publishes a workflow, triggers a run and watches it
+finish, routes a lead and reads error codes, on SQLite (`ductor dev`) and on
+Postgres (`ductor serve`). Over plain HTTP (httpx), every method of every service
+is called, and every request and answer is checked against the schemas by
+protobuf-es; another tenant finds nothing; ten concurrent duplicates with one
+`Idempotency-Key` start one run, which REST sees under the same key; bad input is
+`invalid_argument` with REST's message and path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ductor_server.pytest_plugin import create_database, drop_database
+from ductor_server.transports.connect import METHODS
+
+from .conftest import ServerProcess
+from .connect_node import node, prepared_client, schema_problems
+
+pytestmark = pytest.mark.timeout(300)
+
+HELLO: dict[str, Any] = {
+    "family_slug": "hello",
+    "title": "Say hello",
+    "steps": [
+        {
+            "ref": "greet",
+            "type": "STEP_TYPE_DATAFLOW",
+            "args": {"operation": "project", "project": {"greeting": "'hello ' + input.name"}},
+        }
+    ],
+    "edges": [],
+}
+GATE: dict[str, Any] = {
+    "family_slug": "gate",
+    "steps": [
+        {"ref": "approval", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "approve"}}
+    ],
+    "edges": [],
+}
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One `ductor dev` for the module."""
+    server = ServerProcess(data_dir=tmp_path_factory.mktemp("connect-sqlite") / "data")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres(
+    tmp_path_factory: pytest.TempPathFactory, _postgres_admin: str
+) -> Iterator[ServerProcess]:
+    """One `ductor serve` on a fresh Postgres database for the module."""
+    url = create_database(_postgres_admin)
+    server = ServerProcess(
+        data_dir=tmp_path_factory.mktemp("connect-postgres") / "data", database_url=url
+    )
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        drop_database(url, _postgres_admin)
+
+
+def other_key(server: ServerProcess, tenant: str) -> str:
+    extra = [] if server.database_url else ["--data-dir", str(server.data_dir)]
+    return server.cli("keys", "create", "--tenant", tenant, *extra).stdout.strip()
+
+
+# --- a real Connect client ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_connect_es_runs_a_workflow_routes_a_lead_and_reads_errors(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    prepared_client()
+    server: ServerProcess = request.getfixturevalue(backend)
+    seen = node("e2e.mjs", env={"DUCTOR_URL": server.url, "DUCTOR_API_KEY": server.api_key})
+
+    assert seen["published"]["family_slug"] == "hello"
+    trigger = seen["trigger"]
+    assert trigger["again"] == trigger["id"], "the same Idempotency-Key started a second run"
+    assert trigger["replayed"] == "true"
+    assert seen["finished"] == {
+        "status": "RUN_STATUS_SUCCEEDED",
+        "output": {"greet": {"greeting": "hello ada"}},
+        "steps": 1,
+    }
+    assert trigger["id"] in seen["listed"]
+    with server.client() as http:
+        rest = http.get(f"/v1/runs/{trigger['id']}").json()
+    assert rest["status"] == "RUN_STATUS_SUCCEEDED"
+    assert rest["idempotency_key"] == "connect-e2e-1"
+
+    assert seen["route"] == {"worker": "ana", "pool": "leads", "stored": "ana"}
+
+    assert seen["not_found"] == {
+        "code": "NotFound",
+        "message": "run 'run-that-is-not-there' not found",
+        "detail": {"code": "run.not_found", "details": {"run_id": "run-that-is-not-there"}},
+    }
+    invalid = seen["invalid"]
+    assert invalid["code"] == "InvalidArgument"
+    assert invalid["detail"]["code"] == "request.invalid"
+    assert invalid["detail"]["details"]["path"] == "$.limit"
+    assert seen["unauthenticated"]["code"] == "Unauthenticated"
+    assert seen["unauthenticated"]["detail"]["code"] == "auth.unauthenticated"
+
+
+# --- every method over HTTP --------------------------------------------------------
+
+
+class Caller:
+    """Calls methods as a Connect client does (POST, JSON) and keeps every exchange."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+        self.seen: list[tuple[str, Any]] = []
+        self.answered: dict[str, int] = {}
+
+    def call(
+        self, service: str, name: str, body: dict[str, Any] | None = None, **headers: str
+    ) -> httpx.Response:
+        response = self.http.post(
+            f"/ductor.v1.{service}/{name}", json=body or {}, headers={**JSON, **headers}
+        )
+        self.answered[name] = response.status_code
+        self.seen.append((f"ductor.v1.{name}Request", body or {}))
+        if response.status_code == 200:
+            self.seen.append((f"ductor.v1.{name}Response", response.json()))
+        return response
+
+    def ok(self, service: str, name: str, body: dict[str, Any] | None = None) -> Any:
+        response = self.call(service, name, body)
+        assert response.status_code == 200, (name, response.status_code, response.text)
+        assert response.headers["content-type"] == "application/json"
+        return response.json()
+
+    def refused(
+        self, service: str, name: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The error of a call that must fail cleanly: Connect's code and Ductor's."""
+        response = self.call(service, name, body)
+        assert 400 <= response.status_code < 500, (name, response.status_code, response.text)
+        error: dict[str, Any] = response.json()
+        (detail,) = error["details"]
+        assert detail["type"] == "google.protobuf.Struct"
+        return {
+            "connect": error["code"],
+            "code": detail["debug"]["code"],
+            "status": response.status_code,
+        }
+
+
+def test_every_method_answers_in_the_schemas_json(sqlite: ServerProcess) -> None:
+    prepared_client()
+    # A tenant of its own: nothing the other tests made is in its lists.
+    with sqlite.client(other_key(sqlite, "every")) as http:
+        caller = Caller(http)
+        _workflows_runs_events(caller, http)
+        _routing(caller)
+        _settlement(caller)
+        _integrations(caller)
+    assert set(caller.answered) == {m.name for m in METHODS}, "a method was not called"
+    assert not [n for n, status in caller.answered.items() if status == 500]
+    assert schema_problems(caller.seen) == []
+
+
+def _workflows_runs_events(c: Caller, http: httpx.Client) -> None:
+    W, R, E = "WorkflowService", "RunService", "EventService"
+    broken = {"family_slug": "x", "steps": [{"ref": "a", "type": "STEP_TYPE_NOPE"}], "edges": []}
+    assert c.ok(W, "ValidateWorkflow", {"definition": broken})["valid"] is False
+    refusal = c.refused(W, "PublishWorkflow", {"definition": broken})
+    assert refusal == {"connect": "invalid_argument", "code": "definition.invalid", "status": 400}
+    published = c.ok(W, "PublishWorkflow", {"definition": HELLO})
+    assert {**published, "created": False} == http.post("/v1/workflows", json=HELLO).json()
+    c.ok(W, "PublishWorkflow", {"definition": GATE})
+    assert c.ok(W, "ListWorkflows")["items"] == http.get("/v1/workflows").json()
+    assert (
+        c.ok(W, "GetWorkflow", {"family_slug": "hello"}) == http.get("/v1/workflows/hello").json()
+    )
+    version = c.ok(W, "GetWorkflowVersion", {"family_slug": "hello", "version": "1"})
+    assert version == http.get("/v1/workflows/hello/versions/1").json()
+
+    run = c.ok(R, "TriggerRun", {"family_slug": "hello", "input": {"name": "ada"}})
+    sqlite_run = http.get(f"/v1/runs/{run['id']}").json()
+    assert c.ok(R, "GetRun", {"run_id": run["id"]}) == sqlite_run
+    batch = c.ok(R, "TriggerRuns", {"runs": [{"family_slug": "hello", "input": {"name": "bo"}}]})
+    assert batch["created"] == 1
+    page = c.ok(R, "ListRuns", {"family_slug": "hello", "limit": 1})
+    assert len(page["items"]) == 1
+    assert page["next_cursor"]
+    assert c.ok(R, "GetRunHistory", {"run_id": run["id"]})["items"] == (
+        http.get(f"/v1/runs/{run['id']}/history").json()
+    )
+    gate = c.ok(R, "TriggerRun", {"family_slug": "gate"})
+    signal = c.ok(R, "SignalRun", {"run_id": gate["id"], "name": "hold", "payload": [1]})
+    assert signal["duplicate"] is False
+    assert c.ok(R, "CancelRun", {"run_id": gate["id"], "reason": "test"})["id"] == gate["id"]
+    assert c.ok(E, "SendEvent", {"name": "lead.created", "data": {"n": 1}, "id": "ev-1"})["id"]
+
+
+def _routing(c: Caller) -> None:
+    S = "RoutingService"
+    for worker in ("ana", "bo"):
+        c.ok(S, "PutWorker", {"id": worker})
+    assert {w["id"] for w in c.ok(S, "ListWorkers")["items"]} == {"ana", "bo"}
+    assert c.ok(S, "GetWorker", {"worker_id": "ana"})["id"] == "ana"
+    c.ok(S, "DeleteWorker", {"worker_id": "bo"})
+    c.ok(S, "PutPool", {"id": "leads", "members": [{"worker": "ana"}]})
+    c.ok(S, "PutPool", {"id": "spare", "members": [{"worker": "ana"}]})
+    assert len(c.ok(S, "ListPools")["items"]) == 2
+    assert c.ok(S, "GetPool", {"pool_id": "leads"})["id"] == "leads"
+    c.ok(S, "DeletePool", {"pool_id": "spare"})
+    rules = c.ok(S, "PublishRules", {"kinds": {"lead": {}}, "default_pool": "leads"})
+    assert c.ok(S, "GetRules") == rules
+    assert c.ok(S, "ListRuleVersions")["items"][0]["version"] == rules["version"]
+    assert c.ok(S, "GetRulesVersion", {"version": rules["version"]}) == rules
+    assert c.ok(S, "ValidateRouting", {"workers": [{"id": "cy"}]})["valid"] is True
+    decision = c.ok(S, "Route", {"id": "lead-1", "kind": "lead", "attributes": {"n": 1}})
+    assert decision["worker"] == "ana"
+    assert c.ok(S, "GetDecision", {"decision_id": decision["id"]}) == decision
+    (assignment,) = c.ok(S, "ListAssignments", {"routable_id": "lead-1"})["items"]
+    ident = {"assignment_id": assignment["id"]}
+    assert c.ok(S, "GetAssignment", ident)["id"] == assignment["id"]
+    assert c.ok(S, "AcceptAssignment", ident)["status"] == "accepted"
+    assert c.ok(S, "CompleteAssignment", {**ident, "result": {"ok": True}})["status"]
+    other = c.ok(S, "Route", {"id": "lead-2", "kind": "lead"})
+    assert c.ok(S, "RejectAssignment", {"assignment_id": other["assignment_id"]})
+    # Settlement is off on this pool: these refuse, cleanly.
+    assert c.refused(S, "GetPoolSettlement", {"pool_id": "leads"})["code"] == "settlement.not_found"
+    returned = c.refused(S, "ReturnAssignment", {**ident, "reason": "bad"})
+    assert returned["connect"] in {"failed_precondition", "invalid_argument"}
+    assert c.ok(S, "GetShadowReport", {"pool_id": "leads", "limit": 10})["pool"] == "leads"
+
+
+def _settlement(c: Caller) -> None:
+    L, M, R, W = "LedgerService", "MeteringService", "ReceiptService", "WalletService"
+    for code, kind in (("cash", "asset"), ("sales", "revenue")):
+        c.ok(L, "OpenAccount", {"code": code, "currency": "USD", "kind": kind})
+    assert len(c.ok(L, "ListAccounts")["items"]) >= 2
+    assert c.ok(L, "GetAccount", {"code": "cash"})["code"] == "cash"
+    postings = [
+        {"account": "cash", "amount": 5_000_000, "currency": "USD"},
+        {"account": "sales", "amount": "-5000000", "currency": "USD"},
+    ]
+    entry = c.ok(L, "PostEntry", {"postings": postings})
+    c.ok(L, "PostEntries", {"entries": [{"postings": postings, "key": "b-1"}]})
+    assert c.ok(L, "ListEntries", {"account": "cash"})["items"]
+    assert c.ok(L, "GetEntry", {"entry_id": entry["id"]})["id"] == entry["id"]
+    hold = {"debit_account": "sales", "credit_account": "cash", "amount": 1000, "currency": "USD"}
+    first = c.ok(L, "PlaceHold", {**hold, "timeout_seconds": 600})
+    second = c.ok(L, "PlaceHold", {**hold, "timeout_seconds": 600})
+    assert c.ok(L, "ListHolds", {"status": "pending"})["items"]
+    assert c.ok(L, "GetHold", {"hold_id": first["id"]})["id"] == first["id"]
+    assert c.ok(L, "PostHold", {"hold_id": first["id"], "amount": 400})["entry"]
+    assert c.ok(L, "VoidHold", {"hold_id": second["id"]})["status"] == "voided"
+    setting = {"currency": "USD", "seller_account": "cash", "platform_account": "sales"}
+    put = c.ok("RoutingService", "PutPoolSettlement", {"pool_id": "leads", **setting})
+    assert c.ok("RoutingService", "GetPoolSettlement", {"pool_id": "leads"}) == put
+
+    c.ok(M, "CreateMeter", {"name": "calls", "unit": "call"})
+    assert c.ok(M, "ListMeters")["items"]
+    assert c.ok(M, "GetMeter", {"name": "calls"})["name"] == "calls"
+    c.ok(M, "CreateBudget", {"meter": "calls", "limit": 100, "block": False})
+    assert c.ok(M, "RecordUsage", {"meter": "calls", "amount": 2})["amount"] == 2
+    assert c.ok(M, "ReadUsage", {"meter": "calls", "window": "day"})["items"]
+    assert c.ok(M, "ListBudgets")["items"]
+    assert c.ok(M, "GetBudget", {"meter": "calls"})["limit"] == 100
+    assert c.ok(M, "PutBudget", {"meter": "calls", "limit": 50})["limit"] == 50
+    c.ok(M, "DeleteBudget", {"meter": "calls"})
+    c.ok(M, "CreatePlan", {"id": "pro", "entitlements": {"routing": {"enabled": True}}})
+    assert c.ok(M, "ListPlans")["items"]
+    assert c.ok(M, "GetPlan", {"plan_id": "pro"})["id"] == "pro"
+    assert c.ok(M, "AssignPlan", {"plan": "pro"})["plan"]
+    assert c.ok(M, "GetAssignedPlan")["plan"]
+
+    assert c.ok(R, "ListReceipts")["items"] == []
+    assert c.refused(R, "GetReceipt", {"receipt_id": "rcp_nope"})["connect"] == "not_found"
+    # No payment processor is configured here: a clean `unavailable`.
+    topup = c.call(W, "StartTopUp", {"account": "cash", "amount": 1000})
+    assert topup.json()["details"][0]["debug"]["code"] == "wallet.unavailable"
+    assert c.ok(W, "ListTopUps")["items"] == []
+    assert c.refused(W, "GetTopUp", {"topup_id": "top_nope"})["connect"] == "not_found"
+
+
+def _integrations(c: Caller) -> None:
+    C, N, A, B = "ConnectionService", "InboxService", "AiService", "BridgeService"
+    assert c.ok(C, "ListProviders")["items"]
+    hook = {
+        "name": "hook",
+        "provider": "webhook",
+        "config": {"url": "http://127.0.0.1:9/x"},
+        "secrets": {"signing_secret": "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3"},
+    }
+    assert c.ok(C, "ValidateConnection", hook)["valid"] is True
+    created = c.ok(C, "CreateConnection", hook)
+    assert "whsec_" not in str(created), "a secret was shown"
+    assert [x["name"] for x in c.ok(C, "ListConnections")["items"]] == ["hook"]
+    assert c.ok(C, "GetConnection", {"name": "hook"}) == created
+    assert c.ok(C, "UpdateConnection", {"name": "hook", "description": "the hook"})["description"]
+    assert c.ok(C, "TestConnection", {"name": "hook"})["ok"] is False  # nothing listens there
+    c.ok(C, "DeleteConnection", {"name": "hook"})
+
+    sent = c.ok(N, "SendNotification", {"subscriber_id": "sam", "title": "Hi"})
+    note = sent["notification"]["id"]
+    assert c.ok(N, "ListNotifications", {"subscriber_id": "sam"})["notifications"]
+    assert c.ok(N, "GetNotification", {"notification_id": note})["id"] == note
+    c.ok(N, "DeleteNotification", {"notification_id": note})
+    c.ok(N, "PutSubscriber", {"subscriber_id": "sam", "email": "sam@example.com"})
+    assert c.ok(N, "GetSubscriber", {"subscriber_id": "sam"})["email"] == "sam@example.com"
+    c.ok(N, "PutPreferences", {"subscriber_id": "sam", "rules": []})
+    assert c.ok(N, "GetPreferences", {"subscriber_id": "sam"}) == {"rules": []}
+    c.ok(N, "ListEmails")
+    assert c.refused(N, "GetEmail", {"email_id": "em_nope"})["connect"] == "not_found"
+    c.call(N, "GetInboxSecret")
+    assert c.ok(N, "RotateInboxSecret")["secret"]
+
+    c.ok(A, "GetAiSettings")
+    c.ok(A, "PutAiSettings", {"timeout_seconds": 30})
+    c.ok(A, "PutPrice", {"model": "gpt-x", "input_per_million": 100})
+    assert c.ok(A, "ListPrices")["items"]
+    assert c.ok(A, "GetPrice", {"model": "gpt-x"})["input_per_million"] == 100
+    c.ok(A, "DeletePrice", {"model": "gpt-x"})
+    assert c.ok(A, "ListAiRequests")["items"] == []
+    assert c.refused(A, "GetAiRequest", {"request_id": "air_nope"})["connect"] == "not_found"
+
+    assert c.ok(B, "ListApps")["items"] == []
+    key = c.ok(B, "CreateAppKey", {"app_id": "shop"})
+    assert c.ok(B, "ListAppKeys", {"app_id": "shop"})["items"]
+    c.ok(B, "RevokeAppKey", {"app_id": "shop", "key_id": key["key_id"]})
+    sync = c.call(B, "SyncApp", {"url": "http://127.0.0.1:9/api/ductor"})
+    assert sync.json()["code"] == "unavailable"  # no bridge signing key on this server
+    c.call(B, "ProbeApp", {"app_id": "shop"})
+
+
+# --- tenants, duplicates, bad input ------------------------------------------------
+
+
+def _rpc(http: httpx.AsyncClient | httpx.Client, path: str, body: Any, **headers: str) -> Any:
+    return http.post(f"/ductor.v1.{path}", json=body, headers={**JSON, **headers})
+
+
+def test_another_tenant_finds_nothing(postgres: ServerProcess) -> None:
+    with postgres.client() as http:
+        http.post("/v1/workflows", json=HELLO)
+        run = http.post("/v1/runs", json={"family_slug": "hello", "input": {"name": "x"}}).json()
+    with postgres.client(other_key(postgres, "globex")) as stranger:
+        missing = _rpc(stranger, "RunService/GetRun", {"run_id": run["id"]})
+        assert missing.status_code == 404
+        assert missing.json()["details"][0]["debug"]["code"] == "run.not_found"
+        cancel = _rpc(stranger, "RunService/CancelRun", {"run_id": run["id"]})
+        assert cancel.json()["code"] == "not_found"
+        listed = _rpc(stranger, "WorkflowService/ListWorkflows", {})
+        assert listed.json() == {"items": []}
+        runs = _rpc(stranger, "RunService/ListRuns", {}).json()
+        assert runs["items"] == []
+        trigger = _rpc(stranger, "RunService/TriggerRun", {"family_slug": "hello"})
+        assert trigger.json()["details"][0]["debug"]["code"] == "workflow.not_found"
+
+
+def test_ten_concurrent_duplicates_start_one_run(postgres: ServerProcess) -> None:
+    async def race() -> list[httpx.Response]:
+        headers = {"Authorization": f"Bearer {postgres.api_key}", "Idempotency-Key": "dup-10"}
+        async with httpx.AsyncClient(base_url=postgres.url, headers=headers, timeout=60) as http:
+            body = {"family_slug": "hello", "input": {"name": "dup"}}
+            return await asyncio.gather(
+                *(_rpc(http, "RunService/TriggerRun", body) for _ in range(10))
+            )
+
+    with postgres.client() as http:
+        http.post("/v1/workflows", json=HELLO)
+    answers = asyncio.run(race())
+    assert [a.status_code for a in answers] == [200] * 10
+    assert len({a.json()["id"] for a in answers}) == 1
+    assert sum(a.headers.get("Idempotency-Replayed") == "true" for a in answers) == 9
+    run_id = answers[0].json()["id"]
+    with postgres.client() as http:
+        # REST shares the key's store: the same key there answers the same run.
+        rest = http.post(
+            "/v1/runs",
+            json={"family_slug": "hello", "input": {"name": "dup"}},
+            headers={"Idempotency-Key": "dup-10"},
+        )
+        assert rest.json()["id"] == run_id
+        assert rest.headers["Idempotency-Replayed"] == "true"
+        changed = _rpc(
+            http,
+            "RunService/TriggerRun",
+            {"family_slug": "hello", "input": {"name": "other"}},
+            **{"Idempotency-Key": "dup-10"},
+        )
+        assert changed.status_code == 400
+        assert changed.json()["code"] == "failed_precondition"
+        assert changed.json()["details"][0]["debug"]["code"] == "idempotency.conflict"
+        mine = http.get("/v1/runs?family_slug=hello").json()["items"]
+        assert sum(r["id"] == run_id for r in mine) == 1
+
+
+def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess) -> None:
+    with sqlite.client() as http:
+
+        def refused(body: bytes, **headers: str) -> tuple[int, dict[str, Any]]:
+            response = http.post(
+                "/ductor.v1.RunService/TriggerRun", content=body, headers={**JSON, **headers}
+            )
+            return response.status_code, response.json()
+
+        status, error = refused(b'{"family_slug": "x", "version": "one"}')
+        rest = http.post("/v1/runs", content=b'{"family_slug": "x", "version": "one"}').json()
+        assert status == 400
+        assert error["code"] == "invalid_argument"
+        assert error["message"] == rest["message"]
+        assert error["details"][0]["debug"] == {"code": rest["code"], "details": rest["details"]}
+
+        status, error = refused(b'{"family_slug": "x", "nope": 1}')
+        assert error["details"][0]["debug"]["details"]["path"] == "$"
+        assert "nope" in error["message"]
+
+        status, error = refused(b'{"family_slug": ')
+        assert error["details"][0]["debug"]["code"] == "request.malformed_json"
+
+        deep = b'{"family_slug": "x", "input": ' + b"[" * 100 + b"]" * 100 + b"}"
+        status, error = refused(deep)
+        assert "nested more than 64" in error["message"]
+
+        huge = b'{"family_slug": "' + b"x" * (3 * 1024 * 1024) + b'"}'
+        status, error = refused(huge)
+        assert status == 429
+        assert error["code"] == "resource_exhausted"
+
+        status, error = refused(b'{"family_slug": "x"}', **{"Idempotency-Key": "k" * 300})
+        assert error["details"][0]["debug"]["details"] == {"header": "Idempotency-Key"}
+
+        proto = http.post(
+            "/ductor.v1.RunService/GetRun",
+            content=b"\n\x01x",
+            headers={"Content-Type": "application/proto"},
+        )
+        assert proto.status_code == 415
+        # The server still answers.
+        assert _rpc(http, "WorkflowService/ListWorkflows", {}).status_code == 200
+
+
+# --- docs/connect.md -------------------------------------------------------------------
+
+
+def test_the_docs_examples_run(sqlite: ServerProcess) -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "connect.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", doc, re.DOTALL)
+    assert len(blocks) == 2
+    env = {**os.environ, "DUCTOR_URL": sqlite.url, "DUCTOR_API_KEY": other_key(sqlite, "docs")}
+    outputs = []
+    for block in blocks:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block.replace("curl -s", "curl -sS")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    published, run, runs = (json.loads(line) for line in _documents(outputs[0]))
+    assert published["family_slug"] == "hello"
+    assert run["family_slug"] == "hello"
+    assert run["idempotency_key"] == "hello-1"
+    assert [r["id"] for r in runs["items"]] == [run["id"]]
+    error = json.loads(outputs[1])
+    shown = json.loads(re.findall(r"```json\n(.*?)\n```", doc, re.DOTALL)[0])
+    assert error["details"][0]["value"]
+    shown["details"][0]["value"] = error["details"][0]["value"]
+    assert error == shown
+
+
+def _documents(text: str) -> list[str]:
+    # curl prints one JSON document per call, without newlines between them.
+    decoder, at, found = json.JSONDecoder(), 0, []
+    while at < len(text):
+        _, end = decoder.raw_decode(text, at)
+        found.append(text[at:end])
+        at = end
+    return found
