@@ -20,6 +20,7 @@ from ductor_server.composition import Composition, build
 from ductor_server.extensions import installed_extensions
 from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
+from ductor_server.transports.dashboard import dashboard_routes, find_dashboard_assets
 from ductor_server.transports.mcp import McpEndpoint
 from ductor_server.transports.rest import (
     PUBLIC_ROUTES,
@@ -60,7 +61,9 @@ def create_app(
     `/healthz` and `/readyz` are always served; the `/v1` resources and the public
     receipt keys (`/.well-known/ductor-keys`) and the MCP server (`/mcp`, see
     docs/mcp.md) only when the process has the `api` role. Every `/v1` and `/mcp`
-    call needs a Bearer API key. The installed `ductor.middleware`
+    call needs a Bearer API key. With the api role, `/ui` serves the web dashboard
+    when the `ductor-ui` package is installed (see docs/dashboard.md), else a 404
+    naming the extra. The installed `ductor.middleware`
     plugins wrap every `/v1` route (see docs/extending.md).
 
     Args:
@@ -92,6 +95,8 @@ def create_app(
             )
         )
         handlers.extend(PUBLIC_ROUTES)
+        # The optional dashboard (`ductor-server[ui]`): static files calling /v1.
+        handlers.extend(dashboard_routes(find_dashboard_assets()))
     app = Litestar(
         route_handlers=handlers,
         lifespan=[_lifespan(settings, composition, mcp)],
