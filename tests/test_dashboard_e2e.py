@@ -15,6 +15,7 @@ fresh browser context (a fresh session storage).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import httpx
 import pytest
 
 from .ai_upstream import UPSTREAM_KEY, ScriptedUpstream
-from .conftest import ServerProcess
+from .conftest import ServerProcess, _create_key
 
 CHROMIUM = Path(os.environ.get("DUCTOR_TEST_CHROMIUM", "/usr/bin/chromium"))
 DOCS_SHOTS = Path(__file__).resolve().parents[1] / "docs" / "dashboard"
@@ -307,6 +308,8 @@ def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
         server.start()
         with server.client() as http:
             data = _seed(http, upstream)
+        # Minted before the browser starts: sync Playwright runs an event loop here.
+        data["rival_key"] = asyncio.run(_create_key(str(server.data_dir / "ductor.db"), "rival"))
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
             try:
@@ -639,4 +642,22 @@ def test_a_large_list_pages(dash: Dashboard) -> None:
     assert rows.first.inner_text() != first
     page.get_by_role("button", name="Previous page").click()
     expect(page.locator(".page-no")).to_contain_text("Page 1")
+    context.close()
+
+
+def test_another_tenants_key_sees_none_of_this_tenants_data(dash: Dashboard) -> None:
+    with dash.http() as http:
+        run = _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {}}))
+    rival_key = dash.data["rival_key"]
+    context = dash.context()
+    page = context.new_page()
+    page.goto(f"{dash.server.url}/ui/")
+    page.get_by_label("API key").fill(rival_key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#runs-list")).to_contain_text("No runs match these filters.")
+    page.goto(f"{dash.server.url}/ui/#/runs/{run['id']}")
+    expect(page.get_by_role("alert")).to_contain_text("run.not_found")
+    page.goto(f"{dash.server.url}/ui/#/routing")
+    expect(page.get_by_role("heading", name="Decisions")).to_be_visible()
+    expect(page.locator("main")).to_contain_text("No assignments yet.")
     context.close()
