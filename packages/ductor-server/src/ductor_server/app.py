@@ -23,6 +23,7 @@ from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
 from ductor_server.transports.connect import METHODS as CONNECT_METHODS
 from ductor_server.transports.connect import ConnectEndpoint
+from ductor_server.transports.dashboard import dashboard_routes, find_dashboard_assets
 from ductor_server.transports.mcp import McpEndpoint
 from ductor_server.transports.rest import (
     PUBLIC_ROUTES,
@@ -71,7 +72,9 @@ def create_app(
     receipt keys (`/.well-known/ductor-keys`), the MCP server (`/mcp`, see
     docs/mcp.md) and the Connect-RPC services (`/ductor.v1.<Service>/<Method>`, see
     docs/connect.md) only when the process has the `api` role. Every `/v1`, `/mcp`
-    and Connect call needs a Bearer API key. The installed `ductor.middleware`
+    and Connect call needs a Bearer API key. With the api role, `/ui` serves the web
+    dashboard when the `ductor-ui` package is installed (see docs/dashboard.md), else
+    a 404 naming the extra. The installed `ductor.middleware`
     plugins wrap every `/v1` route (see docs/extending.md).
 
     Args:
@@ -106,6 +109,8 @@ def create_app(
             )
         )
         handlers.extend(PUBLIC_ROUTES)
+        # The optional dashboard (`ductor-server[ui]`): static files calling /v1.
+        handlers.extend(dashboard_routes(find_dashboard_assets()))
     app = Litestar(
         route_handlers=handlers,
         lifespan=[_lifespan(settings, composition, mcp, connect)],

@@ -215,6 +215,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     where = f"http://{settings.host}:{settings.port}"
     print(f"ductor {__version__} (embedded) on {where}", flush=True)
     print(f"data dir: {settings.data_dir.resolve()}", flush=True)
+    from ductor_server.transports.dashboard import find_dashboard_assets
+
+    if find_dashboard_assets() is not None:
+        print(f"dashboard: {where}/ui/ (sign in with the API key)", flush=True)
+    else:
+        print("dashboard: not installed (pip install 'ductor-server[ui]')", flush=True)
     note = "created, saved to" if created else "from"
     print(f"API key ({note} {settings.api_key_file}): {key}", flush=True)
     if receipt_kid is not None:

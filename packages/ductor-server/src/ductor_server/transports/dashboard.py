@@ -1,0 +1,87 @@
+"""The optional web dashboard at `/ui`: the `ductor_ui` package's static files, or a
+404 that says how to install them.
+
+Nothing here reads a store or a service: the dashboard is a page that calls the
+public REST API with the key its user signs in with. This module only serves
+its files, with headers that keep it from being framed or running inline script.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from litestar import Request, Response, get
+from litestar.static_files import create_static_files_router
+
+UI_PATH = "/ui"
+
+SECURITY_HEADERS = {
+    # Scripts, styles and calls come from this origin only; no inline script or
+    # style, no plugins, no framing, no base-URL or form tricks.
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cache-Control": "no-cache",
+}
+"""Headers on every `/ui` answer."""
+
+NOT_INSTALLED = (
+    "the web dashboard is not installed in this server: install the optional extra "
+    "(pip install 'ductor-server[ui]') and restart"
+)
+
+
+def find_dashboard_assets() -> Path | None:
+    """The dashboard's files when the `ductor_ui` package is installed, else None."""
+    try:
+        module = importlib.import_module("ductor_ui")
+    except ImportError:
+        return None
+    assets: Path = module.assets_dir()
+    return assets if (assets / "index.html").is_file() else None
+
+
+async def _secure(response: Response[Any]) -> Response[Any]:
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+@get([UI_PATH, UI_PATH + "/{path:path}"], include_in_schema=False, sync_to_thread=False)
+def _not_installed(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    return Response(
+        {
+            "code": "route.not_found",
+            "message": NOT_INSTALLED,
+            "details": {"path": request.url.path},
+        },
+        status_code=404,
+        headers=SECURITY_HEADERS,
+    )
+
+
+def dashboard_routes(assets: Path | None) -> list[Any]:
+    """Route handlers serving `assets` at `/ui` (index at `/ui/`), or, when there are
+    none, a 404 `route.not_found` on every `/ui` path whose message names the extra."""
+    if assets is None:
+        return [_not_installed]
+    return [
+        create_static_files_router(
+            path=UI_PATH,
+            directories=[assets],
+            html_mode=True,
+            name="dashboard",
+            after_request=_secure,
+            include_in_schema=False,
+        )
+    ]
+
+
+__all__ = ["SECURITY_HEADERS", "UI_PATH", "dashboard_routes", "find_dashboard_assets"]

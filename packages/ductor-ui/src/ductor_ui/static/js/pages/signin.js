@@ -1,0 +1,61 @@
+// Sign in with an API key: checked against the API, then kept for this tab only.
+
+import { api, setKey } from "../api.js";
+import { errorBox, fill, h } from "../dom.js";
+
+export async function render(main, ctx) {
+  ctx.title("Sign in");
+  const input = h("input", {
+    id: "api-key", name: "api-key", type: "password", autocomplete: "off", spellcheck: "false",
+    required: true, "aria-describedby": "api-key-hint",
+  });
+  const status = h("div", { id: "signin-status" });
+  const button = h("button", { type: "submit" }, "Sign in");
+  const form = h(
+    "form", { class: "signin", "aria-labelledby": "signin-title" },
+    h("h1", { id: "signin-title" }, "Sign in to Ductor"),
+    h(
+      "div", { class: "field" },
+      h("label", { for: "api-key" }, "API key"),
+      input,
+      h(
+        "p", { class: "hint", id: "api-key-hint" },
+        "A key such as dk_… (ductor dev saves one to .ductor/api_key; ductor keys create mints one). ",
+        "It stays in this browser tab only and is sent to this server's API as a bearer token.",
+      ),
+    ),
+    button,
+    status,
+  );
+  if (ctx.query.get("expired")) {
+    fill(status, h("p", { class: "notice", role: "status" }, "The server no longer accepts the key: sign in again."));
+  }
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const key = input.value.trim();
+    if (!key) return;
+    button.disabled = true;
+    fill(status, h("p", { role: "status" }, "Checking the key…"));
+    try {
+      // Any authenticated read tells whether the key is accepted.
+      await api("/v1/workflows", { key });
+      setKey(key);
+      input.value = "";
+      const next = ctx.query.get("next");
+      ctx.navigate(`#${next && next.startsWith("/") && next !== "/signin" ? next : "/runs"}`);
+    } catch (err) {
+      fill(
+        status,
+        err.status === 401
+          ? h("div", { class: "error", role: "alert" }, h("strong", {}, err.code), ": the server refused this key. Check it and try again.")
+          : errorBox(err),
+      );
+      input.focus();
+      input.select();
+    } finally {
+      button.disabled = false;
+    }
+  });
+  fill(main, form);
+  input.focus();
+}

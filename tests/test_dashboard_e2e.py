@@ -1,0 +1,663 @@
+"""The web dashboard at /ui, driven in a real browser (Debian's Chromium through
+Playwright) against a real `ductor dev` process: sign in, publish and trigger a
+workflow and watch it finish live, its DAG, cancel, signal and re-run, a routing
+decision's explanation and a pool's shadow report, balances and a receipt
+verified in the browser, a subscriber's inbox and the AI requests.
+
+Every page is checked with axe-core (no serious or critical violation) and
+photographed; the photographs go to a temporary folder and are compared with
+docs/dashboard/*.png only loosely (same size). `DUCTOR_UI_SCREENSHOTS=update`
+writes them to docs/dashboard/ instead, for docs/dashboard.md.
+
+One server and one browser serve the whole module; each test signs in in a
+fresh browser context (a fresh session storage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .ai_upstream import UPSTREAM_KEY, ScriptedUpstream
+from .conftest import ServerProcess, _create_key
+
+CHROMIUM = Path(os.environ.get("DUCTOR_TEST_CHROMIUM", "/usr/bin/chromium"))
+DOCS_SHOTS = Path(__file__).resolve().parents[1] / "docs" / "dashboard"
+VIEWPORT = {"width": 1280, "height": 800}
+UPDATE = os.environ.get("DUCTOR_UI_SCREENSHOTS") == "update"
+
+if not CHROMIUM.exists():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+from axe_playwright_python.sync_playwright import Axe  # noqa: E402
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
+
+# A loaded machine (the suite runs in parallel) answers slowly: wait, do not fail.
+expect.set_options(timeout=20_000)
+
+SCORE = {
+    "family_slug": "scoring",
+    "title": "Score a lead",
+    "steps": [
+        {
+            "ref": "score",
+            "type": "STEP_TYPE_DATAFLOW",
+            "title": "Read the score",
+            "args": {"operation": "project", "project": {"score": "input.score"}},
+        },
+        {
+            "ref": "gold",
+            "type": "STEP_TYPE_DATAFLOW",
+            "title": "Gold tier",
+            "args": {"operation": "project", "project": {"tier": "'gold'"}},
+        },
+        {
+            "ref": "basic",
+            "type": "STEP_TYPE_DATAFLOW",
+            "title": "Basic tier",
+            "args": {"operation": "project", "project": {"tier": "'basic'"}},
+        },
+        {"ref": "cool", "type": "STEP_TYPE_WAIT", "title": "Cool off", "args": {"duration": "2s"}},
+        {
+            "ref": "done",
+            "type": "STEP_TYPE_DATAFLOW",
+            "title": "Done",
+            "args": {"operation": "project", "project": {"ok": "true"}},
+        },
+    ],
+    "edges": [
+        {
+            "source_ref": "score",
+            "target_ref": "gold",
+            "type": "EDGE_TYPE_CONDITION",
+            "condition": "output.score >= 50",
+        },
+        {
+            "source_ref": "score",
+            "target_ref": "basic",
+            "type": "EDGE_TYPE_CONDITION",
+            "condition": "output.score < 50",
+        },
+        {"source_ref": "gold", "target_ref": "cool"},
+        {"source_ref": "basic", "target_ref": "cool"},
+        {"source_ref": "cool", "target_ref": "done"},
+    ],
+}
+
+APPROVAL = {
+    "family_slug": "approval",
+    "title": "Wait for an approval",
+    "steps": [
+        {
+            "ref": "ask",
+            "type": "STEP_TYPE_WAIT_FOR_SIGNAL",
+            "title": "Ask",
+            "args": {"signal": "approve", "timeout": "1h"},
+        },
+        {
+            "ref": "record",
+            "type": "STEP_TYPE_DATAFLOW",
+            "title": "Record",
+            "args": {"operation": "project", "project": {"approved": "true"}},
+        },
+    ],
+    "edges": [{"source_ref": "ask", "target_ref": "record"}],
+}
+
+LEAD_KIND = {"attributes": {"state": {"type": "string", "required": True}}}
+WORKERS = [
+    {"id": "sunco", "kind": "system", "name": "SunCo"},
+    {"id": "westsolar", "kind": "system", "name": "West Solar"},
+    {"id": "brightpanel", "kind": "system", "name": "BrightPanel", "availability": "offline"},
+]
+POOL = {
+    "id": "solar",
+    "strategy": {"name": "round_robin"},
+    "shadows": [{"name": "least_loaded"}, {"name": "waterfall"}],
+    "members": [
+        {"worker": "sunco", "priority": 1},
+        {"worker": "westsolar", "priority": 2},
+        {"worker": "brightpanel", "priority": 0},
+        {"worker": "ny-only", "filters": [{"attribute": "state", "op": "eq", "value": "NY"}]},
+    ],
+}
+RULES = {
+    "id": "main",
+    "kinds": {"lead": LEAD_KIND},
+    "rules": [
+        {
+            "id": "no-texas",
+            "priority": 1,
+            "pool": "solar",
+            "when": "attributes.state == 'TX'",
+        },
+        {
+            "id": "west",
+            "priority": 5,
+            "pool": "solar",
+            "match": [{"attribute": "state", "op": "in", "values": ["CA", "NV"]}],
+        },
+    ],
+    "default_pool": "solar",
+}
+
+
+# --- the server, its data and the browser ---------------------------------------------
+
+
+def _ok(answer: httpx.Response) -> Any:
+    assert answer.status_code < 300, f"{answer.request.method} {answer.request.url}: {answer.text}"
+    return answer.json() if answer.content else None
+
+
+def _seed(http: httpx.Client, upstream: ScriptedUpstream) -> dict[str, Any]:
+    """What the pages show: workflows, runs with receipts, routing decisions with
+    shadows, ledger entries, a subscriber's notifications and priced AI requests."""
+    for worker in [*WORKERS, {"id": "ny-only", "kind": "system"}]:
+        _ok(http.post("/v1/workers", json=worker))
+    _ok(http.post("/v1/pools", json=POOL))
+    _ok(http.post("/v1/rules", json=RULES))
+    decisions = [
+        _ok(
+            http.post(
+                "/v1/route",
+                json={"id": f"lead-{i}", "kind": "lead", "attributes": {"state": state}},
+            )
+        )
+        for i, state in enumerate(["CA", "NV", "TX", "OR", "CA", "NV", "CA", "OR"])
+    ]
+    for account in (
+        {"code": "cash", "currency": "USD", "kind": "asset", "name": "Cash"},
+        {"code": "revenue", "currency": "USD", "kind": "revenue", "name": "Revenue"},
+    ):
+        _ok(http.post("/v1/accounts", json=account))
+    for amount in (12_500_000, 3_250_000):
+        _ok(
+            http.post(
+                "/v1/ledger/entries",
+                json={
+                    "description": "lead sale",
+                    "postings": [
+                        {"account": "cash", "amount": amount, "currency": "USD"},
+                        {"account": "revenue", "amount": -amount, "currency": "USD"},
+                    ],
+                },
+            )
+        )
+    for title in ("Your lead was accepted", "A lead needs review"):
+        _ok(
+            http.post(
+                "/v1/inbox/notifications",
+                json={"subscriber_id": "ana", "title": title, "body": "Lead lead-1 (CA)."},
+            )
+        )
+    _ok(
+        http.post(
+            "/v1/connections",
+            json={
+                "name": "llm",
+                "provider": "openai",
+                "config": {"base_url": upstream.url},
+                "secrets": {"api_key": UPSTREAM_KEY},
+            },
+        )
+    )
+    _ok(http.put("/v1/ai/settings", json={"default_connection": "llm"}))
+    _ok(
+        http.put(
+            "/v1/ai/prices/echo",
+            json={"input_per_million": 2_000_000, "output_per_million": 6_000_000},
+        )
+    )
+    for text in ("hello", "summarize lead-1"):
+        _ok(
+            http.post(
+                "/v1/ai/chat/completions",
+                json={"model": "echo", "messages": [{"role": "user", "content": text}]},
+            )
+        )
+    _ok(http.post("/v1/workflows", json=APPROVAL))
+    return {"decisions": decisions}
+
+
+class Dashboard:
+    """The module's server, its seeded data and the browser."""
+
+    def __init__(
+        self, server: ServerProcess, browser: Browser, data: dict[str, Any], shots: Path
+    ) -> None:
+        self.server = server
+        self.browser = browser
+        self.data = data
+        self.shots = shots
+        self.violations: dict[str, list[str]] = {}
+
+    def http(self) -> httpx.Client:
+        return self.server.client()
+
+    def context(self) -> BrowserContext:
+        return self.browser.new_context(
+            viewport=VIEWPORT, device_scale_factor=1, locale="en-US", reduced_motion="reduce"
+        )
+
+    def sign_in(self, context: BrowserContext, *, start: str = "") -> Page:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.errors = errors  # type: ignore[attr-defined]
+        page.goto(f"{self.server.url}/ui/{start}")
+        page.get_by_label("API key").fill(self.server.api_key)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+        return page
+
+    def check(self, page: Page, name: str) -> None:
+        """axe-core on the page as it stands (no serious or critical violation), then a
+        screenshot compared loosely with the committed one."""
+        page.wait_for_load_state("networkidle")
+        results = Axe().run(page, options={"resultTypes": ["violations"]})
+        bad = [
+            f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+            for v in results.response["violations"]
+            if v["impact"] in ("serious", "critical")
+        ]
+        assert not bad, f"{name}: accessibility violations:\n" + "\n".join(bad)
+        errors = getattr(page, "errors", [])
+        assert not errors, f"{name}: errors in the page: {errors}"
+        path = self.shots / f"{name}.png"
+        page.screenshot(path=str(path))
+        width, height = _png_size(path)
+        assert (width, height) == (VIEWPORT["width"], VIEWPORT["height"]), (width, height)
+        committed = DOCS_SHOTS / f"{name}.png"
+        if UPDATE:
+            DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, committed)
+        else:
+            assert committed.exists(), (
+                f"{committed} is missing: run with DUCTOR_UI_SCREENSHOTS=update"
+            )
+            assert _png_size(committed) == (width, height), f"{committed} is another size"
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    root = tmp_path_factory.mktemp("dashboard")
+    server = ServerProcess(data_dir=root / "data", env={"DUCTOR_RECEIPTS_FOR_RUNS": "on"})
+    upstream = ScriptedUpstream().start()
+    try:
+        server.start()
+        with server.client() as http:
+            data = _seed(http, upstream)
+        # Minted before the browser starts: sync Playwright runs an event loop here.
+        data["rival_key"] = asyncio.run(_create_key(str(server.data_dir / "ductor.db"), "rival"))
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+            try:
+                yield Dashboard(server, browser, data, root)
+            finally:
+                browser.close()
+    finally:
+        upstream.stop()
+        server.stop()
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+
+def test_sign_in_by_keyboard_a_wrong_key_is_refused_and_the_key_stays_in_the_tab(
+    dash: Dashboard,
+) -> None:
+    context = dash.context()
+    page = context.new_page()
+    page.goto(f"{dash.server.url}/ui/")
+    expect(page).to_have_url(f"{dash.server.url}/ui/#/signin?next=%2Fruns")
+    key_field = page.get_by_label("API key")
+    expect(key_field).to_be_focused()
+    page.keyboard.type("dk_not-a-key")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Sign in")).to_be_focused()
+    page.keyboard.press("Enter")
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("auth.unauthenticated")
+    expect(alert).to_contain_text("refused this key")
+    assert page.evaluate("sessionStorage.length") == 0
+    dash.check(page, "signin")
+
+    key_field.fill(dash.server.api_key)
+    key_field.press("Enter")
+    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
+    assert page.evaluate("Object.values(sessionStorage)") == [dash.server.api_key]
+    assert page.evaluate("localStorage.length") == 0
+    assert dash.server.api_key not in page.url
+    # A page change moves focus to the content; on a fresh load the skip link comes
+    # first in the tab order and moves it there.
+    expect(page.locator("main")).to_be_focused()
+    page.reload()
+    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+
+    # Signing out forgets the key; another tab (context) never had it.
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_label("API key")).to_be_visible()
+    assert page.evaluate("sessionStorage.length") == 0
+    context.close()
+
+
+def test_publish_trigger_watch_it_finish_live_and_read_its_dag(dash: Dashboard) -> None:
+    context = dash.context()
+    page = dash.sign_in(context, start="#/workflows/new")
+    editor = page.get_by_label("Definition (JSON)")
+    broken = {**SCORE, "edges": [*SCORE["edges"], {"source_ref": "done", "target_ref": "nowhere"}]}
+    editor.fill(json.dumps(broken, indent=2))
+    page.get_by_role("button", name="Validate").click()
+    note = page.locator(".problem-note").first
+    expect(note).to_contain_text("nowhere")
+    # The problem is shown on the line of the edge it is about.
+    expect(page.locator("li.has-problem").first).to_have_attribute(
+        "data-pointer", "/edges/5/target_ref"
+    )
+    dash.check(page, "publish-problems")
+
+    editor.fill(json.dumps(SCORE, indent=2))
+    page.get_by_role("button", name="Publish").click()
+    expect(page.get_by_role("status")).to_contain_text("Published scoring version 1")
+    # A second version, to compare.
+    second = {
+        **SCORE,
+        "steps": [
+            *SCORE["steps"][:3],
+            {**SCORE["steps"][3], "args": {"duration": "3s"}},
+            SCORE["steps"][4],
+        ],
+    }
+    with dash.http() as http:
+        assert _ok(http.post("/v1/workflows", json=second))["version"] == 2
+    page.get_by_role("link", name="Open scoring").click()
+    expect(page.get_by_role("heading", name="Workflow scoring")).to_be_visible()
+    page.get_by_label("From").select_option("1")
+    page.get_by_label("To").select_option("2")
+    page.get_by_role("button", name="Compare").click()
+    expect(page.locator("table.diff caption")).to_contain_text(
+        "1 changed line between version 1 and version 2"
+    )
+    expect(page.locator("table.diff td.add", has_text='"3s"')).to_be_visible()
+    page.locator("table.diff").scroll_into_view_if_needed()
+    dash.check(page, "workflow")
+
+    trigger = page.get_by_role("form", name="Trigger a run")
+    trigger.get_by_label("Version").select_option("1")
+    trigger.get_by_label("Input (JSON)").fill('{"score": 80}')
+    page.get_by_role("button", name="Trigger run").click()
+    expect(page.get_by_role("heading", name="Run run_")).to_be_visible()
+    run_id = page.url.rsplit("/", 1)[1]
+    status = page.locator("#run-status .badge")
+    # The run waits 2 s: the page shows it running, then finished, without a reload.
+    expect(status).to_have_text("running")
+    expect(status).to_have_text("succeeded", timeout=30_000)
+    graph = page.locator("#run-graph svg")
+    expect(graph.locator("[data-step=gold]")).to_have_attribute("data-status", "succeeded")
+    expect(graph.locator("[data-step=basic]")).to_have_attribute("data-status", "skipped")
+    states = {
+        edge: graph.locator(f'[data-edge="{edge}"]').get_attribute("data-state")
+        for edge in ("score->gold", "score->basic", "gold->cool", "basic->cool", "cool->done")
+    }
+    assert states == {
+        "score->gold": "taken",
+        "score->basic": "not-taken",
+        "gold->cool": "taken",
+        "basic->cool": "not-taken",
+        "cool->done": "taken",
+    }
+    events = page.locator("#run-events")
+    expect(events).to_contain_text("succeeded (attempt 1)")
+    expect(events).to_contain_text("for timer")
+    expect(page.locator("#run-history")).to_contain_text("run.succeeded")
+    # A step in the graph takes the keyboard to its row.
+    graph.locator("[data-step=cool]").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#step-cool")).to_be_focused()
+    page.locator("#step-cool").blur()
+    page.evaluate("window.scrollTo(0, 0)")
+    dash.check(page, "run")
+    with dash.http() as http:
+        assert _ok(http.get(f"/v1/runs/{run_id}"))["output"] == {"done": {"ok": True}}
+    context.close()
+
+
+def test_runs_list_updates_live_and_a_run_is_signalled_cancelled_and_run_again(
+    dash: Dashboard,
+) -> None:
+    context = dash.context()
+    page = dash.sign_in(context)
+    with dash.http() as http:
+        to_signal = _ok(
+            http.post("/v1/runs", json={"family_slug": "approval", "input": {"lead": "lead-1"}})
+        )
+        to_cancel = _ok(
+            http.post("/v1/runs", json={"family_slug": "approval", "input": {"lead": "lead-2"}})
+        )
+    page.get_by_label("Workflow").select_option("approval")
+    rows = page.locator("#runs-list tbody tr")
+    expect(rows.first).to_be_visible()
+    count = rows.count()
+    with dash.http() as http:
+        fresh = _ok(
+            http.post("/v1/runs", json={"family_slug": "approval", "input": {"lead": "lead-3"}})
+        )
+    # Live: the new run appears on top without a reload.
+    expect(rows.first).to_contain_text(fresh["id"], timeout=15_000)
+    assert rows.count() == count + 1
+    page.get_by_label("Status").select_option("RUN_STATUS_RUNNING")
+    expect(page.locator("#runs-list")).to_contain_text(to_cancel["id"])
+    dash.check(page, "runs")
+
+    page.goto(f"{dash.server.url}/ui/#/runs/{to_signal['id']}")
+    status = page.locator("#run-status .badge")
+    expect(status).to_have_text("running")
+    expect(page.locator("#run-graph [data-step=ask]")).to_have_attribute("data-status", "waiting")
+    expect(page.get_by_label("Signal name")).to_have_value("approve")
+    page.get_by_label("Payload (JSON, optional)").fill('{"by": "ana"}')
+    dash.check(page, "run-waiting")
+    page.get_by_role("button", name="Send signal").click()
+    expect(page.locator("#action-result")).to_contain_text('Signal "approve" sent')
+    expect(status).to_have_text("succeeded", timeout=30_000)
+    expect(page.locator("#run-events")).to_contain_text('signal "approve" received')
+
+    page.get_by_role("button", name="Run again with the same input").click()
+    expect(page).not_to_have_url(f"{dash.server.url}/ui/#/runs/{to_signal['id']}")
+    again = page.url.rsplit("/", 1)[1]
+    expect(page.get_by_role("heading", name=f"Run {again}")).to_be_visible()
+
+    page.goto(f"{dash.server.url}/ui/#/runs/{to_cancel['id']}")
+    expect(page.locator("#run-status .badge")).to_have_text("running")
+    page.get_by_label("Reason").fill("duplicate lead")
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("#run-status .badge")).to_have_text("cancelled", timeout=30_000)
+    # An ended run offers only "run again".
+    expect(page.get_by_role("button", name="Cancel run")).to_be_hidden()
+    expect(page.get_by_role("button", name="Send signal")).to_be_hidden()
+    with dash.http() as http:
+        assert _ok(http.get(f"/v1/runs/{again}"))["input"] == {"lead": "lead-1"}
+        assert _ok(http.get(f"/v1/runs/{to_cancel['id']}"))["status"] == "RUN_STATUS_CANCELLED"
+    context.close()
+
+
+def test_a_decision_is_explained_the_shadow_report_is_charted_and_a_routable_is_tried(
+    dash: Dashboard,
+) -> None:
+    context = dash.context()
+    page = dash.sign_in(context, start="#/routing")
+    expect(page.get_by_role("heading", name="Routing", exact=True)).to_be_visible()
+    expect(page.get_by_role("table", name="Pools")).to_contain_text("least_loaded, waterfall")
+    dash.check(page, "routing")
+
+    texas = next(d for d in dash.data["decisions"] if d["routable_id"] == "lead-2")
+    page.get_by_role("link", name=texas["id"]).click()
+    expect(page.get_by_role("heading", name=f"Decision {texas['id']}")).to_be_visible()
+    expect(page.locator(".explanation")).to_contain_text("Matched rule: no-texas")
+    excluded = page.get_by_role("table", name="Members excluded, by reason")
+    expect(excluded).to_contain_text("unavailable")
+    expect(excluded).to_contain_text("brightpanel")
+    expect(excluded).to_contain_text("ny-only")
+    expect(page.get_by_role("table", name="The live strategy's scores")).to_contain_text("← pick")
+    expect(
+        page.get_by_role(
+            "table", name="What each shadow strategy would have picked (never committed)"
+        )
+    ).to_contain_text("waterfall")
+    dash.check(page, "decision")
+
+    # A decision whose rules did not match, with the reasons.
+    oregon = next(d for d in dash.data["decisions"] if d["routable_id"] == "lead-3")
+    page.goto(f"{dash.server.url}/ui/#/decisions/{oregon['id']}")
+    rules = page.get_by_role("table", name="Rules tried, in priority order")
+    expect(rules).to_contain_text("its condition was false")
+    expect(rules).to_contain_text("a match filter failed")
+
+    page.goto(f"{dash.server.url}/ui/#/routing/pools/solar/shadow")
+    chart = page.get_by_role("img", name="Agreement with the live strategy", exact=False)
+    expect(chart).to_be_visible()
+    expect(page.get_by_role("table", name="Agreement per shadow strategy")).to_contain_text(
+        "waterfall"
+    )
+    with dash.http() as http:
+        report = _ok(http.get("/v1/pools/solar/shadow-report"))
+    for strategy in report["strategies"]:
+        label = chart.get_attribute("aria-label") or ""
+        assert f"{strategy['strategy']} {round(strategy['agreement_rate'] * 100)}%" in label
+    dash.check(page, "shadow-report")
+
+    page.goto(f"{dash.server.url}/ui/#/routing/try")
+    page.get_by_label("Attributes (JSON)").fill('{"state": "NV"}')
+    page.get_by_role("button", name="Route it").click()
+    result = page.locator("#try-result")
+    expect(result).to_contain_text("Matched rule: west")
+    expect(result.locator(".badge")).to_have_text("assigned")
+    dash.check(page, "try-routable")
+    context.close()
+
+
+def test_balances_a_receipt_verified_in_the_browser_an_inbox_and_ai_requests(
+    dash: Dashboard,
+) -> None:
+    with dash.http() as http:
+        run = _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {}}))
+        _ok(http.post(f"/v1/runs/{run['id']}/signals/approve", json={}))
+        dash.server.wait_for_run(run["id"])
+        deadline = time.monotonic() + 30
+        while not (
+            receipts := _ok(http.get("/v1/receipts", params={"subject": f"run:{run['id']}"}))[
+                "items"
+            ]
+        ):
+            assert time.monotonic() < deadline, "no receipt for the run"
+            time.sleep(0.2)
+    context = dash.context()
+    page = dash.sign_in(context, start="#/ledger")
+    balances = page.get_by_role(
+        "table", name="Accounts and their balances (in their normal direction)"
+    )
+    expect(balances.locator("tr", has_text="cash")).to_contain_text("15.75 USD")
+    expect(page.get_by_role("table", name="Entries, newest first")).to_contain_text("lead sale")
+    dash.check(page, "ledger")
+
+    page.get_by_role("link", name="Receipts").click()
+    page.get_by_role("link", name=receipts[0]["id"]).click()
+    page.get_by_role("button", name="Verify signature").click()
+    expect(page.locator("#verify-result .verdict")).to_contain_text("Verified", timeout=10_000)
+    expect(page.locator("#verify-result")).to_contain_text("signature by a published key")
+    dash.check(page, "receipt")
+    # A receipt whose payload was changed does not verify.
+    tampered = page.evaluate(
+        """async (id) => {
+            const { verifyReceipt } = await import('/ui/js/verify.js');
+            const headers = { Authorization: 'Bearer ' + sessionStorage.getItem('ductor.api_key') };
+            const r = await (await fetch('/v1/receipts/' + id, { headers })).json();
+            const keys = await (await fetch('/.well-known/ductor-keys')).json();
+            const payload = JSON.parse(atob(r.envelope.payload));
+            payload.cost.micros += 1;
+            r.envelope.payload = btoa(JSON.stringify(payload));
+            return (await verifyReceipt(r, keys)).ok;
+        }""",
+        receipts[0]["id"],
+    )
+    assert tampered is False
+
+    page.get_by_role("link", name="Inbox").click()
+    page.get_by_label("Subscriber id").fill("ana")
+    page.get_by_role("button", name="Show inbox").click()
+    notifications = page.get_by_role("table", name="Notifications of ana, newest first")
+    expect(notifications).to_contain_text("A lead needs review")
+    expect(notifications).to_contain_text("Your lead was accepted")
+    dash.check(page, "inbox")
+
+    page.get_by_role("link", name="AI").click()
+    requests = page.get_by_role("table", name="Model calls, newest first")
+    expect(requests.locator("tbody tr")).to_have_count(2)
+    expect(requests).to_contain_text("echo")
+    # 11 tokens in at 2 USD and 7 out at 6 USD a million: 0.000064 each.
+    expect(requests).to_contain_text("0.000064")
+    dash.check(page, "ai")
+    context.close()
+
+
+def test_a_large_list_pages(dash: Dashboard) -> None:
+    with dash.http() as http:
+        _ok(
+            http.post(
+                "/v1/runs/batch",
+                json={"runs": [{"family_slug": "approval", "input": {"n": i}} for i in range(30)]},
+            )
+        )
+    context = dash.context()
+    page = dash.sign_in(context)
+    rows = page.locator("#runs-list tbody tr")
+    expect(rows).to_have_count(25)
+    first = rows.first.inner_text()
+    page.get_by_role("button", name="Next page").click()
+    expect(page.locator(".page-no")).to_contain_text("Page 2")
+    assert rows.first.inner_text() != first
+    page.get_by_role("button", name="Previous page").click()
+    expect(page.locator(".page-no")).to_contain_text("Page 1")
+    context.close()
+
+
+def test_another_tenants_key_sees_none_of_this_tenants_data(dash: Dashboard) -> None:
+    with dash.http() as http:
+        run = _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {}}))
+    rival_key = dash.data["rival_key"]
+    context = dash.context()
+    page = context.new_page()
+    page.goto(f"{dash.server.url}/ui/")
+    page.get_by_label("API key").fill(rival_key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#runs-list")).to_contain_text("No runs match these filters.")
+    page.goto(f"{dash.server.url}/ui/#/runs/{run['id']}")
+    expect(page.get_by_role("alert")).to_contain_text("run.not_found")
+    page.goto(f"{dash.server.url}/ui/#/routing")
+    expect(page.get_by_role("heading", name="Decisions")).to_be_visible()
+    expect(page.locator("main")).to_contain_text("No assignments yet.")
+    context.close()
