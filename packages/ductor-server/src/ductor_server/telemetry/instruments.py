@@ -78,8 +78,8 @@ class QueueDepthReadings:
 
     The engine's sampler (`engine/queuedepth.py`) publishes them from a
     periodic count in the store; collecting only reads memory. A series that
-    disappears from one count to the next is reported once more as 0, so a
-    drained queue reads 0 rather than its last backlog.
+    disappears from the counts is reported as 0 at the next collection, so a
+    drained queue reads 0 rather than its last backlog, and then no more.
     """
 
     def __init__(self) -> None:
@@ -90,7 +90,8 @@ class QueueDepthReadings:
     def publish(self, depths: Mapping[tuple[int, str], int]) -> None:
         """Replace the readings with `depths` ({(tier, tenant): ready tasks})."""
         with self._lock:
-            self._gone = set(self._latest) - set(depths)
+            gone = self._gone | (set(self._latest) - set(depths))
+            self._gone = gone - set(depths)
             self._latest = dict(depths)
 
     def clear(self) -> None:
@@ -103,6 +104,7 @@ class QueueDepthReadings:
         """The gauge's callback."""
         with self._lock:
             latest, gone = dict(self._latest), self._gone
+            self._gone = set()
         for tier, tenant in sorted(gone):
             yield Observation(0, {"ductor.tier": tier, "ductor.tenant": tenant})
         for (tier, tenant), count in sorted(latest.items()):

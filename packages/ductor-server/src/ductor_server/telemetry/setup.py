@@ -140,7 +140,9 @@ def _otlp_metric_exporter(environ: Mapping[str, str]) -> Any:
 def setup_from_env(environ: Mapping[str, str] | None = None) -> TelemetrySetup | None:
     """Install the SDK's tracer and meter providers as `environ` (the process
     environment if None) asks; None when telemetry is not asked for or the SDK
-    is not installed (a warning names the extra then).
+    is not installed (a warning names the extra then). `environ` decides whether,
+    which exporters and the service name; the SDK and its exporters read their
+    other settings from the process environment.
 
     Raises:
         ValueError: a setting Ductor cannot honour (an unknown exporter or
@@ -170,7 +172,8 @@ def setup_from_env(environ: Mapping[str, str] | None = None) -> TelemetrySetup |
         _protocol(environ, "TRACES")
     if metric_exporter == "otlp":
         _protocol(environ, "METRICS")
-    resource = Resource.create()
+    named = environ.get("OTEL_SERVICE_NAME", "").strip()
+    resource = Resource.create({SERVICE_NAME: named} if named else None)
     service = str(resource.attributes.get(SERVICE_NAME, ""))
     if not service or service.startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
