@@ -216,6 +216,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     finally:
         for stop in reversed(stops):
             stop()
+        # The providers stay for this process; later tests' spans are not kept.
+        SPANS.clear()
+        SPANS.shutdown()
 
 
 def _spans() -> list[ReadableSpan]:
@@ -571,3 +574,51 @@ def test_ductor_serve_exports_over_otlp_when_the_environment_asks(tmp_path: Path
         headers.get("content-type") == "application/x-protobuf"
         for path, headers in collector.received
     )
+
+
+def test_malformed_or_huge_trace_headers_start_a_new_trace(world: World) -> None:
+    """A caller's trace headers group spans, nothing more: garbage or oversized
+    ones are ignored (a new trace starts), and what a run stores stays small."""
+    valid = f"00-{'1' * 32}-{'2' * 16}-01"
+    cases = [
+        {"traceparent": "00-" + "f" * 2000},
+        {"traceparent": "not a traceparent", "tracestate": "a=b"},
+        {"traceparent": f"00-{'0' * 32}-{'2' * 16}-01"},  # all-zero trace id: invalid
+        {"traceparent": valid, "tracestate": "k=" + "v" * 5000},
+        {"traceparent": valid, "tracestate": ",".join(f"k{i}=v" for i in range(40))},
+    ]
+    run_ids = []
+    with world.http() as http:
+        for headers in cases:
+            response = http.post(
+                "/v1/runs",
+                json={"family_slug": f"bridge:{APP_ID}:two-steps", "input": {"id": 1, "total": 2}},
+                headers=headers,
+            )
+            assert response.status_code == 201, response.text
+            run_ids.append(response.json()["id"])
+    for run_id in run_ids:
+        world.wait_run(run_id)
+
+    async def stored() -> dict[str, str | None]:
+        store = open_store(world.composition.settings.store_target)
+        await store.open()
+        try:
+            async with store.transaction() as tx:
+                runs = [await tx.get_run(TENANT, run_id) for run_id in run_ids]
+        finally:
+            await store.close()
+        return {r.id: r.trace_context for r in runs if r is not None}
+
+    contexts = asyncio.run(stored())
+    triggers = {_attr(s, "ductor.run_id"): s for s in _spans() if s.name == "ductor.runs.trigger"}
+    for run_id, headers in zip(run_ids, cases, strict=True):
+        context = contexts[run_id]
+        assert context is not None
+        assert " " not in context  # no caller's tracestate was kept
+        trace_id = context.split("-")[1]
+        assert trace_id == f"{triggers[run_id].context.trace_id:032x}"  # type: ignore[union-attr]
+        if headers["traceparent"] == valid:
+            assert trace_id == "1" * 32  # continued, without the bad tracestate
+        else:
+            assert trace_id != "0" * 32
