@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import msgspec
 
+from ductor import _telemetry
 from ductor.durations import canonical_duration
 from ductor.errors import (
     DuctorError,
@@ -469,6 +470,17 @@ def _final(exc: BaseException, attempt: int, retries: int) -> bool:
 
 
 async def _run_step(
+    pending: _Pending, attempt: int, retries: int
+) -> StepRunOp | StepErrorOp | StepFailedOp:
+    assert pending.fn is not None
+    with _telemetry.step_span(pending.name, attempt=attempt) as span:
+        op = await _call_step(pending, attempt, retries)
+        if not isinstance(op, StepRunOp):
+            _telemetry.failed(span, op.error.code)
+        return op
+
+
+async def _call_step(
     pending: _Pending, attempt: int, retries: int
 ) -> StepRunOp | StepErrorOp | StepFailedOp:
     assert pending.fn is not None

@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
+from ductor import _telemetry
 from ductor._answers import ErrorBody, decode_answer
 from ductor.errors import ApiError
 
@@ -94,6 +95,13 @@ class _Call(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     body: bytes | None = None
     headers: dict[str, str] = {}
+
+
+def _traced(call: _Call) -> dict[str, str]:
+    """The call's headers with the current trace context (OpenTelemetry, if installed)."""
+    headers = dict(call.headers)
+    _telemetry.inject(headers)
+    return headers
 
 
 def _post(path: str, body: Any, idempotency_key: str | None = None) -> _Call:
@@ -221,7 +229,7 @@ class ApiClient:
         self._http.close()
 
     def _send(self, call: _Call) -> httpx.Response:
-        return self._http.request(call.method, call.path, content=call.body, headers=call.headers)
+        return self._http.request(call.method, call.path, content=call.body, headers=_traced(call))
 
     def trigger(
         self,
@@ -322,7 +330,7 @@ class AsyncApiClient:
 
     async def _send(self, call: _Call) -> httpx.Response:
         return await self._http.request(
-            call.method, call.path, content=call.body, headers=call.headers
+            call.method, call.path, content=call.body, headers=_traced(call)
         )
 
     async def trigger(

@@ -18,6 +18,7 @@ from typing import Any, Generic, Literal, TypeVar
 import httpx
 import msgspec
 
+from ductor import _telemetry
 from ductor._answers import ErrorBody, decode_answer
 from ductor._replay import Context, ExecuteParams, execute_workflow
 from ductor._version import __version__
@@ -379,8 +380,29 @@ class Client:
                     200, SyncResponse(app_id=self.app_id, synced=True, accepted=ack.accepted)
                 )
             if isinstance(request, ExecuteRequest):
-                return self._respond(200, await self.execute(request))
-            return self._respond(200, await self.cancel(request))
+                with _telemetry.request_span(
+                    "execute",
+                    headers,
+                    traceparent=request.traceparent,
+                    attributes={
+                        "ductor.app_id": self.app_id,
+                        "ductor.workflow_id": request.workflow_id,
+                        "ductor.run_id": request.run_id,
+                        "ductor.attempt": request.attempt,
+                    },
+                ):
+                    return self._respond(200, await self.execute(request))
+            with _telemetry.request_span(
+                "cancel",
+                headers,
+                traceparent=None,
+                attributes={
+                    "ductor.app_id": self.app_id,
+                    "ductor.workflow_id": request.workflow_id,
+                    "ductor.run_id": request.run_id,
+                },
+            ):
+                return self._respond(200, await self.cancel(request))
         except ApiError as exc:
             return self._error(502, exc)
         except SignatureError as exc:
@@ -547,6 +569,7 @@ class Client:
         }
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
+        _telemetry.inject(headers)  # the server's request joins this trace
         if self._http is None:
             self._http = httpx.AsyncClient(transport=self._transport, timeout=self._timeout)
         try:

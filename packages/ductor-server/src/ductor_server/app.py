@@ -36,6 +36,7 @@ from ductor_server.transports.rest.auth import provide_tenant_id, require_api_ke
 from ductor_server.transports.rest.bodies import JsonBody
 from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
 from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
+from ductor_server.transports.rest.telemetry import TelemetryMiddleware
 
 API_VERSION = "0.1.0"
 
@@ -115,6 +116,8 @@ def create_app(
         route_handlers=handlers,
         lifespan=[_lifespan(settings, composition, mcp, connect)],
         exception_handlers=EXCEPTION_HANDLERS,
+        # A span and a latency measurement per routed request (docs/observability.md).
+        middleware=[TelemetryMiddleware],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="Ductor",

@@ -126,9 +126,22 @@ def _serve(settings: Settings) -> int:
 
     from ductor_server.app import create_app
     from ductor_server.composition import build
+    from ductor_server.telemetry.setup import setup_from_env
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("ductor").setLevel(settings.log_level.upper())
+    try:
+        # Before anything records: the SDK's providers, if OTEL_* asks for them.
+        telemetry = setup_from_env()
+    except ValueError as exc:
+        sys.stderr.write(f"error: OpenTelemetry: {exc}\n")
+        return 2
+    if telemetry is not None:
+        print(
+            f"OpenTelemetry: service {telemetry.service_name}, traces {telemetry.traces},"
+            f" metrics {telemetry.metrics}",
+            flush=True,
+        )
     # uvicorn drains and shuts the app down on SIGTERM, then re-raises the
     # signal; this handler turns that into a normal exit so cleanup runs.
     signal.signal(signal.SIGTERM, _exit_cleanly)

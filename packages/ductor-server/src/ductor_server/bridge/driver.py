@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import msgspec
+from opentelemetry import trace
 
 from ductor.errors import ProtocolError, SignatureError
 from ductor.protocol import (
@@ -47,6 +48,7 @@ from ductor_server.engine.outbound import (
 )
 from ductor_server.engine.queue import WakeUp
 from ductor_server.storage.protocol import Store
+from ductor_server.telemetry import client_span, current_traceparent, inject_headers
 
 log = logging.getLogger("ductor.bridge")
 
@@ -146,30 +148,64 @@ class BridgeDriver:
             )
         if raw_request is None:
             cancel = msgspec.convert(payload["cancel"], CancelRequest)
-            raw = await self._post(call, app_id, app.url, encode(cancel), keys)
+            raw = await self._call_app(
+                call, app_id, app.url, "cancel", lambda: encode(cancel), keys
+            )
             try:
                 cancelled = decode(raw, CancelResponse)
             except ProtocolError as exc:
                 raise failure("bridge.bad_response", exc.message, retryable=False) from None
             return msgspec.to_builtins(cancelled)
         request = msgspec.convert(raw_request, ExecuteRequest)
-        body = encode(request)
-        if len(body) > INLINE_LIMIT_BYTES:
-            request = msgspec.structs.replace(
-                request,
-                input=None,
-                steps=[],
-                event=None,
-                payload_ref=f"{call.run_id}:{call.attempt}",
-            )
-            body = encode(request)
-        content = await self._post(call, app_id, app.url, body, keys)
+
+        def execute_body() -> bytes:
+            # The signed body names the bridge call's span too, for `ctx.traceparent`.
+            traced = msgspec.structs.replace(request, traceparent=current_traceparent())
+            body = encode(traced)
+            if len(body) > INLINE_LIMIT_BYTES:
+                traced = msgspec.structs.replace(
+                    traced,
+                    input=None,
+                    steps=[],
+                    event=None,
+                    payload_ref=f"{call.run_id}:{call.attempt}",
+                )
+                body = encode(traced)
+            return body
+
+        content = await self._call_app(call, app_id, app.url, "execute", execute_body, keys)
         try:
             answer = decode(content, ExecuteResponse)
         except ProtocolError as exc:
             raise failure("bridge.bad_response", exc.message, retryable=False) from None
         await self._touch(call.tenant_id, app_id)
         return {"opcodes": msgspec.to_builtins(answer.opcodes)}
+
+    async def _call_app(
+        self,
+        call: ActionCall,
+        app_id: str,
+        url: str,
+        action: str,
+        body: Callable[[], bytes],
+        keys: BridgeKeys,
+    ) -> bytes:
+        """One call to the app as a `ductor.bridge.call` CLIENT span, whose context
+        the request carries (`traceparent` header, and in an execute's body)."""
+        target = httpx.URL(url)
+        with client_span(
+            "ductor.bridge.call",
+            {
+                "ductor.bridge.app_id": app_id,
+                "ductor.bridge.action": action,
+                "ductor.run_id": call.run_id,
+                "ductor.step_ref": call.step_ref,
+                "http.request.method": "POST",
+                "server.address": target.host,
+                "server.port": target.port or (443 if target.scheme == "https" else 80),
+            },
+        ):
+            return await self._post(call, app_id, url, body(), keys)
 
     async def _post(
         self, call: ActionCall, app_id: str, url: str, body: bytes, keys: BridgeKeys
@@ -182,12 +218,16 @@ class BridgeDriver:
             "content-type": "application/json",
             "Idempotency-Key": call.idempotency_key,
         }
+        inject_headers(headers)  # whatever the transport
         self.calls += 1
         try:
             async with self._client().stream(
                 "POST", url, content=body, headers=headers
             ) as response:
                 content = await read_capped(response)
+            trace.get_current_span().set_attribute(
+                "http.response.status_code", response.status_code
+            )
         except OutboundForbidden as exc:
             raise failure(
                 "outbound.forbidden", str(exc), retryable=False, details={"host": exc.host}

@@ -29,6 +29,7 @@ from ductor_server.engine.events import trigger_matches
 from ductor_server.engine.history import transition_entries
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import NewHistoryEntry, NewRun, RunInsert, RunRecord
+from ductor_server.telemetry import current_trace_context
 
 log = logging.getLogger("ductor.bridge")
 
@@ -97,6 +98,7 @@ async def create_bridge_run(
                 parent_item_index=parent_item_index,
                 child_key=child_key,
                 idempotency_key=idempotency_key,
+                trace_context=current_trace_context(),
             )
         ]
     )

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import msgspec
-from opentelemetry import metrics, trace
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span
 
 from ductor_core.runs import IgnoredInput
 from ductor_server.engine.clock import Clock
@@ -34,10 +36,10 @@ from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunRef, RunUpdate
+from ductor_server.telemetry import TICK_DURATION, context_from, meter, tracer
 
 log = logging.getLogger("ductor.coordinator")
-tracer = trace.get_tracer("ductor.engine")
-_conflicts = metrics.get_meter("ductor.engine").create_counter(
+_conflicts = meter.create_counter(
     "ductor.coordinator.conflicts",
     unit="{run}",
     description="Ticks not applied because another coordinator changed the run first",
@@ -109,18 +111,44 @@ class Coordinator:
 
     async def tick_batch(self, limit: int | None = None) -> int:
         """Claim up to `limit` (default `batch`) runs with input, tick them and
-        commit; return how many."""
+        commit; return how many.
+
+        Each run's tick is a `ductor.tick` span whose parent is the trace context
+        stored with the run; a batch that ticked runs is a `ductor.coordinator.batch`
+        span linking them (an empty poll leaves no span).
+        """
         now = self.clock.now()
         effects = Effects()
-        with tracer.start_as_current_span("ductor.coordinator.batch") as span:
-            ticked = await self._tick_batch(now, effects, limit or self.batch)
-            span.set_attribute("ductor.runs", ticked)
+        started, clock = time.time_ns(), time.perf_counter()
+        inline = self.inline_batches
+        spans: list[Span] = []
+        try:
+            ticked = await self._tick_batch(now, effects, limit or self.batch, spans)
+        except BaseException as exc:
+            for span in spans:
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+            raise
+        finally:
+            for span in spans:
+                span.end()
         if ticked:
+            mode = "inline" if self.inline_batches > inline else "offloaded"
+            TICK_DURATION.record(time.perf_counter() - clock, {"ductor.tick.mode": mode})
+            batch = tracer.start_span(
+                "ductor.coordinator.batch",
+                start_time=started,
+                links=[Link(span.get_span_context()) for span in spans],
+                attributes={"ductor.runs": ticked, "ductor.tick.mode": mode},
+            )
+            batch.end()
             self.batches += 1
             effects.notify(self.wake, self.feed)
         return ticked
 
-    async def _tick_batch(self, now: datetime, effects: Effects, limit: int) -> int:
+    async def _tick_batch(
+        self, now: datetime, effects: Effects, limit: int, spans: list[Span]
+    ) -> int:
         # Read in one short transaction. A cheap batch is ticked and written
         # there; any other is ticked in the engine lane with no transaction
         # open and written in a second transaction. In both each run's
@@ -147,6 +175,18 @@ class Coordinator:
                     unknown.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
                     continue
                 plan = _Plan(run, pending, kind)
+                # The tick's span continues the trace the run was started in.
+                plan.span = tracer.start_span(
+                    "ductor.tick",
+                    context=context_from(run.trace_context),
+                    attributes={
+                        "ductor.tenant": run.tenant_id,
+                        "ductor.run_id": run.id,
+                        "ductor.run.kind": run.kind,
+                        "ductor.inputs": len(pending),
+                    },
+                )
+                spans.append(plan.span)
                 if isinstance(kind, PreparedTick):
                     inputs = [i.input for i in pending]
                     plan.compute = await kind.prepare_tick(tx, self.parts, run, inputs, now)
@@ -222,6 +262,8 @@ class Coordinator:
                 # Lost a race: the inbox stays, the next round retries.
                 self.conflicts += 1
                 _conflicts.add(1)
+                if plan.span is not None:
+                    plan.span.set_attribute("ductor.conflict", True)
                 continue
             result = ticked.result
             consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
@@ -240,9 +282,14 @@ class Coordinator:
                 status=result.state.status,
                 kind_state=ticked.kind_state,
             )
-            await apply_commands(
-                tx, self.parts, effects, run=updated, commands=result.commands, now=now
-            )
+            span = plan.span or trace.INVALID_SPAN
+            span.set_attribute("ductor.run.status", str(result.state.status))
+            # Current while its commands are gathered: new tasks and child runs
+            # store this tick's trace context.
+            with trace.use_span(span, end_on_exit=False):
+                await apply_commands(
+                    tx, self.parts, effects, run=updated, commands=result.commands, now=now
+                )
             self.ticks += 1
         if consumed:
             await tx.delete_inbox(consumed)
@@ -259,6 +306,7 @@ class _Plan:
     kind: RunKind | None
     compute: Callable[[], KindTick] | None = None
     ticked: KindTick | None = None
+    span: Span | None = None
 
 
 def _inline(compute: Callable[[], KindTick] | None) -> bool:

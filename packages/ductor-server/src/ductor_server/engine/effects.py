@@ -64,6 +64,7 @@ from ductor_server.storage.records import (
     WorkflowVersionRecord,
 )
 from ductor_server.storage.usage import BudgetedCounter, UsageIncrement, add_usage
+from ductor_server.telemetry import current_trace_context
 
 METERED_HISTORY: dict[str, str] = {
     "run.created": "runs",
@@ -277,6 +278,7 @@ async def create_run(
                 parent_item_index=parent_item_index,
                 child_key=child_key,
                 idempotency_key=idempotency_key,
+                trace_context=current_trace_context(),
             )
         ]
     )
@@ -308,8 +310,10 @@ async def apply_commands(
     depth: int = 0,
 ) -> None:
     """Gather the writes a tick of `run` asked for into `effects` (child runs
-    are inserted at once); `effects.flush(tx)` writes the rest."""
+    are inserted at once); `effects.flush(tx)` writes the rest. New tasks carry
+    the current span's trace context (the trigger's, or the coordinator's tick)."""
     tenant_id = run.tenant_id
+    trace_context = current_trace_context()
     children: list[StartChildRun] = []
     cancel_children: list[CancelChildRuns] = []
     finished: RunFinished | None = None
@@ -321,7 +325,11 @@ async def apply_commands(
         # command silently dropped.
         match command:
             case DispatchTask():
-                tasks.append(NewTask.from_dispatch(tenant_id, run.id, command, available_at=now))
+                tasks.append(
+                    NewTask.from_dispatch(
+                        tenant_id, run.id, command, available_at=now, trace_context=trace_context
+                    )
+                )
             case SetTimer():
                 timers.append(
                     TimerRecord(

@@ -28,8 +28,10 @@ from typing import Any
 import httpcore
 import httpx
 import msgspec
+from opentelemetry.trace import SpanKind, StatusCode
 
 from ductor_server.netaddr import IPNetwork, parse_networks
+from ductor_server.telemetry import has_client_span, inject_headers, tracer
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -145,7 +147,12 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
     """An httpx transport whose connections go through `OutboundPolicy` (no proxy,
-    no environment settings: a proxy would reach what the guard refuses)."""
+    no environment settings: a proxy would reach what the guard refuses).
+
+    Every request is a CLIENT span (`POST`, `GET`, ...) unless its caller made one
+    (`telemetry.client_span`), and carries the trace context (`traceparent`) to
+    the host it calls.
+    """
 
     def __init__(self, policy: OutboundPolicy, *, max_connections: int = 100) -> None:
         super().__init__(trust_env=False)
@@ -159,6 +166,29 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             network_backend=_GuardedBackend(policy, httpcore.AnyIOBackend()),
         )
         self.policy = policy
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if has_client_span():
+            inject_headers(request.headers)
+            return await super().handle_async_request(request)
+        url = request.url
+        with tracer.start_as_current_span(
+            request.method,
+            kind=SpanKind.CLIENT,
+            attributes={
+                "http.request.method": request.method,
+                "server.address": url.host,
+                "server.port": url.port or (443 if url.scheme == "https" else 80),
+                "url.scheme": url.scheme,
+            },
+        ) as span:
+            inject_headers(request.headers)
+            response = await super().handle_async_request(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            if response.status_code >= 400:
+                span.set_attribute("error.type", str(response.status_code))
+                span.set_status(StatusCode.ERROR)
+            return response
 
 
 def guarded_transport(policy: OutboundPolicy | None) -> httpx.AsyncBaseTransport | None:

@@ -32,10 +32,12 @@ from ductor_server.engine.housekeeping import Housekeeping, Retention
 from ductor_server.engine.inboxfeed import InboxFeed, LocalInboxFeed
 from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
+from ductor_server.engine.queuedepth import QueueDepthSampler
 from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.engine.timers import Timers
 from ductor_server.engine.workers import Workers
 from ductor_server.storage.protocol import Store
+from ductor_server.telemetry import metrics_enabled
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class RuntimeConfig:
         retention: how long done tasks, idempotency records and events are kept.
         fairness: the tenants' weights and limits in the task queue.
         emails: how the inbox's outbox emails are retried (worker role).
+        queue_depth_interval: seconds between counts of the ready tasks for the
+            `ductor.queue.depth` gauge (worker role, only while metrics are on).
     """
 
     poll_interval: float = 0.5
@@ -84,6 +88,7 @@ class RuntimeConfig:
     retention: Retention = field(default_factory=Retention)
     fairness: FairPolicy = field(default_factory=FairPolicy)
     emails: EmailPolicy = field(default_factory=EmailPolicy)
+    queue_depth_interval: float = 15.0
 
 
 Setup = Callable[["Runtime"], object]
@@ -191,6 +196,9 @@ class Runtime:
             retention=cfg.retention,
             interval=cfg.housekeeping_interval,
         )
+        self.queue_depth = QueueDepthSampler(
+            store, clock=self.clock, interval=cfg.queue_depth_interval
+        )
         self._loops: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -269,7 +277,7 @@ class Runtime:
         if Role.WORKER in self.roles:
             self.check_handlers()
         self.coordinator.stopped = self.workers.stopped = self.timers.stopped = False
-        self.housekeeping.stopped = self.emails.stopped = False
+        self.housekeeping.stopped = self.emails.stopped = self.queue_depth.stopped = False
 
         def spawn(name: str, coro: Coroutine[Any, Any, None]) -> None:
             self._loops.append(asyncio.create_task(coro, name=f"ductor-{name}"))
@@ -281,6 +289,9 @@ class Runtime:
             spawn("worker-reports", self.workers.report_forever())
             spawn("worker-heartbeat", self.workers.heartbeat_forever())
             spawn("emails", self.emails.run_forever())
+            if metrics_enabled():
+                # Only a configured meter provider reads the gauge: no SDK, no query.
+                spawn("queue-depth", self.queue_depth.run_forever())
         if Role.TIMER in self.roles:
             spawn("timers", self.timers.run_forever())
             spawn("housekeeping", self.housekeeping.run_forever())
@@ -290,7 +301,7 @@ class Runtime:
         """Stop the loops: finish or release running tasks, then close the handlers."""
         loops, self._loops = self._loops, []
         self.coordinator.stopped = self.workers.stopped = self.timers.stopped = True
-        self.housekeeping.stopped = self.emails.stopped = True
+        self.housekeeping.stopped = self.emails.stopped = self.queue_depth.stopped = True
         for loop in loops:
             loop.cancel()
         if loops:

@@ -20,13 +20,14 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
-from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, StatusCode
 
 from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
@@ -35,10 +36,17 @@ from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.storage.protocol import Store
 from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecord, TaskRef
+from ductor_server.telemetry import (
+    ATTEMPT_DURATION,
+    TASK_WAIT,
+    attempt_outcome,
+    context_from,
+    meter,
+    tracer,
+)
 
 log = logging.getLogger("ductor.workers")
-tracer = trace.get_tracer("ductor.engine")
-poisoned_counter = metrics.get_meter("ductor.engine").create_counter(
+poisoned_counter = meter.create_counter(
     "ductor.attempts.poisoned",
     unit="{attempt}",
     description="Attempts quarantined because their task kept killing its process.",
@@ -190,26 +198,60 @@ class Workers:
 
     async def _execute(self, task: TaskRecord) -> None:
         started = self.clock.now()
+        if task.deliveries <= 1:
+            waited = (started - task.available_at).total_seconds()
+            TASK_WAIT.record(max(waited, 0.0), {"ductor.handler": task.handler})
         try:
-            with tracer.start_as_current_span(
-                "ductor.attempt",
-                attributes={
-                    "ductor.run_id": task.run_id,
-                    "ductor.step_ref": task.step_ref,
-                    "ductor.item_index": task.item_index,
-                    "ductor.attempt": task.attempt,
-                    "ductor.handler": task.handler,
-                    "ductor.deliveries": task.deliveries,
-                    "ductor.deaths": task.deaths,
-                },
-            ) as span:
+            # The task's span continues the trace of the tick (or trigger) that
+            # queued it, whichever process that was.
+            with (
+                tracer.start_as_current_span(
+                    "ductor.task",
+                    context=context_from(task.trace_context),
+                    kind=SpanKind.CONSUMER,
+                    attributes={
+                        "ductor.tenant": task.tenant_id,
+                        "ductor.task_id": task.id,
+                        "ductor.run_id": task.run_id,
+                        "ductor.step_ref": task.step_ref,
+                        "ductor.item_index": task.item_index,
+                        "ductor.handler": task.handler,
+                        "ductor.tier": task.tier,
+                        "ductor.deliveries": task.deliveries,
+                        "ductor.deaths": task.deaths,
+                    },
+                ),
+                tracer.start_as_current_span(
+                    "ductor.attempt",
+                    attributes={
+                        "ductor.run_id": task.run_id,
+                        "ductor.step_ref": task.step_ref,
+                        "ductor.item_index": task.item_index,
+                        "ductor.attempt": task.attempt,
+                        "ductor.handler": task.handler,
+                    },
+                ) as span,
+            ):
+                clock = time.perf_counter()
                 if 0 < self.poison_after <= task.deaths:
                     attempt = self._quarantine(task, started)
                 else:
                     attempt = await self._attempt(task, started)
+                error = attempt.error
+                outcome = attempt_outcome(
+                    ok=attempt.ok,
+                    code=None if error is None else error.code,
+                    retryable=error is not None and error.retryable,
+                )
+                ATTEMPT_DURATION.record(
+                    time.perf_counter() - clock,
+                    {"ductor.handler": task.handler, "ductor.outcome": outcome},
+                )
                 span.set_attribute("ductor.ok", attempt.ok)
-                if attempt.error is not None:
-                    span.set_attribute("ductor.error_code", attempt.error.code)
+                span.set_attribute("ductor.outcome", outcome)
+                if error is not None:
+                    span.set_attribute("ductor.error_code", error.code)
+                    span.set_status(StatusCode.ERROR, error.code)
             await self._outcomes.put(_Outcome(task=task, attempt=attempt))
         finally:
             self._inflight.pop(task.id, None)

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import msgspec
+from opentelemetry import trace
 
 from ductor_server.engine.effects import Effects
 from ductor_server.engine.events import ingest_event, prepare_triggered
@@ -17,6 +18,7 @@ from ductor_server.services.idempotency import Answer, Claim, Outcome, once
 from ductor_server.services.metering import refuse_over_budget
 from ductor_server.services.runs import check_name
 from ductor_server.storage.protocol import Tx
+from ductor_server.telemetry import traced
 
 
 class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,6 +37,7 @@ class EventsService:
     def __init__(self, context: ServiceContext) -> None:
         self._context = context
 
+    @traced("ductor.events.send")
     async def send(
         self,
         tenant_id: str,
@@ -98,6 +101,9 @@ class EventsService:
 
         answer = await once(context.store, claim, EventAccepted, effect)
         effects.notify(context.wake, context.feed)
+        span = trace.get_current_span()
+        span.set_attribute("ductor.event.name", name)
+        span.set_attribute("ductor.runs_started", len(answer.value.runs_started))
         return answer
 
 

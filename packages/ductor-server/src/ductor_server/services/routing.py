@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime, timedelta
@@ -86,6 +87,7 @@ from ductor_server.services.settlement import (
     settle_assignment,
 )
 from ductor_server.storage.protocol import Store, Tx
+from ductor_server.telemetry import ROUTE_DURATION, tracer
 from ductor_settlement import (
     ConsentRecord,
     Cost,
@@ -1013,6 +1015,42 @@ class RoutingService:
             EntitlementMissing: the tenant's plan lacks `routing`.
             BudgetExceeded: a blocking budget on `route_decisions` (nothing is stored).
         """
+        started = time.perf_counter()
+        outcome = "error"
+        with tracer.start_as_current_span(
+            "ductor.route",
+            attributes={"ductor.tenant": tenant_id, "ductor.routable.kind": body.kind},
+        ) as span:
+            try:
+                answer = await self._route(
+                    tenant_id,
+                    body,
+                    decision_id=decision_id,
+                    origin=origin,
+                    idempotency_key=idempotency_key,
+                )
+                outcome = str(answer.value.outcome)
+                span.set_attribute("ductor.decision_id", answer.value.id)
+                span.set_attribute("ductor.route.outcome", outcome)
+                return answer
+            finally:
+                ROUTE_DURATION.record(
+                    time.perf_counter() - started,
+                    {
+                        "ductor.route.outcome": outcome,
+                        "ductor.route.origin": "api" if origin is None else "step",
+                    },
+                )
+
+    async def _route(
+        self,
+        tenant_id: str,
+        body: RouteBody,
+        *,
+        decision_id: str | None = None,
+        origin: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Answer[DecisionView]:
         check_name("routable id", body.id, RequestInvalid, path="$.id")
         check_name("routable kind", body.kind, RequestInvalid, path="$.kind")
         created = MutationOutcome.CREATED

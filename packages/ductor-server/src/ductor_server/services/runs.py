@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
+from opentelemetry import trace
 
 from ductor_core.definitions import StepType, WorkflowDefinition
 from ductor_core.runs import (
@@ -51,6 +52,7 @@ from ductor_server.services.metering import refuse_over_budget
 from ductor_server.storage.errors import InvalidCursor
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import IdempotencyRecord, NewInboxItem, RunRecord
+from ductor_server.telemetry import traced
 
 # --- views ---------------------------------------------------------------------
 
@@ -354,6 +356,7 @@ class RunsService:
     def __init__(self, context: ServiceContext) -> None:
         self._context = context
 
+    @traced("ductor.runs.trigger")
     async def trigger(
         self,
         tenant_id: str,
@@ -422,8 +425,12 @@ class RunsService:
 
         answer = await once(context.store, claim, RunView, effect)
         effects.notify(context.wake, context.feed)
+        span = trace.get_current_span()
+        span.set_attribute("ductor.family_slug", family_slug)
+        span.set_attribute("ductor.run_id", answer.value.id)
         return answer
 
+    @traced("ductor.runs.trigger_many")
     async def trigger_many(
         self,
         tenant_id: str,

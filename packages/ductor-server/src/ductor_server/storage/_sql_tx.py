@@ -32,6 +32,7 @@ from ductor_server.storage.records import (
     NewInboxItem,
     NewRun,
     NewTask,
+    QueueDepth,
     ReadyTask,
     RunInsert,
     RunPage,
@@ -87,13 +88,13 @@ _WF_COLS = "tenant_id, family_slug, version, hash, definition, trigger_events, c
 _RUN_COLS = (
     "tenant_id, id, family_slug, version, status, state, lock_version, input, output, error,"
     " parent_run_id, parent_step_ref, parent_item_index, child_key, idempotency_key,"
-    " created_at, updated_at, finished_at, kind, kind_state"
+    " created_at, updated_at, finished_at, kind, kind_state, trace_context"
 )
 _INBOX_COLS = "seq, tenant_id, run_id, input, available_at"
 _TASK_COLS = (
     "id, tenant_id, run_id, step_ref, item_index, attempt, step_type, handler, payload,"
     " idempotency_key, timeout_seconds, tier, status, available_at, lease_owner, lease_until,"
-    " deliveries, created_at, deaths"
+    " deliveries, created_at, deaths, trace_context"
 )
 _ATTEMPT_COLS = (
     "tenant_id, run_id, step_ref, item_index, attempt, ok, output, error, started_at, finished_at"
@@ -160,8 +161,8 @@ ENQUEUE_INBOX_ITEM = (
 ENQUEUE_TASK = (
     "INSERT INTO tasks (tenant_id, run_id, step_ref, item_index, attempt, step_type,"
     " handler, payload, idempotency_key, timeout_seconds, tier, status, available_at,"
-    " deliveries, created_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', %s, 0, %s)"
+    " deliveries, created_at, trace_context)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', %s, 0, %s, %s)"
     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id"
 )
 LEASE_EXPIRED_TASKS = (
@@ -441,6 +442,7 @@ class SqlTx:
             finished_at=self._dt_or_none(r[17]),
             kind=r[18],
             kind_state=self.from_json(r[19]),
+            trace_context=r[20],
         )
 
     def _inbox(self, r: Row) -> InboxItem:
@@ -473,6 +475,7 @@ class SqlTx:
             deliveries=r[16],
             created_at=self.from_timestamp(r[17]),
             deaths=r[18],
+            trace_context=r[19],
         )
 
     def _attempt(self, r: Row) -> AttemptRecord:
@@ -746,10 +749,11 @@ class SqlTx:
                     self._ts_or_none(state.finished_at),
                     run.kind,
                     self.to_json(run.kind_state),
+                    run.trace_context,
                 )
             )
         inserted = await self.executemany_returning(
-            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 20)})"
+            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 21)})"
             " ON CONFLICT DO NOTHING RETURNING id",
             params,
         )
@@ -792,6 +796,7 @@ class SqlTx:
             finished_at=None if state.finished_at is None else utc(state.finished_at),
             kind=run.kind,
             kind_state=run.kind_state,
+            trace_context=run.trace_context,
         )
 
     async def _existing_run(self, run: NewRun) -> RunRecord | None:
@@ -988,6 +993,7 @@ class SqlTx:
                     t.tier,
                     self.to_timestamp(t.available_at),
                     self.to_timestamp(t.created_at or t.available_at),
+                    t.trace_context,
                 )
                 for t in tasks
             ],
@@ -1146,6 +1152,20 @@ class SqlTx:
         )
         ready, scheduled, leased = row if row is not None else (0, 0, 0)
         return {"ready": int(ready), "scheduled": int(scheduled), "leased": int(leased)}
+
+    async def queue_depth(self, *, now: datetime, tenants: int) -> QueueDepth:
+        at = self.to_timestamp(now)
+        ready = "FROM tasks WHERE status = 'queued' AND available_at <= %s"
+        tiers = await self.fetch_all(f"SELECT tier, COUNT(*) {ready} GROUP BY tier", (at,))
+        rows = await self.fetch_all(
+            f"SELECT tier, tenant_id, COUNT(*) {ready} GROUP BY tier, tenant_id"
+            " ORDER BY 3 DESC, 1 DESC, 2 LIMIT %s",
+            (at, max(tenants, 0)),
+        )
+        return QueueDepth(
+            tiers={int(r[0]): int(r[1]) for r in tiers},
+            tenants=[(int(r[0]), str(r[1]), int(r[2])) for r in rows],
+        )
 
     # --- attempts -------------------------------------------------------------------
 

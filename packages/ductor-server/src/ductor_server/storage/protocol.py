@@ -31,6 +31,7 @@ from ductor_server.storage.records import (
     NewInboxItem,
     NewRun,
     NewTask,
+    QueueDepth,
     ReadyTask,
     RunInsert,
     RunPage,
@@ -404,6 +405,11 @@ class TasksTx(Protocol):
 
     async def count_tasks(self, *, now: datetime) -> dict[str, int]:
         """Queue depth for metrics: {"ready", "scheduled", "leased"} counts."""
+        ...
+
+    async def queue_depth(self, *, now: datetime, tenants: int) -> QueueDepth:
+        """Ready tasks (any tenant) per tier, and per tier and tenant for the
+        `tenants` largest (tier, tenant) pairs: for the `ductor.queue.depth` gauge."""
         ...
 
 

@@ -98,6 +98,7 @@ class NewRun(_Record, frozen=True, kw_only=True):
     parent_item_index: int = -1
     child_key: str | None = None  # unique per tenant: makes a child start idempotent
     idempotency_key: str | None = None  # unique per tenant: makes a trigger idempotent
+    trace_context: str | None = None  # W3C trace context of its creator (telemetry.context)
 
 
 class RunRecord(_Record, frozen=True, kw_only=True):
@@ -123,6 +124,7 @@ class RunRecord(_Record, frozen=True, kw_only=True):
     finished_at: datetime | None = None
     kind: str = DAG_KIND  # the engine kind that ticks the run
     kind_state: Any = None  # that kind's own bookkeeping (JSON), None if it keeps none
+    trace_context: str | None = None  # W3C trace context of its creator (telemetry.context)
 
 
 class RunInsert(_Record, frozen=True, kw_only=True):
@@ -212,10 +214,17 @@ class NewTask(_Record, frozen=True, kw_only=True):
     tier: int = 0  # higher tiers are leased first
     available_at: datetime
     created_at: datetime | None = None  # when enqueued; `available_at` if not given
+    trace_context: str | None = None  # W3C trace context of its creator (telemetry.context)
 
     @classmethod
     def from_dispatch(
-        cls, tenant_id: str, run_id: str, command: DispatchTask, *, available_at: datetime
+        cls,
+        tenant_id: str,
+        run_id: str,
+        command: DispatchTask,
+        *,
+        available_at: datetime,
+        trace_context: str | None = None,
     ) -> NewTask:
         """The task that carries out a tick's `DispatchTask` command."""
         return cls(
@@ -230,6 +239,7 @@ class NewTask(_Record, frozen=True, kw_only=True):
             idempotency_key=command.idempotency_key,
             timeout_seconds=command.timeout_seconds,
             available_at=available_at,
+            trace_context=trace_context,
         )
 
 
@@ -259,6 +269,15 @@ class TaskRecord(_Record, frozen=True, kw_only=True):
     deliveries: int = 0
     created_at: datetime
     deaths: int = 0
+    trace_context: str | None = None  # W3C trace context of its creator (telemetry.context)
+
+
+class QueueDepth(_Record, frozen=True, kw_only=True):
+    """Tasks ready to run (queued and due): per tier, and per (tier, tenant) for
+    the tenants with the most, as (tier, tenant, count), largest first."""
+
+    tiers: dict[int, int]
+    tenants: list[tuple[int, str, int]]
 
 
 class ReadyTask(_Record, frozen=True, kw_only=True):

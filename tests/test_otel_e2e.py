@@ -1,0 +1,624 @@
+"""OpenTelemetry end to end, in one process with the SDK's in-memory exporter and
+metric reader: a real server (uvicorn on 127.0.0.1, from the app factory), a real
+SDK app (uvicorn on 127.0.0.1) and a real HTTP sink.
+
+One trace links a trigger request to the coordinator's ticks, to the task and
+attempt of every step, to the bridge call and to the SDK app's span for it (and
+its steps); a DAG run's HTTP action is a client span of the same trace and its
+sink receives that trace's `traceparent`; an event's runs join the event's
+trace. Every named metric reads back with its attributes. Restart survival of
+the stored trace context is the store's test
+(packages/ductor-server/tests/storage/test_trace_context.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from ductor import Client, Context
+from ductor.asgi import serve_asgi
+from ductor.protocol import BRIDGE_PATH, SigningKeys
+from ductor_server import Settings, create_app
+from ductor_server.cli_server import create_key
+from ductor_server.composition import Composition, build
+from ductor_server.engine.fairness import FairPolicy
+from ductor_server.storage import open_store
+from ductor_server.telemetry.setup import setup_from_env, wanted
+from ductor_server.testing import serve_process
+
+KEY = "signkey-otel-0001"
+TENANT, SLOW_TENANT = "t_otel", "t_depth"
+APP_ID = "otel-app"
+TIMEOUT = 60.0
+CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CALLER_PARENT = f"00-{CALLER_TRACE}-b7ad6b7169203331-01"
+
+SPANS = InMemorySpanExporter()
+METRICS = InMemoryMetricReader()
+
+
+def _install_providers() -> None:
+    """The SDK's providers with in-memory export, once per process (the API lets
+    a provider be set only once)."""
+    current = trace.get_tracer_provider()
+    if isinstance(current, trace.ProxyTracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(SPANS))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[METRICS]))
+    else:  # this module installed them already in this process
+        assert isinstance(current, TracerProvider)
+
+
+class _Uvicorn(uvicorn.Server):
+    def install_signal_handlers(self) -> None:  # runs in a thread
+        pass
+
+
+def _serve(app: Any) -> tuple[str, Callable[[], None]]:
+    """Serve an ASGI app (lifespan included) on 127.0.0.1 in a thread."""
+    server = _Uvicorn(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT
+    while not server.started:
+        assert thread.is_alive(), "uvicorn stopped"
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+@dataclass
+class Sink:
+    """An HTTP endpoint that records the headers it got and answers 200 (after
+    `slow` seconds on `/slow`)."""
+
+    url: str = ""
+    received: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    bodies: list[tuple[str, bytes]] = field(default_factory=list)
+    slow: float = 1.0
+
+    def start(self) -> Callable[[], None]:
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                sink.bodies.append((self.path, body))
+                sink.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                if self.path == "/slow":
+                    time.sleep(sink.slow)
+                body = b'{"ok": true}'
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{server.server_address[1]}"
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+
+        return stop
+
+
+@dataclass
+class World:
+    server: str
+    keys: dict[str, str]
+    sink: Sink
+    composition: Composition
+
+    def http(self, tenant: str = TENANT) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.server,
+            headers={"Authorization": f"Bearer {self.keys[tenant]}"},
+            timeout=30,
+        )
+
+    def wait_run(self, run_id: str, tenant: str = TENANT) -> dict[str, Any]:
+        deadline = time.monotonic() + TIMEOUT
+        with self.http(tenant) as http:
+            while True:
+                run: dict[str, Any] = http.get(f"/v1/runs/{run_id}").json()
+                if run["status"] in ("RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED"):
+                    assert run["status"] == "RUN_STATUS_SUCCEEDED", run
+                    return run
+                assert time.monotonic() < deadline, run
+                time.sleep(0.05)
+
+
+def _app_client(server: str, api_key: str) -> Client:
+    client = Client(APP_ID, signing_key=KEY, server_url=server, api_key=api_key)
+
+    @client.workflow("two-steps")
+    async def two_steps(ctx: Context, order: dict[str, Any]) -> dict[str, Any]:
+        first = await ctx.step.run("reserve", lambda: {"reserved": order["id"]})
+        second = await ctx.step.run("charge", lambda: {"charged": order["total"]})
+        return {**first, **second, "traceparent_seen": ctx.traceparent is not None}
+
+    return client
+
+
+async def _mint(target: str) -> dict[str, str]:
+    store = open_store(target)
+    await store.open()
+    try:
+        await store.migrate()
+        return {t: await create_key(store, t, name=t) for t in (TENANT, SLOW_TENANT)}
+    finally:
+        await store.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    _install_providers()
+    data_dir: Path = tmp_path_factory.mktemp("otel")
+    settings = Settings(
+        data_dir=data_dir,
+        outbound_allow=("127.0.0.0/8",),
+        fairness=FairPolicy.from_json(json.dumps({"tenants": {SLOW_TENANT: {"max_running": 1}}})),
+    )
+    keys = asyncio.run(_mint(settings.store_target))
+    composition = build(settings, bridge_keys=SigningKeys(KEY))
+    composition.runtime.queue_depth.interval = 0.1
+    sink = Sink()
+    stops = [sink.start()]
+    try:
+        server, stop = _serve(create_app(composition=composition))
+        stops.append(stop)
+        client = _app_client(server, keys[TENANT])
+        app_base, stop = _serve(serve_asgi(client))
+        stops.append(stop)
+
+        async def sync() -> None:
+            try:
+                await client.sync(url=app_base + BRIDGE_PATH)
+            finally:
+                await client.aclose()  # its pool belongs to this loop
+
+        asyncio.run(sync())
+        yield World(server=server, keys=keys, sink=sink, composition=composition)
+    finally:
+        for stop in reversed(stops):
+            stop()
+        # The providers stay for this process; later tests' spans are not kept.
+        SPANS.clear()
+        SPANS.shutdown()
+
+
+def _spans() -> list[ReadableSpan]:
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    provider.force_flush()
+    return list(SPANS.get_finished_spans())
+
+
+def _trace_of(trace_id: int) -> list[ReadableSpan]:
+    return [s for s in _spans() if s.context is not None and s.context.trace_id == trace_id]
+
+
+def _ancestry(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[str]:
+    """The names of `span` and its ancestors, nearest first."""
+    names = [span.name]
+    while span.parent is not None and span.parent.span_id in by_id:
+        span = by_id[span.parent.span_id]
+        names.append(span.name)
+    return names
+
+
+def _attr(span: ReadableSpan, name: str) -> Any:
+    assert span.attributes is not None
+    return span.attributes.get(name)
+
+
+def test_one_trace_links_a_trigger_to_the_sdk_apps_steps(world: World) -> None:
+    with world.http() as http:
+        response = http.post(
+            "/v1/runs",
+            json={"family_slug": f"bridge:{APP_ID}:two-steps", "input": {"id": 7, "total": 500}},
+        )
+        assert response.status_code == 201, response.text
+        run_id = response.json()["id"]
+    run = world.wait_run(run_id)
+    assert run["output"] == {"reserved": 7, "charged": 500, "traceparent_seen": True}
+
+    [trigger] = [
+        s
+        for s in _spans()
+        if s.name == "ductor.runs.trigger" and _attr(s, "ductor.run_id") == run_id
+    ]
+    spans = _trace_of(trigger.context.trace_id)  # type: ignore[union-attr]
+    by_id = {s.context.span_id: s for s in spans}  # type: ignore[union-attr]
+    assert trigger.parent is not None
+    request = by_id[trigger.parent.span_id]
+    assert request.kind is SpanKind.SERVER
+    assert request.parent is None  # the caller sent no traceparent: a new trace
+    assert _attr(request, "http.route") == "/v1/runs"
+    assert _attr(request, "http.response.status_code") == 201
+    named: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        named.setdefault(span.name, []).append(span)
+
+    assert named["ductor.runs.trigger"] == [trigger]
+    assert _attr(trigger, "ductor.tenant") == TENANT
+
+    # The coordinator ticked the run (a step result each time) under the trigger.
+    ticks = [s for s in named["ductor.tick"] if _attr(s, "ductor.run_id") == run_id]
+    assert len(ticks) >= 3
+    assert all(_ancestry(t, by_id)[1:] == ["ductor.runs.trigger", "POST /v1/runs"] for t in ticks)
+    assert {_attr(t, "ductor.run.status") for t in ticks} >= {"RUN_STATUS_SUCCEEDED"}
+
+    # Three executes (one per step, then the end), each a task and its attempt; the
+    # first task was queued by the trigger, the others by ticks.
+    tasks = [s for s in named["ductor.task"] if _attr(s, "ductor.run_id") == run_id]
+    assert len(tasks) == 3
+    assert all(
+        t.kind is SpanKind.CONSUMER and _attr(t, "ductor.handler") == "bridge" for t in tasks
+    )
+    parents = sorted(_ancestry(t, by_id)[1] for t in tasks)
+    assert parents == ["ductor.runs.trigger", "ductor.tick", "ductor.tick"]
+
+    # Each attempt made one bridge call, and the app's span for it is the call's child.
+    executes = named["ductor.execute"]
+    assert len(executes) == 3
+    for execute in executes:
+        assert execute.kind is SpanKind.SERVER
+        assert _attr(execute, "ductor.run_id") == run_id
+        assert _attr(execute, "ductor.workflow_id") == "two-steps"
+        chain = _ancestry(execute, by_id)
+        assert chain[:4] == [
+            "ductor.execute",
+            "ductor.bridge.call",
+            "ductor.attempt",
+            "ductor.task",
+        ]
+        assert chain[-2:] == ["ductor.runs.trigger", "POST /v1/runs"]
+        call = by_id[execute.parent.span_id]  # type: ignore[union-attr]
+        assert call.kind is SpanKind.CLIENT
+        assert _attr(call, "ductor.bridge.action") == "execute"
+        assert _attr(call, "http.response.status_code") == 200
+        attempt = by_id[call.parent.span_id]  # type: ignore[union-attr]
+        assert _attr(attempt, "ductor.outcome") == "ok"
+    # ... and the steps the app ran are spans inside those executes.
+    steps = named["ductor.step"]
+    assert sorted(_attr(s, "ductor.step") for s in steps) == ["charge", "reserve"]
+    assert all(_ancestry(s, by_id)[1] == "ductor.execute" for s in steps)
+    # No HTTP client span doubles the bridge call's.
+    assert "POST" not in named
+
+
+def _http_action(slug: str, url: str, *, event: str | None = None) -> dict[str, Any]:
+    definition: dict[str, Any] = {
+        "family_slug": slug,
+        "steps": [
+            {
+                "ref": "notify",
+                "type": "STEP_TYPE_ACTION",
+                "args": {
+                    "action": "http",
+                    "params": {"url": json.dumps(url), "method": '"POST"', "body": "input"},
+                },
+            },
+            {
+                "ref": "done",
+                "type": "STEP_TYPE_DATAFLOW",
+                "args": {"operation": "project", "project": {"ok": "true"}},
+            },
+        ],
+        "edges": [{"source_ref": "notify", "target_ref": "done"}],
+    }
+    if event is not None:
+        definition["triggers"] = [{"event": event}]
+    return definition
+
+
+def test_an_http_action_continues_the_callers_trace_to_the_sink(world: World) -> None:
+    with world.http() as http:
+        published = http.post("/v1/workflows", json=_http_action("notify", world.sink.url + "/a"))
+        assert published.status_code in (200, 201), published.text
+        response = http.post(
+            "/v1/runs",
+            json={"family_slug": "notify", "input": {"n": 1}},
+            headers={"traceparent": CALLER_PARENT},
+        )
+        assert response.status_code == 201, response.text
+    run_id = response.json()["id"]
+    world.wait_run(run_id)
+
+    # The sink got the trace the caller started.
+    [(_, headers)] = [r for r in world.sink.received if r[0] == "/a"]
+    assert headers["traceparent"].split("-")[1] == CALLER_TRACE
+    spans = _trace_of(int(CALLER_TRACE, 16))
+    by_id = {s.context.span_id: s for s in spans}  # type: ignore[union-attr]
+    [request] = [s for s in spans if s.name == "POST /v1/runs"]
+    assert request.parent is not None
+    assert f"{request.parent.span_id:016x}" == CALLER_PARENT.split("-")[2]
+    [client] = [s for s in spans if s.name == "POST"]
+    assert client.kind is SpanKind.CLIENT
+    assert _attr(client, "http.response.status_code") == 200
+    assert _attr(client, "server.address") == "127.0.0.1"
+    assert headers["traceparent"].split("-")[2] == f"{client.context.span_id:016x}"  # type: ignore[union-attr]
+    assert _ancestry(client, by_id) == [
+        "POST",
+        "ductor.attempt",
+        "ductor.task",
+        "ductor.runs.trigger",
+        "POST /v1/runs",
+    ]
+    assert any(s.name == "ductor.tick" and _attr(s, "ductor.run_id") == run_id for s in spans)
+
+
+def test_the_runs_an_event_starts_join_the_events_trace(world: World) -> None:
+    with world.http() as http:
+        definition = _http_action("on-ping", world.sink.url + "/e", event="otel.ping")
+        assert http.post("/v1/workflows", json=definition).status_code in (200, 201)
+        response = http.post("/v1/events", json={"name": "otel.ping", "data": {"n": 2}})
+        assert response.status_code == 202, response.text
+    [run_id] = response.json()["runs_started"]
+    world.wait_run(run_id)
+    [(_, headers)] = [r for r in world.sink.received if r[0] == "/e"]
+    trace_id = int(headers["traceparent"].split("-")[1], 16)
+    spans = _trace_of(trace_id)
+    by_id = {s.context.span_id: s for s in spans}  # type: ignore[union-attr]
+    [client] = [s for s in spans if s.name == "POST"]
+    chain = _ancestry(client, by_id)
+    assert chain[-2:] == ["ductor.events.send", "POST /v1/events"]
+    [send] = [s for s in spans if s.name == "ductor.events.send"]
+    assert _attr(send, "ductor.event.name") == "otel.ping"
+    assert _attr(send, "ductor.runs_started") == 1
+
+
+def _points(name: str) -> list[Any]:
+    data = METRICS.get_metrics_data()
+    assert data is not None
+    found: list[Any] = []
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    found.extend(metric.data.data_points)
+    return found
+
+
+def _where(points: list[Any], **attributes: Any) -> list[Any]:
+    return [
+        p
+        for p in points
+        if all(p.attributes.get(k.replace("__", ".")) == v for k, v in attributes.items())
+    ]
+
+
+def test_every_metric_reads_back(world: World) -> None:
+    # Two routing calls: one assigned, one refused before a decision.
+    with world.http() as http:
+        assert http.post("/v1/workers", json={"id": "ana"}).status_code == 201
+        pool = {"id": "desk", "members": [{"worker": "ana"}]}
+        assert http.post("/v1/pools", json=pool).status_code == 201
+        rules = {"kinds": {"ticket": {}}, "default_pool": "desk"}
+        assert http.post("/v1/rules", json=rules).status_code == 201
+        routable = {"id": "t-1", "kind": "ticket", "attributes": {"subject": "refund"}}
+        routed = http.post("/v1/route", json=routable)
+        assert routed.status_code == 201, routed.text
+        assert routed.json()["outcome"] == "assigned"
+        refused = http.post("/v1/route", json={"id": "x-1", "kind": "lead", "attributes": {}})
+        assert refused.status_code == 422, refused.text
+    # Three runs of one tenant held to one running task: two wait, ready, in the queue.
+    with world.http(SLOW_TENANT) as http:
+        slow = _http_action("slow", world.sink.url + "/slow")
+        assert http.post("/v1/workflows", json=slow).status_code in (200, 201)
+        runs = [
+            http.post("/v1/runs", json={"family_slug": "slow", "input": {"n": n}}).json()["id"]
+            for n in range(3)
+        ]
+    deadline = time.monotonic() + TIMEOUT
+    while not any(
+        p.value >= 1 for p in _where(_points("ductor.queue.depth"), ductor__tenant=SLOW_TENANT)
+    ):
+        assert time.monotonic() < deadline, _points("ductor.queue.depth")
+        time.sleep(0.05)
+    for run_id in runs:
+        world.wait_run(run_id, SLOW_TENANT)
+    # Once the queue drained, the tenant reads 0 (at the next collection, then no more).
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        drained = _where(_points("ductor.queue.depth"), ductor__tenant=SLOW_TENANT)
+        if [p.value for p in drained] == [0]:
+            break
+        assert time.monotonic() < deadline, drained
+        time.sleep(0.05)
+    assert drained[0].attributes == {"ductor.tier": 0, "ductor.tenant": SLOW_TENANT}
+
+    api = _points("ductor.api.request.duration")
+    [trigger] = _where(
+        api, http__route="/v1/runs", http__request__method="POST", http__response__status_code=201
+    )
+    assert trigger.count >= 5
+    assert trigger.sum > 0
+    assert _where(api, http__route="/v1/runs/{run_id:str}", http__response__status_code=200) or [
+        p.attributes for p in api
+    ]
+    ticks = _points("ductor.coordinator.tick.duration")
+    assert sum(p.count for p in ticks) >= 5
+    assert {p.attributes["ductor.tick.mode"] for p in ticks} <= {"inline", "offloaded"}
+    attempts = _points("ductor.attempt.duration")
+    [bridge] = _where(attempts, ductor__handler="bridge", ductor__outcome="ok")
+    assert bridge.count >= 3
+    [action] = _where(attempts, ductor__handler="action:http", ductor__outcome="ok")
+    assert action.count >= 5
+    [slow_action] = [p for p in _where(attempts, ductor__handler="action:http") if p.max >= 0.9]
+    assert slow_action.sum >= 3 * world.sink.slow * 0.9
+    waits = _where(_points("ductor.task.wait.duration"), ductor__handler="action:http")
+    assert waits
+    assert max(p.max for p in waits) >= world.sink.slow * 0.9  # a slow tenant's task waited
+    route = _points("ductor.route.decision.duration")
+    assert sorted((p.attributes["ductor.route.outcome"], p.count) for p in route) == [
+        ("assigned", 1),
+        ("error", 1),
+    ]
+    assert {p.attributes["ductor.route.origin"] for p in route} == {"api"}
+
+
+def test_setup_keeps_providers_already_set_and_refuses_what_it_cannot_honour() -> None:
+    _install_providers()
+    assert not wanted({})
+    assert wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert wanted({"DUCTOR_OTEL": "on"})
+    assert not wanted({"DUCTOR_OTEL": "off", "OTEL_TRACES_EXPORTER": "otlp"})
+    assert not wanted({"OTEL_SDK_DISABLED": "true", "DUCTOR_OTEL": "on"})
+    assert setup_from_env({}) is None
+    kept = setup_from_env({"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "shop"})
+    assert kept is not None
+    assert (kept.traces, kept.metrics, kept.service_name) == ("kept", "kept", "shop")
+    for bad, message in [
+        ({"DUCTOR_OTEL": "maybe"}, "DUCTOR_OTEL must be on or off"),
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER='zipkin'"),
+        ({"OTEL_METRICS_EXPORTER": "otlp,console"}, "name one exporter"),
+        ({"DUCTOR_OTEL": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "http/json"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            setup_from_env(bad)
+
+
+def test_ductor_serve_exports_over_otlp_when_the_environment_asks(tmp_path: Path) -> None:
+    """The `otel` extra for real: `ductor serve` with OTEL_EXPORTER_OTLP_ENDPOINT
+    sends its spans and metrics to an OTLP/HTTP collector (a recording sink)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    collector = Sink()
+    stop = collector.start()
+    try:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+            "OTEL_SERVICE_NAME": "ductor-otlp-test",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+        with serve_process(tmp_path, tenants=[TENANT], env=env) as served:
+            with httpx.Client(base_url=served.url) as http:
+                assert http.get("/healthz").status_code == 200
+                key = {"Authorization": f"Bearer {served.keys[TENANT]}"}
+                assert http.get("/v1/runs", headers=key).status_code == 200
+            deadline = time.monotonic() + TIMEOUT
+            while not any(path == "/v1/traces" for path, _ in collector.bodies):
+                assert time.monotonic() < deadline, collector.received
+                time.sleep(0.1)
+        log = (tmp_path / "server.log").read_text()
+        assert "OpenTelemetry: service ductor-otlp-test, traces otlp, metrics otlp" in log, log
+        # Stopping flushes the metrics.
+        deadline = time.monotonic() + TIMEOUT
+        while not any(path == "/v1/metrics" for path, _ in collector.bodies):
+            assert time.monotonic() < deadline, collector.received
+            time.sleep(0.1)
+    finally:
+        stop()
+    spans, services, instruments = set(), set(), set()
+    for path, body in collector.bodies:
+        if path == "/v1/traces":
+            request = ExportTraceServiceRequest.FromString(body)
+            for resource in request.resource_spans:
+                services.update(
+                    a.value.string_value
+                    for a in resource.resource.attributes
+                    if a.key == "service.name"
+                )
+                spans.update(s.name for scope in resource.scope_spans for s in scope.spans)
+        elif path == "/v1/metrics":
+            metric_request = ExportMetricsServiceRequest.FromString(body)
+            for resource_metrics in metric_request.resource_metrics:
+                instruments.update(
+                    m.name for scope in resource_metrics.scope_metrics for m in scope.metrics
+                )
+    assert {"GET /healthz", "GET /v1/runs"} <= spans
+    assert services == {"ductor-otlp-test"}
+    assert "ductor.api.request.duration" in instruments
+    assert all(
+        headers.get("content-type") == "application/x-protobuf"
+        for path, headers in collector.received
+    )
+
+
+def test_malformed_or_huge_trace_headers_start_a_new_trace(world: World) -> None:
+    """A caller's trace headers group spans, nothing more: garbage or oversized
+    ones are ignored (a new trace starts), and what a run stores stays small."""
+    valid = f"00-{'1' * 32}-{'2' * 16}-01"
+    cases = [
+        {"traceparent": "00-" + "f" * 2000},
+        {"traceparent": "not a traceparent", "tracestate": "a=b"},
+        {"traceparent": f"00-{'0' * 32}-{'2' * 16}-01"},  # all-zero trace id: invalid
+        {"traceparent": valid, "tracestate": "k=" + "v" * 5000},
+        {"traceparent": valid, "tracestate": ",".join(f"k{i}=v" for i in range(40))},
+    ]
+    run_ids = []
+    with world.http() as http:
+        for headers in cases:
+            response = http.post(
+                "/v1/runs",
+                json={"family_slug": f"bridge:{APP_ID}:two-steps", "input": {"id": 1, "total": 2}},
+                headers=headers,
+            )
+            assert response.status_code == 201, response.text
+            run_ids.append(response.json()["id"])
+    for run_id in run_ids:
+        world.wait_run(run_id)
+
+    async def stored() -> dict[str, str | None]:
+        store = open_store(world.composition.settings.store_target)
+        await store.open()
+        try:
+            async with store.transaction() as tx:
+                runs = [await tx.get_run(TENANT, run_id) for run_id in run_ids]
+        finally:
+            await store.close()
+        return {r.id: r.trace_context for r in runs if r is not None}
+
+    contexts = asyncio.run(stored())
+    triggers = {_attr(s, "ductor.run_id"): s for s in _spans() if s.name == "ductor.runs.trigger"}
+    for run_id, headers in zip(run_ids, cases, strict=True):
+        context = contexts[run_id]
+        assert context is not None
+        assert " " not in context  # no caller's tracestate was kept
+        trace_id = context.split("-")[1]
+        assert trace_id == f"{triggers[run_id].context.trace_id:032x}"  # type: ignore[union-attr]
+        if headers["traceparent"] == valid:
+            assert trace_id == "1" * 32  # continued, without the bad tracestate
+        else:
+            assert trace_id != "0" * 32
