@@ -13,6 +13,12 @@ export default tseslint.config(
     rules: {
       "@typescript-eslint/restrict-template-expressions": ["error", { allowNumber: true }],
       "@typescript-eslint/no-unnecessary-condition": "off",
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
     },
+  },
+  {
+    // node:test's describe() and test() return promises the runner awaits itself.
+    files: ["test/**/*.ts"],
+    rules: { "@typescript-eslint/no-floating-promises": "off" },
   },
 );

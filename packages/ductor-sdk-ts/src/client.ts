@@ -15,7 +15,7 @@ import {
   SignatureError,
   WorkflowNotFoundError,
 } from "./errors.js";
-import type { Json, Jsonify } from "./json.js";
+import { type Json, type Jsonify, toJson } from "./json.js";
 import {
   APP_HEADER,
   type CancelRequest,
@@ -244,8 +244,8 @@ export class Ductor<Events extends EventSchemas = EventSchemas> {
       throw new RangeError(`concurrency limit must be an integer >= 1, got ${limit}`);
     }
     if (timeout !== undefined) canonicalDuration(timeout);
-    const wf = new Workflow(this.appId, options as WorkflowOptions<Input, never>, fn as unknown as WorkflowFn<Input, Output, never>);
-    this.#workflows.set(id, wf as Workflow<unknown, unknown>);
+    const wf = new Workflow(this.appId, options, fn as unknown as WorkflowFn<Input, Output, never>);
+    this.#workflows.set(id, wf as unknown as Workflow<unknown, unknown>);
     return wf as unknown as Workflow<Input, Jsonify<Awaited<Output>>>;
   }
 
@@ -477,9 +477,17 @@ export class Ductor<Events extends EventSchemas = EventSchemas> {
     return this.#respond(status, ErrorResponse, {
       code: err.code,
       message: err.message,
-      details: err.details as Json,
+      details: toJsonLoose(err.details),
       retryable: err.retryable,
     });
+  }
+}
+
+function toJsonLoose(value: unknown): Json {
+  try {
+    return toJson(value);
+  } catch {
+    return String(value);
   }
 }
 

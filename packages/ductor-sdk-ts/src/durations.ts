@@ -79,6 +79,6 @@ export function formatDuration(milliseconds: number): string {
 }
 
 /** Normalize a duration (text or milliseconds) to its canonical string. */
-export function canonicalDuration(value: Duration | string): string {
+export function canonicalDuration(value: string | number): string {
   return formatDuration(typeof value === "number" ? value : parseDuration(value));
 }

@@ -497,7 +497,7 @@ function convert(value: unknown, key: string, seen: Set<object>, depth: number):
     default:
       break;
   }
-  const obj = value as object;
+  const obj = value;
   if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) {
     return convert(obj.valueOf(), key, seen, depth);
   }

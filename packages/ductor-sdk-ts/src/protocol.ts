@@ -28,7 +28,6 @@ import { ProtocolError, SignatureError } from "./errors.js";
 import { JsonError, utf8 } from "./json.js";
 import {
   type Infer,
-  type Input,
   type Kind,
   any,
   bool,

@@ -436,12 +436,12 @@ function isoUtc(name: string, until: Date | string): string {
 
 function asEvent(value: Json): Event {
   const record = (value ?? {}) as Partial<WireEvent>;
-  return { name: String(record.name ?? ""), data: record.data ?? null, id: record.id ?? null, ts: record.ts ?? null };
+  return { name: record.name ?? "", data: record.data ?? null, id: record.id ?? null, ts: record.ts ?? null };
 }
 
 function asSignal(value: Json): Signal {
   const record = (value ?? {}) as Partial<Signal>;
-  return { name: String(record.name ?? ""), data: record.data ?? null };
+  return { name: record.name ?? "", data: record.data ?? null };
 }
 
 // ---------------------------------------------------------------- running one execute
@@ -481,7 +481,7 @@ export async function executeWorkflow(fn: Body, params: ExecuteParams): Promise<
     step: new StepApi(replay),
   };
   let outcome: { ok: true; value: unknown } | { ok: false; error: unknown } | null = null;
-  const body = (async () => fn(ctx, params.input))();
+  const body = Promise.resolve().then(() => fn(ctx, params.input));
   body.then(
     (value) => {
       outcome = { ok: true, value };

@@ -37,7 +37,6 @@ import {
 import { ProtocolError, SignatureError } from "../src/errors.js";
 import { load } from "./vectors.js";
 
-void protocol;
 
 interface Envelope {
   name: string;
@@ -47,7 +46,7 @@ interface Envelope {
 }
 
 const bytes = (text: string): Uint8Array => new TextEncoder().encode(text);
-const schema = (type: keyof typeof SCHEMAS): Kind<unknown, unknown> => SCHEMAS[type] as Kind<unknown, unknown>;
+const schema = (type: keyof typeof SCHEMAS): Kind<unknown, unknown> => SCHEMAS[type];
 
 function memberName(type: string, value: unknown): string {
   if (type === "BridgeRequest" || type === "Opcode") {

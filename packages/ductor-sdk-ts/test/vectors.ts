@@ -19,6 +19,7 @@ function vectorsDir(): string {
 export const VECTORS = vectorsDir();
 
 /** One vector file, parsed. */
+// eslint-disable-next-line @typescript-eslint/no-unnecessary-type-parameters
 export function load<T = Record<string, unknown>>(name: string): T {
   return JSON.parse(readFileSync(join(VECTORS, `${name}.json`), "utf8")) as T;
 }
