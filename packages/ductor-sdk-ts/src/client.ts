@@ -42,7 +42,7 @@ import {
   encode,
   newNonce,
 } from "./protocol.js";
-import { type Context, type EventSchemas, type WorkflowTarget, executeWorkflow } from "./replay.js";
+import { type AnyEvents, type Context, type EventSchemas, type WorkflowTarget, executeWorkflow } from "./replay.js";
 import { SDK_NAME, SDK_VERSION } from "./version.js";
 
 /** What starts a workflow: an event (with an optional CEL `match`) or a cron. */
@@ -65,13 +65,13 @@ export interface CancelContext {
 }
 
 /** A workflow body: `async (ctx, input) => output`. */
-export type WorkflowFn<Input, Output, Events extends EventSchemas = EventSchemas> = (
+export type WorkflowFn<Input, Output, Events extends EventSchemas = AnyEvents> = (
   ctx: Context<Events>,
   input: Input,
 ) => Promise<Output>;
 
 /** Options of {@link Ductor.workflow}. */
-export interface WorkflowOptions<Input, Events extends EventSchemas = EventSchemas> {
+export interface WorkflowOptions<Input, Events extends EventSchemas = AnyEvents> {
   /** The workflow's id, unique in this app. */
   readonly id: string;
   /** A human title. */
@@ -197,7 +197,7 @@ export interface DuctorOptions {
  * `Events` maps event names to their data types; it types triggers and
  * `step.waitForEvent`.
  */
-export class Ductor<Events extends EventSchemas = EventSchemas> {
+export class Ductor<Events extends EventSchemas = AnyEvents> {
   readonly appId: string;
   readonly keys: SigningKeys;
   readonly serverUrl: string;

@@ -23,6 +23,7 @@ export {
 export {
   type Context,
   type Event,
+  type AnyEvents,
   type EventSchemas,
   type InvokeByNameOptions,
   type InvokeWorkflowOptions,

@@ -64,7 +64,10 @@ export interface Signal<Data = Json> {
 }
 
 /** Event names and their data types (`{ "order.shipped": { order_id: number } }`). */
-export type EventSchemas = Record<string, unknown>;
+export type EventSchemas = object;
+
+/** The events of an app that declares none: any name, JSON data. */
+export type AnyEvents = Record<string, Json>;
 
 /** What an invoke may target: a workflow object, or a reference to one served elsewhere. */
 export interface WorkflowTarget<Input, Output> {
@@ -126,7 +129,7 @@ export interface InvokeByNameOptions {
  * Every method takes a step `name`, unique in the run (repeats are numbered),
  * which identifies the step across replays.
  */
-export interface Steps<Events extends EventSchemas = EventSchemas> {
+export interface Steps<Events extends EventSchemas = AnyEvents> {
   /**
    * Run `fn` once per run and memoize its JSON result; on replay the recorded
    * result is returned without calling `fn`. The first execution returns the
@@ -159,7 +162,7 @@ export interface Steps<Events extends EventSchemas = EventSchemas> {
 }
 
 /** What a workflow body gets besides its input: the run and the step API. */
-export interface Context<Events extends EventSchemas = EventSchemas> {
+export interface Context<Events extends EventSchemas = AnyEvents> {
   /** The run being advanced. */
   readonly runId: string;
   /** The workflow's id. */
