@@ -83,13 +83,13 @@ export interface SignalAccepted {
 /** Options of {@link ApiClient}. */
 export interface ApiClientOptions {
   /** The server, e.g. `http://127.0.0.1:7070`. */
-  readonly baseUrl?: string;
+  readonly baseUrl?: string | undefined;
   /** Sent as `Authorization: Bearer <apiKey>`. */
-  readonly apiKey?: string | null;
+  readonly apiKey?: string | null | undefined;
   /** Per-request timeout in milliseconds (default 30 s). */
-  readonly timeoutMs?: number;
+  readonly timeoutMs?: number | undefined;
   /** The `fetch` to use; injectable for tests. */
-  readonly fetch?: typeof fetch;
+  readonly fetch?: typeof fetch | undefined;
 }
 
 /** The family slug of an SDK workflow: `bridge:<app>:<workflow>`. */

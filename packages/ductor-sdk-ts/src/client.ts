@@ -162,6 +162,14 @@ export interface BridgeRequestInit {
   readonly url?: string;
 }
 
+/** What the adapters serve: anything that answers bridge requests with its keys (a {@link Ductor}). */
+export interface BridgeHost {
+  /** The keys answers are signed with. */
+  readonly keys: SigningKeys;
+  /** Answer one request to the bridge endpoint. */
+  handle(request: BridgeRequestInit): Promise<BridgeResponse>;
+}
+
 /** Options of {@link Ductor}. */
 export interface DuctorOptions {
   /** This app's id, unique per server. */
@@ -169,26 +177,26 @@ export interface DuctorOptions {
   /** The app's signing key: signs and verifies every bridge request and response. */
   readonly signingKey: string;
   /** The previous key during rotation (verify only). */
-  readonly fallbackSigningKey?: string | null;
+  readonly fallbackSigningKey?: string | null | undefined;
   /** The Ductor server's base URL (default `http://127.0.0.1:7070`). */
-  readonly serverUrl?: string;
+  readonly serverUrl?: string | undefined;
   /** Bearer token for the server's API (sync, payload fetch). */
-  readonly apiKey?: string | null;
+  readonly apiKey?: string | null | undefined;
   /** The public URL of this app's bridge endpoint, sent on sync. */
-  readonly url?: string | null;
+  readonly url?: string | null | undefined;
   /**
    * Accept only nonce-bearing (`v2`) signatures, each nonce once (default
    * true). Set false only to serve a server that predates nonces.
    */
-  readonly requireNonce?: boolean;
+  readonly requireNonce?: boolean | undefined;
   /** Where accepted nonces are remembered (one per client by default). */
-  readonly seenNonces?: SeenNonces;
+  readonly seenNonces?: SeenNonces | undefined;
   /** Unix time in seconds; injectable for tests. */
-  readonly clock?: () => number;
+  readonly clock?: (() => number) | undefined;
   /** The `fetch` used for calls to the server; injectable for tests. */
-  readonly fetch?: typeof fetch;
+  readonly fetch?: typeof fetch | undefined;
   /** Per-call timeout for calls to the server, in milliseconds (default 30 s). */
-  readonly timeoutMs?: number;
+  readonly timeoutMs?: number | undefined;
 }
 
 /**
@@ -197,7 +205,7 @@ export interface DuctorOptions {
  * `Events` maps event names to their data types; it types triggers and
  * `step.waitForEvent`.
  */
-export class Ductor<Events extends EventSchemas = AnyEvents> {
+export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHost {
   readonly appId: string;
   readonly keys: SigningKeys;
   readonly serverUrl: string;

@@ -8,6 +8,7 @@
  */
 
 export {
+  type BridgeHost,
   type BridgeRequestInit,
   type BridgeResponse,
   type CancelContext,

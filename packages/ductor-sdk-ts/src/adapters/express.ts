@@ -9,7 +9,7 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 
-import type { Ductor } from "../client.js";
+import type { BridgeHost } from "../client.js";
 import { BRIDGE_PATH } from "../protocol.js";
 import { type AdapterOptions, handleNode, send } from "./node.js";
 import { DuctorError } from "../errors.js";
@@ -20,7 +20,7 @@ export type ExpressRequestLike = IncomingMessage & { body?: unknown };
 
 /** An Express middleware answering `ductor`'s bridge endpoint where it is mounted. */
 export function ductorExpress(
-  ductor: Ductor,
+  ductor: BridgeHost,
   options: AdapterOptions = {},
 ): (req: ExpressRequestLike, res: ServerResponse, next: (err?: unknown) => void) => void {
   return (req, res, next) => {

@@ -4,7 +4,7 @@
  * Bun.serve, Deno.serve, Cloudflare-style workers).
  */
 
-import type { Ductor } from "../client.js";
+import type { BridgeHost } from "../client.js";
 import { type AdapterOptions, MAX_BODY_BYTES } from "./node.js";
 
 export type { AdapterOptions } from "./node.js";
@@ -39,7 +39,7 @@ async function readLimited(request: Request, limit: number): Promise<Uint8Array 
  * A fetch handler answering `ductor`'s bridge endpoint. By default it answers
  * on any path (the framework's route decides); give `path` to answer 404 elsewhere.
  */
-export function fetchHandler(ductor: Ductor, options: AdapterOptions = {}): (request: Request) => Promise<Response> {
+export function fetchHandler(ductor: BridgeHost, options: AdapterOptions = {}): (request: Request) => Promise<Response> {
   const { path = null, maxBodyBytes = MAX_BODY_BYTES } = options;
   return async (request) => {
     const url = new URL(request.url);

@@ -3,7 +3,7 @@
  * Typed structurally, so the SDK does not depend on Hono.
  */
 
-import type { Ductor } from "../client.js";
+import type { BridgeHost } from "../client.js";
 import { fetchHandler } from "./fetch.js";
 import type { AdapterOptions } from "./node.js";
 
@@ -13,7 +13,7 @@ export interface HonoContextLike {
 }
 
 /** A Hono handler answering `ductor`'s bridge endpoint on the route it is mounted at. */
-export function ductorHono(ductor: Ductor, options: AdapterOptions = {}): (c: HonoContextLike) => Promise<Response> {
+export function ductorHono(ductor: BridgeHost, options: AdapterOptions = {}): (c: HonoContextLike) => Promise<Response> {
   const handler = fetchHandler(ductor, options);
   return (c) => handler(c.req.raw);
 }

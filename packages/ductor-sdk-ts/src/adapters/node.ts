@@ -5,7 +5,7 @@
 
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from "node:http";
 
-import type { BridgeResponse, Ductor } from "../client.js";
+import type { BridgeHost, BridgeResponse } from "../client.js";
 import { BRIDGE_PATH } from "../protocol.js";
 
 /** Requests above this size are refused (413) before any work is done. */
@@ -68,7 +68,7 @@ export function requestUrl(req: IncomingMessage): string {
 
 /** Answer one Node request with `ductor` (the body is read from the request stream). */
 export async function handleNode(
-  ductor: Ductor,
+  ductor: BridgeHost,
   req: IncomingMessage,
   res: ServerResponse,
   options: AdapterOptions & { readonly body?: Uint8Array } = {},
@@ -99,7 +99,7 @@ export async function handleNode(
  * `path` (`/api/ductor` by default) and 404 elsewhere.
  */
 export function nodeHandler(
-  ductor: Ductor,
+  ductor: BridgeHost,
   options: AdapterOptions = {},
 ): (req: IncomingMessage, res: ServerResponse) => void {
   const path = options.path === undefined ? BRIDGE_PATH : options.path;
@@ -117,6 +117,6 @@ export function nodeHandler(
 }
 
 /** A `node:http` server serving only `ductor`'s bridge endpoint (call `.listen(port)`). */
-export function createBridgeServer(ductor: Ductor, options: AdapterOptions = {}): Server {
+export function createBridgeServer(ductor: BridgeHost, options: AdapterOptions = {}): Server {
   return createServer(nodeHandler(ductor, options));
 }
