@@ -306,3 +306,31 @@ def test_the_json_writer_matches_msgspec_byte_for_byte(tmp_path: Path) -> None:
     mismatches = [(w, a) for w, a in zip(wires, again, strict=True) if w != a]
     assert not mismatches, mismatches[:10]
     assert len(wires) > 2000
+
+
+def test_an_app_installs_the_package_by_path_as_the_docs_say(tmp_path: Path) -> None:
+    """docs/sdk-typescript.md: `npm install "$DUCTOR/packages/ductor-sdk-ts"` in an app."""
+    node = _node()
+    _built(node)
+    npm = shutil.which("npm")
+    assert npm is not None
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}')
+    subprocess.run(
+        [npm, "install", str(TS), "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=app,
+        check=True,
+        timeout=120,
+    )
+    (app / "index.js").write_text(
+        'import { Ductor, SDK_NAME } from "@ductor/sdk";\n'
+        'import { fetchHandler } from "@ductor/sdk/fetch";\n'
+        'const ductor = new Ductor({ appId: "a", signingKey: "k" });\n'
+        "const health = await fetchHandler(ductor)(new Request('http://x/api/ductor'));\n"
+        "console.log(SDK_NAME, (await health.json()).status);\n"
+    )
+    done = subprocess.run(
+        [node, "index.js"], cwd=app, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "ductor-typescript ok"
