@@ -29,6 +29,7 @@ import httpx
 import msgspec
 import pytest
 
+from ductor.protocol import INLINE_LIMIT_BYTES
 from ductor_server.testing import free_port
 
 from .conftest import ServerProcess
@@ -218,7 +219,8 @@ def test_a_node_app_runs_every_primitive_and_survives_sigkill(stack: Stack) -> N
 
     apps = _wait("both apps registered", registered, stack)
     ts_app = next(a for a in apps if a["app_id"] == "ts-shop")
-    assert (ts_app["sdk"], ts_app["workflows"]) == ("ductor-typescript", ["fulfil"])
+    assert ts_app["sdk"] == "ductor-typescript"
+    assert sorted(ts_app["workflows"]) == ["fulfil", "shout"]
 
     run_id = stack.ops("trigger", '{"id": 7, "total": 500}', "order-7")
     assert stack.ops("trigger", '{"id": 7, "total": 500}', "order-7") == run_id  # deduped
@@ -255,6 +257,23 @@ def test_a_node_app_runs_every_primitive_and_survives_sigkill(stack: Stack) -> N
     steps = {s["ref"]: s["status"] for s in run["steps"]}
     for ref in ("charge", "label-box", "cool-off", "shipped", "approval", "receipt", "finish"):
         assert steps[ref] == "STEP_STATUS_SUCCEEDED", steps
+
+
+def test_a_large_run_travels_by_reference_to_the_node_app(stack: Stack) -> None:
+    text = "x" * (INLINE_LIMIT_BYTES * 6 // 10)  # under the API's body limit
+    assert 2 * len(text) > INLINE_LIMIT_BYTES  # input + the first result: by reference
+    with stack.server.client() as http:
+        started = http.post("/v1/runs", json={"family_slug": "bridge:ts-shop:shout", "input": text})
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+        # The second execute (input + the first step's result) is above the inline
+        # limit: the Node app fetches it, signed with its own key and a nonce.
+        run = stack.server.wait_for_run(run_id, timeout=TIMEOUT)
+        assert run["status"] == "RUN_STATUS_SUCCEEDED", run["error"]
+        assert run["output"] == len(text)
+        history = http.get(f"/v1/runs/{run_id}/history").json()
+    assert [s["ref"] for s in run["steps"] if s["ref"] != "_bridge"] == ["upper", "length"]
+    assert history
 
 
 # ---------------------------------------------------------------- JSON, byte for byte

@@ -81,3 +81,9 @@ export const fulfil = ductor.workflow({ id: "fulfil", retries: 2, timeout: "10m"
     done,
   };
 });
+
+/** Two steps over a large input: with the first result recorded, executes outgrow 1 MiB and go by reference. */
+export const shout = ductor.workflow({ id: "shout" }, async (ctx, text: string) => {
+  const upper = await ctx.step.run("upper", () => text.toUpperCase());
+  return ctx.step.run("length", () => upper.length);
+});
