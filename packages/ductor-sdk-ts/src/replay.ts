@@ -44,8 +44,9 @@ export const SETTLE_ROUNDS = 10;
 
 /**
  * Before calling the code changed (a new step while a recorded one was not
- * replayed) while steps run in parallel, wait this long (ms) for a slower
- * branch to reach its steps. Sequential code is judged at once.
+ * replayed), wait this long (ms) for a slower parallel branch to reach its
+ * steps. JavaScript cannot tell such a branch from sequential code, so the
+ * wait applies to both; it only delays a run that fails anyway.
  */
 export const CHANGE_GRACE_MS = 500;
 
@@ -197,8 +198,6 @@ interface Pending {
   readonly kind: StepKind;
   readonly op: Opcode;
   readonly fn: (() => unknown) | undefined;
-  /** Called while other steps were still unsettled (parallel code). */
-  readonly concurrent: boolean;
 }
 
 /** A recorded result waiting to be handed to the body. */
@@ -224,7 +223,6 @@ class Replay {
   readonly deliveries: Delivery[] = [];
   error: NonDeterminismError | null = null;
   calls = 0;
-  unsettled = 0;
   closed = false;
   done = false;
   /** The horizon of the turn now running (-1: the body's first run, or no delivery). */
@@ -277,7 +275,6 @@ class Replay {
         );
       }
       this.visited.add(id);
-      this.unsettled += 1;
       const promise = new Promise<Json>((resolve, reject) => {
         this.deliveries.push({ record, horizon: index, resolve, reject });
       });
@@ -285,8 +282,7 @@ class Replay {
       this.wake();
       return promise;
     }
-    this.pending.push({ id, name, kind, op: makeOp(id), fn, concurrent: this.unsettled > 0 || this.pending.length > 0 });
-    this.unsettled += 1;
+    this.pending.push({ id, name, kind, op: makeOp(id), fn });
     this.wake();
     return never;
   }
@@ -295,7 +291,6 @@ class Replay {
   async deliver(): Promise<void> {
     const delivery = this.deliveries.shift();
     if (delivery === undefined) return;
-    this.unsettled -= 1;
     this.horizon = delivery.horizon;
     const { record } = delivery;
     if (record.error !== null) delivery.reject(new StepFailedError(record.name, record.error));
@@ -506,7 +501,7 @@ export async function executeWorkflow(fn: Body, params: ExecuteParams): Promise<
         return [finished(replay, outcome, params)];
       }
       const missing = replay.unvisited();
-      if (missing !== null && replay.pending.some((p) => p.concurrent) && (await replay.progressWithin(CHANGE_GRACE_MS))) {
+      if (missing !== null && !replay.done && (await replay.progressWithin(CHANGE_GRACE_MS))) {
         continue; // a slower branch is still replaying; look again
       }
       const first = replay.pending[0] as Pending;

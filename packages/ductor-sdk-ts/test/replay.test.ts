@@ -240,3 +240,22 @@ test("a recorded failure the body never awaits does not crash the process", asyn
   const failed = { id: stepId("bad"), name: "bad", op: "STEP_FAILED" as const, result: null, error: { code: "x", message: "y", name: null, retryable: false, details: null } };
   assert.deepEqual(await execute(ductor, "unawaited", { steps: [failed] }), [{ op: "RUN_COMPLETE", output: "ok" }]);
 });
+
+test("a slower parallel branch gets its grace before new steps are called a change", async () => {
+  const ductor = app();
+  ductor.workflow({ id: "slow-branch" }, async (ctx) =>
+    Promise.all([
+      (async () => {
+        await ctx.step.run("a-1", () => "a1");
+        return ctx.step.run("a-2", () => "a2");
+      })(),
+      (async () => {
+        await new Promise((resolve) => setTimeout(resolve, 100)); // not a step: allowed a grace
+        return ctx.step.run("b-1", () => "b1");
+      })(),
+    ]),
+  );
+  const recorded = (name: string) => ({ id: stepId(name), name, op: "STEP_RUN" as const, result: name.replace("-", ""), error: null });
+  const opcodes = await execute(ductor, "slow-branch", { steps: [recorded("a-1"), recorded("b-1")] });
+  assert.deepEqual(opcodes, [{ op: "STEP_RUN", id: stepId("a-2"), name: "a-2", result: "a2" }]);
+});
