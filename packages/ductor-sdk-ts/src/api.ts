@@ -1,0 +1,247 @@
+/**
+ * A small typed client of the Ductor REST API: trigger runs, send events and
+ * signals, read, cancel and wait for runs. Every call sends `Authorization:
+ * Bearer <api key>`; an error answer (`{"code", "message", "details"}`)
+ * throws {@link ApiError} with its code and status. Answers are read
+ * leniently (unknown fields kept) so a newer server works.
+ */
+
+import { ApiError } from "./errors.js";
+import { type Json, type Jsonify, parseJson, stringifyJson, toJson } from "./json.js";
+import type { WorkflowTarget } from "./replay.js";
+
+/** Where `ductor dev` serves by default. */
+export const DEFAULT_BASE_URL = "http://127.0.0.1:7070";
+
+/** A run's status as the API reports it. */
+export type RunStatus =
+  | "RUN_STATUS_PENDING"
+  | "RUN_STATUS_RUNNING"
+  | "RUN_STATUS_SUCCEEDED"
+  | "RUN_STATUS_FAILED"
+  | "RUN_STATUS_CANCELLED";
+
+/** Statuses a run never leaves. */
+export const TERMINAL_STATUSES: ReadonlySet<string> = new Set([
+  "RUN_STATUS_SUCCEEDED",
+  "RUN_STATUS_FAILED",
+  "RUN_STATUS_CANCELLED",
+]);
+
+/** A run's error as the API reports it. */
+export interface RunError {
+  readonly code: string;
+  readonly message: string;
+  readonly details?: Json;
+  readonly [field: string]: unknown;
+}
+
+/** One step of a run as `GET /v1/runs/{id}` reports it. */
+export interface RunStep {
+  readonly ref: string;
+  readonly status: string;
+  readonly attempt?: number;
+  readonly output?: Json;
+  readonly error?: RunError | null;
+  readonly waiting_for?: string | null;
+  readonly [field: string]: unknown;
+}
+
+/** A run as `GET /v1/runs/{id}` returns it; `output` typed by the workflow when known. */
+export interface Run<Output = Json> {
+  readonly id: string;
+  /** A {@link RunStatus}, or a status added by a newer server. */
+  readonly status: RunStatus | (string & {});
+  readonly family_slug: string;
+  readonly version?: number | null;
+  readonly input?: Json;
+  readonly output: Output | null;
+  readonly error: RunError | null;
+  readonly steps: readonly RunStep[];
+  readonly [field: string]: unknown;
+}
+
+/** The answer to `POST /v1/events`. */
+export interface EventAccepted {
+  readonly id: string;
+  readonly name: string;
+  readonly duplicate: boolean;
+  /** Runs the event started through triggers. */
+  readonly runs_started: readonly string[];
+  /** Runs waiting for it that it reached. */
+  readonly runs_notified: readonly string[];
+}
+
+/** The answer to `POST /v1/runs/{id}/signals/{name}`. */
+export interface SignalAccepted {
+  readonly run_id: string;
+  readonly signal_id: string;
+  readonly name: string;
+  readonly duplicate: boolean;
+}
+
+/** Options of {@link ApiClient}. */
+export interface ApiClientOptions {
+  /** The server, e.g. `http://127.0.0.1:7070`. */
+  readonly baseUrl?: string | undefined;
+  /** Sent as `Authorization: Bearer <apiKey>`. */
+  readonly apiKey?: string | null | undefined;
+  /** Per-request timeout in milliseconds (default 30 s). */
+  readonly timeoutMs?: number | undefined;
+  /** The `fetch` to use; injectable for tests. */
+  readonly fetch?: typeof fetch | undefined;
+}
+
+/** The family slug of an SDK workflow: `bridge:<app>:<workflow>`. */
+export function bridgeSlug(target: WorkflowTarget<unknown, unknown>): string {
+  return `bridge:${target.appId}:${target.id}`;
+}
+
+/** Client of the Ductor REST API. */
+export class ApiClient {
+  readonly baseUrl: string;
+  readonly #apiKey: string | null;
+  readonly #timeoutMs: number;
+  readonly #fetch: typeof fetch;
+
+  constructor(options: ApiClientOptions = {}) {
+    this.baseUrl = (options.baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, "");
+    this.#apiKey = options.apiKey ?? null;
+    this.#timeoutMs = options.timeoutMs ?? 30_000;
+    this.#fetch = options.fetch ?? fetch;
+  }
+
+  /**
+   * Start a run: of an SDK workflow (its input typed), or of a family slug
+   * (latest version unless `version`). The `idempotencyKey` dedupes repeats.
+   */
+  trigger<Input, Output>(
+    workflow: WorkflowTarget<Input, Output>,
+    input: Input,
+    options?: { readonly idempotencyKey?: string },
+  ): Promise<Run<Jsonify<Output>>>;
+  trigger<Output = Json>(
+    familySlug: string,
+    input?: unknown,
+    options?: { readonly version?: number; readonly idempotencyKey?: string },
+  ): Promise<Run<Output>>;
+  async trigger(
+    workflow: string | WorkflowTarget<unknown, unknown>,
+    input?: unknown,
+    options: { readonly version?: number; readonly idempotencyKey?: string } = {},
+  ): Promise<Run> {
+    const body: Record<string, Json> = {
+      family_slug: typeof workflow === "string" ? workflow : bridgeSlug(workflow),
+      input: toJson(input),
+    };
+    if (options.version !== undefined) body["version"] = options.version;
+    return (await this.#send("POST", "/v1/runs", body, options.idempotencyKey)) as unknown as Run;
+  }
+
+  /** Read a run: status, output, error and per-step state. */
+  async getRun<Output = Json>(runId: string): Promise<Run<Output>> {
+    return (await this.#send("GET", runPath(runId))) as unknown as Run<Output>;
+  }
+
+  /** Send an event; `id` dedupes repeats of the same event. */
+  async sendEvent(
+    name: string,
+    data?: unknown,
+    options: { readonly id?: string; readonly idempotencyKey?: string } = {},
+  ): Promise<EventAccepted> {
+    const body: Record<string, Json> = { name, data: toJson(data) };
+    if (options.id !== undefined) body["id"] = options.id;
+    return (await this.#send("POST", "/v1/events", body, options.idempotencyKey)) as unknown as EventAccepted;
+  }
+
+  /** Send signal `name` with `payload` to a run; `id` dedupes repeats. */
+  async signal(
+    runId: string,
+    name: string,
+    payload?: unknown,
+    options: { readonly id?: string; readonly idempotencyKey?: string } = {},
+  ): Promise<SignalAccepted> {
+    const body: Record<string, Json> = { payload: toJson(payload) };
+    if (options.id !== undefined) body["id"] = options.id;
+    const path = runPath(runId, `/signals/${encodeURIComponent(name)}`);
+    return (await this.#send("POST", path, body, options.idempotencyKey)) as unknown as SignalAccepted;
+  }
+
+  /** Cancel a run (and its children); poll until `RUN_STATUS_CANCELLED`. */
+  async cancel(runId: string, options: { readonly reason?: string } = {}): Promise<Run> {
+    const body = options.reason === undefined ? {} : { reason: options.reason };
+    return (await this.#send("POST", runPath(runId, "/cancel"), body)) as unknown as Run;
+  }
+
+  /**
+   * Poll a run until it reaches a terminal status and return it.
+   *
+   * @throws Error the run is still going after `timeoutMs` (default 60 s).
+   */
+  async waitForResult<Output = Json>(
+    runId: string,
+    options: { readonly timeoutMs?: number; readonly intervalMs?: number } = {},
+  ): Promise<Run<Output>> {
+    const { timeoutMs = 60_000, intervalMs = 200 } = options;
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const run = await this.getRun<Output>(runId);
+      if (TERMINAL_STATUSES.has(run.status)) return run;
+      if (Date.now() >= deadline) throw new Error(`run '${runId}' still ${run.status} after ${timeoutMs}ms`);
+      await new Promise((resolve) => setTimeout(resolve, intervalMs));
+    }
+  }
+
+  async #send(method: string, path: string, body?: Json, idempotencyKey?: string): Promise<Json> {
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (this.#apiKey) headers["authorization"] = `Bearer ${this.#apiKey}`;
+    if (body !== undefined) headers["content-type"] = "application/json";
+    if (idempotencyKey !== undefined) headers["idempotency-key"] = idempotencyKey;
+    let response: Response;
+    let text: string;
+    try {
+      response = await this.#fetch(this.baseUrl + path, {
+        method,
+        headers,
+        ...(body === undefined ? {} : { body: stringifyJson(body) }),
+        signal: AbortSignal.timeout(this.#timeoutMs),
+      });
+      text = await response.text();
+    } catch (err) {
+      throw new ApiError(`${method} ${path} failed: ${String(err)}`, {
+        status: 0,
+        code: "api.unreachable",
+        retryable: true,
+        cause: err,
+      });
+    }
+    const retryable = response.status >= 500 || response.status === 429;
+    let value: Json;
+    try {
+      value = text === "" ? null : parseJson(text);
+    } catch {
+      throw new ApiError(`${method} ${path} answered ${response.status}: ${text.slice(0, 200)}`, {
+        status: response.status,
+        code: response.status >= 400 ? "api.error" : "api.bad_response",
+        retryable,
+      });
+    }
+    if (response.status >= 400) {
+      const error = (value ?? {}) as { code?: Json; message?: Json; details?: Json };
+      throw new ApiError(
+        typeof error.message === "string" && error.message ? error.message : `${method} ${path} answered ${response.status}`,
+        {
+          status: response.status,
+          code: typeof error.code === "string" ? error.code : "api.error",
+          details: error.details ?? null,
+          retryable,
+        },
+      );
+    }
+    return value;
+  }
+}
+
+function runPath(runId: string, suffix = ""): string {
+  return `/v1/runs/${encodeURIComponent(runId)}${suffix}`;
+}
