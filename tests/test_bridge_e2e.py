@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from ductor import Client, Context
+from ductor.api import ApiClient
 from ductor.protocol import (
     APP_HEADER,
     INLINE_LIMIT_BYTES,
@@ -197,11 +198,12 @@ def test_an_event_runs_a_workflow_using_every_primitive(bridge: tuple[Any, AppPr
         assert "fulfil-order" in apps[0]["workflows"]
         assert apps[0]["stale"] is False
 
-        sent = http.post(
-            "/v1/events", json={"name": "order.created", "data": {"id": 7, "total": 500}}
-        )
-        assert sent.status_code == 202, sent.text
-        [run_id] = sent.json()["runs_started"]
+        # The SDK's own REST client, against the real server's bodies and answers.
+        with ApiClient(server.url, api_key=server.api_key) as api:
+            sent = api.send_event("order.created", {"id": 7, "total": 500})
+        assert sent.name == "order.created"
+        assert sent.duplicate is False
+        [run_id] = sent.runs_started
 
         _wait(http, run_id, _waiting_for("event order.shipped"))
         other = {"name": "order.shipped", "data": {"order_id": 8, "carrier": "dhl"}}
@@ -209,8 +211,9 @@ def test_an_event_runs_a_workflow_using_every_primitive(bridge: tuple[Any, AppPr
         mine = {"name": "order.shipped", "data": {"order_id": 7, "carrier": "ups"}}
         assert http.post("/v1/events", json=mine).status_code == 202
         _wait(http, run_id, _waiting_for("signal approve"))
-        signalled = http.post(f"/v1/runs/{run_id}/signals/approve", json={"payload": "ops"})
-        assert signalled.status_code == 202, signalled.text
+        with ApiClient(server.url, api_key=server.api_key) as api:
+            api.signal(run_id, "approve", "ops", id="approve-7")
+            api.signal(run_id, "approve", "someone else", id="approve-7")  # a repeat: ignored
         run = server.wait_for_run(run_id, timeout=TIMEOUT)
 
     assert run["status"] == "RUN_STATUS_SUCCEEDED", run

@@ -228,8 +228,11 @@ def _fake_app(state: FakeServer) -> Starlette:
         run_id = request.path_params["run_id"]
         if run_id not in state.runs:
             return error(404, "run.not_found", "no such run")
-        data = msgspec.json.decode(await request.body())
-        state.signals.append((run_id, request.path_params["name"], data))
+        body = msgspec.json.decode(await request.body())
+        if not isinstance(body, dict) or set(body) - {"payload", "id"}:
+            # As the server does: the body is {"payload", "id"?}, nothing else.
+            return error(400, "request.invalid", "unknown field in the signal body")
+        state.signals.append((run_id, request.path_params["name"], body.get("payload")))
         return Response(status_code=204)
 
     async def events(request: Request) -> Response:
@@ -237,7 +240,14 @@ def _fake_app(state: FakeServer) -> Starlette:
             return denied
         body = msgspec.json.decode(await request.body())
         state.events.append(body)
-        return plain(202, {"id": body.get("id") or f"evt-{len(state.events)}", "runs": []})
+        answer = {
+            "id": body.get("id") or f"evt-{len(state.events)}",
+            "name": body["name"],
+            "duplicate": False,
+            "runs_started": [],
+            "runs_notified": [],
+        }
+        return plain(202, answer)
 
     return Starlette(
         routes=[

@@ -28,7 +28,7 @@ def test_sync_client_triggers_reads_waits_signals_and_cancels(fake_server: Any) 
         assert done.succeeded
         assert done.output == {"echo": {"id": 1}}
         accepted = api.send_event("order.created", {"id": 1}, id="evt-1")
-        assert accepted == EventAccepted(id="evt-1", runs=[])
+        assert accepted == EventAccepted(id="evt-1", name="order.created")
         api.signal(run.id, "approve", {"by": "ops"})
         other = api.trigger("charge-order", None)
         api.cancel(other.id)

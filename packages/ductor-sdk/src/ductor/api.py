@@ -82,10 +82,14 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
-    """The answer to `POST /v1/events`: the event's id and any runs it started."""
+    """The answer to `POST /v1/events`: the event's id, whether it repeated one
+    already stored, the runs it started and the waiting runs it reached."""
 
     id: str | None = None
-    runs: list[str] = []
+    name: str | None = None
+    duplicate: bool = False
+    runs_started: list[str] = []
+    runs_notified: list[str] = []
 
 
 class _Call(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,8 +137,11 @@ def _get_run(run_id: str) -> _Call:
     return _Call(method="GET", path=_run_path(run_id))
 
 
-def _signal(run_id: str, name: str, payload: Any) -> _Call:
-    return _post(_run_path(run_id, f"/signals/{quote(name, safe='')}"), payload)
+def _signal(run_id: str, name: str, payload: Any, id: str | None) -> _Call:
+    body: dict[str, Any] = {"payload": payload}
+    if id is not None:
+        body["id"] = id
+    return _post(_run_path(run_id, f"/signals/{quote(name, safe='')}"), body)
 
 
 def _cancel(run_id: str) -> _Call:
@@ -260,9 +267,9 @@ class ApiClient:
         call = _event(name, data, id, idempotency_key)
         return _decode(call, self._send(call), EventAccepted)
 
-    def signal(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Send signal `name` with `payload` to a run."""
-        call = _signal(run_id, name, payload)
+    def signal(self, run_id: str, name: str, payload: Any = None, *, id: str | None = None) -> None:
+        """Send signal `name` with `payload` to a run; `id` dedupes repeats of it."""
+        call = _signal(run_id, name, payload, id)
         _raise_for(call, self._send(call))
 
     def cancel(self, run_id: str) -> None:
@@ -362,9 +369,11 @@ class AsyncApiClient:
         call = _event(name, data, id, idempotency_key)
         return _decode(call, await self._send(call), EventAccepted)
 
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Send signal `name` with `payload` to a run."""
-        call = _signal(run_id, name, payload)
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, id: str | None = None
+    ) -> None:
+        """Send signal `name` with `payload` to a run; `id` dedupes repeats of it."""
+        call = _signal(run_id, name, payload, id)
         _raise_for(call, await self._send(call))
 
     async def cancel(self, run_id: str) -> None:
