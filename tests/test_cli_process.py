@@ -191,8 +191,30 @@ def test_help_lists_every_command() -> None:
         "events",
         "ledger",
         "receipts",
+        "config",
+        "apps",
     ):
         assert command in result.stdout
+
+
+def test_the_checkouts_venv_puts_ductor_and_its_python_on_path(tmp_path: Path) -> None:
+    """docs/getting-started.md: `source .venv/bin/activate` in a checkout, then the
+    docs' `ductor ...` and examples/bridge_app's `python ...` run as written."""
+    activate = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "activate"
+    assert activate.is_file(), "scripts/dev and scripts/test make the checkout's .venv"
+    script = (
+        f"source {activate}\n"
+        "ductor --version\n"
+        "python -c 'import ductor, ductor_server, litestar, uvicorn; print(\"sdk ok\")'\n"
+    )
+    env = _env({"PATH": "/usr/bin:/bin"})
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(
+        ["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("ductor ")
+    assert done.stdout.splitlines()[1] == "sdk ok"
 
 
 def test_scripts_ductor_runs_the_cli_from_any_directory(tmp_path: Path) -> None:
