@@ -30,6 +30,8 @@ from ductor_server.testing import free_port
 
 pytest_plugins = ["ductor_server.pytest_plugin"]
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
 START_TIMEOUT = float(os.environ.get("DUCTOR_TEST_START_TIMEOUT", "120"))
 """Seconds a server process may take to answer /readyz: a bound on a hang, not a
 measure (tests run in parallel, and a loaded machine starts a server slowly)."""
@@ -50,6 +52,33 @@ PY
 """
 """A shell snippet for docs tests: wait (as long as `START_TIMEOUT`) until the
 server at `$DUCTOR_URL` is ready, with the Python at `$PYTHON`."""
+
+
+def _untracked(root: Path) -> set[str] | None:
+    """The checkout's untracked, unignored files (None outside a git checkout)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "--others", "--exclude-standard", "--directory"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(done.stdout.splitlines()) if done.returncode == 0 else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _checkout_stays_clean() -> Iterator[None]:
+    """Fail the session if a test wrote a file into the checkout (a database URL
+    once taken for a file name left a SQLite file at its root): tests write under
+    their tmp_path only."""
+    before = _untracked(CHECKOUT)
+    yield
+    after = _untracked(CHECKOUT)
+    if before is not None and after is not None:
+        new = sorted(after - before)
+        assert not new, f"tests wrote into the checkout {CHECKOUT}: {new}"
 
 
 class ServerProcess:

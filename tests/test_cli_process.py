@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,14 +65,22 @@ def _env(env: dict[str, str] | None) -> dict[str, str]:
 def _ductor(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ductor_server.cli", *args],
-        env=_env(env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """Run `ductor ARGS`; without `cwd`, in an empty directory that must stay empty
+    (a database URL taken for a file name once left a SQLite file in the checkout)."""
+    if cwd is not None:
+        return subprocess.run(
+            [sys.executable, "-m", "ductor_server.cli", *args],
+            env=_env(env),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    with tempfile.TemporaryDirectory(prefix="ductor-cwd-") as empty:
+        result = _ductor(*args, env=env, cwd=Path(empty))
+        left = sorted(p.name for p in Path(empty).iterdir())
+        assert left == [], f"ductor {' '.join(args)} wrote {left} into its working directory"
+        return result
 
 
 def _ready(port: int, proc: subprocess.Popen[bytes]) -> int:
@@ -86,7 +95,9 @@ def _ready(port: int, proc: subprocess.Popen[bytes]) -> int:
             time.sleep(0.1)
 
 
-def test_serve_refuses_an_unmigrated_database_until_migrated(postgres_url: str) -> None:
+def test_serve_refuses_an_unmigrated_database_until_migrated(
+    postgres_url: str, tmp_path: Path
+) -> None:
     env = {"DUCTOR_DATABASE_URL": postgres_url}
     refused = _ductor("serve", "--port", str(_free_port()), env=env)
     assert refused.returncode == 1
@@ -101,6 +112,7 @@ def test_serve_refuses_an_unmigrated_database_until_migrated(postgres_url: str) 
     proc = subprocess.Popen(
         [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
         env=_env(env),
+        cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -133,6 +145,11 @@ def test_unknown_database_schemes_are_refused(tmp_path: Path) -> None:
         result = _ductor(*command, env={"DUCTOR_DATABASE_URL": "mysql://x"}, cwd=tmp_path)
         assert result.returncode != 0
         assert "unsupported database URL scheme 'mysql://'" in result.stderr
+        assert "Traceback" not in result.stderr
+        # A URL that lost its slashes is not a file name either.
+        result = _ductor(*command, env={"DUCTOR_DATABASE_URL": "postgres:/db"}, cwd=tmp_path)
+        assert result.returncode != 0
+        assert result.stderr.startswith("error: malformed database URL 'postgres:...'")
         assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == [], "no SQLite file named after the URL"
 
@@ -174,8 +191,30 @@ def test_help_lists_every_command() -> None:
         "events",
         "ledger",
         "receipts",
+        "config",
+        "apps",
     ):
         assert command in result.stdout
+
+
+def test_the_checkouts_venv_puts_ductor_and_its_python_on_path(tmp_path: Path) -> None:
+    """docs/getting-started.md: `source .venv/bin/activate` in a checkout, then the
+    docs' `ductor ...` and examples/bridge_app's `python ...` run as written."""
+    activate = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "activate"
+    assert activate.is_file(), "scripts/dev and scripts/test make the checkout's .venv"
+    script = (
+        f"source {activate}\n"
+        "ductor --version\n"
+        "python -c 'import ductor, ductor_server, litestar, uvicorn; print(\"sdk ok\")'\n"
+    )
+    env = _env({"PATH": "/usr/bin:/bin"})
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(
+        ["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("ductor ")
+    assert done.stdout.splitlines()[1] == "sdk ok"
 
 
 def test_scripts_ductor_runs_the_cli_from_any_directory(tmp_path: Path) -> None:

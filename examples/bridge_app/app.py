@@ -77,9 +77,9 @@ async def fulfil_order(ctx: Context, order: dict[str, Any]) -> dict[str, Any]:
     charged = await ctx.step.run("charge", charge, order)
     await ctx.step.sleep("cool-off", "1s")
     shipped = await ctx.step.wait_for_event(
-        "shipped", event="order.shipped", match="event.data.order_id == input.id", timeout="60s"
+        "shipped", event="order.shipped", match="event.data.order_id == input.id", timeout="1h"
     )
-    approval = await ctx.step.wait_for_signal("approval", signal="approve", timeout="60s")
+    approval = await ctx.step.wait_for_signal("approval", signal="approve", timeout="1h")
     labels = await asyncio.gather(
         ctx.step.run("label-box", lambda: f"box-{order['id']}"),
         ctx.step.run("label-invoice", lambda: f"invoice-{order['id']}"),

@@ -202,11 +202,18 @@ def cmd_workflows_list(client: ApiClient, args: argparse.Namespace, out: TextIO)
         return 0
     for family in families:
         out.write(f"{family['family_slug']:<32} v{family['latest_version']:<4} {family['title']}\n")
-    for app in client.call("GET", "/v1/bridge/apps"):
+    apps = client.call("GET", "/v1/bridge/apps")
+    for app in apps:
         for workflow in app["workflows"]:
             slug = f"bridge:{app['app_id']}:{workflow}"
             stale = " (stale)" if app.get("stale") else ""
             out.write(f"{slug:<32} {'sdk':<5} app {app['app_id']}{stale}\n")
+    if not families and not any(app["workflows"] for app in apps):
+        # On stderr, so that the list itself stays empty for scripts.
+        sys.stderr.write(
+            "no workflows yet: publish one with `ductor workflows publish FILE`, "
+            "or start a bridge app (docs/sdk.md)\n"
+        )
     return 0
 
 
@@ -406,6 +413,11 @@ def cmd_apps_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> i
     if args.json:
         _print_json(apps, out)
         return 0
+    if not apps:
+        sys.stderr.write(
+            "no bridge apps yet: an app registers itself when it syncs with the server "
+            "(docs/sdk.md)\n"
+        )
     for app in apps:
         state = "stale" if app.get("stale") else "live"
         out.write(

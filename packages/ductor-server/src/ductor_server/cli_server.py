@@ -1,4 +1,5 @@
-"""The server-side `ductor` commands: `dev`, `serve`, `migrate` and `keys create`.
+"""The server-side `ductor` commands: `dev`, `serve`, `migrate`, `keys create` and
+`config reference`.
 
 `dev` and `serve` run what the composition root builds; `migrate` and `keys
 create` open the store directly. The client commands live in `cli_client`.
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ductor_server import __version__
-from ductor_server.settings import ALL_ROLES, Settings, parse_roles
+from ductor_server.settings import ALL_ROLES, Settings, parse_roles, reference_markdown
 
 if TYPE_CHECKING:
     from ductor_server.storage import Store
@@ -390,8 +391,14 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    """`ductor config reference`: every DUCTOR_* variable, its default and meaning."""
+    sys.stdout.write(reference_markdown())
+    return 0
+
+
 def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `dev`, `serve`, `migrate` and `keys` on the top-level parser."""
+    """Register `dev`, `serve`, `migrate`, `keys` and `config` on the top-level parser."""
     dev = sub.add_parser(
         "dev",
         help="run on the embedded default (SQLite, in-process queue)",
@@ -475,3 +482,14 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
     )
     create.set_defaults(func=cmd_keys_create)
+
+    config = sub.add_parser("config", help="the server's configuration")
+    config_sub = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
+    reference = config_sub.add_parser(
+        "reference",
+        help="print every DUCTOR_* environment variable, its default and meaning (Markdown)",
+        description="Print the configuration reference of docs/deploy.md: every DUCTOR_* "
+        "environment variable a ductor process reads, its default and what it sets, as a "
+        "Markdown table.",
+    )
+    reference.set_defaults(func=cmd_config_reference)

@@ -1,8 +1,15 @@
-"""Server configuration, read from flags and the environment at the edge only."""
+"""Server configuration, read from flags and the environment at the edge only.
+
+`VARIABLES` lists every `DUCTOR_*` environment variable a `ductor` process reads,
+here or elsewhere (the client commands, the bridge keys), with its default and
+meaning; `reference_markdown` renders it as the configuration reference of
+docs/deploy.md (`ductor config reference`), and a test holds the two together.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -185,13 +192,17 @@ class Settings:
         return self.data_dir / "ductor.pid"
 
     @classmethod
-    def from_env(cls, **overrides: object) -> Settings:
+    def from_env(cls, *, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Build settings from `DUCTOR_*` environment variables, then overrides.
+
+        Args:
+            environ: the variables (default: the process environment).
+            overrides: field values that win over the environment (None: not given).
 
         Raises:
             ValueError: an environment variable that does not parse.
         """
-        env = os.environ
+        env = os.environ if environ is None else environ
         values: dict[str, object] = {}
         if url := env.get("DUCTOR_DATABASE_URL"):
             values["database_url"] = url
@@ -259,3 +270,265 @@ class Settings:
             values["secret_keys"] = secret_keys
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variable:
+    """One `DUCTOR_*` environment variable, as the configuration reference shows it.
+
+    Attributes:
+        name: the variable.
+        what: what it sets (Markdown, links relative to docs/).
+        field: the `Settings` attribute `from_env` sets from it; None for variables
+            read elsewhere (the client commands, the bridge keys, `serve --seed`).
+        default: the default as shown; None: the `Settings` field's default.
+    """
+
+    name: str
+    what: str
+    field: str | None = None
+    default: str | None = None
+
+    def shown_default(self) -> str:
+        """The default as the reference shows it."""
+        if self.default is not None:
+            return self.default
+        if self.field is None:
+            return "unset"
+        value = getattr(Settings(), self.field)
+        if value is None:
+            return "unset"
+        if isinstance(value, bool):
+            return "`on`" if value else "`off`"
+        if isinstance(value, tuple):
+            return "`" + ",".join(str(v) for v in value) + "`"
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return f"`{value}`"
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(
+        name="DUCTOR_DATABASE_URL",
+        field="database_url",
+        default="unset: SQLite under the data dir",
+        what="a `postgresql://` (also `postgres://` or `postgresql+psycopg://`) URL for "
+        "`ductor serve`, `ductor migrate` and `ductor keys create`, or `sqlite:///path`; "
+        "any other scheme, or a URL without its `//`, is refused",
+    ),
+    Variable(
+        name="DUCTOR_REDIS_URL",
+        field="redis_url",
+        what="Redis (or Dragonfly, see [Redis](#redis-or-dragonfly)): the engine loops of "
+        "every process wake each other through pub/sub (without it, a loop only hears of "
+        "writes made in its own process and finds the others' by polling), and the fair "
+        "task queue's order and limits hold across processes; the database stays the "
+        "source of truth",
+    ),
+    Variable(
+        name="DUCTOR_REDIS_PREFIX",
+        field="redis_prefix",
+        what="the prefix of this deployment's Redis channels (`<prefix>wake`, "
+        "`<prefix>inbox`) and keys (`<prefix>q:...`): deployments sharing one Redis need "
+        "different prefixes",
+    ),
+    Variable(
+        name="DUCTOR_DATA_DIR",
+        field="data_dir",
+        what="the embedded database, `api_key`, `ductor.pid` and, for `ductor dev` without "
+        "a receipt key set, `receipt_keys`, and without `DUCTOR_SECRET_KEYS`, `secret_keys`; "
+        "also where the client commands look for `api_key`",
+    ),
+    Variable(
+        name="DUCTOR_HOST",
+        field="host",
+        what="the interface the server listens on (`--host`), and where the client "
+        "commands look for it",
+    ),
+    Variable(
+        name="DUCTOR_PORT",
+        field="port",
+        what="the port the server listens on (`--port`), and where the client commands "
+        "look for it; every process serves `/healthz` and `/readyz` there, whatever its roles",
+    ),
+    Variable(
+        name="DUCTOR_ROLES",
+        field="roles",
+        what="what a `ductor serve` process runs (`--roles`, comma-separated): `api` (the "
+        "HTTP API), `coordinator` (ticks runs), `worker` (runs steps, sends outbox emails), "
+        "`timer` (fires timers, sweeps expired rows)",
+    ),
+    Variable(
+        name="DUCTOR_MAX_BODY_BYTES",
+        field="max_body_bytes",
+        what="larger request bodies get `413 request.too_large`",
+    ),
+    Variable(
+        name="DUCTOR_LEASE_SECONDS",
+        field="lease_seconds",
+        what="how long a worker owns a task before another may run it again",
+    ),
+    Variable(
+        name="DUCTOR_POLL_INTERVAL",
+        field="poll_interval",
+        default=f"`{IDLE_POLL_INTERVAL:g}` with Redis or all roles in one process, "
+        f"else `{SPLIT_POLL_INTERVAL:g}`",
+        what="seconds an idle engine loop waits, when nothing wakes it, before looking for "
+        "work again (a safety net when wake-ups reach every loop)",
+    ),
+    Variable(
+        name="DUCTOR_FAIRNESS",
+        field="fairness",
+        default="unset: every tenant has weight 1 and no limits",
+        what="the task queue's tenant weights and limits, as JSON (see [The task queue]"
+        "(architecture.md#the-task-queue-tiers-weights-limits)); a bad value stops the "
+        "server at start, naming each problem with its JSON pointer",
+    ),
+    Variable(
+        name="DUCTOR_POISON_AFTER",
+        field="poison_after",
+        what="how many times a task may die with its process before it is quarantined as "
+        "`attempt.poisoned` (`0`: never; see [Poisoned tasks](api.md#poisoned-tasks))",
+    ),
+    Variable(
+        name="DUCTOR_STOP_GRACE",
+        field="stop_grace",
+        what="seconds running steps may take to finish when the process is stopped "
+        "(SIGTERM) before their tasks go back to the queue",
+    ),
+    Variable(
+        name="DUCTOR_LOG_LEVEL",
+        field="log_level",
+        what="what the server's own loggers write to stderr: `debug`, `info` (adds, e.g., "
+        "each coordinator's totals at exit: runs ticked, batches, conflicts), `warning` "
+        "or `error`",
+    ),
+    Variable(
+        name="DUCTOR_CEL_ENGINE",
+        field="cel_engine",
+        what="the CEL engine of every expression: `cel-rust` or `cel-python` (see "
+        "[Expressions](expressions.md))",
+    ),
+    Variable(
+        name="DUCTOR_CEL_SANDBOX",
+        field="cel_sandbox",
+        what="with cel-rust, evaluate costly expressions in capped child processes (see "
+        "[The server's runtime limit](expressions.md#the-servers-runtime-limit)); `off` "
+        "evaluates everything in-process",
+    ),
+    Variable(
+        name="DUCTOR_CEL_SANDBOX_THRESHOLD",
+        field="cel_sandbox_threshold",
+        what="the estimated cost (units) from which an expression is sandboxed",
+    ),
+    Variable(
+        name="DUCTOR_CEL_SANDBOX_TIMEOUT",
+        field="cel_sandbox_timeout",
+        what="seconds one sandboxed evaluation may take before it fails as "
+        "`expression.resource_exhausted`",
+    ),
+    Variable(
+        name="DUCTOR_CEL_SANDBOX_MEMORY_MB",
+        field="cel_sandbox_memory_mb",
+        what="the address space of each sandbox process, in MiB",
+    ),
+    Variable(
+        name="DUCTOR_CEL_SANDBOX_PROCESSES",
+        field="cel_sandbox_processes",
+        what="how many sandbox processes evaluate at once",
+    ),
+    Variable(
+        name="DUCTOR_OUTBOUND_ALLOW",
+        field="outbound_allow",
+        default="`ductor dev`: `127.0.0.0/8,::1`; `ductor serve`: empty",
+        what="addresses or networks the server may call on a tenant's behalf although they "
+        "are not public (see [the outbound guard](api.md#the-outbound-guard))",
+    ),
+    Variable(
+        name="DUCTOR_SECRET_KEYS",
+        field="secret_keys",
+        default="unset (`ductor dev`: `<data dir>/secret_keys`, made on first start)",
+        what="the keys connection secrets are encrypted with: `KID:KEY[,KID:KEY...]`, newest "
+        "first, each key the URL-safe base64 of 32 bytes (`ductor connections new-key` makes "
+        "one); without it `ductor serve` refuses connections with secrets "
+        "(`503 secrets.unconfigured`; see "
+        "[connections](connections.md#secrets-at-rest-and-key-rotation))",
+    ),
+    Variable(
+        name="DUCTOR_RECEIPT_KEYS",
+        field="receipt_keys_file",
+        default="unset (`ductor dev`: `<data dir>/receipt_keys`, made on first start)",
+        what="a file of receipt signing keys, one `KEY_ID BASE64_SEED` per line; the last "
+        "one signs, all are published at `/.well-known/ductor-keys` (see "
+        "[receipts](settlement.md#receipts))",
+    ),
+    Variable(
+        name="DUCTOR_RECEIPT_KEY",
+        field="receipt_key",
+        what="one receipt signing key inline instead (`KEY_ID BASE64_SEED`, a base64 seed, "
+        "or a PEM); never with `DUCTOR_RECEIPT_KEYS`",
+    ),
+    Variable(
+        name="DUCTOR_RECEIPTS_FOR_RUNS",
+        field="receipts_for_runs",
+        what="issue a signed receipt for every run that succeeds, in the transaction that "
+        "ends it (needs a receipt key)",
+    ),
+    Variable(
+        name="DUCTOR_STRIPE_API_KEY",
+        field="stripe_api_key",
+        what="Stripe's secret key; with `DUCTOR_STRIPE_WEBHOOK_SECRET`, wallets can be topped "
+        "up by card (`pip install 'ductor-server[stripe]'`; see "
+        "[wallet top-ups](settlement.md#wallet-top-ups-through-stripe-experimental))",
+    ),
+    Variable(
+        name="DUCTOR_STRIPE_WEBHOOK_SECRET",
+        field="stripe_webhook_secret",
+        what="the signing secret of the Stripe webhook endpoint (`POST /webhooks/stripe`)",
+    ),
+    Variable(
+        name="DUCTOR_STRIPE_API_BASE",
+        field="stripe_api_base",
+        default="Stripe's",
+        what="another address for Stripe's API (a test double)",
+    ),
+    Variable(
+        name="DUCTOR_BRIDGE_SIGNING_KEY",
+        what="the server-wide bridge signing key, for SDK apps without a key of their own "
+        "(see [the SDK's keys](sdk.md))",
+    ),
+    Variable(
+        name="DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK",
+        what="the previous server-wide bridge key, still accepted while apps move to the new one",
+    ),
+    Variable(
+        name="DUCTOR_BRIDGE_REQUIRE_NONCE",
+        default="`off`",
+        what="`1`: requests signed with the server-wide bridge key must carry a nonce too",
+    ),
+    Variable(
+        name="DUCTOR_SEED_TENANT",
+        what="the tenant `ductor serve --seed DIR` applies its manifests to (`--seed-tenant`)",
+    ),
+    Variable(
+        name="DUCTOR_URL",
+        default="from `DUCTOR_HOST` and `DUCTOR_PORT`",
+        what="the server the client commands (`ductor workflows ...`, `runs`, `events`, "
+        "`apply` ...) talk to (`--url`)",
+    ),
+    Variable(
+        name="DUCTOR_API_KEY",
+        default="`<data dir>/api_key`",
+        what="the key the client commands send (`--api-key`)",
+    ),
+)
+"""Every `DUCTOR_*` variable a `ductor` process reads, in the reference's order."""
+
+
+def reference_markdown() -> str:
+    """The configuration reference: a Markdown table of `VARIABLES`."""
+    lines = ["| variable | default | what |", "|---|---|---|"]
+    for variable in VARIABLES:
+        what = variable.what.replace("|", "\\|")
+        lines.append(f"| `{variable.name}` | {variable.shown_default()} | {what} |")
+    return "\n".join(lines) + "\n"

@@ -16,7 +16,9 @@ from ductor_server.cli import build_parser, main
 from ductor_server.cli_client import (
     ApiClient,
     ClientError,
+    cmd_apps_list,
     cmd_runs_watch,
+    cmd_workflows_list,
     find_api_key,
     render_run,
 )
@@ -230,3 +232,42 @@ def test_server_commands_show_their_defaults(capsys: pytest.CaptureFixture[str])
         shown = " ".join(capsys.readouterr().out.split())
         for text in expected:
             assert text in shown, (command, text)
+
+
+def _lists(apps: list[dict[str, Any]], families: list[dict[str, Any]]) -> ApiClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = apps if request.url.path == "/v1/bridge/apps" else families
+        return httpx.Response(200, json=body)
+
+    return ApiClient("http://test", "k", transport=httpx.MockTransport(handler))
+
+
+def test_empty_lists_say_how_to_fill_them_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    args = argparse.Namespace(json=False)
+    assert cmd_workflows_list(_lists([], []), args, out) == 0
+    assert cmd_apps_list(_lists([], []), args, out) == 0
+    assert out.getvalue() == ""  # the lists stay empty for scripts
+    err = capsys.readouterr().err
+    assert "no workflows yet: publish one with `ductor workflows publish FILE`" in err
+    assert "no bridge apps yet" in err
+
+
+def test_sdk_workflows_are_listed_as_bridge_slugs(capsys: pytest.CaptureFixture[str]) -> None:
+    app = {
+        "app_id": "shop",
+        "stale": False,
+        "url": "http://127.0.0.1:8010/api/ductor",
+        "sdk": "ductor-python",
+        "sdk_version": "0.1.0",
+        "last_seen_at": "2026-12-01T00:00:00Z",
+        "workflows": ["fulfil-order"],
+    }
+    out = io.StringIO()
+    args = argparse.Namespace(json=False)
+    assert cmd_workflows_list(_lists([app], []), args, out) == 0
+    assert out.getvalue().split() == ["bridge:shop:fulfil-order", "sdk", "app", "shop"]
+    out = io.StringIO()
+    assert cmd_apps_list(_lists([app], []), args, out) == 0
+    assert out.getvalue().splitlines()[1] == "  bridge:shop:fulfil-order"
+    assert capsys.readouterr().err == ""

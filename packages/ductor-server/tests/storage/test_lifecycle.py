@@ -282,6 +282,16 @@ def test_open_store_refuses_unknown_schemes(target: str, tmp_path: Path) -> None
         open_store(target)
 
 
+@pytest.mark.parametrize("target", ["postgres:/x", "postgresql+psycopg:/u@h/d", "mysql:x"])
+def test_open_store_refuses_urls_without_their_slashes(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="malformed database URL"):
+        open_store(target)
+    assert list(tmp_path.iterdir()) == []
+
+
 async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:
     # Reads the live schema, so a future migration that forgets tenant_id fails here.
     async with store.transaction() as tx:

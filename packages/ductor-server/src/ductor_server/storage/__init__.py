@@ -7,6 +7,7 @@ picks the backend from its target.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ductor_server.storage.errors import InvalidCursor, StoreError, StoreUnavailable
@@ -44,19 +45,30 @@ from ductor_server.storage.records import (
 POSTGRES_SCHEMES: tuple[str, ...] = ("postgresql", "postgres", "postgresql+psycopg")
 """URL schemes of the Postgres backend (`postgresql+psycopg` is SQLAlchemy's spelling)."""
 
+_SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:(?!//)")
+"""`postgres:/db` or `mysql:x`: a URL with its `//` lost, not a file name (two
+letters at least, so that a Windows drive such as `C:` stays a path)."""
+
 
 def open_store(target: str | Path) -> Store:
     """A store for `target`, not yet opened: a `postgresql://`, `postgres://` or
     `postgresql+psycopg://` URL gives the Postgres backend; a `sqlite:///path` URL
-    or a plain path (no `scheme://`) is a SQLite file.
+    or a plain path (no `scheme:` in front) is a SQLite file.
 
     Call `await store.open()` (and `await store.migrate()`) before use.
 
     Raises:
-        ValueError: a URL of any other scheme (e.g. `mysql://`).
+        ValueError: a URL of any other scheme (e.g. `mysql://`), or one whose `//`
+            is missing (`postgres:/db`).
     """
     text = str(target)
     scheme, sep, rest = text.partition("://")
+    if not sep and (slashless := _SCHEME_WITHOUT_SLASHES.match(text)):
+        # A path would make a SQLite file named after the URL in the working directory.
+        raise ValueError(
+            f"malformed database URL {slashless.group(0) + '...'!r}: a URL is "
+            "scheme://[user@]host[:port]/database (e.g. postgresql://...)"
+        )
     if not sep:
         from ductor_server.storage.sqlite import SqliteStore
 

@@ -1,0 +1,80 @@
+"""The configuration reference (`settings.VARIABLES`) against the code that reads
+the environment: every `DUCTOR_*` name read is listed, and every listed name is read."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+import ductor_server
+from ductor_server.cli import main
+from ductor_server.settings import VARIABLES, Settings, reference_markdown
+
+SOURCE = Path(ductor_server.__file__).parent
+NAME = re.compile(r"\bDUCTOR_[A-Z0-9_]*[A-Z0-9]\b")
+HARNESS_ONLY = {"DUCTOR_TEST_DATABASE_URL", "DUCTOR_TEST_REDIS_URL"}
+"""Read by the pytest plugin, for test runs; docs/development.md describes them."""
+
+
+class Recording(Mapping[str, str]):
+    """An empty environment that remembers every name looked up in it."""
+
+    def __init__(self) -> None:
+        self.asked: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.asked.add(name)
+        raise KeyError(name)
+
+    def get(self, name: str, default: object = None) -> object:  # type: ignore[override]
+        self.asked.add(name)
+        return default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def test_from_env_reads_exactly_the_listed_settings_variables() -> None:
+    environ = Recording()
+    Settings.from_env(environ=environ)
+    assert environ.asked == {v.name for v in VARIABLES if v.field is not None}
+    fields = set(Settings.__dataclass_fields__)
+    assert {v.field for v in VARIABLES if v.field is not None} <= fields
+
+
+def test_every_name_in_the_code_is_listed_and_every_listed_name_is_read() -> None:
+    listed = [v.name for v in VARIABLES]
+    assert len(listed) == len(set(listed)), "a variable listed twice"
+    found: dict[str, set[str]] = {}
+    for path in SOURCE.rglob("*.py"):
+        for name in NAME.findall(path.read_text()):
+            found.setdefault(name, set()).add(path.name)
+    assert set(found) - HARNESS_ONLY == set(listed)
+    for variable in VARIABLES:
+        if variable.field is None:
+            assert found[variable.name] - {"settings.py"}, f"{variable.name} is read nowhere"
+
+
+def test_defaults_come_from_the_settings() -> None:
+    shown = {v.name: v.shown_default() for v in VARIABLES}
+    assert shown["DUCTOR_PORT"] == f"`{Settings().port}`"
+    assert shown["DUCTOR_ROLES"] == "`api,coordinator,worker,timer`"
+    assert shown["DUCTOR_LEASE_SECONDS"] == "`60`"
+    assert shown["DUCTOR_CEL_SANDBOX"] == "`on`"
+    assert shown["DUCTOR_RECEIPTS_FOR_RUNS"] == "`off`"
+    assert shown["DUCTOR_REDIS_URL"] == "unset"
+
+
+def test_ductor_config_reference_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "reference"]) == 0
+    out = capsys.readouterr().out
+    assert out == reference_markdown()
+    rows = [line for line in out.splitlines() if line.startswith("| `DUCTOR_")]
+    assert len(rows) == len(VARIABLES)
+    assert all(line.count(" | ") == 2 for line in rows), "a '|' in a cell breaks the table"
