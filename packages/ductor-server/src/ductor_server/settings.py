@@ -511,6 +511,13 @@ VARIABLES: tuple[Variable, ...] = (
         what="the tenant `ductor serve --seed DIR` applies its manifests to (`--seed-tenant`)",
     ),
     Variable(
+        name="DUCTOR_OTEL",
+        default="unset: on when an `OTEL_*_EXPORTER` or OTLP endpoint variable is set",
+        what="`on` or `off`: export traces and metrics through the OpenTelemetry SDK "
+        "(the `ductor-server[otel]` extra), configured by the standard `OTEL_*` "
+        "variables; see [observability](observability.md)",
+    ),
+    Variable(
         name="DUCTOR_URL",
         default="from `DUCTOR_HOST` and `DUCTOR_PORT`",
         what="the server the client commands (`ductor workflows ...`, `runs`, `events`, "
