@@ -22,13 +22,18 @@ from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
 from ductor_server.transports.mcp import McpEndpoint
 from ductor_server.transports.rest import (
+    OPERATOR_CONTROLLERS,
     PUBLIC_ROUTES,
     V1_CONTROLLERS,
     healthz,
     readyz,
     receipt_keys,
 )
-from ductor_server.transports.rest.auth import provide_tenant_id, require_api_key
+from ductor_server.transports.rest.auth import (
+    provide_tenant_id,
+    require_api_key,
+    require_operator_key,
+)
 from ductor_server.transports.rest.bodies import JsonBody
 from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
 from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
@@ -60,7 +65,9 @@ def create_app(
     `/healthz` and `/readyz` are always served; the `/v1` resources and the public
     receipt keys (`/.well-known/ductor-keys`) and the MCP server (`/mcp`, see
     docs/mcp.md) only when the process has the `api` role. Every `/v1` and `/mcp`
-    call needs a Bearer API key. The installed `ductor.middleware`
+    call needs a Bearer API key with the scope the call needs
+    (`transports/rest/scopes.py`), but `/v1/tenants`, which needs the operator key
+    (`DUCTOR_OPERATOR_KEY`). The installed `ductor.middleware`
     plugins wrap every `/v1` route (see docs/extending.md).
 
     Args:
@@ -87,6 +94,15 @@ def create_app(
                     **SERVICE_DEPENDENCIES,
                 },
                 # Bodies are decoded by msgspec from the raw bytes; answers are encoded as is.
+                dto=JsonBody,
+                return_dto=None,
+            )
+        )
+        handlers.append(
+            Router(
+                "/",
+                route_handlers=list(OPERATOR_CONTROLLERS),
+                guards=[require_operator_key],
                 dto=JsonBody,
                 return_dto=None,
             )
