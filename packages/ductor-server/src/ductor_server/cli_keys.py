@@ -22,7 +22,13 @@ from typing import Any, TextIO
 
 import msgspec
 
-from ductor_server.cli_client import ApiClient, ClientError, command, default_url
+from ductor_server.cli_client import (
+    ApiClient,
+    ClientError,
+    command,
+    default_url,
+    run_client_command,
+)
 from ductor_server.settings import Settings
 
 _SHOWN_ONCE = "shown once, store it now"
@@ -65,6 +71,32 @@ def cmd_keys_create(client: ApiClient, args: argparse.Namespace, out: TextIO) ->
     """Create an API key of the calling tenant; print its secret once."""
     created = client.call("POST", "/v1/keys", body=_key_body(args), headers=_headers(args))
     _print_created(created, args, out)
+    return 0
+
+
+def run_keys_create(args: argparse.Namespace) -> int:
+    """`keys create`: over the API; with `--tenant`, straight in the database (as
+    before tenants had an API of their own: the tenant is created if new, the key
+    is admin unless `--scope` says otherwise)."""
+    if args.tenant is None:
+        return run_client_command(args)
+    from ductor_server.cli_server import create_key, open_migrated
+
+    settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
+    if settings.embedded:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> str:
+        store = await open_migrated(settings)
+        try:
+            return await create_key(
+                store, args.tenant, name=args.name, scopes=args.scopes or ("admin",)
+            )
+        finally:
+            await store.close()
+
+    sys.stdout.write(asyncio.run(run()) + "\n")
+    sys.stderr.write(f"(API key for tenant {args.tenant!r}: {_SHOWN_ONCE})\n")
     return 0
 
 
@@ -230,7 +262,7 @@ def cmd_tenants_add_key(args: argparse.Namespace) -> int:
 
 
 def _key_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--name", required=True, help="a name to recognise the key by")
+    parser.add_argument("--name", default="cli", help="a name to recognise the key by (cli)")
     parser.add_argument(
         "--scope",
         dest="scopes",
@@ -272,6 +304,13 @@ def add_keys_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _key_options(p)
     p.add_argument("--idempotency-key", default=None)
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    p.add_argument(
+        "--tenant",
+        default=None,
+        help="operator: mint the key straight in the database for this tenant (created if"
+        " new; admin unless --scope), as `ductor tenants add-key --database` does",
+    )
+    p.set_defaults(func=run_keys_create)
     p = command(ks, "list", cmd_keys_list, "list the tenant's API keys, newest first")
     p.add_argument("--json", action="store_true")
     p = command(ks, "revoke", cmd_keys_revoke, "revoke an API key (fails from its next call)")
