@@ -102,6 +102,9 @@ def test_getting_started_runs_as_written(workdir: Path) -> None:
     assert log.count("(embedded) on http://127.0.0.1:") == 2
     assert "API key (created" in log
     assert "API key (from" in log
+    # The key is printed on the first start only; the second prints its file's path.
+    key = (workdir / ".ductor" / "api_key").read_text().strip()
+    assert log.count(key) == 1
     assert oct((workdir / ".ductor" / "api_key").stat().st_mode & 0o777) == "0o600"
     # The sample output the doc shows is what the commands print ("..." stands
     # for what differs from run to run: ids, hashes, times).

@@ -26,13 +26,18 @@ from ductor_server.transports.connect import ConnectEndpoint
 from ductor_server.transports.dashboard import dashboard_routes, find_dashboard_assets
 from ductor_server.transports.mcp import McpEndpoint
 from ductor_server.transports.rest import (
+    OPERATOR_CONTROLLERS,
     PUBLIC_ROUTES,
     V1_CONTROLLERS,
     healthz,
     readyz,
     receipt_keys,
 )
-from ductor_server.transports.rest.auth import provide_tenant_id, require_api_key
+from ductor_server.transports.rest.auth import (
+    provide_tenant_id,
+    require_api_key,
+    require_operator_key,
+)
 from ductor_server.transports.rest.bodies import JsonBody
 from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
 from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
@@ -73,9 +78,11 @@ def create_app(
     receipt keys (`/.well-known/ductor-keys`), the MCP server (`/mcp`, see
     docs/mcp.md) and the Connect-RPC services (`/ductor.v1.<Service>/<Method>`, see
     docs/connect.md) only when the process has the `api` role. Every `/v1`, `/mcp`
-    and Connect call needs a Bearer API key. With the api role, `/ui` serves the web
-    dashboard when the `ductor-ui` package is installed (see docs/dashboard.md), else
-    a 404 naming the extra. The installed `ductor.middleware`
+    and Connect call needs a Bearer API key with the scope the call needs
+    (`transports/rest/scopes.py`), but `/v1/tenants`, which needs the operator key
+    (`DUCTOR_OPERATOR_KEY`). With the api role, `/ui` serves the web dashboard when
+    the `ductor-ui` package is installed (see docs/dashboard.md), else a 404 naming
+    the extra. The installed `ductor.middleware`
     plugins wrap every `/v1` route (see docs/extending.md).
 
     Args:
@@ -105,6 +112,15 @@ def create_app(
                     **SERVICE_DEPENDENCIES,
                 },
                 # Bodies are decoded by msgspec from the raw bytes; answers are encoded as is.
+                dto=JsonBody,
+                return_dto=None,
+            )
+        )
+        handlers.append(
+            Router(
+                "/",
+                route_handlers=list(OPERATOR_CONTROLLERS),
+                guards=[require_operator_key],
                 dto=JsonBody,
                 return_dto=None,
             )

@@ -11,6 +11,7 @@ from ductor_server.cli_apply import add_apply_command
 from ductor_server.cli_client import add_client_commands
 from ductor_server.cli_connections import add_connections_commands
 from ductor_server.cli_extensions import add_extensions_commands
+from ductor_server.cli_keys import add_keys_commands
 from ductor_server.cli_routing import register as add_routing_commands
 from ductor_server.cli_server import add_server_commands
 from ductor_server.cli_settlement import add_settlement_commands
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_server_commands(sub)
     add_client_commands(sub)
+    add_keys_commands(sub)
     add_routing_commands(sub)
     add_settlement_commands(sub)
     add_extensions_commands(sub)

@@ -2,7 +2,7 @@
 
 `list` reads the REST API like the other client commands (`cli_client`).
 `new-key` prints a fresh `KID:KEY` for `DUCTOR_SECRET_KEYS` and needs nothing
-else. `rotate` opens the database directly (like `ductor keys create`) and seals
+else. `rotate` opens the database directly (like `ductor tenants --database`) and seals
 every connection's secrets under the newest key of `DUCTOR_SECRET_KEYS` (or, for
 the embedded store without it, the dev key file `ductor dev` made).
 """

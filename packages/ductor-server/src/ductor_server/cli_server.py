@@ -1,8 +1,8 @@
-"""The server-side `ductor` commands: `dev`, `serve`, `migrate`, `keys create` and
-`config reference`.
+"""The server-side `ductor` commands: `dev`, `serve`, `migrate` and `config reference`.
 
-`dev` and `serve` run what the composition root builds; `migrate` and `keys
-create` open the store directly. The client commands live in `cli_client`.
+`dev` and `serve` run what the composition root builds; `migrate` opens the
+store directly. The client commands live in `cli_client`, the key and tenant
+commands in `cli_keys`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 DEV_TENANT = "dev"
 
 
-async def _open_migrated(settings: Settings) -> Store:
+async def open_migrated(settings: Settings) -> Store:
+    """The store of `settings`, opened and migrated (closed again if migrating fails)."""
     from ductor_server.storage import open_store
 
     store = open_store(settings.store_target)
@@ -46,11 +47,19 @@ async def _open_migrated(settings: Settings) -> Store:
     return store
 
 
-async def create_key(store: Store, tenant_id: str, *, name: str, key: str | None = None) -> str:
-    """Ensure `tenant_id` exists and store an API key for it (a new one unless `key`)."""
+async def create_key(
+    store: Store,
+    tenant_id: str,
+    *,
+    name: str,
+    key: str | None = None,
+    scopes: Sequence[str] = ("admin",),
+) -> str:
+    """Ensure `tenant_id` exists and store an API key for it (a new one unless `key`),
+    with `scopes` (admin by default)."""
     from ductor_server.services.keys import KeysService
 
-    return await KeysService(store).create(tenant_id, name=name, key=key)
+    return await KeysService(store).provision(tenant_id, name=name, key=key, scopes=scopes)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -67,7 +76,7 @@ async def ensure_dev_key(settings: Settings) -> tuple[str, bool]:
     Returns:
         The key, and whether it was created now.
     """
-    store = await _open_migrated(settings)
+    store = await open_migrated(settings)
     try:
         path = settings.api_key_file
         existing = path.read_text().strip() if path.exists() else ""
@@ -235,8 +244,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"dashboard: {where}/ui/ (sign in with the API key)", flush=True)
     else:
         print("dashboard: not installed (pip install 'ductor-server[ui]')", flush=True)
-    note = "created, saved to" if created else "from"
-    print(f"API key ({note} {settings.api_key_file}): {key}", flush=True)
+    if created:
+        print(f"API key (created, saved to {settings.api_key_file}): {key}", flush=True)
+    else:
+        # Shown on the first start only: a later start's output may end up in logs.
+        print(f"API key (from {settings.api_key_file}; printed on first start only)", flush=True)
     if receipt_kid is not None:
         made = "created, saved to" if receipt_created else "from"
         print(
@@ -373,24 +385,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_keys_create(args: argparse.Namespace) -> int:
-    """`ductor keys create --tenant T`: mint an API key (and the tenant if new); print it once."""
-    settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
-    if settings.embedded:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-
-    async def run() -> str:
-        store = await _open_migrated(settings)
-        try:
-            return await create_key(store, args.tenant, name=args.name)
-        finally:
-            await store.close()
-
-    print(asyncio.run(run()))
-    print(f"(API key for tenant {args.tenant!r}: shown once, store it now)", file=sys.stderr)
-    return 0
-
-
 def cmd_config_reference(args: argparse.Namespace) -> int:
     """`ductor config reference`: every DUCTOR_* variable, its default and meaning."""
     sys.stdout.write(reference_markdown())
@@ -398,12 +392,13 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 
 
 def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `dev`, `serve`, `migrate`, `keys` and `config` on the top-level parser."""
+    """Register `dev`, `serve`, `migrate` and `config` on the top-level parser."""
     dev = sub.add_parser(
         "dev",
         help="run on the embedded default (SQLite, in-process queue)",
-        description="Run Ductor on its embedded default. Creates a dev tenant and API key "
-        "on first start and writes the key to <data-dir>/api_key (mode 0600); without "
+        description="Run Ductor on its embedded default. Creates a dev tenant and an admin "
+        "API key on first start, prints the key and writes it to <data-dir>/api_key (mode "
+        "0600); later starts print only that file's path. Without "
         "$DUCTOR_RECEIPT_KEYS or $DUCTOR_RECEIPT_KEY, also a receipt signing key in "
         "<data-dir>/receipt_keys (mode 0600); without $DUCTOR_SECRET_KEYS, a connection "
         "secret key in <data-dir>/secret_keys (mode 0600).",
@@ -472,17 +467,6 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
     )
     migrate.set_defaults(func=cmd_migrate)
-
-    keys = sub.add_parser("keys", help="manage API keys (direct database access)")
-    keys_sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
-    create = keys_sub.add_parser("create", help="mint an API key for a tenant (created if new)")
-    create.add_argument("--tenant", required=True, help="the tenant's id (created if new)")
-    create.add_argument("--name", default="cli", help="the key's name (default cli)")
-    create.add_argument(
-        "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
-    )
-    create.set_defaults(func=cmd_keys_create)
-
     config = sub.add_parser("config", help="the server's configuration")
     config_sub = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
     reference = config_sub.add_parser(

@@ -2,7 +2,7 @@
 engine runtime and every service of one process, built once from the settings.
 
 Nothing else builds these: the REST app's lifespan and the CLI's `serve`, `dev`
-and `keys create` start from `build(settings)`; transports are handed
+and `tenants create --database` start from `build(settings)`; transports are handed
 `Composition.services`. This module wires; it holds no logic of its own.
 """
 
@@ -79,6 +79,7 @@ from ductor_server.services import (
     RunsService,
     ServiceContext,
     Services,
+    TenantsService,
     WorkflowsService,
 )
 from ductor_server.services.inbox import InboxService
@@ -181,6 +182,7 @@ def build_services(
     providers: ProviderRegistry | None = None,
     secret_keys: SecretKeys | None = None,
     calls: ConnectionCalls | None = None,
+    operator_key: str | None = None,
 ) -> Services:
     """The services bound to `runtime`'s store, clock, wake-up and definition cache.
 
@@ -200,6 +202,7 @@ def build_services(
             with secrets are refused).
         calls: how connections are called and tested (one on `outbound`, or a
             guard with no allowed range, if None).
+        operator_key: the key of the operator's tenant calls (None: none over the API).
     """
     context = ServiceContext(
         store=runtime.store,
@@ -242,6 +245,7 @@ def build_services(
         ),
         bridge=BridgeService(context, keys=bridge_keys, policy=outbound),
         keys=KeysService(runtime.store, clock=runtime.clock),
+        tenants=TenantsService(runtime.store, clock=runtime.clock, operator_key=operator_key),
         ledger=ledger,
         wallets=WalletService(runtime.store, ledger, payments, clock=runtime.clock),
         receipts=receipts,
@@ -417,6 +421,7 @@ def build(
         providers=providers,
         secret_keys=secret_keys,
         calls=calls,
+        operator_key=settings.operator_key,
     )
     actions.register("route", RouteStep(services.routing))
     actions.register(CONNECTION_HANDLER, calls)

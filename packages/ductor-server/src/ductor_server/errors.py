@@ -8,7 +8,9 @@
           │    ├── NotificationNotFound        notification.not_found
           │    ├── EmailNotFound               email.not_found (an inbox email)
           │    ├── WorkflowNotFound            workflow.not_found
-          │    └── WorkflowVersionNotFound     workflow.version_not_found
+          │    ├── WorkflowVersionNotFound     workflow.version_not_found
+          │    ├── KeyNotFound                 key.not_found (an API key of the tenant)
+          │    └── TenantNotFound              tenant.not_found
           ├── DefinitionInvalid                definition.invalid (details: problems)
           ├── RequestInvalid                   request.invalid
           ├── NotificationNotActionable        notification.not_actionable
@@ -16,6 +18,12 @@
           ├── RunNotCancellable                run.not_cancellable
           ├── RunEnded                         run.ended (a signal to a finished run)
           ├── Unauthenticated                  auth.unauthenticated
+          │    └── KeyExpired                  auth.key_expired
+          ├── Forbidden                        auth.forbidden (the key lacks a scope)
+          ├── KeyInvalid                       key.invalid (details: problems)
+          ├── LastAdminKey                     key.last_admin
+          ├── TenantInvalid                    tenant.invalid (details: problems)
+          ├── TenantConflict                   tenant.conflict
           ├── IdempotencyConflict              idempotency.conflict
           └── BridgeNotConfigured              bridge.not_configured (retryable)
 
@@ -25,6 +33,7 @@ Transports map each `code` to their status in one table
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ductor_core.errors import DuctorError
@@ -159,6 +168,89 @@ class Unauthenticated(ServerError):
     code = "auth.unauthenticated"
 
 
+class KeyExpired(Unauthenticated):
+    """The API key was valid until its expiry time, which has passed."""
+
+    code = "auth.key_expired"
+
+    def __init__(self, expired_at: datetime) -> None:
+        super().__init__(
+            f"API key expired at {expired_at.isoformat()}: create a new one",
+            details={"expired_at": expired_at.isoformat()},
+        )
+
+
+class Forbidden(ServerError):
+    """The API key is valid but lacks the scope the call needs."""
+
+    code = "auth.forbidden"
+
+    def __init__(self, message: str, *, details: Any = None) -> None:
+        super().__init__(message, details=details)
+
+
+class _Problems(ServerError):
+    """Something was refused for every problem in `details` (`{"pointer", "message"}`)."""
+
+    def __init__(self, problems: list[dict[str, str]]) -> None:
+        first = problems[0]["message"] if problems else "invalid request"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{first}{more}", details=problems)
+
+
+class KeyInvalid(_Problems):
+    """A new API key's name, scopes or expiry are wrong; `details` lists every problem
+    as `{"pointer", "message"}` (pointers into the request body)."""
+
+    code = "key.invalid"
+
+
+class KeyNotFound(NotFoundError):
+    """No API key with this id for this tenant."""
+
+    code = "key.not_found"
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(f"API key {key_id!r} not found", details={"key_id": key_id})
+
+
+class LastAdminKey(ServerError):
+    """Revoking the key would leave the tenant without a live admin key."""
+
+    code = "key.last_admin"
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(
+            f"API key {key_id!r} is the tenant's last live admin key: create another admin"
+            " key before revoking it",
+            details={"key_id": key_id},
+        )
+
+
+class TenantInvalid(_Problems):
+    """A new tenant's id or name is wrong; `details` lists every problem."""
+
+    code = "tenant.invalid"
+
+
+class TenantNotFound(NotFoundError):
+    """No tenant with this id."""
+
+    code = "tenant.not_found"
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} not found", details={"tenant_id": tenant_id})
+
+
+class TenantConflict(ServerError):
+    """A tenant with this id exists already."""
+
+    code = "tenant.conflict"
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} exists already", details={"tenant_id": tenant_id})
+
+
 class IdempotencyConflict(ServerError):
     """An idempotency key was reused with a different request."""
 
@@ -183,8 +275,13 @@ __all__ = [
     "DefinitionInvalid",
     "EmailNotFound",
     "EventInvalid",
+    "Forbidden",
     "IdempotencyConflict",
     "InboxNotFound",
+    "KeyExpired",
+    "KeyInvalid",
+    "KeyNotFound",
+    "LastAdminKey",
     "NotFoundError",
     "NotificationNotActionable",
     "NotificationNotFound",
@@ -193,6 +290,9 @@ __all__ = [
     "RunNotCancellable",
     "RunNotFound",
     "ServerError",
+    "TenantConflict",
+    "TenantInvalid",
+    "TenantNotFound",
     "Unauthenticated",
     "WorkflowNotFound",
     "WorkflowVersionNotFound",

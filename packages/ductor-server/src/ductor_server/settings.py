@@ -24,6 +24,8 @@ LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 IDLE_POLL_INTERVAL = 5.0
 """Seconds between an idle loop's looks when every write wakes it: a safety net only."""
+MIN_OPERATOR_KEY_LENGTH = 32
+"""The shortest `DUCTOR_OPERATOR_KEY` accepted."""
 SPLIT_POLL_INTERVAL = 0.5
 """Seconds between an idle loop's looks when writes in other processes cannot wake it."""
 
@@ -119,6 +121,9 @@ class Settings:
         secret_keys_file: a file holding such entries (one per line), read when
             `secret_keys` is not set; `ductor dev` points it at
             `dev_secret_keys_file`.
+        operator_key: the key that creates tenants over the API (`/v1/tenants`,
+            `DUCTOR_OPERATOR_KEY`, at least 32 characters); None: no operator calls
+            over the API. Never shown in the settings' repr.
     """
 
     host: str = "127.0.0.1"
@@ -151,6 +156,7 @@ class Settings:
     outbound_allow: tuple[str, ...] | None = None
     secret_keys: str | None = field(default=None, repr=False)
     secret_keys_file: Path | None = None
+    operator_key: str | None = field(default=None, repr=False)
 
     @property
     def engine_poll_interval(self) -> float:
@@ -268,6 +274,14 @@ class Settings:
             values["outbound_allow"] = tuple(str(n) for n in networks)
         if secret_keys := env.get("DUCTOR_SECRET_KEYS"):
             values["secret_keys"] = secret_keys
+        if operator_key := env.get("DUCTOR_OPERATOR_KEY"):
+            if len(operator_key.strip()) < MIN_OPERATOR_KEY_LENGTH:
+                raise ValueError(
+                    f"DUCTOR_OPERATOR_KEY must be at least {MIN_OPERATOR_KEY_LENGTH} characters"
+                    " (make one with: python -c 'import secrets;"
+                    " print(secrets.token_urlsafe(32))')"
+                )
+            values["operator_key"] = operator_key.strip()
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 
@@ -509,6 +523,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="DUCTOR_SEED_TENANT",
         what="the tenant `ductor serve --seed DIR` applies its manifests to (`--seed-tenant`)",
+    ),
+    Variable(
+        name="DUCTOR_OPERATOR_KEY",
+        field="operator_key",
+        what="the operator's key (at least 32 characters) for `/v1/tenants` and `ductor "
+        "tenants` over the API; unset, tenants are created with `ductor tenants create "
+        "--database` only (see [security](security.md#tenancy))",
     ),
     Variable(
         name="DUCTOR_OTEL",

@@ -51,7 +51,7 @@ async def test_running_opens_migrates_and_closes_the_store(tmp_path: Path) -> No
     composition = build(Settings(data_dir=tmp_path, poll_interval=0.05))
     async with composition.running():
         assert composition.runtime.running
-        key = await composition.services.keys.create("t1", name="k")
-        assert await composition.services.keys.tenant_of(key) == "t1"
+        key = await composition.services.keys.provision("t1", name="k")
+        assert (await composition.services.keys.authenticate(key)).tenant_id == "t1"
     assert not composition.runtime.running
     assert (tmp_path / "ductor.db").is_file()

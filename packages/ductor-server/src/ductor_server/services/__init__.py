@@ -42,6 +42,7 @@ from ductor_server.services.runs import (
     parse_run_status,
     run_view,
 )
+from ductor_server.services.tenants import TenantsService
 from ductor_server.services.wallets import WalletService
 from ductor_server.services.workflows import (
     PublishedWorkflow,
@@ -70,6 +71,7 @@ class Services:
     connections: ConnectionsService
     inbox: InboxService
     ai: AiService
+    tenants: TenantsService
 
 
 __all__ = [
@@ -103,6 +105,7 @@ __all__ = [
     "ShadowReportView",
     "SignalAccepted",
     "StepView",
+    "TenantsService",
     "VersionInfo",
     "WalletService",
     "WorkflowFamilyView",

@@ -83,7 +83,10 @@ def _tuples(count: int, width: int) -> str:
 
 
 _TENANT_COLS = "id, name, created_at"
-_KEY_COLS = "id, tenant_id, name, prefix, key_hash, created_at, revoked_at"
+_KEY_COLS = (
+    "id, tenant_id, name, prefix, key_hash, created_at, revoked_at, scopes, expires_at,"
+    " last_used_at"
+)
 _WF_COLS = "tenant_id, family_slug, version, hash, definition, trigger_events, created_at"
 _RUN_COLS = (
     "tenant_id, id, family_slug, version, status, state, lock_version, input, output, error,"
@@ -407,6 +410,9 @@ class SqlTx:
             key_hash=r[4],
             created_at=self.from_timestamp(r[5]),
             revoked_at=self._dt_or_none(r[6]),
+            scopes=tuple(r[7].split()),
+            expires_at=self._dt_or_none(r[8]),
+            last_used_at=self._dt_or_none(r[9]),
         )
 
     def _workflow(self, r: Row) -> WorkflowVersionRecord:
@@ -555,18 +561,52 @@ class SqlTx:
             raise StoreError(f"tenant {tenant_id!r} vanished after insert")
         return tenant
 
+    async def insert_tenant(self, tenant_id: str, *, name: str, now: datetime) -> bool:
+        changed = await self.execute(
+            "INSERT INTO tenants (id, name, created_at) VALUES (%s, %s, %s)"
+            " ON CONFLICT (id) DO NOTHING",
+            (tenant_id, name, self.to_timestamp(now)),
+        )
+        return changed > 0
+
     async def get_tenant(self, tenant_id: str) -> TenantRecord | None:
         row = await self.fetch_one(
             f"SELECT {_TENANT_COLS} FROM tenants WHERE id = %s", (tenant_id,)
         )
         return None if row is None else self._tenant(row)
 
+    async def page_tenants(self, *, after: str | None, limit: int) -> list[TenantRecord]:
+        rows = await self.fetch_all(
+            f"SELECT {_TENANT_COLS} FROM tenants WHERE id > %s ORDER BY id LIMIT %s",
+            ("" if after is None else after, limit),
+        )
+        return [self._tenant(r) for r in rows]
+
     async def create_api_key(
-        self, tenant_id: str, *, key_id: str, name: str, prefix: str, key_hash: str, now: datetime
+        self,
+        tenant_id: str,
+        *,
+        key_id: str,
+        name: str,
+        prefix: str,
+        key_hash: str,
+        now: datetime,
+        scopes: Sequence[str] = ("admin",),
+        expires_at: datetime | None = None,
     ) -> ApiKeyRecord:
         await self.execute(
-            f"INSERT INTO api_keys ({_KEY_COLS}) VALUES (%s, %s, %s, %s, %s, %s, NULL)",
-            (key_id, tenant_id, name, prefix, key_hash, self.to_timestamp(now)),
+            f"INSERT INTO api_keys ({_KEY_COLS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s, NULL)",
+            (
+                key_id,
+                tenant_id,
+                name,
+                prefix,
+                key_hash,
+                self.to_timestamp(now),
+                " ".join(scopes),
+                None if expires_at is None else self.to_timestamp(expires_at),
+            ),
         )
         return ApiKeyRecord(
             id=key_id,
@@ -575,11 +615,20 @@ class SqlTx:
             prefix=prefix,
             key_hash=key_hash,
             created_at=utc(now),
+            scopes=tuple(scopes),
+            expires_at=None if expires_at is None else utc(expires_at),
         )
 
     async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None:
         row = await self.fetch_one(
             f"SELECT {_KEY_COLS} FROM api_keys WHERE key_hash = %s", (key_hash,)
+        )
+        return None if row is None else self._key(row)
+
+    async def get_api_key(self, tenant_id: str, key_id: str) -> ApiKeyRecord | None:
+        row = await self.fetch_one(
+            f"SELECT {_KEY_COLS} FROM api_keys WHERE tenant_id = %s AND id = %s",
+            (tenant_id, key_id),
         )
         return None if row is None else self._key(row)
 
@@ -590,11 +639,54 @@ class SqlTx:
         )
         return [self._key(r) for r in rows]
 
+    async def page_api_keys(
+        self, tenant_id: str, *, before: tuple[datetime, str] | None, limit: int
+    ) -> list[ApiKeyRecord]:
+        if before is None:
+            rows = await self.fetch_all(
+                f"SELECT {_KEY_COLS} FROM api_keys WHERE tenant_id = %s"
+                " ORDER BY created_at DESC, id DESC LIMIT %s",
+                (tenant_id, limit),
+            )
+        else:
+            at, key_id = before
+            rows = await self.fetch_all(
+                f"SELECT {_KEY_COLS} FROM api_keys WHERE tenant_id = %s"
+                " AND (created_at, id) < (%s, %s)"
+                " ORDER BY created_at DESC, id DESC LIMIT %s",
+                (tenant_id, self.to_timestamp(at), key_id, limit),
+            )
+        return [self._key(r) for r in rows]
+
+    async def count_live_api_keys(
+        self, tenant_id: str, *, now: datetime, scope: str | None = None
+    ) -> int:
+        sql = (
+            "SELECT count(*) FROM api_keys WHERE tenant_id = %s AND revoked_at IS NULL"
+            " AND (expires_at IS NULL OR expires_at > %s)"
+        )
+        params: list[Any] = [tenant_id, self.to_timestamp(now)]
+        if scope is not None:
+            sql += " AND (' ' || scopes || ' ') LIKE %s"
+            params.append(f"% {scope} %")
+        row = await self.fetch_one(sql, params)
+        return 0 if row is None else int(row[0])
+
     async def revoke_api_key(self, tenant_id: str, key_id: str, *, now: datetime) -> bool:
         changed = await self.execute(
             "UPDATE api_keys SET revoked_at = %s"
             " WHERE tenant_id = %s AND id = %s AND revoked_at IS NULL",
             (self.to_timestamp(now), tenant_id, key_id),
+        )
+        return changed > 0
+
+    async def touch_api_key(
+        self, tenant_id: str, key_id: str, *, now: datetime, stale_before: datetime
+    ) -> bool:
+        changed = await self.execute(
+            "UPDATE api_keys SET last_used_at = %s WHERE tenant_id = %s AND id = %s"
+            " AND (last_used_at IS NULL OR last_used_at <= %s)",
+            (self.to_timestamp(now), tenant_id, key_id, self.to_timestamp(stale_before)),
         )
         return changed > 0
 

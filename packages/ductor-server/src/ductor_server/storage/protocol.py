@@ -3,7 +3,8 @@ the stores of other areas may ask of storage.
 
 No implementation here. Every tenant-owned read or write takes the tenant
 (directly, or inside each record of a batch); the only cross-tenant calls are
-the engine's scans (claim runs, lease tasks, due timers) and the API key lookup.
+the engine's scans (claim runs, lease tasks, due timers), the API key lookup and
+the operator's listing of tenants.
 
 `Tx` is grouped by area (`RunsTx`, `TasksTx`, ...). Tables owned by other areas
 (routing, the bridge registry, ...) are read and written through `tx.session`,
@@ -154,12 +155,30 @@ class TenantsTx(Protocol):
         """Create the tenant if it does not exist; return it (existing or new)."""
         ...
 
+    async def insert_tenant(self, tenant_id: str, *, name: str, now: datetime) -> bool:
+        """Create the tenant; False (and nothing written) if it exists already."""
+        ...
+
     async def get_tenant(self, tenant_id: str) -> TenantRecord | None:
         """The tenant, or None."""
         ...
 
+    async def page_tenants(self, *, after: str | None, limit: int) -> list[TenantRecord]:
+        """Up to `limit` tenants by id, those after `after` (the operator's listing:
+        the one read of tenants without a tenant)."""
+        ...
+
     async def create_api_key(
-        self, tenant_id: str, *, key_id: str, name: str, prefix: str, key_hash: str, now: datetime
+        self,
+        tenant_id: str,
+        *,
+        key_id: str,
+        name: str,
+        prefix: str,
+        key_hash: str,
+        now: datetime,
+        scopes: Sequence[str] = ("admin",),
+        expires_at: datetime | None = None,
     ) -> ApiKeyRecord:
         """Store a new API key (its SHA-256 hex hash, never the secret)."""
         ...
@@ -171,12 +190,37 @@ class TenantsTx(Protocol):
         """
         ...
 
+    async def get_api_key(self, tenant_id: str, key_id: str) -> ApiKeyRecord | None:
+        """The tenant's key with this id, revoked or not, or None."""
+        ...
+
     async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
         """The tenant's keys, oldest first."""
         ...
 
+    async def page_api_keys(
+        self, tenant_id: str, *, before: tuple[datetime, str] | None, limit: int
+    ) -> list[ApiKeyRecord]:
+        """Up to `limit` of the tenant's keys, newest first by (created_at, id), those
+        before `before` when given."""
+        ...
+
+    async def count_live_api_keys(
+        self, tenant_id: str, *, now: datetime, scope: str | None = None
+    ) -> int:
+        """How many of the tenant's keys are neither revoked nor expired at `now`
+        (only those listing `scope` when given)."""
+        ...
+
     async def revoke_api_key(self, tenant_id: str, key_id: str, *, now: datetime) -> bool:
         """Mark a key revoked; False if the tenant has no such live key."""
+        ...
+
+    async def touch_api_key(
+        self, tenant_id: str, key_id: str, *, now: datetime, stale_before: datetime
+    ) -> bool:
+        """Set the key's `last_used_at` to `now` unless it was set after
+        `stale_before`; True if it was written."""
         ...
 
 

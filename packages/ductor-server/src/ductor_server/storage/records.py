@@ -40,6 +40,9 @@ class ApiKeyRecord(_Record, frozen=True, kw_only=True):
     key_hash: str  # sha256 hex of the whole secret
     created_at: datetime
     revoked_at: datetime | None = None
+    scopes: tuple[str, ...] = ("admin",)  # what the key may do (keys of old were admin)
+    expires_at: datetime | None = None  # refused from then on; None: never
+    last_used_at: datetime | None = None  # to the minute: written at most once a minute
 
 
 # --- workflows -----------------------------------------------------------------

@@ -43,8 +43,16 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "request.unsupported_media_type": _(415, INVALID_ARGUMENT),
     "route.not_found": _(404, UNIMPLEMENTED),
     "route.method_not_allowed": _(405, UNIMPLEMENTED),
-    # who is asking
+    # who is asking, and what its key may do
     "auth.unauthenticated": _(401, UNAUTHENTICATED),
+    "auth.key_expired": _(401, UNAUTHENTICATED),
+    "auth.forbidden": _(403, PERMISSION_DENIED),
+    "key.invalid": _(422, INVALID_ARGUMENT),
+    "key.not_found": _(404, NOT_FOUND),
+    "key.last_admin": _(409, FAILED_PRECONDITION),
+    "tenant.invalid": _(422, INVALID_ARGUMENT),
+    "tenant.not_found": _(404, NOT_FOUND),
+    "tenant.conflict": _(409, ALREADY_EXISTS),
     # replays
     "idempotency.conflict": _(422, FAILED_PRECONDITION),
     # definitions

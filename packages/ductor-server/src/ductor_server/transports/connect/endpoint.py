@@ -39,12 +39,14 @@ from protobuf.wkt import Struct
 
 from ductor_core.errors import DuctorError
 from ductor_server.services import Answer, Services
+from ductor_server.services.keys import Scope
 from ductor_server.transports.connect.method import PACKAGE, Method
 from ductor_server.transports.error_codes import error_code
 from ductor_server.transports.rest.auth import bearer_token
 from ductor_server.transports.rest.bodies import decode_body
 from ductor_server.transports.rest.errors import ApiError
 from ductor_server.transports.rest.idempotency import HEADER, REPLAYED_HEADER, checked_key
+from ductor_server.transports.rest.scopes import scope_for
 
 log = logging.getLogger("ductor_server.transports.connect")
 
@@ -93,24 +95,36 @@ class MsgspecJsonCodec:
 
 
 class Authenticate:
-    """The leading metadata interceptor: finds the caller's tenant from its API key
+    """The leading metadata interceptor: finds the caller's tenant from its API key,
+    and checks that the key holds the scope of the REST call the method mirrors,
     before the request's body is read."""
 
     def __init__(self, endpoint: ConnectEndpoint) -> None:
         self._endpoint = endpoint
+        self._scopes = {
+            (f"{PACKAGE}.{spec.service}", spec.name): scope_for(*spec.rest.split(" ", 1))
+            for spec in endpoint.methods
+        }
 
     async def on_start(self, ctx: RequestContext[Any, Any]) -> object:
         """Resolve the tenant; it is what the method's call is given.
 
         Raises:
-            ConnectError: `unauthenticated` (or `unavailable` when not serving).
+            ConnectError: `unauthenticated`, `permission_denied` (the key lacks the
+                scope), or `unavailable` when not serving.
         """
+        info = ctx.method
         try:
             key = bearer_token(ctx.request_headers.get("authorization"))
-            tenant_id = await self._endpoint.services.keys.tenant_of(key)
+            caller = await self._endpoint.services.keys.authenticate(key)
+            # A method unknown here cannot be routed; it needs `admin`, as a REST
+            # route missing from the scope table does.
+            needed = self._scopes.get((info.service_name, info.name), Scope.ADMIN)
+            if needed is not None:
+                caller.require(needed)
         except DuctorError as error:
             raise connect_error(error) from None
-        return _TENANT.set(tenant_id)
+        return _TENANT.set(caller.tenant_id)
 
     async def on_end(
         self, token: object, ctx: RequestContext[Any, Any], error: Exception | None, /

@@ -1,7 +1,9 @@
 """`/mcp`: the MCP server over streamable HTTP, mounted in the Litestar app.
 
 Every request is checked before any MCP work: the API key (the same
-`Authorization: Bearer` as REST; 401 `auth.unauthenticated` otherwise), then
+`Authorization: Bearer` as REST; 401 `auth.unauthenticated` or
+`auth.key_expired` otherwise; each tool then needs the scope of the REST call it
+mirrors, see `server.py`), then
 the body size (413 `request.too_large` over `max_body_bytes`). Both refusals
 are JSON-RPC error bodies whose `error.data` is the REST error body, so an MCP
 client shows the reason. The session manager runs stateless with JSON answers:
@@ -41,6 +43,9 @@ INVALID_REQUEST = -32600
 
 TENANT_KEY = "ductor.tenant_id"
 """Where `handle` leaves the caller's tenant in the request scope's `state`."""
+
+CALLER_KEY = "ductor.caller"
+"""Where `handle` leaves the caller (tenant, key, scopes) in the request scope's `state`."""
 
 
 class McpEndpoint:
@@ -157,14 +162,15 @@ class McpEndpoint:
                 raise ApiError(
                     "the MCP server is not running", code="service.unavailable", retryable=True
                 )
-            tenant_id = await services.keys.tenant_of(key)
+            caller = await services.keys.authenticate(key)
             body = await self._read_body(scope, receive)
             manager = await self._ready()
         except DuctorError as error:
             await _refuse(send, error)
             return
         state: dict[str, Any] = dict(scope.get("state") or {})
-        state[TENANT_KEY] = tenant_id
+        state[TENANT_KEY] = caller.tenant_id
+        state[CALLER_KEY] = caller
         scope["state"] = state
         replayed = False
 
@@ -249,4 +255,4 @@ async def _refuse(send: Send, error: DuctorError) -> None:
     await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
 
 
-__all__ = ["MCP_PATH", "TENANT_KEY", "McpEndpoint", "error_body"]
+__all__ = ["CALLER_KEY", "MCP_PATH", "TENANT_KEY", "McpEndpoint", "error_body"]

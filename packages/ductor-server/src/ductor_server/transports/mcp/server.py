@@ -1,10 +1,13 @@
 """The MCP server of one process: its tools and resources over the shared services.
 
-Handlers find the services in the server's lifespan context and the caller's
-tenant in the HTTP request's scope, where `McpEndpoint` put it after checking
-the API key. A service error becomes a tool error result carrying the REST
-error body (`{code, message, details}`), never a protocol error; malformed
-arguments are `request.invalid` naming the argument. No HTTP here.
+Handlers find the services in the server's lifespan context and the caller
+(tenant and scopes) in the HTTP request's scope, where `McpEndpoint` put it
+after checking the API key. A tool needs the scope of the REST call it mirrors
+(`tools/list` shows only the tools the key may call; calling another is
+`auth.forbidden`), and the resources need `read`. A service error becomes a tool
+error result carrying the REST error body (`{code, message, details}`), never a
+protocol error; malformed arguments are `request.invalid` naming the argument.
+No HTTP here.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ from mcp_types import (
 from ductor_core.errors import DuctorError
 from ductor_server.errors import RequestInvalid
 from ductor_server.services import Answer, Services
-from ductor_server.transports.mcp.endpoint import TENANT_KEY, error_body
+from ductor_server.services.keys import Caller, Scope
+from ductor_server.transports.mcp.endpoint import CALLER_KEY, error_body
 from ductor_server.transports.mcp.tools import TOOLS, ToolSpec, input_schema
 from ductor_server.transports.rest.bodies import check_limits, too_deep
 from ductor_server.transports.rest.errors import ApiError
+from ductor_server.transports.rest.scopes import scope_for
 
 log = logging.getLogger("ductor_server.transports.mcp")
 
@@ -146,18 +151,39 @@ def tool_definition(tool: ToolSpec) -> Tool:
     )
 
 
-def tenant_of(ctx: ServerRequestContext[Services, Any]) -> str:
-    """The tenant `McpEndpoint` authenticated for this request.
+def caller_of(ctx: ServerRequestContext[Services, Any]) -> Caller:
+    """The caller `McpEndpoint` authenticated for this request.
 
     Raises:
         MCPError: the request came by another way than the endpoint (a bug).
     """
     request = ctx.request
     state = getattr(request, "scope", {}).get("state") or {}
-    tenant_id = state.get(TENANT_KEY)
-    if not isinstance(tenant_id, str):
-        raise MCPError(INTERNAL_ERROR, "the request carries no authenticated tenant")
-    return tenant_id
+    caller = state.get(CALLER_KEY)
+    if not isinstance(caller, Caller):
+        raise MCPError(INTERNAL_ERROR, "the request carries no authenticated caller")
+    return caller
+
+
+def tool_scope(tool: ToolSpec) -> Scope:
+    """The scope a key needs to call `tool`: that of the REST call it mirrors."""
+    method, _, path = tool.route.partition(" ")
+    return scope_for(method, path) or Scope.ADMIN
+
+
+def reader_of(ctx: ServerRequestContext[Services, Any]) -> str:
+    """The tenant of a caller allowed to read resources.
+
+    Raises:
+        MCPError: the key lacks the `read` scope (its data is the `auth.forbidden` body).
+    """
+    caller = caller_of(ctx)
+    try:
+        caller.require(Scope.READ)
+    except DuctorError as error:
+        body = error_body(error)
+        raise MCPError(INVALID_PARAMS, f"{body['code']}: {body['message']}", body) from None
+    return caller.tenant_id
 
 
 def build_server(
@@ -175,7 +201,10 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext[Services, Any], _: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        return ListToolsResult(tools=definitions)
+        caller = caller_of(ctx)
+        return ListToolsResult(
+            tools=[d for d, t in zip(definitions, TOOLS, strict=True) if caller.may(tool_scope(t))]
+        )
 
     async def on_call_tool(
         ctx: ServerRequestContext[Services, Any], params: CallToolRequestParams
@@ -189,10 +218,11 @@ def build_server(
                     "details": {"tool": params.name, "tools": sorted(_BY_NAME)},
                 }
             )
-        tenant_id = tenant_of(ctx)
+        caller = caller_of(ctx)
         try:
+            caller.require(tool_scope(tool))
             args = decode_arguments(params.arguments, tool.arguments)
-            value = await tool.call(ctx.lifespan_context, tenant_id, args)
+            value = await tool.call(ctx.lifespan_context, caller.tenant_id, args)
         except DuctorError as error:
             return tool_error(error_body(error))
         except Exception:
@@ -203,7 +233,7 @@ def build_server(
     async def list_resources(
         ctx: ServerRequestContext[Services, Any], _: PaginatedRequestParams | None
     ) -> ListResourcesResult:
-        families = await ctx.lifespan_context.workflows.families(tenant_of(ctx))
+        families = await ctx.lifespan_context.workflows.families(reader_of(ctx))
         return ListResourcesResult(
             resources=[
                 Resource(
@@ -247,7 +277,7 @@ def build_server(
         ctx: ServerRequestContext[Services, Any], params: ReadResourceRequestParams
     ) -> ReadResourceResult:
         uri = str(params.uri)
-        services, tenant_id = ctx.lifespan_context, tenant_of(ctx)
+        services, tenant_id = ctx.lifespan_context, reader_of(ctx)
         value: Any
         try:
             if match := _VERSION.fullmatch(uri):
@@ -299,8 +329,10 @@ __all__ = [
     "VERSION_URI",
     "WORKFLOW_URI",
     "build_server",
+    "caller_of",
     "decode_arguments",
     "tool_definition",
     "tool_error",
     "tool_result",
+    "tool_scope",
 ]

@@ -164,6 +164,8 @@ class ToolSpec:
 
     Attributes:
         name: the tool's name.
+        route: the REST call it mirrors (`"METHOD /path/template"`); a caller's key
+            needs the scope that call needs (`transports/rest/scopes.py`).
         title: a short human title.
         description: what it does, and the REST call it mirrors.
         arguments: the struct its arguments are decoded into.
@@ -174,6 +176,7 @@ class ToolSpec:
     """
 
     name: str
+    route: str
     title: str
     description: str
     arguments: type[_Args]
@@ -276,6 +279,7 @@ async def _get_receipt(services: Services, tenant_id: str, args: ReceiptArgs) ->
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         name="list_workflows",
+        route="GET /v1/workflows",
         title="List workflows",
         description="Every workflow family of the tenant (GET /v1/workflows), under `items`.",
         arguments=NoArgs,
@@ -283,6 +287,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="get_workflow",
+        route="GET /v1/workflows/{slug}",
         title="Get a workflow",
         description="A family with its latest definition and versions (GET "
         "/v1/workflows/{slug}), or one published version with `version`.",
@@ -291,6 +296,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="validate_workflow",
+        route="POST /v1/workflows/validate",
         title="Validate a definition",
         description="Check a definition without publishing it (POST /v1/workflows/validate): "
         "`{valid, problems[]}`, each problem with a JSON pointer.",
@@ -300,6 +306,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="publish_workflow",
+        route="POST /v1/workflows",
         title="Publish a definition",
         description="Publish a definition as a new immutable version (POST /v1/workflows); "
         "an invalid one is refused with `definition.invalid` and every problem.",
@@ -310,6 +317,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="trigger_run",
+        route="POST /v1/runs",
         title="Trigger a run",
         description="Start a run of a published family, latest version unless `version` "
         "(POST /v1/runs).",
@@ -319,6 +327,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="get_run",
+        route="GET /v1/runs/{run_id}",
         title="Get a run",
         description="A run: status, input, output, error and every step's state "
         "(GET /v1/runs/{id}).",
@@ -327,6 +336,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="get_run_history",
+        route="GET /v1/runs/{run_id}/history",
         title="Get a run's history",
         description="The run's append-only history, oldest first (GET /v1/runs/{id}/history), "
         "under `items`.",
@@ -335,6 +345,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="send_event",
+        route="POST /v1/events",
         title="Send an event",
         description="Accept a named event: starts the runs it triggers and wakes runs "
         "waiting on it (POST /v1/events). A repeated `id` is a duplicate.",
@@ -344,6 +355,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="send_signal",
+        route="POST /v1/runs/{run_id}/signals/{name}",
         title="Send a signal",
         description="Send a named signal to a run (POST /v1/runs/{id}/signals/{name}).",
         arguments=SendSignalArgs,
@@ -352,6 +364,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="cancel_run",
+        route="POST /v1/runs/{run_id}/cancel",
         title="Cancel a run",
         description="Ask for a run and its children to be cancelled on its next tick "
         "(POST /v1/runs/{id}/cancel).",
@@ -362,6 +375,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="route",
+        route="POST /v1/route",
         title="Route a routable",
         description="Run Validate, Enrich, Filter, Select, Assign on a routable (POST "
         "/v1/route): the decision, its explanation and its assignment.",
@@ -371,6 +385,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="get_decision",
+        route="GET /v1/decisions/{decision_id}",
         title="Get a routing decision",
         description="A stored routing decision with its explanation (GET /v1/decisions/{id}).",
         arguments=DecisionArgs,
@@ -378,6 +393,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="list_accounts",
+        route="GET /v1/accounts",
         title="List account balances",
         description="Every ledger account with `balance`, `pending` and `available` in "
         "micros (GET /v1/accounts), under `items`.",
@@ -386,6 +402,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="get_account",
+        route="GET /v1/accounts/{code}",
         title="Get an account balance",
         description="One ledger account with its balances (GET /v1/accounts/{code}).",
         arguments=AccountArgs,
@@ -393,6 +410,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="list_receipts",
+        route="GET /v1/receipts",
         title="List receipts",
         description="Signed receipts newest first; `subject` (`run:ID`), `kind`, `cursor`, "
         "`limit` as GET /v1/receipts.",
@@ -401,6 +419,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="get_receipt",
+        route="GET /v1/receipts/{receipt_id}",
         title="Get a receipt",
         description="One signed receipt: its DSSE envelope, the decoded receipt, the key id "
         "and the digest (GET /v1/receipts/{id}).",

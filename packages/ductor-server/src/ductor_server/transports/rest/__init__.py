@@ -12,6 +12,7 @@ from ductor_server.transports.rest.extensions import ExtensionsController
 from ductor_server.transports.rest.health import healthz, readyz
 from ductor_server.transports.rest.inbox import PUBLIC_HANDLERS as INBOX_PUBLIC
 from ductor_server.transports.rest.inbox import InboxController
+from ductor_server.transports.rest.keys import OPERATOR_CONTROLLERS, KeysController
 from ductor_server.transports.rest.ledger import LEDGER_CONTROLLERS
 from ductor_server.transports.rest.metering import METERING_CONTROLLERS
 from ductor_server.transports.rest.receipts import ReceiptsController, receipt_keys
@@ -34,14 +35,16 @@ V1_CONTROLLERS = (
     *CONNECTION_CONTROLLERS,
     InboxController,
     AiController,
+    KeysController,
 )
-"""Every controller served under /v1."""
+"""Every controller served under /v1 to a tenant's API key."""
 
 PUBLIC_ROUTES = (*PUBLIC_HANDLERS, *INBOX_PUBLIC)
 """Routes the API role serves without an API key: each checks its own signature
 (or, for a subscriber's inbox, its subscriber token)."""
 
 __all__ = [
+    "OPERATOR_CONTROLLERS",
     "PUBLIC_ROUTES",
     "STATUS_BY_CODE",
     "V1_CONTROLLERS",

@@ -49,8 +49,10 @@ V1_ERRORS: dict[int, ResponseSpec] = {
     status: ResponseSpec(data_container=ErrorBody, description=description)
     for status, description in {
         400: "Malformed JSON (`request.malformed_json`, with line and column)",
-        401: "Missing, unknown or revoked API key (`auth.unauthenticated`)",
-        403: "The tenant's plan does not allow it (`entitlement.missing`, ...)",
+        401: "Missing, unknown or revoked API key (`auth.unauthenticated`), or an expired"
+        " one (`auth.key_expired`)",
+        403: "The API key lacks the scope the call needs (`auth.forbidden`), or the"
+        " tenant's plan does not allow it (`entitlement.missing`, ...)",
         404: "Not found for this tenant (`*.not_found`)",
         409: "The object's state forbids this (`run.not_cancellable`, `run.ended`, ...)",
         413: "Body over the size limit (`request.too_large`)",
