@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -376,6 +377,35 @@ def test_another_tenant_finds_nothing(postgres: ServerProcess) -> None:
         assert runs["items"] == []
         trigger = _rpc(stranger, "RunService/TriggerRun", {"family_slug": "hello"})
         assert trigger.json()["details"][0]["debug"]["code"] == "workflow.not_found"
+
+
+def test_a_method_needs_the_scope_of_its_rest_call(sqlite: ServerProcess) -> None:
+    with sqlite.client() as http:
+        http.post("/v1/workflows", json=HELLO)
+        made = http.post("/v1/keys", json={"name": "reader", "scopes": ["read"]})
+        assert made.status_code == 201, made.text
+        reader_key = made.json()["key"]
+        expired = http.post(
+            "/v1/keys", json={"name": "gone", "scopes": ["read"], "expires_in": "1s"}
+        ).json()["key"]
+    with sqlite.client(reader_key) as reader:
+        listed = _rpc(reader, "WorkflowService/ListWorkflows", {})
+        assert listed.status_code == 200, listed.text
+        refused = _rpc(reader, "RunService/TriggerRun", {"family_slug": "hello"})
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["code"] == "permission_denied"
+        debug = refused.json()["details"][0]["debug"]
+        assert debug["code"] == "auth.forbidden"
+        assert debug["details"]["needed"] == "write"
+        assert _rpc(reader, "RunService/ListRuns", {}).status_code == 200
+    with sqlite.client() as http:
+        runs = http.get("/v1/runs").json()["items"]
+    assert runs == []  # the refused trigger started nothing
+    time.sleep(1.5)
+    with sqlite.client(expired) as late:
+        gone = _rpc(late, "WorkflowService/ListWorkflows", {})
+        assert gone.status_code == 401
+        assert gone.json()["details"][0]["debug"]["code"] == "auth.key_expired"
 
 
 def test_ten_concurrent_duplicates_start_one_run(postgres: ServerProcess) -> None:

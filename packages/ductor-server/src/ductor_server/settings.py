@@ -327,7 +327,7 @@ VARIABLES: tuple[Variable, ...] = (
         field="database_url",
         default="unset: SQLite under the data dir",
         what="a `postgresql://` (also `postgres://` or `postgresql+psycopg://`) URL for "
-        "`ductor serve`, `ductor migrate` and `ductor keys create`, or `sqlite:///path`; "
+        "`ductor serve`, `ductor migrate` and the `--database` commands, or `sqlite:///path`; "
         "any other scheme, or a URL without its `//`, is refused",
     ),
     Variable(

@@ -165,10 +165,18 @@ NO_API_KEY: dict[str, str] = {
     "WS /v1/inbox/me/ws": "a subscriber token",
 }
 """Routes that take no API key, and what they check instead (the OpenAPI document's
-own pages under `/docs/` and a subscriber's `/v1/inbox/me/...` calls are matched by
-prefix in `checked_without_key`)."""
+own pages under `/docs/`, a subscriber's `/v1/inbox/me/...` calls, the Connect-RPC
+services and the dashboard's files are matched by prefix in `checked_without_key`)."""
 
-_PREFIXES = {"/docs/": "public", "/v1/inbox/me/": "a subscriber token"}
+_PREFIXES = {
+    "/docs/": "public",
+    "/v1/inbox/me/": "a subscriber token",
+    # Connect-RPC: one mount per service; each method needs the scope of the REST
+    # call it mirrors, checked before its body is read (transports/connect).
+    "/ductor.v1.": "an API key, checked per method against its REST call's scope",
+    # The dashboard's static files; its pages call /v1 with the signed-in key.
+    "/ui": "public (static files)",
+}
 
 
 def checked_without_key(route: str) -> str | None:
