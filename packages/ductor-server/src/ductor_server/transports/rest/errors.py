@@ -44,6 +44,7 @@ STATUS_BY_CODE: dict[str, int] = {
     # state conflicts and bad events
     "run.not_cancellable": 409,
     "run.ended": 409,
+    "run.not_ended": 409,
     "event.invalid": 422,
     # routing (issue 5)
     "routing.config": 422,
