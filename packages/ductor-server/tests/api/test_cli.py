@@ -165,6 +165,8 @@ def test_every_documented_command_parses() -> None:
         ["runs", "watch", "id"],
         ["events", "send", "name", "--data", "{}", "--id", "e1"],
         ["runs", "rerun", "id", "--latest", "--idempotency-key", "k"],
+        ["chat", "-m", "why?", "--model", "gpt", "--yes"],
+        ["chat", "--conversation", "agc_1", "--json"],
     ]:
         assert parser.parse_args(argv).func is not None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ductor_server.services.agent import AgentService
 from ductor_server.services.ai import AiService
 from ductor_server.services.bridge import AppView, BridgeService
 from ductor_server.services.connections import ConnectionsService
@@ -70,9 +71,11 @@ class Services:
     connections: ConnectionsService
     inbox: InboxService
     ai: AiService
+    agent: AgentService
 
 
 __all__ = [
+    "AgentService",
     "AiService",
     "Answer",
     "AppView",

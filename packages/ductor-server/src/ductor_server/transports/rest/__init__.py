@@ -3,6 +3,7 @@ handlers over `ductor_server.services`; `ductor_server.app` assembles them."""
 
 from __future__ import annotations
 
+from ductor_server.transports.rest.agent import AgentController
 from ductor_server.transports.rest.ai import AiController
 from ductor_server.transports.rest.bridge import BridgeController
 from ductor_server.transports.rest.connections import CONNECTION_CONTROLLERS
@@ -34,6 +35,7 @@ V1_CONTROLLERS = (
     *CONNECTION_CONTROLLERS,
     InboxController,
     AiController,
+    AgentController,
 )
 """Every controller served under /v1."""
 

@@ -129,6 +129,12 @@ STATUS_BY_CODE: dict[str, int] = {
     "ai.price_not_found": 404,
     "ai.upstream_error": 502,
     "ai.upstream_timeout": 504,
+    # the chat agent
+    "agent.conversation_not_found": 404,
+    "agent.conversation_busy": 409,
+    "agent.conversation_too_long": 409,
+    "agent.confirmation_required": 409,
+    "agent.tool_call_not_pending": 409,
     # the server
     "outbound.forbidden": 422,
     "service.unavailable": 503,
