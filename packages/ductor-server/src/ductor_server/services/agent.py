@@ -998,7 +998,16 @@ class AgentService:
         Raises:
             the model call's error (the turn is stored `failed` first).
         """
-        loop = _Loop(self, tenant_id, conversation, turn, await self._lease(tenant_id))
+        loop = _Loop(
+            store=self._store,
+            ai=self._ai,
+            clock=self._clock,
+            services=self._tools_services,
+            tenant_id=tenant_id,
+            conversation=conversation,
+            turn=turn,
+            lease=await self._lease(tenant_id),
+        )
         try:
             return await loop.run()
         except _TurnLost:
@@ -1017,15 +1026,20 @@ class _Loop:
 
     def __init__(
         self,
-        agent: AgentService,
+        *,
+        store: Store,
+        ai: AiService,
+        clock: Clock,
+        services: Callable[[], Services],
         tenant_id: str,
         conversation: ConversationRecord,
         turn: TurnRecord,
         lease: timedelta,
     ) -> None:
-        self.agent = agent
-        self.store = agent._store
-        self.clock = agent._clock
+        self.store = store
+        self.ai = ai
+        self.clock = clock
+        self.services = services
         self.tenant_id = tenant_id
         self.conversation = conversation
         self.turn = turn
@@ -1049,7 +1063,7 @@ class _Loop:
             }
             request_id = new_request_id()
             try:
-                answer = await self.agent._ai.proxy(
+                answer = await self.ai.proxy(
                     self.tenant_id,
                     "chat",
                     body,
@@ -1276,7 +1290,7 @@ class _Loop:
     async def _execute(self, call: ToolCallRecord) -> tuple[str, bool, str | None, str]:
         """Run one tool call: (result text, truncated, error code, status)."""
         spec = TOOLS_BY_NAME[call.tool]
-        services = self.agent._tools_services()
+        services = self.services()
         try:
             args = decode_arguments_json(call.arguments.encode(), spec.arguments)
             if spec.mutates:

@@ -651,8 +651,10 @@ class AiService:
             AiUpstreamError, AiUpstreamTimeout: the upstream failed before answering.
         """
         model, stream, estimate_in, estimate_out = check_body(kind, body)
-        if request_id is None or not _REQUEST_ID.fullmatch(request_id):
+        if request_id is None:
             request_id = new_request_id()
+        elif not _REQUEST_ID.fullmatch(request_id):
+            raise ValueError(f"not an AI request id: {request_id[:64]!r}")
         call = _Call(
             tenant_id=tenant_id,
             id=request_id,
