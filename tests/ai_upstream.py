@@ -10,13 +10,19 @@ Models (chat):
     `slow`     answers after 5 s.
     `fail`     answers 500 with an OpenAI error body.
     `limited`  answers 429 with an OpenAI error body.
+    `operator` plays a model with tools, for the chat agent (see `operator_answer`);
+               usage 100 in, 20 out.
+    `looper`   asks for `list_workflows` every time (it never answers).
 Streams send "Hel", "lo", " world" (usage 11 in, 3 out when asked) and `[DONE]`.
 Embeddings answer one 3-float vector per input, usage 2 tokens per input.
+`fail_after_tool` makes the next request whose last message is a tool result
+answer 500 (once).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -27,6 +33,117 @@ UPSTREAM_KEY = "sk-upstream-Xq7Lm2Nb8Vc4Rt9Y"
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 STREAM_USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
 PIECES = ["Hel", "lo", " world"]
+OPERATOR_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+
+
+def _call(name: str, arguments: dict[str, Any], n: int = 0) -> dict[str, Any]:
+    return {
+        "id": f"call_{name}_{n}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """(tool name, decoded result) of each tool message after the last answer."""
+    asked: dict[str, str] = {}
+    results: list[tuple[str, Any]] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            asked = {c["id"]: c["function"]["name"] for c in message.get("tool_calls") or []}
+            results = []
+        elif message.get("role") == "tool":
+            try:
+                value = json.loads(message.get("content") or "null")
+            except ValueError:
+                value = message.get("content")
+            results.append((asked.get(message.get("tool_call_id", ""), "?"), value))
+    return results
+
+
+def operator_answer(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `operator` model's next message: tool calls, or a final text.
+
+    To a user's message: "why did L go to B?" -> `list_assignments` of L; "retry
+    the failed runs of F" -> `list_runs` of F's failed runs; "start F" ->
+    `trigger_run` of F; "call TOOL {json}" -> that call as is; else "echo: ...".
+    To tool results: `list_assignments` -> `get_decision` of the first one's
+    decision; `get_decision` -> a text quoting the decision's explanation (its
+    JSON with sorted keys); `list_runs` -> one `rerun_run` per run; anything else
+    -> a text with each result ("not executed" for a refused call).
+    """
+    last = messages[-1]
+    if last.get("role") == "user":
+        text = str(last.get("content") or "")
+        if match := re.search(r"why did (\S+) go to (\S+?)\??$", text):
+            return {
+                "content": None,
+                "tool_calls": [_call("list_assignments", {"routable_id": match[1]})],
+            }
+        if match := re.search(r"retry the failed runs of (\S+)", text):
+            arguments = {"status": "RUN_STATUS_FAILED", "family_slug": match[1]}
+            return {"content": None, "tool_calls": [_call("list_runs", arguments)]}
+        if match := re.fullmatch(r"start (\S+)", text):
+            return {
+                "content": None,
+                "tool_calls": [_call("trigger_run", {"family_slug": match[1]})],
+            }
+        if match := re.fullmatch(r"call (\w+) (.*)", text, re.DOTALL):
+            raw = {
+                "id": "call_raw",
+                "type": "function",
+                "function": {"name": match[1], "arguments": match[2]},
+            }
+            return {"content": None, "tool_calls": [raw]}
+        return {"content": f"echo: {text}"}
+    results = _tool_results(messages)
+    names = [name for name, _ in results]
+    if names == ["list_assignments"]:
+        items = (results[0][1] or {}).get("items") or []
+        if not items:
+            return {"content": "I found no assignment of it."}
+        return {
+            "content": None,
+            "tool_calls": [_call("get_decision", {"decision_id": items[0]["decision_id"]})],
+        }
+    if names == ["get_decision"]:
+        decision = results[0][1]
+        if set(decision) == {"error"}:
+            return {"content": f"I could not read the decision: {decision['error']['message']}"}
+        explanation = json.dumps(decision["explanation"], sort_keys=True)
+        return {
+            "content": f"{decision['routable_id']} went to {decision['worker']} "
+            f"(pool {decision['pool']}, strategy {decision['explanation'].get('strategy')}).\n"
+            f"The decision's explanation: {explanation}"
+        }
+    if names == ["list_runs"]:
+        runs = (results[0][1] or {}).get("items") or []
+        if not runs:
+            return {"content": "There are no failed runs."}
+        return {
+            "content": None,
+            "tool_calls": [_call("rerun_run", {"run_id": r["id"]}, n) for n, r in enumerate(runs)],
+        }
+    lines = []
+    for name, value in results:
+        if isinstance(value, dict) and set(value) == {"error"}:
+            lines.append(
+                f"{name}: not executed ({value['error']['code']}: {value['error']['message']})"
+            )
+        elif name == "rerun_run":
+            lines.append(f"re-ran {value['rerun_of']} as {value['run']['id']}")
+        elif name == "trigger_run":
+            lines.append(f"started {value['id']}")
+        else:
+            lines.append(f"{name}: {json.dumps(value, sort_keys=True)}")
+    return {"content": "\n".join(lines)}
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Says nothing when a caller hung up first (the proxy's timeouts do)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return None
 
 
 class ScriptedUpstream:
@@ -37,6 +154,7 @@ class ScriptedUpstream:
         self.gate = threading.Event()
         self.gate_released_by_caller: bool | None = None
         self.quiet = False
+        self.fail_after_tool = False
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,6 +187,8 @@ class ScriptedUpstream:
                     return self._json(
                         429, {"error": {"message": "slow down", "code": "rate_limit_exceeded"}}
                     )
+                if model in ("operator", "looper"):
+                    return self._agent(model, body)
                 if model == "slow":
                     time.sleep(5)
                 if body.get("stream"):
@@ -92,6 +212,36 @@ class ScriptedUpstream:
                 }
                 if model != "nousage":
                     answer["usage"] = USAGE
+                return self._json(200, answer)
+
+            def _agent(self, model: str, body: dict[str, Any]) -> None:
+                messages = body.get("messages") or [{}]
+                if upstream.fail_after_tool and messages[-1].get("role") == "tool":
+                    upstream.fail_after_tool = False
+                    return self._json(
+                        500, {"error": {"message": "the model crashed", "type": "server_error"}}
+                    )
+                if model == "looper":
+                    message: dict[str, Any] = {
+                        "content": None,
+                        "tool_calls": [_call("list_workflows", {}, len(messages))],
+                    }
+                else:
+                    message = operator_answer(messages)
+                answer = {
+                    "id": "chatcmpl-a",
+                    "object": "chat.completion",
+                    "created": 1700000000,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", **message},
+                            "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                        }
+                    ],
+                    "usage": OPERATOR_USAGE,
+                }
                 return self._json(200, answer)
 
             def _json(self, status: int, value: Any) -> None:
@@ -163,7 +313,7 @@ class ScriptedUpstream:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -186,4 +336,12 @@ class ScriptedUpstream:
         return [b for _, _, b in self.requests if model is None or b.get("model") == model]
 
 
-__all__ = ["PIECES", "STREAM_USAGE", "UPSTREAM_KEY", "USAGE", "ScriptedUpstream"]
+__all__ = [
+    "OPERATOR_USAGE",
+    "PIECES",
+    "STREAM_USAGE",
+    "UPSTREAM_KEY",
+    "USAGE",
+    "ScriptedUpstream",
+    "operator_answer",
+]

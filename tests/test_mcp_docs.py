@@ -53,7 +53,7 @@ def test_the_example_runs_and_prints_what_the_doc_says(sqlite_server: ServerProc
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stderr
-    [expected] = [b for b in blocks("text") if b.startswith("16 tools")]
+    [expected] = [b for b in blocks("text") if b.startswith("19 tools")]
     assert done.stdout == expected
 
     # The client configuration, with this server's address and key, reaches /mcp.

@@ -37,17 +37,28 @@ TOOLS = {
     "trigger_run",
     "get_run",
     "get_run_history",
+    "list_runs",
     "send_event",
     "send_signal",
     "cancel_run",
+    "rerun_run",
     "route",
     "get_decision",
+    "list_assignments",
     "list_accounts",
     "get_account",
     "list_receipts",
     "get_receipt",
 }
-MUTATING = {"publish_workflow", "trigger_run", "send_event", "send_signal", "cancel_run", "route"}
+MUTATING = {
+    "publish_workflow",
+    "trigger_run",
+    "send_event",
+    "send_signal",
+    "cancel_run",
+    "rerun_run",
+    "route",
+}
 
 GATE: dict[str, Any] = {
     "family_slug": "gate",
@@ -229,6 +240,35 @@ async def _every_tool(server: ServerProcess) -> None:
         history = await call(client, "get_run_history", run_id=run["id"])
         assert history == {"items": (await http.get(f"/v1/runs/{run['id']}/history")).json()}
         assert any(entry["kind"] for entry in history["items"])
+        listed_runs = await call(client, "list_runs", family_slug="gate", limit=10)
+        assert (
+            listed_runs
+            == (await http.get("/v1/runs", params={"family_slug": "gate", "limit": 10})).json()
+        )
+        assert (
+            await call(client, "list_runs", status="RUN_STATUS_CANCELLED", family_slug="gate")
+            == (
+                await http.get(
+                    "/v1/runs", params={"status": "RUN_STATUS_CANCELLED", "family_slug": "gate"}
+                )
+            ).json()
+        )
+        again_run = await client.call_tool(
+            "rerun_run", {"run_id": doomed["id"], "idempotency_key": "rr-1"}
+        )
+        assert not again_run.is_error
+        assert again_run.meta is not None
+        assert again_run.meta["ductor/status"] == 201
+        rerun = again_run.structured_content
+        assert rerun["rerun_of"] == doomed["id"]
+        assert rerun["run"] == (await http.get(f"/v1/runs/{rerun['run']['id']}")).json()
+        rest_rerun = await http.post(
+            f"/v1/runs/{doomed['id']}/rerun", json={}, headers={"Idempotency-Key": "rr-1"}
+        )
+        assert rest_rerun.headers["Idempotency-Replayed"] == "true"
+        assert rest_rerun.json()["run"]["id"] == rerun["run"]["id"]
+        still = await refused(client, "rerun_run", run_id=rerun["run"]["id"])
+        assert still["code"] == "run.not_ended"
         ended = await refused(client, "send_signal", run_id=run["id"], name="approve")
         rest_ended = await http.post(f"/v1/runs/{run['id']}/signals/approve", json={})
         assert ended == rest_ended.json()
@@ -255,6 +295,9 @@ async def _every_tool(server: ServerProcess) -> None:
         replay = await http.post("/v1/route", json=routable, headers={"Idempotency-Key": "r-1"})
         assert replay.headers["Idempotency-Replayed"] == "true"
         assert replay.json() == decision
+        assert await call(client, "list_assignments", routable_id="t-1") == {
+            "items": (await http.get("/v1/assignments", params={"routable_id": "t-1"})).json()
+        }
         assert await call(client, "get_decision", decision_id=decision["id"]) == (
             (await http.get(f"/v1/decisions/{decision['id']}")).json()
         )

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ductor_server import __version__
 from ductor_server.cli_apply import add_apply_command
+from ductor_server.cli_chat import add_chat_command
 from ductor_server.cli_client import add_client_commands
 from ductor_server.cli_connections import add_connections_commands
 from ductor_server.cli_extensions import add_extensions_commands
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_extensions_commands(sub)
     add_connections_commands(sub)
     add_apply_command(sub)
+    add_chat_command(sub)
     _mark_leaves(parser)
     return parser
 

@@ -382,6 +382,21 @@ def cmd_runs_cancel(client: ApiClient, args: argparse.Namespace, out: TextIO) ->
     return 0
 
 
+def cmd_runs_rerun(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Start a new run with an ended run's family, version and input."""
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    body = {"latest": True} if args.latest else None
+    answer = client.call("POST", f"/v1/runs/{args.run_id}/rerun", body=body, headers=headers)
+    run = answer["run"]
+    if args.quiet:
+        out.write(run["id"] + "\n")
+    else:
+        out.write(
+            f"re-ran {answer['rerun_of']} as {run['id']} ({run['family_slug']} v{run['version']})\n"
+        )
+    return 0
+
+
 def cmd_runs_signal(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Send a signal to a run."""
     body: dict[str, Any] = {"payload": _json_arg(args.payload, "--payload")}
@@ -560,6 +575,11 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p = command(rs, "cancel", cmd_runs_cancel, "cancel a run")
     p.add_argument("run_id")
     p.add_argument("--reason", default="")
+    p = command(rs, "rerun", cmd_runs_rerun, "start a new run like an ended one")
+    p.add_argument("run_id")
+    p.add_argument("--latest", action="store_true", help="run the family's latest version")
+    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the new run's id")
     p = command(rs, "signal", cmd_runs_signal, "send a signal to a run")
     p.add_argument("run_id")
     p.add_argument("name")

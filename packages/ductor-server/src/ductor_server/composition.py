@@ -67,6 +67,7 @@ from ductor_server.providers import ProviderRegistry, builtin_providers
 from ductor_server.receipts.keys import ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
+    AgentService,
     AiService,
     BridgeService,
     ConnectionsService,
@@ -229,7 +230,8 @@ def build_services(
     events = EventsService(context)
     ai = AiService(runtime.store, providers, secret_keys, calls, clock=runtime.clock)
     calls.observe(ai.record_action)
-    return Services(
+    agent = AgentService(runtime.store, ai, clock=runtime.clock)
+    services = Services(
         workflows=WorkflowsService(context, connections=connections),
         runs=RunsService(context),
         events=events,
@@ -253,7 +255,11 @@ def build_services(
         connections=connections,
         inbox=InboxService(context, events),
         ai=ai,
+        agent=agent,
     )
+    # The agent's tools call these very services (the MCP server's tool table).
+    agent.bind(lambda: services)
+    return services
 
 
 def payment_gateway(settings: Settings) -> PaymentGateway | None:

@@ -16,6 +16,7 @@
           ├── NotificationNotActionable        notification.not_actionable
           ├── EventInvalid                     event.invalid
           ├── RunNotCancellable                run.not_cancellable
+          ├── RunNotEnded                      run.not_ended (a re-run of a run still going)
           ├── RunEnded                         run.ended (a signal to a finished run)
           ├── Unauthenticated                  auth.unauthenticated
           │    └── KeyExpired                  auth.key_expired
@@ -146,6 +147,18 @@ class RunNotCancellable(ServerError):
     def __init__(self, run_id: str, status: str) -> None:
         super().__init__(
             f"run {run_id!r} has already ended ({status})",
+            details={"run_id": run_id, "status": status},
+        )
+
+
+class RunNotEnded(ServerError):
+    """The run has not ended yet, so it cannot be re-run."""
+
+    code = "run.not_ended"
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has not ended yet ({status}); re-run it once it has",
             details={"run_id": run_id, "status": status},
         )
 
@@ -288,6 +301,7 @@ __all__ = [
     "RequestInvalid",
     "RunEnded",
     "RunNotCancellable",
+    "RunNotEnded",
     "RunNotFound",
     "ServerError",
     "TenantConflict",

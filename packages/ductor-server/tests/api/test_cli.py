@@ -17,6 +17,7 @@ from ductor_server.cli_client import (
     ApiClient,
     ClientError,
     cmd_apps_list,
+    cmd_runs_rerun,
     cmd_runs_watch,
     cmd_workflows_list,
     find_api_key,
@@ -165,8 +166,34 @@ def test_every_documented_command_parses() -> None:
         ["runs", "list"],
         ["runs", "watch", "id"],
         ["events", "send", "name", "--data", "{}", "--id", "e1"],
+        ["runs", "rerun", "id", "--latest", "--idempotency-key", "k"],
+        ["chat", "-m", "why?", "--model", "gpt", "--yes"],
+        ["chat", "--conversation", "agc_1", "--json"],
     ]:
         assert parser.parse_args(argv).func is not None
+
+
+def test_rerun_posts_and_names_both_runs() -> None:
+    seen: list[tuple[str, str, bytes, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(
+            (
+                request.method,
+                request.url.path,
+                request.content,
+                request.headers.get("idempotency-key"),
+            )
+        )
+        run = {"id": "r2", "family_slug": "fam", "version": 3, "status": "RUN_STATUS_RUNNING"}
+        return httpx.Response(201, json={"rerun_of": "r1", "run": run})
+
+    client = ApiClient("http://test", "k", transport=httpx.MockTransport(handler))
+    out = io.StringIO()
+    args = argparse.Namespace(run_id="r1", latest=True, idempotency_key="again", quiet=False)
+    assert cmd_runs_rerun(client, args, out) == 0
+    assert seen == [("POST", "/v1/runs/r1/rerun", b'{"latest": true}', "again")]
+    assert out.getvalue() == "re-ran r1 as r2 (fam v3)\n"
 
 
 def test_serve_refuses_unknown_roles(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,7 +35,8 @@ class AiRequestRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One model call: what was asked, what it used, how it ended and what it cost.
 
     Attributes:
-        source: `proxy` (the /v1/ai endpoints) or `action` (an ACTION step).
+        source: `proxy` (the /v1/ai endpoints), `action` (an ACTION step) or
+            `agent` (a model call of the chat agent).
         source_key: the attempt key of an action (dedupes a second delivery).
         kind: `chat` or `embeddings`.
         status: `ok`, `upstream_error`, `upstream_timeout`, `refused`,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ductor_server.services.agent import AgentService
 from ductor_server.services.ai import AiService
 from ductor_server.services.bridge import AppView, BridgeService
 from ductor_server.services.connections import ConnectionsService
@@ -71,10 +72,12 @@ class Services:
     connections: ConnectionsService
     inbox: InboxService
     ai: AiService
+    agent: AgentService
     tenants: TenantsService
 
 
 __all__ = [
+    "AgentService",
     "AiService",
     "Answer",
     "AppView",

@@ -197,6 +197,11 @@ def cost_micros(price: PriceRecord | None, tokens_in: int, tokens_out: int) -> i
     return min(-(-total // _SCALE), MAX_USAGE)
 
 
+def new_request_id() -> str:
+    """A new model call record's id."""
+    return f"air_{uuid.uuid4().hex}"
+
+
 def estimate_tokens(text_chars: int) -> int:
     """A rough token count of `text_chars` characters (four per token, at least one)."""
     return max(1, -(-text_chars // 4))
@@ -235,6 +240,7 @@ class _Call:
 
     tenant_id: str
     id: str
+    source: str
     kind: str
     model: str
     stream: bool
@@ -602,8 +608,29 @@ class AiService:
             raise AiConnectionUnsupported(name, opened.record.provider)
         return opened
 
+    async def check_connection(self, tenant_id: str, name: str | None) -> str:
+        """The connection a request naming `name` (or none: the default) would go to.
+
+        Raises:
+            AiNoConnection, ConnectionNotFound, AiConnectionUnsupported: none usable.
+        """
+        if not name:
+            settings = await self.get_settings(tenant_id)
+            name = settings.default_connection
+            if not name:
+                raise AiNoConnection()
+        await self._open(tenant_id, name)
+        return name
+
     async def proxy(
-        self, tenant_id: str, kind: str, body: Any, *, connection: str | None
+        self,
+        tenant_id: str,
+        kind: str,
+        body: Any,
+        *,
+        connection: str | None,
+        source: str = "proxy",
+        request_id: str | None = None,
     ) -> ProxyAnswer:
         """Forward one chat (`kind` "chat") or embeddings request to the tenant's upstream.
 
@@ -612,6 +639,10 @@ class AiService:
             kind: `chat` or `embeddings`.
             body: the decoded JSON body (passed on as is, less `ductor_connection`).
             connection: the `Ductor-Connection` header, if any.
+            source: who asks, as the record says: `proxy` (the /v1/ai endpoints) or
+                `agent` (the chat agent's model calls).
+            request_id: the record's id (`air_` and 32 hex digits; a new one if None),
+                so a caller knows it even when the call fails.
 
         Raises:
             RequestInvalid: a bad body (every problem with a pointer).
@@ -620,9 +651,14 @@ class AiService:
             AiUpstreamError, AiUpstreamTimeout: the upstream failed before answering.
         """
         model, stream, estimate_in, estimate_out = check_body(kind, body)
+        if request_id is None:
+            request_id = new_request_id()
+        elif not _REQUEST_ID.fullmatch(request_id):
+            raise ValueError(f"not an AI request id: {request_id[:64]!r}")
         call = _Call(
             tenant_id=tenant_id,
-            id=f"air_{uuid.uuid4().hex}",
+            id=request_id,
+            source=source,
             kind=kind,
             model=model,
             stream=stream,
@@ -912,7 +948,7 @@ class AiService:
         record = AiRequestRecord(
             tenant_id=call.tenant_id,
             id=call.id,
-            source="proxy",
+            source=call.source,
             kind=call.kind,
             connection=call.connection,
             model=call.model,
@@ -980,7 +1016,7 @@ class AiService:
             upstream_status = status if isinstance(status, int) else None
         record = AiRequestRecord(
             tenant_id=completed.tenant_id,
-            id=f"air_{uuid.uuid4().hex}",
+            id=new_request_id(),
             source="action",
             source_key=completed.idempotency_key,
             kind="chat",
@@ -1063,4 +1099,5 @@ __all__ = [
     "check_body",
     "cost_micros",
     "estimate_tokens",
+    "new_request_id",
 ]

@@ -32,6 +32,7 @@ from ductor_server.errors import (
     RequestInvalid,
     RunEnded,
     RunNotCancellable,
+    RunNotEnded,
     RunNotFound,
     ServerError,
     WorkflowNotFound,
@@ -162,6 +163,13 @@ class RunsStarted(msgspec.Struct, frozen=True, kw_only=True):
 
     runs: tuple[StartedRun, ...]
     created: int
+
+
+class RerunView(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /v1/runs/{id}/rerun`: the new run, and the ended run it re-runs."""
+
+    rerun_of: str
+    run: RunView
 
 
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -380,8 +388,7 @@ class RunsService:
         """
         if version is not None and (isinstance(version, bool) or version < 1):
             raise RequestInvalid("version must be a positive integer")
-        context = self._context
-        now = context.clock.now()
+        now = self._context.clock.now()
         claim = Claim.of(
             tenant_id,
             "runs.trigger",
@@ -390,6 +397,66 @@ class RunsService:
             now=now,
         )
         stored_key = user_run_key(run_key or (claim.key if claim is not None else None))
+        return await self._start(tenant_id, claim, family_slug, version, input, stored_key, now)
+
+    async def rerun(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        latest: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Answer[RerunView]:
+        """Start a new run with an ended run's family, version (the family's latest with
+        `latest`) and input; `CREATED`. The old run is left as it is.
+
+        Raises:
+            RunNotFound
+            RunNotEnded: `run.not_ended`, the run has not ended yet.
+            WorkflowNotFound, WorkflowVersionNotFound: the family (or version) is gone.
+            IdempotencyConflict: the key was used with other arguments.
+            BudgetExceeded: `budget.exceeded`, a blocking budget on `runs`.
+        """
+        context = self._context
+        async with context.store.transaction() as tx:
+            run = await tx.get_run(tenant_id, run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        if not run.status.terminal:
+            raise RunNotEnded(run_id, run.status.value)
+        kinds = context.parts.kinds
+        # Another kind's run (an SDK workflow) is started as its trigger would start it.
+        pinned = not latest and kinds.for_slug(run.family_slug) is kinds.default
+        now = context.clock.now()
+        claim = Claim.of(tenant_id, "runs.rerun", idempotency_key, [latest], now=now, target=run_id)
+        stored_key = user_run_key(claim.key) if claim is not None else None
+        if stored_key is not None:
+            # The new run is named by the rerun's key within the old run's scope, so
+            # the same key may rerun two runs, and trigger a third.
+            stored_key = f"{stored_key}#rerun:{run_id}"
+        answer = await self._start(
+            tenant_id,
+            claim,
+            run.family_slug,
+            run.version if pinned else None,
+            run.input,
+            stored_key,
+            now,
+        )
+        return Answer(RerunView(rerun_of=run_id, run=answer.value), answer.outcome, answer.replayed)
+
+    async def _start(
+        self,
+        tenant_id: str,
+        claim: Claim | None,
+        family_slug: str,
+        version: int | None,
+        input: Any,
+        stored_key: str | None,
+        now: datetime,
+    ) -> Answer[RunView]:
+        """Start one run, once per `claim` (see `trigger`)."""
+        context = self._context
         effects = Effects()
         first = await self._first_tick(tenant_id, family_slug, version, input, stored_key, now)
 
@@ -823,6 +890,7 @@ __all__ = [
     "MAX_PAGE",
     "HistoryEntry",
     "ItemView",
+    "RerunView",
     "RunPage",
     "RunSummary",
     "RunView",

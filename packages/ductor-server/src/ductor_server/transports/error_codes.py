@@ -66,6 +66,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     # state conflicts and bad events
     "run.not_cancellable": _(409, FAILED_PRECONDITION),
     "run.ended": _(409, FAILED_PRECONDITION),
+    "run.not_ended": _(409, FAILED_PRECONDITION),
     "event.invalid": _(422, INVALID_ARGUMENT),
     # routing
     "routing.config": _(422, INVALID_ARGUMENT),
@@ -150,6 +151,12 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "ai.price_not_found": _(404, NOT_FOUND),
     "ai.upstream_error": _(502, UNAVAILABLE),
     "ai.upstream_timeout": _(504, DEADLINE_EXCEEDED),
+    # the chat agent
+    "agent.conversation_not_found": _(404, NOT_FOUND),
+    "agent.conversation_busy": _(409, ABORTED),
+    "agent.conversation_too_long": _(409, FAILED_PRECONDITION),
+    "agent.confirmation_required": _(409, FAILED_PRECONDITION),
+    "agent.tool_call_not_pending": _(409, FAILED_PRECONDITION),
     # the server
     "outbound.forbidden": _(422, PERMISSION_DENIED),
     "service.unavailable": _(503, UNAVAILABLE),

@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-import msgspec
 from litestar import types as asgi_types
 from litestar.handlers import ASGIRouteHandler, asgi
 
 from ductor_core.errors import DuctorError
 from ductor_server.services import Services
+from ductor_server.services.tools import error_body
 from ductor_server.transports.rest.auth import bearer_token
 from ductor_server.transports.rest.errors import ApiError, status_for
 
@@ -208,14 +208,6 @@ class McpEndpoint:
             code="request.too_large",
             details={"max_body_bytes": self.max_body_bytes},
         )
-
-
-def error_body(error: DuctorError) -> dict[str, Any]:
-    """The REST error body of `error`: `{code, message, details}`."""
-    details = error.details
-    if details is not None:
-        details = msgspec.to_builtins(details)
-    return {"code": error.code, "message": error.message, "details": details}
 
 
 async def _first(wanted: asyncio.Event, stop: asyncio.Event) -> bool:

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-import msgspec
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -43,12 +42,18 @@ from mcp_types import (
 )
 
 from ductor_core.errors import DuctorError
-from ductor_server.errors import RequestInvalid
 from ductor_server.services import Answer, Services
 from ductor_server.services.keys import Caller, Scope
-from ductor_server.transports.mcp.endpoint import CALLER_KEY, error_body
-from ductor_server.transports.mcp.tools import TOOLS, ToolSpec, input_schema
-from ductor_server.transports.rest.bodies import check_limits, too_deep
+from ductor_server.services.tools import (
+    TOOLS,
+    TOOLS_BY_NAME,
+    ToolSpec,
+    builtins,
+    decode_arguments,
+    error_body,
+    input_schema,
+)
+from ductor_server.transports.mcp.endpoint import CALLER_KEY
 from ductor_server.transports.rest.errors import ApiError
 from ductor_server.transports.rest.scopes import scope_for
 
@@ -57,60 +62,12 @@ log = logging.getLogger("ductor_server.transports.mcp")
 
 SERVER_NAME = "ductor"
 
-_PATH_AT = re.compile(r" - at `([^`]*)`$")
-_FIELD = re.compile(r"field `([^`]*)`")
-
 WORKFLOW_URI = "ductor://workflows/{family_slug}"
 VERSION_URI = "ductor://workflows/{family_slug}/versions/{version}"
 HISTORY_URI = "ductor://runs/{run_id}/history"
 _WORKFLOW = re.compile(r"ductor://workflows/([^/]+)")
 _VERSION = re.compile(r"ductor://workflows/([^/]+)/versions/([0-9]{1,19})")
 _HISTORY = re.compile(r"ductor://runs/([^/]+)/history")
-
-_BY_NAME = {tool.name: tool for tool in TOOLS}
-
-
-class ToolError(RequestInvalid):
-    """A tool's arguments are not what it takes (`request.invalid`)."""
-
-
-def decode_arguments(arguments: dict[str, Any] | None, into: type[Any]) -> Any:
-    """Decode a tool's arguments strictly into its argument struct.
-
-    Raises:
-        ToolError: `request.invalid` naming the argument (`details.argument`), its
-            path and why; also for nesting deeper than the REST limit, an integer
-            outside 64 bits or a NUL character.
-    """
-    try:
-        raw = msgspec.json.encode(arguments or {})
-    except RecursionError:
-        raise too_deep() from None
-    try:
-        value = msgspec.json.decode(raw, type=into)
-    except RecursionError:
-        raise too_deep() from None
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        match = _PATH_AT.search(text)
-        path = match.group(1) if match else "$"
-        reason = text[: match.start()] if match else text
-        argument = path[2:].split(".", 1)[0].split("[", 1)[0] if path.startswith("$.") else None
-        if argument is None:
-            named = _FIELD.search(reason)
-            argument = named.group(1) if named else None
-        where = f"argument `{argument}`" if argument else "the arguments"
-        raise ToolError(
-            f"invalid {where}: {reason}" + (f" (at {path})" if path != "$" else ""),
-            details={"argument": argument, "path": path, "reason": reason},
-        ) from None
-    check_limits(raw, value)
-    return value
-
-
-def _builtins(value: Any) -> Any:
-    # The same JSON the REST answer has (msgspec's encoding of the view).
-    return msgspec.json.decode(msgspec.json.encode(value))
 
 
 def _text(value: Any) -> list[ContentBlock]:
@@ -130,7 +87,7 @@ def tool_result(value: Any) -> CallToolResult:
     if isinstance(value, Answer):
         meta = {"ductor/status": int(value.outcome), "ductor/replayed": value.replayed}
         value = value.value
-    body = _builtins(value)
+    body = builtins(value)
     return CallToolResult(content=_text(body), structured_content=body, _meta=meta)
 
 
@@ -209,13 +166,13 @@ def build_server(
     async def on_call_tool(
         ctx: ServerRequestContext[Services, Any], params: CallToolRequestParams
     ) -> CallToolResult:
-        tool = _BY_NAME.get(params.name)
+        tool = TOOLS_BY_NAME.get(params.name)
         if tool is None:
             return tool_error(
                 {
                     "code": "request.invalid",
                     "message": f"no tool named {params.name!r}",
-                    "details": {"tool": params.name, "tools": sorted(_BY_NAME)},
+                    "details": {"tool": params.name, "tools": sorted(TOOLS_BY_NAME)},
                 }
             )
         caller = caller_of(ctx)
@@ -302,7 +259,7 @@ def build_server(
                 TextResourceContents(
                     uri=uri,
                     mime_type="application/json",
-                    text=json.dumps(_builtins(value), ensure_ascii=False),
+                    text=json.dumps(builtins(value), ensure_ascii=False),
                 )
             ]
         )

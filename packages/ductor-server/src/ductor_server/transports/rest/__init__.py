@@ -3,6 +3,7 @@ handlers over `ductor_server.services`; `ductor_server.app` assembles them."""
 
 from __future__ import annotations
 
+from ductor_server.transports.rest.agent import AgentController
 from ductor_server.transports.rest.ai import AiController
 from ductor_server.transports.rest.bridge import BridgeController
 from ductor_server.transports.rest.connections import CONNECTION_CONTROLLERS
@@ -35,6 +36,7 @@ V1_CONTROLLERS = (
     *CONNECTION_CONTROLLERS,
     InboxController,
     AiController,
+    AgentController,
     KeysController,
 )
 """Every controller served under /v1 to a tenant's API key."""

@@ -13,7 +13,6 @@ import enum
 import re
 from collections.abc import Generator
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
@@ -22,6 +21,15 @@ from litestar.openapi.spec import Reference, Schema
 from litestar.params import PathParameter
 from litestar.typing import FieldDefinition
 
+from ductor_server.services.json_limits import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_DEPTH,
+    may_be_unstorable,
+    nesting_depth,
+    too_deep_message,
+    unstorable,
+)
 from ductor_server.services.runs import RunRequest
 from ductor_server.transports.rest.errors import ApiError
 
@@ -30,25 +38,8 @@ T = TypeVar("T")
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 _PATH_AT = re.compile(r" - at `([^`]*)`$")
 
-MAX_DEPTH = 64
-"""How deeply arrays and objects may nest in a request body."""
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-"""The range of every integer in a request body (what the stores and CEL can hold)."""
-
 VersionPath = Annotated[int, PathParameter(ge=1, le=INT64_MAX)]
 """A `{version:int}` path parameter: 1 up to the largest 64-bit integer."""
-
-# A JSON string (valid JSON only: possessive, so it never backtracks).
-_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
-_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-# 19 digits or more may not fit in 64 bits; a NUL escape may not be stored.
-# Digits to 1 and every other byte to 0, so a run of 19 digits (an integer that
-# may not fit in 64 bits) is found by bytes.find at C speed; a regex took ~15 ms
-# on a digit-dense 1 MiB body, on the event loop.
-_DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
-_LONG_DIGIT_RUN = b"1" * 19
 
 
 class NoBody(enum.Enum):
@@ -93,6 +84,13 @@ class CancelRunBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
     reason: str = ""
 
 
+class RerunBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST /v1/runs/{id}/rerun`: run the family's latest version instead of the old
+    run's."""
+
+    latest: bool = False
+
+
 class SignalBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """`POST /v1/runs/{id}/signals/{name}`: the payload and an optional dedupe id."""
 
@@ -124,18 +122,9 @@ def line_column(raw: bytes, offset: int) -> tuple[int, int]:
     return line, column
 
 
-def nesting_depth(raw: bytes) -> int:
-    """How deeply arrays and objects nest in `raw`, a valid JSON document (brackets
-    inside strings do not count). Runs at C speed: no Python loop per byte."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
-        return MAX_DEPTH  # cannot be deeper than the number of openings
-    brackets = _STRING.sub(b"", raw).translate(_OPEN_CLOSE, _NOT_BRACKET)
-    return max(accumulate(memoryview(brackets).cast("b")), default=0)
-
-
 def too_deep() -> ApiError:
     """The error of a body nested deeper than `MAX_DEPTH`."""
-    reason = f"nested more than {MAX_DEPTH} levels deep"
+    reason = too_deep_message()
     return ApiError(
         f"invalid request body at $: {reason}",
         code="request.invalid",
@@ -143,43 +132,19 @@ def too_deep() -> ApiError:
     )
 
 
-def _unstorable(value: Any) -> tuple[str, str] | None:
-    """The path of the first integer outside 64 bits or string holding NUL in `value`
-    (a decoded body), and why; None if there is none. Iterative: no recursion."""
-    stack: list[tuple[Any, str]] = [(value, "$")]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, int):
-            if not INT64_MIN <= item <= INT64_MAX:
-                return path, "integer does not fit in 64 bits"
-        elif isinstance(item, str):
-            if "\x00" in item:
-                return path, "string contains a NUL character"
-        elif isinstance(item, dict):
-            for key, inner in item.items():
-                if isinstance(key, str) and "\x00" in key:
-                    return path, "key contains a NUL character"
-                stack.append((inner, f"{path}.{key}"))
-        elif isinstance(item, list | tuple):
-            stack.extend((inner, f"{path}[{i}]") for i, inner in enumerate(item))
-        elif isinstance(item, msgspec.Struct):
-            names = zip(item.__struct_fields__, item.__struct_encode_fields__, strict=True)
-            stack.extend((getattr(item, name), f"{path}.{wire}") for name, wire in names)
-    return None
-
-
 def check_limits(raw: bytes, value: Any) -> None:
     """Refuse a decoded body that nests deeper than `MAX_DEPTH`, or holds an integer
-    outside 64 bits or a NUL character (which no store can keep).
+    outside 64 bits or a NUL character (which no store can keep): the limits of
+    `services.json_limits`.
 
     Raises:
         ApiError: `request.invalid` naming the path.
     """
     if nesting_depth(raw) > MAX_DEPTH:
         raise too_deep()
-    if raw.find(b"\\u0000") < 0 and raw.translate(_DIGIT_MAP).find(_LONG_DIGIT_RUN) < 0:
+    if not may_be_unstorable(raw):
         return
-    found = _unstorable(value)
+    found = unstorable(value)
     if found is not None:
         path, reason = found
         raise ApiError(
@@ -370,6 +335,7 @@ __all__ = [
     "EventBody",
     "JsonBody",
     "NoBody",
+    "RerunBody",
     "SignalBody",
     "TriggerRunBody",
     "VersionPath",

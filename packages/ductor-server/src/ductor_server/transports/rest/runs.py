@@ -1,4 +1,4 @@
-"""`/v1/runs`: trigger, read, list, cancel and signal runs. Thin handlers only."""
+"""`/v1/runs`: trigger, read, list, cancel, signal and re-run runs. Thin handlers only."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from ductor_server.services import HistoryEntry, RunPage, RunsService, RunView, SignalAccepted
-from ductor_server.services.runs import RunsStarted
+from ductor_server.services.runs import RerunView, RunsStarted
 from ductor_server.transports.rest.bodies import (
     NO_BODY,
     CancelRunBody,
     NoBody,
+    RerunBody,
     SignalBody,
     TriggerRunBody,
     TriggerRunsBody,
@@ -111,6 +112,23 @@ class RunsController(Controller):
         body = or_default(data, CancelRunBody())
         key = checked_key(idempotency_key)
         return answered(await runs.cancel(tenant_id, run_id, body.reason, idempotency_key=key))
+
+    @post("/{run_id:str}/rerun", status_code=201, responses=V1_ERRORS)
+    async def rerun(
+        self,
+        run_id: FromPath[str],
+        tenant_id: NamedDependency[str],
+        runs: NamedDependency[RunsService],
+        data: JSONBody[RerunBody | NoBody] = NO_BODY,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[RerunView]:
+        """Start a new run with an ended run's family, version and input (`{latest:
+        true}`: the family's latest version); 409 `run.not_ended` while it runs."""
+        body = or_default(data, RerunBody())
+        key = checked_key(idempotency_key)
+        return answered(
+            await runs.rerun(tenant_id, run_id, latest=body.latest, idempotency_key=key)
+        )
 
     @post("/{run_id:str}/signals/{name:str}", status_code=202, responses=V1_ERRORS)
     async def signal(

@@ -37,6 +37,7 @@ ROUTE_SCOPES: dict[str, Scope] = {
     "GET /v1/runs/{run_id}": READ,
     "GET /v1/runs/{run_id}/history": READ,
     "POST /v1/runs/{run_id}/cancel": WRITE,
+    "POST /v1/runs/{run_id}/rerun": WRITE,
     "POST /v1/runs/{run_id}/signals/{name}": EVENTS,
     "POST /v1/events": EVENTS,
     # routing
@@ -143,6 +144,11 @@ ROUTE_SCOPES: dict[str, Scope] = {
     "DELETE /v1/ai/prices/{model}": WRITE,
     "GET /v1/ai/requests": READ,
     "GET /v1/ai/requests/{request_id}": READ,
+    # the chat agent (its tools run as the caller; none needs more than `write`)
+    "GET /v1/agent/conversations": READ,
+    "POST /v1/agent/conversations": WRITE,
+    "GET /v1/agent/conversations/{conversation_id}": READ,
+    "POST /v1/agent/conversations/{conversation_id}/messages": WRITE,
     # API keys
     "GET /v1/keys": ADMIN,
     "POST /v1/keys": ADMIN,
