@@ -545,6 +545,11 @@ VARIABLES: tuple[Variable, ...] = (
         "`apply` ...) talk to (`--url`)",
     ),
     Variable(
+        name="DUCTOR_CHAT_MODEL",
+        what="the model `ductor chat` asks for when `--model` is not given (see "
+        "[AI](ai.md#ductor-chat))",
+    ),
+    Variable(
         name="DUCTOR_API_KEY",
         default="`<data dir>/api_key`",
         what="the key the client commands send (`--api-key`)",

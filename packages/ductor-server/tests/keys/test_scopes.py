@@ -94,5 +94,6 @@ def test_every_mcp_tool_needs_the_scope_of_its_rest_call() -> None:
         "publish_workflow",
         "trigger_run",
         "cancel_run",
+        "rerun_run",
         "route",
     }
