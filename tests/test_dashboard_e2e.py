@@ -479,6 +479,8 @@ def test_runs_list_updates_live_and_a_run_is_signalled_cancelled_and_run_again(
     expect(status).to_have_text("running")
     expect(page.locator("#run-graph [data-step=ask]")).to_have_attribute("data-status", "waiting")
     expect(page.get_by_label("Signal name")).to_have_value("approve")
+    # A running run cannot be re-run yet (409 run.not_ended): the button waits.
+    expect(page.get_by_role("button", name="Run again with the same input")).to_be_hidden()
     page.get_by_label("Payload (JSON, optional)").fill('{"by": "ana"}')
     dash.check(page, "run-waiting")
     page.get_by_role("button", name="Send signal").click()
@@ -499,8 +501,10 @@ def test_runs_list_updates_live_and_a_run_is_signalled_cancelled_and_run_again(
     # An ended run offers only "run again".
     expect(page.get_by_role("button", name="Cancel run")).to_be_hidden()
     expect(page.get_by_role("button", name="Send signal")).to_be_hidden()
+    expect(page.get_by_role("button", name="Run again with the same input")).to_be_visible()
     with dash.http() as http:
         assert _ok(http.get(f"/v1/runs/{again}"))["input"] == {"lead": "lead-1"}
+        assert _ok(http.get(f"/v1/runs/{again}"))["family_slug"] == to_signal["family_slug"]
         assert _ok(http.get(f"/v1/runs/{to_cancel['id']}"))["status"] == "RUN_STATUS_CANCELLED"
     context.close()
 

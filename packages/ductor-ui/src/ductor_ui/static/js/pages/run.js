@@ -204,12 +204,12 @@ export async function render(main, ctx) {
   rerunButton.addEventListener("click", async () => {
     rerunButton.disabled = true;
     try {
-      // The API has no re-run call: this starts a new run of the same version and input.
-      const started = await api("/v1/runs", {
-        method: "POST", body: { family_slug: run.family_slug, version: run.version, input: run.input }, idempotency: rerunKey,
+      // POST /v1/runs/{id}/rerun: a new run of the same version with the same input.
+      const started = await api(`/v1/runs/${encodeURIComponent(run.id)}/rerun`, {
+        method: "POST", body: {}, idempotency: rerunKey,
       });
       rerunKey = idempotencyKey();
-      ctx.navigate(`#/runs/${encodeURIComponent(started.id)}`);
+      ctx.navigate(`#/runs/${encodeURIComponent(started.run.id)}`);
     } catch (err) {
       fill(actionResult, errorBox(err));
       rerunButton.disabled = false;
@@ -228,7 +228,7 @@ export async function render(main, ctx) {
       "section", { class: "panel", "aria-labelledby": "run-actions-title" },
       h("h2", { id: "run-actions-title" }, "Actions"),
       actionsEl,
-      h("p", { class: "hint" }, "Re-running starts a new run of the same workflow version with the same input (the API has no re-run of its own)."),
+      h("p", { class: "hint" }, "Re-running an ended run starts a new run of the same workflow version with the same input."),
       actionResult,
     ),
     section("Graph", dagLegend(true), graphEl),
@@ -254,6 +254,8 @@ export async function render(main, ctx) {
     const ended = isTerminal(run.status);
     cancelButton.disabled = ended || run.cancel_requested;
     signalButton.disabled = ended;
+    // The API re-runs ended runs only (409 run.not_ended otherwise).
+    rerunButton.hidden = !ended;
     // An ended run takes no cancel or signal: only "run again" is offered.
     cancelForm.hidden = ended;
     signalForm.hidden = ended;
