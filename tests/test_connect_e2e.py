@@ -4,10 +4,11 @@ A Connect client not written here (connect-es with connect-node, its code genera
 by protoc-gen-es from `proto/`) publishes a workflow, triggers a run and watches it
 finish, routes a lead and reads error codes, on SQLite (`ductor dev`) and on
 Postgres (`ductor serve`). Over plain HTTP (httpx), every method of every service
-is called, and every request and answer is checked against the schemas by
-protobuf-es; another tenant finds nothing; ten concurrent duplicates with one
-`Idempotency-Key` start one run, which REST sees under the same key; bad input is
-`invalid_argument` with REST's message and path.
+is called (the chat agent's turns against the scripted upstream of
+tests/ai_upstream.py), and every request and answer is checked against the schemas
+by protobuf-es; a key needs its REST call's scope; another tenant finds nothing;
+ten concurrent duplicates with one `Idempotency-Key` start one run, which REST sees
+under the same key; bad input is `invalid_argument` with REST's message and path.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 from ductor_server.pytest_plugin import create_database, drop_database
 from ductor_server.transports.connect import METHODS
 
+from .ai_upstream import UPSTREAM_KEY, ScriptedUpstream
 from .conftest import ServerProcess
 from .connect_node import node, prepared_client, schema_problems
 
@@ -79,6 +81,16 @@ def postgres(
     finally:
         server.stop()
         drop_database(url, _postgres_admin)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ScriptedUpstream]:
+    """The scripted OpenAI-compatible upstream the chat agent's turns call."""
+    scripted = ScriptedUpstream().start()
+    try:
+        yield scripted
+    finally:
+        scripted.stop()
 
 
 def other_key(server: ServerProcess, tenant: str) -> str:
@@ -172,7 +184,9 @@ class Caller:
         }
 
 
-def test_every_method_answers_in_the_schemas_json(sqlite: ServerProcess) -> None:
+def test_every_method_answers_in_the_schemas_json(
+    sqlite: ServerProcess, upstream: ScriptedUpstream
+) -> None:
     prepared_client()
     # A tenant of its own: nothing the other tests made is in its lists.
     with sqlite.client(other_key(sqlite, "every")) as http:
@@ -181,6 +195,8 @@ def test_every_method_answers_in_the_schemas_json(sqlite: ServerProcess) -> None
         _routing(caller)
         _settlement(caller)
         _integrations(caller)
+        _agent(caller, http, upstream)
+        _keys(caller, http)
     assert set(caller.answered) == {m.name for m in METHODS}, "a method was not called"
     assert not [n for n, status in caller.answered.items() if status == 500]
     assert schema_problems(caller.seen) == []
@@ -216,8 +232,32 @@ def _workflows_runs_events(c: Caller, http: httpx.Client) -> None:
     gate = c.ok(R, "TriggerRun", {"family_slug": "gate"})
     signal = c.ok(R, "SignalRun", {"run_id": gate["id"], "name": "hold", "payload": [1]})
     assert signal["duplicate"] is False
+    waiting = c.refused(R, "RerunRun", {"run_id": gate["id"]})
+    assert waiting == {"connect": "failed_precondition", "code": "run.not_ended", "status": 400}
     assert c.ok(R, "CancelRun", {"run_id": gate["id"], "reason": "test"})["id"] == gate["id"]
+    _ended(http, run["id"])
+    again = {"Idempotency-Key": "rerun-1"}
+    rerun = c.call(R, "RerunRun", {"run_id": run["id"], "latest": True}, **again)
+    assert rerun.status_code == 200, rerun.text
+    assert rerun.json()["rerun_of"] == run["id"]
+    assert rerun.json()["run"]["input"] == {"name": "ada"}
+    replay = c.call(R, "RerunRun", {"run_id": run["id"], "latest": True}, **again)
+    assert replay.headers["Idempotency-Replayed"] == "true"
+    assert replay.json() == rerun.json()
+    # REST shares the key: the same re-run, not a third run.
+    rest = http.post(f"/v1/runs/{run['id']}/rerun", json={"latest": True}, headers=again)
+    assert rest.status_code == 201, rest.text
+    assert rest.json()["run"]["id"] == rerun.json()["run"]["id"]
     assert c.ok(E, "SendEvent", {"name": "lead.created", "data": {"n": 1}, "id": "ev-1"})["id"]
+
+
+def _ended(http: httpx.Client, run_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if http.get(f"/v1/runs/{run_id}").json()["finished_at"] is not None:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} did not end")
 
 
 def _routing(c: Caller) -> None:
@@ -354,6 +394,74 @@ def _integrations(c: Caller) -> None:
     c.call(B, "ProbeApp", {"app_id": "shop"})
 
 
+def _agent(c: Caller, http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    A = "AgentService"
+    # No `openai` connection yet: refused before anything is stored.
+    refused = c.refused(A, "CreateConversation", {"model": "echo", "message": "hi"})
+    assert refused == {"connect": "failed_precondition", "code": "ai.no_connection", "status": 400}
+    assert c.ok(A, "ListConversations")["items"] == []
+    llm = {
+        "name": "llm",
+        "provider": "openai",
+        "config": {"base_url": upstream.url},
+        "secrets": {"api_key": UPSTREAM_KEY},
+    }
+    c.ok("ConnectionService", "CreateConnection", llm)
+
+    started = c.ok(A, "CreateConversation", {"model": "echo", "connection": "llm"})
+    assert started["turn"] is None
+    conversation = started["conversation"]["id"]
+    said = {"conversation_id": conversation, "content": "hello"}
+    answer = c.call(A, "SendMessage", said, **{"Idempotency-Key": "say-1"})
+    assert answer.status_code == 200, answer.text
+    turn = answer.json()["turn"]
+    assert (turn["status"], turn["answer"], turn["model_calls"]) == ("completed", "echo: hello", 1)
+    replay = c.call(A, "SendMessage", said, **{"Idempotency-Key": "say-1"})
+    assert replay.headers["Idempotency-Replayed"] == "true"
+    assert replay.json()["turn"] == turn
+    got = c.ok(A, "GetConversation", {"conversation_id": conversation})
+    assert got == http.get(f"/v1/agent/conversations/{conversation}").json()
+    assert [m["content"] for m in got["messages"]] == ["hello", "echo: hello"]
+    listed = c.ok(A, "ListConversations", {"limit": 1})
+    assert [x["id"] for x in listed["items"]] == [conversation]
+
+    # A model call that fails: the turn's error names the conversation and turn.
+    failed = c.call(A, "CreateConversation", {"model": "fail", "connection": "llm", "message": "x"})
+    assert failed.json()["code"] == "unavailable", failed.text
+    debug = failed.json()["details"][0]["debug"]
+    assert debug["code"] == "ai.upstream_error"
+    assert debug["details"]["turn"] == 1
+    assert c.ok(A, "GetConversation", {"conversation_id": debug["details"]["conversation_id"]})
+    missing = c.refused(A, "SendMessage", {"conversation_id": "agc_nope", "content": "hi"})
+    assert missing["code"] == "agent.conversation_not_found"
+
+
+def _keys(c: Caller, http: httpx.Client) -> None:
+    K = "KeyService"
+    bad = c.refused(K, "CreateKey", {"name": "x", "scopes": ["root"]})
+    assert bad == {"connect": "invalid_argument", "code": "key.invalid", "status": 400}
+    once = {"Idempotency-Key": "key-1"}
+    made = c.call(K, "CreateKey", {"name": "ci", "scopes": ["read"]}, **once)
+    assert made.status_code == 200, made.text
+    created = made.json()
+    assert created["key"].startswith("dk_")
+    replay = c.call(K, "CreateKey", {"name": "ci", "scopes": ["read"]}, **once)
+    assert replay.headers["Idempotency-Replayed"] == "true"
+    assert replay.json() == {**created, "key": None}, "a replay showed the secret again"
+    # The new key works, with its scope.
+    with httpx.Client(
+        base_url=str(http.base_url), headers={"Authorization": f"Bearer {created['key']}"}
+    ) as reader:
+        assert _rpc(reader, "KeyService/ListKeys", {}).json()["code"] == "permission_denied"
+    assert created["id"] in [k["id"] for k in c.ok(K, "ListKeys", {"limit": 500})["items"]]
+    got = c.ok(K, "GetKey", {"key_id": created["id"]})
+    assert got == http.get(f"/v1/keys/{created['id']}").json()
+    assert "key" not in got
+    assert c.ok(K, "RevokeKey", {"key_id": created["id"]}) == {}
+    assert c.ok(K, "GetKey", {"key_id": created["id"]})["status"] == "revoked"
+    assert c.refused(K, "GetKey", {"key_id": "key_nope"})["connect"] == "not_found"
+
+
 # --- tenants, duplicates, bad input ------------------------------------------------
 
 
@@ -365,7 +473,13 @@ def test_another_tenant_finds_nothing(postgres: ServerProcess) -> None:
     with postgres.client() as http:
         http.post("/v1/workflows", json=HELLO)
         run = http.post("/v1/runs", json={"family_slug": "hello", "input": {"name": "x"}}).json()
+        (key, *_) = http.get("/v1/keys").json()["items"]
     with postgres.client(other_key(postgres, "globex")) as stranger:
+        rerun = _rpc(stranger, "RunService/RerunRun", {"run_id": run["id"]})
+        assert rerun.json()["details"][0]["debug"]["code"] == "run.not_found"
+        for method in ("GetKey", "RevokeKey"):
+            touched = _rpc(stranger, f"KeyService/{method}", {"key_id": key["id"]})
+            assert touched.json()["details"][0]["debug"]["code"] == "key.not_found"
         missing = _rpc(stranger, "RunService/GetRun", {"run_id": run["id"]})
         assert missing.status_code == 404
         assert missing.json()["details"][0]["debug"]["code"] == "run.not_found"
@@ -382,6 +496,8 @@ def test_another_tenant_finds_nothing(postgres: ServerProcess) -> None:
 def test_a_method_needs_the_scope_of_its_rest_call(sqlite: ServerProcess) -> None:
     with sqlite.client() as http:
         http.post("/v1/workflows", json=HELLO)
+        # Other tests of the module start runs of this tenant too.
+        before = http.get("/v1/runs", params={"limit": 500}).json()["items"]
         made = http.post("/v1/keys", json={"name": "reader", "scopes": ["read"]})
         assert made.status_code == 201, made.text
         reader_key = made.json()["key"]
@@ -398,9 +514,21 @@ def test_a_method_needs_the_scope_of_its_rest_call(sqlite: ServerProcess) -> Non
         assert debug["code"] == "auth.forbidden"
         assert debug["details"]["needed"] == "write"
         assert _rpc(reader, "RunService/ListRuns", {}).status_code == 200
+        # Re-running needs `write` (refused before the run is looked up); making a
+        # key needs `admin`.
+        for path, body, needed in (
+            ("RunService/RerunRun", {"run_id": "run_anything"}, "write"),
+            ("KeyService/CreateKey", {"name": "mine", "scopes": ["read"]}, "admin"),
+        ):
+            refused = _rpc(reader, path, body)
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["code"] == "permission_denied"
+            assert refused.json()["details"][0]["debug"]["details"]["needed"] == needed
     with sqlite.client() as http:
-        runs = http.get("/v1/runs").json()["items"]
-    assert runs == []  # the refused trigger started nothing
+        runs = http.get("/v1/runs", params={"limit": 500}).json()["items"]
+        keys = http.get("/v1/keys", params={"limit": 500}).json()["items"]
+    assert runs == before  # the refused trigger started nothing
+    assert "mine" not in [k["name"] for k in keys]  # nor did the refused create
     time.sleep(1.5)
     with sqlite.client(expired) as late:
         gone = _rpc(late, "WorkflowService/ListWorkflows", {})

@@ -1,5 +1,6 @@
 """The Connect schemas in `proto/ductor/v1/` are the ones the method table writes,
-`buf lint` (STANDARD rules) accepts them, and every method is in the docs."""
+`buf lint` (STANDARD rules) accepts them, every method is in the docs, and every
+method names a REST call of the scope table (so it needs that call's scope)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from ductor_server.transports.connect import METHODS
 from ductor_server.transports.connect.schema import proto_files
+from ductor_server.transports.rest.scopes import ROUTE_SCOPES
 
 from .connect_node import buf
 
@@ -38,3 +40,8 @@ def test_every_method_is_in_the_docs() -> None:
     for method in METHODS:
         assert f"`{method.name}`" in doc, method.name
         assert method.rest.split(" ", 1)[1] in doc or method.rest in doc, method.rest
+
+
+def test_every_method_mirrors_a_route_of_the_scope_table() -> None:
+    # A misspelt `rest` would fall back to `admin` silently.
+    assert [m.rest for m in METHODS if m.rest not in ROUTE_SCOPES] == []

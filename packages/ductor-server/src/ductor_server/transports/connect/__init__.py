@@ -6,7 +6,14 @@ and mounted in the Litestar app (`POST /ductor.v1.<Service>/<Method>`). The
 
 from __future__ import annotations
 
-from ductor_server.transports.connect import integrations, routing, runs, settlement
+from ductor_server.transports.connect import (
+    agent,
+    integrations,
+    keys,
+    routing,
+    runs,
+    settlement,
+)
 from ductor_server.transports.connect.endpoint import ConnectEndpoint, connect_error
 from ductor_server.transports.connect.method import PACKAGE, Method
 
@@ -15,6 +22,8 @@ METHODS: tuple[Method, ...] = (
     *routing.METHODS,
     *settlement.METHODS,
     *integrations.METHODS,
+    *agent.METHODS,
+    *keys.METHODS,
 )
 """Every Connect method, by service in the order of the docs."""
 

@@ -39,7 +39,7 @@ from protobuf.wkt import Struct
 
 from ductor_core.errors import DuctorError
 from ductor_server.services import Answer, Services
-from ductor_server.services.keys import Scope
+from ductor_server.services.keys import Caller, Scope
 from ductor_server.transports.connect.method import PACKAGE, Method
 from ductor_server.transports.error_codes import error_code
 from ductor_server.transports.rest.auth import bearer_token
@@ -50,7 +50,7 @@ from ductor_server.transports.rest.scopes import scope_for
 
 log = logging.getLogger("ductor_server.transports.connect")
 
-_TENANT: ContextVar[str] = ContextVar("ductor_connect_tenant")
+_CALLER: ContextVar[Caller] = ContextVar("ductor_connect_caller")
 
 
 def connect_error(error: DuctorError) -> ConnectError:
@@ -95,7 +95,7 @@ class MsgspecJsonCodec:
 
 
 class Authenticate:
-    """The leading metadata interceptor: finds the caller's tenant from its API key,
+    """The leading metadata interceptor: finds the caller from its API key,
     and checks that the key holds the scope of the REST call the method mirrors,
     before the request's body is read."""
 
@@ -107,7 +107,7 @@ class Authenticate:
         }
 
     async def on_start(self, ctx: RequestContext[Any, Any]) -> object:
-        """Resolve the tenant; it is what the method's call is given.
+        """Resolve the caller; it is what the method's call is given.
 
         Raises:
             ConnectError: `unauthenticated`, `permission_denied` (the key lacks the
@@ -124,12 +124,12 @@ class Authenticate:
                 caller.require(needed)
         except DuctorError as error:
             raise connect_error(error) from None
-        return _TENANT.set(caller.tenant_id)
+        return _CALLER.set(caller)
 
     async def on_end(
         self, token: object, ctx: RequestContext[Any, Any], error: Exception | None, /
     ) -> None:
-        """Nothing to undo (the tenant lives in the request's own context)."""
+        """Nothing to undo (the caller lives in the request's own context)."""
 
 
 def _method_info(spec: Method) -> MethodInfo[Any, Any]:
@@ -188,7 +188,7 @@ class ConnectEndpoint:
         async def call(request: Any, ctx: RequestContext[Any, Any]) -> Any:
             try:
                 key = checked_key(ctx.request_headers.get(HEADER)) if spec.mutates else None
-                value = await spec.call(self.services, _TENANT.get(), request, key)
+                value = await spec.call(self.services, _CALLER.get(), request, key)
             except DuctorError as error:
                 raise connect_error(error) from None
             except ConnectError:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar, get_origin
 import msgspec
 
 from ductor_server.services import Services
+from ductor_server.services.keys import Caller
 from ductor_server.transports.rest.bodies import INT64_MAX
 
 PACKAGE = "ductor.v1"
@@ -25,6 +26,9 @@ PACKAGE = "ductor.v1"
 Call = Callable[[Services, str, Any, "str | None"], Awaitable[Any]]
 """A method's body: (services, tenant, decoded request, idempotency key) -> a view, an
 `Answer`, a list of views or None."""
+CallerCall = Callable[[Services, Caller, Any, "str | None"], Awaitable[Any]]
+"""The body of a method that needs the calling key itself, not only its tenant
+(`CreateKey` refuses a scope the key lacks): the `Caller` in place of the tenant."""
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
 Version = Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
@@ -67,7 +71,8 @@ class Method:
         name: the method's name (`TriggerRun`).
         request: the struct its request is decoded into.
         response: the type the call answers (a struct, `list[X]`, or None).
-        call: what it does.
+        call: what it does, given the caller (`method` makes it from a call that
+            takes the caller's tenant only).
         rest: the REST call it mirrors (`POST /v1/runs`).
         mutates: it changes something (it then honours `Idempotency-Key`).
         doc: one line for the schema and the docs.
@@ -77,7 +82,7 @@ class Method:
     name: str
     request: type[msgspec.Struct]
     response: Any
-    call: Call
+    call: CallerCall
     rest: str
     mutates: bool = False
     doc: str = ""
@@ -117,7 +122,31 @@ def method(
     mutates: bool = False,
     doc: str = "",
 ) -> Method:
-    """A `Method` (positional for the tables of each area)."""
+    """A `Method` whose call is given the caller's tenant (positional for the tables of
+    each area)."""
+
+    def by_tenant(
+        services: Services, caller: Caller, request: Any, key: str | None
+    ) -> Awaitable[Any]:
+        return call(services, caller.tenant_id, request, key)
+
+    return caller_method(
+        service, name, request, response, by_tenant, rest=rest, mutates=mutates, doc=doc
+    )
+
+
+def caller_method(
+    service: str,
+    name: str,
+    request: type[msgspec.Struct],
+    response: Any,
+    call: CallerCall,
+    *,
+    rest: str,
+    mutates: bool = False,
+    doc: str = "",
+) -> Method:
+    """A `Method` whose call is given the whole `Caller` (its key's id and scopes)."""
     return Method(
         service=service,
         name=name,
@@ -133,6 +162,7 @@ def method(
 __all__ = [
     "PACKAGE",
     "Call",
+    "CallerCall",
     "Cursor",
     "Empty",
     "Id",
@@ -145,5 +175,6 @@ __all__ = [
     "Req",
     "Version",
     "body_of",
+    "caller_method",
     "method",
 ]

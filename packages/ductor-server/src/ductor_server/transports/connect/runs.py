@@ -17,7 +17,7 @@ from ductor_server.services import (
     WorkflowSummary,
     WorkflowVersionView,
 )
-from ductor_server.services.runs import RunsStarted
+from ductor_server.services.runs import RerunView, RunsStarted
 from ductor_server.transports.connect.method import (
     Cursor,
     Empty,
@@ -70,6 +70,13 @@ class CancelRunRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     run_id: Id
     reason: str = ""
+
+
+class RerunRunRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Re-run an ended run (with its family's latest version when `latest`)."""
+
+    run_id: Id
+    latest: bool = False
 
 
 class SignalRunRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -190,6 +197,16 @@ METHODS: tuple[Method, ...] = (
         rest="POST /v1/runs/{run_id}/cancel",
         mutates=True,
         doc="Ask for the run and its children to be cancelled on its next tick.",
+    ),
+    method(
+        RUNS,
+        "RerunRun",
+        RerunRunRequest,
+        RerunView,
+        lambda s, t, r, k: s.runs.rerun(t, r.run_id, latest=r.latest, idempotency_key=k),
+        rest="POST /v1/runs/{run_id}/rerun",
+        mutates=True,
+        doc="Start a new run with an ended run's family, version and input.",
     ),
     method(
         RUNS,

@@ -18,6 +18,7 @@ How a msgspec type becomes a proto type:
     dict[str, Any]                                             google.protobuf.Struct
     dict[str, X]                                               map<string, X>
     a struct, dataclass or TypedDict                           a message of its name
+    Annotated[X, Meta(description=...)]                        X
     Any, other unions, nested lists or maps                    google.protobuf.Value
 
 The server speaks JSON only, so field numbers follow the struct's field order and
@@ -129,6 +130,10 @@ class _Builder:
 
     def type_of(self, info: mi.Type) -> tuple[str, str]:
         """(label, proto type) of a field of type `info`."""
+        if isinstance(info, mi.Metadata):
+            # A description or JSON-schema extra only (constraints are kept on the
+            # type itself): the type it annotates.
+            return self.type_of(info.type)
         if isinstance(info, mi.UnionType):
             inner = [t for t in info.types if not isinstance(t, mi.NoneType)]
             if len(inner) == 1 and len(inner) < len(info.types):
