@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from ductor_server.engine.fairness import FairPolicy, FairScheduler, Ticket
 from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
@@ -32,8 +33,25 @@ only by the next full one."""
 
 def ticket_of(task: ReadyTask) -> Ticket:
     """The scheduler's view of a ready task."""
+    limits = task.limits
+    if limits is None:
+        return Ticket(
+            key=task.id,
+            tenant=task.tenant_id,
+            workflow=task.workflow,
+            tier=task.tier,
+            seq=int(task.id),
+        )
     return Ticket(
-        key=task.id, tenant=task.tenant_id, workflow=task.workflow, tier=task.tier, seq=int(task.id)
+        key=task.id,
+        tenant=task.tenant_id,
+        workflow=task.workflow,
+        tier=task.tier,
+        seq=int(task.id),
+        limit_key=limits.key,
+        key_concurrency=limits.concurrency,
+        key_rate=limits.rate,
+        key_burst=limits.burst,
     )
 
 
@@ -42,9 +60,10 @@ class LocalFairQueue:
 
     Args:
         store: where the tasks are.
-        policy: the tenants' weights and limits.
-        capacity: the worker slots of this process (for the slot shares); None
-            to share only the order of starts.
+        policy: the tenants' weights and limits (the settings'); the operators'
+            per-tenant policies in the store take its place for their tenants.
+        capacity: the worker slots of this process (for the slot shares and
+            the headroom); None to share only the order of starts.
         wake: notified (TASKS) when a finished task lets a held-back one start.
         resync_seconds: how often the whole ready set is read again (the safety
             net for what the cheap look by id misses).
@@ -61,7 +80,8 @@ class LocalFairQueue:
         scan_limit: int = 10_000,
     ) -> None:
         self.store = store
-        self.scheduler = FairScheduler(policy)
+        self.policies = QueuePolicies(policy, wake=wake)
+        self.scheduler = FairScheduler(self.policies.policy)
         self.capacity = capacity
         self.wake = wake
         self.resync_seconds = resync_seconds
@@ -91,6 +111,9 @@ class LocalFairQueue:
             return []
         at = now.timestamp()
         async with self.store.transaction() as tx:
+            policy = await self.policies.current(tx)
+            if policy is not self.scheduler.policy:
+                self.scheduler.set_policy(policy)
             await self._refresh(tx, now)
             picked = self.scheduler.pick(limit, at, capacity=self.capacity)
             if not picked:
