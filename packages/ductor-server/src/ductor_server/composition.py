@@ -74,6 +74,7 @@ from ductor_server.services import (
     KeysService,
     LedgerService,
     MeteringService,
+    QueueService,
     ReceiptService,
     RoutingService,
     RunsService,
@@ -249,6 +250,7 @@ def build_services(
         connections=connections,
         inbox=InboxService(context, events),
         ai=ai,
+        queue=QueueService(context, base=runtime.config.fairness),
     )
 
 

@@ -16,6 +16,7 @@
           ├── RunNotCancellable                run.not_cancellable
           ├── RunEnded                         run.ended (a signal to a finished run)
           ├── Unauthenticated                  auth.unauthenticated
+          ├── OperatorOnly                     auth.operator_only
           ├── IdempotencyConflict              idempotency.conflict
           └── BridgeNotConfigured              bridge.not_configured (retryable)
 
@@ -159,6 +160,12 @@ class Unauthenticated(ServerError):
     code = "auth.unauthenticated"
 
 
+class OperatorOnly(ServerError):
+    """An operator's call (`/v1/admin`) made without the operator key."""
+
+    code = "auth.operator_only"
+
+
 class IdempotencyConflict(ServerError):
     """An idempotency key was reused with a different request."""
 
@@ -188,6 +195,7 @@ __all__ = [
     "NotFoundError",
     "NotificationNotActionable",
     "NotificationNotFound",
+    "OperatorOnly",
     "RequestInvalid",
     "RunEnded",
     "RunNotCancellable",

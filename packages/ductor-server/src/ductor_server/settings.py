@@ -112,6 +112,9 @@ class Settings:
         secret_keys_file: a file holding such entries (one per line), read when
             `secret_keys` is not set; `ductor dev` points it at
             `dev_secret_keys_file`.
+        operator_key: the bearer key of operators' calls (`/v1/admin/...`,
+            `DUCTOR_OPERATOR_KEY`); None: those calls are refused. Never shown in
+            the settings' repr.
     """
 
     host: str = "127.0.0.1"
@@ -144,6 +147,7 @@ class Settings:
     outbound_allow: tuple[str, ...] | None = None
     secret_keys: str | None = field(default=None, repr=False)
     secret_keys_file: Path | None = None
+    operator_key: str | None = field(default=None, repr=False)
 
     @property
     def engine_poll_interval(self) -> float:
@@ -257,5 +261,9 @@ class Settings:
             values["outbound_allow"] = tuple(str(n) for n in networks)
         if secret_keys := env.get("DUCTOR_SECRET_KEYS"):
             values["secret_keys"] = secret_keys
+        if operator_key := env.get("DUCTOR_OPERATOR_KEY"):
+            if len(operator_key) < 16:
+                raise ValueError("DUCTOR_OPERATOR_KEY must be at least 16 characters long")
+            values["operator_key"] = operator_key
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -15,10 +15,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ductor_core.concurrency import ConcurrencyOption
 from ductor_server.engine.fairness import FairPolicy, FairScheduler, TenantPolicy, Ticket
 
 TENANTS = ["a", "b", "c", "d"]
@@ -444,14 +446,17 @@ def test_a_tenant_at_its_share_of_slots_never_takes_one_another_tenant_could_use
                 scheduler.finish(running[arg % len(running)])
 
 
-def test_the_policy_in_the_architecture_doc_decodes() -> None:
+def test_the_policy_and_the_option_in_the_architecture_doc_decode() -> None:
     doc = (Path(__file__).resolve().parents[4] / "docs" / "architecture.md").read_text()
-    section = doc.split("## The task queue", 1)[1]
-    match = re.search(r"```json\n(.*?)\n```", section, re.DOTALL)
-    assert match is not None
-    policy = FairPolicy.from_json(match.group(1))
+    section = doc.split("## The task queue", 1)[1].split("\n## ", 1)[0]
+    option, policy_text = re.findall(r"```json\n(.*?)\n *```", section, re.DOTALL)
+    policy = FairPolicy.from_json(policy_text)
     assert policy.of("t_big").workflows == {"nightly-export": 2}
     assert policy.of("anyone").max_running == 48
+    assert policy.headroom == 0.125
+    concurrency = msgspec.json.decode(option, type=ConcurrencyOption)
+    assert concurrency.problems() == []
+    assert concurrency.per_second == 100 / 60
 
 
 def _keyed(key: str, tenant: str, limit_key: str, seq: int, **limits: Any) -> Ticket:

@@ -21,6 +21,7 @@ from ductor_server.services.inbox import InboxService
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
 from ductor_server.services.metering import MeteringService
+from ductor_server.services.queue import QueuePoliciesView, QueuePolicyView, QueueService
 from ductor_server.services.receipts import ReceiptService
 from ductor_server.services.routing import (
     AssignmentView,
@@ -70,6 +71,7 @@ class Services:
     connections: ConnectionsService
     inbox: InboxService
     ai: AiService
+    queue: QueueService
 
 
 __all__ = [
@@ -90,6 +92,9 @@ __all__ = [
     "MeteringService",
     "Outcome",
     "PublishedWorkflow",
+    "QueuePoliciesView",
+    "QueuePolicyView",
+    "QueueService",
     "ReceiptService",
     "RoutingService",
     "RuleSetVersion",

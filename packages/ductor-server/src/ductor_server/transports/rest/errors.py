@@ -31,6 +31,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "route.method_not_allowed": 405,
     # who is asking
     "auth.unauthenticated": 401,
+    "auth.operator_only": 403,
     # replays
     "idempotency.conflict": 422,
     # definitions
