@@ -203,3 +203,22 @@ async def test_an_operator_policy_reaches_every_process(store: Store, redis: Red
         for wake in wakes:
             await wake.aclose()
             await wake.redis.aclose()
+
+
+async def test_limits_hold_across_processes_while_redis_is_down(
+    store: Store, redis: Redis, own_redis: OwnRedis
+) -> None:
+    now = ManualClock().now()
+    first, second = (RedisFairQueue(store, redis, prefix="t:") for _ in range(2))
+    await _runs_with_limits(store, TENANT, ["ann"] * 6 + ["bob"] * 2, now, {"concurrency": 2})
+    a = await first.lease(owner="w1", limit=1, lease_for=MINUTE, now=now)
+    own_redis.stop()
+    # Each process now chooses by itself, counting the other's lease from the store.
+    b = await second.lease(owner="w2", limit=10, lease_for=MINUTE, now=now)
+    assert _run_keys(a + b) == [f"{TENANT}-run{i}" for i in (0, 1, 6, 7)]
+    assert await first.lease(owner="w1", limit=10, lease_for=MINUTE, now=now) == []
+    async with store.transaction() as tx:
+        await second.complete(tx, _refs(b[:1]))
+    [c] = await first.lease(owner="w1", limit=10, lease_for=MINUTE, now=now)
+    assert c.run_id == f"{TENANT}-run2"
+    assert (first.fallbacks, second.fallbacks) == (2, 1)

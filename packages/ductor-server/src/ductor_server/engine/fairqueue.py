@@ -25,6 +25,9 @@ from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.fairqueue")
 
+SHARED_LOCK = "fair-queue:shared"
+"""The lock every sharing `LocalFairQueue` chooses under (see `shared`)."""
+
 RESCAN_SLACK = 512
 """How far below the highest id seen each look starts again: a task whose
 insert committed after one with a larger id is found by the next look, not
@@ -67,6 +70,11 @@ class LocalFairQueue:
         wake: notified (TASKS) when a finished task lets a held-back one start.
         resync_seconds: how often the whole ready set is read again (the safety
             net for what the cheap look by id misses).
+        policies: where the policy comes from (built from `policy` and `wake` if None).
+        shared: count every process's leases, not only this one's: each lease
+            reads the tasks the store has leased and chooses under a lock that
+            every sharing queue takes (the Redis queue's stand-in while Redis
+            cannot be reached, so that the limits still hold across processes).
     """
 
     def __init__(
@@ -78,9 +86,12 @@ class LocalFairQueue:
         wake: WakeUp | None = None,
         resync_seconds: float = 0.25,
         scan_limit: int = 10_000,
+        policies: QueuePolicies | None = None,
+        shared: bool = False,
     ) -> None:
         self.store = store
-        self.policies = QueuePolicies(policy, wake=wake)
+        self.policies = policies or QueuePolicies(policy, wake=wake)
+        self.shared = shared
         self.scheduler = FairScheduler(self.policies.policy)
         self.capacity = capacity
         self.wake = wake
@@ -111,10 +122,14 @@ class LocalFairQueue:
             return []
         at = now.timestamp()
         async with self.store.transaction() as tx:
+            if self.shared:
+                await tx.session.advisory_lock(SHARED_LOCK)
             policy = await self.policies.current(tx)
             if policy is not self.scheduler.policy:
                 self.scheduler.set_policy(policy)
             await self._refresh(tx, now)
+            if self.shared:
+                await self._count_leases(tx, now)
             picked = self.scheduler.pick(limit, at, capacity=self.capacity)
             if not picked:
                 self._wake_for_rate(at)
@@ -159,6 +174,17 @@ class LocalFairQueue:
                     self.scheduler.push(ticket_of(row))
         if rows:
             self._cursor = max(self._cursor or 0, max(int(r.id) for r in rows))
+
+    async def _count_leases(self, tx: Tx, now: datetime) -> None:
+        """Count as running exactly the tasks the store has leased now."""
+        rows = await tx.leased_tasks(now=now, limit=self.scan_limit)
+        held = {row.id for row in rows}
+        if len(rows) < self.scan_limit:
+            for ticket in list(self.scheduler.running()):
+                if ticket.key not in held:
+                    self.scheduler.finish(ticket.key)
+        for row in rows:
+            self.scheduler.mark_running(ticket_of(row))
 
     def _rebuild(self, rows: list[ReadyTask], *, full: bool) -> None:
         """Make the ready set what the store says (tasks this queue leased stay
@@ -214,4 +240,4 @@ class LocalFairQueue:
         return count
 
 
-__all__ = ["RESCAN_SLACK", "LocalFairQueue", "ticket_of"]
+__all__ = ["RESCAN_SLACK", "SHARED_LOCK", "LocalFairQueue", "ticket_of"]

@@ -7,8 +7,10 @@ whole ready set is read again every `resync_seconds`. A Lua script picks
 atomically, and each picked task is then leased in the store by its key, where
 one taken or ended meanwhile is refused. When the queue's marker key is gone
 (FLUSHALL, a Redis restart without persistence) the next lease rebuilds the
-ready set from the store; while Redis cannot be reached, workers lease from the
-store in its own order. Either way no task is lost, and none runs twice beyond
+ready set from the store, counting the tasks the store has leased as running;
+while Redis cannot be reached, each process schedules by the same rules itself
+(`LocalFairQueue` in its shared mode, counting every process's leases from the
+store, without slot shares). Either way no task is lost, and none runs twice beyond
 what the store's lease allows.
 """
 
@@ -25,7 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ductor_server.engine.fairness import FairPolicy
-from ductor_server.engine.fairqueue import RESCAN_SLACK
+from ductor_server.engine.fairqueue import RESCAN_SLACK, LocalFairQueue
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
@@ -442,6 +444,10 @@ class RedisFairQueue:
         self.fallbacks = 0  # leases taken from the store while Redis was unreachable
         self.reconciled = 0  # tasks Redis held as leased that the store did not
         self._sql = SqlTaskQueue(store)
+        # While Redis cannot be reached: the same rules in this process, counting
+        # every process's leases from the store (no slot shares: the other
+        # processes' slots are unknown then).
+        self._fallback = LocalFairQueue(store, policies=self.policies, wake=wake, shared=True)
         self._resynced = 0.0
         self._push = redis.register_script(_PUSH)
         self._end = redis.register_script(_END)
@@ -459,7 +465,8 @@ class RedisFairQueue:
         handlers: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
         """Lease up to `limit` tasks in the shared fair order (the store's order
-        with `handlers`, or while Redis cannot be reached)."""
+        with `handlers`; this process's, by the same rules, while Redis cannot
+        be reached)."""
         if handlers is not None:
             return await self._sql.lease(
                 owner=owner, limit=limit, lease_for=lease_for, now=now, handlers=handlers
@@ -493,8 +500,10 @@ class RedisFairQueue:
                 )
         except RedisError as exc:
             self.fallbacks += 1
-            log.warning("Redis unreachable (%s): leasing from the store in its order", exc)
-            return await self._sql.lease(owner=owner, limit=limit, lease_for=lease_for, now=now)
+            log.warning("Redis unreachable (%s): leasing in this process's fair order", exc)
+            return await self._fallback.lease(
+                owner=owner, limit=limit, lease_for=lease_for, now=now
+            )
         except BaseException:
             # Chosen but not leased (the store failed): ready again at once
             # rather than counted as running until the reconciliation.
@@ -590,6 +599,8 @@ class RedisFairQueue:
     async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
         """Mark the tasks done in `tx`; their slots count as free from now on."""
         done = await tx.complete_tasks(refs)
+        for ref in refs:
+            self._fallback.scheduler.finish(ref.task_id)
         await self._ended("finish", [ref.task_id for ref in refs])
         if self.wake is not None and refs:
             try:
