@@ -189,3 +189,17 @@ async def test_an_operator_policy_applies_without_a_restart(store: Store) -> Non
     # Unannounced, a change is still read within the reload interval.
     queue.policies.reload_seconds = 0
     assert len(await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)) == 7
+
+
+async def test_a_task_behind_more_ready_tasks_than_a_full_look_holds_is_found(
+    store: Store,
+) -> None:
+    # A full look at every lease, and it holds only the 5 oldest ready tasks: the
+    # other tenant's task, the newest of 8, is still found by its id.
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=0, scan_limit=5)
+    await _enqueue(store, TENANT, 8, now)
+    assert len(await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)) == 1
+    await _enqueue(store, OTHER_TENANT, 1, now, tag="b")
+    leased = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
+    assert OTHER_TENANT in {t.tenant_id for t in leased}

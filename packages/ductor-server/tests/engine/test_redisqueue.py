@@ -222,3 +222,15 @@ async def test_limits_hold_across_processes_while_redis_is_down(
     [c] = await first.lease(owner="w1", limit=10, lease_for=MINUTE, now=now)
     assert c.run_id == f"{TENANT}-run2"
     assert (first.fallbacks, second.fallbacks) == (2, 1)
+
+
+async def test_a_task_behind_more_ready_tasks_than_a_full_look_holds_is_found(
+    store: Store, redis: Redis
+) -> None:
+    now = ManualClock().now()
+    queue = RedisFairQueue(store, redis, prefix="t:", resync_seconds=0, scan_limit=5)
+    await _enqueue(store, TENANT, 8, now)
+    assert len(await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)) == 1
+    await _enqueue(store, OTHER_TENANT, 1, now, tag="b")
+    leased = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
+    assert OTHER_TENANT in {t.tenant_id for t in leased}

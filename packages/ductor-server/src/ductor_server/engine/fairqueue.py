@@ -68,8 +68,9 @@ class LocalFairQueue:
         capacity: the worker slots of this process (for the slot shares and
             the headroom); None to share only the order of starts.
         wake: notified (TASKS) when a finished task lets a held-back one start.
-        resync_seconds: how often the whole ready set is read again (the safety
-            net for what the cheap look by id misses).
+        resync_seconds: how often, at most, the whole ready set is read again
+            (the safety net for what the cheap look by id misses); never more
+            often than ten times the last such read took; 0: at every lease.
         policies: where the policy comes from (built from `policy` and `wake` if None).
         shared: count every process's leases, not only this one's: each lease
             reads the tasks the store has leased and chooses under a lock that
@@ -101,6 +102,7 @@ class LocalFairQueue:
         self._sql = SqlTaskQueue(store)
         self._cursor: int | None = None
         self._resynced = 0.0
+        self._resync_every = resync_seconds
         self._timer: asyncio.TimerHandle | None = None
 
     async def lease(
@@ -158,20 +160,33 @@ class LocalFairQueue:
 
     async def _refresh(self, tx: Tx, now: datetime) -> None:
         clock = time.monotonic()
-        if self._cursor is None or clock - self._resynced >= self.resync_seconds:
+        if self._cursor is None or clock - self._resynced >= self._resync_every:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
-            self._resynced = clock
             self._rebuild(rows, full=len(rows) < self.scan_limit)
+            self._advance(rows)
+            self._resynced = time.monotonic()
+            # A full look costs more as the backlog grows: the next one comes no
+            # sooner than ten times what this one took (0: at every lease).
+            if self.resync_seconds > 0:
+                took = self._resynced - clock
+                self._resync_every = max(self.resync_seconds, 10 * took)
+            if len(rows) < self.scan_limit:
+                return  # it saw every ready task
         else:
-            after = max(self._cursor - RESCAN_SLACK, 0)
-            rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
-            for row in rows:
-                self.scheduler.push(ticket_of(row))
             # Leases that ran out (a process died or stalled with its task) are
             # free again at once, as in the store's own order.
             for row in await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit):
                 if not self.scheduler.requeue(row.id):
                     self.scheduler.push(ticket_of(row))
+        # New tasks by id, also after a full look that could not hold every
+        # ready task (it holds the oldest; the newest are found here).
+        after = max((self._cursor or 0) - min(RESCAN_SLACK, self.scan_limit // 2), 0)
+        rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
+        for row in rows:
+            self.scheduler.push(ticket_of(row))
+        self._advance(rows)
+
+    def _advance(self, rows: list[ReadyTask]) -> None:
         if rows:
             self._cursor = max(self._cursor or 0, max(int(r.id) for r in rows))
 

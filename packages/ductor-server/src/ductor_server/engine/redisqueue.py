@@ -413,7 +413,9 @@ class RedisFairQueue:
         wake: notified (TASKS) after completions while tasks wait, so that a
             task held back by a limit starts as soon as a slot frees anywhere;
             heard for policy changes (POLICY).
-        resync_seconds: how often the whole ready set is read again.
+        resync_seconds: how often, at most, the whole ready set is read again;
+            never more often than ten times the last such read took; 0: at
+            every lease.
     """
 
     def __init__(
@@ -449,6 +451,7 @@ class RedisFairQueue:
         # processes' slots are unknown then).
         self._fallback = LocalFairQueue(store, policies=self.policies, wake=wake, shared=True)
         self._resynced = 0.0
+        self._resync_every = resync_seconds
         self._push = redis.register_script(_PUSH)
         self._end = redis.register_script(_END)
         self._pick = redis.register_script(_PICK)
@@ -532,10 +535,9 @@ class RedisFairQueue:
     async def _refresh(self, tx: Tx, now: datetime) -> None:
         clock = time.monotonic()
         built = await self.redis.exists(self.keys + "built")
-        if not built or clock - self._resynced >= self.resync_seconds:
+        if not built or clock - self._resynced >= self._resync_every:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
             running = await tx.leased_tasks(now=now, limit=self.scan_limit)
-            self._resynced = clock
             # What the store has leased counts as running (after FLUSHALL too);
             # what Redis alone still holds as leased, long enough that it is no
             # choice on its way to the store, stops counting.
@@ -556,17 +558,26 @@ class RedisFairQueue:
             if not built:
                 self.rebuilds += 1
                 await self.redis.set(self.keys + "built", "1")
+            self._resynced = time.monotonic()
+            # A full look costs more as the backlog grows: the next one comes no
+            # sooner than ten times what this one took (0: at every lease).
+            if self.resync_seconds > 0:
+                took = self._resynced - clock
+                self._resync_every = max(self.resync_seconds, 10 * took)
+            if len(rows) < self.scan_limit:
+                return  # it saw every ready task
         else:
-            cursor = int(await self.redis.get(self.keys + "cursor") or 0)
-            after = str(max(cursor - RESCAN_SLACK, 0))
-            rows = await tx.ready_tasks(now=now, after_id=after, limit=self.scan_limit)
-            await self._add(rows)
             # Leases that ran out (a process died or stalled with its task) are
             # free again at once, as in the store's own order.
             lapsed = await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit)
             if lapsed:
                 await self._end(args=[self.keys, "finish", *(row.id for row in lapsed)])
                 await self._add(lapsed)
+        # New tasks by id, also after a full look that could not hold every
+        # ready task (it holds the oldest; the newest are found here).
+        cursor = int(await self.redis.get(self.keys + "cursor") or 0)
+        after = str(max(cursor - min(RESCAN_SLACK, self.scan_limit // 2), 0))
+        await self._add(await tx.ready_tasks(now=now, after_id=after, limit=self.scan_limit))
 
     async def _add(self, rows: list[ReadyTask]) -> None:
         if not rows:
