@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
-from ductor_server.engine.queue import Topic
+from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue, _policy_json
 from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef
@@ -234,3 +234,20 @@ async def test_a_task_behind_more_ready_tasks_than_a_full_look_holds_is_found(
     await _enqueue(store, OTHER_TENANT, 1, now, tag="b")
     leased = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
     assert OTHER_TENANT in {t.tenant_id for t in leased}
+
+
+async def test_a_tier_set_by_an_operator_files_the_ready_tasks_again(
+    store: Store, redis: Redis
+) -> None:
+    now = ManualClock().now()
+    wake = InProcessWakeUp()
+    queue = RedisFairQueue(store, redis, prefix="t:", wake=wake, resync_seconds=3600)
+    await _enqueue(store, TENANT, 10, now)
+    await _enqueue(store, OTHER_TENANT, 10, now, tag="b")
+    first = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
+    assert Counter(t.tenant_id for t in first) == {TENANT: 1, OTHER_TENANT: 1}
+    async with store.transaction() as tx:
+        await put_queue_policy(tx, OTHER_TENANT, {"tier": 2}, now=now)
+    wake.notify(Topic.POLICY)
+    leased = await queue.lease(owner="w", limit=9, lease_for=MINUTE, now=now)
+    assert [t.tenant_id for t in leased] == [OTHER_TENANT] * 9

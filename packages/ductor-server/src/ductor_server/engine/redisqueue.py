@@ -204,13 +204,14 @@ return stale
 """
 )
 
-# ARGV: prefix. Forgets every ready task (their tiers changed); the next full
-# look at the store pushes them again. Returns how many.
+# ARGV: prefix. Forgets every ready task (their tiers changed) and the cursor;
+# the next looks at the store push them again, from the oldest. Returns how many.
 _CLEAR = (
     _COMMON
     + """
 local ids = redis.call('HKEYS', P..'meta')
 for _, id in ipairs(ids) do unready(id) end
+redis.call('DEL', P..'cursor')
 return #ids
 """
 )
