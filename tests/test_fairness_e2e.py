@@ -1,5 +1,6 @@
 """Fairness, end to end: a tenant flooding the queue with slow work does not slow
-another tenant down.
+another tenant down, and one tenant's slow calls never hold the slots another
+tenant needs (the headroom).
 
 A real `ductor serve` on Postgres with Redis wake-ups, and a real HTTP service
 that the steps call. Tenant B's 100 one-step runs are measured twice in the same
@@ -44,12 +45,15 @@ ENDED = {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
 
 
 class TimingSink:
-    """An HTTP service that answers `/slow/...` after `SLOW_SECONDS` and anything
-    else at once, remembering when each call to each path began and ended."""
+    """An HTTP service that answers `/slow/<label>` after `SLOW_SECONDS`,
+    `/sleep/<ms>/<label>` after that many milliseconds, and anything else at
+    once, remembering when each call to each label (the path's last part)
+    began and ended."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.calls: list[tuple[str, float, float]] = []  # (tenant, began, ended)
+        self.began: list[tuple[str, float]] = []  # (tenant, began), as calls come in
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -60,11 +64,15 @@ class TimingSink:
 
             def do_POST(self) -> None:
                 began = time.monotonic()
+                with sink.lock:
+                    sink.began.append((self.path.rsplit("/", 1)[-1], began))
                 length = int(self.headers.get("content-length") or 0)
                 if length:
                     self.rfile.read(length)
                 if self.path.startswith("/slow"):
                     time.sleep(SLOW_SECONDS)
+                elif self.path.startswith("/sleep/"):
+                    time.sleep(int(self.path.split("/")[2]) / 1000)
                 body = b"{}"
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -86,6 +94,16 @@ class TimingSink:
     def last_began(self, tenant: str) -> float:
         with self.lock:
             return max(began for t, began, _ in self.calls if t == tenant)
+
+    def started(self, label: str) -> int:
+        """How many calls to `label` have come in (ended or not)."""
+        with self.lock:
+            return sum(1 for t, _ in self.began if t == label)
+
+    def calls_of(self, label: str) -> list[tuple[float, float]]:
+        """(began, ended) of each call to `label`, in the order they ended."""
+        with self.lock:
+            return [(b, e) for t, b, e in self.calls if t == label]
 
     def peak_in_flight(self, tenant: str) -> int:
         with self.lock:
@@ -229,3 +247,54 @@ def test_a_flooding_tenant_does_not_slow_another_down(
     assert loaded_p50 <= 4 * idle_p50
     assert loaded_p99 <= 10 * max(idle_p99, 2 * idle_p50)
     assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+STUCK_MS = 5_000
+STUCK_RUNS = 80
+SLOTS = 64  # a server's worker slots (`RuntimeConfig.worker_concurrency`)
+HEADROOM = 8  # an eighth of them, which no one tenant may take
+
+
+def test_one_tenants_slow_tasks_never_hold_the_slots_another_tenant_needs(
+    make_server: Callable[..., ServerProcess],
+    postgres_url: str,
+    redis_url: str,
+    redis_prefix: str,
+    sink: TimingSink,
+) -> None:
+    # Tenant A's 80 calls take 5 s each: more than the 64 slots. Without the
+    # headroom they would fill every slot, and B's runs would wait 5 s for the
+    # first of them to end; with it, B's calls start while all of A's first
+    # wave is still in flight, and A never holds more than 56 slots.
+    env = {
+        "DUCTOR_POLL_INTERVAL": "",
+        "DUCTOR_REDIS_URL": redis_url,
+        "DUCTOR_REDIS_PREFIX": redis_prefix,
+        "DUCTOR_LEASE_SECONDS": "60",
+    }
+    server = make_server("stuck", database_url=postgres_url, env=env).start()
+    key_a = server.api_key
+    key_b = asyncio.run(_create_key(postgres_url, "bravo"))
+    with server.client(key_a) as http:
+        wf = _workflow("stuck", f"{sink.url}/sleep/{STUCK_MS}/a", 1)
+        assert http.post("/v1/workflows", json=wf).status_code in (200, 201)
+    with server.client(key_b) as http:
+        wf = _workflow("quick", f"{sink.url}/fast/b", 1)
+        assert http.post("/v1/workflows", json=wf).status_code in (200, 201)
+    _trigger_many(server, key_a, "stuck", STUCK_RUNS)
+    deadline = time.monotonic() + 60
+    while sink.started("a") < SLOTS - HEADROOM:
+        assert time.monotonic() < deadline, f"only {sink.started('a')} of A's calls began"
+        time.sleep(0.05)
+    assert not sink.calls_of("a"), "A's first calls ended before B could be measured"
+    quick = _trigger_many(server, key_b, "quick", 10)
+    _latencies(server, key_b, quick, 60)
+    first_a_end = min(ended for _, ended in sink.calls_of("a") or [(0.0, float("inf"))])
+    b_calls = sink.calls_of("b")
+    assert len(b_calls) == 10
+    assert max(began for began, _ in b_calls) < first_a_end, "B waited for A's slow slots"
+    deadline = time.monotonic() + 60
+    while len(sink.calls_of("a")) < SLOTS - HEADROOM:
+        assert time.monotonic() < deadline, "A's first wave never ended"
+        time.sleep(0.1)
+    assert sink.peak_in_flight("a") <= SLOTS - HEADROOM

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ductor_core.builtin_steps import ARGS_BY_TYPE, StepArgs, decode_args
+from ductor_core.concurrency import ConcurrencyOption, RateLimit
 from ductor_core.errors import DefinitionError
 from ductor_core.step_args import (
     ActionArgs,
@@ -41,6 +42,7 @@ __all__ = [
     "ARGS_BY_TYPE",
     "ActionArgs",
     "BridgeArgs",
+    "ConcurrencyOption",
     "DataflowArgs",
     "DefinitionStruct",
     "Edge",
@@ -49,6 +51,7 @@ __all__ = [
     "NotifyArgs",
     "NotifyCta",
     "NotifyEmail",
+    "RateLimit",
     "RetryPolicy",
     "RouteArgs",
     "ScatterArgs",
@@ -158,6 +161,8 @@ class WorkflowDefinition(_Wire, frozen=True, kw_only=True, forbid_unknown_fields
     # CEL over `input`, `steps` and `run`. A string is one expression; a map
     # projects each key. None: the outputs of the steps that end the graph.
     output: str | dict[str, str] | None = None
+    # The workflow's own limits in the task queue (see `ductor_core.concurrency`).
+    concurrency: ConcurrencyOption | None = None
 
 
 _decoder = msgspec.json.Decoder(WorkflowDefinition)
@@ -184,8 +189,19 @@ def definition_from_obj(obj: Any) -> WorkflowDefinition:
 
 
 def canonical_json(definition: WorkflowDefinition) -> bytes:
-    """The canonical encoding: defaults included, keys sorted, no whitespace."""
-    return msgspec.json.encode(msgspec.to_builtins(definition), order="sorted")
+    """The canonical encoding: defaults included, keys sorted, no whitespace.
+
+    Fields added after the first release are left out while they hold their
+    default, so a definition that does not use them keeps its hash.
+    """
+    document = msgspec.to_builtins(definition)
+    for name in _LATER_FIELDS:
+        if document.get(name) is None:
+            document.pop(name, None)
+    return msgspec.json.encode(document, order="sorted")
+
+
+_LATER_FIELDS = ("concurrency",)
 
 
 def content_hash(definition: WorkflowDefinition) -> str:

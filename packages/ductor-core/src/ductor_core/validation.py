@@ -7,7 +7,7 @@ checks run on whatever parts are well formed.
 
 Problems come in the order the document is walked: unknown top-level fields,
 then `family_slug`, `title`, `description`, each step, each edge, each
-trigger, `input_schema`, `output`, and last the graph-wide problems (cycles,
+trigger, `input_schema`, `output`, `concurrency`, and last the graph-wide problems (cycles,
 unreachable steps). Within one object, structural problems (missing, unknown
 or wrongly typed fields, in the object's own key order) come before semantic ones.
 
@@ -48,6 +48,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
+from ductor_core.concurrency import ConcurrencyOption
 from ductor_core.definitions import (
     Edge,
     EdgeType,
@@ -100,6 +101,7 @@ PROBLEM_CODES: dict[str, str] = {
     "definition.bad_trigger": "a trigger without an event name",
     "definition.bad_output": "an output that is not a CEL string or an object of them",
     "definition.bad_input_schema": "an input schema that is not a JSON Schema object",
+    "definition.bad_concurrency": "a concurrency option with no limit, or a limit that cannot work",
 }
 """Every problem code validation reports, with what it means."""
 
@@ -111,6 +113,7 @@ _TOO_COSTLY = "definition.expression_too_costly"
 _BAD_DURATION = "definition.bad_duration"
 _BAD_RETRY = "definition.bad_retry"
 _BAD_SLUG = "definition.bad_slug"
+_BAD_CONCURRENCY = "definition.bad_concurrency"
 
 _JSON_SCHEMA_TYPES = frozenset(
     {"object", "array", "string", "number", "integer", "boolean", "null"}
@@ -281,6 +284,7 @@ _STEP = _struct_info(Step)
 _EDGE = _struct_info(Edge)
 _TRIGGER = _struct_info(Trigger)
 _RETRY = _struct_info(RetryPolicy)
+_CONCURRENCY = _struct_info(ConcurrencyOption)
 _TEMPLATE = _struct_info(StepTemplate)
 _RETRY_DEFAULTS = RetryPolicy()
 _EDGE_TYPES = {t.value: t for t in EdgeType}
@@ -572,6 +576,8 @@ class _Walker:
             self.input_schema(obj["input_schema"])
         if "output" in obj:
             self.output(obj["output"])
+        if "concurrency" in obj:
+            self.concurrency(obj["concurrency"])
         self.graph_problems()
 
     def _list(self, obj: dict[Any, Any], name: str) -> list[Any] | None:
@@ -832,6 +838,27 @@ class _Walker:
             )
         if isinstance(fields.get("filter"), str):
             self.cel(fields["filter"], pointer, "filter", where=where, label="filter")
+
+    def concurrency(self, value: Any) -> None:
+        if value is None:
+            return
+        good, fields = self.check(
+            value, _CONCURRENCY, "/concurrency", "concurrency", "concurrency", _MALFORMED
+        )
+        if not good or not isinstance(fields, dict):
+            return
+        key = fields.get("key")
+        if isinstance(key, str) and key.strip():
+            self.cel(key, "/concurrency", "key", where="concurrency", label="concurrency.key")
+        if len(fields) != len(value):
+            return  # a part of it is malformed, and reported as such
+        try:
+            option = msgspec.convert(fields, ConcurrencyOption)
+        except msgspec.ValidationError:
+            return  # the same, deeper down (in `rate`)
+        for pointer, message in option.problems():
+            label = "concurrency" + pointer.replace("/", ".")
+            self.add(_BAD_CONCURRENCY, "/concurrency" + pointer, f"'{label}' {message}")
 
     def input_schema(self, value: Any) -> None:
         if value is None:

@@ -55,6 +55,7 @@ from ductor.protocol import (
     InlineRunRequest,
     InlineRunResponse,
     Opcode,
+    RateInfo,
     RunCompleteOp,
     RunFailedOp,
     SeenNonces,
@@ -91,15 +92,51 @@ class Trigger:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Concurrency:
-    """At most `limit` runs of a workflow at once, per value of the CEL `key` if set."""
+class Rate:
+    """At most `limit` step starts per `period` ("1m", or a timedelta), `burst`
+    of them at once (the rest spread out evenly)."""
 
     limit: int
-    key: str | None = None
+    period: str | timedelta
+    burst: int = 1
 
     def __post_init__(self) -> None:
         if self.limit < 1:
+            raise ValueError(f"rate limit must be at least 1, got {self.limit}")
+        if not 1 <= self.burst <= self.limit:
+            raise ValueError(f"rate burst must be 1 to the limit ({self.limit}), got {self.burst}")
+        if isinstance(self.period, timedelta) and self.period <= timedelta(0):
+            raise ValueError("rate period must be longer than zero")
+        canonical_duration(self.period)  # raises for a period that does not parse
+
+    def info(self) -> RateInfo:
+        """The wire form."""
+        return RateInfo(limit=self.limit, period=canonical_duration(self.period), burst=self.burst)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Concurrency:
+    """Limits on a workflow's steps, per value of the CEL `key` (over the run's
+    input) if set: at most `limit` running at once, at most `rate` started per
+    period. A run that sleeps or waits holds no slot; only running steps count."""
+
+    limit: int | None = None
+    key: str | None = None
+    rate: Rate | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit is None and self.rate is None:
+            raise ValueError("a Concurrency needs a limit=, a rate= or both")
+        if self.limit is not None and self.limit < 1:
             raise ValueError(f"concurrency limit must be at least 1, got {self.limit}")
+
+    def info(self) -> ConcurrencyInfo:
+        """The wire form."""
+        return ConcurrencyInfo(
+            limit=self.limit,
+            key=self.key,
+            rate=None if self.rate is None else self.rate.info(),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,9 +193,7 @@ class Workflow(Generic[InputT, OutputT]):
                 TriggerInfo(event=t.event, cron=t.cron, match=t.match) for t in self.triggers
             ],
             retries=self.retries,
-            concurrency=None
-            if self.concurrency is None
-            else ConcurrencyInfo(limit=self.concurrency.limit, key=self.concurrency.key),
+            concurrency=None if self.concurrency is None else self.concurrency.info(),
             timeout=self.timeout,
             cancellable=self.on_cancel is not None,
         )
@@ -295,7 +330,8 @@ class Client:
             id: the workflow's id, unique in this app.
             trigger: event name(s) or `Trigger`s that start a run.
             retries: retries of each step (and of the body) after the first try.
-            concurrency: max concurrent runs (an int or a keyed `Concurrency`).
+            concurrency: the most steps running at once (an int), or a `Concurrency`
+                with a key, a rate or both.
             timeout: the longest a run may take ("1h", or a timedelta).
             on_cancel: called when a run of this workflow is cancelled.
             name: a human title.

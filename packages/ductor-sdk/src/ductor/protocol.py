@@ -83,6 +83,7 @@ __all__ = [
     "InvokeOp",
     "Opcode",
     "OpcodeName",
+    "RateInfo",
     "RunCompleteOp",
     "RunErrorOp",
     "RunFailedOp",
@@ -433,11 +434,21 @@ class TriggerInfo(_Wire, frozen=True, kw_only=True):
     match: str | None = None
 
 
-class ConcurrencyInfo(_Wire, frozen=True, kw_only=True):
-    """At most `limit` runs at once, per value of the CEL `key` when one is set."""
+class RateInfo(_Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """At most `limit` step starts per `period` ("1m"), `burst` of them at once."""
 
     limit: int
+    period: str
+    burst: int = 1
+
+
+class ConcurrencyInfo(_Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """At most `limit` steps running at once and at most `rate` step starts, per
+    value of the CEL `key` (over `input`) when one is set; at least one of the two."""
+
+    limit: int | None = None
     key: str | None = None
+    rate: RateInfo | None = None
 
 
 class WorkflowInfo(_Wire, frozen=True, kw_only=True):

@@ -75,6 +75,7 @@ from ductor_server.services import (
     KeysService,
     LedgerService,
     MeteringService,
+    QueueService,
     ReceiptService,
     RoutingService,
     RunsService,
@@ -256,6 +257,7 @@ def build_services(
         inbox=InboxService(context, events),
         ai=ai,
         agent=agent,
+        queue=QueueService(context, base=runtime.config.fairness),
     )
     # The agent's tools call these very services (the MCP server's tool table).
     agent.bind(lambda: services)

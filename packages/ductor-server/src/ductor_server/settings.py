@@ -121,9 +121,10 @@ class Settings:
         secret_keys_file: a file holding such entries (one per line), read when
             `secret_keys` is not set; `ductor dev` points it at
             `dev_secret_keys_file`.
-        operator_key: the key that creates tenants over the API (`/v1/tenants`,
-            `DUCTOR_OPERATOR_KEY`, at least 32 characters); None: no operator calls
-            over the API. Never shown in the settings' repr.
+        operator_key: the key that creates tenants (`/v1/tenants`) and sets their
+            queue policies (`/v1/admin`) over the API (`DUCTOR_OPERATOR_KEY`, at
+            least 32 characters); None: no operator calls over the API. Never shown
+            in the settings' repr.
     """
 
     host: str = "127.0.0.1"

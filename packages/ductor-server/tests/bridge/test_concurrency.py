@@ -1,21 +1,29 @@
-"""A workflow's `concurrency` option enforced by the server, on both backends:
-runs beyond the limit wait PENDING and start in order as slots free, per key,
-across cancels and across a restart of the runtime; plus the pure tick's part."""
+"""A workflow's `concurrency` option enforced by the task queue, on both
+backends: at most `limit` steps of a key run at once (a run that waits holds
+none), other keys run beside them, a rate spaces the starts; a bad option is
+refused at sync with its pointer; runs an earlier release left waiting for a
+slot in the slot table still start when the runs before them end; plus the
+pure tick's part for those runs."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from ductor import Client, Concurrency, Context
-from ductor_core.expressions import default_engine
+import msgspec
+import pytest
+
+from ductor import Client, Concurrency, Context, Rate
+from ductor.protocol import ConcurrencyInfo, DescribeResponse, RateInfo, WorkflowInfo
 from ductor_core.runs import CancelRequested, Command, DispatchTask, RunStatus, TimerFired
-from ductor_server.bridge.concurrency import concurrency_key
-from ductor_server.bridge.tick import SLOT_TIMER, bridge_start, bridge_tick
+from ductor_server.bridge.tick import BRIDGE_KIND, SLOT_TIMER, bridge_start, bridge_tick
+from ductor_server.errors import RequestInvalid
 from ductor_server.services import RunView
-from ductor_server.storage import Store
+from ductor_server.services.bridge import BridgeCaller
+from ductor_server.storage import NewRun, Store
 
 from .conftest import KEY, TENANT
 
@@ -38,6 +46,7 @@ class Tracker:
         self.most: dict[str, int] = {}
         self.most_overall = 0
         self.order: list[Any] = []
+        self.started: list[float] = []
         self.both_in = asyncio.Event()
 
     async def work(self, key: str, tag: Any, *, hold: float, meet: bool = False) -> Any:
@@ -46,6 +55,7 @@ class Tracker:
         overall = sum(self.active.values())
         self.most_overall = max(self.most_overall, overall)
         self.order.append(tag)
+        self.started.append(asyncio.get_running_loop().time())
         if meet:
             # Two keys inside at once: let them both go (bounded when they never meet).
             if sum(1 for n in self.active.values() if n) >= 2:
@@ -74,7 +84,13 @@ def _app(tracker: Tracker) -> Client:
     async def gated(ctx: Context, input: dict[str, Any]) -> Any:
         await ctx.step.run("enter", tracker.work, "gated", input["n"], hold=0.0)
         await ctx.step.wait_for_signal("hold", signal="go", timeout="1h")
-        return input["n"]
+        return await ctx.step.run("leave", tracker.work, "gated", -input["n"], hold=0.0)
+
+    @client.workflow(
+        "paced", concurrency=Concurrency(rate=Rate(limit=2, period="1s"), key="input.user")
+    )
+    async def paced(ctx: Context, input: dict[str, Any]) -> Any:
+        return await ctx.step.run("work", tracker.work, "paced", input["n"], hold=0.0)
 
     return client
 
@@ -88,22 +104,24 @@ async def _slot_rows(store: Store) -> list[tuple[Any, ...]]:
     return [(r[0], bool(r[1])) for r in rows]
 
 
-async def test_a_limit_of_one_runs_three_runs_one_after_another(make_engine: Any) -> None:
+async def test_a_limit_of_one_runs_the_steps_of_three_runs_one_at_a_time(
+    make_engine: Any,
+) -> None:
     tracker = Tracker()
     async with make_engine(_app(tracker)) as engine:
         views = [
             (await engine.services.runs.trigger(TENANT, "bridge:shop:serial", None, {"n": n})).value
             for n in range(3)
         ]
-        # Only the first may start; the others are created waiting for the slot.
-        assert [_queued(v) for v in views] == [False, True, True]
+        # Every run starts at once; the queue holds their steps to the limit.
+        assert not any(_queued(v) for v in views)
         ended = [await engine.wait_run(v.id) for v in views]
         rows = await _slot_rows(engine.store)
     assert [v.status for v in ended] == [RunStatus.SUCCEEDED] * 3
     assert [v.output for v in ended] == [0, 1, 2]
     assert tracker.most == {"all": 1}
     assert tracker.order == [0, 1, 2]  # in creation order
-    assert rows == []  # ended runs leave no slot behind
+    assert rows == []  # the slot table of earlier releases is not used
 
 
 async def test_runs_started_by_events_sent_at_once_never_overlap(make_engine: Any) -> None:
@@ -142,57 +160,147 @@ async def test_a_keyed_limit_serializes_same_keys_and_runs_other_keys_in_paralle
     assert tracker.both_in.is_set()
 
 
-async def test_a_cancelled_waiting_run_never_starts_and_frees_nothing(make_engine: Any) -> None:
+async def test_a_run_waiting_for_a_signal_holds_no_slot(make_engine: Any) -> None:
     tracker = Tracker()
     async with make_engine(_app(tracker)) as engine:
         svc = engine.services
-        first, second, third = [
+        first, second = [
             (await svc.runs.trigger(TENANT, "bridge:shop:gated", None, {"n": n})).value
-            for n in range(3)
+            for n in (1, 2)
         ]
-        await engine.wait_run(first.id, _waiting_for("signal go"), "hold the slot")
-        await svc.runs.cancel(TENANT, second.id, "not needed")
-        cancelled = await engine.wait_run(second.id)
-        assert cancelled.status == RunStatus.CANCELLED
-        # The cancel freed no slot: the third run still waits behind the first.
-        await asyncio.sleep(0.3)
-        assert _queued(await svc.runs.get(TENANT, third.id))
-        assert await _slot_rows(engine.store) == [(first.id, True), (third.id, False)]
-        await svc.runs.signal(TENANT, first.id, "go", None, None)
-        assert (await engine.wait_run(first.id)).status == RunStatus.SUCCEEDED
-        await engine.wait_run(third.id, _waiting_for("signal go"), "get the freed slot")
-        await svc.runs.signal(TENANT, third.id, "go", None, None)
-        assert (await engine.wait_run(third.id)).status == RunStatus.SUCCEEDED
-        assert await _slot_rows(engine.store) == []
-    assert tracker.order == [0, 2]  # the cancelled run never reached the app
+        # Both get through their first step while the other waits for its signal.
+        await engine.wait_run(first.id, _waiting_for("signal go"), "wait for its signal")
+        await engine.wait_run(second.id, _waiting_for("signal go"), "wait for its signal")
+        for run in (first, second):
+            await svc.runs.signal(TENANT, run.id, "go", None, None)
+        ended = [await engine.wait_run(run.id) for run in (first, second)]
+    assert [v.status for v in ended] == [RunStatus.SUCCEEDED] * 2
+    assert tracker.most == {"gated": 1}  # never two steps at once
+    assert sorted(tracker.order) == [-2, -1, 1, 2]
 
 
-async def test_the_limit_survives_a_restart_of_the_runtime(make_engine: Any) -> None:
+async def test_a_rate_spaces_the_starts_of_a_keys_steps(make_engine: Any) -> None:
     tracker = Tracker()
-    client = _app(tracker)
-    async with make_engine(client) as engine:
-        ids = [
+    async with make_engine(_app(tracker)) as engine:
+        runs = [
             (
-                await engine.services.runs.trigger(TENANT, "bridge:shop:gated", None, {"n": n})
-            ).value.id
+                await engine.services.runs.trigger(
+                    TENANT, "bridge:shop:paced", None, {"user": "ann", "n": n}
+                )
+            ).value
             for n in range(3)
         ]
-        await engine.wait_run(ids[0], _waiting_for("signal go"), "hold the slot")
-        assert [_queued(await engine.services.runs.get(TENANT, i)) for i in ids] == [
-            False,
-            True,
-            True,
-        ]
-    # A new runtime over the same store: the waiting runs are still waiting.
-    async with make_engine(client) as engine:
-        for n, run_id in enumerate(ids):
-            await engine.wait_run(run_id, _waiting_for("signal go"), f"start run {n}")
-            later = [await engine.services.runs.get(TENANT, i) for i in ids[n + 1 :]]
-            assert all(_queued(v) for v in later)
-            await engine.services.runs.signal(TENANT, run_id, "go", None, None)
-            assert (await engine.wait_run(run_id)).status == RunStatus.SUCCEEDED
-    assert tracker.order == [0, 1, 2]
-    assert tracker.most == {"gated": 1}
+        ended = [await engine.wait_run(r.id) for r in runs]
+        async with engine.store.transaction() as tx:
+            stored = await tx.session.fetch_all(
+                "SELECT limit_key, key_concurrency, key_rate, key_burst FROM runs"
+                " WHERE tenant_id = %s AND id = %s",
+                (TENANT, runs[0].id),
+            )
+    assert [v.status for v in ended] == [RunStatus.SUCCEEDED] * 3
+    assert [tuple(r) for r in stored] == [("ann", None, 2.0, 1)]
+    # 2 task starts a second, one at a time: each run's step call and its
+    # completing call take a start each, so step bodies begin 0.5 s apart (less
+    # what the calls' own latency moves them: well under 0.2 s).
+    gaps = [b - a for a, b in itertools.pairwise(tracker.started)]
+    assert len(gaps) == 2
+    assert min(gaps) >= 0.3
+
+
+async def test_runs_left_waiting_by_an_earlier_release_start_when_their_slot_frees(
+    make_engine: Any,
+) -> None:
+    tracker = Tracker()
+    async with make_engine(_app(tracker)) as engine:
+        svc = engine.services
+        holder = (await svc.runs.trigger(TENANT, "bridge:shop:gated", None, {"n": 1})).value
+        await engine.wait_run(holder.id, _waiting_for("signal go"), "wait for its signal")
+        # As an earlier release left them: the holder has the slot, a second run
+        # waits for it (PENDING, nothing dispatched).
+        waiting = bridge_start(
+            run_id="run_legacy",
+            app_id="shop",
+            workflow_id="gated",
+            input={"n": 2},
+            now=datetime.now(UTC),
+            queued=True,
+        )
+        async with engine.store.transaction() as tx:
+            await tx.insert_runs(
+                [
+                    NewRun(
+                        tenant_id=TENANT,
+                        family_slug="bridge:shop:gated",
+                        version=1,
+                        state=waiting.state,
+                        kind=BRIDGE_KIND,
+                        kind_state=msgspec.to_builtins(waiting.data),
+                    )
+                ]
+            )
+            for run_id, active in ((holder.id, True), ("run_legacy", False)):
+                await tx.session.execute(
+                    "INSERT INTO bridge_concurrency (tenant_id, run_id, family_slug, conc_key,"
+                    " active, created_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                    (
+                        TENANT,
+                        run_id,
+                        "bridge:shop:gated",
+                        "",
+                        active,
+                        tx.session.to_timestamp(datetime.now(UTC)),
+                    ),
+                )
+        assert _queued(await svc.runs.get(TENANT, "run_legacy"))
+        await svc.runs.signal(TENANT, holder.id, "go", None, None)
+        assert (await engine.wait_run(holder.id)).status == RunStatus.SUCCEEDED
+        await engine.wait_run("run_legacy", _waiting_for("signal go"), "get the freed slot")
+        await svc.runs.signal(TENANT, "run_legacy", "go", None, None)
+        assert (await engine.wait_run("run_legacy")).status == RunStatus.SUCCEEDED
+        assert await _slot_rows(engine.store) == []
+
+
+async def test_a_sync_with_options_that_cannot_work_is_refused_saying_where(
+    make_engine: Any,
+) -> None:
+    async with make_engine(_app(Tracker())) as engine:
+        describe = DescribeResponse(
+            app_id="shop",
+            sdk="test",
+            sdk_version="0",
+            workflows=[
+                WorkflowInfo(id="fine", retries=0, concurrency=ConcurrencyInfo(limit=2)),
+                WorkflowInfo(
+                    id="broken",
+                    retries=0,
+                    concurrency=ConcurrencyInfo(
+                        limit=0, key="1 +", rate=RateInfo(limit=5, period="soon")
+                    ),
+                ),
+                WorkflowInfo(id="empty", retries=0, concurrency=ConcurrencyInfo()),
+            ],
+        )
+        caller = BridgeCaller(tenant_id=TENANT, app_id="shop", own_key=False)
+        with pytest.raises(RequestInvalid) as refused:
+            await engine.services.bridge.sync(TENANT, describe, caller=caller)
+    details = refused.value.details
+    assert details is not None
+    assert [p["pointer"] for p in details["problems"]] == [
+        "/workflows/1/concurrency/limit",
+        "/workflows/1/concurrency/rate/period",
+        "/workflows/1/concurrency/key",
+        "/workflows/2/concurrency",
+    ]
+    assert details["pointer"] == "/workflows/1/concurrency/limit"
+
+
+def test_the_sdk_refuses_an_option_that_cannot_work() -> None:
+    with pytest.raises(ValueError, match="limit=, a rate= or both"):
+        Concurrency(key="input.user")
+    with pytest.raises(ValueError, match="burst"):
+        Rate(limit=2, period="1s", burst=3)
+    info = Concurrency(rate=Rate(limit=100, period="60s"), key="input.user").info()
+    assert msgspec.json.encode(info) == b'{"key":"input.user","rate":{"limit":100,"period":"1m"}}'
 
 
 # --- the pure tick and the key, without a store ------------------------------------
@@ -235,11 +343,3 @@ def test_cancelling_a_queued_run_ends_it_without_calling_the_app() -> None:
     ended = bridge_tick(start.state, start.data, [CancelRequested(reason="no")], T0)
     assert ended.state.status == RunStatus.CANCELLED
     assert _dispatches(ended.commands) == []  # no on_cancel call: the body never ran
-
-
-def test_the_key_is_the_cel_value_over_input_as_text() -> None:
-    cel = default_engine()
-    assert concurrency_key(cel, None, {"user": "ann"}) == ""
-    assert concurrency_key(cel, "input.user", {"user": "ann"}) == "ann"
-    assert concurrency_key(cel, "input.shard", {"shard": 3}) == "3"
-    assert concurrency_key(cel, "input.missing", {"user": "ann"}) == ""

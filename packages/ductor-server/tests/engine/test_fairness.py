@@ -1,6 +1,11 @@
 """Properties of the fair scheduler: shares converge to weights, nobody with
-startable work starves, a higher tier always goes first, and no limit is ever
-exceeded, whatever the interleaving of pushes, picks, finishes and time."""
+startable work starves (no tenant, and no limit key behind another key at its
+limit), a higher tier always goes first, and no limit (a tenant's, a
+workflow's, a limit key's, the slot headroom) is ever exceeded, whatever the
+interleaving of pushes, picks, finishes and time.
+
+`test_redisqueue.py` runs the same scripts against the Redis queue's Lua
+script and holds it to the same answers."""
 
 from __future__ import annotations
 
@@ -8,15 +13,19 @@ import itertools
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ductor_core.concurrency import ConcurrencyOption
 from ductor_server.engine.fairness import FairPolicy, FairScheduler, TenantPolicy, Ticket
 
 TENANTS = ["a", "b", "c", "d"]
 WORKFLOWS = ["w1", "w2"]
+KEYS = [None, "k1", "k2", "k3"]
 
 weights = st.integers(min_value=1, max_value=8)
 
@@ -119,7 +128,7 @@ def test_a_higher_tier_always_goes_first(tiers: list[int], data: st.DataObject) 
 Op = tuple[str, int]
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("push"), st.integers(min_value=0, max_value=10_000)),
+        st.tuples(st.just("push"), st.integers(min_value=0, max_value=63)),
         st.tuples(st.just("pick"), st.integers(min_value=1, max_value=6)),
         st.tuples(st.just("finish"), st.integers(min_value=0, max_value=50)),
         st.tuples(st.just("requeue"), st.integers(min_value=0, max_value=50)),
@@ -129,26 +138,59 @@ ops = st.lists(
 )
 
 
+KeyLimits = dict[tuple[str, str, str], tuple[int | None, float | None, int]]
+
+key_limit_maps = st.dictionaries(
+    st.tuples(st.just(""), st.sampled_from(WORKFLOWS), st.sampled_from(KEYS[1:])),
+    st.tuples(
+        st.none() | st.integers(min_value=1, max_value=3),
+        st.none() | st.floats(min_value=0.5, max_value=10),
+        st.integers(min_value=1, max_value=3),
+    ),
+)
+
+
+def _ticket(n: int, arg: int, key_limits: KeyLimits) -> Ticket:
+    """The ticket a pushed `arg` stands for: tenant, workflow, tier and limit key
+    from its digits; the key's limits from `key_limits` (the same for every tenant)."""
+    tenant, workflow, tier = TENANTS[arg % 4], WORKFLOWS[arg // 4 % 2], arg // 8 % 2
+    limit_key = KEYS[arg // 16 % 4]
+    limits = key_limits.get(("", workflow, limit_key or ""))
+    if limit_key is None or limits is None:
+        return Ticket(key=f"k{n}", tenant=tenant, workflow=workflow, tier=tier, seq=n)
+    concurrency, rate, burst = limits
+    return Ticket(
+        key=f"k{n}",
+        tenant=tenant,
+        workflow=workflow,
+        tier=tier,
+        seq=n,
+        limit_key=limit_key,
+        key_concurrency=concurrency,
+        key_rate=rate,
+        key_burst=burst,
+    )
+
+
 @settings(max_examples=300, deadline=None)
-@given(policies(), ops)
+@given(policies(), key_limit_maps, ops)
 def test_limits_are_never_exceeded_and_the_queue_never_idles_needlessly(
-    policy: FairPolicy, script: list[Op]
+    policy: FairPolicy, key_limits: KeyLimits, script: list[Op]
 ) -> None:
     scheduler = FairScheduler(policy)
     now = 0.0
     seq = itertools.count()
     starts: dict[str, list[float]] = {}
+    key_starts: dict[tuple[str, str, str], list[float]] = {}
     for op, arg in script:
         if op == "push":
-            n = next(seq)
-            tenant, workflow = TENANTS[arg % 4], WORKFLOWS[arg // 4 % 2]
-            scheduler.push(
-                Ticket(key=f"k{n}", tenant=tenant, workflow=workflow, tier=arg // 8 % 2, seq=n)
-            )
+            scheduler.push(_ticket(next(seq), arg, key_limits))
         elif op == "pick":
             picked = scheduler.pick(arg, now=now)
             for ticket in picked:
                 starts.setdefault(ticket.tenant, []).append(now)
+                if ticket.group is not None:
+                    key_starts.setdefault(ticket.group, []).append(now)
             if len(picked) < arg:
                 # Work-conserving: whatever is still ready is held back by a limit.
                 assert not any(scheduler.could_start(t, now) for t in scheduler.ready())
@@ -165,13 +207,105 @@ def test_limits_are_never_exceeded_and_the_queue_never_idles_needlessly(
                 assert scheduler.running_of(tenant) <= tp.max_running
             for workflow, cap in tp.workflows.items():
                 assert scheduler.running_of(tenant, workflow) <= cap
+        for (_, workflow, limit_key), (concurrency, _, _) in key_limits.items():
+            if concurrency is None:
+                continue
+            for tenant in TENANTS:
+                assert scheduler.running_of_key(tenant, workflow, limit_key) <= concurrency
     for tenant, times in starts.items():
         tp = policy.of(tenant)
         if tp.rate is None:
             continue
+        _assert_rate(times, tp.rate, tp.burst)
+    for (_, workflow, limit_key), times in key_starts.items():
+        _, rate, burst = key_limits[("", workflow, limit_key)]
+        if rate is not None:
+            _assert_rate(times, rate, burst)
+
+
+key_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.integers(min_value=0, max_value=5)),
+        st.tuples(st.just("pick"), st.integers(min_value=1, max_value=6)),
+        st.tuples(st.just("finish"), st.integers(min_value=0, max_value=50)),
+        st.tuples(st.just("requeue"), st.integers(min_value=0, max_value=50)),
+        st.tuples(st.just("tick"), st.integers(min_value=1, max_value=2000)),
+    ),
+    min_size=10,
+    max_size=150,
+)
+key_limit_pairs = st.tuples(
+    st.none() | st.integers(min_value=1, max_value=3),
+    st.none() | st.floats(min_value=0.5, max_value=10),
+    st.integers(min_value=1, max_value=3),
+)
+
+
+def _key_ticket(
+    n: int, arg: int, limits: dict[str, tuple[int | None, float | None, int]]
+) -> Ticket:
+    """Two tenants, one workflow, tasks with no limit key or with key k1 or k2."""
+    tenant, limit_key = "ab"[arg % 2], [None, "k1", "k2"][arg // 2]
+    if limit_key is None:
+        return Ticket(key=f"t{n}", tenant=tenant, workflow="w", seq=n)
+    concurrency, rate, burst = limits[limit_key]
+    return Ticket(
+        key=f"t{n}",
+        tenant=tenant,
+        workflow="w",
+        seq=n,
+        limit_key=limit_key,
+        key_concurrency=concurrency,
+        key_rate=rate,
+        key_burst=burst,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(key_limit_pairs, key_limit_pairs, key_ops)
+def test_key_limits_are_never_exceeded_and_other_keys_never_wait_for_them(
+    k1: tuple[int | None, float | None, int],
+    k2: tuple[int | None, float | None, int],
+    script: list[Op],
+) -> None:
+    limits = {"k1": k1, "k2": k2}
+    scheduler = FairScheduler()
+    now = 0.0
+    seq = itertools.count()
+    starts: dict[tuple[str, str, str], list[float]] = {}
+    for op, arg in script:
+        if op == "push":
+            scheduler.push(_key_ticket(next(seq), arg, limits))
+        elif op == "pick":
+            picked = scheduler.pick(arg, now=now)
+            for ticket in picked:
+                if ticket.group is not None:
+                    starts.setdefault(ticket.group, []).append(now)
+            if len(picked) < arg:
+                # Whatever is still ready is held back by its own key's limits.
+                assert not any(scheduler.could_start(t, now) for t in scheduler.ready())
+        elif op in ("finish", "requeue"):
+            running = sorted(t.key for t in scheduler.running())
+            if running:
+                key = running[arg % len(running)]
+                assert (scheduler.finish if op == "finish" else scheduler.requeue)(key)
+        else:
+            now += arg / 1000
+        for tenant in "ab":
+            for limit_key, (concurrency, _, _) in limits.items():
+                if concurrency is not None:
+                    assert scheduler.running_of_key(tenant, "w", limit_key) <= concurrency
+    for (_, _, limit_key), times in starts.items():
+        _, rate, burst = limits[limit_key]
+        if rate is not None:
+            _assert_rate(times, rate, burst)
+
+
+def _assert_rate(times: list[float], rate: float, burst: int) -> None:
+    for window in (0.5, 1.0, 3.0):
         for i, start in enumerate(times):
-            window = [t for t in times[i:] if t - start <= 1.0]
-            assert len(window) <= tp.burst + tp.rate * 1.0 + 1e-9
+            inside = [t for t in times[i:] if t - start <= window]
+            assert len(inside) <= burst + rate * window + 1e-9
 
 
 def test_a_tenant_at_its_limit_leaves_the_slots_to_others() -> None:
@@ -251,15 +385,25 @@ def test_slow_tasks_of_one_tenant_leave_the_freed_slots_to_a_waiting_tenant() ->
     scheduler = FairScheduler()
     _backlog(scheduler, "a", 500)
     first = scheduler.pick(64, now=0.0, capacity=64)
-    assert len(first) == 64  # alone, a tenant may use every slot
+    # Alone, a tenant may use every slot but the headroom (an eighth, 8 of 64)...
+    assert len(first) == 56 == scheduler.tenant_cap(64)
     _backlog(scheduler, "b", 100)
+    # ...which a tenant arriving while those tasks still run gets at once.
+    assert Counter(t.tenant for t in scheduler.pick(8, now=0.0, capacity=64)) == {"b": 8}
     for ticket in first[:40]:
         scheduler.finish(ticket.key)
-    # Forty slots free up: b is below its share (32) and takes them until it has it.
+    # Forty slots free up: both are below their share (32) and take turns until
+    # each has it; b needs 24 more, a 16.
     picked = Counter(t.tenant for t in scheduler.pick(40, now=0.0, capacity=64))
-    assert picked == Counter({"b": 32, "a": 8})
+    assert picked == Counter({"b": 24, "a": 16})
     assert scheduler.running_of("b") == 32
     assert scheduler.running_of("a") == 32
+
+
+def test_no_headroom_lets_one_tenant_take_every_slot() -> None:
+    scheduler = FairScheduler(FairPolicy(headroom=0))
+    _backlog(scheduler, "a", 100)
+    assert len(scheduler.pick(64, now=0.0, capacity=64)) == 64
 
 
 @settings(max_examples=200, deadline=None)
@@ -289,8 +433,11 @@ def test_a_tenant_at_its_share_of_slots_never_takes_one_another_tenant_could_use
                 over = {t: scheduler.over_share(t, capacity) for t in names}
                 got = scheduler.pick(1, now=0.0, capacity=capacity)
                 if not got:
-                    assert scheduler.ready_count == 0
+                    # Nothing left, or only tenants at the headroom's cap.
+                    cap = scheduler.tenant_cap(capacity)
+                    assert all(scheduler.running_of(t.tenant) >= cap for t in scheduler.ready())
                     break
+                assert scheduler.running_of(got[0].tenant) <= scheduler.tenant_cap(capacity)
                 if over[got[0].tenant]:
                     assert not under, f"{got[0].tenant} over its share while {under} waited"
         elif op in ("finish", "requeue"):
@@ -299,11 +446,104 @@ def test_a_tenant_at_its_share_of_slots_never_takes_one_another_tenant_could_use
                 scheduler.finish(running[arg % len(running)])
 
 
-def test_the_policy_in_the_architecture_doc_decodes() -> None:
+def test_the_policy_and_the_option_in_the_architecture_doc_decode() -> None:
     doc = (Path(__file__).resolve().parents[4] / "docs" / "architecture.md").read_text()
-    section = doc.split("## The task queue", 1)[1]
-    match = re.search(r"```json\n(.*?)\n```", section, re.DOTALL)
-    assert match is not None
-    policy = FairPolicy.from_json(match.group(1))
+    section = doc.split("## The task queue", 1)[1].split("\n## ", 1)[0]
+    option, policy_text = re.findall(r"```json\n(.*?)\n *```", section, re.DOTALL)
+    policy = FairPolicy.from_json(policy_text)
     assert policy.of("t_big").workflows == {"nightly-export": 2}
     assert policy.of("anyone").max_running == 48
+    assert policy.headroom == 0.125
+    concurrency = msgspec.json.decode(option, type=ConcurrencyOption)
+    assert concurrency.problems() == []
+    assert concurrency.per_second == 100 / 60
+
+
+def _keyed(key: str, tenant: str, limit_key: str, seq: int, **limits: Any) -> Ticket:
+    return Ticket(key=key, tenant=tenant, workflow="w", seq=seq, limit_key=limit_key, **limits)
+
+
+def test_a_key_at_its_limit_never_holds_back_another_key() -> None:
+    scheduler = FairScheduler()
+    for i in range(500):
+        scheduler.push(_keyed(f"hot{i}", "a", "hot", i, key_concurrency=2))
+    scheduler.push(_keyed("cold", "a", "cold", 1000, key_concurrency=2))
+    keys = [t.key for t in scheduler.pick(10, now=0.0)]
+    # The hot key's two slots, then the cold key (behind 498 older hot tasks).
+    assert keys == ["hot0", "hot1", "cold"]
+    assert scheduler.running_of_key("a", "w", "hot") == 2
+    scheduler.finish("hot0")
+    assert [t.key for t in scheduler.pick(10, now=0.0)] == ["hot2"]
+
+
+def test_a_key_rate_spaces_its_starts_and_wakes_when_one_can_start() -> None:
+    scheduler = FairScheduler()
+    for i in range(10):
+        scheduler.push(_keyed(f"r{i}", "a", "k", i, key_rate=2.0, key_burst=2))
+    scheduler.push(_keyed("other", "a", "other", 99))
+    assert [t.key for t in scheduler.pick(10, now=0.0)] == ["r0", "r1", "other"]
+    assert scheduler.next_start_at(0.0) == 0.5
+    assert scheduler.pick(10, now=0.4) == []
+    assert [t.key for t in scheduler.pick(10, now=0.5)] == ["r2"]
+
+
+def test_limit_keys_are_counted_per_tenant_and_workflow() -> None:
+    scheduler = FairScheduler()
+    for tenant in ("a", "b"):
+        for i in range(3):
+            scheduler.push(_keyed(f"{tenant}{i}", tenant, "same", i, key_concurrency=1))
+    picked = Counter(t.tenant for t in scheduler.pick(10, now=0.0))
+    assert picked == Counter({"a": 1, "b": 1})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(TENANTS), weights, min_size=2),
+    st.lists(st.integers(min_value=1, max_value=7), min_size=1, max_size=30),
+)
+def test_shares_converge_when_tasks_spread_over_limited_keys(
+    shares: dict[str, int], batches: list[int]
+) -> None:
+    # Every tenant's tasks spread over ten keys limited to one task at a time:
+    # finishing each at once, the keys never hold a tenant back, and the shares
+    # are those of the weights.
+    policy = FairPolicy(tenants={t: TenantPolicy(weight=w) for t, w in shares.items()})
+    scheduler = FairScheduler(policy)
+    for tenant in shares:
+        for i in range(300):
+            scheduler.push(_keyed(f"{tenant}{i}", tenant, f"key{i % 10}", i, key_concurrency=1))
+    counts: Counter[str] = Counter()
+    for size in batches:
+        for ticket in scheduler.pick(size, now=0.0):
+            counts[ticket.tenant] += 1
+            scheduler.finish(ticket.key)
+    n, total = sum(counts.values()), sum(shares.values())
+    for tenant, weight in shares.items():
+        assert abs(counts[tenant] - n * weight / total) <= max(shares.values())
+
+
+def test_a_tenant_policy_tier_moves_its_ready_tasks_at_once() -> None:
+    scheduler = FairScheduler()
+    _backlog(scheduler, "a", 5)
+    _backlog(scheduler, "b", 5)
+    scheduler.set_policy(FairPolicy(tenants={"b": TenantPolicy(tier=3)}))
+    assert [t.tenant for t in scheduler.pick(5, now=0.0)] == ["b"] * 5
+    # Back to the task's own tier: a and b take turns again.
+    _backlog(scheduler, "b", 4, tier=1)
+    scheduler.set_policy(FairPolicy())
+    assert [t.tenant for t in scheduler.pick(4, now=0.0)] == ["b"] * 4  # tier 1 first
+    assert Counter(t.tenant for t in scheduler.pick(2, now=0.0)) == {"a": 2}
+
+
+@pytest.mark.parametrize(
+    ("policy", "pointer"),
+    [
+        (FairPolicy(default=TenantPolicy(tier=10)), "/default/tier"),
+        (FairPolicy(tenants={"a/b": TenantPolicy(weight=1001)}), "/tenants/a~1b/weight"),
+        (FairPolicy(default=TenantPolicy(rate=float("inf"))), "/default/rate"),
+        (FairPolicy(default=TenantPolicy(workflows={"x": 0})), "/default/workflows/x"),
+        (FairPolicy(headroom=0.9), "/headroom"),
+    ],
+)
+def test_policy_problems_name_their_place(policy: FairPolicy, pointer: str) -> None:
+    assert [where for where, _ in policy.problems()] == [pointer]

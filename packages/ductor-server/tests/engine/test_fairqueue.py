@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 
+from ductor_core.runs import RunState, RunStatus
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
 from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.taskqueue import SqlTaskQueue
-from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef
+from ductor_server.storage import NewRun, NewTask, RunLimits, Store, TaskRecord, TaskRef
+from ductor_server.storage.queuepolicies import delete_queue_policy, put_queue_policy
 
 from .conftest import OTHER_TENANT, TENANT
 
@@ -115,3 +117,89 @@ async def test_a_rebuild_forgets_tasks_that_ended_elsewhere(store: Store) -> Non
     leased = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
     assert [t.run_id for t in leased] == ["r3"]
     assert queue.refused == 0  # the rebuild knew before choosing
+
+
+async def _runs_with_limits(
+    store: Store, tenant: str, keys: list[str], now: datetime, limits: dict[str, object]
+) -> None:
+    """One run per entry of `keys` (limit key, e.g. a customer), with one task each."""
+    async with store.transaction() as tx:
+        await tx.insert_runs(
+            [
+                NewRun(
+                    tenant_id=tenant,
+                    family_slug="sync",
+                    version=1,
+                    state=RunState(
+                        run_id=f"{tenant}-run{i}", status=RunStatus.RUNNING, created_at=now
+                    ),
+                    limits=RunLimits(key=key, **limits),  # type: ignore[arg-type]
+                )
+                for i, key in enumerate(keys)
+            ]
+        )
+        await tx.enqueue_tasks(
+            [
+                NewTask(
+                    tenant_id=tenant,
+                    run_id=f"{tenant}-run{i}",
+                    step_ref="s",
+                    attempt=1,
+                    step_type="STEP_TYPE_ACTION",
+                    handler="action:noop",
+                    idempotency_key=f"{tenant}-run{i}:s",
+                    available_at=now,
+                )
+                for i in range(len(keys))
+            ]
+        )
+
+
+def _run_keys(tasks: list[TaskRecord]) -> list[str]:
+    return sorted(t.run_id for t in tasks)
+
+
+async def test_a_run_limit_key_holds_across_leases_and_other_keys_pass(store: Store) -> None:
+    now = ManualClock().now()
+    queue = LocalFairQueue(store)
+    # Five runs for customer "ann" (at most 2 of its tasks at once), then one for "bob".
+    await _runs_with_limits(store, TENANT, ["ann"] * 5 + ["bob"], now, {"concurrency": 2})
+    first = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
+    assert _run_keys(first) == [f"{TENANT}-run{i}" for i in (0, 1, 5)]
+    assert await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now) == []
+    async with store.transaction() as tx:
+        await queue.complete(tx, _refs(first[:1]))
+    [next_one] = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
+    assert next_one.run_id == f"{TENANT}-run2"
+
+
+async def test_an_operator_policy_applies_without_a_restart(store: Store) -> None:
+    now = ManualClock().now()
+    wake = InProcessWakeUp()
+    queue = LocalFairQueue(store, wake=wake)
+    await _enqueue(store, TENANT, 10, now)
+    assert len(await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)) == 2
+    async with store.transaction() as tx:
+        await put_queue_policy(tx, TENANT, {"max_running": 3}, now=now)
+    wake.notify(Topic.POLICY)  # what the admin service announces after its commit
+    assert len(await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)) == 1
+    assert queue.scheduler.policy.of(TENANT).max_running == 3
+    async with store.transaction() as tx:
+        await delete_queue_policy(tx, TENANT)
+    # Unannounced, a change is still read within the reload interval.
+    queue.policies.reload_seconds = 0
+    assert len(await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)) == 7
+
+
+async def test_a_task_behind_more_ready_tasks_than_a_full_look_holds_is_found(
+    store: Store,
+) -> None:
+    # A full look at every lease, and it holds only the 5 oldest ready tasks: the
+    # other tenant's task, the newest of 8, is still found by its id.
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=0, scan_limit=5)
+    await _enqueue(store, TENANT, 8, now)
+    assert len(await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)) == 1
+    await _enqueue(store, OTHER_TENANT, 1, now, tag="b")
+    leased = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
+    assert OTHER_TENANT in {t.tenant_id for t in leased}

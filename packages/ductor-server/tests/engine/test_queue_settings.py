@@ -16,7 +16,13 @@ from ductor_server.settings import IDLE_POLL_INTERVAL, SPLIT_POLL_INTERVAL, Sett
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("DUCTOR_POLL_INTERVAL", "DUCTOR_REDIS_URL", "DUCTOR_ROLES", "DUCTOR_FAIRNESS"):
+    for name in (
+        "DUCTOR_POLL_INTERVAL",
+        "DUCTOR_REDIS_URL",
+        "DUCTOR_ROLES",
+        "DUCTOR_FAIRNESS",
+        "DUCTOR_OPERATOR_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -49,3 +55,24 @@ def test_the_composition_wires_the_fair_queue_and_redis_wake_ups(tmp_path: Path)
     assert isinstance(redis.runtime.wakeup, RedisWakeUp)
     assert isinstance(redis.runtime.queue, RedisFairQueue)
     assert redis.runtime.config.poll_interval == IDLE_POLL_INTERVAL
+
+
+def test_the_operator_key_comes_from_the_environment_and_is_never_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings.from_env().operator_key is None
+    monkeypatch.setenv("DUCTOR_OPERATOR_KEY", "op-" + "s" * 30)
+    settings = Settings.from_env()
+    assert settings.operator_key == "op-" + "s" * 30
+    assert "sssss" not in repr(settings)
+    monkeypatch.setenv("DUCTOR_OPERATOR_KEY", "short")
+    with pytest.raises(ValueError, match="at least 32"):
+        Settings.from_env()
+
+
+def test_the_redis_queue_chooses_by_the_same_rules_while_redis_is_away(tmp_path: Path) -> None:
+    built = build(Settings(data_dir=tmp_path, cel_sandbox=False, redis_url="redis://127.0.0.1:1/0"))
+    queue = built.runtime.queue
+    assert isinstance(queue, RedisFairQueue)
+    assert queue._fallback.shared
+    assert queue._fallback.policies is queue.policies

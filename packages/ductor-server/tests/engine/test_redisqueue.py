@@ -4,6 +4,7 @@ queue rebuilds from the store with no task lost or leased twice."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -14,10 +15,14 @@ from redis.asyncio import Redis
 
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
-from ductor_server.engine.redisqueue import RedisFairQueue
+from ductor_server.engine.queue import InProcessWakeUp, Topic
+from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue, _policy_json
+from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef
+from ductor_server.storage.queuepolicies import put_queue_policy
 
 from .conftest import OTHER_TENANT, TENANT
+from .test_fairqueue import _run_keys, _runs_with_limits
 from .test_rediswake import OwnRedis
 
 MINUTE = timedelta(minutes=1)
@@ -131,3 +136,118 @@ async def test_a_redis_restart_loses_nothing(
     again = await other.lease(owner="w2", limit=50, lease_for=MINUTE, now=later)
     assert len(again) == 30
     assert all(t.deaths == 1 for t in again)
+
+
+async def test_run_limit_keys_hold_across_processes_and_a_flushall(
+    store: Store, redis: Redis
+) -> None:
+    now = ManualClock().now()
+    first, second = (
+        RedisFairQueue(store, redis, prefix="t:", resync_seconds=3600) for _ in range(2)
+    )
+    await _runs_with_limits(store, TENANT, ["ann"] * 6 + ["bob"], now, {"concurrency": 2})
+    a = await first.lease(owner="w1", limit=1, lease_for=MINUTE, now=now)
+    b = await second.lease(owner="w2", limit=10, lease_for=MINUTE, now=now)
+    assert _run_keys(a + b) == [f"{TENANT}-run{i}" for i in (0, 1, 6)]
+    await redis.flushall()
+    # Rebuilt from the store, the two leased tasks of "ann" still count.
+    assert await second.lease(owner="w2", limit=10, lease_for=MINUTE, now=now) == []
+    assert (first.rebuilds, second.rebuilds) == (1, 1)  # the first look, then after the flush
+    async with store.transaction() as tx:
+        await first.complete(tx, _refs(a))
+    [c] = await second.lease(owner="w2", limit=10, lease_for=MINUTE, now=now)
+    assert c.run_id == f"{TENANT}-run2"
+
+
+async def test_a_choice_that_never_reached_the_store_is_ready_again(
+    store: Store, redis: Redis
+) -> None:
+    now = ManualClock().now()
+    queue = RedisFairQueue(store, redis, prefix="t:", resync_seconds=0)
+    await _runs_with_limits(store, TENANT, ["ann"] * 3, now, {"concurrency": 1})
+    [task] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+    async with store.transaction() as tx:
+        await queue.complete(tx, _refs([task]))
+    # A process chooses the next task in Redis and dies before leasing it in the store.
+    policy = _policy_json(queue.policy)
+    [chosen, _] = await queue._pick(args=["t:q:", 1, repr(now.timestamp()), 0, policy, 64, "x"])
+    assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
+    later = now + timedelta(seconds=RECONCILE_AFTER + 1)
+    [again] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=later)
+    assert again.id == chosen.decode()
+    assert queue.reconciled == 1
+
+
+async def test_an_operator_policy_reaches_every_process(store: Store, redis: Redis) -> None:
+    now = ManualClock().now()
+    wakes = [
+        RedisWakeUp(Redis(port=redis.connection_pool.connection_kwargs["port"]), prefix="t:")
+        for _ in range(2)
+    ]
+    try:
+        queue = RedisFairQueue(store, redis, prefix="t:", wake=wakes[1])
+        await _enqueue(store, TENANT, 10, now)
+        assert len(await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)) == 2
+        async with store.transaction() as tx:
+            await put_queue_policy(tx, TENANT, {"max_running": 3}, now=now)
+        wakes[0].notify(Topic.POLICY)  # another process's admin call
+        deadline = asyncio.get_running_loop().time() + 10
+        while queue.policies.policy.of(TENANT).max_running != 3:
+            assert asyncio.get_running_loop().time() < deadline, "the change never arrived"
+            async with store.transaction() as tx:
+                await queue.policies.current(tx)
+            await asyncio.sleep(0.02)
+        assert queue.policies.reloads == 2  # at start, and once told of the change
+        assert len(await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)) == 1
+    finally:
+        for wake in wakes:
+            await wake.aclose()
+            await wake.redis.aclose()
+
+
+async def test_limits_hold_across_processes_while_redis_is_down(
+    store: Store, redis: Redis, own_redis: OwnRedis
+) -> None:
+    now = ManualClock().now()
+    first, second = (RedisFairQueue(store, redis, prefix="t:") for _ in range(2))
+    await _runs_with_limits(store, TENANT, ["ann"] * 6 + ["bob"] * 2, now, {"concurrency": 2})
+    a = await first.lease(owner="w1", limit=1, lease_for=MINUTE, now=now)
+    own_redis.stop()
+    # Each process now chooses by itself, counting the other's lease from the store.
+    b = await second.lease(owner="w2", limit=10, lease_for=MINUTE, now=now)
+    assert _run_keys(a + b) == [f"{TENANT}-run{i}" for i in (0, 1, 6, 7)]
+    assert await first.lease(owner="w1", limit=10, lease_for=MINUTE, now=now) == []
+    async with store.transaction() as tx:
+        await second.complete(tx, _refs(b[:1]))
+    [c] = await first.lease(owner="w1", limit=10, lease_for=MINUTE, now=now)
+    assert c.run_id == f"{TENANT}-run2"
+    assert (first.fallbacks, second.fallbacks) == (2, 1)
+
+
+async def test_a_task_behind_more_ready_tasks_than_a_full_look_holds_is_found(
+    store: Store, redis: Redis
+) -> None:
+    now = ManualClock().now()
+    queue = RedisFairQueue(store, redis, prefix="t:", resync_seconds=0, scan_limit=5)
+    await _enqueue(store, TENANT, 8, now)
+    assert len(await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)) == 1
+    await _enqueue(store, OTHER_TENANT, 1, now, tag="b")
+    leased = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
+    assert OTHER_TENANT in {t.tenant_id for t in leased}
+
+
+async def test_a_tier_set_by_an_operator_files_the_ready_tasks_again(
+    store: Store, redis: Redis
+) -> None:
+    now = ManualClock().now()
+    wake = InProcessWakeUp()
+    queue = RedisFairQueue(store, redis, prefix="t:", wake=wake, resync_seconds=3600)
+    await _enqueue(store, TENANT, 10, now)
+    await _enqueue(store, OTHER_TENANT, 10, now, tag="b")
+    first = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
+    assert Counter(t.tenant_id for t in first) == {TENANT: 1, OTHER_TENANT: 1}
+    async with store.transaction() as tx:
+        await put_queue_policy(tx, OTHER_TENANT, {"tier": 2}, now=now)
+    wake.notify(Topic.POLICY)
+    leased = await queue.lease(owner="w", limit=9, lease_for=MINUTE, now=now)
+    assert [t.tenant_id for t in leased] == [OTHER_TENANT] * 9

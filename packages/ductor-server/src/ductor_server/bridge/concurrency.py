@@ -1,21 +1,31 @@
-"""Enforcing an SDK workflow's `concurrency` option: the durable slot table.
+"""An SDK workflow's `concurrency` option: what it means in the task queue, its
+check at sync, and the durable slot table that earlier releases enforced it with.
 
-Runs inside the caller's transaction; writes only the `bridge_concurrency`
-table and (through `Effects`) the run inbox, never run state.
+The option is enforced by the fair task queue, as a DAG definition's is: a run
+of a limited workflow stores its limit key and limits (`run_limits`), and the
+queue never leases more of its steps at once, nor starts them faster, than the
+option allows per key. A run that sleeps or waits holds nothing.
+
+Earlier releases counted whole runs in table `bridge_concurrency` (migration
+0210) and created runs beyond the limit waiting (PENDING) for a slot. No new
+run waits there; `release_slot` still hands the slots of runs stored then to
+the runs that wait for them, so those runs start once the runs before them end.
+
+Writes only the `bridge_concurrency` table and (through `Effects`) the run
+inbox, never run state.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
-import msgspec
-
-from ductor_core.errors import DuctorError
+from ductor.protocol import ConcurrencyInfo
+from ductor_core.concurrency import ConcurrencyOption, RateLimit
+from ductor_core.errors import ExpressionError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import TimerFired
-from ductor_server.bridge.registry import BridgeWorkflow, get_workflow
+from ductor_server.bridge.registry import get_workflow
 from ductor_server.bridge.tick import SLOT_TIMER, parse_bridge_slug
 from ductor_server.engine.effects import Effects
 from ductor_server.storage.protocol import Session, Tx
@@ -24,23 +34,37 @@ from ductor_server.storage.records import NewInboxItem, RunRecord
 log = logging.getLogger("ductor.bridge")
 
 
-def concurrency_key(engine: ExpressionEngine, source: str | None, input: Any) -> str:
-    """The slot key of a run: its workflow's CEL `key` over `{input}` as text
-    ("" with no key; a key that fails to evaluate also shares "")."""
-    if not source:
-        return ""
-    try:
-        value = engine.evaluate(source, {"input": input})
-    except DuctorError as exc:
-        log.info("concurrency key %r did not evaluate: %s", source, exc)
-        return ""
-    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+def option_of(info: ConcurrencyInfo | None) -> ConcurrencyOption | None:
+    """The queue's reading of a workflow's `concurrency` option."""
+    if info is None:
+        return None
+    rate = None
+    if info.rate is not None:
+        rate = RateLimit(limit=info.rate.limit, period=info.rate.period, burst=info.rate.burst)
+    return ConcurrencyOption(limit=info.limit, key=info.key, rate=rate)
+
+
+def option_problems(
+    info: ConcurrencyInfo, engine: ExpressionEngine, pointer: str
+) -> list[tuple[str, str]]:
+    """What is wrong with a workflow's `concurrency` option, as (JSON pointer,
+    message) pairs: its limits, and its key's CEL (which must compile within
+    the engine's cost limits)."""
+    option = option_of(info)
+    assert option is not None
+    out = [(pointer + where, message) for where, message in option.problems()]
+    if option.key and option.key.strip() and not any(w == pointer + "/key" for w, _ in out):
+        try:
+            engine.compile(option.key)
+        except ExpressionError as exc:
+            out.append((pointer + "/key", exc.message.split("\n", 1)[0]))
+    return out
 
 
 async def _lock(db: Session, tenant_id: str, family_slug: str, key: str) -> None:
-    # Serializes admissions and releases of one (workflow, key) until commit
-    # (an advisory lock on Postgres; SQLite's BEGIN IMMEDIATE already does it).
-    # The name is the one earlier releases used, so old and new processes agree.
+    # Serializes releases of one (workflow, key) until commit (an advisory lock
+    # on Postgres; SQLite's BEGIN IMMEDIATE already does it). The name is the one
+    # earlier releases used, so old and new processes agree.
     await db.advisory_lock(f"workflow:{tenant_id}:concurrency:{family_slug}:{key}")
 
 
@@ -53,51 +77,10 @@ async def _active(db: Session, tenant_id: str, family_slug: str, key: str) -> in
     return int(row[0]) if row is not None else 0
 
 
-async def take_slot(
-    tx: Tx,
-    engine: ExpressionEngine,
-    *,
-    tenant_id: str,
-    family_slug: str,
-    workflow: BridgeWorkflow,
-    input: Any,
-    force: bool = False,
-) -> tuple[str, bool]:
-    """Lock the run's (workflow, key) and say whether a new run may start now:
-    (key, True) when fewer than `limit` runs of it hold a slot (or `force`).
-
-    Call `record_slot` once the run is inserted (under the same lock).
-    """
-    info = workflow.info.concurrency
-    assert info is not None
-    key = concurrency_key(engine, info.key, input)
-    db = tx.session
-    await _lock(db, tenant_id, family_slug, key)
-    return key, force or await _active(db, tenant_id, family_slug, key) < info.limit
-
-
-async def record_slot(
-    tx: Tx,
-    *,
-    tenant_id: str,
-    run_id: str,
-    family_slug: str,
-    key: str,
-    active: bool,
-    now: datetime,
-) -> None:
-    """Record a new run of a limited workflow: holding a slot, or waiting for one."""
-    db = tx.session
-    await db.execute(
-        "INSERT INTO bridge_concurrency (tenant_id, run_id, family_slug, conc_key, active,"
-        " created_at) VALUES (%s, %s, %s, %s, %s, %s)",
-        (tenant_id, run_id, family_slug, key, active, db.to_timestamp(now)),
-    )
-
-
 async def release_slot(tx: Tx, effects: Effects, *, run: RunRecord, now: datetime) -> None:
-    """Forget an ended run; if it held a slot, give the freed slots to the oldest
-    waiting runs of the same (workflow, key) and wake them through their inbox.
+    """Forget an ended run stored by an earlier release; if it held a slot, give
+    the freed slots to the oldest waiting runs of the same (workflow, key) and
+    wake them through their inbox (the queue limits their steps from then on).
 
     A run that ended while waiting (cancelled, timed out) frees nothing.
     """
@@ -128,7 +111,7 @@ async def release_slot(tx: Tx, effects: Effects, *, run: RunRecord, now: datetim
     workflow = await get_workflow(tx, run.tenant_id, app_id, workflow_id)
     info = workflow.info.concurrency if workflow is not None else None
     limit = ""
-    if info is not None:
+    if info is not None and info.limit is not None:
         free = info.limit - await _active(db, run.tenant_id, run.family_slug, key)
         if free <= 0:
             return
@@ -153,4 +136,4 @@ async def release_slot(tx: Tx, effects: Effects, *, run: RunRecord, now: datetim
         )
 
 
-__all__ = ["SLOT_TIMER", "concurrency_key", "record_slot", "release_slot", "take_slot"]
+__all__ = ["SLOT_TIMER", "option_of", "option_problems", "release_slot"]

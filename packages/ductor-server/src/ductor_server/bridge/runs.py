@@ -14,7 +14,7 @@ import msgspec
 
 from ductor.protocol import Event
 from ductor_core.expressions import ExpressionEngine, default_engine
-from ductor_server.bridge.concurrency import record_slot, take_slot
+from ductor_server.bridge.concurrency import option_of
 from ductor_server.bridge.registry import BridgeWorkflow, get_workflow, triggered_workflows
 from ductor_server.bridge.tick import (
     BRIDGE_KIND,
@@ -24,7 +24,13 @@ from ductor_server.bridge.tick import (
     parse_bridge_slug,
     read_data,
 )
-from ductor_server.engine.effects import Effects, EngineParts, apply_commands, new_run_id
+from ductor_server.engine.effects import (
+    Effects,
+    EngineParts,
+    apply_commands,
+    new_run_id,
+    run_limits,
+)
 from ductor_server.engine.events import trigger_matches
 from ductor_server.engine.history import transition_entries
 from ductor_server.storage.protocol import Tx
@@ -55,23 +61,15 @@ async def create_bridge_run(
 
     The run's version is the registered workflow's version. A taken
     idempotency or child key returns the existing run with `created=False`.
-    With a `concurrency` option and no free slot, the run is created waiting
-    (PENDING, nothing dispatched) until `release_slot` gives it one.
+    With a `concurrency` option the run keeps its limit key and limits, and
+    the task queue holds its steps to them (an inline run's steps too, once
+    they run through the engine).
     """
     run_id = new_run_id()
     slug = bridge_slug(workflow.app_id, workflow.workflow_id)
-    slot: tuple[str, bool] | None = None
-    if workflow.info.concurrency is not None:
-        # An inline run is already executing in its caller: it takes a slot regardless.
-        slot = await take_slot(
-            tx,
-            parts.engine or default_engine(),
-            tenant_id=tenant_id,
-            family_slug=slug,
-            workflow=workflow,
-            input=input,
-            force=inline,
-        )
+    limits = run_limits(
+        option_of(workflow.info.concurrency), parts.engine or default_engine(), input
+    )
     result = bridge_start(
         run_id=run_id,
         app_id=workflow.app_id,
@@ -82,7 +80,6 @@ async def create_bridge_run(
         inline=inline,
         timeout=workflow.info.timeout,
         cancellable=workflow.info.cancellable,
-        queued=slot is not None and not slot[1],
     )
     [inserted] = await tx.insert_runs(
         [
@@ -99,21 +96,12 @@ async def create_bridge_run(
                 child_key=child_key,
                 idempotency_key=idempotency_key,
                 trace_context=current_trace_context(),
+                limits=limits,
             )
         ]
     )
     if not inserted.created:
         return inserted
-    if slot is not None:
-        await record_slot(
-            tx,
-            tenant_id=tenant_id,
-            run_id=run_id,
-            family_slug=slug,
-            key=slot[0],
-            active=slot[1],
-            now=now,
-        )
     data: dict[str, Any] = {"family_slug": slug, "version": workflow.version, "inline": inline}
     if parent is not None:
         data.update(parent_run_id=parent.id, parent_step_ref=parent_step_ref)

@@ -77,6 +77,8 @@ def cel_sources(definition: WorkflowDefinition, specs: StepSpecs) -> Iterator[st
     for trigger in definition.triggers:
         if trigger.filter is not None:
             yield trigger.filter
+    if definition.concurrency is not None and definition.concurrency.key:
+        yield definition.concurrency.key
     for step in definition.steps:
         spec = specs.get(step.type)
         worker = spec.worker if spec is not None else None

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Protocol, assert_never
 
 from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
+from ductor_core.concurrency import ConcurrencyOption, key_value, stored_key
 from ductor_core.definitions import WorkflowDefinition
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.runs import (
@@ -56,6 +57,7 @@ from ductor_server.storage.records import (
     NewRun,
     NewTask,
     RunInsert,
+    RunLimits,
     RunRecord,
     TimerRecord,
     TimerRef,
@@ -194,10 +196,28 @@ class EngineParts:
 
 @dataclass(frozen=True)
 class FirstTick:
-    """A new run's id and first tick (`start_run`), computed before it is inserted."""
+    """A new run's id and first tick (`start_run`), and its own limits in the
+    task queue (its definition's `concurrency` with the key evaluated over its
+    input), computed before it is inserted."""
 
     run_id: str
     result: TickResult
+    limits: RunLimits | None = None
+
+
+def run_limits(
+    option: ConcurrencyOption | None, engine: ExpressionEngine, input: Any
+) -> RunLimits | None:
+    """A run's own limits from its workflow's `concurrency` option: the option's
+    key evaluated once over `input` (None without the option)."""
+    if option is None:
+        return None
+    return RunLimits(
+        key=stored_key(key_value(engine, option.key, input)),
+        concurrency=option.limit,
+        rate=option.per_second,
+        burst=option.rate.burst if option.rate is not None else 1,
+    )
 
 
 def first_tick(
@@ -212,15 +232,16 @@ def first_tick(
     root steps' CEL over `input`), in a lane's worker; `engine` and `specs` as
     `EngineParts.portable` gives them."""
     run_id = new_run_id()
+    cel = resolve_engine(engine)
     result = start_run(
         definition,
         run_id=run_id,
         input=input,
         now=now,
-        engine=resolve_engine(engine),
+        engine=cel,
         specs=resolve_specs(specs),
     )
-    return FirstTick(run_id, result)
+    return FirstTick(run_id, result, run_limits(definition.concurrency, cel, input))
 
 
 async def compute_first_tick(
@@ -279,6 +300,7 @@ async def create_run(
                 child_key=child_key,
                 idempotency_key=idempotency_key,
                 trace_context=current_trace_context(),
+                limits=first.limits,
             )
         ]
     )

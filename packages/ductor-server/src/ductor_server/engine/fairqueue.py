@@ -18,11 +18,15 @@ from datetime import datetime, timedelta
 
 from ductor_server.engine.fairness import FairPolicy, FairScheduler, Ticket
 from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.fairqueue")
+
+SHARED_LOCK = "fair-queue:shared"
+"""The lock every sharing `LocalFairQueue` chooses under (see `shared`)."""
 
 RESCAN_SLACK = 512
 """How far below the highest id seen each look starts again: a task whose
@@ -32,8 +36,25 @@ only by the next full one."""
 
 def ticket_of(task: ReadyTask) -> Ticket:
     """The scheduler's view of a ready task."""
+    limits = task.limits
+    if limits is None:
+        return Ticket(
+            key=task.id,
+            tenant=task.tenant_id,
+            workflow=task.workflow,
+            tier=task.tier,
+            seq=int(task.id),
+        )
     return Ticket(
-        key=task.id, tenant=task.tenant_id, workflow=task.workflow, tier=task.tier, seq=int(task.id)
+        key=task.id,
+        tenant=task.tenant_id,
+        workflow=task.workflow,
+        tier=task.tier,
+        seq=int(task.id),
+        limit_key=limits.key,
+        key_concurrency=limits.concurrency,
+        key_rate=limits.rate,
+        key_burst=limits.burst,
     )
 
 
@@ -42,12 +63,19 @@ class LocalFairQueue:
 
     Args:
         store: where the tasks are.
-        policy: the tenants' weights and limits.
-        capacity: the worker slots of this process (for the slot shares); None
-            to share only the order of starts.
+        policy: the tenants' weights and limits (the settings'); the operators'
+            per-tenant policies in the store take its place for their tenants.
+        capacity: the worker slots of this process (for the slot shares and
+            the headroom); None to share only the order of starts.
         wake: notified (TASKS) when a finished task lets a held-back one start.
-        resync_seconds: how often the whole ready set is read again (the safety
-            net for what the cheap look by id misses).
+        resync_seconds: how often, at most, the whole ready set is read again
+            (the safety net for what the cheap look by id misses); never more
+            often than ten times the last such read took; 0: at every lease.
+        policies: where the policy comes from (built from `policy` and `wake` if None).
+        shared: count every process's leases, not only this one's: each lease
+            reads the tasks the store has leased and chooses under a lock that
+            every sharing queue takes (the Redis queue's stand-in while Redis
+            cannot be reached, so that the limits still hold across processes).
     """
 
     def __init__(
@@ -59,9 +87,13 @@ class LocalFairQueue:
         wake: WakeUp | None = None,
         resync_seconds: float = 0.25,
         scan_limit: int = 10_000,
+        policies: QueuePolicies | None = None,
+        shared: bool = False,
     ) -> None:
         self.store = store
-        self.scheduler = FairScheduler(policy)
+        self.policies = policies or QueuePolicies(policy, wake=wake)
+        self.shared = shared
+        self.scheduler = FairScheduler(self.policies.policy)
         self.capacity = capacity
         self.wake = wake
         self.resync_seconds = resync_seconds
@@ -70,6 +102,7 @@ class LocalFairQueue:
         self._sql = SqlTaskQueue(store)
         self._cursor: int | None = None
         self._resynced = 0.0
+        self._resync_every = resync_seconds
         self._timer: asyncio.TimerHandle | None = None
 
     async def lease(
@@ -91,7 +124,14 @@ class LocalFairQueue:
             return []
         at = now.timestamp()
         async with self.store.transaction() as tx:
+            if self.shared:
+                await tx.session.advisory_lock(SHARED_LOCK)
+            policy = await self.policies.current(tx)
+            if policy is not self.scheduler.policy:
+                self.scheduler.set_policy(policy)
             await self._refresh(tx, now)
+            if self.shared:
+                await self._count_leases(tx, now)
             picked = self.scheduler.pick(limit, at, capacity=self.capacity)
             if not picked:
                 self._wake_for_rate(at)
@@ -120,22 +160,46 @@ class LocalFairQueue:
 
     async def _refresh(self, tx: Tx, now: datetime) -> None:
         clock = time.monotonic()
-        if self._cursor is None or clock - self._resynced >= self.resync_seconds:
+        if self._cursor is None or clock - self._resynced >= self._resync_every:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
-            self._resynced = clock
             self._rebuild(rows, full=len(rows) < self.scan_limit)
+            self._advance(rows)
+            self._resynced = time.monotonic()
+            # A full look costs more as the backlog grows: the next one comes no
+            # sooner than ten times what this one took (0: at every lease).
+            if self.resync_seconds > 0:
+                took = self._resynced - clock
+                self._resync_every = max(self.resync_seconds, 10 * took)
+            if len(rows) < self.scan_limit:
+                return  # it saw every ready task
         else:
-            after = max(self._cursor - RESCAN_SLACK, 0)
-            rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
-            for row in rows:
-                self.scheduler.push(ticket_of(row))
             # Leases that ran out (a process died or stalled with its task) are
             # free again at once, as in the store's own order.
             for row in await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit):
                 if not self.scheduler.requeue(row.id):
                     self.scheduler.push(ticket_of(row))
+        # New tasks by id, also after a full look that could not hold every
+        # ready task (it holds the oldest; the newest are found here).
+        after = max((self._cursor or 0) - min(RESCAN_SLACK, self.scan_limit // 2), 0)
+        rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
+        for row in rows:
+            self.scheduler.push(ticket_of(row))
+        self._advance(rows)
+
+    def _advance(self, rows: list[ReadyTask]) -> None:
         if rows:
             self._cursor = max(self._cursor or 0, max(int(r.id) for r in rows))
+
+    async def _count_leases(self, tx: Tx, now: datetime) -> None:
+        """Count as running exactly the tasks the store has leased now."""
+        rows = await tx.leased_tasks(now=now, limit=self.scan_limit)
+        held = {row.id for row in rows}
+        if len(rows) < self.scan_limit:
+            for ticket in list(self.scheduler.running()):
+                if ticket.key not in held:
+                    self.scheduler.finish(ticket.key)
+        for row in rows:
+            self.scheduler.mark_running(ticket_of(row))
 
     def _rebuild(self, rows: list[ReadyTask], *, full: bool) -> None:
         """Make the ready set what the store says (tasks this queue leased stay
@@ -191,4 +255,4 @@ class LocalFairQueue:
         return count
 
 
-__all__ = ["RESCAN_SLACK", "LocalFairQueue", "ticket_of"]
+__all__ = ["RESCAN_SLACK", "SHARED_LOCK", "LocalFairQueue", "ticket_of"]

@@ -20,6 +20,7 @@ class Topic(enum.StrEnum):
     TASKS = "tasks"  # tasks were enqueued: workers should lease
     TIMERS = "timers"  # timers were set or changed: the timer loop should re-plan
     EMAIL = "email"  # inbox emails were queued: the email loop should look
+    POLICY = "policy"  # an operator changed a tenant's queue policy: queues read it again
 
 
 @runtime_checkable

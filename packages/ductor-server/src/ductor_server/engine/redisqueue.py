@@ -7,8 +7,10 @@ whole ready set is read again every `resync_seconds`. A Lua script picks
 atomically, and each picked task is then leased in the store by its key, where
 one taken or ended meanwhile is refused. When the queue's marker key is gone
 (FLUSHALL, a Redis restart without persistence) the next lease rebuilds the
-ready set from the store; while Redis cannot be reached, workers lease from the
-store in its own order. Either way no task is lost, and none runs twice beyond
+ready set from the store, counting the tasks the store has leased as running;
+while Redis cannot be reached, each process schedules by the same rules itself
+(`LocalFairQueue` in its shared mode, counting every process's leases from the
+store, without slot shares). Either way no task is lost, and none runs twice beyond
 what the store's lease allows.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -24,8 +27,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ductor_server.engine.fairness import FairPolicy
-from ductor_server.engine.fairqueue import RESCAN_SLACK
+from ductor_server.engine.fairqueue import RESCAN_SLACK, LocalFairQueue
 from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
@@ -33,65 +37,115 @@ from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 log = logging.getLogger("ductor.redisqueue")
 
 HEAD_SCAN = 64
-"""How many of a tenant's oldest ready tasks a pick looks at to find one whose
-workflow is below its cap (past that, the tenant waits for its next turn)."""
+"""How many of a tenant's workflows, and of each workflow's limit keys (oldest
+first), a pick looks at to find a task no limit holds back (past that, the
+tenant waits for its next turn)."""
 
-# KEYS: none (every key is under ARGV[1], the prefix). Entries of `meta` and
-# `leased` are "tenant\tworkflow\ttier".
+SLOT_TTL = 30.0
+"""Seconds a process's worker slots count towards the shared capacity after its
+last lease (a process that stopped leasing stops counting)."""
+
+RECONCILE_AFTER = 10.0
+"""Seconds after which a task Redis holds as leased, but the store does not,
+stops counting against the limits (its process died between choosing it and
+leasing it in the store, or its end was never recorded in Redis)."""
+
+# Every key is under ARGV[1], the prefix. A task's `meta` (and its entry in
+# `leased`) is "tenant\tworkflow\ttier\tflow\tkey concurrency\tkey rate\tkey burst":
+# `flow` is "" (no limit key) or "k" followed by the run's limit key; the limit
+# fields are "" when the run has none. Ready tasks live in
+#   wfs:<tier>\t<tenant>                       the tenant's workflows with ready tasks
+#   flows:<tier>\t<tenant>\t<workflow>         its flows, scored by their oldest task
+#   fq:<tier>\t<tenant>\t<workflow>\t<flow>    the flow's tasks, scored by id
+# as `engine.fairness` keeps them in memory.
 _COMMON = """
 local P = ARGV[1]
 local function split(v)
-  local a = string.find(v, '\\t', 1, true)
-  local b = string.find(v, '\\t', a + 1, true)
-  return string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1)
+  local out, i = {}, 1
+  while true do
+    local j = string.find(v, '\\t', i, true)
+    if not j then
+      table.insert(out, string.sub(v, i))
+      return out
+    end
+    table.insert(out, string.sub(v, i, j - 1))
+    i = j + 1
+  end
 end
-local function push(id, tenant, wf, tier)
+local function keys_of(f)
+  local base = f[3]..'\\t'..f[1]
+  return P..'wfs:'..base, P..'flows:'..base..'\\t'..f[2], P..'fq:'..base..'\\t'..f[2]..'\\t'..f[4]
+end
+local function push(id, meta)
   if redis.call('HEXISTS', P..'meta', id) == 1 or redis.call('HEXISTS', P..'leased', id) == 1 then
     return 0
   end
-  redis.call('HSET', P..'meta', id, tenant..'\\t'..wf..'\\t'..tier)
-  local q = P..'ready:'..tier..':'..tenant
-  if redis.call('ZCARD', q) == 0 then
-    redis.call('RPUSH', P..'ring:'..tier, tenant)
-    redis.call('ZADD', P..'tiers', tonumber(tier), tier)
+  local f = split(meta)
+  local wfs, flows, fq = keys_of(f)
+  redis.call('HSET', P..'meta', id, meta)
+  if redis.call('SCARD', wfs) == 0 then
+    redis.call('RPUSH', P..'ring:'..f[3], f[1])
+    redis.call('ZADD', P..'tiers', tonumber(f[3]), f[3])
   end
-  redis.call('ZADD', q, tonumber(id), id)
+  redis.call('SADD', wfs, f[2])
+  redis.call('ZADD', fq, tonumber(id), id)
+  redis.call('ZADD', flows, 'LT', tonumber(id), f[4])
   return 1
 end
 local function unready(id)
-  local v = redis.call('HGET', P..'meta', id)
-  if not v then return nil end
-  local tenant, wf, tier = split(v)
+  local meta = redis.call('HGET', P..'meta', id)
+  if not meta then return nil end
+  local f = split(meta)
+  local wfs, flows, fq = keys_of(f)
   redis.call('HDEL', P..'meta', id)
-  local q = P..'ready:'..tier..':'..tenant
-  redis.call('ZREM', q, id)
-  if redis.call('ZCARD', q) == 0 then
-    redis.call('LREM', P..'ring:'..tier, 0, tenant)
-    redis.call('HDEL', P..'deficit:'..tier, tenant)
-    if redis.call('LLEN', P..'ring:'..tier) == 0 then redis.call('ZREM', P..'tiers', tier) end
+  redis.call('ZREM', fq, id)
+  local head = redis.call('ZRANGE', fq, 0, 0, 'WITHSCORES')
+  if #head > 0 then
+    redis.call('ZADD', flows, head[2], f[4])
+  else
+    redis.call('ZREM', flows, f[4])
+    if redis.call('ZCARD', flows) == 0 then
+      redis.call('SREM', wfs, f[2])
+      if redis.call('SCARD', wfs) == 0 then
+        local tier = f[3]
+        redis.call('LREM', P..'ring:'..tier, 0, f[1])
+        redis.call('HDEL', P..'deficit:'..tier, f[1])
+        if redis.call('LLEN', P..'ring:'..tier) == 0 then redis.call('ZREM', P..'tiers', tier) end
+      end
+    end
   end
-  return v
+  return meta
+end
+local function decr(hash, field)
+  if redis.call('HINCRBY', hash, field, -1) <= 0 then redis.call('HDEL', hash, field) end
+end
+local function start(id, meta, at)
+  local f = split(meta)
+  redis.call('HSET', P..'leased', id, meta)
+  redis.call('HSET', P..'leased_at', id, at)
+  redis.call('HINCRBY', P..'run:t', f[1], 1)
+  redis.call('HINCRBY', P..'run:w', f[1]..'\\t'..f[2], 1)
+  if f[4] ~= '' then redis.call('HINCRBY', P..'run:k', f[1]..'\\t'..f[2]..'\\t'..f[4], 1) end
 end
 local function finish(id)
-  local v = redis.call('HGET', P..'leased', id)
-  if not v then return nil end
-  local tenant, wf = split(v)
+  local meta = redis.call('HGET', P..'leased', id)
+  if not meta then return nil end
+  local f = split(meta)
   redis.call('HDEL', P..'leased', id)
-  if redis.call('HINCRBY', P..'run:t', tenant, -1) <= 0 then
-    redis.call('HDEL', P..'run:t', tenant)
-  end
-  local key = tenant..'\\t'..wf
-  if redis.call('HINCRBY', P..'run:w', key, -1) <= 0 then redis.call('HDEL', P..'run:w', key) end
-  return v
+  redis.call('HDEL', P..'leased_at', id)
+  decr(P..'run:t', f[1])
+  decr(P..'run:w', f[1]..'\\t'..f[2])
+  if f[4] ~= '' then decr(P..'run:k', f[1]..'\\t'..f[2]..'\\t'..f[4]) end
+  return meta
 end
 """
 
-# ARGV: prefix, then id, tenant, workflow, tier per task. Returns how many were new.
+# ARGV: prefix, then id and meta per task. Returns how many were new.
 _PUSH = (
     _COMMON
     + """
 local added = 0
-for i = 2, #ARGV, 4 do added = added + push(ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]) end
+for i = 2, #ARGV, 2 do added = added + push(ARGV[i], ARGV[i+1]) end
 return added
 """
 )
@@ -107,13 +161,10 @@ for i = 3, #ARGV do
     if unready(id) then n = n + 1 end
     if finish(id) then n = n + 1 end
   else
-    local v = finish(id)
-    if v then
+    local meta = finish(id)
+    if meta then
       n = n + 1
-      if ARGV[2] == 'requeue' then
-        local tenant, wf, tier = split(v)
-        push(id, tenant, wf, tier)
-      end
+      if ARGV[2] == 'requeue' then push(id, meta) end
     end
   end
 end
@@ -121,7 +172,51 @@ return n
 """
 )
 
-# ARGV: prefix, limit, now, capacity (0: none), policy JSON, head scan.
+# ARGV: prefix, now, cutoff, complete ("1": the list below is every task the
+# store has leased), then id and meta per task the store has leased. Counts
+# each as running (a rebuild after FLUSHALL); with `complete`, stops counting
+# tasks leased here before `cutoff` that the store no longer has leased.
+# Returns how many it stopped counting.
+_SYNC = (
+    _COMMON
+    + """
+local now, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3])
+local held = {}
+for i = 5, #ARGV, 2 do
+  local id = ARGV[i]
+  held[id] = true
+  if redis.call('HEXISTS', P..'leased', id) == 0 then
+    unready(id)
+    start(id, ARGV[i+1], now)
+  end
+end
+local stale = 0
+if ARGV[4] == '1' then
+  local all = redis.call('HGETALL', P..'leased_at')
+  for i = 1, #all, 2 do
+    if not held[all[i]] and tonumber(all[i+1]) < cutoff then
+      finish(all[i])
+      stale = stale + 1
+    end
+  end
+end
+return stale
+"""
+)
+
+# ARGV: prefix. Forgets every ready task (their tiers changed) and the cursor;
+# the next looks at the store push them again, from the oldest. Returns how many.
+_CLEAR = (
+    _COMMON
+    + """
+local ids = redis.call('HKEYS', P..'meta')
+for _, id in ipairs(ids) do unready(id) end
+redis.call('DEL', P..'cursor')
+return #ids
+"""
+)
+
+# ARGV: prefix, limit, now, capacity (0: none), policy JSON, head scan, owner.
 # Returns a flat list: id, tenant, id, tenant, ...
 _PICK = (
     _COMMON
@@ -129,51 +224,106 @@ _PICK = (
 local limit, now, capacity = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local policy = cjson.decode(ARGV[5])
 local scan = tonumber(ARGV[6])
+local function given(v) return v ~= nil and v ~= cjson.null end
 local function pol(t)
   local p = policy.tenants[t] or policy.default
   return p
 end
+-- The slots of every process that leased in the last `SLOT_TTL` seconds.
+local total = 0
+if capacity > 0 then
+  redis.call('HSET', P..'slots', ARGV[7], capacity..'\\t'..ARGV[3])
+  local all = redis.call('HGETALL', P..'slots')
+  for i = 1, #all, 2 do
+    local f = split(all[i+1])
+    if tonumber(f[2]) < now - @SLOT_TTL@ then
+      redis.call('HDEL', P..'slots', all[i])
+    else
+      total = total + tonumber(f[1])
+    end
+  end
+end
+local cap = nil
+if total > 0 then cap = math.max(1, total - math.ceil(total * policy.headroom)) end
 local function running(t) return tonumber(redis.call('HGET', P..'run:t', t) or '0') end
 local function tokens(t, p)
-  if p.rate == nil or p.rate == cjson.null then return math.huge end
+  if not given(p.rate) then return math.huge end
   local left = redis.call('HGET', P..'bucket', t)
   if not left then return p.burst end
   local at = tonumber(redis.call('HGET', P..'bucket_at', t))
   return math.min(p.burst, tonumber(left) + math.max(now - at, 0) * p.rate)
 end
+-- A key's bucket: "tokens\tat\trate\tburst" (the rate and burst of its last start).
+local function key_tokens(group, f)
+  local burst = tonumber(f[7])
+  local b = redis.call('HGET', P..'kbucket', group)
+  if not b then return burst end
+  b = split(b)
+  return math.min(burst, tonumber(b[1]) + math.max(now - tonumber(b[2]), 0) * tonumber(f[6]))
+end
+local function key_allows(f)
+  if f[4] == '' then return true end
+  local group = f[1]..'\\t'..f[2]..'\\t'..f[4]
+  if f[5] ~= '' and tonumber(redis.call('HGET', P..'run:k', group) or '0') >= tonumber(f[5]) then
+    return false
+  end
+  return f[6] == '' or key_tokens(group, f) >= 1
+end
 local function share(t)
-  local active, total = {}, 0
+  local active, sum = {}, 0
   active[t] = true
-  local r = redis.call('HKEYS', P..'run:t')
-  for _, x in ipairs(r) do active[x] = true end
+  for _, x in ipairs(redis.call('HKEYS', P..'run:t')) do active[x] = true end
   for _, tier in ipairs(redis.call('ZRANGE', P..'tiers', 0, -1)) do
     for _, x in ipairs(redis.call('LRANGE', P..'ring:'..tier, 0, -1)) do active[x] = true end
   end
-  for x, _ in pairs(active) do total = total + pol(x).weight end
-  return capacity * pol(t).weight / total
+  for x, _ in pairs(active) do sum = sum + pol(x).weight end
+  return total * pol(t).weight / sum
 end
 local function head(tier, t, p)
-  if p.max_running ~= nil and p.max_running ~= cjson.null and running(t) >= p.max_running then
-    return nil
-  end
+  if given(p.max_running) and running(t) >= p.max_running then return nil end
   if tokens(t, p) < 1 then return nil end
-  local ids = redis.call('ZRANGE', P..'ready:'..tier..':'..t, 0, scan - 1)
-  for _, id in ipairs(ids) do
-    local _, wf = split(redis.call('HGET', P..'meta', id))
+  local best, best_seq = nil, nil
+  local base = tier..'\\t'..t
+  local wfs = redis.call('SRANDMEMBER', P..'wfs:'..base, scan)
+  for _, wf in ipairs(wfs) do
     local cap = p.workflows and p.workflows[wf]
-    if cap == nil or cap == cjson.null
-      or tonumber(redis.call('HGET', P..'run:w', t..'\\t'..wf) or '0') < cap then
-      return id
+    if not given(cap) or tonumber(redis.call('HGET', P..'run:w', t..'\\t'..wf) or '0') < cap then
+      local flows = redis.call('ZRANGE', P..'flows:'..base..'\\t'..wf, 0, scan - 1, 'WITHSCORES')
+      for i = 1, #flows, 2 do
+        local seq = tonumber(flows[i+1])
+        if best_seq ~= nil and seq >= best_seq then break end
+        local id = redis.call('ZRANGE', P..'fq:'..base..'\\t'..wf..'\\t'..flows[i], 0, 0)[1]
+        if key_allows(split(redis.call('HGET', P..'meta', id))) then
+          best, best_seq = id, seq
+          break
+        end
+      end
     end
   end
-  return nil
+  return best
+end
+local function take_tokens(t, p, f)
+  if given(p.rate) then
+    local at = tonumber(redis.call('HGET', P..'bucket_at', t) or tostring(now))
+    redis.call('HSET', P..'bucket', t, tokens(t, p) - 1)
+    redis.call('HSET', P..'bucket_at', t, math.max(now, at))
+  end
+  if f[4] ~= '' and f[6] ~= '' then
+    local group = f[1]..'\\t'..f[2]..'\\t'..f[4]
+    local b = redis.call('HGET', P..'kbucket', group)
+    local at = now
+    if b then at = math.max(now, tonumber(split(b)[2])) end
+    local left = string.format('%.17g', key_tokens(group, f) - 1)
+    local since = string.format('%.17g', at)
+    redis.call('HSET', P..'kbucket', group, left..'\\t'..since..'\\t'..f[6]..'\\t'..f[7])
+  end
 end
 local function pick_in(tier, use_share)
   local ring = P..'ring:'..tier
   for _ = 1, redis.call('LLEN', ring) do
     local t = redis.call('LINDEX', ring, 0)
     local p = pol(t)
-    if use_share and running(t) >= share(t) then
+    if (cap ~= nil and running(t) >= cap) or (use_share and running(t) >= share(t)) then
       redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     else
       local id = head(tier, t, p)
@@ -184,20 +334,13 @@ local function pick_in(tier, use_share)
         local credit = tonumber(redis.call('HGET', P..'deficit:'..tier, t) or '0')
         if credit < 1 then credit = credit + p.weight end
         credit = credit - 1
-        local v = unready(id)
-        local _, wf = split(v)
+        local meta = unready(id)
         if redis.call('LLEN', ring) > 0 and redis.call('LINDEX', ring, 0) == t then
           if credit < 1 then redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT') end
           redis.call('HSET', P..'deficit:'..tier, t, credit)
         end
-        if p.rate ~= nil and p.rate ~= cjson.null then
-          local at = tonumber(redis.call('HGET', P..'bucket_at', t) or tostring(now))
-          redis.call('HSET', P..'bucket', t, tokens(t, p) - 1)
-          redis.call('HSET', P..'bucket_at', t, math.max(now, at))
-        end
-        redis.call('HSET', P..'leased', id, v)
-        redis.call('HINCRBY', P..'run:t', t, 1)
-        redis.call('HINCRBY', P..'run:w', t..'\\t'..wf, 1)
+        take_tokens(t, p, split(meta))
+        start(id, meta, now)
         return id, t
       end
     end
@@ -209,7 +352,7 @@ while #out < 2 * limit do
   local found = false
   for _, tier in ipairs(redis.call('ZREVRANGE', P..'tiers', 0, -1)) do
     local id, t = nil, nil
-    if capacity > 0 then id, t = pick_in(tier, true) end
+    if total > 0 then id, t = pick_in(tier, true) end
     if not id then id, t = pick_in(tier, false) end
     if id then
       table.insert(out, id)
@@ -220,9 +363,38 @@ while #out < 2 * limit do
   end
   if not found then break end
 end
+if redis.call('HLEN', P..'kbucket') > @PRUNE@ then
+  -- A key bucket refilled to its burst says nothing a missing one would not.
+  local all = redis.call('HGETALL', P..'kbucket')
+  for i = 1, #all, 2 do
+    local b = split(all[i+1])
+    local full = tonumber(b[1]) + math.max(now - tonumber(b[2]), 0) * tonumber(b[3])
+    if full >= tonumber(b[4]) then redis.call('HDEL', P..'kbucket', all[i]) end
+  end
+end
 return out
-"""
+""".replace("@SLOT_TTL@", repr(SLOT_TTL)).replace("@PRUNE@", "4096")
 )
+
+
+def task_meta(task: ReadyTask, policy: FairPolicy) -> str:
+    """A ready task as the Lua script keeps it (see `_COMMON`), in the tier its
+    tenant's policy gives it."""
+    tier = policy.of(task.tenant_id).tier
+    fields = [task.tenant_id, task.workflow, str(task.tier if tier is None else tier)]
+    limits = task.limits
+    if limits is None:
+        fields.extend(("", "", "", "1"))
+    else:
+        fields.extend(
+            (
+                "k" + limits.key,
+                "" if limits.concurrency is None else str(limits.concurrency),
+                "" if limits.rate is None else repr(float(limits.rate)),
+                str(limits.burst),
+            )
+        )
+    return "\t".join(fields)
 
 
 class RedisFairQueue:
@@ -233,12 +405,18 @@ class RedisFairQueue:
         store: where the tasks are (the truth).
         redis: the shared Redis.
         prefix: this deployment's key prefix.
-        policy: the tenants' weights and limits.
-        capacity: the worker slots of all processes together (for the shares);
-            None to share only the order of starts.
+        policy: the tenants' weights and limits (the settings'); the operators'
+            per-tenant policies in the store take its place for their tenants.
+        capacity: this process's worker slots; the slots of every process that
+            leased in the last `SLOT_TTL` seconds add up to the capacity the
+            shares and the headroom are counted in. None: this process's leases
+            share only the order of starts.
         wake: notified (TASKS) after completions while tasks wait, so that a
-            task held back by a limit starts as soon as a slot frees anywhere.
-        resync_seconds: how often the whole ready set is read again.
+            task held back by a limit starts as soon as a slot frees anywhere;
+            heard for policy changes (POLICY).
+        resync_seconds: how often, at most, the whole ready set is read again;
+            never more often than ten times the last such read took; 0: at
+            every lease.
     """
 
     def __init__(
@@ -257,19 +435,29 @@ class RedisFairQueue:
         self.redis = redis
         self.wake = wake
         self.keys = f"{prefix}q:"
-        self.policy = policy or FairPolicy()
-        self._policy_json = msgspec.json.encode(self.policy).decode()
+        self.policies = QueuePolicies(policy, wake=wake)
+        self.policy = self.policies.policy
+        self._policy_json = _policy_json(self.policy)
         self.capacity = capacity
         self.resync_seconds = resync_seconds
         self.scan_limit = scan_limit
+        self.owner = uuid.uuid4().hex[:12]  # this process's entry in the shared slots
         self.refused = 0  # picked tasks the store would not lease
         self.rebuilds = 0  # times the ready set was rebuilt after Redis lost it
         self.fallbacks = 0  # leases taken from the store while Redis was unreachable
+        self.reconciled = 0  # tasks Redis held as leased that the store did not
         self._sql = SqlTaskQueue(store)
+        # While Redis cannot be reached: the same rules in this process, counting
+        # every process's leases from the store (no slot shares: the other
+        # processes' slots are unknown then).
+        self._fallback = LocalFairQueue(store, policies=self.policies, wake=wake, shared=True)
         self._resynced = 0.0
+        self._resync_every = resync_seconds
         self._push = redis.register_script(_PUSH)
         self._end = redis.register_script(_END)
         self._pick = redis.register_script(_PICK)
+        self._sync = redis.register_script(_SYNC)
+        self._clear = redis.register_script(_CLEAR)
 
     async def lease(
         self,
@@ -281,24 +469,28 @@ class RedisFairQueue:
         handlers: Sequence[str] | None = None,
     ) -> list[TaskRecord]:
         """Lease up to `limit` tasks in the shared fair order (the store's order
-        with `handlers`, or while Redis cannot be reached)."""
+        with `handlers`; this process's, by the same rules, while Redis cannot
+        be reached)."""
         if handlers is not None:
             return await self._sql.lease(
                 owner=owner, limit=limit, lease_for=lease_for, now=now, handlers=handlers
             )
         if limit < 1:
             return []
+        picked: list[tuple[str, str]] = []
         try:
             async with self.store.transaction() as tx:
+                await self._follow(await self.policies.current(tx))
                 await self._refresh(tx, now)
                 flat = await self._pick(
                     args=[
                         self.keys,
                         limit,
-                        now.timestamp(),
+                        repr(now.timestamp()),
                         self.capacity or 0,
                         self._policy_json,
                         HEAD_SCAN,
+                        self.owner,
                     ]
                 )
                 picked = [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
@@ -312,46 +504,88 @@ class RedisFairQueue:
                 )
         except RedisError as exc:
             self.fallbacks += 1
-            log.warning("Redis unreachable (%s): leasing from the store in its order", exc)
-            return await self._sql.lease(owner=owner, limit=limit, lease_for=lease_for, now=now)
+            log.warning("Redis unreachable (%s): leasing in this process's fair order", exc)
+            return await self._fallback.lease(
+                owner=owner, limit=limit, lease_for=lease_for, now=now
+            )
+        except BaseException:
+            # Chosen but not leased (the store failed): ready again at once
+            # rather than counted as running until the reconciliation.
+            await self._ended("requeue", [key for key, _ in picked])
+            raise
         refused = [key for (key, _), task in zip(picked, leased, strict=True) if task is None]
         if refused:
             self.refused += len(refused)
             await self._ended("drop", refused)
         return [task for task in leased if task is not None]
 
+    async def _follow(self, policy: FairPolicy) -> None:
+        """Schedule by `policy` from now on; when it moves a tenant to another
+        tier, forget the ready set so that the next look files it again."""
+        if policy is self.policy:
+            return
+        old, self.policy = self.policy, policy
+        self._policy_json = _policy_json(policy)
+        tenants = {*old.tenants, *policy.tenants}
+        if old.default.tier != policy.default.tier or any(
+            old.of(t).tier != policy.of(t).tier for t in tenants
+        ):
+            await self._clear(args=[self.keys])
+            self._resynced = 0.0
+
     async def _refresh(self, tx: Tx, now: datetime) -> None:
         clock = time.monotonic()
         built = await self.redis.exists(self.keys + "built")
-        if not built or clock - self._resynced >= self.resync_seconds:
+        if not built or clock - self._resynced >= self._resync_every:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
-            self._resynced = clock
+            running = await tx.leased_tasks(now=now, limit=self.scan_limit)
+            # What the store has leased counts as running (after FLUSHALL too);
+            # what Redis alone still holds as leased, long enough that it is no
+            # choice on its way to the store, stops counting.
+            args: list[str | int] = [
+                self.keys,
+                repr(now.timestamp()),
+                repr(now.timestamp() - RECONCILE_AFTER),
+                "1" if len(running) < self.scan_limit else "0",
+            ]
+            for row in running:
+                args.extend((row.id, task_meta(row, self.policy)))
+            self.reconciled += int(await self._sync(args=args))
             expired = [row.id for row in rows if row.expired]
             if expired:
                 # A lease that ran out with its process: its slot is free again.
-                await self._end(args=[self.keys, "requeue", *expired])
+                await self._end(args=[self.keys, "finish", *expired])
             await self._add(rows)
             if not built:
                 self.rebuilds += 1
                 await self.redis.set(self.keys + "built", "1")
+            self._resynced = time.monotonic()
+            # A full look costs more as the backlog grows: the next one comes no
+            # sooner than ten times what this one took (0: at every lease).
+            if self.resync_seconds > 0:
+                took = self._resynced - clock
+                self._resync_every = max(self.resync_seconds, 10 * took)
+            if len(rows) < self.scan_limit:
+                return  # it saw every ready task
         else:
-            cursor = int(await self.redis.get(self.keys + "cursor") or 0)
-            after = str(max(cursor - RESCAN_SLACK, 0))
-            rows = await tx.ready_tasks(now=now, after_id=after, limit=self.scan_limit)
-            await self._add(rows)
             # Leases that ran out (a process died or stalled with its task) are
             # free again at once, as in the store's own order.
             lapsed = await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit)
             if lapsed:
-                await self._end(args=[self.keys, "requeue", *(row.id for row in lapsed)])
+                await self._end(args=[self.keys, "finish", *(row.id for row in lapsed)])
                 await self._add(lapsed)
+        # New tasks by id, also after a full look that could not hold every
+        # ready task (it holds the oldest; the newest are found here).
+        cursor = int(await self.redis.get(self.keys + "cursor") or 0)
+        after = str(max(cursor - min(RESCAN_SLACK, self.scan_limit // 2), 0))
+        await self._add(await tx.ready_tasks(now=now, after_id=after, limit=self.scan_limit))
 
     async def _add(self, rows: list[ReadyTask]) -> None:
         if not rows:
             return
         args: list[str | int] = [self.keys]
         for row in rows:
-            args.extend((row.id, row.tenant_id, row.workflow, row.tier))
+            args.extend((row.id, task_meta(row, self.policy)))
         await self._push(args=args)
         top = max(int(row.id) for row in rows)
         # The cursor only moves up (another process may have seen further).
@@ -365,7 +599,7 @@ class RedisFairQueue:
         try:
             await self._end(args=[self.keys, mode, *keys])
         except RedisError as exc:
-            # The count heals at the next rebuild; the store already has the truth.
+            # The count heals at the next full look; the store already has the truth.
             log.warning("could not record %d ended tasks in Redis: %s", len(keys), exc)
 
     async def extend(
@@ -377,6 +611,8 @@ class RedisFairQueue:
     async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
         """Mark the tasks done in `tx`; their slots count as free from now on."""
         done = await tx.complete_tasks(refs)
+        for ref in refs:
+            self._fallback.scheduler.finish(ref.task_id)
         await self._ended("finish", [ref.task_id for ref in refs])
         if self.wake is not None and refs:
             try:
@@ -394,8 +630,12 @@ class RedisFairQueue:
         return count
 
 
+def _policy_json(policy: FairPolicy) -> str:
+    return msgspec.json.encode(policy).decode()
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["HEAD_SCAN", "RedisFairQueue"]
+__all__ = ["HEAD_SCAN", "RECONCILE_AFTER", "SLOT_TTL", "RedisFairQueue", "task_meta"]

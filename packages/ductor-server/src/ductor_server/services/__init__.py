@@ -22,6 +22,7 @@ from ductor_server.services.inbox import InboxService
 from ductor_server.services.keys import KeysService
 from ductor_server.services.ledger import LedgerService
 from ductor_server.services.metering import MeteringService
+from ductor_server.services.queue import QueuePoliciesView, QueuePolicyView, QueueService
 from ductor_server.services.receipts import ReceiptService
 from ductor_server.services.routing import (
     AssignmentView,
@@ -74,6 +75,7 @@ class Services:
     ai: AiService
     agent: AgentService
     tenants: TenantsService
+    queue: QueueService
 
 
 __all__ = [
@@ -95,6 +97,9 @@ __all__ = [
     "MeteringService",
     "Outcome",
     "PublishedWorkflow",
+    "QueuePoliciesView",
+    "QueuePolicyView",
+    "QueueService",
     "ReceiptService",
     "RoutingService",
     "RuleSetVersion",

@@ -35,6 +35,8 @@ from ductor.protocol import (
     SyncResponse,
 )
 from ductor_core.errors import DuctorError
+from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_server.bridge.concurrency import option_problems
 from ductor_server.bridge.keys import (
     DEFAULT_GRACE,
     AppKey,
@@ -355,6 +357,7 @@ class BridgeService:
             raise RequestInvalid("app_id must not be empty")
         now = self._context.clock.now()
         await self._allow(caller, describe.app_id)
+        _check_options(describe, self._context.expressions or default_engine())
         claim = Claim.of(tenant_id, "bridge.sync", idempotency_key, describe, now=now)
 
         async def effect(tx: Tx) -> Answer[SyncAck]:
@@ -552,6 +555,31 @@ def _key_view(key: AppKey, now: datetime, primary: str | None) -> AppKeyView:
         active=key.active(now),
         primary=key.key_id == primary,
     )
+
+
+def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None:
+    """Refuse a sync whose workflows' options cannot work, naming every problem
+    with its JSON pointer into the describe body.
+
+    Raises:
+        RequestInvalid: `details.pointer` is the first problem's place,
+            `details.problems` all of them.
+    """
+    problems: list[dict[str, str]] = []
+    for i, info in enumerate(describe.workflows):
+        if info.concurrency is None:
+            continue
+        for pointer, message in option_problems(
+            info.concurrency, engine, f"/workflows/{i}/concurrency"
+        ):
+            problems.append({"pointer": pointer, "message": message})
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise RequestInvalid(
+            f"{first['pointer']}: {first['message']}{more}",
+            details={"pointer": first["pointer"], "problems": problems},
+        )
 
 
 __all__ = [

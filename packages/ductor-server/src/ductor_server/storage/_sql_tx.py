@@ -35,6 +35,7 @@ from ductor_server.storage.records import (
     QueueDepth,
     ReadyTask,
     RunInsert,
+    RunLimits,
     RunPage,
     RunRecord,
     RunRef,
@@ -93,6 +94,7 @@ _RUN_COLS = (
     " parent_run_id, parent_step_ref, parent_item_index, child_key, idempotency_key,"
     " created_at, updated_at, finished_at, kind, kind_state, trace_context"
 )
+_LIMIT_COLS = "limit_key, key_concurrency, key_rate, key_burst"
 _INBOX_COLS = "seq, tenant_id, run_id, input, available_at"
 _TASK_COLS = (
     "id, tenant_id, run_id, step_ref, item_index, attempt, step_type, handler, payload,"
@@ -189,7 +191,10 @@ LEASE_CHOSEN_TASK = (
     " WHERE tenant_id = %s AND id = %s AND (status = 'queued' AND available_at <= %s"
     f" OR status = 'leased' AND lease_until <= %s) RETURNING {_TASK_COLS}"
 )
-_READY_COLS = "t.id, t.tenant_id, COALESCE(r.family_slug, ''), t.tier"
+_READY_COLS = (
+    "t.id, t.tenant_id, COALESCE(r.family_slug, ''), t.tier,"
+    " r.limit_key, r.key_concurrency, r.key_rate, r.key_burst"
+)
 _READY_FROM = "FROM tasks t LEFT JOIN runs r ON r.tenant_id = t.tenant_id AND r.id = t.run_id"
 NEW_READY_TASKS = (
     f"SELECT {_READY_COLS}, 0 {_READY_FROM}"
@@ -198,6 +203,10 @@ NEW_READY_TASKS = (
 EXPIRED_READY_TASKS = (
     f"SELECT {_READY_COLS}, 1 {_READY_FROM}"
     " WHERE t.status = 'leased' AND t.lease_until <= %s ORDER BY t.lease_until, t.id LIMIT %s"
+)
+LEASED_TASKS = (
+    f"SELECT {_READY_COLS}, 0 {_READY_FROM}"
+    " WHERE t.status = 'leased' AND t.lease_until > %s ORDER BY t.id LIMIT %s"
 )
 ALL_READY_TASKS = (
     f"SELECT * FROM (SELECT {_READY_COLS}, 0 {_READY_FROM}"
@@ -842,10 +851,15 @@ class SqlTx:
                     run.kind,
                     self.to_json(run.kind_state),
                     run.trace_context,
+                    None if run.limits is None else run.limits.key,
+                    None if run.limits is None else run.limits.concurrency,
+                    None if run.limits is None else run.limits.rate,
+                    1 if run.limits is None else run.limits.burst,
                 )
             )
         inserted = await self.executemany_returning(
-            f"INSERT INTO runs ({_RUN_COLS}) VALUES ({', '.join(['%s'] * 21)})"
+            f"INSERT INTO runs ({_RUN_COLS}, {_LIMIT_COLS})"
+            f" VALUES ({', '.join(['%s'] * 25)})"
             " ON CONFLICT DO NOTHING RETURNING id",
             params,
         )
@@ -1162,10 +1176,30 @@ class SqlTx:
             rows = await self.fetch_all(ALL_READY_TASKS, (at, at, limit))
         else:
             rows = await self.fetch_all(NEW_READY_TASKS, (self._task_id(after_id) or 0, at, limit))
-        return [
-            ReadyTask(id=str(r[0]), tenant_id=r[1], workflow=r[2], tier=r[3], expired=bool(r[4]))
-            for r in rows
-        ]
+        return [self._ready_task(r) for r in rows]
+
+    async def leased_tasks(self, *, now: datetime, limit: int = 10_000) -> list[ReadyTask]:
+        rows = await self.fetch_all(LEASED_TASKS, (self.to_timestamp(now), limit))
+        return [self._ready_task(r) for r in rows]
+
+    @staticmethod
+    def _ready_task(r: Row) -> ReadyTask:
+        limits = None
+        if r[4] is not None:
+            limits = RunLimits(
+                key=r[4],
+                concurrency=r[5],
+                rate=None if r[6] is None else float(r[6]),
+                burst=int(r[7] or 1),
+            )
+        return ReadyTask(
+            id=str(r[0]),
+            tenant_id=r[1],
+            workflow=r[2],
+            tier=r[3],
+            expired=bool(r[8]),
+            limits=limits,
+        )
 
     async def lease_chosen_tasks(
         self, refs: Sequence[TaskRef], *, owner: str, lease_for: timedelta, now: datetime

@@ -422,6 +422,11 @@ class TasksTx(Protocol):
         """
         ...
 
+    async def leased_tasks(self, *, now: datetime, limit: int = 10_000) -> list[ReadyTask]:
+        """Tasks leased now (their lease not expired), lowest ids first, at most
+        `limit`: what a fair queue rebuilt from the store counts as running."""
+        ...
+
     async def lease_chosen_tasks(
         self, refs: Sequence[TaskRef], *, owner: str, lease_for: timedelta, now: datetime
     ) -> list[TaskRecord | None]:

@@ -82,12 +82,31 @@ DAG_KIND = "dag"
 """The kind of runs of published workflow definitions (`runs.kind`'s default)."""
 
 
+class RunLimits(_Record, frozen=True, kw_only=True):
+    """A run's own limits in the task queue: its workflow's `concurrency` option
+    with the option's key evaluated over the run's input.
+
+    Attributes:
+        key: the limit key; the run's tasks share the limits with every task of
+            the tenant's runs of the same workflow and key.
+        concurrency: at most this many of those tasks leased at once (None: no limit).
+        rate: at most this many of them started per second (None: no limit).
+        burst: how many starts the rate lets through at once.
+    """
+
+    key: str
+    concurrency: int | None = None
+    rate: float | None = None
+    burst: int = 1
+
+
 class NewRun(_Record, frozen=True, kw_only=True):
     """A run to insert. Id, status, input, output, error, created_at and
     finished_at are all taken from `state`.
 
     `kind` names the engine kind that ticks the run ("dag", "bridge", ...);
-    `kind_state` is that kind's own bookkeeping (JSON), kept beside the state.
+    `kind_state` is that kind's own bookkeeping (JSON), kept beside the state;
+    `limits` its own limits in the task queue (None: none).
     """
 
     tenant_id: str
@@ -102,6 +121,7 @@ class NewRun(_Record, frozen=True, kw_only=True):
     child_key: str | None = None  # unique per tenant: makes a child start idempotent
     idempotency_key: str | None = None  # unique per tenant: makes a trigger idempotent
     trace_context: str | None = None  # W3C trace context of its creator (telemetry.context)
+    limits: RunLimits | None = None
 
 
 class RunRecord(_Record, frozen=True, kw_only=True):
@@ -285,14 +305,16 @@ class QueueDepth(_Record, frozen=True, kw_only=True):
 
 class ReadyTask(_Record, frozen=True, kw_only=True):
     """What a fair queue needs to know of a task that can be leased: who it
-    belongs to, its run's workflow, its tier, and whether its lease expired
-    (`expired`) rather than it never having been leased."""
+    belongs to, its run's workflow, its tier, whether its lease expired
+    (`expired`) rather than it never having been leased, and its run's own
+    limits (`limits`, None: none)."""
 
     id: str
     tenant_id: str
     workflow: str
     tier: int
     expired: bool = False
+    limits: RunLimits | None = None
 
 
 class TaskRef(_Record, frozen=True, kw_only=True):

@@ -3,6 +3,7 @@ handlers over `ductor_server.services`; `ductor_server.app` assembles them."""
 
 from __future__ import annotations
 
+from ductor_server.transports.rest.admin import ADMIN_ROUTER
 from ductor_server.transports.rest.agent import AgentController
 from ductor_server.transports.rest.ai import AiController
 from ductor_server.transports.rest.bridge import BridgeController
@@ -41,9 +42,10 @@ V1_CONTROLLERS = (
 )
 """Every controller served under /v1 to a tenant's API key."""
 
-PUBLIC_ROUTES = (*PUBLIC_HANDLERS, *INBOX_PUBLIC)
-"""Routes the API role serves without an API key: each checks its own signature
-(or, for a subscriber's inbox, its subscriber token)."""
+PUBLIC_ROUTES = (*PUBLIC_HANDLERS, *INBOX_PUBLIC, ADMIN_ROUTER)
+"""Routes the API role serves without a tenant's API key: each checks its own
+signature (or, for a subscriber's inbox, its subscriber token; for an
+operator's call, the operator key)."""
 
 __all__ = [
     "OPERATOR_CONTROLLERS",

@@ -167,6 +167,10 @@ NO_API_KEY: dict[str, str] = {
     "GET /v1/tenants": "the operator key",
     "POST /v1/tenants": "the operator key",
     "POST /v1/tenants/{tenant_id}/keys": "the operator key",
+    "GET /v1/admin/queue-policies": "the operator key",
+    "GET /v1/admin/tenants/{tenant}/queue-policy": "the operator key",
+    "PUT /v1/admin/tenants/{tenant}/queue-policy": "the operator key",
+    "DELETE /v1/admin/tenants/{tenant}/queue-policy": "the operator key",
     "ASGI /mcp": "an API key, checked per tool (see transports/mcp)",
     "WS /v1/inbox/me/ws": "a subscriber token",
 }
