@@ -42,6 +42,7 @@ PACKAGES = {
     "ductor-settlement": ("packages/ductor-settlement", "ductor_settlement"),
     "ductor": ("packages/ductor-sdk", "ductor"),
     "ductor-server": ("packages/ductor-server", "ductor_server"),
+    "ductor-ui": ("packages/ductor-ui", "ductor_ui"),
 }
 
 
