@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from ductor_server.ai.store import newest_first
 from ductor_server.storage.protocol import Row, Session, Tx
 
 
@@ -193,14 +194,12 @@ class AgentTx:
         self, tenant_id: str, *, before: tuple[datetime, str] | None, limit: int
     ) -> list[ConversationRecord]:
         """The tenant's conversations, newest first, strictly before `before` (time, id)."""
-        sql = f"SELECT {_CONVERSATION_COLS} FROM agent_conversations WHERE tenant_id = %s"
-        params: list[object] = [tenant_id]
-        if before is not None:
-            stamp = self._db.to_timestamp(before[0])
-            sql += " AND (created_at < %s OR (created_at = %s AND id < %s))"
-            params += [stamp, stamp, before[1]]
-        rows = await self._db.fetch_all(
-            sql + " ORDER BY created_at DESC, id DESC LIMIT %s", (*params, limit)
+        rows = await newest_first(
+            self._db,
+            f"SELECT {_CONVERSATION_COLS} FROM agent_conversations WHERE tenant_id = %s",
+            tenant_id,
+            before=before,
+            limit=limit,
         )
         return [self._conversation(tenant_id, row) for row in rows]
 

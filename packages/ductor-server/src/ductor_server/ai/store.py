@@ -75,6 +75,19 @@ _REQUEST_COLS = (
 )
 
 
+async def newest_first(
+    db: Session, select: str, tenant_id: str, *, before: tuple[datetime, str] | None, limit: int
+) -> list[Row]:
+    """A page of `select` (a `SELECT ... WHERE tenant_id = %s` over a table with
+    `created_at` and `id`), newest first, strictly before `before` (time, id)."""
+    sql, params = select, [tenant_id]
+    if before is not None:
+        stamp = db.to_timestamp(before[0])
+        sql += " AND (created_at < %s OR (created_at = %s AND id < %s))"
+        params += [stamp, stamp, before[1]]
+    return await db.fetch_all(sql + " ORDER BY created_at DESC, id DESC LIMIT %s", (*params, limit))
+
+
 class AiTx:
     """The proxy's tables, read and written through one storage transaction."""
 
@@ -217,14 +230,12 @@ class AiTx:
         self, tenant_id: str, *, before: tuple[datetime, str] | None, limit: int
     ) -> list[AiRequestRecord]:
         """The tenant's model calls, newest first, strictly before `before` (time, id)."""
-        sql = f"SELECT {_REQUEST_COLS} FROM ai_requests WHERE tenant_id = %s"
-        params: list[object] = [tenant_id]
-        if before is not None:
-            stamp = self._db.to_timestamp(before[0])
-            sql += " AND (created_at < %s OR (created_at = %s AND id < %s))"
-            params += [stamp, stamp, before[1]]
-        rows = await self._db.fetch_all(
-            sql + " ORDER BY created_at DESC, id DESC LIMIT %s", (*params, limit)
+        rows = await newest_first(
+            self._db,
+            f"SELECT {_REQUEST_COLS} FROM ai_requests WHERE tenant_id = %s",
+            tenant_id,
+            before=before,
+            limit=limit,
         )
         return [self._request(tenant_id, row) for row in rows]
 
