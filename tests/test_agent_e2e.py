@@ -272,12 +272,18 @@ def test_duplicates_answer_once_and_the_cli_chats(env: Env) -> None:
         assert again.status_code == 422
         assert again.json()["code"] == "idempotency.conflict"
 
-        # The list pages newest first.
+        # The list pages newest first (an older conversation of its own, so the
+        # test does not depend on which tests ran before it on this server).
+        older = _ok(http.post("/v1/agent/conversations", json={"model": "operator"}))
+        newest = _ok(http.post("/v1/agent/conversations", json={"model": "operator"}))
         page = _ok(http.get("/v1/agent/conversations", params={"limit": 1}), 200)
-        assert page["items"][0]["id"] == conversation
+        assert page["items"][0]["id"] == newest["conversation"]["id"]
         assert page["next_cursor"]
         rest = _ok(http.get("/v1/agent/conversations", params={"cursor": page["next_cursor"]}), 200)
-        assert conversation not in [c["id"] for c in rest["items"]]
+        rest_ids = [c["id"] for c in rest["items"]]
+        assert newest["conversation"]["id"] not in rest_ids
+        assert rest_ids[0] == older["conversation"]["id"]
+        assert conversation in rest_ids
 
     # `ductor chat -m` as a real process: the answer on stdout, the tools on stderr.
     done = server.cli("chat", "--model", "operator", "-m", "why did lead-2 go to ben?")
