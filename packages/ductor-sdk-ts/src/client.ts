@@ -51,10 +51,15 @@ export type Trigger<Name extends string = string> =
   | { readonly event: Name; readonly match?: string }
   | { readonly cron: string };
 
-/** At most `limit` runs at once, per value of the CEL `key` if set. */
+/**
+ * Limits counted in running steps, per value of the CEL `key` (over the input)
+ * if set: at most `limit` at once, at most `rate.limit` starts per `rate.period`
+ * (`burst` of them at once, default 1). At least one of `limit` and `rate`.
+ */
 export interface Concurrency {
-  readonly limit: number;
+  readonly limit?: number;
   readonly key?: string;
+  readonly rate?: { readonly limit: number; readonly period: string; readonly burst?: number };
 }
 
 /** What a cancellation handler gets: the cancelled run and why. */
@@ -130,8 +135,19 @@ export class Workflow<Input, Output> implements WorkflowTarget<Input, Output> {
         concurrency === undefined
           ? null
           : typeof concurrency === "number"
-            ? { limit: concurrency, key: null }
-            : { limit: concurrency.limit, key: concurrency.key ?? null },
+            ? { limit: concurrency, key: null, rate: null }
+            : {
+                limit: concurrency.limit ?? null,
+                key: concurrency.key ?? null,
+                rate:
+                  concurrency.rate === undefined
+                    ? null
+                    : {
+                        limit: concurrency.rate.limit,
+                        period: concurrency.rate.period,
+                        burst: concurrency.rate.burst ?? 1,
+                      },
+              },
       timeout: timeout === undefined ? null : canonicalDuration(timeout),
       cancellable: onCancel !== undefined,
     };
@@ -250,6 +266,21 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     const limit = typeof concurrency === "number" ? concurrency : concurrency?.limit;
     if (limit !== undefined && (!Number.isInteger(limit) || limit < 1)) {
       throw new RangeError(`concurrency limit must be an integer >= 1, got ${limit}`);
+    }
+    if (typeof concurrency === "object") {
+      const { rate } = concurrency;
+      if (limit === undefined && rate === undefined) {
+        throw new RangeError("concurrency needs a limit, a rate, or both");
+      }
+      if (rate !== undefined) {
+        if (!Number.isInteger(rate.limit) || rate.limit < 1) {
+          throw new RangeError(`concurrency rate limit must be an integer >= 1, got ${rate.limit}`);
+        }
+        if (rate.burst !== undefined && (!Number.isInteger(rate.burst) || rate.burst < 1)) {
+          throw new RangeError(`concurrency rate burst must be an integer >= 1, got ${rate.burst}`);
+        }
+        canonicalDuration(rate.period);
+      }
     }
     if (timeout !== undefined) canonicalDuration(timeout);
     const wf = new Workflow(this.appId, options, fn as unknown as WorkflowFn<Input, Output, never>);

@@ -281,8 +281,23 @@ export const HealthResponse = struct("HealthResponse", {
 });
 /** What starts a workflow: an `event` name (with an optional CEL `match`) or a `cron`. */
 export const TriggerInfo = struct("TriggerInfo", { event: optStr, cron: optStr, match: optStr });
-/** At most `limit` runs at once, per value of the CEL `key` when one is set. */
-export const ConcurrencyInfo = struct("ConcurrencyInfo", { limit: int, key: optStr });
+/** At most `limit` step starts per `period` ("1m"), `burst` of them at once. */
+export const RateInfo = struct(
+  "RateInfo",
+  { limit: int, period: str, burst: intOr(1) },
+  undefined,
+  { omitDefaults: true },
+);
+/**
+ * At most `limit` steps running at once and at most `rate` step starts, per
+ * value of the CEL `key` (over the input) when one is set; at least one of the two.
+ */
+export const ConcurrencyInfo = struct(
+  "ConcurrencyInfo",
+  { limit: nullable(int), key: optStr, rate: nullable(RateInfo) },
+  undefined,
+  { omitDefaults: true },
+);
 /** One workflow the app serves, with its options. */
 export const WorkflowInfo = struct("WorkflowInfo", {
   id: str,
@@ -323,6 +338,7 @@ export const ErrorResponse = struct("ErrorResponse", {
 export type HealthResponse = Infer<typeof HealthResponse>;
 export type TriggerInfo = Infer<typeof TriggerInfo>;
 export type ConcurrencyInfo = Infer<typeof ConcurrencyInfo>;
+export type RateInfo = Infer<typeof RateInfo>;
 export type WorkflowInfo = Infer<typeof WorkflowInfo>;
 export type DescribeResponse = Infer<typeof DescribeResponse>;
 export type SyncResponse = Infer<typeof SyncResponse>;
@@ -389,6 +405,7 @@ export const SCHEMAS = {
   HealthResponse,
   TriggerInfo,
   ConcurrencyInfo,
+  RateInfo,
   WorkflowInfo,
   DescribeResponse,
   SyncResponse,

@@ -272,8 +272,15 @@ export function struct<F extends Fields>(
   name: string,
   fields: F,
   tag?: { readonly field: string; readonly value: string },
+  options: { readonly omitDefaults?: boolean } = {},
 ): Struct<F> {
   const names = Object.keys(fields);
+  // As msgspec's `omit_defaults=True`: a field left out, or equal to its default
+  // (null, or a scalar default), is not written at all.
+  const omitted = (field: AnyKind, item: unknown): boolean =>
+    options.omitDefaults === true &&
+    field.hasDefault &&
+    (item === undefined || item === field.fallback());
   return {
     name,
     label: name,
@@ -309,10 +316,12 @@ export function struct<F extends Fields>(
     write(value, out) {
       const record = value as Record<string, unknown>;
       out.push("{");
-      names.forEach((key, index) => {
+      let written = 0;
+      names.forEach((key) => {
         const field = fields[key] as AnyKind;
-        out.push(index === 0 ? "" : ",", JSON.stringify(key), ":");
         const item = record[key];
+        if (omitted(field, item)) return;
+        out.push(written++ === 0 ? "" : ",", JSON.stringify(key), ":");
         if (item === undefined) {
           if (!field.hasDefault) throw new TypeError(`${name}.${key} is required`);
           field.write(field.fallback(), out);
