@@ -461,7 +461,9 @@ def test_runs_list_updates_live_and_a_run_is_signalled_cancelled_and_run_again(
         )
     page.get_by_label("Workflow").select_option("approval")
     rows = page.locator("#runs-list tbody tr")
-    expect(rows.first).to_be_visible()
+    # The filtered list is drawn once it shows both runs: count only then.
+    expect(page.locator("#runs-list")).to_contain_text(to_signal["id"])
+    expect(page.locator("#runs-list")).to_contain_text(to_cancel["id"])
     count = rows.count()
     with dash.http() as http:
         fresh = _ok(
@@ -469,7 +471,7 @@ def test_runs_list_updates_live_and_a_run_is_signalled_cancelled_and_run_again(
         )
     # Live: the new run appears on top without a reload.
     expect(rows.first).to_contain_text(fresh["id"], timeout=15_000)
-    assert rows.count() == count + 1
+    expect(rows).to_have_count(count + 1)
     page.get_by_label("Status").select_option("RUN_STATUS_RUNNING")
     expect(page.locator("#runs-list")).to_contain_text(to_cancel["id"])
     dash.check(page, "runs")
