@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from ductor_server.pytest_plugin import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = ROOT / "tests" / "connect_client"
@@ -27,10 +27,7 @@ _prepared = False
 def _tools() -> tuple[str, str]:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        reason = "node and npm (Node 20+) are needed to run the Connect client tests"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable("Node.js", "node and npm (Node 20+) run the Connect client tests")
     return node, npm
 
 

@@ -28,6 +28,8 @@ from typing import Any
 import httpx
 import pytest
 
+from ductor_server.pytest_plugin import unavailable
+
 from .ai_upstream import UPSTREAM_KEY, ScriptedUpstream
 from .conftest import ServerProcess, _create_key
 
@@ -37,9 +39,7 @@ VIEWPORT = {"width": 1280, "height": 800}
 UPDATE = os.environ.get("DUCTOR_UI_SCREENSHOTS") == "update"
 
 if not CHROMIUM.exists():
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+    unavailable("Chromium", f"no {CHROMIUM} (.ci/run installs Debian's chromium)")
 
 from axe_playwright_python.sync_playwright import Axe  # noqa: E402
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402

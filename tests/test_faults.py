@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ductor_server.pytest_plugin import unavailable
 from ductor_server.storage import open_store
 
 from .conftest import PrivateRedis, ServerProcess, free_port
@@ -295,12 +296,9 @@ def test_three_coordinators_never_apply_a_result_twice(
 def _pg_bin() -> Path:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     if not found:
-        # As for a missing service (see ductor_server.pytest_plugin): a failure in
-        # CI, where the binaries come with the PostgreSQL the suite runs against,
-        # and a loud skip on a developer's machine that has only a remote one.
-        if os.environ.get("CI") == "true":
-            pytest.fail("PostgreSQL server binaries (pg_ctl) are not installed")
-        pytest.skip("PostgreSQL server binaries (pg_ctl) are not installed")
+        # CI has the binaries with the PostgreSQL the suite runs against; a
+        # developer's machine may have only a remote one.
+        unavailable("pg_ctl", "PostgreSQL server binaries are not installed")
     return Path(found[-1]).parent
 
 

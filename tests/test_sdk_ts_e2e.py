@@ -30,6 +30,7 @@ import msgspec
 import pytest
 
 from ductor.protocol import INLINE_LIMIT_BYTES
+from ductor_server.pytest_plugin import unavailable
 from ductor_server.testing import free_port
 
 from .conftest import ServerProcess
@@ -44,9 +45,7 @@ TIMEOUT = 60.0
 def _node() -> str:
     node = shutil.which("node")
     if node is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node is not installed; CI needs Node 20+ for the TypeScript SDK")
-        pytest.skip("node is not installed")
+        unavailable("Node.js", "node (Node 20+) runs the TypeScript SDK's app")
     return node
 
 

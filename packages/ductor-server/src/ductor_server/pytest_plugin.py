@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -39,12 +40,19 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
-def _unavailable(service: str, reason: str) -> None:
+def unavailable(service: str, reason: str) -> NoReturn:
+    """Stop the test because `service` (a server, a browser, a runtime) is missing.
+
+    The one rule for what a test needs from the machine: under `CI=true` this is a
+    failure, since CI installs everything the suite uses and a skip there would
+    hide a lost install step; on a developer's machine it is a skip named in the
+    session's summary, so a partial setup can still run the rest.
+    """
     _missing[service] = reason
     message = f"{service} unavailable: {reason}"
     if _in_ci():
         pytest.fail(f"{message} (CI=true: a missing service is a failure)", pytrace=False)
-    pytest.skip(message)
+    pytest.skip(message, allow_module_level=True)
 
 
 def _with_database(url: str, name: str) -> str:
@@ -76,7 +84,7 @@ def _postgres_admin() -> str:
         with psycopg.connect(url, connect_timeout=3) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        _unavailable("PostgreSQL", f"{url}: {exc}".strip())
+        unavailable("PostgreSQL", f"{url}: {exc}".strip())
     return url
 
 
@@ -98,7 +106,7 @@ def _redis_available() -> str:
         client.ping()
         client.close()
     except redis.RedisError as exc:
-        _unavailable("Redis", f"{url}: {exc}")
+        unavailable("Redis", f"{url}: {exc}")
     return url
 
 
