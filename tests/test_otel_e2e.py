@@ -424,6 +424,25 @@ def _where(points: list[Any], **attributes: Any) -> list[Any]:
 
 
 def test_every_metric_reads_back(world: World) -> None:
+    # What this test counts it makes itself, whichever worker runs it and alone:
+    # one bridge run (three executes) and two HTTP-action runs, then below three
+    # slow runs, so six triggers, three bridge attempts and five HTTP attempts.
+    with world.http() as http:
+        own = [
+            http.post(
+                "/v1/runs",
+                json={"family_slug": f"bridge:{APP_ID}:two-steps", "input": {"id": 1, "total": 2}},
+            )
+        ]
+        action = _http_action("counted", world.sink.url + "/counted")
+        assert http.post("/v1/workflows", json=action).status_code in (200, 201)
+        own += [
+            http.post("/v1/runs", json={"family_slug": "counted", "input": {"n": n}})
+            for n in (1, 2)
+        ]
+        assert [r.status_code for r in own] == [201, 201, 201], [r.text for r in own]
+    for response in own:
+        world.wait_run(response.json()["id"])
     # Two routing calls: one assigned, one refused before a decision.
     with world.http() as http:
         assert http.post("/v1/workers", json={"id": "ana"}).status_code == 201
