@@ -1,15 +1,24 @@
 """Steps per second through the whole engine, the way a user first starts it.
 
-The engine (services, coordinator, workers, with the default `RuntimeConfig`)
-runs N chains of no-op ACTION steps on a freshly migrated store: on Postgres a
-brand-new database that nobody has ANALYZEd, as after `ductor migrate`. The
-Postgres baseline, measured on the same server in the same run, is pgbench's
-classic write: 8 clients each committing single-row `UPDATE t SET v = v + 1
-WHERE id = :id` in autocommit for a few seconds (the real `pgbench` binary when
-it is installed, else the same load from psycopg). The ratio says how many
-workflow steps the engine completes per single-row committed update.
+A real server process runs N chains of no-op ACTION steps with its default
+settings: `ductor serve --migrate` on a brand-new PostgreSQL database that
+nobody has ANALYZEd (or `ductor dev` on SQLite). The bench publishes the chain
+through the API and starts the runs with `POST /v1/runs/batch`, 100 runs a
+request from 4 clients, as a producer with many runs would; the clock runs from
+the first start to the moment the database holds every run as succeeded
+(counted from a separate connection, rarely, so as not to compete). With
+`--redis URL` the server uses Redis for its fair task queue and wake-ups;
+`--in-process` drives the engine in this process instead (services, coordinator
+and workers without HTTP), which also prints the engine's own counters.
+
+The Postgres baseline, measured on the same server in the same run, is
+pgbench's classic write: 8 clients each committing single-row `UPDATE t SET v =
+v + 1 WHERE id = :id` in autocommit for a few seconds (the real `pgbench`
+binary when it is installed, else the same load from psycopg). The ratio says
+how many workflow steps the engine completes per single-row committed update.
 
     uv run python bench/engine.py [--runs 1000] [--steps 10] [--backend postgres|sqlite|both]
+                                  [--redis redis://127.0.0.1:6379/15] [--in-process]
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import psycopg
+from routing_server import Server
 
 from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
@@ -38,6 +49,8 @@ TENANT = "bench"
 CLIENTS = 8
 BASELINE_SECONDS = 5
 BASELINE_ROWS = 1000
+START_CLIENTS = 4
+START_BATCH = 100
 PGBENCH_PATHS = ("/usr/lib/postgresql/15/bin/pgbench",)
 
 
@@ -171,41 +184,119 @@ async def engine_steps_per_second(target: str | Path, runs: int, steps: int) -> 
     return runs * steps / elapsed, elapsed
 
 
+# --- the engine in a real server, through the API -------------------------------------
+
+
+def _succeeded(server: Server) -> dict[str, int]:
+    sql = "SELECT status, COUNT(*) FROM runs GROUP BY status"
+    if server.database_url is not None:
+        with psycopg.connect(server.database_url) as conn:
+            rows = conn.execute(sql).fetchall()
+    else:
+        import sqlite3
+
+        with sqlite3.connect(server.data_dir / "ductor.db", timeout=30) as conn:
+            rows = conn.execute(sql).fetchall()
+    return {str(status): int(count) for status, count in rows}
+
+
+async def _start_all(server: Server, api_key: str, runs: int) -> None:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=120) as http:
+
+        async def client(worker: int) -> None:
+            for first in range(worker * START_BATCH, runs, START_CLIENTS * START_BATCH):
+                batch = [
+                    {"family_slug": "bench-chain", "input": {"i": i}}
+                    for i in range(first, min(first + START_BATCH, runs))
+                ]
+                answer = await http.post(
+                    "/v1/runs/batch",
+                    json={"runs": batch},
+                    headers={"Idempotency-Key": f"bench-{first}"},
+                )
+                if answer.status_code != 201:
+                    raise SystemExit(f"batch start refused: {answer.status_code} {answer.text}")
+
+        await asyncio.gather(*(client(w) for w in range(START_CLIENTS)))
+
+
+def server_steps_per_second(
+    backend: str, runs: int, steps: int, redis_url: str | None
+) -> tuple[float, float]:
+    """Start a real server on a fresh store, start `runs` chains of `steps` no-op
+    actions through the API; return (steps/s, seconds)."""
+    env = {"DUCTOR_REDIS_URL": redis_url} if redis_url else {}
+    with tempfile.TemporaryDirectory() as tmp, Server(backend, Path(tmp), env=env) as server:
+        api_key = server.api_key()
+        published = httpx.post(
+            f"{server.url}/v1/workflows",
+            json=chain(steps),
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=60,
+        )
+        if published.status_code not in (200, 201):
+            raise SystemExit(f"publish refused: {published.text}")
+        started = time.perf_counter()
+        asyncio.run(_start_all(server, api_key, runs))
+        while True:
+            time.sleep(0.2)
+            counts = _succeeded(server)
+            if counts.get("RUN_STATUS_SUCCEEDED", 0) == runs:
+                break
+            if counts.get("RUN_STATUS_FAILED", 0) or counts.get("RUN_STATUS_CANCELLED", 0):
+                raise SystemExit(f"runs ended badly: {counts}")
+        elapsed = time.perf_counter() - started
+    return runs * steps / elapsed, elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=None, help="default 1000 (sqlite: 200)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="postgres")
+    parser.add_argument("--redis", default=None, help="the server's DUCTOR_REDIS_URL")
+    parser.add_argument(
+        "--in-process", action="store_true", help="drive the engine here, without a server"
+    )
     args = parser.parse_args()
+    how = "in process" if args.in_process else "server + API" + (", Redis" if args.redis else "")
     if args.backend in ("sqlite", "both"):
         runs = args.runs or 200
-        with tempfile.TemporaryDirectory() as tmp:
-            rate, elapsed = asyncio.run(
-                engine_steps_per_second(Path(tmp) / "bench.db", runs, args.steps)
-            )
+        if args.in_process:
+            with tempfile.TemporaryDirectory() as tmp:
+                rate, elapsed = asyncio.run(
+                    engine_steps_per_second(Path(tmp) / "bench.db", runs, args.steps)
+                )
+        else:
+            rate, elapsed = server_steps_per_second("sqlite", runs, args.steps, args.redis)
         print(
             f"sqlite    engine {rate:8.0f} steps/s"
-            f" ({runs} runs x {args.steps} steps, {elapsed:.1f}s)"
+            f" ({runs} runs x {args.steps} steps, {how}, {elapsed:.1f}s)"
         )
     if args.backend in ("postgres", "both"):
         from ductor_server.pytest_plugin import admin_database_url, create_database, drop_database
 
         runs = args.runs or 1000
         admin = os.environ.get("DUCTOR_BENCH_DATABASE_URL", admin_database_url())
-        try:
-            url = create_database(admin)
-        except Exception as exc:  # no server: say so and go on
-            print(f"postgres  skipped: {exc}")
-            return
-        try:
-            rate, elapsed = asyncio.run(engine_steps_per_second(url, runs, args.steps))
-        finally:
-            drop_database(url, admin)
-        tps, how = baseline_update_tps(admin)
+        if args.in_process:
+            try:
+                url = create_database(admin)
+            except Exception as exc:  # no server: say so and go on
+                print(f"postgres  skipped: {exc}")
+                return
+            try:
+                rate, elapsed = asyncio.run(engine_steps_per_second(url, runs, args.steps))
+            finally:
+                drop_database(url, admin)
+        else:
+            rate, elapsed = server_steps_per_second("postgres", runs, args.steps, args.redis)
+        tps, baseline = baseline_update_tps(admin)
         print(
             f"postgres  engine {rate:8.0f} steps/s ({runs} runs x {args.steps} steps on a fresh"
-            f" database, {elapsed:.1f}s) | baseline {tps:8.0f} single-row UPDATE/s ({how},"
-            f" {CLIENTS} clients, {BASELINE_SECONDS}s) | ratio {rate / tps:.2f} steps per UPDATE"
+            f" database, {how}, {elapsed:.1f}s) | baseline {tps:8.0f} single-row UPDATE/s"
+            f" ({baseline}, {CLIENTS} clients, {BASELINE_SECONDS}s)"
+            f" | ratio {rate / tps:.2f} steps per UPDATE"
         )
 
 

@@ -132,8 +132,9 @@ def offline_us(buyers: int, decisions: int) -> float:
 
 
 class Server:
-    def __init__(self, backend: str, data_dir: Path) -> None:
+    def __init__(self, backend: str, data_dir: Path, *, env: dict[str, str] | None = None) -> None:
         self.backend = backend
+        self.extra_env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -143,6 +144,7 @@ class Server:
 
     def __enter__(self) -> Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
+        env.update(self.extra_env)
         if self.backend == "postgres":
             import psycopg
 
