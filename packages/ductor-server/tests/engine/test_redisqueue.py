@@ -18,7 +18,7 @@ from ductor_server.engine.fairness import FairPolicy, TenantPolicy
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue, _policy_json
 from ductor_server.engine.rediswake import RedisWakeUp
-from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef
+from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef, open_store
 from ductor_server.storage.queuepolicies import put_queue_policy
 
 from .conftest import OTHER_TENANT, TENANT
@@ -251,3 +251,34 @@ async def test_a_tier_set_by_an_operator_files_the_ready_tasks_again(
     wake.notify(Topic.POLICY)
     leased = await queue.lease(owner="w", limit=9, lease_for=MINUTE, now=now)
     assert [t.tenant_id for t in leased] == [OTHER_TENANT] * 9
+
+
+async def test_a_completion_still_uncommitted_is_not_counted_as_running_again(
+    postgres_url: str, redis: Redis
+) -> None:
+    # A full look at the store that reads while a completion is not yet
+    # committed still sees the task leased. Counting it as running again held a
+    # tenant's slots until the reconciliation, RECONCILE_AFTER seconds later;
+    # under load that throttled the whole queue to a fifth of its speed.
+    store = open_store(postgres_url)
+    await store.open()
+    try:
+        await store.migrate()
+        now = ManualClock().now()
+        async with store.transaction() as tx:
+            await tx.ensure_tenant(TENANT, name="Acme", now=now)
+        policy = FairPolicy(tenants={TENANT: TenantPolicy(max_running=1)})
+        queue = RedisFairQueue(store, redis, prefix="t:", policy=policy, resync_seconds=0)
+        await _enqueue(store, TENANT, 3, now)
+        [first] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+        async with store.transaction() as tx:
+            await queue.complete(tx, _refs([first]))
+            [second] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+        async with store.transaction() as tx:
+            await queue.complete(tx, _refs([second]))
+        [third] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+        assert len({first.id, second.id, third.id}) == 3
+        assert await redis.hkeys("t:q:leased") == [third.id.encode()]
+        assert queue.reconciled == 0  # nothing was counted that had to be taken back
+    finally:
+        await store.close()

@@ -50,6 +50,11 @@ RECONCILE_AFTER = 10.0
 stops counting against the limits (its process died between choosing it and
 leasing it in the store, or its end was never recorded in Redis)."""
 
+ENDED_KEEP = 60.0
+"""Seconds a completed task is remembered as ended (`ended`): a look at the store
+that began before its completion committed may still see it leased or ready,
+and must not count it as running again, nor make it ready again."""
+
 # Every key is under ARGV[1], the prefix. A task's `meta` (and its entry in
 # `leased`) is "tenant\tworkflow\ttier\tflow\tkey concurrency\tkey rate\tkey burst":
 # `flow` is "" (no limit key) or "k" followed by the run's limit key; the limit
@@ -76,8 +81,14 @@ local function keys_of(f)
   local base = f[3]..'\\t'..f[1]
   return P..'wfs:'..base, P..'flows:'..base..'\\t'..f[2], P..'fq:'..base..'\\t'..f[2]..'\\t'..f[4]
 end
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function ended(id) return redis.call('ZSCORE', P..'ended', id) ~= false end
 local function push(id, meta)
-  if redis.call('HEXISTS', P..'meta', id) == 1 or redis.call('HEXISTS', P..'leased', id) == 1 then
+  if redis.call('HEXISTS', P..'meta', id) == 1 or redis.call('HEXISTS', P..'leased', id) == 1
+    or ended(id) then
     return 0
   end
   local f = split(meta)
@@ -150,14 +161,22 @@ return added
 """
 )
 
-# ARGV: prefix, mode ("finish", "drop" or "requeue"), ids...
+# ARGV: prefix, mode ("done", "finish", "drop" or "requeue"), ids... "done" is a
+# completed task: it stops counting and is remembered in `ended` for
+# `ENDED_KEEP` seconds; "finish" frees the slot of a task that may run again (a
+# lapsed lease).
 _END = (
     _COMMON
     + """
 local n = 0
+local at = clock()
 for i = 3, #ARGV do
   local id = ARGV[i]
-  if ARGV[2] == 'drop' then
+  if ARGV[2] == 'done' then
+    redis.call('ZADD', P..'ended', at, id)
+    unready(id)
+    if finish(id) then n = n + 1 end
+  elseif ARGV[2] == 'drop' then
     if unready(id) then n = n + 1 end
     if finish(id) then n = n + 1 end
   else
@@ -174,18 +193,19 @@ return n
 
 # ARGV: prefix, now, cutoff, complete ("1": the list below is every task the
 # store has leased), then id and meta per task the store has leased. Counts
-# each as running (a rebuild after FLUSHALL); with `complete`, stops counting
-# tasks leased here before `cutoff` that the store no longer has leased.
-# Returns how many it stopped counting.
+# each as running (a rebuild after FLUSHALL), unless it ended since the store
+# was read; with `complete`, stops counting tasks leased here before `cutoff`
+# that the store no longer has leased. Returns how many it stopped counting.
 _SYNC = (
     _COMMON
     + """
 local now, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', P..'ended', '-inf', clock() - @ENDED_KEEP@)
 local held = {}
 for i = 5, #ARGV, 2 do
   local id = ARGV[i]
   held[id] = true
-  if redis.call('HEXISTS', P..'leased', id) == 0 then
+  if redis.call('HEXISTS', P..'leased', id) == 0 and not ended(id) then
     unready(id)
     start(id, ARGV[i+1], now)
   end
@@ -201,7 +221,7 @@ if ARGV[4] == '1' then
   end
 end
 return stale
-"""
+""".replace("@ENDED_KEEP@", repr(ENDED_KEEP))
 )
 
 # ARGV: prefix. Forgets every ready task (their tiers changed) and the cursor;
@@ -613,7 +633,7 @@ class RedisFairQueue:
         done = await tx.complete_tasks(refs)
         for ref in refs:
             self._fallback.scheduler.finish(ref.task_id)
-        await self._ended("finish", [ref.task_id for ref in refs])
+        await self._ended("done", [ref.task_id for ref in refs])
         if self.wake is not None and refs:
             try:
                 waiting = await self.redis.exists(self.keys + "tiers")
@@ -638,4 +658,4 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["HEAD_SCAN", "RECONCILE_AFTER", "SLOT_TTL", "RedisFairQueue", "task_meta"]
+__all__ = ["ENDED_KEEP", "HEAD_SCAN", "RECONCILE_AFTER", "SLOT_TTL", "RedisFairQueue", "task_meta"]
