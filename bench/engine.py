@@ -226,27 +226,42 @@ def server_steps_per_second(
 ) -> tuple[float, float]:
     """Start a real server on a fresh store, start `runs` chains of `steps` no-op
     actions through the API; return (steps/s, seconds)."""
-    env = {"DUCTOR_REDIS_URL": redis_url} if redis_url else {}
-    with tempfile.TemporaryDirectory() as tmp, Server(backend, Path(tmp), env=env) as server:
-        api_key = server.api_key()
-        published = httpx.post(
-            f"{server.url}/v1/workflows",
-            json=chain(steps),
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=60,
-        )
-        if published.status_code not in (200, 201):
-            raise SystemExit(f"publish refused: {published.text}")
-        started = time.perf_counter()
-        asyncio.run(_start_all(server, api_key, runs))
-        while True:
-            time.sleep(0.2)
-            counts = _succeeded(server)
-            if counts.get("RUN_STATUS_SUCCEEDED", 0) == runs:
-                break
-            if counts.get("RUN_STATUS_FAILED", 0) or counts.get("RUN_STATUS_CANCELLED", 0):
-                raise SystemExit(f"runs ended badly: {counts}")
-        elapsed = time.perf_counter() - started
+    # A key space of this run's own: the queue's keys belong to one database.
+    prefix = f"ductor-bench-{os.getpid()}:"
+    env = {"DUCTOR_REDIS_URL": redis_url, "DUCTOR_REDIS_PREFIX": prefix} if redis_url else {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp, Server(backend, Path(tmp), env=env) as server:
+            return _run_on(server, runs, steps)
+    finally:
+        if redis_url:
+            import redis
+
+            client = redis.Redis.from_url(redis_url)
+            for key in client.scan_iter(match=prefix + "*"):
+                client.delete(key)
+            client.close()
+
+
+def _run_on(server: Server, runs: int, steps: int) -> tuple[float, float]:
+    api_key = server.api_key()
+    published = httpx.post(
+        f"{server.url}/v1/workflows",
+        json=chain(steps),
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=60,
+    )
+    if published.status_code not in (200, 201):
+        raise SystemExit(f"publish refused: {published.text}")
+    started = time.perf_counter()
+    asyncio.run(_start_all(server, api_key, runs))
+    while True:
+        time.sleep(0.2)
+        counts = _succeeded(server)
+        if counts.get("RUN_STATUS_SUCCEEDED", 0) == runs:
+            break
+        if counts.get("RUN_STATUS_FAILED", 0) or counts.get("RUN_STATUS_CANCELLED", 0):
+            raise SystemExit(f"runs ended badly: {counts}")
+    elapsed = time.perf_counter() - started
     return runs * steps / elapsed, elapsed
 
 
