@@ -591,7 +591,7 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
         assert error["details"][0]["debug"] == {"code": rest["code"], "details": rest["details"]}
 
         status, error = refused(b'{"family_slug": "x", "nope": 1}')
-        assert error["details"][0]["debug"]["details"]["path"] == "$"
+        assert error["details"][0]["debug"]["details"]["path"] == "$.nope"
         assert "nope" in error["message"]
 
         status, error = refused(b'{"family_slug": ')

@@ -61,6 +61,10 @@ def test_a_stray_character_is_found_where_it_was_put(value: Any, data: st.DataOb
         (b'{"family_slug": null}', TriggerRunBody, "$.family_slug"),
         (b'{"name": "a", "id": {"x": 1}}', EventBody, "$.id"),
         (b'"just a string"', EventBody, "$"),
+        # A missing or unknown field's path is the field's, not the object's.
+        (b'{"input": {}}', TriggerRunBody, "$.family_slug"),
+        (b'{"family_slug": "a", "nope": 1}', TriggerRunBody, "$.nope"),
+        (b'{"data": {}}', EventBody, "$.name"),
     ],
 )
 def test_wrong_types_are_request_invalid_with_a_path(raw: bytes, into: Any, path: str) -> None:

@@ -79,6 +79,24 @@ def too_deep_message() -> str:
     return f"nested more than {MAX_DEPTH} levels deep"
 
 
+_PATH_AT = re.compile(r" - at `([^`]*)`$")
+_NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `([^`]*)`$")
+
+
+def validation_path(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """(path, reason) of a msgspec validation error: the JSON path of the value at
+    fault (`$` for the whole body) and what is wrong with it. A missing or unknown
+    field's path is that of the field (msgspec names the object around it)."""
+    text = str(exc)
+    match = _PATH_AT.search(text)
+    path = match.group(1) if match else "$"
+    reason = text[: match.start()] if match else text
+    named = _NAMED_FIELD.match(reason)
+    if named is not None:
+        path = f"{path}.{named.group(1)}"
+    return path, reason
+
+
 def check_json_limits(raw: bytes, value: Any) -> None:
     """Refuse `value` (decoded from `raw`) when it nests deeper than `MAX_DEPTH`, or
     holds an integer outside 64 bits or a NUL character (which no store can keep).
@@ -110,4 +128,5 @@ __all__ = [
     "nesting_depth",
     "too_deep_message",
     "unstorable",
+    "validation_path",
 ]

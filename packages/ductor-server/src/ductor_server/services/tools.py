@@ -23,7 +23,11 @@ from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
 from ductor_server.errors import RequestInvalid
 from ductor_server.services.idempotency import MAX_KEY_LENGTH, Answer
-from ductor_server.services.json_limits import check_json_limits, too_deep_message
+from ductor_server.services.json_limits import (
+    check_json_limits,
+    too_deep_message,
+    validation_path,
+)
 from ductor_server.services.routing import RouteBody
 
 if TYPE_CHECKING:
@@ -552,7 +556,6 @@ def input_schema(tool: ToolSpec) -> dict[str, Any]:
     return schema
 
 
-_PATH_AT = re.compile(r" - at `([^`]*)`$")
 _FIELD = re.compile(r"field `([^`]*)`")
 
 
@@ -586,10 +589,7 @@ def decode_arguments_json(raw: bytes, into: type[Any]) -> Any:
     except RecursionError:
         raise _too_deep() from None
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        match = _PATH_AT.search(text)
-        path = match.group(1) if match else "$"
-        reason = text[: match.start()] if match else text
+        path, reason = validation_path(exc)
         argument = path[2:].split(".", 1)[0].split("[", 1)[0] if path.startswith("$.") else None
         if argument is None:
             named = _FIELD.search(reason)

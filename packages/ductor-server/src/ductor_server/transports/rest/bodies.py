@@ -29,6 +29,7 @@ from ductor_server.services.json_limits import (
     nesting_depth,
     too_deep_message,
     unstorable,
+    validation_path,
 )
 from ductor_server.services.runs import RunRequest
 from ductor_server.transports.rest.errors import ApiError
@@ -36,7 +37,6 @@ from ductor_server.transports.rest.errors import ApiError
 T = TypeVar("T")
 
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
-_PATH_AT = re.compile(r" - at `([^`]*)`$")
 
 VersionPath = Annotated[int, PathParameter(ge=1, le=INT64_MAX)]
 """A `{version:int}` path parameter: 1 up to the largest 64-bit integer."""
@@ -208,10 +208,7 @@ def decode_body(raw: bytes, into: type[T], *, optional: bool = False, strict: bo
     except RecursionError:
         raise too_deep() from None
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        match = _PATH_AT.search(text)
-        path = match.group(1) if match else "$"
-        reason = text[: match.start()] if match else text
+        path, reason = validation_path(exc)
         raise ApiError(
             f"invalid request body at {path}: {reason}",
             code="request.invalid",
