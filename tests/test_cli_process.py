@@ -47,6 +47,11 @@ def test_ductor_dev_serves_healthz(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "ductor dev did not start in 30s"
                 time.sleep(0.1)
         assert response.json() == {"status": "ok"}
+        # HEAD is answered as GET, without the body (load balancers probe so).
+        head = httpx.head(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert (head.status_code, head.content) == (200, b"")
+        assert head.headers["content-length"] == response.headers["content-length"]
+        assert httpx.head(f"http://127.0.0.1:{port}/v1/runs", timeout=5).status_code == 401
         assert (tmp_path / "data").is_dir()
         assert (tmp_path / "data" / "ductor.pid").read_text().strip() == str(proc.pid)
     finally:

@@ -137,6 +137,7 @@ def _serve(settings: Settings) -> int:
     from ductor_server.app import create_app
     from ductor_server.composition import build
     from ductor_server.telemetry.setup import setup_from_env
+    from ductor_server.transports.head import HeadAsGet
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("ductor").setLevel(settings.log_level.upper())
@@ -156,7 +157,7 @@ def _serve(settings: Settings) -> int:
     # signal; this handler turns that into a normal exit so cleanup runs.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
-        create_app(composition=build(settings)),
+        HeadAsGet(create_app(composition=build(settings))),
         host=settings.host,
         port=settings.port,
         log_level="warning",
