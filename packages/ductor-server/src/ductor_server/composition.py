@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from redis.asyncio import Redis
 
@@ -231,7 +232,14 @@ def build_services(
     events = EventsService(context)
     ai = AiService(runtime.store, providers, secret_keys, calls, clock=runtime.clock)
     calls.observe(ai.record_action)
-    agent = AgentService(runtime.store, ai, clock=runtime.clock)
+    # A turn's loop holds its turn as a worker holds a task: a dead process's turn
+    # is taken over within the same lease.
+    agent = AgentService(
+        runtime.store,
+        ai,
+        clock=runtime.clock,
+        lease=timedelta(seconds=runtime.config.lease_seconds),
+    )
     services = Services(
         workflows=WorkflowsService(context, connections=connections),
         runs=RunsService(context),

@@ -83,7 +83,8 @@ class Settings:
         roles: which loops this process runs (api, coordinator, worker, timer).
         max_body_bytes: requests with a larger body get 413 `request.too_large`.
         migrate_on_start: apply pending migrations when the app starts.
-        lease_seconds: how long a worker owns a leased task before another may retry it.
+        lease_seconds: how long a worker owns a leased task (and the chat agent a turn)
+            before another may retry it.
         poll_interval: seconds an idle engine loop sleeps, when nothing wakes it, before
             looking again; None: `IDLE_POLL_INTERVAL` when wake-ups reach every loop
             (Redis, or all roles in this process), else `SPLIT_POLL_INTERVAL`.
@@ -381,7 +382,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="DUCTOR_LEASE_SECONDS",
         field="lease_seconds",
-        what="how long a worker owns a task before another may run it again",
+        what="how long a worker owns a task (and the chat agent a turn) without renewing "
+        "it before another may run it again",
     ),
     Variable(
         name="DUCTOR_POLL_INTERVAL",

@@ -498,6 +498,19 @@ class AgentTx:
             params.append(runner)
         return await db.execute(sql, tuple(params)) > 0
 
+    async def extend_turn(
+        self, tenant_id: str, conversation_id: str, turn: int, *, runner: str, lease_until: datetime
+    ) -> bool:
+        """Move a running turn's lease to `lease_until`, only while that runner holds it
+        (False when another loop took it over or it ended)."""
+        db = self._db
+        count = await db.execute(
+            "UPDATE agent_turns SET lease_until = %s WHERE tenant_id = %s"
+            " AND conversation_id = %s AND turn = %s AND status = 'running' AND runner = %s",
+            (db.to_timestamp(lease_until), tenant_id, conversation_id, turn, runner),
+        )
+        return count > 0
+
     def _turn(self, row: Row) -> TurnRecord:
         db = self._db
         ids = db.from_json(row[9])

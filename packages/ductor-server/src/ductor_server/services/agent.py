@@ -27,15 +27,17 @@ A request (a new conversation's first message, or `post_message`) is one **turn*
 
 The transcript sent to the model is the system prompt, then each stored
 message in order, each answer followed by one `tool` message per tool call
-(its stored result). A turn's loop holds a lease (`runner`, `lease_until`)
-renewed at every write: a request finding a running turn whose lease passed
-(its process died) marks it `interrupted`, or resumes it when it is the same
-request. No transport here.
+(its stored result). A turn's loop holds a lease (`runner`, `lease_until`) of
+the engine's task lease (`DUCTOR_LEASE_SECONDS`), renewed at every write and by a
+heartbeat every third of it while a model or tool call is in flight: a request
+finding a running turn whose lease passed (its process died) marks it
+`interrupted`, or resumes it when it is the same request. No transport here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -124,8 +126,8 @@ MAX_PAGE: Final = 200
 TOOL_TIMEOUT: Final = 60.0
 """Seconds one tool call may take."""
 
-LEASE_GRACE: Final = 30.0
-"""Seconds a running turn's lease lasts beyond the longest step it may take."""
+DEFAULT_LEASE: Final = timedelta(seconds=60)
+"""How long a turn's loop holds its turn without renewing it, unless told otherwise."""
 
 WAIT_POLL: Final = (0.05, 0.5)
 """Seconds between two looks of a request waiting for the same request's turn: the
@@ -551,14 +553,27 @@ class AgentService:
         store: the opened store.
         ai: the inference proxy every model call goes through.
         clock: where `now` comes from.
+        lease: how long a turn's loop holds the turn past its last renewal (it renews
+            it every third of this while it runs); a turn whose loop died is taken
+            over once this has passed.
 
     `bind` gives it the process's services (the tools call them) once they are built.
     """
 
-    def __init__(self, store: Store, ai: AiService, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        ai: AiService,
+        *,
+        clock: Clock | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> None:
+        if lease <= timedelta(0):
+            raise ValueError(f"a turn's lease must be positive (got {lease})")
         self._store = store
         self._ai = ai
         self._clock = clock or SystemClock()
+        self._lease = lease
         self._services: Callable[[], Services] | None = None
 
     def bind(self, services: Callable[[], Services]) -> None:
@@ -715,9 +730,8 @@ class AgentService:
             created_at=now,
             updated_at=now,
         )
-        lease = await self._lease(tenant_id)
         turn = self._new_turn(
-            conversation.id, 1, key, request_hash, body.allow_mutations, now + lease
+            conversation.id, 1, key, request_hash, body.allow_mutations, now + self._lease
         )
         existing: ConversationRecord | None = None
         async with self._store.transaction() as tx:
@@ -778,7 +792,6 @@ class AgentService:
         check_message_body(body)
         key = check_key(idempotency_key)
         request_hash = fingerprint(f"agent.messages:{conversation_id}", body)
-        lease = await self._lease(tenant_id)
         now = self._clock.now()
         keyed: TurnRecord | None = None
         async with self._store.transaction() as tx:
@@ -790,19 +803,11 @@ class AgentService:
             if key is not None:
                 keyed = await store.find_turn_by_key(tenant_id, conversation_id, key)
             if keyed is None:
-                turn = await self._open_turn(
-                    store, conversation, body, key, request_hash, now, lease
-                )
+                turn = await self._open_turn(store, conversation, body, key, request_hash, now)
         if keyed is not None:
             return await self._keyed(tenant_id, conversation, keyed, request_hash)
         await self._drive(tenant_id, conversation, turn)
         return Answer(await self._answer(tenant_id, conversation_id, turn.turn), Outcome.CREATED)
-
-    async def _lease(self, tenant_id: str) -> timedelta:
-        """How long a turn's loop holds the turn past its last write: the longest step
-        it may take (a model call within the tenant's timeout, or a tool call)."""
-        settings = await self._ai.get_settings(tenant_id)
-        return timedelta(seconds=max(settings.timeout_seconds, TOOL_TIMEOUT) + LEASE_GRACE)
 
     def _new_turn(
         self,
@@ -834,7 +839,6 @@ class AgentService:
         key: str | None,
         request_hash: str,
         now: datetime,
-        lease: timedelta,
     ) -> TurnRecord:
         """Store a new turn with its decisions and message (in the caller's transaction,
         which holds the conversation's lock)."""
@@ -861,7 +865,7 @@ class AgentService:
             raise ConversationTooLong(conversation_id, MAX_MESSAGES)
         number = conversation.turns + 1
         turn = self._new_turn(
-            conversation_id, number, key, request_hash, body.allow_mutations, now + lease
+            conversation_id, number, key, request_hash, body.allow_mutations, now + self._lease
         )
         await store.insert_turn(tenant_id, turn)
         for call_id in body.confirm:
@@ -963,7 +967,6 @@ class AgentService:
                 not resumed behind them).
             ConversationBusy: another turn runs.
         """
-        lease = await self._lease(tenant_id)
         async with self._store.transaction() as tx:
             store = AgentTx(tx)
             await store.lock(tenant_id, conversation_id)
@@ -983,7 +986,7 @@ class AgentService:
                 runner=uuid.uuid4().hex,
                 error=None,
                 finished_at=None,
-                lease_until=now + lease,
+                lease_until=now + self._lease,
             )
             await store.update_turn(tenant_id, resumed, runner=None)
         return resumed
@@ -1006,7 +1009,7 @@ class AgentService:
             tenant_id=tenant_id,
             conversation=conversation,
             turn=turn,
-            lease=await self._lease(tenant_id),
+            lease=self._lease,
         )
         try:
             return await loop.run()
@@ -1046,7 +1049,42 @@ class _Loop:
         self.lease = lease
 
     async def run(self) -> TurnRecord:
-        """Run tool calls and model calls until the turn waits or ends."""
+        """Run tool calls and model calls until the turn waits or ends, renewing the
+        turn's lease meanwhile (a model call may take the tenant's whole timeout)."""
+        keeper = asyncio.create_task(self._keep_lease())
+        try:
+            return await self._run()
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+
+    async def _keep_lease(self) -> None:
+        """Every third of the lease, move it on; stop when the turn is no longer this
+        loop's. A failed renewal is tried again at the next beat."""
+        interval = max(self.lease.total_seconds() / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self.store.transaction() as tx:
+                    held = await AgentTx(tx).extend_turn(
+                        self.tenant_id,
+                        self.conversation.id,
+                        self.turn.turn,
+                        runner=self.turn.runner,
+                        lease_until=self._lease_until(self.clock.now()),
+                    )
+            except Exception:
+                log.exception(
+                    "renewing the lease of turn %s of %s failed",
+                    self.turn.turn,
+                    self.conversation.id,
+                )
+                continue
+            if not held:
+                return
+
+    async def _run(self) -> TurnRecord:
         calls = 0
         while True:
             await self._run_approved()
