@@ -16,7 +16,10 @@ Models (chat):
 Streams send "Hel", "lo", " world" (usage 11 in, 3 out when asked) and `[DONE]`.
 Embeddings answer one 3-float vector per input, usage 2 tokens per input.
 `fail_after_tool` makes the next request whose last message is a tool result
-answer 500 (once).
+answer 500 (once). `hold("tool")` (or `hold("any")`) makes the next agent request
+whose last message is a tool result (or any agent request) wait, once, until
+`let_go()`: `held` is set when it arrives, so a test knows the model call is in
+flight (and can kill the server under it).
 """
 
 from __future__ import annotations
@@ -155,6 +158,9 @@ class ScriptedUpstream:
         self.gate_released_by_caller: bool | None = None
         self.quiet = False
         self.fail_after_tool = False
+        self.holding: str | None = None
+        self.held = threading.Event()
+        self.gone = threading.Event()
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -216,7 +222,12 @@ class ScriptedUpstream:
 
             def _agent(self, model: str, body: dict[str, Any]) -> None:
                 messages = body.get("messages") or [{}]
-                if upstream.fail_after_tool and messages[-1].get("role") == "tool":
+                after_tool = messages[-1].get("role") == "tool"
+                if upstream.holding == "any" or (upstream.holding == "tool" and after_tool):
+                    upstream.holding = None
+                    upstream.held.set()
+                    upstream.gone.wait(30)
+                if upstream.fail_after_tool and after_tool:
                     upstream.fail_after_tool = False
                     return self._json(
                         500, {"error": {"message": "the model crashed", "type": "server_error"}}
@@ -324,12 +335,25 @@ class ScriptedUpstream:
 
     def stop(self) -> None:
         self.gate.set()
+        self.gone.set()
         self.server.shutdown()
         self.server.server_close()
 
     def release(self) -> None:
         """Let a `gated` stream go on."""
         self.gate.set()
+
+    def hold(self, when: str) -> None:
+        """Make the next agent request (`any`), or the next one answering tool
+        results (`tool`), wait until `let_go()`; `held` is set when it arrives."""
+        assert when in ("any", "tool")
+        self.held.clear()
+        self.gone.clear()
+        self.holding = when
+
+    def let_go(self) -> None:
+        """Let a held request go on (it answers whoever still listens)."""
+        self.gone.set()
 
     def bodies(self, model: str | None = None) -> list[dict[str, Any]]:
         """The bodies received (of `model`)."""
