@@ -120,6 +120,7 @@ def _compare(
     scheduler = FairScheduler(policy)
     now = 0.0
     ids = itertools.count(1)  # task ids are positive integers, as in the store
+    lua.set(prefix + "built", 0)  # as if the store's leases (none) were counted
     for op, arg in script:
         if op == "push":
             n = next(ids)
@@ -129,7 +130,7 @@ def _compare(
         elif op == "pick":
             expected = [t.key for t in scheduler.pick(arg, now=now, capacity=capacity)]
             flat = pick(
-                args=[prefix, arg, repr(now), capacity or 0, policy_json, HEAD_SCAN, "owner"]
+                args=[prefix, arg, repr(now), capacity or 0, policy_json, HEAD_SCAN, "owner", 0]
             )
             assert [flat[i].decode() for i in range(0, len(flat), 2)] == expected
         elif op in ("finish", "requeue"):
@@ -137,7 +138,7 @@ def _compare(
             if running:
                 key = running[arg % len(running)]
                 (scheduler.finish if op == "finish" else scheduler.requeue)(key)
-                assert end(args=[prefix, op, key]) == 1
+                assert end(args=[prefix, op, repr(now), key]) == 1
         else:
             now += arg / 1000
     lua.delete(*lua.keys(prefix + "*") or [prefix])
