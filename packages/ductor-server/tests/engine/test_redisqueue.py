@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
 from ductor_server.engine.queue import InProcessWakeUp, Topic
-from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue, _policy_json
+from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue, policy_version
 from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef
 from ductor_server.storage.queuepolicies import put_queue_policy
@@ -172,8 +172,7 @@ async def test_a_choice_that_never_reached_the_store_is_ready_again(
         await queue.complete(tx, _refs([task]))
     await queue.record_ends()
     # A process chooses the next task in Redis and dies before leasing it in the store.
-    policy = _policy_json(queue.policy)
-    args = ["t:q:", 1, repr(now.timestamp()), 0, policy, 64, "x", 0]
+    args = ["t:q:", 1, repr(now.timestamp()), 0, policy_version(queue.policy), 64, "x", 0]
     [chosen, _] = await queue._pick(args=args)
     assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
     later = now + timedelta(seconds=RECONCILE_AFTER + 1)

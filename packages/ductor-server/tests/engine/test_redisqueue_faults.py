@@ -43,23 +43,25 @@ MEANWHILE = 0.5
 choice is on its way to the store (enough for a lease that need not wait)."""
 
 Hook = Callable[[tuple[Any, ...]], Awaitable[None]]
+AfterHook = Callable[[tuple[Any, ...], Any], Awaitable[None]]
 
 
 class HookedRedis(Redis):
-    """A client of the test's redis-server that awaits `before` and `after`
-    (when set) around every command it sends, scripts included."""
+    """A client of the test's redis-server that awaits `before` (with the
+    command) and `after` (with the command and its reply), when set, around
+    every command it sends, scripts included."""
 
     def __init__(self, port: int) -> None:
         super().__init__(port=port, socket_connect_timeout=1)
         self.before: Hook | None = None
-        self.after: Hook | None = None
+        self.after: AfterHook | None = None
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         if self.before is not None:
             await self.before(args)
         result = await super().execute_command(*args, **options)
         if self.after is not None:
-            await self.after(args)
+            await self.after(args, result)
         return result
 
 
@@ -79,6 +81,11 @@ class FlushBefore:
 
 def _runs(script: Any, args: tuple[Any, ...]) -> bool:
     return len(args) > 1 and args[0] == "EVALSHA" and args[1] == script.sha
+
+
+def _chose(script: Any, args: tuple[Any, ...], reply: Any) -> bool:
+    """True if the command was a pick by `script` that chose a task."""
+    return _runs(script, args) and isinstance(reply, list) and bool(reply)
 
 
 @pytest.fixture
@@ -229,8 +236,8 @@ async def test_a_rebuild_waits_for_a_choice_on_its_way_to_the_store(
     at = start + timedelta(seconds=5)
     elsewhere: list[asyncio.Task[list[TaskRecord]]] = []
 
-    async def flush_and_lease_elsewhere(args: tuple[Any, ...]) -> None:
-        if _runs(first._pick, args):
+    async def flush_and_lease_elsewhere(args: tuple[Any, ...], reply: Any) -> None:
+        if _chose(first._pick, args, reply):
             hooked.after = None
             await redis.flushall()
             # Another process, its clock a little behind, rebuilds the queue
@@ -260,8 +267,8 @@ async def test_a_lease_from_the_store_waits_for_a_choice_on_its_way_to_it(
     at = start + timedelta(seconds=5)
     elsewhere: list[asyncio.Task[list[TaskRecord]]] = []
 
-    async def lease_elsewhere(args: tuple[Any, ...]) -> None:
-        if _runs(online._pick, args):
+    async def lease_elsewhere(args: tuple[Any, ...], reply: Any) -> None:
+        if _chose(online._pick, args, reply):
             hooked.after = None
             behind = at - timedelta(milliseconds=5)
             lease = offline.lease(owner="w2", limit=10, lease_for=MINUTE, now=behind)

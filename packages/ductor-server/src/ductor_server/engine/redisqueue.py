@@ -21,6 +21,7 @@ twice beyond what the store's lease allows, and no limit is exceeded.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -63,6 +64,10 @@ RECONCILE_AFTER = 10.0
 process died between choosing it and leasing it in the store, or its end never
 reached Redis), makes the next lease count the store's leases again with the
 queue lock held alone, which stops counting it."""
+
+POLICY_TTL = 3600.0
+"""Seconds Redis keeps a version of the queue policy after a process last gave
+it (a pick that finds it gone has it given again)."""
 
 ENDS_KEPT = 30.0
 """Seconds Redis remembers that a task ended (its completion committed), so that
@@ -281,22 +286,33 @@ return #ids
 """
 )
 
-# ARGV: prefix, limit, now, capacity (0: none), policy JSON, head scan, owner,
-# fence. Returns a flat list: id, tenant, id, tenant, ...; or -1 if Redis lost
-# the queue (no `built`), -2 if it counted the store's leases at a fence older
-# than `fence` (a process leased without it since): nothing is chosen then.
+# ARGV: prefix, limit, now, capacity (0: none), policy version (see
+# `policy_fields`), head scan, owner, fence. Returns a flat list: id, tenant,
+# id, tenant, ...; or, choosing nothing: -1 if Redis lost the queue (no
+# `built`), -2 if it counted the store's leases at a fence older than `fence`
+# (a process leased without it since), -3 if it does not hold the policy.
 _PICK = (
     _COMMON
     + """
 local built = redis.call('GET', P..'built')
 if not built then return -1 end
 if tonumber(built) < tonumber(ARGV[8]) then return -2 end
+local pkey = P..'policy:'..ARGV[5]
+local stored = redis.call('HGET', pkey, 'd')
+if not stored then return -3 end
+local policy = cjson.decode(stored)
 local limit, now, capacity = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local policy = cjson.decode(ARGV[5])
 local scan = tonumber(ARGV[6])
 local function given(v) return v ~= nil and v ~= cjson.null end
+-- Each tenant's policy is read and decoded once per pick, when first needed.
+local policies = {}
 local function pol(t)
-  local p = policy.tenants[t] or policy.default
+  local p = policies[t]
+  if p == nil then
+    local raw = redis.call('HGET', pkey, 't'..t)
+    if raw then p = cjson.decode(raw) else p = policy.default end
+    policies[t] = p
+  end
   return p
 end
 -- Flows held back by their key's rate whose time has come are back in turn
@@ -560,7 +576,7 @@ class RedisFairQueue:
         self.keys = f"{prefix}q:"
         self.policies = QueuePolicies(policy, wake=wake)
         self.policy = self.policies.policy
-        self._policy_json = _policy_json(self.policy)
+        self._policy_version = policy_version(self.policy)
         self.capacity = capacity
         self.resync_seconds = resync_seconds
         self.scan_limit = scan_limit
@@ -639,18 +655,20 @@ class RedisFairQueue:
                 await self._follow(await self.policies.current(tx))
                 if await self._refresh(tx, now, fence=fence, alone=alone):
                     return None
-                flat = await self._pick(
-                    args=[
-                        self.keys,
-                        limit,
-                        repr(now.timestamp()),
-                        self.capacity or 0,
-                        self._policy_json,
-                        HEAD_SCAN,
-                        self.owner,
-                        fence,
-                    ]
-                )
+                args: list[str | int] = [
+                    self.keys,
+                    limit,
+                    repr(now.timestamp()),
+                    self.capacity or 0,
+                    self._policy_version,
+                    HEAD_SCAN,
+                    self.owner,
+                    fence,
+                ]
+                flat = await self._pick(args=args)
+                if flat == -3:
+                    await self._store_policy()
+                    flat = await self._pick(args=args)
                 if isinstance(flat, int):
                     return None
                 picked = [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
@@ -681,13 +699,22 @@ class RedisFairQueue:
         if policy is self.policy:
             return
         old, self.policy = self.policy, policy
-        self._policy_json = _policy_json(policy)
+        self._policy_version = policy_version(policy)
         tenants = {*old.tenants, *policy.tenants}
         if old.default.tier != policy.default.tier or any(
             old.of(t).tier != policy.of(t).tier for t in tenants
         ):
             await self._clear(args=[self.keys])
             self._resynced = 0.0
+
+    async def _store_policy(self) -> None:
+        """Give Redis this queue's policy (each version is kept `POLICY_TTL`
+        seconds after it was last given)."""
+        key = f"{self.keys}policy:{self._policy_version}"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=policy_fields(self.policy))  # type: ignore[arg-type]
+            pipe.expire(key, int(POLICY_TTL))
+            await pipe.execute()
 
     async def _refresh(self, tx: Tx, now: datetime, *, fence: int, alone: bool) -> bool:
         """Bring Redis up to date with the store; True if it holds as leased a
@@ -822,8 +849,19 @@ class RedisFairQueue:
         return count
 
 
-def _policy_json(policy: FairPolicy) -> str:
-    return msgspec.json.encode(policy).decode()
+def policy_fields(policy: FairPolicy) -> dict[str, str]:
+    """The policy as Redis keeps it for picks (`<prefix>q:policy:<version>`): "d"
+    the default tenant policy and the headroom, "t<tenant>" each tenant's own,
+    JSON each, so that a pick decodes only the tenants it meets."""
+    fields = {"d": msgspec.json.encode({"default": policy.default, "headroom": policy.headroom})}
+    for tenant, own in policy.tenants.items():
+        fields["t" + tenant] = msgspec.json.encode(own)
+    return {name: value.decode() for name, value in fields.items()}
+
+
+def policy_version(policy: FairPolicy) -> str:
+    """A digest of the policy that names its copy in Redis."""
+    return hashlib.sha256(msgspec.json.encode(policy)).hexdigest()[:24]
 
 
 def _text(value: object) -> str:
@@ -834,8 +872,11 @@ __all__ = [
     "ENDS_KEPT",
     "HEAD_SCAN",
     "PARK_BUDGET",
+    "POLICY_TTL",
     "RECONCILE_AFTER",
     "SLOT_TTL",
     "RedisFairQueue",
+    "policy_fields",
+    "policy_version",
     "task_meta",
 ]
