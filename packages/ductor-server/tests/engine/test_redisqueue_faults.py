@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from ductor_core.runs import RunState, RunStatus
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairqueue import LocalFairQueue
-from ductor_server.engine.redisqueue import RedisFairQueue
+from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue
 from ductor_server.storage import (
     NewRun,
     NewTask,
@@ -233,6 +233,10 @@ async def test_a_rebuild_waits_for_a_choice_on_its_way_to_the_store(
     await _key_tasks(store, [start + timedelta(seconds=5), start], concurrency=1)
     first = RedisFairQueue(store, hooked, prefix="t:", resync_seconds=3600)
     second = RedisFairQueue(store, redis, prefix="t:", resync_seconds=3600)
+    # The queue is built (with nothing ready yet): the next lease picks with the
+    # lock shared, as leases do but for a count of the store's leases.
+    early = start - timedelta(seconds=1)
+    assert await first.lease(owner="w1", limit=10, lease_for=MINUTE, now=early) == []
     at = start + timedelta(seconds=5)
     elsewhere: list[asyncio.Task[list[TaskRecord]]] = []
 
@@ -264,6 +268,8 @@ async def test_a_lease_from_the_store_waits_for_a_choice_on_its_way_to_it(
     online = RedisFairQueue(store, hooked, prefix="t:", resync_seconds=3600)
     unreachable = Redis(port=_free_port(), socket_connect_timeout=0.2, retry=None)
     offline = RedisFairQueue(store, unreachable, prefix="t:", resync_seconds=3600)
+    early = start - timedelta(seconds=1)
+    assert await online.lease(owner="w1", limit=10, lease_for=MINUTE, now=early) == []
     at = start + timedelta(seconds=5)
     elsewhere: list[asyncio.Task[list[TaskRecord]]] = []
 
@@ -284,6 +290,38 @@ async def test_a_lease_from_the_store_waits_for_a_choice_on_its_way_to_it(
         assert await _leased_of(store, "ann", at) == 1
     finally:
         await unreachable.aclose()
+
+
+async def test_a_choice_slow_to_reach_the_store_still_counts(
+    pg_store: Store, redis: Redis, hooked: HookedRedis
+) -> None:
+    store = pg_store
+    start = ManualClock().now()
+    # run0 (the older id) becomes ready only later: a retry waiting out its backoff.
+    await _key_tasks(store, [start + timedelta(seconds=20), start], concurrency=1)
+    slow = RedisFairQueue(store, hooked, prefix="t:", resync_seconds=3600)
+    early = start - timedelta(seconds=1)
+    assert await slow.lease(owner="w1", limit=10, lease_for=MINUTE, now=early) == []
+    # Another process looks at the whole store at every lease.
+    other = RedisFairQueue(store, redis, prefix="t:", resync_seconds=0)
+    at = start + timedelta(seconds=5)
+    elsewhere: list[asyncio.Task[list[TaskRecord]]] = []
+
+    async def lease_elsewhere(args: tuple[Any, ...], reply: Any) -> None:
+        if _chose(slow._pick, args, reply):
+            hooked.after = None
+            # Long after the choice (as the other process's clock has it), while
+            # it is still on its way to the store.
+            later = at + timedelta(seconds=RECONCILE_AFTER + 6)
+            lease = other.lease(owner="w2", limit=10, lease_for=MINUTE, now=later)
+            elsewhere.append(asyncio.ensure_future(lease))
+            await asyncio.wait(elsewhere, timeout=MEANWHILE)
+
+    hooked.after = lease_elsewhere
+    [chosen] = await slow.lease(owner="w1", limit=10, lease_for=MINUTE, now=at)
+    assert chosen.run_id == "run1"
+    assert await elsewhere[0] == []
+    assert await _leased_of(store, "ann", at) == 1
 
 
 async def test_a_look_at_the_store_does_not_count_a_task_that_ended_meanwhile(
