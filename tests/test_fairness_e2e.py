@@ -73,14 +73,18 @@ class TimingSink:
                     time.sleep(SLOW_SECONDS)
                 elif self.path.startswith("/sleep/"):
                     time.sleep(int(self.path.split("/")[2]) / 1000)
+                # A call ends before its answer goes out: the caller can start
+                # its next call only once it has the answer, so a call that the
+                # end of this one let start can never seem to overlap it (as it
+                # could if this thread were slow to note the time after writing).
+                with sink.lock:
+                    sink.calls.append((self.path.rsplit("/", 1)[-1], began, time.monotonic()))
                 body = b"{}"
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-                with sink.lock:
-                    sink.calls.append((self.path.rsplit("/", 1)[-1], began, time.monotonic()))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

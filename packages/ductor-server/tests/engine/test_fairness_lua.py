@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 from redis import Redis
 
 from ductor_server.engine.fairness import FairPolicy, FairScheduler, TenantPolicy, Ticket
-from ductor_server.engine.redisqueue import _END, _PICK, _PUSH, HEAD_SCAN, _policy_json, task_meta
+from ductor_server.engine.redisqueue import (
+    _END,
+    _PICK,
+    _PUSH,
+    HEAD_SCAN,
+    policy_fields,
+    policy_version,
+    task_meta,
+)
 from ductor_server.storage import ReadyTask, RunLimits
 
 from .test_fairness import (
@@ -116,10 +124,12 @@ def _compare(
 ) -> None:
     prefix = f"ex{next(_examples)}:"
     push, end, pick = (lua.register_script(s) for s in (_PUSH, _END, _PICK))
-    policy_json = _policy_json(policy)
+    version = policy_version(policy)
+    lua.hset(f"{prefix}policy:{version}", mapping=policy_fields(policy))  # type: ignore[arg-type]
     scheduler = FairScheduler(policy)
     now = 0.0
     ids = itertools.count(1)  # task ids are positive integers, as in the store
+    lua.set(prefix + "built", 0)  # as if the store's leases (none) were counted
     for op, arg in script:
         if op == "push":
             n = next(ids)
@@ -129,7 +139,7 @@ def _compare(
         elif op == "pick":
             expected = [t.key for t in scheduler.pick(arg, now=now, capacity=capacity)]
             flat = pick(
-                args=[prefix, arg, repr(now), capacity or 0, policy_json, HEAD_SCAN, "owner"]
+                args=[prefix, arg, repr(now), capacity or 0, version, HEAD_SCAN, "owner", 0]
             )
             assert [flat[i].decode() for i in range(0, len(flat), 2)] == expected
         elif op in ("finish", "requeue"):
@@ -137,7 +147,7 @@ def _compare(
             if running:
                 key = running[arg % len(running)]
                 (scheduler.finish if op == "finish" else scheduler.requeue)(key)
-                assert end(args=[prefix, op, key]) == 1
+                assert end(args=[prefix, op, repr(now), key]) == 1
         else:
             now += arg / 1000
     lua.delete(*lua.keys(prefix + "*") or [prefix])

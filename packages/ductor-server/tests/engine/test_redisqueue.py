@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
 from ductor_server.engine.queue import InProcessWakeUp, Topic
-from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue, _policy_json
+from ductor_server.engine.redisqueue import RECONCILE_AFTER, RedisFairQueue, policy_version
 from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef, open_store
 from ductor_server.storage.queuepolicies import put_queue_policy
@@ -91,6 +91,7 @@ async def test_a_tenant_limit_holds_across_processes(store: Store, redis: Redis)
     assert (len(a), len(b)) == (2, 1)
     async with store.transaction() as tx:
         await first.complete(tx, _refs(a[:1]))
+    await first.record_ends()
     assert len(await second.lease(owner="w2", limit=10, lease_for=MINUTE, now=now)) == 1
     assert first.fallbacks == second.fallbacks == 0
 
@@ -155,6 +156,7 @@ async def test_run_limit_keys_hold_across_processes_and_a_flushall(
     assert (first.rebuilds, second.rebuilds) == (1, 1)  # the first look, then after the flush
     async with store.transaction() as tx:
         await first.complete(tx, _refs(a))
+    await first.record_ends()
     [c] = await second.lease(owner="w2", limit=10, lease_for=MINUTE, now=now)
     assert c.run_id == f"{TENANT}-run2"
 
@@ -168,9 +170,10 @@ async def test_a_choice_that_never_reached_the_store_is_ready_again(
     [task] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
     async with store.transaction() as tx:
         await queue.complete(tx, _refs([task]))
+    await queue.record_ends()
     # A process chooses the next task in Redis and dies before leasing it in the store.
-    policy = _policy_json(queue.policy)
-    [chosen, _] = await queue._pick(args=["t:q:", 1, repr(now.timestamp()), 0, policy, 64, "x"])
+    args = ["t:q:", 1, repr(now.timestamp()), 0, policy_version(queue.policy), 64, "x", 0]
+    [chosen, _] = await queue._pick(args=args)
     assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
     later = now + timedelta(seconds=RECONCILE_AFTER + 1)
     [again] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=later)
@@ -273,7 +276,10 @@ async def test_a_completion_still_uncommitted_is_not_counted_as_running_again(
         [first] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
         async with store.transaction() as tx:
             await queue.complete(tx, _refs([first]))
-            [second] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+            # Not committed: the slot is not free yet, and this look at the store
+            # sees the task still leased.
+            assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
+        [second] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
         async with store.transaction() as tx:
             await queue.complete(tx, _refs([second]))
         [third] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)

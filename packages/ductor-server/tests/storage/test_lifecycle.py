@@ -319,4 +319,6 @@ async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:
     assert missing == []
 
 
-_GLOBAL_TABLES = {"tenants", "schema_migrations"}
+# The queue's fence is one number about every tenant's leases at once (no
+# tenant's data: it only tells the Redis queue when to count leases again).
+_GLOBAL_TABLES = {"tenants", "schema_migrations", "queue_fence"}

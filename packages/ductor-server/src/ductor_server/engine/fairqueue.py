@@ -21,12 +21,10 @@ from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.queuefence import hold_queue, raise_fence
 from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.fairqueue")
-
-SHARED_LOCK = "fair-queue:shared"
-"""The lock every sharing `LocalFairQueue` chooses under (see `shared`)."""
 
 RESCAN_SLACK = 512
 """How far below the highest id seen each look starts again: a task whose
@@ -73,9 +71,11 @@ class LocalFairQueue:
             often than ten times the last such read took; 0: at every lease.
         policies: where the policy comes from (built from `policy` and `wake` if None).
         shared: count every process's leases, not only this one's: each lease
-            reads the tasks the store has leased and chooses under a lock that
-            every sharing queue takes (the Redis queue's stand-in while Redis
-            cannot be reached, so that the limits still hold across processes).
+            holds the queue lock alone (`storage.queuefence`), reads the tasks
+            the store has leased, and raises the queue's fence when it leases
+            any (the Redis queue's stand-in while Redis cannot be reached, so
+            that the limits still hold across processes, and the Redis queue
+            counts these leases before it picks again).
     """
 
     def __init__(
@@ -125,7 +125,7 @@ class LocalFairQueue:
         at = now.timestamp()
         async with self.store.transaction() as tx:
             if self.shared:
-                await tx.session.advisory_lock(SHARED_LOCK)
+                await hold_queue(tx, alone=True)
             policy = await self.policies.current(tx)
             if policy is not self.scheduler.policy:
                 self.scheduler.set_policy(policy)
@@ -143,6 +143,8 @@ class LocalFairQueue:
                     lease_for=lease_for,
                     now=now,
                 )
+                if self.shared and any(task is not None for task in leased):
+                    await raise_fence(tx)
             except BaseException:
                 for ticket in picked:
                     self.scheduler.requeue(ticket.key)
@@ -255,4 +257,4 @@ class LocalFairQueue:
         return count
 
 
-__all__ = ["RESCAN_SLACK", "SHARED_LOCK", "LocalFairQueue", "ticket_of"]
+__all__ = ["RESCAN_SLACK", "LocalFairQueue", "ticket_of"]

@@ -5,17 +5,23 @@ Redis holds only what is ready and who runs what; the store stays the truth.
 Ready tasks are learned from the store by id (as `LocalFairQueue` does) and the
 whole ready set is read again every `resync_seconds`. A Lua script picks
 atomically, and each picked task is then leased in the store by its key, where
-one taken or ended meanwhile is refused. When the queue's marker key is gone
-(FLUSHALL, a Redis restart without persistence) the next lease rebuilds the
-ready set from the store, counting the tasks the store has leased as running;
-while Redis cannot be reached, each process schedules by the same rules itself
-(`LocalFairQueue` in its shared mode, counting every process's leases from the
-store, without slot shares). Either way no task is lost, and none runs twice beyond
-what the store's lease allows.
+one taken or ended meanwhile is refused. A task's slot is freed in Redis once
+its completion has committed. When the queue's marker key is gone (FLUSHALL, a
+Redis restart without persistence) a lease counts the tasks the store has
+leased as running and rebuilds the ready set, with the queue lock held alone
+(so no choice made from the lost Redis can still be on its way to the store);
+no pick chooses before that. While Redis cannot be reached, each process
+schedules by the same rules itself (`LocalFairQueue` in its shared mode,
+counting every process's leases from the store, without slot shares, with the
+lock held alone) and raises the queue's fence, and no pick chooses from Redis
+again before it has counted those leases. Either way no task is lost, none runs
+twice beyond what the store's lease allows, and no limit is exceeded.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -32,28 +38,40 @@ from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.queuefence import hold_queue
 from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.redisqueue")
 
 HEAD_SCAN = 64
-"""How many of a tenant's workflows, and of each workflow's limit keys (oldest
-first), a pick looks at to find a task no limit holds back (past that, the
-tenant waits for its next turn)."""
+"""How many of a tenant's workflows a pick looks at (a random few when it has
+more), and how many of a workflow's limit keys it reads at a time, oldest first,
+to find a task no limit holds back. A key met at its limit is set aside until
+it can start again (one of its tasks ends, or its rate lets it), so keys held
+back never hide a ready one behind them."""
+
+PARK_BUDGET = 16 * HEAD_SCAN
+"""The most keys held back by their limits that one pick sets aside for one
+tenant's turn (past that, the tenant waits for its next turn, and the next
+pick goes on from there): a bound on the time one script may hold Redis."""
 
 SLOT_TTL = 30.0
 """Seconds a process's worker slots count towards the shared capacity after its
 last lease (a process that stopped leasing stops counting)."""
 
 RECONCILE_AFTER = 10.0
-"""Seconds after which a task Redis holds as leased, but the store does not,
-stops counting against the limits (its process died between choosing it and
-leasing it in the store, or its end was never recorded in Redis)."""
+"""Seconds after which a task Redis holds as leased, but the store does not (its
+process died between choosing it and leasing it in the store, or its end never
+reached Redis), makes the next lease count the store's leases again with the
+queue lock held alone, which stops counting it."""
 
-ENDED_KEEP = 60.0
-"""Seconds a completed task is remembered as ended (`ended`): a look at the store
-that began before its completion committed may still see it leased or ready,
-and must not count it as running again, nor make it ready again."""
+POLICY_TTL = 3600.0
+"""Seconds Redis keeps a version of the queue policy after a process last gave
+it (a pick that finds it gone has it given again)."""
+
+ENDS_KEPT = 30.0
+"""Seconds Redis remembers that a task ended (its completion committed), so that
+a look at the store read just before that commit does not count it again."""
 
 # Every key is under ARGV[1], the prefix. A task's `meta` (and its entry in
 # `leased`) is "tenant\tworkflow\ttier\tflow\tkey concurrency\tkey rate\tkey burst":
@@ -62,7 +80,16 @@ and must not count it as running again, nor make it ready again."""
 #   wfs:<tier>\t<tenant>                       the tenant's workflows with ready tasks
 #   flows:<tier>\t<tenant>\t<workflow>         its flows, scored by their oldest task
 #   fq:<tier>\t<tenant>\t<workflow>\t<flow>    the flow's tasks, scored by id
-# as `engine.fairness` keeps them in memory.
+#   nready <tier>\t<tenant>\t<workflow>        how many tasks wait in its flows
+# as `engine.fairness` keeps them in memory, except that a flow whose key a pick
+# found at its limit is left out of `flows` until it may start again: until a
+# task of the key ends (the tiers to put it back in `park:<tenant>\t<workflow>\t<flow>`)
+# or, held back by the key's rate, until its time comes (`later`, members
+# "<tier>\t<tenant>\t<workflow>\t<flow>" scored by that time). `built` is the fence
+# (see `storage.queuefence`) at which the tasks the store has leased were last
+# counted here with the queue lock held alone; it is gone after FLUSHALL, and a
+# pick refuses to choose without it. `ended` holds the tasks that ended lately,
+# scored by when.
 _COMMON = """
 local P = ARGV[1]
 local function split(v)
@@ -79,50 +106,52 @@ local function split(v)
 end
 local function keys_of(f)
   local base = f[3]..'\\t'..f[1]
-  return P..'wfs:'..base, P..'flows:'..base..'\\t'..f[2], P..'fq:'..base..'\\t'..f[2]..'\\t'..f[4]
+  local wf = base..'\\t'..f[2]
+  return P..'wfs:'..base, P..'flows:'..wf, P..'fq:'..wf..'\\t'..f[4], wf
 end
-local function clock()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+-- Put a flow back among its workflow's flows, scored by its oldest task.
+local function show(f)
+  local _, flows, fq = keys_of(f)
+  local head = redis.call('ZRANGE', fq, 0, 0, 'WITHSCORES')
+  if #head > 0 then redis.call('ZADD', flows, head[2], f[4]) end
 end
-local function ended(id) return redis.call('ZSCORE', P..'ended', id) ~= false end
 local function push(id, meta)
-  if redis.call('HEXISTS', P..'meta', id) == 1 or redis.call('HEXISTS', P..'leased', id) == 1
-    or ended(id) then
+  if redis.call('HEXISTS', P..'meta', id) == 1 or redis.call('HEXISTS', P..'leased', id) == 1 then
     return 0
   end
   local f = split(meta)
-  local wfs, flows, fq = keys_of(f)
+  local wfs, flows, fq, wf = keys_of(f)
   redis.call('HSET', P..'meta', id, meta)
   if redis.call('SCARD', wfs) == 0 then
     redis.call('RPUSH', P..'ring:'..f[3], f[1])
     redis.call('ZADD', P..'tiers', tonumber(f[3]), f[3])
   end
   redis.call('SADD', wfs, f[2])
+  redis.call('HINCRBY', P..'nready', wf, 1)
   redis.call('ZADD', fq, tonumber(id), id)
-  redis.call('ZADD', flows, 'LT', tonumber(id), f[4])
+  show(f)
   return 1
 end
 local function unready(id)
   local meta = redis.call('HGET', P..'meta', id)
   if not meta then return nil end
   local f = split(meta)
-  local wfs, flows, fq = keys_of(f)
+  local wfs, flows, fq, wf = keys_of(f)
   redis.call('HDEL', P..'meta', id)
   redis.call('ZREM', fq, id)
-  local head = redis.call('ZRANGE', fq, 0, 0, 'WITHSCORES')
-  if #head > 0 then
-    redis.call('ZADD', flows, head[2], f[4])
+  if redis.call('ZCARD', fq) > 0 then
+    show(f)
   else
     redis.call('ZREM', flows, f[4])
-    if redis.call('ZCARD', flows) == 0 then
-      redis.call('SREM', wfs, f[2])
-      if redis.call('SCARD', wfs) == 0 then
-        local tier = f[3]
-        redis.call('LREM', P..'ring:'..tier, 0, f[1])
-        redis.call('HDEL', P..'deficit:'..tier, f[1])
-        if redis.call('LLEN', P..'ring:'..tier) == 0 then redis.call('ZREM', P..'tiers', tier) end
-      end
+  end
+  if redis.call('HINCRBY', P..'nready', wf, -1) <= 0 then
+    redis.call('HDEL', P..'nready', wf)
+    redis.call('SREM', wfs, f[2])
+    if redis.call('SCARD', wfs) == 0 then
+      local tier = f[3]
+      redis.call('LREM', P..'ring:'..tier, 0, f[1])
+      redis.call('HDEL', P..'deficit:'..tier, f[1])
+      if redis.call('LLEN', P..'ring:'..tier) == 0 then redis.call('ZREM', P..'tiers', tier) end
     end
   end
   return meta
@@ -146,7 +175,17 @@ local function finish(id)
   redis.call('HDEL', P..'leased_at', id)
   decr(P..'run:t', f[1])
   decr(P..'run:w', f[1]..'\\t'..f[2])
-  if f[4] ~= '' then decr(P..'run:k', f[1]..'\\t'..f[2]..'\\t'..f[4]) end
+  if f[4] ~= '' then
+    local group = f[1]..'\\t'..f[2]..'\\t'..f[4]
+    decr(P..'run:k', group)
+    -- The key may start again: its flows set aside at its limit come back.
+    local parked = P..'park:'..group
+    local tiers = redis.call('SMEMBERS', parked)
+    if #tiers > 0 then
+      redis.call('DEL', parked)
+      for _, tier in ipairs(tiers) do show({f[1], f[2], tier, f[4]}) end
+    end
+  end
   return meta
 end
 """
@@ -161,22 +200,16 @@ return added
 """
 )
 
-# ARGV: prefix, mode ("done", "finish", "drop" or "requeue"), ids... "done" is a
-# completed task: it stops counting and is remembered in `ended` for
-# `ENDED_KEEP` seconds; "finish" frees the slot of a task that may run again (a
-# lapsed lease).
+# ARGV: prefix, mode ("finish", "done", "drop" or "requeue"), now, ids...
+# "done": the tasks' completion committed (they are remembered as ended).
 _END = (
     _COMMON
     + """
+local now = tonumber(ARGV[3])
 local n = 0
-local at = clock()
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
-  if ARGV[2] == 'done' then
-    redis.call('ZADD', P..'ended', at, id)
-    unready(id)
-    if finish(id) then n = n + 1 end
-  elseif ARGV[2] == 'drop' then
+  if ARGV[2] == 'drop' then
     if unready(id) then n = n + 1 end
     if finish(id) then n = n + 1 end
   else
@@ -185,43 +218,60 @@ for i = 3, #ARGV do
       n = n + 1
       if ARGV[2] == 'requeue' then push(id, meta) end
     end
+    if ARGV[2] == 'done' then redis.call('ZADD', P..'ended', now, id) end
   end
 end
+if ARGV[2] == 'done' then
+  redis.call('ZREMRANGEBYSCORE', P..'ended', '-inf', '(' .. (now - @ENDS_KEPT@))
+end
 return n
-"""
+""".replace("@ENDS_KEPT@", repr(ENDS_KEPT))
 )
 
 # ARGV: prefix, now, cutoff, complete ("1": the list below is every task the
-# store has leased), then id and meta per task the store has leased. Counts
-# each as running (a rebuild after FLUSHALL), unless it ended since the store
-# was read; with `complete`, stops counting tasks leased here before `cutoff`
-# that the store no longer has leased. Returns how many it stopped counting.
+# store has leased), alone ("1": the queue lock is held alone), fence, then id
+# and meta per task the store has leased. Counts each as running unless it
+# ended meanwhile (after FLUSHALL, or leased without Redis). With `complete`,
+# a task Redis holds as leased that the store does not is no longer counted
+# when `alone` (no choice can be on its way to the store then), else only
+# reported if it was chosen before `cutoff`. Records the fence in `built`:
+# alone, always (Redis is whole at that fence now); otherwise only if `built`
+# is there (Redis kept its state). Returns {such tasks, 1 if `built` was gone}.
 _SYNC = (
     _COMMON
     + """
 local now, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', P..'ended', '-inf', clock() - @ENDED_KEEP@)
+local complete, alone, fence = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
 local held = {}
-for i = 5, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local id = ARGV[i]
   held[id] = true
-  if redis.call('HEXISTS', P..'leased', id) == 0 and not ended(id) then
+  if redis.call('HEXISTS', P..'leased', id) == 0 and not redis.call('ZSCORE', P..'ended', id) then
     unready(id)
     start(id, ARGV[i+1], now)
   end
 end
 local stale = 0
-if ARGV[4] == '1' then
+if complete then
   local all = redis.call('HGETALL', P..'leased_at')
   for i = 1, #all, 2 do
-    if not held[all[i]] and tonumber(all[i+1]) < cutoff then
-      finish(all[i])
-      stale = stale + 1
+    if not held[all[i]] then
+      if alone then
+        finish(all[i])
+        stale = stale + 1
+      elseif tonumber(all[i+1]) < cutoff then
+        stale = stale + 1
+      end
     end
   end
 end
-return stale
-""".replace("@ENDED_KEEP@", repr(ENDED_KEEP))
+local built = redis.call('GET', P..'built')
+if alone or built then
+  redis.call('SET', P..'built', math.max(tonumber(built or '0'), fence))
+end
+if built then return {stale, 0} end
+return {stale, 1}
+"""
 )
 
 # ARGV: prefix. Forgets every ready task (their tiers changed) and the cursor;
@@ -236,18 +286,41 @@ return #ids
 """
 )
 
-# ARGV: prefix, limit, now, capacity (0: none), policy JSON, head scan, owner.
-# Returns a flat list: id, tenant, id, tenant, ...
+# ARGV: prefix, limit, now, capacity (0: none), policy version (see
+# `policy_fields`), head scan, owner, fence. Returns a flat list: id, tenant,
+# id, tenant, ...; or, choosing nothing: -1 if Redis lost the queue (no
+# `built`), -2 if it counted the store's leases at a fence older than `fence`
+# (a process leased without it since), -3 if it does not hold the policy.
 _PICK = (
     _COMMON
     + """
+local built = redis.call('GET', P..'built')
+if not built then return -1 end
+if tonumber(built) < tonumber(ARGV[8]) then return -2 end
+local pkey = P..'policy:'..ARGV[5]
+local stored = redis.call('HGET', pkey, 'd')
+if not stored then return -3 end
+local policy = cjson.decode(stored)
 local limit, now, capacity = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local policy = cjson.decode(ARGV[5])
 local scan = tonumber(ARGV[6])
 local function given(v) return v ~= nil and v ~= cjson.null end
+-- Each tenant's policy is read and decoded once per pick, when first needed.
+local policies = {}
 local function pol(t)
-  local p = policy.tenants[t] or policy.default
+  local p = policies[t]
+  if p == nil then
+    local raw = redis.call('HGET', pkey, 't'..t)
+    if raw then p = cjson.decode(raw) else p = policy.default end
+    policies[t] = p
+  end
   return p
+end
+-- Flows held back by their key's rate whose time has come are back in turn
+-- (a little early rather than late: one that still cannot start is set aside again).
+for _, entry in ipairs(redis.call('ZRANGEBYSCORE', P..'later', '-inf', now + 1e-6)) do
+  redis.call('ZREM', P..'later', entry)
+  local e = split(entry)
+  show({e[2], e[3], e[1], e[4]})
 end
 -- The slots of every process that leased in the last `SLOT_TTL` seconds.
 local total = 0
@@ -273,7 +346,7 @@ local function tokens(t, p)
   local at = tonumber(redis.call('HGET', P..'bucket_at', t))
   return math.min(p.burst, tonumber(left) + math.max(now - at, 0) * p.rate)
 end
--- A key's bucket: "tokens\tat\trate\tburst" (the rate and burst of its last start).
+-- A key's bucket: "tokens\\tat\\trate\\tburst" (the rate and burst of its last start).
 local function key_tokens(group, f)
   local burst = tonumber(f[7])
   local b = redis.call('HGET', P..'kbucket', group)
@@ -281,13 +354,27 @@ local function key_tokens(group, f)
   b = split(b)
   return math.min(burst, tonumber(b[1]) + math.max(now - tonumber(b[2]), 0) * tonumber(f[6]))
 end
-local function key_allows(f)
-  if f[4] == '' then return true end
+-- nil if the task's key lets it start; else 0 if the key is at its concurrency,
+-- or when its rate lets it start.
+local function key_holds(f)
+  if f[4] == '' then return nil end
   local group = f[1]..'\\t'..f[2]..'\\t'..f[4]
   if f[5] ~= '' and tonumber(redis.call('HGET', P..'run:k', group) or '0') >= tonumber(f[5]) then
-    return false
+    return 0
   end
-  return f[6] == '' or key_tokens(group, f) >= 1
+  if f[6] == '' then return nil end
+  local left = key_tokens(group, f)
+  if left >= 1 then return nil end
+  return now + (1 - left) / tonumber(f[6])
+end
+local function set_aside(flows, f, tier, until_)
+  redis.call('ZREM', flows, f[4])
+  local group = f[1]..'\\t'..f[2]..'\\t'..f[4]
+  if until_ == 0 then
+    redis.call('SADD', P..'park:'..group, tier)
+  else
+    redis.call('ZADD', P..'later', until_, tier..'\\t'..group)
+  end
 end
 local function share(t)
   local active, sum = {}, 0
@@ -303,19 +390,39 @@ local function head(tier, t, p)
   if given(p.max_running) and running(t) >= p.max_running then return nil end
   if tokens(t, p) < 1 then return nil end
   local best, best_seq = nil, nil
+  local budget = @PARK_BUDGET@
   local base = tier..'\\t'..t
   local wfs = redis.call('SRANDMEMBER', P..'wfs:'..base, scan)
   for _, wf in ipairs(wfs) do
     local cap = p.workflows and p.workflows[wf]
     if not given(cap) or tonumber(redis.call('HGET', P..'run:w', t..'\\t'..wf) or '0') < cap then
-      local flows = redis.call('ZRANGE', P..'flows:'..base..'\\t'..wf, 0, scan - 1, 'WITHSCORES')
-      for i = 1, #flows, 2 do
-        local seq = tonumber(flows[i+1])
-        if best_seq ~= nil and seq >= best_seq then break end
-        local id = redis.call('ZRANGE', P..'fq:'..base..'\\t'..wf..'\\t'..flows[i], 0, 0)[1]
-        if key_allows(split(redis.call('HGET', P..'meta', id))) then
-          best, best_seq = id, seq
-          break
+      local key = P..'flows:'..base..'\\t'..wf
+      local more = true
+      while more and budget > 0 do
+        -- Every flow read here that does not stop the search is set aside,
+        -- so the next read finds the ones after it.
+        local flows = redis.call('ZRANGE', key, 0, scan - 1, 'WITHSCORES')
+        more = #flows == 2 * scan
+        for i = 1, #flows, 2 do
+          local seq = tonumber(flows[i+1])
+          if best_seq ~= nil and seq >= best_seq then
+            more = false
+            break
+          end
+          local id = redis.call('ZRANGE', P..'fq:'..base..'\\t'..wf..'\\t'..flows[i], 0, 0)[1]
+          local f = split(redis.call('HGET', P..'meta', id))
+          local held = key_holds(f)
+          if held == nil then
+            best, best_seq = id, seq
+            more = false
+            break
+          end
+          set_aside(key, f, tier, held)
+          budget = budget - 1
+          if budget <= 0 then
+            more = false
+            break
+          end
         end
       end
     end
@@ -393,7 +500,9 @@ if redis.call('HLEN', P..'kbucket') > @PRUNE@ then
   end
 end
 return out
-""".replace("@SLOT_TTL@", repr(SLOT_TTL)).replace("@PRUNE@", "4096")
+""".replace("@SLOT_TTL@", repr(SLOT_TTL))
+    .replace("@PRUNE@", "4096")
+    .replace("@PARK_BUDGET@", str(PARK_BUDGET))
 )
 
 
@@ -420,6 +529,16 @@ def task_meta(task: ReadyTask, policy: FairPolicy) -> str:
 class RedisFairQueue:
     """A `TaskQueue` whose fair order, limits and shares hold across every
     process on one Redis (keys under `<prefix>q:`).
+
+    Every lease holds the queue lock (`storage.queuefence`) from before its pick
+    until its lease commits: shared while it picks through Redis, alone when it
+    counts the store's leases for Redis anew (Redis lost the queue, or holds a
+    lease the store does not) or leases from the store without Redis. So a count
+    taken alone misses no choice on its way to the store, and a lease from the
+    store sees every one made through Redis. A pick refuses to choose from a
+    Redis that lost the queue, or that has not yet counted what processes leased
+    from the store on their own (the fence), whenever that happened during the
+    lease: the lease then counts anew and picks again.
 
     Args:
         store: where the tasks are (the truth).
@@ -457,22 +576,27 @@ class RedisFairQueue:
         self.keys = f"{prefix}q:"
         self.policies = QueuePolicies(policy, wake=wake)
         self.policy = self.policies.policy
-        self._policy_json = _policy_json(self.policy)
+        self._policy_version = policy_version(self.policy)
         self.capacity = capacity
         self.resync_seconds = resync_seconds
         self.scan_limit = scan_limit
         self.owner = uuid.uuid4().hex[:12]  # this process's entry in the shared slots
         self.refused = 0  # picked tasks the store would not lease
         self.rebuilds = 0  # times the ready set was rebuilt after Redis lost it
+        self.recounts = 0  # counts of the store's leases taken with the lock held alone
         self.fallbacks = 0  # leases taken from the store while Redis was unreachable
         self.reconciled = 0  # tasks Redis held as leased that the store did not
         self._sql = SqlTaskQueue(store)
         # While Redis cannot be reached: the same rules in this process, counting
         # every process's leases from the store (no slot shares: the other
-        # processes' slots are unknown then).
+        # processes' slots are unknown then), with the queue lock held alone.
         self._fallback = LocalFairQueue(store, policies=self.policies, wake=wake, shared=True)
         self._resynced = 0.0
         self._resync_every = resync_seconds
+        # Tasks whose completion committed, not yet recorded in Redis.
+        self._ends: list[str] = []
+        self._ends_lock = asyncio.Lock()
+        self._recorder: asyncio.Task[None] | None = None
         self._push = redis.register_script(_PUSH)
         self._end = redis.register_script(_END)
         self._pick = redis.register_script(_PICK)
@@ -497,22 +621,56 @@ class RedisFairQueue:
             )
         if limit < 1:
             return []
+        await self.record_ends()
+        alone = False
+        for _ in range(3):
+            try:
+                if not alone and not await self.redis.exists(self.keys + "built"):
+                    alone = True
+                leased = await self._lease_once(
+                    owner=owner, limit=limit, lease_for=lease_for, now=now, alone=alone
+                )
+            except RedisError as exc:
+                self.fallbacks += 1
+                log.warning("Redis unreachable (%s): leasing in this process's fair order", exc)
+                return await self._fallback.lease(
+                    owner=owner, limit=limit, lease_for=lease_for, now=now
+                )
+            if leased is not None:
+                return leased
+            # Redis lost the queue, holds a lease the store does not, or has not
+            # counted a lease taken without it: count anew with the lock held alone.
+            alone = True
+        return []
+
+    async def _lease_once(
+        self, *, owner: str, limit: int, lease_for: timedelta, now: datetime, alone: bool
+    ) -> list[TaskRecord] | None:
+        """One lease under the queue lock (held `alone` or shared); None when it
+        must be taken again with the lock held alone, nothing leased."""
         picked: list[tuple[str, str]] = []
         try:
             async with self.store.transaction() as tx:
+                fence = await hold_queue(tx, alone=alone)
                 await self._follow(await self.policies.current(tx))
-                await self._refresh(tx, now)
-                flat = await self._pick(
-                    args=[
-                        self.keys,
-                        limit,
-                        repr(now.timestamp()),
-                        self.capacity or 0,
-                        self._policy_json,
-                        HEAD_SCAN,
-                        self.owner,
-                    ]
-                )
+                if await self._refresh(tx, now, fence=fence, alone=alone):
+                    return None
+                args: list[str | int] = [
+                    self.keys,
+                    limit,
+                    repr(now.timestamp()),
+                    self.capacity or 0,
+                    self._policy_version,
+                    HEAD_SCAN,
+                    self.owner,
+                    fence,
+                ]
+                flat = await self._pick(args=args)
+                if flat == -3:
+                    await self._store_policy()
+                    flat = await self._pick(args=args)
+                if isinstance(flat, int):
+                    return None
                 picked = [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
                 if not picked:
                     return []
@@ -522,15 +680,11 @@ class RedisFairQueue:
                     lease_for=lease_for,
                     now=now,
                 )
-        except RedisError as exc:
-            self.fallbacks += 1
-            log.warning("Redis unreachable (%s): leasing in this process's fair order", exc)
-            return await self._fallback.lease(
-                owner=owner, limit=limit, lease_for=lease_for, now=now
-            )
+        except RedisError:
+            raise
         except BaseException:
             # Chosen but not leased (the store failed): ready again at once
-            # rather than counted as running until the reconciliation.
+            # rather than counted as running until the next count.
             await self._ended("requeue", [key for key, _ in picked])
             raise
         refused = [key for (key, _), task in zip(picked, leased, strict=True) if task is None]
@@ -545,7 +699,7 @@ class RedisFairQueue:
         if policy is self.policy:
             return
         old, self.policy = self.policy, policy
-        self._policy_json = _policy_json(policy)
+        self._policy_version = policy_version(policy)
         tenants = {*old.tenants, *policy.tenants}
         if old.default.tier != policy.default.tier or any(
             old.of(t).tier != policy.of(t).tier for t in tenants
@@ -553,32 +707,50 @@ class RedisFairQueue:
             await self._clear(args=[self.keys])
             self._resynced = 0.0
 
-    async def _refresh(self, tx: Tx, now: datetime) -> None:
+    async def _store_policy(self) -> None:
+        """Give Redis this queue's policy (each version is kept `POLICY_TTL`
+        seconds after it was last given)."""
+        key = f"{self.keys}policy:{self._policy_version}"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=policy_fields(self.policy))  # type: ignore[arg-type]
+            pipe.expire(key, int(POLICY_TTL))
+            await pipe.execute()
+
+    async def _refresh(self, tx: Tx, now: datetime, *, fence: int, alone: bool) -> bool:
+        """Bring Redis up to date with the store; True if it holds as leased a
+        task the store does not (chosen long enough ago that it is no choice on
+        its way to the store), so that the store's leases must be counted anew
+        with the lock held alone."""
         clock = time.monotonic()
-        built = await self.redis.exists(self.keys + "built")
-        if not built or clock - self._resynced >= self._resync_every:
+        if alone or clock - self._resynced >= self._resync_every:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
             running = await tx.leased_tasks(now=now, limit=self.scan_limit)
-            # What the store has leased counts as running (after FLUSHALL too);
-            # what Redis alone still holds as leased, long enough that it is no
-            # choice on its way to the store, stops counting.
+            # What the store has leased counts as running (after FLUSHALL, or
+            # leased without Redis, too). With the lock held alone no choice can
+            # be on its way to the store, so what Redis alone holds as leased
+            # stops counting; with it shared, such a task is only reported.
             args: list[str | int] = [
                 self.keys,
                 repr(now.timestamp()),
                 repr(now.timestamp() - RECONCILE_AFTER),
                 "1" if len(running) < self.scan_limit else "0",
+                "1" if alone else "0",
+                fence,
             ]
             for row in running:
                 args.extend((row.id, task_meta(row, self.policy)))
-            self.reconciled += int(await self._sync(args=args))
+            stale, rebuilt = (int(n) for n in await self._sync(args=args))
+            if alone:
+                self.recounts += 1
+                self.reconciled += stale
+                self.rebuilds += rebuilt
+            elif stale:
+                return True
             expired = [row.id for row in rows if row.expired]
             if expired:
                 # A lease that ran out with its process: its slot is free again.
-                await self._end(args=[self.keys, "finish", *expired])
+                await self._ended("finish", expired, strict=True)
             await self._add(rows)
-            if not built:
-                self.rebuilds += 1
-                await self.redis.set(self.keys + "built", "1")
             self._resynced = time.monotonic()
             # A full look costs more as the backlog grows: the next one comes no
             # sooner than ten times what this one took (0: at every lease).
@@ -586,19 +758,20 @@ class RedisFairQueue:
                 took = self._resynced - clock
                 self._resync_every = max(self.resync_seconds, 10 * took)
             if len(rows) < self.scan_limit:
-                return  # it saw every ready task
+                return False  # it saw every ready task
         else:
             # Leases that ran out (a process died or stalled with its task) are
             # free again at once, as in the store's own order.
             lapsed = await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit)
             if lapsed:
-                await self._end(args=[self.keys, "finish", *(row.id for row in lapsed)])
+                await self._ended("finish", [row.id for row in lapsed], strict=True)
                 await self._add(lapsed)
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
         cursor = int(await self.redis.get(self.keys + "cursor") or 0)
         after = str(max(cursor - min(RESCAN_SLACK, self.scan_limit // 2), 0))
         await self._add(await tx.ready_tasks(now=now, after_id=after, limit=self.scan_limit))
+        return False
 
     async def _add(self, rows: list[ReadyTask]) -> None:
         if not rows:
@@ -613,14 +786,43 @@ class RedisFairQueue:
         if top > cursor:
             await self.redis.set(self.keys + "cursor", top)
 
-    async def _ended(self, mode: str, keys: Sequence[str]) -> None:
+    async def _ended(self, mode: str, keys: Sequence[str], *, strict: bool = False) -> None:
         if not keys:
             return
         try:
-            await self._end(args=[self.keys, mode, *keys])
+            await self._end(args=[self.keys, mode, repr(time.time()), *keys])
         except RedisError as exc:
-            # The count heals at the next full look; the store already has the truth.
+            if strict:
+                raise
+            # The count heals at the next count taken alone; the store has the truth.
             log.warning("could not record %d ended tasks in Redis: %s", len(keys), exc)
+
+    async def record_ends(self) -> None:
+        """Record in Redis the ends of the tasks whose completion has committed,
+        freeing their slots (each lease does this first; completions also have it
+        done soon after their commit)."""
+        async with self._ends_lock:
+            while self._ends:
+                ids, self._ends = self._ends, []
+                await self._ended("done", ids)
+
+    async def _record_soon(self) -> None:
+        try:
+            await self.record_ends()
+            if self.wake is not None:
+                try:
+                    waiting = await self.redis.exists(self.keys + "tiers")
+                except RedisError:
+                    waiting = 0
+                if waiting:
+                    self.wake.notify(Topic.TASKS)
+        except Exception:
+            log.exception("recording ended tasks in Redis failed")
+
+    def _committed(self, ids: list[str]) -> None:
+        self._ends.extend(ids)
+        if self._recorder is None or self._recorder.done():
+            self._recorder = asyncio.get_running_loop().create_task(self._record_soon())
 
     async def extend(
         self, refs: Sequence[TaskRef], *, owner: str, lease_until: datetime
@@ -629,18 +831,15 @@ class RedisFairQueue:
         return await self._sql.extend(refs, owner=owner, lease_until=lease_until)
 
     async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
-        """Mark the tasks done in `tx`; their slots count as free from now on."""
+        """Mark the tasks done in `tx`; once it commits, their slots are free (a
+        slot freed in Redis before the commit could be counted again by a look
+        at the store made just before it)."""
         done = await tx.complete_tasks(refs)
         for ref in refs:
             self._fallback.scheduler.finish(ref.task_id)
-        await self._ended("done", [ref.task_id for ref in refs])
-        if self.wake is not None and refs:
-            try:
-                waiting = await self.redis.exists(self.keys + "tiers")
-            except RedisError:
-                waiting = 0
-            if waiting:
-                self.wake.notify(Topic.TASKS)
+        ids = [ref.task_id for ref in refs]
+        if ids:
+            tx.session.after_commit(lambda: self._committed(ids))
         return done
 
     async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
@@ -650,12 +849,34 @@ class RedisFairQueue:
         return count
 
 
-def _policy_json(policy: FairPolicy) -> str:
-    return msgspec.json.encode(policy).decode()
+def policy_fields(policy: FairPolicy) -> dict[str, str]:
+    """The policy as Redis keeps it for picks (`<prefix>q:policy:<version>`): "d"
+    the default tenant policy and the headroom, "t<tenant>" each tenant's own,
+    JSON each, so that a pick decodes only the tenants it meets."""
+    fields = {"d": msgspec.json.encode({"default": policy.default, "headroom": policy.headroom})}
+    for tenant, own in policy.tenants.items():
+        fields["t" + tenant] = msgspec.json.encode(own)
+    return {name: value.decode() for name, value in fields.items()}
+
+
+def policy_version(policy: FairPolicy) -> str:
+    """A digest of the policy that names its copy in Redis."""
+    return hashlib.sha256(msgspec.json.encode(policy)).hexdigest()[:24]
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["ENDED_KEEP", "HEAD_SCAN", "RECONCILE_AFTER", "SLOT_TTL", "RedisFairQueue", "task_meta"]
+__all__ = [
+    "ENDS_KEPT",
+    "HEAD_SCAN",
+    "PARK_BUDGET",
+    "POLICY_TTL",
+    "RECONCILE_AFTER",
+    "SLOT_TTL",
+    "RedisFairQueue",
+    "policy_fields",
+    "policy_version",
+    "task_meta",
+]

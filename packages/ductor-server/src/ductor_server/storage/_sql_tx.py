@@ -342,7 +342,7 @@ class SqlTx:
         """Run `sql` once per params row (batched); return every run's result rows."""
         raise NotImplementedError(f"{type(self).__name__} must implement executemany_fetch_all")
 
-    async def advisory_lock(self, name: str) -> None:
+    async def advisory_lock(self, name: str, *, shared: bool = False) -> None:
         """Hold the lock `name` until the transaction ends (see `Session`)."""
         raise NotImplementedError(f"{type(self).__name__} must implement advisory_lock")
 

@@ -119,9 +119,11 @@ class PostgresTx(SqlTx):
                     break
         return out
 
-    async def advisory_lock(self, name: str) -> None:
-        """`pg_advisory_xact_lock` on a 64-bit hash of `name`, released at commit."""
-        await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
+    async def advisory_lock(self, name: str, *, shared: bool = False) -> None:
+        """`pg_advisory_xact_lock` (`_shared`) on a 64-bit hash of `name`,
+        released at commit."""
+        call = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        await self._conn.execute(f"SELECT {call}(hashtextextended(%s, 0))", (name,))
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -116,14 +116,16 @@ class Session(Protocol):
         """A JSON column value (bytes or text) decoded; SQL NULL gives None."""
         ...
 
-    async def advisory_lock(self, name: str) -> None:
+    async def advisory_lock(self, name: str, *, shared: bool = False) -> None:
         """Hold the lock called `name` until this transaction ends.
 
-        Transactions that ask for the same name run one after the other. On
-        Postgres this is `pg_advisory_xact_lock` on a 64-bit hash of the name
-        (two names may share a hash: that only serializes more). On SQLite it
-        does nothing: every transaction begins IMMEDIATE, so writers are
-        already serialized for the whole transaction.
+        Transactions that ask for the same name run one after the other, except
+        that `shared` holders run side by side (each still waits for, and is
+        waited for by, every holder that is not shared). On Postgres this is
+        `pg_advisory_xact_lock` (`_shared`) on a 64-bit hash of the name (two
+        names may share a hash: that only serializes more). On SQLite it does
+        nothing: every transaction begins IMMEDIATE, so writers are already
+        serialized for the whole transaction.
         """
         ...
 

@@ -87,7 +87,7 @@ class SqliteTx(SqlTx):
 
         return await self._store._call(run)
 
-    async def advisory_lock(self, name: str) -> None:
+    async def advisory_lock(self, name: str, *, shared: bool = False) -> None:
         """Nothing to do: BEGIN IMMEDIATE already made this transaction the only
         writer until it ends, which serializes every lock name at once."""
 
