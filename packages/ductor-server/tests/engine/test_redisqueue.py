@@ -172,7 +172,7 @@ async def test_a_choice_that_never_reached_the_store_is_ready_again(
         await queue.complete(tx, _refs([task]))
     await queue.record_ends()
     # A process chooses the next task in Redis and dies before leasing it in the store.
-    args = ["t:q:", 1, repr(now.timestamp()), 0, policy_version(queue.policy), 64, "x", 0]
+    args = [queue.keys, 1, repr(now.timestamp()), 0, policy_version(queue.policy), 64, "x", 0]
     [chosen, _] = await queue._pick(args=args)
     assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
     later = now + timedelta(seconds=RECONCILE_AFTER + 1)
@@ -284,7 +284,34 @@ async def test_a_completion_still_uncommitted_is_not_counted_as_running_again(
             await queue.complete(tx, _refs([second]))
         [third] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
         assert len({first.id, second.id, third.id}) == 3
-        assert await redis.hkeys("t:q:leased") == [third.id.encode()]
+        assert await redis.hkeys(queue.keys + "leased") == [third.id.encode()]
         assert queue.reconciled == 0  # nothing was counted that had to be taken back
     finally:
         await store.close()
+
+
+async def test_each_database_has_a_queue_of_its_own_in_one_redis(
+    store: Store, redis: Redis, tmp_path: Path
+) -> None:
+    # A Redis that served another database (or this one before a restore) under
+    # the same prefix: its ready set, leases and cursor are not this database's.
+    now = ManualClock().now()
+    await _enqueue(store, TENANT, 5, now)
+    first = RedisFairQueue(store, redis, prefix="t:", resync_seconds=3600)
+    held = await first.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+    assert len(held) == 5
+    other = open_store(tmp_path / "other.db")
+    await other.open()
+    try:
+        await other.migrate()
+        async with other.transaction() as tx:
+            await tx.ensure_tenant(TENANT, name="Acme", now=now)
+        await _enqueue(other, TENANT, 3, now, tag="o")
+        second = RedisFairQueue(other, redis, prefix="t:", resync_seconds=3600)
+        fresh = await second.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+        assert sorted(t.run_id for t in fresh) == ["ro0", "ro1", "ro2"]
+        assert second.keys != first.keys
+        assert second.keys.startswith("t:q:")
+        assert first.keys.startswith("t:q:")
+    finally:
+        await other.close()

@@ -38,7 +38,7 @@ from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
-from ductor_server.storage.queuefence import hold_queue
+from ductor_server.storage.queuefence import hold_queue, queue_epoch
 from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.redisqueue")
@@ -573,7 +573,12 @@ class RedisFairQueue:
         self.store = store
         self.redis = redis
         self.wake = wake
-        self.keys = f"{prefix}q:"
+        # Under this database's epoch (`storage.queuefence.queue_epoch`), learned
+        # at the first lease: another database's queue in the same Redis, or this
+        # one's before a restore, is not this one.
+        self._prefix = f"{prefix}q:"
+        self.keys = self._prefix
+        self._bound = False
         self.policies = QueuePolicies(policy, wake=wake)
         self.policy = self.policies.policy
         self._policy_version = policy_version(self.policy)
@@ -621,6 +626,7 @@ class RedisFairQueue:
             )
         if limit < 1:
             return []
+        await self._bind()
         await self.record_ends()
         alone = False
         for _ in range(3):
@@ -834,6 +840,7 @@ class RedisFairQueue:
         """Mark the tasks done in `tx`; once it commits, their slots are free (a
         slot freed in Redis before the commit could be counted again by a look
         at the store made just before it)."""
+        await self._bind(tx)
         done = await tx.complete_tasks(refs)
         for ref in refs:
             self._fallback.scheduler.finish(ref.task_id)
@@ -844,9 +851,23 @@ class RedisFairQueue:
 
     async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
         """Give the tasks back in the store; they are ready again in Redis too."""
+        await self._bind()
         count = await self._sql.release(refs, available_at=available_at)
         await self._ended("requeue", [ref.task_id for ref in refs])
         return count
+
+    async def _bind(self, tx: Tx | None = None) -> None:
+        """Put this queue's keys under the database's epoch, once (in `tx` when the
+        caller holds one)."""
+        if self._bound:
+            return
+        if tx is None:
+            async with self.store.transaction() as own:
+                epoch = await queue_epoch(own)
+        else:
+            epoch = await queue_epoch(tx)
+        self.keys = f"{self._prefix}{epoch}:"
+        self._bound = True
 
 
 def policy_fields(policy: FairPolicy) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""SQL for the fair queue's lock and fence (migration 0940).
+"""SQL for the fair queue's lock, fence (migration 0940) and epoch (0941).
 
 The lock orders the processes that lease in fair order: those that pick
 through Redis hold it shared from before their pick until their lease commits;
@@ -23,6 +23,22 @@ async def hold_queue(tx: Tx, *, alone: bool) -> int:
     await db.advisory_lock(QUEUE_LOCK, shared=not alone)
     row = await db.fetch_one("SELECT value FROM queue_fence WHERE id = 1")
     return 0 if row is None else int(row[0])
+
+
+async def queue_epoch(tx: Tx) -> str:
+    """This database's name for its queue in Redis: the epoch drawn when it was
+    migrated, and on Postgres the database's oid too (a restore into a new
+    database changes it, while the dump carries the epoch along)."""
+    db = tx.session
+    if db.backend == "postgres":
+        sql = (
+            "SELECT epoch || '.' || (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())::text FROM queue_fence WHERE id = 1"
+        )
+    else:
+        sql = "SELECT epoch FROM queue_fence WHERE id = 1"
+    row = await db.fetch_one(sql)
+    return "" if row is None else str(row[0])
 
 
 async def raise_fence(tx: Tx) -> int:
