@@ -267,7 +267,7 @@ def _run_on(server: Server, runs: int, steps: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=None, help="default 1000 (sqlite: 200)")
+    parser.add_argument("--runs", type=int, default=None, help="default 1000")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="postgres")
     parser.add_argument("--redis", default=None, help="the server's DUCTOR_REDIS_URL")
@@ -277,7 +277,7 @@ def main() -> None:
     args = parser.parse_args()
     how = "in process" if args.in_process else "server + API" + (", Redis" if args.redis else "")
     if args.backend in ("sqlite", "both"):
-        runs = args.runs or 200
+        runs = args.runs or 1000
         if args.in_process:
             with tempfile.TemporaryDirectory() as tmp:
                 rate, elapsed = asyncio.run(
