@@ -158,8 +158,8 @@ async def test_truncated_json_is_malformed(api: Api) -> None:
 WRONG_TYPES: list[tuple[str, Any, str]] = [
     ("/v1/runs", {"family_slug": 5}, "$.family_slug"),
     ("/v1/runs", {"family_slug": "x", "version": "one"}, "$.version"),
-    ("/v1/runs", {"input": {}}, "$"),
-    ("/v1/runs", {"family_slug": "x", "bogus": 1}, "$"),
+    ("/v1/runs", {"input": {}}, "$.family_slug"),
+    ("/v1/runs", {"family_slug": "x", "bogus": 1}, "$.bogus"),
     ("/v1/events", {"name": ["a"]}, "$.name"),
     ("/v1/events", [], "$"),
     ("/v1/runs/r1/signals/go", {"id": 7}, "$.id"),
