@@ -81,7 +81,30 @@ def _checkout_stays_clean() -> Iterator[None]:
         assert not new, f"tests wrote into the checkout {CHECKOUT}: {new}"
 
 
-class ServerProcess:
+class ChildProcess:
+    """A child process the tests start, SIGKILL and stop (its `proc` set by `start`)."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    def kill9(self) -> None:
+        """SIGKILL the process: no shutdown code runs."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop the process if it runs (SIGTERM, then SIGKILL)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class ServerProcess(ChildProcess):
     """One `ductor dev` (SQLite) or `ductor serve` (Postgres) process, restartable.
 
     The data dir (and database URL) stay the same across restarts, so a restart
@@ -183,23 +206,6 @@ class ServerProcess:
             else:
                 self.api_key = (self.data_dir / "api_key").read_text().strip()
         return self
-
-    def kill9(self) -> None:
-        """SIGKILL the process: no shutdown code runs."""
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        """Stop the process if it runs (SIGTERM, then SIGKILL)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

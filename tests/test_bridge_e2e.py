@@ -46,6 +46,8 @@ from ductor.protocol import (
 from ductor_server.services.keys import hash_api_key
 from ductor_server.storage import open_store
 
+from .conftest import ChildProcess
+
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "bridge_app" / "app.py"
 KEY = "signkey-e2e-0001"
@@ -61,7 +63,7 @@ def _free_port() -> int:
         return port
 
 
-class AppProcess:
+class AppProcess(ChildProcess):
     """The example app as a real process, restartable on the same port and log."""
 
     def __init__(self, server: Any, tmp_path: Path) -> None:
@@ -105,21 +107,6 @@ class AppProcess:
                 raise AssertionError(f"app not up in 30s:\n{self.output()}")
             time.sleep(0.1)
         return self
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
     def output(self) -> str:
         return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""

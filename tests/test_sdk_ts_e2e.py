@@ -17,7 +17,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from ductor.protocol import INLINE_LIMIT_BYTES
 from ductor_server.pytest_plugin import unavailable
 from ductor_server.testing import free_port
 
-from .conftest import ServerProcess
+from .conftest import ChildProcess, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 TS = ROOT / "packages" / "ductor-sdk-ts"
@@ -71,7 +70,7 @@ def _built(node: str) -> None:
     subprocess.run([npm, "run", "build:test"], cwd=TS, check=True)
 
 
-class Process:
+class Process(ChildProcess):
     """A restartable app process whose output goes to a log file."""
 
     def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path, health: str):
@@ -93,21 +92,6 @@ class Process:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.name} not up in {TIMEOUT}s:\n{self.log()}")
             time.sleep(0.05)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
