@@ -4,7 +4,11 @@ manual clock, and helpers to wait for runs without timed assertions."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
@@ -12,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from ductor_core.runs import RunStatus
 from ductor_server.composition import build_services
@@ -20,6 +25,7 @@ from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.services import RunView, Services
 from ductor_server.storage import Store, open_store
+from ductor_server.testing import free_port
 
 TENANT = "t_acme"
 OTHER_TENANT = "t_other"
@@ -130,3 +136,55 @@ async def engine(store: Store) -> AsyncIterator[Engine]:
 SUCCEEDED = RunStatus.SUCCEEDED
 FAILED = RunStatus.FAILED
 CANCELLED = RunStatus.CANCELLED
+
+
+class OwnRedis:
+    """A redis-server of this test's own (never the shared one), restartable."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary is not None, "redis-server is not installed"
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""],
+            cwd=self.workdir,
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    """A redis-server of the test's own, stopped after it."""
+    server = OwnRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def redis(own_redis: OwnRedis) -> AsyncIterator[Redis]:
+    """A client of the test's own redis-server."""
+    client = Redis(port=own_redis.port, socket_connect_timeout=1)
+    try:
+        yield client
+    finally:
+        await client.aclose()

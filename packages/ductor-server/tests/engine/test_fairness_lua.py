@@ -29,6 +29,7 @@ from ductor_server.engine.redisqueue import (
 )
 from ductor_server.storage import ReadyTask, RunLimits
 
+from .conftest import OwnRedis
 from .test_fairness import (
     KeyLimits,
     Op,
@@ -41,7 +42,6 @@ from .test_fairness import (
     policies,
     tenant_policies,
 )
-from .test_rediswake import OwnRedis
 
 _examples = itertools.count()
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import pytest
 from redis.asyncio import Redis
 
 from ductor_server.engine.clock import ManualClock
@@ -21,30 +19,10 @@ from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.storage import NewTask, Store, TaskRecord, TaskRef, open_store
 from ductor_server.storage.queuepolicies import put_queue_policy
 
-from .conftest import OTHER_TENANT, TENANT
+from .conftest import OTHER_TENANT, TENANT, OwnRedis
 from .test_fairqueue import _run_keys, _runs_with_limits
-from .test_rediswake import OwnRedis
 
 MINUTE = timedelta(minutes=1)
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> AsyncIterator[OwnRedis]:
-    server = OwnRedis(tmp_path)
-    server.start()
-    try:
-        yield server  # type: ignore[misc]
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-async def redis(own_redis: OwnRedis) -> AsyncIterator[Redis]:
-    client = Redis(port=own_redis.port, socket_connect_timeout=1)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 async def _enqueue(store: Store, tenant: str, count: int, now: datetime, tag: str = "") -> None:

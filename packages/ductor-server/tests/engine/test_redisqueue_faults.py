@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,10 +31,10 @@ from ductor_server.storage import (
     TaskRef,
     open_store,
 )
+from ductor_server.testing import free_port
 
-from .conftest import TENANT
+from .conftest import TENANT, OwnRedis
 from .test_fairqueue import _runs_with_limits
-from .test_rediswake import OwnRedis, _free_port
 
 MINUTE = timedelta(minutes=1)
 MEANWHILE = 0.5
@@ -89,16 +88,6 @@ def _chose(script: Any, args: tuple[Any, ...], reply: Any) -> bool:
 
 
 @pytest.fixture
-def own_redis(tmp_path: Path) -> AsyncIterator[OwnRedis]:
-    server = OwnRedis(tmp_path)
-    server.start()
-    try:
-        yield server  # type: ignore[misc]
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
     """A migrated store on Postgres only: the tests that take it have a second
     process lease, or a completion commit, in the middle of a first process's
@@ -113,15 +102,6 @@ async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
-
-
-@pytest.fixture
-async def redis(own_redis: OwnRedis) -> AsyncIterator[Redis]:
-    client = Redis(port=own_redis.port, socket_connect_timeout=1)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture
@@ -209,7 +189,7 @@ async def test_a_lease_from_redis_counts_what_a_process_leased_without_it(
     now = ManualClock().now()
     online = RedisFairQueue(store, redis, prefix="t:", resync_seconds=3600)
     # A process whose client cannot reach Redis leases from the store meanwhile.
-    unreachable = Redis(port=_free_port(), socket_connect_timeout=0.2, retry=None)
+    unreachable = Redis(port=free_port(), socket_connect_timeout=0.2, retry=None)
     offline = RedisFairQueue(store, unreachable, prefix="t:", resync_seconds=3600)
     try:
         await _runs_with_limits(store, TENANT, ["ann"] * 6, now, {"concurrency": 2})
@@ -266,7 +246,7 @@ async def test_a_lease_from_the_store_waits_for_a_choice_on_its_way_to_it(
     start = clock.now()
     await _key_tasks(store, [start + timedelta(seconds=5), start], concurrency=1)
     online = RedisFairQueue(store, hooked, prefix="t:", resync_seconds=3600)
-    unreachable = Redis(port=_free_port(), socket_connect_timeout=0.2, retry=None)
+    unreachable = Redis(port=free_port(), socket_connect_timeout=0.2, retry=None)
     offline = RedisFairQueue(store, unreachable, prefix="t:", resync_seconds=3600)
     early = start - timedelta(seconds=1)
     assert await online.lease(owner="w1", limit=10, lease_for=MINUTE, now=early) == []

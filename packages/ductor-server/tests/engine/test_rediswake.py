@@ -6,12 +6,7 @@ and wakes every topic once."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -19,53 +14,7 @@ from redis.asyncio import Redis
 from ductor_server.engine.queue import Topic
 from ductor_server.engine.rediswake import RedisWakeUp
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class OwnRedis:
-    """A redis-server of this test's own (never the shared one), restartable."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary is not None, "redis-server is not installed"
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""],
-            cwd=self.workdir,
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+from .conftest import OwnRedis
 
 
 @pytest.fixture
