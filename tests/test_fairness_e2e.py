@@ -197,6 +197,33 @@ def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
+def _two_tenants(
+    server: ServerProcess, postgres_url: str, workflow_a: dict[str, Any], sink: TimingSink
+) -> tuple[str, str]:
+    """Start `server` on Redis; tenant A publishes `workflow_a` and tenant B the quick
+    one-step workflow. Returns A's and B's API keys."""
+    server.start()
+    key_a = server.api_key
+    key_b = asyncio.run(_create_key(postgres_url, "bravo"))
+    with server.client(key_a) as http:
+        assert http.post("/v1/workflows", json=workflow_a).status_code in (200, 201)
+    with server.client(key_b) as http:
+        wf = _workflow("quick", f"{sink.url}/fast/b", 1)
+        assert http.post("/v1/workflows", json=wf).status_code in (200, 201)
+    return key_a, key_b
+
+
+def _fair_env(redis_url: str, redis_prefix: str) -> dict[str, str]:
+    """A server on the Redis fair queue, woken by Redis only, with leases that outlast
+    the slow calls."""
+    return {
+        "DUCTOR_POLL_INTERVAL": "",
+        "DUCTOR_REDIS_URL": redis_url,
+        "DUCTOR_REDIS_PREFIX": redis_prefix,
+        "DUCTOR_LEASE_SECONDS": "60",
+    }
+
+
 def test_a_flooding_tenant_does_not_slow_another_down(
     make_server: Callable[..., ServerProcess],
     postgres_url: str,
@@ -204,21 +231,9 @@ def test_a_flooding_tenant_does_not_slow_another_down(
     redis_prefix: str,
     sink: TimingSink,
 ) -> None:
-    env = {
-        "DUCTOR_POLL_INTERVAL": "",
-        "DUCTOR_REDIS_URL": redis_url,
-        "DUCTOR_REDIS_PREFIX": redis_prefix,
-        "DUCTOR_LEASE_SECONDS": "60",
-    }
-    server = make_server("fair", database_url=postgres_url, env=env).start()
-    key_a = server.api_key
-    key_b = asyncio.run(_create_key(postgres_url, "bravo"))
-    with server.client(key_a) as http:
-        wf = _workflow("flood", f"{sink.url}/slow/a", A_STEPS)
-        assert http.post("/v1/workflows", json=wf).status_code in (200, 201)
-    with server.client(key_b) as http:
-        wf = _workflow("quick", f"{sink.url}/fast/b", 1)
-        assert http.post("/v1/workflows", json=wf).status_code in (200, 201)
+    server = make_server("fair", database_url=postgres_url, env=_fair_env(redis_url, redis_prefix))
+    flood = _workflow("flood", f"{sink.url}/slow/a", A_STEPS)
+    key_a, key_b = _two_tenants(server, postgres_url, flood, sink)
 
     idle = _latencies(server, key_b, _trigger_many(server, key_b, "quick", B_RUNS), 60)
 
@@ -270,21 +285,9 @@ def test_one_tenants_slow_tasks_never_hold_the_slots_another_tenant_needs(
     # headroom they would fill every slot, and B's runs would wait 5 s for the
     # first of them to end; with it, B's calls start while all of A's first
     # wave is still in flight, and A never holds more than 56 slots.
-    env = {
-        "DUCTOR_POLL_INTERVAL": "",
-        "DUCTOR_REDIS_URL": redis_url,
-        "DUCTOR_REDIS_PREFIX": redis_prefix,
-        "DUCTOR_LEASE_SECONDS": "60",
-    }
-    server = make_server("stuck", database_url=postgres_url, env=env).start()
-    key_a = server.api_key
-    key_b = asyncio.run(_create_key(postgres_url, "bravo"))
-    with server.client(key_a) as http:
-        wf = _workflow("stuck", f"{sink.url}/sleep/{STUCK_MS}/a", 1)
-        assert http.post("/v1/workflows", json=wf).status_code in (200, 201)
-    with server.client(key_b) as http:
-        wf = _workflow("quick", f"{sink.url}/fast/b", 1)
-        assert http.post("/v1/workflows", json=wf).status_code in (200, 201)
+    server = make_server("stuck", database_url=postgres_url, env=_fair_env(redis_url, redis_prefix))
+    stuck = _workflow("stuck", f"{sink.url}/sleep/{STUCK_MS}/a", 1)
+    key_a, key_b = _two_tenants(server, postgres_url, stuck, sink)
     _trigger_many(server, key_a, "stuck", STUCK_RUNS)
     deadline = time.monotonic() + 60
     while sink.started("a") < SLOTS - HEADROOM:
