@@ -171,22 +171,13 @@ class KeyView(msgspec.Struct, frozen=True, kw_only=True):
     revoked_at: datetime | None
 
 
-class CreatedKey(msgspec.Struct, frozen=True, kw_only=True):
+class CreatedKey(KeyView, frozen=True, kw_only=True):
     """A key just created: its view and, this once, the secret `key`.
 
     A replay of the create (the same `Idempotency-Key`) answers the same key
     with `key` null: the secret is never stored, so it is shown only once.
     """
 
-    id: str
-    name: str
-    prefix: str
-    scopes: list[str]
-    status: str
-    created_at: datetime
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    revoked_at: datetime | None
     key: str | None
 
 
