@@ -170,6 +170,7 @@ class Server:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.__exit__()  # __exit__ is not called when __enter__ raises
                 raise SystemExit(f"{self.backend} server did not start")
             time.sleep(0.1)
         return self
@@ -191,7 +192,11 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            self.proc.wait(timeout=15)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
         if self.database_url is not None:
             import psycopg
 
