@@ -6,13 +6,14 @@ embedded SQLite file. Everything goes through the API: the chain of no-op
 ACTION steps is published with `POST /v1/workflows` and each run is started
 with its own `POST /v1/runs`.
 
-1. Commits per run: one run triggered on the idle server, the database's
-   `xact_commit` counter read before and after it, less an idle window of the
-   same length (Postgres; the engine code is the same on SQLite, so the SQLite
-   figures use the count from a Postgres server).
+1. Commits per run: a Postgres server is started behind a loopback proxy that
+   counts the COMMITs it sends (`ductor_server.testing.CommitCounter`); runs
+   are triggered one at a time on it, idle, and each is counted until a moment
+   after it ended, less the idle server's own polls. The engine code is the
+   same on SQLite, so both backends use this count.
 2. Baseline: that many single-row UPDATE commits in sequence over one
-   connection, against the same database (on SQLite, a file beside the
-   server's with its journal settings), timed many times.
+   connection, against the benchmarked server's database (on SQLite, a file
+   beside the server's with its journal settings), timed many times.
 3. Maximum throughput: `--burst` runs started by 8 clients, one request each
    at a time, timed from the first request to the last run's `finished_at`.
 4. Latency: `--runs` runs started one at a time at a steady pace of half that
@@ -26,7 +27,7 @@ with its own `POST /v1/runs`.
 The p50 and p99 are divided by the baseline's median; the targets are 2x and 3x.
 
     uv run python bench/latency.py [--backend postgres|sqlite|both] [--runs 500] [--burst 500]
-                                   [--steps 3] [--observe db|api] [--poll-ms 1]
+                                   [--steps 3] [--observe db|api] [--poll-ms 5]
 """
 
 from __future__ import annotations
@@ -42,19 +43,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
 from engine import chain
-from routing_server import Server, percentile
+from routing_server import ADMIN_URL, Server, percentile
+
+from ductor_server.testing import CommitCounter
 
 SUCCEEDED = "RUN_STATUS_SUCCEEDED"
 ENDED = {SUCCEEDED, "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
 BURST_CLIENTS = 8
 COUNT_RUNS = 10
-COUNT_SPACING = 0.3  # seconds between the runs counted, more than one run takes
-COUNT_WINDOW = 6.0  # seconds; Postgres backends publish their counters within about 1 s
-COUNT_REPEATS = 3
+COUNT_IDLE = 3.0  # seconds of an idle server, to subtract its polls
+COUNT_SETTLE = 0.2  # seconds after a run ended in which its commits are still counted
 BASELINE_SAMPLES = 300
 IDLE_RUNS = 50
 PHASE_TIMEOUT = 120.0  # seconds any one phase may take beyond its schedule
@@ -112,14 +115,6 @@ class Database:
             out[str(run_id)] = Ended(str(status), finished)
         return out
 
-    def xact_commit(self) -> int:
-        assert self.pg is not None
-        row = self.pg.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        ).fetchone()
-        assert row is not None
-        return int(str(row[0]))
-
 
 # --- the API ----------------------------------------------------------------------
 
@@ -150,40 +145,47 @@ def check_succeeded(ended: dict[str, Ended], ids: list[str]) -> None:
 # --- 1. commits per run ------------------------------------------------------------
 
 
-def commits_per_run(server: Server, api_key: str) -> tuple[int, list[int], list[int]]:
-    """Transactions one run takes on an idle server: (count, windows with runs, idle
-    windows). Each window with runs starts COUNT_RUNS runs spaced apart, unobserved
-    (watching would commit too); an idle window of the same length is subtracted."""
-    db = Database(server)
+def commits_per_run(steps: int) -> tuple[int, list[int], float]:
+    """Transactions one run takes, counted as COMMITs on the wire between a Postgres
+    server process and its database: (median, per run, idle commits/s subtracted)."""
+    target = urlsplit(ADMIN_URL)
+    counter = CommitCounter((target.hostname or "127.0.0.1", target.port or 5432))
     try:
-
-        async def start(first: int, count: int) -> list[str]:
-            ids = []
-            async with client(server, api_key) as http:
-                for i in range(first, first + count):
-                    ids.append(await trigger(http, i))
-                    await asyncio.sleep(COUNT_SPACING)
-            return ids
-
-        def window(first: int, count: int) -> int:
-            time.sleep(1.2)  # the counters of what came before are published
-            before = db.xact_commit()
-            began = time.perf_counter()
-            ids = asyncio.run(start(first, count))
-            time.sleep(max(0.0, began + COUNT_WINDOW - time.perf_counter()))
-            after = db.xact_commit()
-            check_succeeded(db.ended(ids), ids)
-            return after - before
-
-        window(-1, 1)  # warm: the key, the definition and the connections
-        idle, runs = [], []
-        for k in range(COUNT_REPEATS):
-            idle.append(window(0, 0))
-            runs.append(window(-100 * (k + 1), COUNT_RUNS))
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            Server("postgres", Path(tmp), route=counter.url) as server,
+        ):
+            api_key = server.api_key()
+            publish(server, api_key, steps)
+            db = Database(server)  # straight to Postgres: its commits are not counted
+            try:
+                return asyncio.run(_count(server, api_key, counter, db))
+            finally:
+                db.close()
     finally:
-        db.close()
-    per_run = (statistics.median(runs) - statistics.median(idle)) / COUNT_RUNS
-    return round(per_run), runs, idle
+        counter.close()
+
+
+async def _count(
+    server: Server, api_key: str, counter: CommitCounter, db: Database
+) -> tuple[int, list[int], float]:
+    async with client(server, api_key) as http:
+        await trigger(http, -1)  # warm: the key, the definition, the connections
+        await asyncio.sleep(1.0)
+        before, started = counter.commits, time.perf_counter()
+        await asyncio.sleep(COUNT_IDLE)  # the safety-net polls of an idle server
+        idle_rate = (counter.commits - before) / (time.perf_counter() - started)
+        counts = []
+        for i in range(COUNT_RUNS):
+            before, started = counter.commits, time.perf_counter()
+            run_id = await trigger(http, -2 - i)
+            while not db.ended([run_id]):  # noqa: ASYNC110 (the database is what we watch)
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(COUNT_SETTLE)  # the looks the loops take after it ended
+            idle = idle_rate * (time.perf_counter() - started)
+            counts.append(round(counter.commits - before - idle))
+            check_succeeded(db.ended([run_id]), [run_id])
+    return round(statistics.median(counts)), counts, idle_rate
 
 
 # --- 2. the baseline ---------------------------------------------------------------
@@ -361,30 +363,11 @@ def publish(server: Server, api_key: str, steps: int) -> None:
         raise SystemExit(f"publish refused: {answer.text}")
 
 
-def commit_count_on_postgres(steps: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp, Server("postgres", Path(tmp)) as server:
-        api_key = server.api_key()
-        publish(server, api_key, steps)
-        count, runs, idle = commits_per_run(server, api_key)
-    print(
-        f"  commits per run (Postgres): {count}  (windows with {COUNT_RUNS} runs {runs},"
-        f" idle {idle})"
-    )
-    return count
-
-
-def bench(backend: str, args: argparse.Namespace, commits: int | None) -> int:
+def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
     print(f"\n[{backend}] {args.steps}-step no-op runs, one POST /v1/runs each")
     with tempfile.TemporaryDirectory() as tmp, Server(backend, Path(tmp)) as server:
         api_key = server.api_key()
         publish(server, api_key, args.steps)
-        if backend == "postgres":
-            commits, runs, idle = commits_per_run(server, api_key)
-            print(
-                f"  commits per run: {commits}  ({COUNT_WINDOW:.0f} s windows of xact_commit:"
-                f" with {COUNT_RUNS} runs {runs}, idle {idle})"
-            )
-        assert commits is not None
         base = baseline_ms(server, commits)
         b50, b99 = percentile(base, 0.5), percentile(base, 0.99)
         print(
@@ -426,7 +409,6 @@ def bench(backend: str, args: argparse.Namespace, commits: int | None) -> int:
         f"  ratio to the baseline's p50: p50 {p50 / b50:.1f}x (target 2x: {met[p50 / b50 <= 2]}),"
         f" p99 {p99 / b50:.1f}x (target 3x: {met[p99 / b50 <= 3]})"
     )
-    return commits
 
 
 def main() -> None:
@@ -436,22 +418,23 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=500, help="runs to measure the maximum")
     parser.add_argument("--runs", type=int, default=500, help="runs to measure the latency")
     parser.add_argument("--observe", choices=["db", "api"], default="db")
-    parser.add_argument("--poll-ms", type=float, default=1.0)
+    parser.add_argument("--poll-ms", type=float, default=5.0)
     parser.add_argument(
-        "--commits", type=int, default=None, help="commits per run for the SQLite baseline"
+        "--commits", type=int, default=None, help="commits per run, instead of counting them"
     )
     args = parser.parse_args()
     if not (1 <= args.runs <= 5000 and 1 <= args.burst <= 5000):
         raise SystemExit("--runs and --burst go from 1 to 5000")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     commits = args.commits
-    if args.backend in ("postgres", "both"):
-        commits = bench("postgres", args, None)
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if args.backend in ("sqlite", "both"):
-        if commits is None:
-            commits = commit_count_on_postgres(args.steps)
-        bench("sqlite", args, commits)
+    if commits is None:
+        commits, counts, idle_rate = commits_per_run(args.steps)
+        print(
+            f"commits per run: {commits} (COMMITs on the wire of a Postgres server, one run at"
+            f" a time on an idle server: {counts}, less {idle_rate:.1f}/s of idle polls)"
+        )
+    for backend in ["postgres", "sqlite"] if args.backend == "both" else [args.backend]:
+        bench(backend, args, commits)
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -132,9 +132,18 @@ def offline_us(buyers: int, decisions: int) -> float:
 
 
 class Server:
-    def __init__(self, backend: str, data_dir: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        data_dir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        route: Callable[[str], str] | None = None,
+    ) -> None:
+        """`route` maps the database's URL to the one the server connects to (a proxy's)."""
         self.backend = backend
         self.extra_env = env or {}
+        self.route = route
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -152,7 +161,8 @@ class Server:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}"')
                 conn.execute(f'CREATE DATABASE "{self.db_name}"')
             self.database_url = ADMIN_URL.rsplit("/", 1)[0] + "/" + self.db_name
-            env["DUCTOR_DATABASE_URL"] = self.database_url
+            route = self.route or (lambda url: url)
+            env["DUCTOR_DATABASE_URL"] = route(self.database_url)
             args = ["serve", "--migrate", "--port", str(self.port)]
         else:
             args = ["dev", "--port", str(self.port), "--data-dir", str(self.data_dir)]
