@@ -13,21 +13,23 @@ with its own `POST /v1/runs`.
    same on SQLite, so both backends use this count.
 2. Baseline: that many single-row UPDATE commits in sequence over one
    connection, against the benchmarked server's database (on SQLite, a file
-   beside the server's with its journal settings), timed many times.
+   beside the server's with its journal settings), timed many times; and, for
+   comparison, as many one-UPDATE transactions through the server's store code.
 3. Maximum throughput: `--burst` runs started by 8 clients, one request each
    at a time, timed from the first request to the last run's `finished_at`.
-4. Latency: `--runs` runs started one at a time at a steady pace of half that
-   rate (each request sent on schedule, not after the previous answer). A run's
-   latency is from the moment its request is sent to the moment a watcher sees
-   it succeeded: by default one query for every run in flight every
-   `--poll-ms` against the database, from a connection of its own (`--observe
-   api` polls `GET /v1/runs/{id}` per run instead). The latency to the run's
-   own `finished_at`, which costs no observation, is printed beside it.
+4. Latency: `--runs` runs started one at a time at a steady pace, half that
+   rate (`--fraction`), each request sent on schedule, not after the previous
+   answer. A run's latency is from the moment its request is sent to the
+   moment a watcher sees it succeeded: by default one query for every run in
+   flight every `--poll-ms` against the database, from a connection of its own
+   (`--observe api` polls `GET /v1/runs/{id}` per run instead). The latency to
+   the run's own `finished_at` (the time its last tick began), which costs no
+   observation, is printed beside it.
 
 The p50 and p99 are divided by the baseline's median; the targets are 2x and 3x.
 
     uv run python bench/latency.py [--backend postgres|sqlite|both] [--runs 500] [--burst 500]
-                                   [--steps 3] [--observe db|api] [--poll-ms 5]
+                                   [--steps 3] [--fraction 0.5] [--observe db|api] [--poll-ms 5]
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import psycopg
 from engine import chain
 from routing_server import ADMIN_URL, Server, percentile
 
+from ductor_server.storage import open_store
 from ductor_server.testing import CommitCounter
 
 SUCCEEDED = "RUN_STATUS_SUCCEEDED"
@@ -59,6 +62,7 @@ COUNT_RUNS = 10
 COUNT_IDLE = 3.0  # seconds of an idle server, to subtract its polls
 COUNT_SETTLE = 0.2  # seconds after a run ended in which its commits are still counted
 BASELINE_SAMPLES = 300
+STORE_SAMPLES = 100
 IDLE_RUNS = 50
 PHASE_TIMEOUT = 120.0  # seconds any one phase may take beyond its schedule
 
@@ -230,6 +234,34 @@ def baseline_ms(server: Server, commits: int) -> list[float]:
     return samples
 
 
+async def store_baseline_ms(target: str | Path, commits: int) -> list[float]:
+    """Milliseconds of `commits` one-UPDATE transactions in sequence through the
+    server's own store code (its pool or thread, BEGIN, UPDATE, COMMIT)."""
+    store = open_store(target)
+    await store.open()
+    samples = []
+    try:
+        async with store.transaction() as tx:
+            await tx.session.execute(
+                "CREATE TABLE bench_latency_store (id integer PRIMARY KEY, v bigint)"
+            )
+            await tx.session.execute("INSERT INTO bench_latency_store VALUES (1, 0)")
+        for n in range(STORE_SAMPLES + 1):
+            started = time.perf_counter()
+            for _ in range(commits):
+                async with store.transaction() as tx:
+                    await tx.session.execute(
+                        "UPDATE bench_latency_store SET v = v + 1 WHERE id = %s", (1,)
+                    )
+            if n:  # the first one warms up
+                samples.append((time.perf_counter() - started) * 1000)
+        async with store.transaction() as tx:
+            await tx.session.execute("DROP TABLE bench_latency_store")
+    finally:
+        await store.close()
+    return samples
+
+
 # --- 3. maximum throughput ---------------------------------------------------------
 
 
@@ -374,6 +406,13 @@ def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
             f"  baseline: {commits} single-row UPDATE commits in sequence, one connection:"
             f" p50 {b50:.2f} ms, p99 {b99:.2f} ms ({len(base)} samples)"
         )
+        through = server.database_url or server.data_dir / "baseline.db"
+        store = asyncio.run(store_baseline_ms(through, commits))
+        s50, s99 = percentile(store, 0.5), percentile(store, 0.99)
+        print(
+            f"  the same through the server's store code (BEGIN, UPDATE, COMMIT):"
+            f" p50 {s50:.2f} ms, p99 {s99:.2f} ms ({len(store)} samples)"
+        )
         rate, seconds = asyncio.run(max_throughput(server, api_key, args.burst))
         print(
             f"  max throughput: {rate:.1f} runs/s ({args.burst} runs, {BURST_CLIENTS} clients,"
@@ -382,7 +421,7 @@ def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
         alone, _, _ = asyncio.run(
             paced_latency(server, api_key, None, IDLE_RUNS, args.observe, args.poll_ms)
         )
-        pace = rate / 2
+        pace = rate * args.fraction
         observed, recorded, polls = asyncio.run(
             paced_latency(server, api_key, pace, args.runs, args.observe, args.poll_ms)
         )
@@ -404,6 +443,12 @@ def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
     r50, r90, r99 = (percentile(recorded, q) for q in (0.5, 0.9, 0.99))
     print(f"    observed       p50 {p50:6.1f} ms  p90 {p90:6.1f} ms  p99 {p99:6.1f} ms")
     print(f"    to finished_at p50 {r50:6.1f} ms  p90 {r90:6.1f} ms  p99 {r99:6.1f} ms")
+    tenth = max(1, len(observed) // 10)
+    first, last = percentile(observed[:tenth], 0.5), percentile(observed[-tenth:], 0.5)
+    print(
+        f"    p50 of the first {tenth} runs {first:.1f} ms, of the last {tenth} {last:.1f} ms"
+        " (a rise says the pace is more than the server keeps up with)"
+    )
     met = {True: "met", False: "not met"}
     print(
         f"  ratio to the baseline's p50: p50 {p50 / b50:.1f}x (target 2x: {met[p50 / b50 <= 2]}),"
@@ -417,14 +462,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--burst", type=int, default=500, help="runs to measure the maximum")
     parser.add_argument("--runs", type=int, default=500, help="runs to measure the latency")
+    parser.add_argument(
+        "--fraction", type=float, default=0.5, help="of the maximum throughput, the pace"
+    )
     parser.add_argument("--observe", choices=["db", "api"], default="db")
     parser.add_argument("--poll-ms", type=float, default=5.0)
     parser.add_argument(
         "--commits", type=int, default=None, help="commits per run, instead of counting them"
     )
     args = parser.parse_args()
-    if not (1 <= args.runs <= 5000 and 1 <= args.burst <= 5000):
-        raise SystemExit("--runs and --burst go from 1 to 5000")
+    if not (1 <= args.runs <= 5000 and 1 <= args.burst <= 5000 and 0 < args.fraction <= 1):
+        raise SystemExit("--runs and --burst go from 1 to 5000, --fraction from 0 to 1")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     commits = args.commits
     if commits is None:
