@@ -22,7 +22,8 @@ with its own `POST /v1/runs`.
    answer. A run's latency is from the moment its request is sent to the
    moment a watcher sees it succeeded: by default one query for every run in
    flight every `--poll-ms` against the database, from a connection of its own
-   (`--observe api` polls `GET /v1/runs/{id}` per run instead). The latency to
+   (`--observe api` polls `GET /v1/runs/{id}` per run instead: requests the
+   server serves alongside the runs, enough to overload it). The latency to
    the run's own `finished_at` (the time its last tick began), which costs no
    observation, is printed beside it.
 
