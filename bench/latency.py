@@ -184,8 +184,9 @@ async def _count(
         for i in range(COUNT_RUNS):
             before, started = counter.commits, time.perf_counter()
             run_id = await trigger(http, -2 - i)
-            while not db.ended([run_id]):  # noqa: ASYNC110 (the database is what we watch)
-                await asyncio.sleep(0.001)
+            async with asyncio.timeout(PHASE_TIMEOUT):
+                while not db.ended([run_id]):  # noqa: ASYNC110 (the database is what we watch)
+                    await asyncio.sleep(0.001)
             await asyncio.sleep(COUNT_SETTLE)  # the looks the loops take after it ended
             idle = idle_rate * (time.perf_counter() - started)
             counts.append(round(counter.commits - before - idle))
@@ -363,7 +364,8 @@ async def paced_latency(
                     await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
                     tasks.append(asyncio.create_task(one(i)))
                 else:
-                    await samples[await one(i)].done.wait()
+                    async with asyncio.timeout(PHASE_TIMEOUT):
+                        await samples[await one(i)].done.wait()
             await asyncio.wait_for(asyncio.gather(*tasks), PHASE_TIMEOUT)
             all_sent.set()
             if watcher is not None:
