@@ -132,9 +132,18 @@ def offline_us(buyers: int, decisions: int) -> float:
 
 
 class Server:
-    def __init__(self, backend: str, data_dir: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        data_dir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        route: Callable[[str], str] | None = None,
+    ) -> None:
+        """`route` maps the database's URL to the one the server connects to (a proxy's)."""
         self.backend = backend
         self.extra_env = env or {}
+        self.route = route
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -152,7 +161,8 @@ class Server:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}"')
                 conn.execute(f'CREATE DATABASE "{self.db_name}"')
             self.database_url = ADMIN_URL.rsplit("/", 1)[0] + "/" + self.db_name
-            env["DUCTOR_DATABASE_URL"] = self.database_url
+            route = self.route or (lambda url: url)
+            env["DUCTOR_DATABASE_URL"] = route(self.database_url)
             args = ["serve", "--migrate", "--port", str(self.port)]
         else:
             args = ["dev", "--port", str(self.port), "--data-dir", str(self.data_dir)]
@@ -170,6 +180,7 @@ class Server:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.__exit__()  # __exit__ is not called when __enter__ raises
                 raise SystemExit(f"{self.backend} server did not start")
             time.sleep(0.1)
         return self
@@ -191,7 +202,11 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            self.proc.wait(timeout=15)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
         if self.database_url is not None:
             import psycopg
 

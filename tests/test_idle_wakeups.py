@@ -12,17 +12,15 @@ because Redis pub/sub woke it.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import socket
-import threading
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
 from ductor_server.settings import IDLE_POLL_INTERVAL
+from ductor_server.testing import CommitCounter
 
 from .conftest import ServerProcess
 
@@ -32,60 +30,6 @@ pytestmark = pytest.mark.serial
 WINDOW = 20.0
 SETTLE = 3.0
 LOOPS = 4  # coordinator, workers, timers, the email outbox: one transaction per look each
-
-
-class CommitCounter:
-    """A loopback TCP proxy in front of Postgres that counts the COMMITs its
-    clients send. Postgres' own `pg_stat_database.xact_commit` also counts
-    transactions an idle backend runs to catch up on other databases' catalog
-    changes: on a machine where other suites create and drop databases all the
-    time that is noise of tens per second, so the wire is the exact measure."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.commits = 0
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def url(self, database_url: str) -> str:
-        parts = urlsplit(database_url)
-        netloc = parts.netloc.rsplit("@", 1)
-        host = f"127.0.0.1:{self.port}"
-        return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) > 1 else host))
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
-        tail = b""
-        try:
-            while chunk := src.recv(65536):
-                if count:
-                    seen = tail + chunk
-                    with self._lock:
-                        self.commits += seen.count(b"COMMIT\x00")
-                    tail = chunk[-6:]  # a COMMIT split across two reads is still seen once
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
 
 
 def _check_idle(make: Callable[[str], ServerProcess], postgres_url: str) -> None:

@@ -1,22 +1,26 @@
 """Testing against the app in process: `served` runs a composition under Litestar's
 test client with two tenants ("tenant-a" and "tenant-b") and their API keys, and
 `TenantApi` calls it as either tenant; `serve_process` runs a real `ductor
-serve` process instead. For the project's own suites and for applications that
+serve` process instead; `CommitCounter` counts the commits a process sends to
+Postgres. For the project's own suites and benchmarks and for applications that
 embed the server; nothing else imports this module."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from litestar.testing import AsyncTestClient
@@ -167,4 +171,61 @@ def serve_process(
         proc.wait(timeout=15)
 
 
-__all__ = ["ServedProcess", "TenantApi", "free_port", "serve_process", "served"]
+class CommitCounter:
+    """A loopback TCP proxy in front of Postgres that counts the COMMITs its
+    clients send. Postgres' own `pg_stat_database.xact_commit` also counts
+    transactions an idle backend runs to catch up on other databases' catalog
+    changes: on a machine where other suites create and drop databases all the
+    time that is noise of tens per second, so the wire is the exact measure."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        """Listen on a free port of 127.0.0.1 and forward each connection to `target`."""
+        self.target = target
+        self.commits = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, database_url: str) -> str:
+        """`database_url` with its host and port replaced by the counter's."""
+        parts = urlsplit(database_url)
+        netloc = parts.netloc.rsplit("@", 1)
+        host = f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) > 1 else host))
+
+    def close(self) -> None:
+        """Stop accepting connections (those open stay open until their ends close)."""
+        self._closed = True
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
+        tail = b""
+        try:
+            while chunk := src.recv(65536):
+                if count:
+                    seen = tail + chunk
+                    with self._lock:
+                        self.commits += seen.count(b"COMMIT\x00")
+                    tail = chunk[-6:]  # a COMMIT split across two reads is still seen once
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+__all__ = ["CommitCounter", "ServedProcess", "TenantApi", "free_port", "serve_process", "served"]
