@@ -150,10 +150,12 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class ScriptedUpstream:
-    """The upstream; `requests` keeps (path, authorization, body) of every request."""
+    """The upstream; `requests` keeps (path, authorization, body) of every request,
+    `headers` the headers of each (names in lower case)."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.headers: list[dict[str, str]] = []
         self.gate = threading.Event()
         self.gate_released_by_caller: bool | None = None
         self.quiet = False
@@ -180,6 +182,7 @@ class ScriptedUpstream:
                 auth = self.headers.get("authorization", "")
                 if not upstream.quiet:
                     upstream.requests.append((self.path, auth, body))
+                    upstream.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if auth != f"Bearer {UPSTREAM_KEY}":
                     return self._json(401, {"error": {"message": "bad key", "type": "auth"}})
                 if self.path.endswith("/embeddings"):

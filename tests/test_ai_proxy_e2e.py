@@ -59,6 +59,19 @@ def _setup(http: httpx.Client, upstream: ScriptedUpstream, name: str = "llm") ->
     assert answer.status_code == 200, answer.text
 
 
+def _only_ductors_headers(headers: dict[str, str]) -> None:
+    """What Ductor sent upstream: the connection's key and the body's type, and none of
+    the caller's headers (its own, its cookie, the `openai` client's `X-Stainless-*`
+    and user agent)."""
+    assert headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+    assert headers["content-type"].startswith("application/json")
+    assert "x-caller-secret" not in headers
+    assert "cookie" not in headers
+    assert "openai-organization" not in headers
+    assert not [name for name in headers if name.startswith("x-stainless")]
+    assert "openai" not in headers.get("user-agent", "").lower()
+
+
 def _start(server: ServerProcess) -> ServerProcess:
     if server.database_url:  # `ductor dev` makes its own secret key; `serve` is given one
         server.extra_env["DUCTOR_SECRET_KEYS"] = new_secret_key("k1")
@@ -94,7 +107,9 @@ def test_chat_stream_embeddings_cost_and_records(
 
     # A whole chat: the upstream's answer, its cost in a header, the record behind it.
     raw = client.chat.completions.with_raw_response.create(
-        model="echo", messages=[{"role": "user", "content": "hi there"}]
+        model="echo",
+        messages=[{"role": "user", "content": "hi there"}],
+        extra_headers={"X-Caller-Secret": "s3cret", "Cookie": "session=1"},
     )
     completion = raw.parse()
     assert completion.choices[0].message.content == "echo: hi there"
@@ -106,6 +121,7 @@ def test_chat_stream_embeddings_cost_and_records(
     sent = upstream.requests[-1]
     assert sent[0] == "/v1/chat/completions"
     assert sent[1] == f"Bearer {UPSTREAM_KEY}"
+    _only_ductors_headers(upstream.headers[-1])
     with server.client() as http:
         record = http.get(f"/v1/ai/requests/{request_id}").json()
     assert record["model"] == "echo"
@@ -169,6 +185,10 @@ def test_chat_stream_embeddings_cost_and_records(
     assert [d.embedding for d in embedded.data] == [[0.5, -0.25, 0.125]] * 2
     assert raw_embed.headers["ductor-cost-micros"] == "1"  # 4 tokens * 0.1 micros, rounded up
 
+    # No caller's header reached the upstream, on any call (streams and embeddings too).
+    for headers in upstream.headers:
+        _only_ductors_headers(headers)
+
     # The meters counted every call.
     with server.client() as http:
         usage = {
@@ -221,6 +241,25 @@ def test_chat_stream_embeddings_cost_and_records(
     with server.client() as http:
         page = http.get("/v1/ai/requests", params={"limit": 500}).json()
     assert len(page["items"]) == 21
+
+    # A connection's organization is sent as `OpenAI-Organization`, never the caller's.
+    with server.client() as http:
+        answer = http.post(
+            "/v1/connections",
+            json={
+                "name": "org",
+                "provider": "openai",
+                "config": {"base_url": upstream.url, "organization": "org-ductor"},
+                "secrets": {"api_key": UPSTREAM_KEY},
+            },
+        )
+        assert answer.status_code == 201, answer.text
+    client.chat.completions.create(
+        model="echo",
+        messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"Ductor-Connection": "org", "OpenAI-Organization": "org-caller"},
+    )
+    assert upstream.headers[-1]["openai-organization"] == "org-ductor"
 
 
 def test_budget_refuses_before_the_upstream_sees_it(

@@ -319,6 +319,10 @@ def test_mcp_tools_need_the_scope_of_their_rest_call(served: ServerProcess) -> N
     reader = _key(served, admin, "read")["key"]
     listed = _mcp(served, producer, "tools/list", {})["tools"]
     assert sorted(t["name"] for t in listed) == ["send_event", "send_signal"]
+    unknown = _mcp(served, producer, "tools/call", {"name": "nope", "arguments": {}})
+    assert unknown["isError"]
+    assert unknown["structuredContent"]["code"] == "request.invalid"
+    assert unknown["structuredContent"]["details"]["tools"] == ["send_event", "send_signal"]
     sent = _mcp(served, producer, "tools/call", {"name": "send_event", "arguments": {"name": "e"}})
     assert not sent.get("isError"), sent
     refused = _mcp(served, reader, "tools/call", {"name": "send_event", "arguments": {"name": "e"}})

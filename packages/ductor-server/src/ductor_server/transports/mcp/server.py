@@ -166,16 +166,18 @@ def build_server(
     async def on_call_tool(
         ctx: ServerRequestContext[Services, Any], params: CallToolRequestParams
     ) -> CallToolResult:
+        caller = caller_of(ctx)
         tool = TOOLS_BY_NAME.get(params.name)
         if tool is None:
+            # The tools this key may call, as `tools/list` shows them.
+            callable_tools = sorted(t.name for t in TOOLS if caller.may(tool_scope(t)))
             return tool_error(
                 {
                     "code": "request.invalid",
                     "message": f"no tool named {params.name!r}",
-                    "details": {"tool": params.name, "tools": sorted(TOOLS_BY_NAME)},
+                    "details": {"tool": params.name, "tools": callable_tools},
                 }
             )
-        caller = caller_of(ctx)
         try:
             caller.require(tool_scope(tool))
             args = decode_arguments(params.arguments, tool.arguments)
