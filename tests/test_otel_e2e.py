@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,11 @@ from ductor.asgi import serve_asgi
 from ductor.protocol import BRIDGE_PATH, SigningKeys
 from ductor_server import Settings, create_app
 from ductor_server.cli_server import create_key
-from ductor_server.composition import Composition, build
+from ductor_server.composition import Composition, build, build_services
+from ductor_server.engine.actions import ActionCall, default_registry
+from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy
+from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.storage import open_store
 from ductor_server.telemetry.setup import setup_from_env, wanted
 from ductor_server.testing import serve_process
@@ -641,3 +645,78 @@ def test_malformed_or_huge_trace_headers_start_a_new_trace(world: World) -> None
             assert trace_id == "1" * 32  # continued, without the bad tracestate
         else:
             assert trace_id != "0" * 32
+
+
+def test_a_quarantined_attempt_is_counted_and_timed(tmp_path: Path) -> None:
+    """A task leased once more after its worker died with it (`poison_after=1`)
+    is quarantined: `ductor.attempts.poisoned` counts it, under the same
+    attribute names as the other instruments, and its attempt is timed with
+    outcome `poisoned`."""
+    _install_providers()
+    tenant = "t_poison"
+    config = RuntimeConfig(poll_interval=0.05, lease_seconds=30.0, stop_grace=2.0, poison_after=1)
+    ran: list[str] = []
+
+    async def doomed(call: ActionCall) -> Any:
+        ran.append(call.run_id)
+        return {"ran": True}
+
+    async def quarantine() -> str:
+        clock = ManualClock()
+        actions = default_registry()
+        actions.register_action("doomed", doomed)
+        store = open_store(tmp_path / "poison.db")
+        await store.open()
+        try:
+            await store.migrate()
+            async with store.transaction() as tx:
+                await tx.ensure_tenant(tenant, name="Poison", now=clock.now())
+            async with Runtime.start(
+                store, roles=["coordinator", "timer"], config=config, clock=clock, actions=actions
+            ) as runtime:
+                services = build_services(runtime)
+                definition = {
+                    "family_slug": "doomed",
+                    "steps": [
+                        {"ref": "work", "type": "STEP_TYPE_ACTION", "args": {"action": "doomed"}}
+                    ],
+                    "edges": [],
+                }
+                await services.workflows.publish(tenant, definition)
+                run = (await services.runs.trigger(tenant, "doomed", None, {}, None)).value
+                # A worker that dies holding the task: its lease is taken, then lapses.
+                deadline = time.monotonic() + TIMEOUT
+                while True:
+                    async with store.transaction() as tx:
+                        leased = await tx.lease_tasks(
+                            owner="dead-0",
+                            limit=1,
+                            lease_for=timedelta(seconds=30),
+                            now=clock.now(),
+                        )
+                    if leased:
+                        break
+                    assert time.monotonic() < deadline, "the task was never queued"
+                    await asyncio.sleep(0.01)
+                clock.advance(timedelta(seconds=config.lease_seconds + 1))
+                async with Runtime.start(
+                    store, roles=["worker"], config=config, clock=clock, actions=actions
+                ) as workers:
+                    while not (view := await services.runs.get(tenant, run.id)).status.terminal:
+                        assert time.monotonic() < deadline, view
+                        await asyncio.sleep(0.01)
+                    assert workers.workers.poisoned == 1
+                [step] = view.steps
+                assert step.error is not None
+                return step.error.code
+        finally:
+            await store.close()
+
+    assert asyncio.run(quarantine()) == "attempt.poisoned"
+    assert ran == []  # quarantined, never run
+    [poisoned] = _where(_points("ductor.attempts.poisoned"), ductor__tenant=tenant)
+    assert poisoned.attributes == {"ductor.tenant": tenant, "ductor.handler": "action:doomed"}
+    assert poisoned.value == 1
+    [timed] = _where(_points("ductor.attempt.duration"), ductor__handler="action:doomed")
+    assert timed.attributes["ductor.outcome"] == "poisoned"
+    assert timed.count == 1

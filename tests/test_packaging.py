@@ -212,7 +212,9 @@ def test_the_environment_imports_nothing_from_the_checkout(installed: Installed)
 
 @pytest.fixture
 def dev_server(installed: Installed) -> Iterator[tuple[Path, int]]:
-    """`ductor dev` of the installed environment, in a directory outside the checkout."""
+    """`ductor dev` of the installed environment, in a directory outside the checkout,
+    with telemetry asked for (`OTEL_EXPORTER_OTLP_ENDPOINT`) but without the `otel`
+    extra installed."""
     run_dir = installed.work / "run"
     run_dir.mkdir(exist_ok=True)
     port = free_port()
@@ -220,7 +222,7 @@ def dev_server(installed: Installed) -> Iterator[tuple[Path, int]]:
         proc = subprocess.Popen(
             [str(installed.bin / "ductor"), "dev", "--port", str(port)],
             cwd=run_dir,
-            env=clean_env(),
+            env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9"),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -279,6 +281,10 @@ def test_ductor_dev_runs_the_hello_world_from_the_wheels(
     assert '"waited_until"' in done.stdout
     assert '"message":"hello"' in done.stdout.replace(" ", "")
     assert "Traceback" not in log
+    # docs/observability.md: without the SDK, one warning naming the extra, and
+    # the server runs without telemetry.
+    assert "its SDK is not installed: install ductor-server[otel]; telemetry stays off" in log
+    assert "OpenTelemetry: service" not in log
 
 
 def test_the_sdk_wheel_stands_alone(installed: Installed) -> None:

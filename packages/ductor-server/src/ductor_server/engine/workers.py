@@ -260,7 +260,7 @@ class Workers:
     def _quarantine(self, task: TaskRecord, started: datetime) -> AttemptRecord:
         """The failed attempt of a task that killed its process too often."""
         self.poisoned += 1
-        poisoned_counter.add(1, {"tenant": task.tenant_id, "handler": task.handler})
+        poisoned_counter.add(1, {"ductor.tenant": task.tenant_id, "ductor.handler": task.handler})
         item = "" if task.item_index < 0 else f" item {task.item_index}"
         log.error(
             "quarantined task %s (tenant %s, run %s, step %s%s, handler %s, attempt %d):"
