@@ -51,14 +51,37 @@ def _mark_leaves(parser: argparse.ArgumentParser) -> None:
             _mark_leaves(child)
 
 
+def parse_command(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """Parse a command line, with options allowed between a command's positionals.
+
+    argparse gives an optional positional (`DATA` of `events send NAME [DATA]`)
+    only the words right after the ones before it, so `events send NAME --api-key
+    K DATA` would leave `DATA` over; such leftovers fill the command's unfilled
+    optional positionals in order. Anything still left is a usage error shown
+    with that command's usage.
+    """
+    args, extra = parser.parse_known_args(argv)
+    leaf: argparse.ArgumentParser = getattr(args, "usage_parser", parser)
+    for action in leaf._actions:
+        if not extra or extra[0].startswith("-"):
+            break
+        if action.option_strings or action.nargs != "?":
+            continue
+        if getattr(args, action.dest, None) == action.default:
+            word = extra.pop(0)
+            setattr(args, action.dest, action.type(word) if callable(action.type) else word)
+    if extra:
+        # e.g. `ductor events send NAME DATA extra`: say so with that command's usage.
+        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ductor` console script."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        # e.g. `ductor events send NAME DATA extra`: say so with that command's usage.
-        leaf: argparse.ArgumentParser = getattr(args, "usage_parser", parser)
-        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
+    args = parse_command(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

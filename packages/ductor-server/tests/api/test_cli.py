@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ductor_server.cli import build_parser, main
+from ductor_server.cli import build_parser, main, parse_command
 from ductor_server.cli_client import (
     ApiClient,
     ClientError,
@@ -210,7 +210,7 @@ def _send_event(argv: list[str]) -> dict[str, Any]:
         sent.append(json.loads(request.content))
         return httpx.Response(200, json={"event_id": "e1", "started": [], "delivered": []})
 
-    args = build_parser().parse_args(["events", "send", *argv])
+    args = parse_command(build_parser(), ["events", "send", *argv])
     client = ApiClient("http://test", "k", transport=httpx.MockTransport(handler))
     assert args.client_func(client, args, io.StringIO()) == 0
     return sent[0]
@@ -224,6 +224,9 @@ def test_event_data_may_be_positional_or_a_flag() -> None:
     }
     assert _send_event(["order.created", "--data", '{"id": 8}'])["data"] == {"id": 8}
     assert _send_event(["order.created"])["data"] is None
+    # Options may stand between the name and the data.
+    sent = _send_event(["order.created", "--url", "http://test", '{"id": 9}'])
+    assert sent["data"] == {"id": 9}
 
 
 def test_event_data_given_twice_or_not_json_is_refused(
