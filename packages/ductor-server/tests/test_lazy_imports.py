@@ -1,5 +1,5 @@
-"""The idle server holds no library it has not used: cel-python, Redis and Connect-RPC
-load on first use, and then work.
+"""The idle server holds no library it has not used: cel-python, Redis, Connect-RPC
+and (without receipt or secret keys) cryptography load on first use, and then work.
 
 Each check runs in a fresh interpreter (this test process has imported
 everything already): it builds the app as `ductor dev` does, on the embedded
@@ -25,6 +25,7 @@ DEFERRED = {
     "redis": "only with DUCTOR_REDIS_URL",
     "connectrpc": "the first Connect-RPC request",
     "protobuf": "the first Connect-RPC request",
+    "cryptography": "receipt signing and connection secret keys",
 }
 
 IDLE_SERVER = """
@@ -47,9 +48,13 @@ def held():
 
 settings = Settings.from_env(data_dir=Path(sys.argv[1]), migrate_on_start=True)
 key, _ = asyncio.run(ensure_dev_key(settings))
+report = {}
+# As `ductor serve` on the embedded store without keys, then as `ductor dev`.
+with TestClient(create_app(composition=build(settings))) as client:
+    assert client.get("/readyz").status_code == 200
+    report["idle_without_keys"] = held()
 settings, _, _ = ensure_dev_receipt_keys(settings)
 settings, _, _ = ensure_dev_secret_keys(settings)
-report = {}
 with TestClient(create_app(composition=build(settings))) as client:
     assert client.get("/readyz").status_code == 200
     auth = {"Authorization": f"Bearer {key}"}
@@ -83,6 +88,7 @@ print(json.dumps(report))
 class Report(TypedDict):
     """What the probe saw: the deferred libraries held at each point, and answers."""
 
+    idle_without_keys: list[str]
     idle: list[str]
     connect_status: int
     after_connect: list[str]
@@ -110,7 +116,13 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
 
 
 def test_the_idle_server_holds_none_of_the_deferred_libraries(report: Report) -> None:
-    assert report["idle"] == [], {name: DEFERRED[name] for name in report["idle"]}
+    held = report["idle_without_keys"]
+    assert held == [], {name: DEFERRED[name] for name in held}
+
+
+def test_with_the_dev_keys_only_cryptography_is_loaded(report: Report) -> None:
+    # `ductor dev` reads its receipt and secret keys at start: they need cryptography.
+    assert report["idle"] == ["cryptography"]
 
 
 def test_a_connect_call_loads_connect_rpc_and_is_answered(report: Report) -> None:
