@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import (
     ARGS_BY_TYPE,
@@ -41,7 +43,6 @@ from ductor_core.durations import format_duration, parse_duration
 from ductor_core.errors import DefinitionError, DuctorError, DurationError, ExpressionError
 from ductor_core.expressions import (
     BoundVariables,
-    CelPyEngine,
     CelRustEngine,
     CompiledExpression,
     ExpressionEngine,
@@ -89,6 +90,9 @@ from ductor_core.validation import (
     validate_definition,
     validate_definition_json,
 )
+
+if TYPE_CHECKING:
+    from ductor_core.expressions import CelPyEngine
 
 __version__ = "0.1.0"
 
@@ -190,3 +194,12 @@ __all__ = [
     "validate_definition",
     "validate_definition_json",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # cel-python is loaded on first use (see `ductor_core.expressions`).
+    if name == "CelPyEngine":
+        from ductor_core.expressions import CelPyEngine
+
+        return CelPyEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-
-from redis.asyncio import Redis
+from typing import TYPE_CHECKING
 
 from ductor.protocol import SigningKeys
 from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
@@ -31,12 +30,10 @@ from ductor_server.connections import HANDLER as CONNECTION_HANDLER
 from ductor_server.connections import ConnectionCalls, SecretKeys, load_secret_keys
 from ductor_server.engine.actions import ActionRegistry, HttpAction, default_registry
 from ductor_server.engine.clock import Clock
-from ductor_server.engine.inboxfeed import InboxFeed, RedisInboxFeed
+from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.offload import add_worker_setup
 from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.queue import WakeUp
-from ductor_server.engine.redisqueue import RedisFairQueue
-from ductor_server.engine.rediswake import RedisWakeUp
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.engine.taskqueue import TaskQueue
 from ductor_server.extensions import (
@@ -91,6 +88,9 @@ from ductor_server.services.wallets import WalletService
 from ductor_server.settings import Settings
 from ductor_server.storage import Store, open_store
 from ductor_settlement import KeyRing
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,6 +384,13 @@ def build(
         fairness=settings.fairness,
     )
     if settings.redis_url:
+        # Only a process with Redis configured loads redis and the modules over it.
+        from redis.asyncio import Redis
+
+        from ductor_server.engine.redisinbox import RedisInboxFeed
+        from ductor_server.engine.redisqueue import RedisFairQueue
+        from ductor_server.engine.rediswake import RedisWakeUp
+
         redis = Redis.from_url(settings.redis_url)
         wakeup = RedisWakeUp(redis, prefix=settings.redis_prefix)
         inbox_feed = RedisInboxFeed(redis, prefix=settings.redis_prefix)

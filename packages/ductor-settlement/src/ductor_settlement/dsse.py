@@ -35,19 +35,9 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-)
 
 from ductor_settlement.errors import (
     BadSignature,
@@ -56,6 +46,14 @@ from ductor_settlement.errors import (
     UnknownKey,
     WrongPayloadType,
 )
+
+# cryptography is imported by the functions that sign, verify or read keys: a
+# process that never does (a server without receipt keys) does not load it.
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 __all__ = [
     "Envelope",
@@ -73,7 +71,7 @@ __all__ = [
     "verify",
 ]
 
-PublicKeys = Mapping[str, Ed25519PublicKey]
+PublicKeys = Mapping[str, "Ed25519PublicKey"]
 """Public keys by key id: all a verifier needs."""
 
 
@@ -142,6 +140,8 @@ def decode_envelope(data: bytes | str) -> Envelope:
 
 def key_id_for(public_key: Ed25519PublicKey) -> str:
     """A key id derived from the public key: the first 16 hex digits of SHA-256 of its raw bytes."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     raw = public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()[:16]
 
@@ -161,6 +161,8 @@ class SigningKey:
     @classmethod
     def generate(cls, kid: str | None = None) -> SigningKey:
         """A fresh random key; its key id defaults to `key_id_for` its public key."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         private = Ed25519PrivateKey.generate()
         return cls(kid or key_id_for(private.public_key()), private)
 
@@ -175,11 +177,19 @@ class SigningKey:
             raise InvalidKey(
                 f"an Ed25519 seed is 32 bytes, not {len(seed)}", details={"length": len(seed)}
             )
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         private = Ed25519PrivateKey.from_private_bytes(seed)
         return cls(kid or key_id_for(private.public_key()), private)
 
     def seed(self) -> bytes:
         """The 32-byte raw private key, to store (encrypted) and restore with `from_seed`."""
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+        )
+
         return self._private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
 
     @property
@@ -225,6 +235,8 @@ def verify(
         BadSignature: a signature by a known key does not verify.
         WrongPayloadType: the signed type is not `payload_type`.
     """
+    from cryptography.exceptions import InvalidSignature
+
     payload = envelope.payload_bytes()
     if not envelope.signatures:
         raise MalformedEnvelope("the envelope has no signatures", details={})
@@ -355,6 +367,8 @@ class _Jwks(msgspec.Struct, frozen=True, kw_only=True):
 
 def export_public_keys(public_keys: PublicKeys) -> bytes:
     """`public_keys` as a JWK Set, keys in key-id order."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     jwks = _Jwks(
         keys=tuple(
             _Jwk(
@@ -380,6 +394,8 @@ def load_public_keys(data: bytes | str) -> dict[str, Ed25519PublicKey]:
         InvalidKey: not a JWK Set, a key that is not Ed25519, a bad ``x``, or a
             key id that appears twice.
     """
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         jwks = msgspec.json.decode(data, type=_Jwks)
     except msgspec.DecodeError as exc:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ductor_core.expressions._cel_rust_engine import (
     CEL_RUST_ENGINE_NAME,
@@ -28,13 +28,8 @@ from ductor_core.expressions._cel_rust_engine import (
     CelRustEngine,
     CelRustProgram,
 )
-from ductor_core.expressions._celpy_engine import (
-    CELPY_ENGINE_NAME,
-    CelPyBoundVariables,
-    CelPyEngine,
-    CelPyProgram,
-)
 from ductor_core.expressions._cost import CostEstimate, estimate_cost
+from ductor_core.expressions._engine_base import CELPY_ENGINE_NAME
 from ductor_core.expressions._functions import (
     BUILTIN_FUNCTIONS,
     MACROS,
@@ -53,6 +48,13 @@ from ductor_core.expressions._limits import (
 )
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json
+
+if TYPE_CHECKING:
+    from ductor_core.expressions._celpy_engine import (
+        CelPyBoundVariables,
+        CelPyEngine,
+        CelPyProgram,
+    )
 
 __all__ = [
     "BUILTIN_FUNCTIONS",
@@ -194,6 +196,8 @@ def engine_by_name(name: str) -> ExpressionEngine:
         engine = _engines.get(name)
         if engine is None:
             if name == CELPY_ENGINE_NAME:
+                from ductor_core.expressions._celpy_engine import CelPyEngine
+
                 engine = CelPyEngine()
             elif name == CEL_RUST_ENGINE_NAME:
                 engine = CelRustEngine()
@@ -208,3 +212,16 @@ def engine_by_name(name: str) -> ExpressionEngine:
 def default_engine() -> ExpressionEngine:
     """The process-wide default engine: cel-python, the reference."""
     return engine_by_name(CELPY_ENGINE_NAME)
+
+
+# cel-python (celpy, lark, pendulum) is loaded on first use: a server on the
+# cel-rust engine never needs it.
+_CELPY_NAMES = frozenset({"CelPyBoundVariables", "CelPyEngine", "CelPyProgram"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CELPY_NAMES:
+        from ductor_core.expressions import _celpy_engine
+
+        return getattr(_celpy_engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

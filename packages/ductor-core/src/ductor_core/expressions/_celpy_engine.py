@@ -25,6 +25,7 @@ from lark import Tree
 from ductor_core.errors import ExpressionError
 from ductor_core.expressions._cost import CostAnalysis, too_costly_error
 from ductor_core.expressions._engine_base import (
+    CELPY_ENGINE_NAME,
     CachedEngine,
     check_functions,
     clip_message,
@@ -41,9 +42,6 @@ from ductor_core.expressions._functions import (
 )
 from ductor_core.expressions._limits import CostLimits
 from ductor_core.expressions._values import Sizes, ValueConversionError, to_json, to_plain
-
-CELPY_ENGINE_NAME = "cel-python"
-
 
 # ---------------------------------------------------------------- values in
 

@@ -20,6 +20,9 @@ from ductor_core.expressions._values import ValueConversionError, to_json
 
 P = TypeVar("P")
 
+# Here rather than in the engine's module, so naming the engine loads no CEL library.
+CELPY_ENGINE_NAME = "cel-python"
+
 _MAX_MESSAGE = 300
 
 

@@ -24,9 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from ductor_server.connections.errors import SecretKeysInvalid
 
 KEY_BYTES = 32
@@ -130,6 +127,9 @@ class SecretKeys:
 
     def seal(self, plaintext: bytes, *, tenant_id: str, connection_id: str) -> Sealed:
         """Encrypt `plaintext` for one connection under the newest key."""
+        # cryptography loads with the first secret sealed or opened, not at start.
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         key = self.newest
         nonce = os.urandom(_NONCE_BYTES)
         box = AESGCM(key.key).encrypt(nonce, plaintext, _aad(tenant_id, connection_id))
@@ -143,6 +143,9 @@ class SecretKeys:
             KeyNotInRing: `sealed.kid` is not in the ring.
             Tampered: it does not decrypt (another row's, altered, or a wrong key).
         """
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         key = self._by_kid.get(sealed.kid)
         if key is None:
             raise KeyNotInRing(f"key {sealed.kid!r} is not among the server's secret keys")

@@ -28,9 +28,6 @@ import os
 import re
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
 from ductor_settlement import KeyRing, SigningKey, key_id_for
 
 KEYS_FILE_ENV = "DUCTOR_RECEIPT_KEYS"
@@ -102,6 +99,9 @@ def parse_inline_key(text: str) -> SigningKey:
     """
     stripped = text.strip()
     if stripped.startswith("-----BEGIN"):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
         try:
             private = load_pem_private_key(stripped.encode("ascii"), password=None)
         except (ValueError, TypeError, UnicodeEncodeError):

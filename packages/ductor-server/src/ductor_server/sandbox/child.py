@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from ductor_core.errors import ExpressionError
-from ductor_core.expressions import CelPyEngine, CelRustEngine, CostLimits, ExpressionEngine
+from ductor_core.expressions import CelRustEngine, CostLimits, ExpressionEngine
 from ductor_server.extensions.loader import install_cel_functions
 from ductor_server.sandbox.wire import HEADER, MAX_FRAME, Failure, Reply, decode_request, frame
 
@@ -57,6 +57,8 @@ def build_engine(name: str, limits: CostLimits) -> ExpressionEngine:
     if name == "cel-rust":
         return CelRustEngine(limits=limits)
     if name == "cel-python":
+        from ductor_core.expressions import CelPyEngine
+
         return CelPyEngine(limits=limits)
     raise ValueError(f"unknown expression engine {name!r}")
 

@@ -6,6 +6,8 @@ and mounted in the Litestar app (`POST /ductor.v1.<Service>/<Method>`). The
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ductor_server.transports.connect import (
     agent,
     integrations,
@@ -14,8 +16,11 @@ from ductor_server.transports.connect import (
     runs,
     settlement,
 )
-from ductor_server.transports.connect.endpoint import ConnectEndpoint, connect_error
+from ductor_server.transports.connect.endpoint import ConnectEndpoint
 from ductor_server.transports.connect.method import PACKAGE, Method
+
+if TYPE_CHECKING:
+    from ductor_server.transports.connect.server import connect_error
 
 METHODS: tuple[Method, ...] = (
     *runs.METHODS,
@@ -28,3 +33,12 @@ METHODS: tuple[Method, ...] = (
 """Every Connect method, by service in the order of the docs."""
 
 __all__ = ["METHODS", "PACKAGE", "ConnectEndpoint", "Method", "connect_error"]
+
+
+def __getattr__(name: str) -> Any:
+    # `connect_error` needs connectrpc, which loads on the first Connect request.
+    if name == "connect_error":
+        from ductor_server.transports.connect.server import connect_error
+
+        return connect_error
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
