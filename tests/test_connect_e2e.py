@@ -605,6 +605,18 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
         status, error = refused(huge)
         assert status == 429
         assert error["code"] == "resource_exhausted"
+        limit = http.post("/v1/runs", content=huge).json()
+        assert limit["code"] == "request.too_large"
+        assert error["details"][0]["debug"] == {"code": limit["code"], "details": limit["details"]}
+
+        def chunks() -> Iterator[bytes]:
+            # No content-length: the bytes read pass the limit.
+            for start in range(0, len(huge), 65536):
+                yield huge[start : start + 65536]
+
+        streamed = http.post("/ductor.v1.RunService/TriggerRun", content=chunks(), headers=JSON)
+        assert streamed.status_code == 429
+        assert streamed.json()["details"][0]["debug"]["code"] == "request.too_large"
 
         status, error = refused(b'{"family_slug": "x"}', **{"Idempotency-Key": "k" * 300})
         assert error["details"][0]["debug"]["details"] == {"header": "Idempotency-Key"}

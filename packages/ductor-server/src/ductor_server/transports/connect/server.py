@@ -27,7 +27,7 @@ from ductor_server.transports.connect.method import PACKAGE, Method
 from ductor_server.transports.error_codes import error_code
 from ductor_server.transports.rest.auth import bearer_token
 from ductor_server.transports.rest.bodies import decode_body
-from ductor_server.transports.rest.errors import ApiError
+from ductor_server.transports.rest.errors import ApiError, body_too_large
 from ductor_server.transports.rest.idempotency import HEADER, REPLAYED_HEADER, checked_key
 from ductor_server.transports.rest.scopes import scope_for
 
@@ -160,19 +160,46 @@ class _Application(ConnectASGIApplication["ConnectEndpoint"]):
         return f"/{PACKAGE}."
 
 
+def _limited(scope: Any, receive: Any, max_body_bytes: int) -> Any:
+    """`receive`, refusing a body over `max_body_bytes` as REST does (Connect
+    `resource_exhausted`, detail `request.too_large` with the limit): at once when
+    `content-length` says so, else when the bytes read pass it."""
+    declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+    declared_size = int(declared) if declared.isdigit() else 0
+    read = 0
+
+    async def limited_receive() -> Any:
+        nonlocal read
+        if declared_size > max_body_bytes:
+            raise connect_error(body_too_large(max_body_bytes))
+        message = await receive()
+        if message.get("type") == "http.request":
+            read += len(message.get("body", b""))
+            if read > max_body_bytes:
+                raise connect_error(body_too_large(max_body_bytes))
+        return message
+
+    return limited_receive
+
+
 def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
     """The ASGI application serving every method of `endpoint`."""
     endpoints = {
         spec.path: Endpoint.unary(_method_info(spec), _function(endpoint, spec))
         for spec in endpoint.methods
     }
-    return _Application(
+    application = _Application(
         service=endpoint,
         endpoints=lambda _: endpoints,
         interceptors=[Authenticate(endpoint)],
         read_max_bytes=max_body_bytes,
         codecs=[MsgspecJsonCodec()],
     )
+
+    async def limited(scope: Any, receive: Any, send: Any) -> None:
+        await application(scope, _limited(scope, receive, max_body_bytes), send)
+
+    return limited
 
 
 __all__ = ["Authenticate", "MsgspecJsonCodec", "build_application", "connect_error"]

@@ -25,7 +25,7 @@ from ductor_core.errors import DuctorError
 from ductor_server.services import Services
 from ductor_server.services.tools import error_body
 from ductor_server.transports.rest.auth import bearer_token
-from ductor_server.transports.rest.errors import ApiError, status_for
+from ductor_server.transports.rest.errors import ApiError, body_too_large, status_for
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -203,11 +203,7 @@ class McpEndpoint:
         return b"".join(chunks)
 
     def _too_large(self) -> ApiError:
-        return ApiError(
-            f"request body is larger than the limit ({self.max_body_bytes} bytes)",
-            code="request.too_large",
-            details={"max_body_bytes": self.max_body_bytes},
-        )
+        return body_too_large(self.max_body_bytes)
 
 
 async def _first(wanted: asyncio.Event, stop: asyncio.Event) -> bool:

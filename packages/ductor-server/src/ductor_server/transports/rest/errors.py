@@ -78,6 +78,16 @@ def error_response(code: str, message: str, details: Any = None, *, status: int)
     return Response(content=body, status_code=status, media_type=MediaType.JSON)
 
 
+def body_too_large(max_body_bytes: int) -> ApiError:
+    """The refusal of a body over `max_body_bytes` (413 `request.too_large`), as the
+    transports that read a body themselves (MCP, Connect) give it."""
+    return ApiError(
+        f"request body is larger than the limit ({max_body_bytes} bytes)",
+        code="request.too_large",
+        details={"max_body_bytes": max_body_bytes},
+    )
+
+
 def handle_ductor_error(_: Request[Any, Any, Any], exc: DuctorError) -> Response[Any]:
     """Map any `DuctorError` through the table."""
     details = exc.details
