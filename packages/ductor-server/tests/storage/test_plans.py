@@ -55,6 +55,7 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "delete_run_timers": {"timers": ("timers_pkey", ("tenant_id", "run_id"))},
     "clear_run_waits": {"waits": ("waits_pkey", ("tenant_id", "run_id"))},
     "append_history": {},
+    "get_runs_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
     "update_runs_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
     "load_runs_inbox_batch": {"run_inbox": ("run_inbox_by_run", ("tenant_id", "run_id"))},
     "delete_inbox_items_batch": {"run_inbox": ("run_inbox_pkey", ("tenant_id", "seq"))},

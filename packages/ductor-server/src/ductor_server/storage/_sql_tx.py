@@ -289,6 +289,11 @@ def _qualified(columns: str, table: str) -> str:
     return ", ".join(f"{table}.{c.strip()}" for c in columns.split(","))
 
 
+GET_RUNS_PG = (
+    f"SELECT v.n, {_qualified(_RUN_COLS, 'r')} FROM "
+    + _unnest("tenant_id text", "id text")
+    + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
+)
 UPDATE_RUNS_PG = (
     "UPDATE runs t SET state = v.state, status = v.status, output = v.output,"
     " error = v.error, finished_at = v.finished_at, updated_at = v.updated_at,"
@@ -400,6 +405,7 @@ APPEND_HISTORIES_PG = (
 )
 
 BATCHES_PG: dict[str, Batch] = {
+    GET_RUN: Batch(GET_RUNS_PG, (), ordinal=True),
     UPDATE_RUN: Batch(UPDATE_RUNS_PG, (7, 8), ordinal=True),
     LOAD_RUN_INBOX: Batch(LOAD_RUNS_INBOX_PG, (), ordinal=True),
     DELETE_INBOX_ITEM: Batch(DELETE_INBOX_ITEMS_PG, (0, 1), ordinal=True),
@@ -435,6 +441,7 @@ HOT_STATEMENTS: dict[str, str] = {
     "delete_run_timers": DELETE_RUN_TIMERS,
     "clear_run_waits": CLEAR_RUN_WAITS,
     "append_history": APPEND_HISTORY,
+    "get_runs_batch": GET_RUNS_PG,
     "update_runs_batch": UPDATE_RUNS_PG,
     "load_runs_inbox_batch": LOAD_RUNS_INBOX_PG,
     "delete_inbox_items_batch": DELETE_INBOX_ITEMS_PG,
