@@ -55,6 +55,16 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "delete_run_timers": {"timers": ("timers_pkey", ("tenant_id", "run_id"))},
     "clear_run_waits": {"waits": ("waits_pkey", ("tenant_id", "run_id"))},
     "append_history": {},
+    "get_runs_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
+    "update_runs_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
+    "load_runs_inbox_batch": {"run_inbox": ("run_inbox_by_run", ("tenant_id", "run_id"))},
+    "delete_inbox_items_batch": {"run_inbox": ("run_inbox_pkey", ("tenant_id", "seq"))},
+    "enqueue_inbox_items_batch": {},
+    "enqueue_tasks_batch": {},
+    "lease_chosen_tasks_batch": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
+    "complete_tasks_batch": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
+    "record_attempts_batch": {},
+    "append_history_batch": {},
 }
 # The claim reads every due inbox item anyway; the inbox is a queue, kept short.
 SEQ_SCAN_ALLOWED = {"claim_runs_with_inbox": {"run_inbox"}}
@@ -73,7 +83,7 @@ def _dollars(sql: str) -> tuple[str, int]:
         count += 1
         return f"${count}"
 
-    return re.sub(r"%s", number, sql), count
+    return re.sub(r"%[sb]", number, sql), count
 
 
 def _scans(plan: dict[str, Any]) -> list[dict[str, Any]]:

@@ -184,6 +184,48 @@ async def test_optimistic_lock_lets_one_writer_win(store: Store) -> None:
         assert (await tx.get_run("t1", "r1")).lock_version == 2  # type: ignore[union-attr]
 
 
+async def test_a_batch_of_updates_answers_each_run_in_order(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", f"r{i}") for i in range(3)] + [new_run("t2", "s0")])
+
+    def update(tenant: str, run_id: str, version: int, n: int) -> RunUpdate:
+        state = msgspec.structs.replace(RICH_STATE, run_id=run_id, output={"n": n})
+        return RunUpdate(
+            tenant_id=tenant,
+            run_id=run_id,
+            expected_lock_version=version,
+            state=state,
+            updated_at=at(n),
+        )
+
+    async with store.transaction() as tx:
+        applied = await tx.update_runs(
+            [
+                update("t1", "r2", 0, 1),
+                update("t1", "r1", 1, 2),  # stale: r1 is at version 0
+                update("t2", "s0", 0, 3),
+                update("t1", "s0", 0, 4),  # another tenant's run
+                update("t1", "r9", 0, 5),  # no such run
+                update("t1", "r0", 0, 6),
+            ]
+        )
+    assert applied == [True, False, True, False, False, True]
+    async with store.transaction() as tx:
+        found = {
+            (r.tenant_id, r.id): (r.lock_version, r.output, r.updated_at)
+            for r in await tx.get_runs(
+                [RunRef(tenant_id="t1", run_id=f"r{i}") for i in range(3)]
+                + [RunRef(tenant_id="t2", run_id="s0")]
+            )
+        }
+    assert found == {
+        ("t1", "r0"): (1, {"n": 6}, at(6)),
+        ("t1", "r1"): (0, None, NOW),
+        ("t1", "r2"): (1, {"n": 1}, at(1)),
+        ("t2", "s0"): (1, {"n": 3}, at(3)),
+    }
+
+
 async def test_concurrent_writers_of_one_version_never_both_apply(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", "r1")])

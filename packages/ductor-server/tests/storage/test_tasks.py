@@ -125,6 +125,54 @@ async def test_completed_tasks_are_never_leased_again(store: Store) -> None:
         assert await tx.get_task("t2", ids[1]) is None
 
 
+async def test_a_batch_of_chosen_tasks_answers_each_choice_in_order(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks(
+            [
+                new_task("t1", "r1", "due"),
+                new_task("t1", "r1", "later", available_at=at(60)),
+                new_task("t2", "r2", "held"),
+                new_task("t2", "r2", "due"),
+            ]
+        )
+        ready = await tx.ready_tasks(now=at(60), limit=10)
+        ids = {(t.tenant_id, t.id) for t in ready}
+        by_step = {}
+        for tenant, task_id in ids:
+            task = await tx.get_task(tenant, task_id)
+            assert task is not None
+            by_step[tenant, task.step_ref] = task_id
+        [held] = await tx.lease_chosen_tasks(
+            [ref(by_step["t2", "held"], "t2")], owner="w0", lease_for=LEASE, now=NOW
+        )
+        assert held is not None
+        chosen = await tx.lease_chosen_tasks(
+            [
+                ref(by_step["t2", "due"], "t2"),
+                ref(by_step["t1", "later"]),  # not due yet
+                ref(by_step["t2", "held"], "t2"),  # leased, and the lease holds
+                ref(by_step["t1", "due"], "t2"),  # another tenant's task
+                ref("999999"),
+                ref(by_step["t1", "due"]),
+            ],
+            owner="w1",
+            lease_for=LEASE,
+            now=NOW,
+        )
+        assert [None if t is None else (t.tenant_id, t.step_ref) for t in chosen] == [
+            ("t2", "due"),
+            None,
+            None,
+            None,
+            None,
+            ("t1", "due"),
+        ]
+        assert all(t is None or (t.lease_owner, t.deliveries) == ("w1", 1) for t in chosen)
+        assert await tx.complete_tasks(
+            [ref(by_step["t1", "later"]), ref(by_step["t1", "due"]), ref(by_step["t2", "held"])]
+        ) == [True, True, False]
+
+
 async def test_dropping_a_runs_tasks_leaves_leased_and_other_runs_alone(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.enqueue_tasks(

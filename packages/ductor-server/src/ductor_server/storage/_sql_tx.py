@@ -13,7 +13,7 @@ import binascii
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -115,8 +115,9 @@ _IDEM_COLS = "tenant_id, scope, key, request_hash, status_code, response, create
 # Each reaches its rows through a whole key (or through the one index built for
 # it), so that its plan, custom or generic, on an empty table or a full one, is
 # that index (see migrations/*/0500_lookup_keys.sql). Batches run these one-key
-# statements once per item in a single round trip rather than one `IN (...)`
-# list, whose generic plan may scan the table. `{lock}` and `{lock_runs}` are
+# statements once per item in a single round trip (on Postgres, the hottest as
+# one statement over arrays, `BATCHES_PG` below) rather than one `IN (...)` list,
+# whose generic plan may scan the table. `{lock}` and `{lock_runs}` are
 # the backend's locking clauses, `{lease_key}` (`{lease_cols}`) its key of a task row and
 # `{handlers}` an optional handler filter. tests/storage/test_plans.py EXPLAINs
 # every entry of HOT_STATEMENTS on a freshly migrated Postgres database.
@@ -250,6 +251,173 @@ APPEND_HISTORY = (
     "INSERT INTO run_history (tenant_id, run_id, at, kind, data) VALUES (%s, %s, %s, %s, %s)"
 )
 
+
+# --- Postgres: one statement per batch ---------------------------------------------
+# On Postgres a batch of one of the statements above runs as one statement over
+# arrays, one array a column of the batch's params rows (in the same order as the
+# one-row statement's `%s`), unnested back into rows, followed by the batch's size:
+# psycopg's work per row of a pipelined `executemany` costs more than the row
+# itself. Each statement reads the batch through `LIMIT %s` (its size): a generic
+# plan, which cannot see the arrays, then expects few rows and reaches each one by
+# its key, as the one-row statement does, instead of hashing a scan of the table.
+
+
+class Batch(NamedTuple):
+    """The one statement that runs a whole batch of a one-row statement (Postgres).
+
+    Its result rows start with the 1-based position of the params row they belong
+    to when `ordinal` (an UPDATE or DELETE, or a query), else with the values of
+    the params row at `key` (an INSERT, whose RETURNING cannot see the batch):
+    result rows then belong to the first params rows with that key, in order.
+    An UPDATE or DELETE touches a row once however often the batch names it, so
+    a batch that names one `key` twice runs row by row instead.
+    """
+
+    sql: str
+    key: tuple[int, ...]
+    ordinal: bool
+
+
+def _unnest(*columns: str) -> str:
+    """The batch as rows: `columns` are "name type" pairs; adds the ordinal `n`."""
+    arrays = ", ".join(f"%b::{c.split()[1]}[]" for c in columns)
+    names = ", ".join(c.split()[0] for c in columns)
+    return f"(SELECT * FROM unnest({arrays}) WITH ORDINALITY AS v({names}, n) LIMIT %s) v"
+
+
+def _qualified(columns: str, table: str) -> str:
+    return ", ".join(f"{table}.{c.strip()}" for c in columns.split(","))
+
+
+GET_RUNS_PG = (
+    f"SELECT v.n, {_qualified(_RUN_COLS, 'r')} FROM "
+    + _unnest("tenant_id text", "id text")
+    + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
+)
+UPDATE_RUNS_PG = (
+    "UPDATE runs t SET state = v.state, status = v.status, output = v.output,"
+    " error = v.error, finished_at = v.finished_at, updated_at = v.updated_at,"
+    " kind_state = v.kind_state, lock_version = t.lock_version + 1 FROM "
+    + _unnest(
+        "state jsonb",
+        "status text",
+        "output jsonb",
+        "error jsonb",
+        "finished_at timestamptz",
+        "updated_at timestamptz",
+        "kind_state jsonb",
+        "tenant_id text",
+        "id text",
+        "lock_version bigint",
+    )
+    + " WHERE t.tenant_id = v.tenant_id AND t.id = v.id AND t.lock_version = v.lock_version"
+    " RETURNING v.n, t.lock_version"
+)
+LOAD_RUNS_INBOX_PG = (
+    f"SELECT v.n, {_qualified(_INBOX_COLS, 'i')} FROM "
+    + _unnest("tenant_id text", "run_id text", "due timestamptz")
+    + " JOIN run_inbox i ON i.tenant_id = v.tenant_id AND i.run_id = v.run_id"
+    " AND i.available_at <= v.due ORDER BY v.n, i.seq"
+)
+DELETE_INBOX_ITEMS_PG = (
+    "DELETE FROM run_inbox t USING "
+    + _unnest("tenant_id text", "seq bigint")
+    + " WHERE t.tenant_id = v.tenant_id AND t.seq = v.seq RETURNING v.n, t.seq"
+)
+ENQUEUE_INBOX_ITEMS_PG = (
+    "INSERT INTO run_inbox (tenant_id, run_id, input, available_at)"
+    " SELECT tenant_id, run_id, input, available_at FROM "
+    + _unnest("tenant_id text", "run_id text", "input jsonb", "available_at timestamptz")
+    + " ORDER BY n RETURNING tenant_id, run_id, seq"
+)
+_NEW_TASK_COLS = (
+    "tenant_id, run_id, step_ref, item_index, attempt, step_type, handler, payload,"
+    " idempotency_key, timeout_seconds, tier"
+)
+ENQUEUE_TASKS_PG = (
+    f"INSERT INTO tasks ({_NEW_TASK_COLS}, status, available_at, deliveries, created_at,"
+    f" trace_context) SELECT {_NEW_TASK_COLS}, 'queued', available_at, 0, created_at,"
+    " trace_context FROM "
+    + _unnest(
+        "tenant_id text",
+        "run_id text",
+        "step_ref text",
+        "item_index integer",
+        "attempt integer",
+        "step_type text",
+        "handler text",
+        "payload jsonb",
+        "idempotency_key text",
+        "timeout_seconds float8",
+        "tier integer",
+        "available_at timestamptz",
+        "created_at timestamptz",
+        "trace_context text",
+    )
+    + " ORDER BY n ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+    " RETURNING tenant_id, idempotency_key, id"
+)
+LEASE_CHOSEN_TASKS_PG = (
+    "UPDATE tasks t SET status = 'leased', lease_until = v.lease_until,"
+    " lease_owner = v.lease_owner, deliveries = t.deliveries + 1,"
+    " deaths = t.deaths + CASE WHEN t.status = 'leased' THEN 1 ELSE 0 END FROM "
+    + _unnest(
+        "lease_until timestamptz",
+        "lease_owner text",
+        "tenant_id text",
+        "id bigint",
+        "queued_by timestamptz",
+        "expired_by timestamptz",
+    )
+    + " WHERE t.tenant_id = v.tenant_id AND t.id = v.id"
+    " AND (t.status = 'queued' AND t.available_at <= v.queued_by"
+    " OR t.status = 'leased' AND t.lease_until <= v.expired_by)"
+    f" RETURNING v.n, {_qualified(_TASK_COLS, 't')}"
+)
+COMPLETE_TASKS_PG = (
+    "UPDATE tasks t SET status = 'done', lease_owner = NULL, lease_until = NULL FROM "
+    + _unnest("tenant_id text", "id bigint")
+    + " WHERE t.tenant_id = v.tenant_id AND t.id = v.id AND t.status <> 'done'"
+    " RETURNING v.n, t.id"
+)
+RECORD_ATTEMPTS_PG = (
+    f"INSERT INTO attempts ({_ATTEMPT_COLS}) SELECT {_ATTEMPT_COLS} FROM "
+    + _unnest(
+        "tenant_id text",
+        "run_id text",
+        "step_ref text",
+        "item_index integer",
+        "attempt integer",
+        "ok boolean",
+        "output jsonb",
+        "error jsonb",
+        "started_at timestamptz",
+        "finished_at timestamptz",
+    )
+    + " ORDER BY n ON CONFLICT DO NOTHING"
+    " RETURNING tenant_id, run_id, step_ref, item_index, attempt, attempt"
+)
+APPEND_HISTORIES_PG = (
+    "INSERT INTO run_history (tenant_id, run_id, at, kind, data)"
+    " SELECT tenant_id, run_id, at, kind, data FROM "
+    + _unnest("tenant_id text", "run_id text", "at timestamptz", "kind text", "data jsonb")
+    + " ORDER BY n"
+)
+
+BATCHES_PG: dict[str, Batch] = {
+    GET_RUN: Batch(GET_RUNS_PG, (), ordinal=True),
+    UPDATE_RUN: Batch(UPDATE_RUNS_PG, (7, 8), ordinal=True),
+    LOAD_RUN_INBOX: Batch(LOAD_RUNS_INBOX_PG, (), ordinal=True),
+    DELETE_INBOX_ITEM: Batch(DELETE_INBOX_ITEMS_PG, (0, 1), ordinal=True),
+    ENQUEUE_INBOX_ITEM: Batch(ENQUEUE_INBOX_ITEMS_PG, (0, 1), ordinal=False),
+    ENQUEUE_TASK: Batch(ENQUEUE_TASKS_PG, (0, 8), ordinal=False),
+    LEASE_CHOSEN_TASK: Batch(LEASE_CHOSEN_TASKS_PG, (2, 3), ordinal=True),
+    COMPLETE_TASK: Batch(COMPLETE_TASKS_PG, (0, 1), ordinal=True),
+    RECORD_ATTEMPT: Batch(RECORD_ATTEMPTS_PG, (0, 1, 2, 3, 4), ordinal=False),
+    APPEND_HISTORY: Batch(APPEND_HISTORIES_PG, (), ordinal=True),
+}
+"""Postgres: the one statement that runs a batch of each one-row statement."""
+
 HOT_STATEMENTS: dict[str, str] = {
     "claim_runs_with_inbox": CLAIM_RUNS_WITH_INBOX_PG,
     "get_run": GET_RUN,
@@ -273,6 +441,16 @@ HOT_STATEMENTS: dict[str, str] = {
     "delete_run_timers": DELETE_RUN_TIMERS,
     "clear_run_waits": CLEAR_RUN_WAITS,
     "append_history": APPEND_HISTORY,
+    "get_runs_batch": GET_RUNS_PG,
+    "update_runs_batch": UPDATE_RUNS_PG,
+    "load_runs_inbox_batch": LOAD_RUNS_INBOX_PG,
+    "delete_inbox_items_batch": DELETE_INBOX_ITEMS_PG,
+    "enqueue_inbox_items_batch": ENQUEUE_INBOX_ITEMS_PG,
+    "enqueue_tasks_batch": ENQUEUE_TASKS_PG,
+    "lease_chosen_tasks_batch": LEASE_CHOSEN_TASKS_PG,
+    "complete_tasks_batch": COMPLETE_TASKS_PG,
+    "record_attempts_batch": RECORD_ATTEMPTS_PG,
+    "append_history_batch": APPEND_HISTORIES_PG,
 }
 """Every statement the engine runs per step (Postgres texts, before `render`)."""
 

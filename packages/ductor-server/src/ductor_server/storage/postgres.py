@@ -1,7 +1,8 @@
 """The PostgreSQL backend: psycopg 3 async pool, batched writes, SKIP LOCKED claims.
 
-Batches go through `executemany`, which psycopg runs in pipeline mode (one
-round trip for the whole batch). jsonb columns are read as raw bytes and
+A batch of one of the engine's hot statements runs as one statement over arrays
+(`BATCHES_PG`); other batches go through `executemany`, which psycopg runs in
+pipeline mode (one round trip for the whole batch). jsonb columns are read as raw bytes and
 decoded with msgspec straight into typed records.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -21,7 +23,7 @@ from psycopg.adapt import Loader
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ductor_server.storage._migrator import migration_files
-from ductor_server.storage._sql_tx import CLAIM_RUNS_WITH_INBOX_PG, SqlTx, utc
+from ductor_server.storage._sql_tx import BATCHES_PG, CLAIM_RUNS_WITH_INBOX_PG, Batch, SqlTx, utc
 from ductor_server.storage.errors import StoreError, StoreUnavailable
 from ductor_server.storage.protocol import Params, Row, Tx
 
@@ -38,6 +40,13 @@ class _RawJsonLoader(Loader):
 
     def load(self, data: Buffer) -> bytes:
         return bytes(data)
+
+
+def _columns(rows: Sequence[Params]) -> list[Any]:
+    """A batch's params rows as one list per column, then the batch's size."""
+    columns: list[Any] = [list(column) for column in zip(*rows, strict=True)]
+    columns.append(len(rows))
+    return columns
 
 
 def store_error(exc: psycopg.Error) -> StoreError:
@@ -92,13 +101,23 @@ class PostgresTx(SqlTx):
     async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         if not rows:
             return
+        batch = self._batch(sql, rows)
+        if batch is not None:
+            await self._conn.execute(batch.sql, _columns(rows))
+            return
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows)
 
     async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         if not rows:
             return []
-        out: list[Row | None] = []
+        batch = self._batch(sql, rows)
+        if batch is not None:
+            out: list[Row | None] = [None] * len(rows)
+            for at, row in await self._run_batch(batch, rows):
+                out[at] = row
+            return out
+        out = []
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows, returning=True)
             while True:
@@ -110,6 +129,12 @@ class PostgresTx(SqlTx):
     async def executemany_fetch_all(self, sql: str, rows: Sequence[Params]) -> list[list[Row]]:
         if not rows:
             return []
+        batch = self._batch(sql, rows)
+        if batch is not None:
+            found: list[list[Row]] = [[] for _ in rows]
+            for at, row in await self._run_batch(batch, rows):
+                found[at].append(row)
+            return found
         out: list[list[Row]] = []
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows, returning=True)
@@ -118,6 +143,30 @@ class PostgresTx(SqlTx):
                 if not cur.nextset():
                     break
         return out
+
+    @staticmethod
+    def _batch(sql: str, rows: Sequence[Params]) -> Batch | None:
+        """The one statement for this batch of `sql`, or None to run it row by row."""
+        batch = BATCHES_PG.get(sql)
+        if batch is None or len(rows) < 2:
+            return None
+        if batch.ordinal and batch.key:
+            keys = {tuple(row[i] for i in batch.key) for row in rows}
+            if len(keys) < len(rows):
+                return None
+        return batch
+
+    async def _run_batch(self, batch: Batch, rows: Sequence[Params]) -> list[tuple[int, Row]]:
+        """Each result row of `batch` with the position of the params row it answers."""
+        cur = await self._conn.execute(batch.sql, _columns(rows))
+        found = await cur.fetchall()
+        if batch.ordinal:
+            return [(int(r[0]) - 1, r[1:]) for r in found]
+        width = len(batch.key)
+        waiting: dict[tuple[Any, ...], deque[int]] = {}
+        for at, row in enumerate(rows):
+            waiting.setdefault(tuple(row[i] for i in batch.key), deque()).append(at)
+        return [(waiting[r[:width]].popleft(), r[width:]) for r in found]
 
     async def advisory_lock(self, name: str, *, shared: bool = False) -> None:
         """`pg_advisory_xact_lock` (`_shared`) on a 64-bit hash of `name`,
