@@ -242,16 +242,21 @@ def server_steps_per_second(
             client.close()
 
 
-def _run_on(server: Server, runs: int, steps: int) -> tuple[float, float]:
-    api_key = server.api_key()
-    published = httpx.post(
+def publish(server: Server, api_key: str, steps: int) -> None:
+    """Publish the chain of `steps` no-op steps through the API."""
+    answer = httpx.post(
         f"{server.url}/v1/workflows",
         json=chain(steps),
         headers={"Authorization": f"Bearer {api_key}"},
         timeout=60,
     )
-    if published.status_code not in (200, 201):
-        raise SystemExit(f"publish refused: {published.text}")
+    if answer.status_code not in (200, 201):
+        raise SystemExit(f"publish refused: {answer.text}")
+
+
+def _run_on(server: Server, runs: int, steps: int) -> tuple[float, float]:
+    api_key = server.api_key()
+    publish(server, api_key, steps)
     started = time.perf_counter()
     asyncio.run(_start_all(server, api_key, runs))
     while True:

@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import psycopg
-from engine import chain
+from engine import publish
 from routing_server import ADMIN_URL, Server, percentile
 
 from ductor_server.storage import open_store
@@ -385,17 +385,6 @@ async def paced_latency(
 
 
 # --- the bench ---------------------------------------------------------------------
-
-
-def publish(server: Server, api_key: str, steps: int) -> None:
-    answer = httpx.post(
-        f"{server.url}/v1/workflows",
-        json=chain(steps),
-        headers={"Authorization": f"Bearer {api_key}"},
-        timeout=60,
-    )
-    if answer.status_code not in (200, 201):
-        raise SystemExit(f"publish refused: {answer.text}")
 
 
 def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
