@@ -28,6 +28,10 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "runs": ("runs_pkey", ("tenant_id", "id")),
         "run_inbox": ("run_inbox_by_time", ("available_at",)),
     },
+    "claim_runs": {
+        "runs": ("runs_pkey", ("tenant_id", "id")),
+        "run_inbox": ("run_inbox_by_time", ("available_at",)),
+    },
     "get_run": {"runs": ("runs_pkey", ("tenant_id", "id"))},
     "update_run": {"runs": ("runs_pkey", ("tenant_id", "id"))},
     "load_run_inbox": {"run_inbox": ("run_inbox_by_run", ("tenant_id", "run_id"))},
@@ -67,7 +71,7 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "append_history_batch": {},
 }
 # The claim reads every due inbox item anyway; the inbox is a queue, kept short.
-SEQ_SCAN_ALLOWED = {"claim_runs_with_inbox": {"run_inbox"}}
+SEQ_SCAN_ALLOWED = {"claim_runs_with_inbox": {"run_inbox"}, "claim_runs": {"run_inbox"}}
 # A lease also looks each claimed task up by its key.
 ALSO = {
     "lease_expired_tasks": ("tasks_pkey", ("tenant_id", "id")),

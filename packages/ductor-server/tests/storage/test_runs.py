@@ -404,6 +404,9 @@ async def test_inbox_respects_available_at_and_claims_oldest_input_first(store: 
         assert [r.run_id for r in await tx.claim_runs_with_inbox(now=NOW, limit=1)] == ["r2"]
         later = await tx.claim_runs_with_inbox(now=at(10), limit=10)
         assert [r.run_id for r in later] == ["r2", "r0", "r1"]
+        # The claim that reads the runs too: the same runs in the same order, whole.
+        assert await tx.claim_runs(now=at(10), limit=10) == await tx.get_runs(later)
+        assert [r.id for r in await tx.claim_runs(now=NOW, limit=1)] == ["r2"]
         items = await tx.load_inbox([RunRef(tenant_id="t1", run_id="r1")], now=NOW)
         assert items == []
 
@@ -435,11 +438,13 @@ async def test_claimed_runs_are_skipped_by_a_concurrent_claimer(pg_store: Store)
         await first_claimed.wait()
         async with store.transaction() as tx:
             seen["second"] = [r.run_id for r in await tx.claim_runs_with_inbox(now=NOW, limit=10)]
+            seen["reading"] = [r.id for r in await tx.claim_runs(now=NOW, limit=10)]
         release.set()
 
     await asyncio.wait_for(asyncio.gather(first(), second()), timeout=20)
     assert seen["first"] == ["r0", "r1", "r2"]
     assert seen["second"] == ["r3", "r4", "r5"]
+    assert seen["reading"] == ["r3", "r4", "r5"]
 
 
 async def test_runs_batch_read_keeps_order_and_drops_missing(store: Store) -> None:

@@ -111,6 +111,10 @@ _HISTORY_COLS = "tenant_id, run_id, seq, at, kind, data"
 _IDEM_COLS = "tenant_id, scope, key, request_hash, status_code, response, created_at"
 
 
+def _qualified(columns: str, table: str) -> str:
+    return ", ".join(f"{table}.{c.strip()}" for c in columns.split(","))
+
+
 # --- the statements the engine runs for every step --------------------------------
 # Each reaches its rows through a whole key (or through the one index built for
 # it), so that its plan, custom or generic, on an empty table or a full one, is
@@ -141,6 +145,14 @@ CLAIM_RUNS_WITH_INBOX_PG = (
 """Postgres: lock each candidate run by its key as the claim reaches it, so no
 plan can join the inbox to a scan of `runs`, and no more runs are locked than
 are claimed."""
+CLAIM_RUNS_PG = (
+    f"SELECT {_qualified(_RUN_COLS, 'r')} FROM ({_PENDING_IN_TURNS}"
+    ") p CROSS JOIN LATERAL ("
+    f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = p.tenant_id AND id = p.run_id{{lock}}"
+    ") r LIMIT %s"
+)
+"""Postgres: the claim that also reads each claimed run, in the same lookup by
+its key (the coordinator's claim and `get_runs` in one round trip)."""
 CLAIM_RUNS_WITH_INBOX_PLAIN = (
     f"WITH pending AS ({_PENDING_IN_TURNS}"
     ") SELECT r.tenant_id, r.id FROM runs r JOIN pending p"
@@ -285,10 +297,6 @@ def _unnest(*columns: str) -> str:
     return f"(SELECT * FROM unnest({arrays}) WITH ORDINALITY AS v({names}, n) LIMIT %s) v"
 
 
-def _qualified(columns: str, table: str) -> str:
-    return ", ".join(f"{table}.{c.strip()}" for c in columns.split(","))
-
-
 GET_RUNS_PG = (
     f"SELECT v.n, {_qualified(_RUN_COLS, 'r')} FROM "
     + _unnest("tenant_id text", "id text")
@@ -420,6 +428,7 @@ BATCHES_PG: dict[str, Batch] = {
 
 HOT_STATEMENTS: dict[str, str] = {
     "claim_runs_with_inbox": CLAIM_RUNS_WITH_INBOX_PG,
+    "claim_runs": CLAIM_RUNS_PG,
     "get_run": GET_RUN,
     "update_run": UPDATE_RUN,
     "load_run_inbox": LOAD_RUN_INBOX,
@@ -472,6 +481,7 @@ class SqlTx:
     _lease_key: str = "id"
     _lease_cols: str = "id"
     _claim_runs_sql: str = CLAIM_RUNS_WITH_INBOX_PLAIN
+    _claim_full_sql: str | None = None  # claim and read in one statement, where there is one
 
     @classmethod
     def render(cls, template: str, *, handlers: int = 0) -> str:
@@ -1211,6 +1221,15 @@ class SqlTx:
             (self.to_timestamp(now), limit * 4 + 16, limit),
         )
         return [RunRef(tenant_id=r[0], run_id=r[1]) for r in rows]
+
+    async def claim_runs(self, *, now: datetime, limit: int) -> list[RunRecord]:
+        if self._claim_full_sql is None:
+            return await self.get_runs(await self.claim_runs_with_inbox(now=now, limit=limit))
+        rows = await self.fetch_all(
+            self.render(self._claim_full_sql),
+            (self.to_timestamp(now), limit * 4 + 16, limit),
+        )
+        return [self._run(r) for r in rows]
 
     async def load_inbox(
         self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000

@@ -23,7 +23,14 @@ from psycopg.adapt import Loader
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ductor_server.storage._migrator import migration_files
-from ductor_server.storage._sql_tx import BATCHES_PG, CLAIM_RUNS_WITH_INBOX_PG, Batch, SqlTx, utc
+from ductor_server.storage._sql_tx import (
+    BATCHES_PG,
+    CLAIM_RUNS_PG,
+    CLAIM_RUNS_WITH_INBOX_PG,
+    Batch,
+    SqlTx,
+    utc,
+)
 from ductor_server.storage.errors import StoreError, StoreUnavailable
 from ductor_server.storage.protocol import Params, Row, Tx
 
@@ -69,6 +76,7 @@ class PostgresTx(SqlTx):
     _lease_key = "(tenant_id, id)"
     _lease_cols = "tenant_id, id"
     _claim_runs_sql = CLAIM_RUNS_WITH_INBOX_PG
+    _claim_full_sql = CLAIM_RUNS_PG
     backend = "postgres"
 
     def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:

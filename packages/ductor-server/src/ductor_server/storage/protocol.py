@@ -350,6 +350,11 @@ class InboxTx(Protocol):
         """
         ...
 
+    async def claim_runs(self, *, now: datetime, limit: int) -> list[RunRecord]:
+        """`claim_runs_with_inbox`, each claimed run read as `get_runs` would, in
+        claim order (on Postgres in the same statement)."""
+        ...
+
     async def load_inbox(
         self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
     ) -> list[InboxItem]:
