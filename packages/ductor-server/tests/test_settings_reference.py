@@ -11,7 +11,13 @@ import pytest
 
 import ductor_server
 from ductor_server.cli import main
-from ductor_server.settings import VARIABLES, Settings, reference_markdown
+from ductor_server.settings import (
+    MAX_COORDINATOR_LOOPS,
+    POSTGRES_COORDINATOR_LOOPS,
+    VARIABLES,
+    Settings,
+    reference_markdown,
+)
 
 SOURCE = Path(ductor_server.__file__).parent
 NAME = re.compile(r"\bDUCTOR_[A-Z0-9_]*[A-Z0-9]\b")
@@ -78,3 +84,14 @@ def test_ductor_config_reference_prints_the_table(capsys: pytest.CaptureFixture[
     rows = [line for line in out.splitlines() if line.startswith("| `DUCTOR_")]
     assert len(rows) == len(VARIABLES)
     assert all(line.count(" | ") == 2 for line in rows), "a '|' in a cell breaks the table"
+
+
+def test_coordinator_loops_default_by_backend_and_refuse_nonsense() -> None:
+    assert Settings().engine_coordinator_loops == 1  # SQLite has one writer
+    on_postgres = Settings(database_url="postgresql://db/x")
+    assert on_postgres.engine_coordinator_loops == POSTGRES_COORDINATOR_LOOPS
+    chosen = Settings.from_env(environ={"DUCTOR_COORDINATOR_LOOPS": "3"})
+    assert chosen.engine_coordinator_loops == 3
+    for bad in ("0", "-1", "two", "1.5", str(MAX_COORDINATOR_LOOPS + 1)):
+        with pytest.raises(ValueError, match="DUCTOR_COORDINATOR_LOOPS must be a whole number"):
+            Settings.from_env(environ={"DUCTOR_COORDINATOR_LOOPS": bad})

@@ -28,6 +28,9 @@ MIN_OPERATOR_KEY_LENGTH = 32
 """The shortest `DUCTOR_OPERATOR_KEY` accepted."""
 SPLIT_POLL_INTERVAL = 0.5
 """Seconds between an idle loop's looks when writes in other processes cannot wake it."""
+POSTGRES_COORDINATOR_LOOPS = 2
+"""Coordinator loops per process on Postgres unless `DUCTOR_COORDINATOR_LOOPS` says."""
+MAX_COORDINATOR_LOOPS = 16
 
 
 def parse_roles(text: str) -> tuple[str, ...]:
@@ -88,6 +91,9 @@ class Settings:
         poll_interval: seconds an idle engine loop sleeps, when nothing wakes it, before
             looking again; None: `IDLE_POLL_INTERVAL` when wake-ups reach every loop
             (Redis, or all roles in this process), else `SPLIT_POLL_INTERVAL`.
+        coordinator_loops: coordinator loops in a process with the coordinator role,
+            each ticking its own batches; None: `POSTGRES_COORDINATOR_LOOPS` on
+            Postgres, 1 on SQLite (one writer: a second loop would only wait for it).
         fairness: the tenants' weights and limits in the task queue (`DUCTOR_FAIRNESS`).
         poison_after: how many times a task may die with its process (its lease
             expiring unfinished) before it is quarantined as `attempt.poisoned`; 0: never.
@@ -139,6 +145,7 @@ class Settings:
     migrate_on_start: bool = True
     lease_seconds: float = 60.0
     poll_interval: float | None = None
+    coordinator_loops: int | None = None
     fairness: FairPolicy = field(default_factory=lambda: _fair_policy())
     poison_after: int = 3
     stop_grace: float = 5.0
@@ -168,6 +175,13 @@ class Settings:
         if self.redis_url or set(self.roles) == set(ALL_ROLES):
             return IDLE_POLL_INTERVAL
         return SPLIT_POLL_INTERVAL
+
+    @property
+    def engine_coordinator_loops(self) -> int:
+        """The coordinator loops the engine runs (see `coordinator_loops`)."""
+        if self.coordinator_loops is not None:
+            return self.coordinator_loops
+        return 1 if self.embedded else POSTGRES_COORDINATOR_LOOPS
 
     @property
     def embedded(self) -> bool:
@@ -234,6 +248,13 @@ class Settings:
             values["lease_seconds"] = float(lease)
         if poll := env.get("DUCTOR_POLL_INTERVAL"):
             values["poll_interval"] = float(poll)
+        if loops := env.get("DUCTOR_COORDINATOR_LOOPS"):
+            if not loops.strip().isdigit() or not 1 <= int(loops) <= MAX_COORDINATOR_LOOPS:
+                raise ValueError(
+                    f"DUCTOR_COORDINATOR_LOOPS must be a whole number from 1 to"
+                    f" {MAX_COORDINATOR_LOOPS}, got {loops!r}"
+                )
+            values["coordinator_loops"] = int(loops)
         if poison := env.get("DUCTOR_POISON_AFTER"):
             values["poison_after"] = int(poison)
         if grace := env.get("DUCTOR_STOP_GRACE"):
@@ -392,6 +413,13 @@ VARIABLES: tuple[Variable, ...] = (
         f"else `{SPLIT_POLL_INTERVAL:g}`",
         what="seconds an idle engine loop waits, when nothing wakes it, before looking for "
         "work again (a safety net when wake-ups reach every loop)",
+    ),
+    Variable(
+        name="DUCTOR_COORDINATOR_LOOPS",
+        field="coordinator_loops",
+        default=f"`{POSTGRES_COORDINATOR_LOOPS}` on Postgres, `1` on SQLite",
+        what="coordinator loops in a process with the coordinator role, each ticking its own "
+        f"batch of runs while another waits for the database (1 to {MAX_COORDINATOR_LOOPS})",
     ),
     Variable(
         name="DUCTOR_FAIRNESS",

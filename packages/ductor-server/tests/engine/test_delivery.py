@@ -4,6 +4,7 @@ expiry, several engines on one store, handler timeouts and crashes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -320,6 +321,52 @@ async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> Non
     assert len(counts) == 36
     assert set(counts.values()) == {1}
     assert one.coordinator.ticks + two.coordinator.ticks >= 36
+
+
+async def test_several_coordinator_loops_in_one_process_tick_every_run_once(store: Store) -> None:
+    # Four loops claim concurrently (on Postgres each skips the runs the others
+    # hold); every step still runs once and every run ends once.
+    counts: dict[str, int] = {}
+
+    async def count(call: ActionCall) -> Any:
+        counts[call.idempotency_key] = counts.get(call.idempotency_key, 0) + 1
+        await asyncio.sleep(0)
+        return call.step_ref
+
+    registry = default_registry()
+    registry.register_action("count", count)
+    steps = [
+        {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "count"}} for i in range(4)
+    ]
+    edges = [{"source_ref": f"s{i}", "target_ref": f"s{i + 1}"} for i in range(3)]
+    config = dataclasses.replace(TEST_CONFIG, coordinator_loops=4)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        loops = sorted(t.get_name() for t in rt._loops if "coordinator" in t.get_name())
+        assert loops == [
+            "ductor-coordinator",
+            "ductor-coordinator-1",
+            "ductor-coordinator-2",
+            "ductor-coordinator-3",
+        ]
+        services = build_services(rt)
+        await services.workflows.publish(
+            TENANT, {"family_slug": "chain", "steps": steps, "edges": edges}
+        )
+        started = [
+            (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
+            for i in range(40)
+        ]
+        for run in started:
+            view = await _wait_end(services, run.id)
+            assert view.status == SUCCEEDED
+            assert view.output == {"s3": "s3"}
+            kinds = [h.kind for h in await services.runs.history(TENANT, run.id)]
+            assert kinds.count("run.succeeded") == 1
+    assert len(counts) == 160
+    assert set(counts.values()) == {1}
+    # The trigger starts a run itself; each of its four results is one applied tick,
+    # whichever loop applied it.
+    assert rt.coordinator.ticks == 160
 
 
 async def test_an_attempt_that_overruns_its_timeout_fails_with_step_timeout(engine: Engine) -> None:

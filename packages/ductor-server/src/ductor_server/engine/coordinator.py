@@ -45,6 +45,8 @@ _conflicts = meter.create_counter(
     description="Ticks not applied because another coordinator changed the run first",
 )
 
+INPUTS_PER_TICK = 1000
+"""The most inbox items one tick of a run takes; the rest wait for the next."""
 UNKNOWN_KIND_DELAY = timedelta(seconds=30)
 """How long the input of a run of an unknown kind is put off, so that such runs
 never crowd the claim (a process that knows the kind ticks them then)."""
@@ -77,19 +79,24 @@ class Coordinator:
         self.inline_batches = 0  # batches ticked on the loop in one transaction
         self.offloaded_batches = 0  # batches ticked in the engine lane between two
         self.conflicts = 0  # ticks dropped: another writer changed the run first
+        self._running = 0  # loops in run_forever
 
     async def run_forever(self) -> None:
         """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do.
-        On the way out it logs what it did, lost races (conflicts) included."""
+        Several loops may run at once (`RuntimeConfig.coordinator_loops`); the last
+        one out logs what they did, lost races (conflicts) included."""
+        self._running += 1
         try:
             await self._run()
         finally:
-            log.info(
-                "coordinator done: %d runs ticked in %d batches, %d conflicts",
-                self.ticks,
-                self.batches,
-                self.conflicts,
-            )
+            self._running -= 1
+            if not self._running:
+                log.info(
+                    "coordinator done: %d runs ticked in %d batches, %d conflicts",
+                    self.ticks,
+                    self.batches,
+                    self.conflicts,
+                )
 
     async def _run(self) -> None:
         failures = 0
@@ -97,7 +104,8 @@ class Coordinator:
             try:
                 # After a failed batch, go one run at a time, so that one run that
                 # cannot be committed does not hold back the others.
-                done = await self.tick_batch(limit=1 if failures else None)
+                limit = 1 if failures else self.batch
+                done = await self._round(limit)
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -106,7 +114,12 @@ class Coordinator:
                 log.exception("coordinator batch failed (%d in a row)", failures)
                 await asyncio.sleep(min(0.05 * 2**failures, 5.0))
                 continue
-            if done == 0:
+            # A batch that claimed fewer runs than it could and left nothing behind
+            # (no lost race, no run with more input than one batch takes) has seen
+            # all the input there was: wait for the next wake-up rather than look
+            # again at once. The wake-ups of writes made meanwhile are kept, so
+            # such a wait returns at once.
+            if done.claimed == 0 or (done.claimed < limit and not done.left_over):
                 await self.wake.wait(Topic.INBOX, self.poll_interval)
 
     async def tick_batch(self, limit: int | None = None) -> int:
@@ -117,13 +130,17 @@ class Coordinator:
         stored with the run; a batch that ticked runs is a `ductor.coordinator.batch`
         span linking them (an empty poll leaves no span).
         """
+        return (await self._round(limit or self.batch)).claimed
+
+    async def _round(self, limit: int) -> _Round:
         now = self.clock.now()
+        done = _Round()
         effects = Effects()
         started, clock = time.time_ns(), time.perf_counter()
         inline = self.inline_batches
         spans: list[Span] = []
         try:
-            ticked = await self._tick_batch(now, effects, limit or self.batch, spans)
+            ticked = await self._tick_batch(now, effects, limit, spans, done)
         except BaseException as exc:
             for span in spans:
                 span.record_exception(exc)
@@ -144,10 +161,11 @@ class Coordinator:
             batch.end()
             self.batches += 1
             effects.notify(self.wake, self.feed)
-        return ticked
+        done.claimed = ticked
+        return done
 
     async def _tick_batch(
-        self, now: datetime, effects: Effects, limit: int, spans: list[Span]
+        self, now: datetime, effects: Effects, limit: int, spans: list[Span], done: _Round
     ) -> int:
         # Read in one short transaction. A cheap batch is ticked and written
         # there; any other is ticked in the engine lane with no transaction
@@ -155,17 +173,19 @@ class Coordinator:
         # lock_version guards against a writer that got there in between.
         plans: list[_Plan] = []
         async with self.store.transaction() as tx:
-            refs = await tx.claim_runs_with_inbox(now=now, limit=limit)
-            if not refs:
+            runs = await tx.claim_runs(now=now, limit=limit)
+            if not runs:
                 return 0
-            runs = await tx.get_runs(refs)
-            items = await tx.load_inbox(refs, now=now)
+            refs = [RunRef(tenant_id=run.tenant_id, run_id=run.id) for run in runs]
+            items = await tx.load_inbox(refs, now=now, limit_per_run=INPUTS_PER_TICK)
             by_run: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
             for item in items:
                 by_run[(item.tenant_id, item.run_id)].append(item)
             unknown: list[RunRef] = []
             for run in runs:
                 pending = by_run.get((run.tenant_id, run.id), [])
+                if len(pending) >= INPUTS_PER_TICK:
+                    done.left_over = True
                 if run.status.terminal:
                     # Late input for an ended run (a child's end after a cancel, ...).
                     plans.append(_Plan(run, pending, None))
@@ -208,7 +228,7 @@ class Coordinator:
                     elif plan.kind is not None:
                         inputs = [i.input for i in plan.pending]
                         plan.ticked = await plan.kind.tick(tx, self.parts, plan.run, inputs, now)
-                await self._write(tx, effects, plans, now)
+                await self._write(tx, effects, plans, now, done)
                 self.inline_batches += 1
                 return len(runs)
 
@@ -226,10 +246,12 @@ class Coordinator:
                 if plan.kind is not None and plan.ticked is None:
                     inputs = [i.input for i in plan.pending]
                     plan.ticked = await plan.kind.tick(tx, self.parts, plan.run, inputs, now)
-            await self._write(tx, effects, plans, now)
+            await self._write(tx, effects, plans, now, done)
         return len(runs)
 
-    async def _write(self, tx: Tx, effects: Effects, plans: list[_Plan], now: datetime) -> None:
+    async def _write(
+        self, tx: Tx, effects: Effects, plans: list[_Plan], now: datetime, done: _Round
+    ) -> None:
         live = [(plan.run, plan.ticked) for plan in plans if plan.ticked is not None]
         applied = await tx.update_runs(
             [
@@ -260,6 +282,7 @@ class Coordinator:
                 continue
             if (run.tenant_id, run.id) not in ok:
                 # Lost a race: the inbox stays, the next round retries.
+                done.left_over = True
                 self.conflicts += 1
                 _conflicts.add(1)
                 if plan.span is not None:
@@ -294,6 +317,15 @@ class Coordinator:
         if consumed:
             await tx.delete_inbox(consumed)
         await effects.flush(tx)
+
+
+@dataclass
+class _Round:
+    """What one claim round did: the runs it claimed, and whether it left input
+    it could have ticked (a lost race, a run with more input than one tick takes)."""
+
+    claimed: int = 0
+    left_over: bool = False
 
 
 @dataclass

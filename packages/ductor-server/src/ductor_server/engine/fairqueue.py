@@ -156,6 +156,9 @@ class LocalFairQueue:
                 self.scheduler.finish(ticket.key)
             else:
                 out.append(task)
+        if len(out) < len(picked) and self.wake is not None:
+            # Others may be ready in place of the refused: look again at once.
+            self.wake.notify(Topic.TASKS)
         if len(picked) < limit:
             self._wake_for_rate(at)
         return out

@@ -697,6 +697,9 @@ class RedisFairQueue:
         if refused:
             self.refused += len(refused)
             await self._ended("drop", refused)
+            if self.wake is not None:
+                # Others may be ready in place of the refused: look again at once.
+                self.wake.notify(Topic.TASKS)
         return [task for task in leased if task is not None]
 
     async def _follow(self, policy: FairPolicy) -> None:

@@ -61,6 +61,9 @@ class RuntimeConfig:
     Attributes:
         poll_interval: seconds a loop sleeps without a wake-up before looking again.
         coordinator_batch: runs claimed and ticked per coordinator transaction.
+        coordinator_loops: coordinator loops in this process, each claiming its own
+            batches (on Postgres they skip each other's runs, so one loop's batch is
+            ticked while another waits for the database; SQLite has one writer).
         worker_batch: tasks leased per round trip.
         worker_concurrency: handlers running at once in this process.
         lease_seconds: how long a leased task is ours before another worker may take it.
@@ -78,6 +81,7 @@ class RuntimeConfig:
 
     poll_interval: float = 0.5
     coordinator_batch: int = 64
+    coordinator_loops: int = 1
     worker_batch: int = 64
     worker_concurrency: int = 64
     lease_seconds: float = 60.0
@@ -283,7 +287,9 @@ class Runtime:
             self._loops.append(asyncio.create_task(coro, name=f"ductor-{name}"))
 
         if Role.COORDINATOR in self.roles:
-            spawn("coordinator", self.coordinator.run_forever())
+            for loop in range(max(self.config.coordinator_loops, 1)):
+                name = f"coordinator-{loop}" if loop else "coordinator"
+                spawn(name, self.coordinator.run_forever())
         if Role.WORKER in self.roles:
             spawn("workers", self.workers.run_forever())
             spawn("worker-reports", self.workers.report_forever())

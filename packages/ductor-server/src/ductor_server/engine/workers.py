@@ -155,8 +155,9 @@ class Workers:
                 self._slot_free.clear()
                 await self._slot_free.wait()
                 continue
+            limit = min(self.batch, free)
             try:
-                leased = await self.lease_batch(min(self.batch, free))
+                leased = await self.lease_batch(limit)
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -165,7 +166,10 @@ class Workers:
                 log.exception("leasing tasks failed (%d in a row)", failures)
                 await asyncio.sleep(min(0.05 * 2**failures, 5.0))
                 continue
-            if not leased:
+            # Fewer tasks than asked for: the queue had no more to give (a queue
+            # that refused some it chose wakes this loop itself), so wait for the
+            # next wake-up rather than look again at once.
+            if len(leased) < limit:
                 await self.wake.wait(Topic.TASKS, self.poll_interval)
 
     async def lease_batch(self, limit: int) -> list[TaskRecord]:
@@ -188,6 +192,7 @@ class Workers:
                 # waited to be reported (a stall, not a death): we hold the task
                 # again, and running it a second time would repeat its side effect.
                 self.stalls += 1
+                self.wake.notify(Topic.TASKS)  # others may be ready in its place
                 continue
             fresh.append(task)
             self._leased[task.id] = task
