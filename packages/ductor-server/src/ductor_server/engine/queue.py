@@ -25,7 +25,8 @@ class Topic(enum.StrEnum):
 
 @runtime_checkable
 class WakeUp(Protocol):
-    """Notify and wait on topics. One waiter per topic per process is expected."""
+    """Notify and wait on topics. A notify wakes every waiter of its topic in the
+    process (the coordinator loops all wait on `INBOX`); one of them is enough."""
 
     def notify(self, topic: Topic) -> None:
         """Tell the waiter of `topic` there may be something to do."""
