@@ -111,6 +111,11 @@ async def test_an_idempotency_key_or_child_key_returns_the_existing_run(store: S
         assert found is not None
         assert found.id == "r1"
         assert (await tx.find_run_by_idempotency_key("t2", "k1")).id == "r3"  # type: ignore[union-attr]
+        # Many keys at once, in order; a missing key (or another tenant's) is None.
+        many = await tx.find_runs_by_idempotency_keys("t1", ["nope", "k1", "k1", "other"])
+        assert [None if r is None else r.id for r in many] == [None, "r1", "r1", None]
+        assert [r.id for r in await tx.find_runs_by_idempotency_keys("t2", ["k1"]) if r] == ["r3"]
+        assert await tx.find_runs_by_idempotency_keys("t1", []) == []
         children = await tx.list_child_runs("t1", "p")
         assert [c.id for c in children] == ["c1"]
         assert await tx.list_child_runs("t1", "p", step_ref="other") == []

@@ -26,6 +26,7 @@ from ductor_core.runs import (
     StepState,
     StepStatus,
 )
+from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.effects import Effects, FirstTick, compute_first_tick, create_run
 from ductor_server.engine.queue import Topic
 from ductor_server.errors import (
@@ -52,7 +53,12 @@ from ductor_server.services.idempotency import (
 from ductor_server.services.metering import refuse_over_budget
 from ductor_server.storage.errors import InvalidCursor
 from ductor_server.storage.protocol import Tx
-from ductor_server.storage.records import IdempotencyRecord, NewInboxItem, RunRecord
+from ductor_server.storage.records import (
+    IdempotencyRecord,
+    NewInboxItem,
+    RunRecord,
+    WorkflowVersionRecord,
+)
 from ductor_server.telemetry import traced
 
 # --- views ---------------------------------------------------------------------
@@ -549,14 +555,12 @@ class RunsService:
                     details={"pointer": f"/runs/{index}/key"},
                 )
             keys.append(stored)
-        firsts = [
-            await self._first_tick(tenant_id, r.family_slug, r.version, r.input, k, now)
-            for r, k in zip(requests, keys, strict=True)
-        ]
+        firsts = await self._first_ticks(tenant_id, requests, keys, now)
         effects = Effects()
 
         async def effect(tx: Tx) -> Answer[RunsStarted]:
             kinds = context.parts.kinds
+            versions = _Versions(context.catalog, tx, tenant_id)
             started: list[StartedRun] = []
             for index, (request, key, first) in enumerate(zip(requests, keys, firsts, strict=True)):
                 try:
@@ -588,6 +592,7 @@ class RunsService:
                             now,
                             first,
                             flush=False,
+                            versions=versions,
                         )
                 except ServerError as error:
                     error.details = {**(error.details or {}), "pointer": f"/runs/{index}"}
@@ -623,22 +628,50 @@ class RunsService:
         input, which may be large), with the version it is for; None when there
         is nothing to start (another kind's slug, an unknown workflow, a run key
         already taken)."""
+        request = RunRequest(family_slug=family_slug, version=version, input=input)
+        [first] = await self._first_ticks(tenant_id, [request], [stored_key], now)
+        return first
+
+    async def _first_ticks(
+        self,
+        tenant_id: str,
+        requests: Sequence[RunRequest],
+        stored_keys: Sequence[str | None],
+        now: datetime,
+    ) -> list[tuple[int, FirstTick] | None]:
+        """`_first_tick` for each request of a batch, read in one transaction: the
+        run keys already taken in one round trip, each named version once."""
         context = self._context
         kinds = context.parts.kinds
-        if kinds.for_slug(family_slug) is not kinds.default:
-            return None
+        ours = [i for i, r in enumerate(requests) if kinds.for_slug(r.family_slug) is kinds.default]
+        if not ours:
+            return [None] * len(requests)
+        resolved: list[tuple[WorkflowVersionRecord, WorkflowDefinition] | None] = [None] * len(
+            requests
+        )
         async with context.store.transaction() as tx:
-            if (
-                stored_key is not None
-                and await tx.find_run_by_idempotency_key(tenant_id, stored_key) is not None
-            ):
-                return None
-            resolved = await context.catalog.resolve(tx, tenant_id, family_slug, version)
-        if resolved is None:
-            return None
-        record, definition = resolved
-        first = await compute_first_tick(context.parts, definition, input=input, now=now)
-        return record.version, first
+            keyed = [i for i in ours if stored_keys[i] is not None]
+            taken = await tx.find_runs_by_idempotency_keys(
+                tenant_id, [k for i in keyed if (k := stored_keys[i]) is not None]
+            )
+            skip = {i for i, run in zip(keyed, taken, strict=True) if run is not None}
+            versions = _Versions(context.catalog, tx, tenant_id)
+            for i in ours:
+                if i not in skip:
+                    resolved[i] = await versions.resolve(
+                        requests[i].family_slug, requests[i].version
+                    )
+        firsts: list[tuple[int, FirstTick] | None] = []
+        for request, found in zip(requests, resolved, strict=True):
+            if found is None:
+                firsts.append(None)
+                continue
+            record, definition = found
+            first = await compute_first_tick(
+                context.parts, definition, input=request.input, now=now
+            )
+            firsts.append((record.version, first))
+        return firsts
 
     async def _create(
         self,
@@ -653,18 +686,25 @@ class RunsService:
         first: tuple[int, FirstTick] | None = None,
         *,
         flush: bool = True,
+        versions: _Versions | None = None,
     ) -> tuple[RunView, bool]:
         """The run started (True) or the one its key names (False); with `flush`
-        False the caller writes the gathered effects."""
+        False the caller writes the gathered effects. `versions` resolves the
+        workflow (a batch shares one, so each named version is read once).
+
+        A run key already taken is found by the insert itself (it writes nothing
+        then and returns the run); it is looked up first only when the workflow
+        cannot be resolved, so that a retry still gets its run."""
         catalog = self._context.catalog
-        if stored_key is not None:
+        versions = versions or _Versions(catalog, tx, tenant_id)
+        resolved = await versions.resolve(family_slug, version)
+        if resolved is None and stored_key is not None:
             existing = await tx.find_run_by_idempotency_key(tenant_id, stored_key)
             if existing is not None:
                 definition = await catalog.definition(
                     tx, tenant_id, existing.family_slug, existing.version
                 )
                 return run_view(existing, definition), False
-        resolved = await catalog.resolve(tx, tenant_id, family_slug, version)
         if resolved is None:
             if (
                 version is None
@@ -901,3 +941,27 @@ __all__ = [
     "parse_run_status",
     "run_view",
 ]
+
+
+class _Versions:
+    """The workflow versions one transaction of a request names, each read once
+    (`WorkflowCatalog.resolve` reads "latest" from the store every time)."""
+
+    def __init__(self, catalog: WorkflowCatalog, tx: Tx, tenant_id: str) -> None:
+        self._catalog = catalog
+        self._tx = tx
+        self._tenant_id = tenant_id
+        self._seen: dict[
+            tuple[str, int | None], tuple[WorkflowVersionRecord, WorkflowDefinition] | None
+        ] = {}
+
+    async def resolve(
+        self, family_slug: str, version: int | None
+    ) -> tuple[WorkflowVersionRecord, WorkflowDefinition] | None:
+        """The record and definition at `version` (the latest if None), or None."""
+        key = (family_slug, version)
+        if key not in self._seen:
+            self._seen[key] = await self._catalog.resolve(
+                self._tx, self._tenant_id, family_slug, version
+            )
+        return self._seen[key]

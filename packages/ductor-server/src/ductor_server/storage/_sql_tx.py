@@ -161,6 +161,7 @@ CLAIM_RUNS_WITH_INBOX_PLAIN = (
 )
 """SQLite (one writer, no row locks, no LATERAL): a plain join."""
 GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
+FIND_RUN_BY_KEY = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s"
 UPDATE_RUN = (
     "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
     " finished_at = %s, updated_at = %s, kind_state = %s,"
@@ -1122,11 +1123,16 @@ class SqlTx:
         return [self._run(r) for r in rows if r is not None]
 
     async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:
-        row = await self.fetch_one(
-            f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s",
-            (tenant_id, key),
-        )
+        row = await self.fetch_one(FIND_RUN_BY_KEY, (tenant_id, key))
         return None if row is None else self._run(row)
+
+    async def find_runs_by_idempotency_keys(
+        self, tenant_id: str, keys: Sequence[str]
+    ) -> list[RunRecord | None]:
+        if not keys:
+            return []
+        rows = await self.executemany_returning(FIND_RUN_BY_KEY, [(tenant_id, k) for k in keys])
+        return [None if row is None else self._run(row) for row in rows]
 
     async def list_child_runs(
         self, tenant_id: str, parent_run_id: str, *, step_ref: str | None = None

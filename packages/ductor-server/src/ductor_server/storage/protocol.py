@@ -299,6 +299,12 @@ class RunsTx(Protocol):
         """The run triggered with this idempotency key, or None."""
         ...
 
+    async def find_runs_by_idempotency_keys(
+        self, tenant_id: str, keys: Sequence[str]
+    ) -> list[RunRecord | None]:
+        """`find_run_by_idempotency_key` for each key, in order (one round trip)."""
+        ...
+
     async def list_child_runs(
         self, tenant_id: str, parent_run_id: str, *, step_ref: str | None = None
     ) -> list[RunRecord]:
