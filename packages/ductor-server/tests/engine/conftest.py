@@ -52,6 +52,23 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         await opened.close()
 
 
+@pytest.fixture
+async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
+    """A migrated store on Postgres only: the tests that take it have a second
+    process lease, or a completion commit, in the middle of a first process's
+    transaction, which SQLite (one writer at a time, for the whole transaction)
+    never lets happen."""
+    store = open_store(postgres_url)
+    await store.open()
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            await tx.ensure_tenant(TENANT, name="Acme", now=ManualClock().now())
+        yield store
+    finally:
+        await store.close()
+
+
 @dataclass
 class Engine:
     """A running Runtime on a manual clock, with helpers for tests."""

@@ -4,13 +4,15 @@ limits hold across leases, the store's word wins over the queue's memory
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from datetime import datetime, timedelta
 
 from ductor_core.runs import RunState, RunStatus
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
-from ductor_server.engine.fairqueue import LocalFairQueue
+from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage import NewRun, NewTask, RunLimits, Store, TaskRecord, TaskRef
@@ -203,3 +205,51 @@ async def test_a_task_behind_more_ready_tasks_than_a_full_look_holds_is_found(
     await _enqueue(store, OTHER_TENANT, 1, now, tag="b")
     leased = await queue.lease(owner="w", limit=2, lease_for=MINUTE, now=now)
     assert OTHER_TENANT in {t.tenant_id for t in leased}
+
+
+async def test_a_task_committed_after_a_newer_one_is_found_without_a_full_look(
+    pg_store: Store,
+) -> None:
+    # Postgres only: two writers interleave. The task with the smaller id commits
+    # last; the lease that saw the newer one has moved past its id, and the next
+    # look that starts below the highest id seen (within RESCAN_EVERY) finds it.
+    store = pg_store
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=3600)  # no full look after the first
+    assert await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now) == []
+    late = asyncio.Event()
+    written = asyncio.Event()
+
+    async def slow_writer() -> None:
+        async with store.transaction() as tx:
+            await tx.enqueue_tasks([_task("slow", now)])
+            written.set()
+            await late.wait()
+
+    writer = asyncio.create_task(slow_writer())
+    await written.wait()
+    await _enqueue(store, TENANT, 1, now, tag="fast")
+    [fast] = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
+    assert fast.run_id == "rfast0"
+    late.set()
+    await writer
+    found: list[TaskRecord] = []
+    deadline = time.monotonic() + 10
+    while not found and time.monotonic() < deadline:
+        await asyncio.sleep(RESCAN_EVERY / 2)
+        found = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
+    assert [t.run_id for t in found] == ["rslow"]
+    assert int(found[0].id) < int(fast.id)
+
+
+def _task(run_id: str, now: datetime) -> NewTask:
+    return NewTask(
+        tenant_id=TENANT,
+        run_id=f"r{run_id}",
+        step_ref="s",
+        attempt=1,
+        step_type="STEP_TYPE_ACTION",
+        handler="action:noop",
+        idempotency_key=f"{TENANT}:{run_id}",
+        available_at=now,
+    )

@@ -29,7 +29,6 @@ from ductor_server.storage import (
     Store,
     TaskRecord,
     TaskRef,
-    open_store,
 )
 from ductor_server.testing import free_port
 
@@ -85,23 +84,6 @@ def _runs(script: Any, args: tuple[Any, ...]) -> bool:
 def _chose(script: Any, args: tuple[Any, ...], reply: Any) -> bool:
     """True if the command was a pick by `script` that chose a task."""
     return _runs(script, args) and isinstance(reply, list) and bool(reply)
-
-
-@pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[Store]:
-    """A migrated store on Postgres only: the tests that take it have a second
-    process lease, or a completion commit, in the middle of a first process's
-    transaction, which SQLite (one writer at a time, for the whole transaction)
-    never lets happen."""
-    store = open_store(postgres_url)
-    await store.open()
-    try:
-        await store.migrate()
-        async with store.transaction() as tx:
-            await tx.ensure_tenant(TENANT, name="Acme", now=ManualClock().now())
-        yield store
-    finally:
-        await store.close()
 
 
 @pytest.fixture

@@ -27,9 +27,13 @@ from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 log = logging.getLogger("ductor.fairqueue")
 
 RESCAN_SLACK = 512
-"""How far below the highest id seen each look starts again: a task whose
-insert committed after one with a larger id is found by the next look, not
-only by the next full one."""
+"""How far below the highest id seen a look starts again: a task whose insert
+committed after one with a larger id is found by such a look, not only by the
+next full one."""
+RESCAN_EVERY = 0.02
+"""Seconds between looks that start `RESCAN_SLACK` below the highest id seen;
+the looks in between start at it (under load a lease is many times a second,
+and the slack would read the same waiting tasks again each time)."""
 
 
 def ticket_of(task: ReadyTask) -> Ticket:
@@ -103,6 +107,7 @@ class LocalFairQueue:
         self._cursor: int | None = None
         self._resynced = 0.0
         self._resync_every = resync_seconds
+        self._rescanned = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
     async def lease(
@@ -181,14 +186,18 @@ class LocalFairQueue:
             # Leases that ran out (a process died or stalled with its task) are
             # free again at once, as in the store's own order.
             for row in await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit):
-                if not self.scheduler.requeue(row.id):
+                if not self.scheduler.requeue(row.id) and row.id not in self.scheduler:
                     self.scheduler.push(ticket_of(row))
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
-        after = max((self._cursor or 0) - min(RESCAN_SLACK, self.scan_limit // 2), 0)
+        after = self._cursor or 0
+        if clock - self._rescanned >= RESCAN_EVERY:
+            after = max(after - min(RESCAN_SLACK, self.scan_limit // 2), 0)
+            self._rescanned = clock
         rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
         for row in rows:
-            self.scheduler.push(ticket_of(row))
+            if row.id not in self.scheduler:
+                self.scheduler.push(ticket_of(row))
         self._advance(rows)
 
     def _advance(self, rows: list[ReadyTask]) -> None:
@@ -217,7 +226,8 @@ class LocalFairQueue:
         for row in rows:
             if row.expired:
                 self.scheduler.requeue(row.id)
-            self.scheduler.push(ticket_of(row))
+            if row.id not in self.scheduler:
+                self.scheduler.push(ticket_of(row))
 
     def _wake_for_rate(self, at: float) -> None:
         # Tasks held back only by a rate limit: wake the workers when the first
@@ -260,4 +270,4 @@ class LocalFairQueue:
         return count
 
 
-__all__ = ["RESCAN_SLACK", "LocalFairQueue", "ticket_of"]
+__all__ = ["RESCAN_EVERY", "RESCAN_SLACK", "LocalFairQueue", "ticket_of"]
