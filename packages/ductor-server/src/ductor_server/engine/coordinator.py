@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeGuard
 
 import msgspec
 from opentelemetry import trace
@@ -207,7 +208,7 @@ class Coordinator:
                     },
                 )
                 spans.append(plan.span)
-                if isinstance(kind, PreparedTick):
+                if _prepares(kind):
                     inputs = [i.input for i in pending]
                     plan.compute = await kind.prepare_tick(tx, self.parts, run, inputs, now)
                 plans.append(plan)
@@ -339,6 +340,18 @@ class _Plan:
     compute: Callable[[], KindTick] | None = None
     ticked: KindTick | None = None
     span: Span | None = None
+
+
+_PREPARES: dict[type, bool] = {}
+
+
+def _prepares(kind: RunKind) -> TypeGuard[PreparedTick]:
+    """Whether `kind` meets `PreparedTick`, checked once per class (an isinstance
+    check against a runtime protocol walks its members every time)."""
+    known = _PREPARES.get(type(kind))
+    if known is None:
+        known = _PREPARES[type(kind)] = isinstance(kind, PreparedTick)
+    return known
 
 
 def _inline(compute: Callable[[], KindTick] | None) -> bool:

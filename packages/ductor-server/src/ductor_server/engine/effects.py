@@ -257,6 +257,22 @@ async def compute_first_tick(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunStart:
+    """One run for `create_runs` to insert (see `create_run` for the fields)."""
+
+    tenant_id: str
+    record: WorkflowVersionRecord
+    definition: WorkflowDefinition
+    input: Any
+    idempotency_key: str | None = None
+    parent: RunRecord | None = None
+    parent_step_ref: str | None = None
+    parent_item_index: int = -1
+    child_key: str | None = None
+    first: FirstTick | None = None
+
+
 async def create_run(
     tx: Tx,
     parts: EngineParts,
@@ -284,40 +300,81 @@ async def create_run(
     already taken, nothing is written and the existing run comes back with
     `created=False`.
     """
-    if first is None:
-        first = await compute_first_tick(parts, definition, input=input, now=now)
-    run_id, result = first.run_id, first.result
-    [inserted] = await tx.insert_runs(
+    start = RunStart(
+        tenant_id=tenant_id,
+        record=record,
+        definition=definition,
+        input=input,
+        idempotency_key=idempotency_key,
+        parent=parent,
+        parent_step_ref=parent_step_ref,
+        parent_item_index=parent_item_index,
+        child_key=child_key,
+        first=first,
+    )
+    [inserted] = await create_runs(tx, parts, effects, [start], now=now, depth=depth)
+    return inserted
+
+
+async def create_runs(
+    tx: Tx,
+    parts: EngineParts,
+    effects: Effects,
+    starts: Sequence[RunStart],
+    *,
+    now: datetime,
+    depth: int = 0,
+) -> list[RunInsert]:
+    """`create_run` for many runs with one insert, in order."""
+    firsts = [
+        start.first
+        if start.first is not None
+        else await compute_first_tick(parts, start.definition, input=start.input, now=now)
+        for start in starts
+    ]
+    inserted = await tx.insert_runs(
         [
             NewRun(
-                tenant_id=tenant_id,
-                family_slug=record.family_slug,
-                version=record.version,
-                state=result.state,
-                parent_run_id=parent.id if parent is not None else None,
-                parent_step_ref=parent_step_ref,
-                parent_item_index=parent_item_index,
-                child_key=child_key,
-                idempotency_key=idempotency_key,
+                tenant_id=start.tenant_id,
+                family_slug=start.record.family_slug,
+                version=start.record.version,
+                state=first.result.state,
+                parent_run_id=start.parent.id if start.parent is not None else None,
+                parent_step_ref=start.parent_step_ref,
+                parent_item_index=start.parent_item_index,
+                child_key=start.child_key,
+                idempotency_key=start.idempotency_key,
                 trace_context=current_trace_context(),
                 limits=first.limits,
             )
+            for start, first in zip(starts, firsts, strict=True)
         ]
     )
-    if not inserted.created:
-        return inserted
-    created_data: dict[str, Any] = {"family_slug": record.family_slug, "version": record.version}
-    if parent is not None:
-        created_data.update(parent_run_id=parent.id, parent_step_ref=parent_step_ref)
-    effects.history.append(
-        NewHistoryEntry(
-            tenant_id=tenant_id, run_id=run_id, at=now, kind="run.created", data=created_data
+    for start, first, one in zip(starts, firsts, inserted, strict=True):
+        if not one.created:
+            continue
+        record, parent = start.record, start.parent
+        created_data: dict[str, Any] = {
+            "family_slug": record.family_slug,
+            "version": record.version,
+        }
+        if parent is not None:
+            created_data.update(parent_run_id=parent.id, parent_step_ref=start.parent_step_ref)
+        effects.history.append(
+            NewHistoryEntry(
+                tenant_id=start.tenant_id,
+                run_id=first.run_id,
+                at=now,
+                kind="run.created",
+                data=created_data,
+            )
         )
-    )
-    effects.history.extend(transition_entries(tenant_id, None, result.state, at=now))
-    await apply_commands(
-        tx, parts, effects, run=inserted.run, commands=result.commands, now=now, depth=depth
-    )
+        effects.history.extend(
+            transition_entries(start.tenant_id, None, first.result.state, at=now)
+        )
+        await apply_commands(
+            tx, parts, effects, run=one.run, commands=first.result.commands, now=now, depth=depth
+        )
     return inserted
 
 

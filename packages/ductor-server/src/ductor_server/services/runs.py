@@ -27,7 +27,14 @@ from ductor_core.runs import (
     StepStatus,
 )
 from ductor_server.engine.catalog import WorkflowCatalog
-from ductor_server.engine.effects import Effects, FirstTick, compute_first_tick, create_run
+from ductor_server.engine.effects import (
+    Effects,
+    FirstTick,
+    RunStart,
+    compute_first_tick,
+    create_run,
+    create_runs,
+)
 from ductor_server.engine.queue import Topic
 from ductor_server.errors import (
     RequestInvalid,
@@ -56,6 +63,7 @@ from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import (
     IdempotencyRecord,
     NewInboxItem,
+    RunInsert,
     RunRecord,
     WorkflowVersionRecord,
 )
@@ -561,7 +569,10 @@ class RunsService:
         async def effect(tx: Tx) -> Answer[RunsStarted]:
             kinds = context.parts.kinds
             versions = _Versions(context.catalog, tx, tenant_id)
-            started: list[StartedRun] = []
+            views: list[tuple[RunView, bool] | None] = [None] * count
+            # The DAG runs of the batch are inserted together, after every other
+            # kind's: (index, start) for each.
+            dag: list[tuple[int, RunStart]] = []
             for index, (request, key, first) in enumerate(zip(requests, keys, firsts, strict=True)):
                 try:
                     kind = kinds.for_slug(request.family_slug)
@@ -579,24 +590,43 @@ class RunsService:
                         )
                         if other is None:
                             raise WorkflowNotFound(request.family_slug)
-                        view, created = run_view(other, None), True
-                    else:
-                        view, created = await self._create(
-                            tx,
-                            effects,
-                            tenant_id,
-                            request.family_slug,
-                            request.version,
-                            request.input,
-                            key,
-                            now,
-                            first,
-                            flush=False,
-                            versions=versions,
-                        )
+                        views[index] = (run_view(other, None), True)
+                        continue
+                    resolved = await self._resolve_or_existing(
+                        tx, versions, tenant_id, request.family_slug, request.version, key
+                    )
                 except ServerError as error:
                     error.details = {**(error.details or {}), "pointer": f"/runs/{index}"}
                     raise
+                if isinstance(resolved, RunView):
+                    views[index] = (resolved, False)
+                    continue
+                record, definition = resolved
+                dag.append(
+                    (
+                        index,
+                        RunStart(
+                            tenant_id=tenant_id,
+                            record=record,
+                            definition=definition,
+                            input=request.input,
+                            idempotency_key=key,
+                            # A publish since the first tick was computed moves "latest" on.
+                            first=first[1]
+                            if first is not None and first[0] == record.version
+                            else None,
+                        ),
+                    )
+                )
+            inserted = await create_runs(
+                tx, context.parts, effects, [start for _, start in dag], now=now
+            )
+            for (index, start), one in zip(dag, inserted, strict=True):
+                views[index] = await self._inserted_view(tx, tenant_id, start.definition, one)
+            started: list[StartedRun] = []
+            for found in views:
+                assert found is not None
+                view, created = found
                 started.append(
                     StartedRun(
                         id=view.id,
@@ -684,34 +714,19 @@ class RunsService:
         stored_key: str | None,
         now: datetime,
         first: tuple[int, FirstTick] | None = None,
-        *,
-        flush: bool = True,
-        versions: _Versions | None = None,
     ) -> tuple[RunView, bool]:
-        """The run started (True) or the one its key names (False); with `flush`
-        False the caller writes the gathered effects. `versions` resolves the
-        workflow (a batch shares one, so each named version is read once).
+        """The run started (True) and its effects written, or the one its key
+        names (False).
 
         A run key already taken is found by the insert itself (it writes nothing
         then and returns the run); it is looked up first only when the workflow
         cannot be resolved, so that a retry still gets its run."""
-        catalog = self._context.catalog
-        versions = versions or _Versions(catalog, tx, tenant_id)
-        resolved = await versions.resolve(family_slug, version)
-        if resolved is None and stored_key is not None:
-            existing = await tx.find_run_by_idempotency_key(tenant_id, stored_key)
-            if existing is not None:
-                definition = await catalog.definition(
-                    tx, tenant_id, existing.family_slug, existing.version
-                )
-                return run_view(existing, definition), False
-        if resolved is None:
-            if (
-                version is None
-                or await tx.get_latest_workflow_version(tenant_id, family_slug) is None
-            ):
-                raise WorkflowNotFound(family_slug)
-            raise WorkflowVersionNotFound(family_slug, version)
+        versions = _Versions(self._context.catalog, tx, tenant_id)
+        resolved = await self._resolve_or_existing(
+            tx, versions, tenant_id, family_slug, version, stored_key
+        )
+        if isinstance(resolved, RunView):
+            return resolved, False
         record, definition = resolved
         inserted = await create_run(
             tx,
@@ -727,10 +742,47 @@ class RunsService:
             first=first[1] if first is not None and first[0] == record.version else None,
         )
         if inserted.created:
-            if flush:
-                await effects.flush(tx)
-            return run_view(inserted.run, definition), True
+            await effects.flush(tx)
+        return await self._inserted_view(tx, tenant_id, definition, inserted)
+
+    async def _resolve_or_existing(
+        self,
+        tx: Tx,
+        versions: _Versions,
+        tenant_id: str,
+        family_slug: str,
+        version: int | None,
+        stored_key: str | None,
+    ) -> tuple[WorkflowVersionRecord, WorkflowDefinition] | RunView:
+        """The version a new run would pin, or, when there is none, the run the
+        key already names (a retry gets its run even so).
+
+        Raises:
+            WorkflowNotFound, WorkflowVersionNotFound: neither exists.
+        """
+        resolved = await versions.resolve(family_slug, version)
+        if resolved is not None:
+            return resolved
+        if stored_key is not None:
+            existing = await tx.find_run_by_idempotency_key(tenant_id, stored_key)
+            if existing is not None:
+                definition = await self._context.catalog.definition(
+                    tx, tenant_id, existing.family_slug, existing.version
+                )
+                return run_view(existing, definition)
+        if version is None or await tx.get_latest_workflow_version(tenant_id, family_slug) is None:
+            raise WorkflowNotFound(family_slug)
+        raise WorkflowVersionNotFound(family_slug, version)
+
+    async def _inserted_view(
+        self, tx: Tx, tenant_id: str, definition: WorkflowDefinition, inserted: RunInsert
+    ) -> tuple[RunView, bool]:
+        """The view of a run just created (True), or of the run its key already
+        named (False), with the definition it pinned."""
         run = inserted.run
+        if inserted.created:
+            return run_view(run, definition), True
+        catalog = self._context.catalog
         pinned = await catalog.definition(tx, tenant_id, run.family_slug, run.version)
         return run_view(run, pinned or definition), False
 
