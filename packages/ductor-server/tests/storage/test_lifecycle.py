@@ -322,3 +322,17 @@ async def test_every_table_but_tenants_carries_tenant_id(store: Store) -> None:
 # The queue's fence is one number about every tenant's leases at once (no
 # tenant's data: it only tells the Redis queue when to count leases again).
 _GLOBAL_TABLES = {"tenants", "schema_migrations", "queue_fence"}
+
+
+async def test_run_state_is_compressed_with_lz4_where_postgres_has_it(pg_store: Store) -> None:
+    async with pg_store.transaction() as tx:
+        has_lz4 = await tx.session.fetch_one(
+            "SELECT 'lz4' = ANY (enumvals) FROM pg_settings"
+            " WHERE name = 'default_toast_compression'"
+        )
+        method = await tx.session.fetch_one(
+            "SELECT attcompression FROM pg_attribute"
+            " WHERE attrelid = 'runs'::regclass AND attname = 'state'"
+        )
+    assert has_lz4 is not None and method is not None
+    assert method[0] == ("l" if has_lz4[0] else "")

@@ -1,0 +1,1 @@
+-- Postgres only (lz4 compression of runs.state); SQLite does not compress rows.
