@@ -334,5 +334,6 @@ async def test_run_state_is_compressed_with_lz4_where_postgres_has_it(pg_store: 
             "SELECT attcompression FROM pg_attribute"
             " WHERE attrelid = 'runs'::regclass AND attname = 'state'"
         )
-    assert has_lz4 is not None and method is not None
+    assert has_lz4 is not None
+    assert method is not None
     assert method[0] == ("l" if has_lz4[0] else "")
