@@ -73,6 +73,8 @@ class LocalFairQueue:
         resync_seconds: how often, at most, the whole ready set is read again
             (the safety net for what the cheap look by id misses); never more
             often than ten times the last such read took; 0: at every lease.
+        rescan_every: seconds between looks that start below the highest task id
+            seen (`RESCAN_EVERY`; 0: at every lease).
         policies: where the policy comes from (built from `policy` and `wake` if None).
         shared: count every process's leases, not only this one's: each lease
             holds the queue lock alone (`storage.queuefence`), reads the tasks
@@ -90,6 +92,7 @@ class LocalFairQueue:
         capacity: int | None = None,
         wake: WakeUp | None = None,
         resync_seconds: float = 0.25,
+        rescan_every: float = RESCAN_EVERY,
         scan_limit: int = 10_000,
         policies: QueuePolicies | None = None,
         shared: bool = False,
@@ -101,6 +104,7 @@ class LocalFairQueue:
         self.capacity = capacity
         self.wake = wake
         self.resync_seconds = resync_seconds
+        self.rescan_every = rescan_every
         self.scan_limit = scan_limit
         self.refused = 0  # chosen tasks the store would not lease (taken or ended)
         self._sql = SqlTaskQueue(store)
@@ -191,7 +195,7 @@ class LocalFairQueue:
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
         after = self._cursor or 0
-        if clock - self._rescanned >= RESCAN_EVERY:
+        if clock - self._rescanned >= self.rescan_every:
             after = max(after - min(RESCAN_SLACK, self.scan_limit // 2), 0)
             self._rescanned = clock
         rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)

@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ductor_server.engine.fairness import FairPolicy
-from ductor_server.engine.fairqueue import RESCAN_SLACK, LocalFairQueue
+from ductor_server.engine.fairqueue import RESCAN_EVERY, RESCAN_SLACK, LocalFairQueue
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
@@ -556,6 +556,8 @@ class RedisFairQueue:
         resync_seconds: how often, at most, the whole ready set is read again;
             never more often than ten times the last such read took; 0: at
             every lease.
+        rescan_every: seconds between looks that start below the highest task id
+            seen (`RESCAN_EVERY`; 0: at every lease).
     """
 
     def __init__(
@@ -568,6 +570,7 @@ class RedisFairQueue:
         capacity: int | None = None,
         wake: WakeUp | None = None,
         resync_seconds: float = 0.25,
+        rescan_every: float = RESCAN_EVERY,
         scan_limit: int = 10_000,
     ) -> None:
         self.store = store
@@ -584,6 +587,7 @@ class RedisFairQueue:
         self._policy_version = policy_version(self.policy)
         self.capacity = capacity
         self.resync_seconds = resync_seconds
+        self.rescan_every = rescan_every
         self.scan_limit = scan_limit
         self.owner = uuid.uuid4().hex[:12]  # this process's entry in the shared slots
         self.refused = 0  # picked tasks the store would not lease
@@ -597,6 +601,7 @@ class RedisFairQueue:
         # processes' slots are unknown then), with the queue lock held alone.
         self._fallback = LocalFairQueue(store, policies=self.policies, wake=wake, shared=True)
         self._resynced = 0.0
+        self._rescanned = 0.0
         self._resync_every = resync_seconds
         # Tasks whose completion committed, not yet recorded in Redis.
         self._ends: list[str] = []
@@ -777,9 +782,12 @@ class RedisFairQueue:
                 await self._add(lapsed)
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
-        cursor = int(await self.redis.get(self.keys + "cursor") or 0)
-        after = str(max(cursor - min(RESCAN_SLACK, self.scan_limit // 2), 0))
-        await self._add(await tx.ready_tasks(now=now, after_id=after, limit=self.scan_limit))
+        after = int(await self.redis.get(self.keys + "cursor") or 0)
+        if clock - self._rescanned >= self.rescan_every:
+            # Below the highest id seen too, for inserts that committed out of order.
+            after = max(after - min(RESCAN_SLACK, self.scan_limit // 2), 0)
+            self._rescanned = clock
+        await self._add(await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit))
         return False
 
     async def _add(self, rows: list[ReadyTask]) -> None:
