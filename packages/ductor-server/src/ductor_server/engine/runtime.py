@@ -31,6 +31,7 @@ from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.housekeeping import Housekeeping, Retention
 from ductor_server.engine.inboxfeed import InboxFeed, LocalInboxFeed
 from ductor_server.engine.kinds import RunKinds
+from ductor_server.engine.memory import release_free_memory
 from ductor_server.engine.queue import InProcessWakeUp, Topic, WakeUp
 from ductor_server.engine.queuedepth import QueueDepthSampler
 from ductor_server.engine.taskqueue import TaskQueue
@@ -77,6 +78,9 @@ class RuntimeConfig:
         emails: how the inbox's outbox emails are retried (worker role).
         queue_depth_interval: seconds between counts of the ready tasks for the
             `ductor.queue.depth` gauge (worker role, only while metrics are on).
+        trim_interval: seconds between looks at whether the engine went quiet
+            after work, when the heap's free memory is handed back to the
+            operating system (`engine.memory`); 0: never.
     """
 
     poll_interval: float = 0.5
@@ -93,6 +97,7 @@ class RuntimeConfig:
     fairness: FairPolicy = field(default_factory=FairPolicy)
     emails: EmailPolicy = field(default_factory=EmailPolicy)
     queue_depth_interval: float = 15.0
+    trim_interval: float = 2.0
 
 
 Setup = Callable[["Runtime"], object]
@@ -204,6 +209,7 @@ class Runtime:
             store, clock=self.clock, interval=cfg.queue_depth_interval
         )
         self._loops: list[asyncio.Task[None]] = []
+        self.trims = 0  # times the heap's free memory was handed back
 
     @classmethod
     @asynccontextmanager
@@ -301,6 +307,8 @@ class Runtime:
         if Role.TIMER in self.roles:
             spawn("timers", self.timers.run_forever())
             spawn("housekeeping", self.housekeeping.run_forever())
+        if self.config.trim_interval > 0:
+            spawn("trim", self._trim_when_quiet())
         self.wake()
 
     async def stop(self) -> None:
@@ -330,6 +338,25 @@ class Runtime:
             close = getattr(part, "aclose", None)
             if close is not None:
                 await close()
+
+    def _activity(self) -> tuple[int, ...]:
+        """Counters that move whenever the engine does work in this process."""
+        workers, timers = self.workers, self.timers
+        return (self.coordinator.ticks, workers.lease_batches, workers.report_batches, timers.fired)
+
+    async def _trim_when_quiet(self) -> None:
+        """Hand the heap's free memory back once the engine goes quiet after work
+        (and once after start, which leaves the imports' garbage behind)."""
+        last, busy = self._activity(), True
+        while True:
+            await asyncio.sleep(self.config.trim_interval)
+            now = self._activity()
+            if now != last:
+                last, busy = now, True
+            elif busy:
+                busy = False
+                if await asyncio.to_thread(release_free_memory):
+                    self.trims += 1
 
     def wake(self) -> None:
         """Wake every loop of this process (after writing outside the services)."""
