@@ -46,6 +46,9 @@ _conflicts = meter.create_counter(
     description="Ticks not applied because another coordinator changed the run first",
 )
 
+UNPOLLED_WAIT = 3600.0
+"""How long a coordinator loop that does not poll waits for a wake-up before it
+looks anyway."""
 INPUTS_PER_TICK = 1000
 """The most inbox items one tick of a run takes; the rest wait for the next."""
 UNKNOWN_KIND_DELAY = timedelta(seconds=30)
@@ -82,13 +85,16 @@ class Coordinator:
         self.conflicts = 0  # ticks dropped: another writer changed the run first
         self._running = 0  # loops in run_forever
 
-    async def run_forever(self) -> None:
+    async def run_forever(self, *, poll: bool = True) -> None:
         """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do.
-        Several loops may run at once (`RuntimeConfig.coordinator_loops`); the last
+
+        Several loops may run at once (`RuntimeConfig.coordinator_loops`); only
+        one of them (`poll`) also looks every `poll_interval` without a wake-up,
+        so that an idle process polls no more for having more loops. The last
         one out logs what they did, lost races (conflicts) included."""
         self._running += 1
         try:
-            await self._run()
+            await self._run(self.poll_interval if poll else UNPOLLED_WAIT)
         finally:
             self._running -= 1
             if not self._running:
@@ -99,7 +105,7 @@ class Coordinator:
                     self.conflicts,
                 )
 
-    async def _run(self) -> None:
+    async def _run(self, idle_wait: float) -> None:
         failures = 0
         while not self.stopped:
             try:
@@ -121,7 +127,7 @@ class Coordinator:
             # again at once. The wake-ups of writes made meanwhile are kept, so
             # such a wait returns at once.
             if done.claimed == 0 or (done.claimed < limit and not done.left_over):
-                await self.wake.wait(Topic.INBOX, self.poll_interval)
+                await self.wake.wait(Topic.INBOX, idle_wait)
 
     async def tick_batch(self, limit: int | None = None) -> int:
         """Claim up to `limit` (default `batch`) runs with input, tick them and

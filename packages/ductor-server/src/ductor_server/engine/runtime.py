@@ -295,7 +295,7 @@ class Runtime:
         if Role.COORDINATOR in self.roles:
             for loop in range(max(self.config.coordinator_loops, 1)):
                 name = f"coordinator-{loop}" if loop else "coordinator"
-                spawn(name, self.coordinator.run_forever())
+                spawn(name, self.coordinator.run_forever(poll=loop == 0))
         if Role.WORKER in self.roles:
             spawn("workers", self.workers.run_forever())
             spawn("worker-reports", self.workers.report_forever())
