@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from ductor_server.composition import build_services
-from ductor_server.engine.actions import ActionCall, default_registry
+from ductor_server.engine.actions import ActionCall, ActionRegistry, default_registry
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.queue import InProcessWakeUp
 from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
@@ -288,8 +288,9 @@ async def _until(predicate: Any) -> None:
     raise AssertionError("condition not reached")
 
 
-async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> None:
-    clock = ManualClock()
+def _counted_chain(steps: int) -> tuple[ActionRegistry, dict[str, int], dict[str, Any]]:
+    """A registry whose `count` action counts its calls by idempotency key, the
+    counts, and a chain of `steps` such actions."""
     counts: dict[str, int] = {}
 
     async def count(call: ActionCall) -> Any:
@@ -299,17 +300,25 @@ async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> Non
 
     registry = default_registry()
     registry.register_action("count", count)
-    steps = [
-        {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "count"}} for i in range(3)
-    ]
-    edges = [{"source_ref": f"s{i}", "target_ref": f"s{i + 1}"} for i in range(2)]
+    chain = {
+        "family_slug": "chain",
+        "steps": [
+            {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "count"}}
+            for i in range(steps)
+        ],
+        "edges": [{"source_ref": f"s{i}", "target_ref": f"s{i + 1}"} for i in range(steps - 1)],
+    }
+    return registry, counts, chain
+
+
+async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> None:
+    clock = ManualClock()
+    registry, counts, chain = _counted_chain(3)
     async with (
         Runtime.start(store, config=TEST_CONFIG, clock=clock, actions=registry) as one,
         Runtime.start(store, config=TEST_CONFIG, clock=clock, actions=registry) as two,
     ):
-        await build_services(one).workflows.publish(
-            TENANT, {"family_slug": "chain", "steps": steps, "edges": edges}
-        )
+        await build_services(one).workflows.publish(TENANT, chain)
         runs = []
         for i in range(12):
             services = build_services(one if i % 2 else two)
@@ -326,19 +335,7 @@ async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> Non
 async def test_several_coordinator_loops_in_one_process_tick_every_run_once(store: Store) -> None:
     # Four loops claim concurrently (on Postgres each skips the runs the others
     # hold); every step still runs once and every run ends once.
-    counts: dict[str, int] = {}
-
-    async def count(call: ActionCall) -> Any:
-        counts[call.idempotency_key] = counts.get(call.idempotency_key, 0) + 1
-        await asyncio.sleep(0)
-        return call.step_ref
-
-    registry = default_registry()
-    registry.register_action("count", count)
-    steps = [
-        {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "count"}} for i in range(4)
-    ]
-    edges = [{"source_ref": f"s{i}", "target_ref": f"s{i + 1}"} for i in range(3)]
+    registry, counts, chain = _counted_chain(4)
     config = dataclasses.replace(TEST_CONFIG, coordinator_loops=4)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
         loops = sorted(t.get_name() for t in rt._loops if "coordinator" in t.get_name())
@@ -349,9 +346,7 @@ async def test_several_coordinator_loops_in_one_process_tick_every_run_once(stor
             "ductor-coordinator-3",
         ]
         services = build_services(rt)
-        await services.workflows.publish(
-            TENANT, {"family_slug": "chain", "steps": steps, "edges": edges}
-        )
+        await services.workflows.publish(TENANT, chain)
         started = [
             (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
             for i in range(40)

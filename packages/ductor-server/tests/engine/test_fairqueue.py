@@ -23,23 +23,23 @@ from .conftest import OTHER_TENANT, TENANT
 MINUTE = timedelta(minutes=1)
 
 
+def _task(tenant: str, name: str, now: datetime) -> NewTask:
+    """A task of run `r<name>`, ready at `now`."""
+    return NewTask(
+        tenant_id=tenant,
+        run_id=f"r{name}",
+        step_ref="s",
+        attempt=1,
+        step_type="STEP_TYPE_ACTION",
+        handler="action:noop",
+        idempotency_key=f"{tenant}:{name}",
+        available_at=now,
+    )
+
+
 async def _enqueue(store: Store, tenant: str, count: int, now: datetime, tag: str = "") -> None:
     async with store.transaction() as tx:
-        await tx.enqueue_tasks(
-            [
-                NewTask(
-                    tenant_id=tenant,
-                    run_id=f"r{tag}{i}",
-                    step_ref="s",
-                    attempt=1,
-                    step_type="STEP_TYPE_ACTION",
-                    handler="action:noop",
-                    idempotency_key=f"{tenant}:{tag}{i}",
-                    available_at=now,
-                )
-                for i in range(count)
-            ]
-        )
+        await tx.enqueue_tasks([_task(tenant, f"{tag}{i}", now) for i in range(count)])
 
 
 def _refs(tasks: list[TaskRecord]) -> list[TaskRef]:
@@ -222,7 +222,7 @@ async def test_a_task_committed_after_a_newer_one_is_found_without_a_full_look(
 
     async def slow_writer() -> None:
         async with store.transaction() as tx:
-            await tx.enqueue_tasks([_task("slow", now)])
+            await tx.enqueue_tasks([_task(TENANT, "slow", now)])
             written.set()
             await late.wait()
 
@@ -240,16 +240,3 @@ async def test_a_task_committed_after_a_newer_one_is_found_without_a_full_look(
         found = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
     assert [t.run_id for t in found] == ["rslow"]
     assert int(found[0].id) < int(fast.id)
-
-
-def _task(run_id: str, now: datetime) -> NewTask:
-    return NewTask(
-        tenant_id=TENANT,
-        run_id=f"r{run_id}",
-        step_ref="s",
-        attempt=1,
-        step_type="STEP_TYPE_ACTION",
-        handler="action:noop",
-        idempotency_key=f"{TENANT}:{run_id}",
-        available_at=now,
-    )
