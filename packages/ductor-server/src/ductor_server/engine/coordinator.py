@@ -193,6 +193,10 @@ class Coordinator:
                 pending = by_run.get((run.tenant_id, run.id), [])
                 if len(pending) >= INPUTS_PER_TICK:
                     done.left_over = True
+                if not pending:
+                    # Another coordinator ticked it and took its input between this
+                    # claim's look at the inbox and its lock on the run: nothing to do.
+                    continue
                 if run.status.terminal:
                     # Late input for an ended run (a child's end after a cancel, ...).
                     plans.append(_Plan(run, pending, None))

@@ -34,6 +34,10 @@ RESCAN_EVERY = 0.02
 """Seconds between looks that start `RESCAN_SLACK` below the highest id seen;
 the looks in between start at it (under load a lease is many times a second,
 and the slack would read the same waiting tasks again each time)."""
+EXPIRED_EVERY = timedelta(seconds=1)
+"""How often, by the queue's clock, a lease looks for leases that ran out (a
+process died or stalled with its task): such a task is free again within this
+of its lease's end rather than at the very next lease."""
 
 
 def ticket_of(task: ReadyTask) -> Ticket:
@@ -112,6 +116,7 @@ class LocalFairQueue:
         self._resynced = 0.0
         self._resync_every = resync_seconds
         self._rescanned = 0.0
+        self._expired_looked: datetime | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     async def lease(
@@ -178,6 +183,7 @@ class LocalFairQueue:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
             self._rebuild(rows, full=len(rows) < self.scan_limit)
             self._advance(rows)
+            self._expired_looked = now  # a full look holds the expired leases too
             self._resynced = time.monotonic()
             # A full look costs more as the backlog grows: the next one comes no
             # sooner than ten times what this one took (0: at every lease).
@@ -186,9 +192,10 @@ class LocalFairQueue:
                 self._resync_every = max(self.resync_seconds, 10 * took)
             if len(rows) < self.scan_limit:
                 return  # it saw every ready task
-        else:
+        elif self._expired_looked is None or now - self._expired_looked >= EXPIRED_EVERY:
             # Leases that ran out (a process died or stalled with its task) are
-            # free again at once, as in the store's own order.
+            # free again.
+            self._expired_looked = now
             for row in await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit):
                 if not self.scheduler.requeue(row.id) and row.id not in self.scheduler:
                     self.scheduler.push(ticket_of(row))
@@ -274,4 +281,4 @@ class LocalFairQueue:
         return count
 
 
-__all__ = ["RESCAN_EVERY", "RESCAN_SLACK", "LocalFairQueue", "ticket_of"]
+__all__ = ["EXPIRED_EVERY", "RESCAN_EVERY", "RESCAN_SLACK", "LocalFairQueue", "ticket_of"]

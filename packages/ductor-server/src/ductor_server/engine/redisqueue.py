@@ -33,7 +33,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ductor_server.engine.fairness import FairPolicy
-from ductor_server.engine.fairqueue import RESCAN_EVERY, RESCAN_SLACK, LocalFairQueue
+from ductor_server.engine.fairqueue import (
+    EXPIRED_EVERY,
+    RESCAN_EVERY,
+    RESCAN_SLACK,
+    LocalFairQueue,
+)
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
@@ -602,6 +607,7 @@ class RedisFairQueue:
         self._fallback = LocalFairQueue(store, policies=self.policies, wake=wake, shared=True)
         self._resynced = 0.0
         self._rescanned = 0.0
+        self._expired_looked: datetime | None = None
         self._resync_every = resync_seconds
         # Tasks whose completion committed, not yet recorded in Redis.
         self._ends: list[str] = []
@@ -760,6 +766,7 @@ class RedisFairQueue:
                 self.rebuilds += rebuilt
             elif stale:
                 return True
+            self._expired_looked = now  # a full look holds the expired leases too
             expired = [row.id for row in rows if row.expired]
             if expired:
                 # A lease that ran out with its process: its slot is free again.
@@ -773,9 +780,10 @@ class RedisFairQueue:
                 self._resync_every = max(self.resync_seconds, 10 * took)
             if len(rows) < self.scan_limit:
                 return False  # it saw every ready task
-        else:
+        elif self._expired_looked is None or now - self._expired_looked >= EXPIRED_EVERY:
             # Leases that ran out (a process died or stalled with its task) are
-            # free again at once, as in the store's own order.
+            # free again.
+            self._expired_looked = now
             lapsed = await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit)
             if lapsed:
                 await self._ended("finish", [row.id for row in lapsed], strict=True)
