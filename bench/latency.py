@@ -9,7 +9,8 @@ with its own `POST /v1/runs`.
 1. Commits per run: a Postgres server is started behind a loopback proxy that
    counts the COMMITs it sends (`ductor_server.testing.CommitCounter`); runs
    are triggered one at a time on it, idle, and each is counted until a moment
-   after it ended, less the idle server's own polls. The engine code is the
+   after it ended, less the idle server's own polls (its statements, BEGIN
+   and COMMIT included, are counted and printed too). The engine code is the
    same on SQLite, so both backends use this count.
 2. Baseline: that many single-row UPDATE commits in sequence over one
    connection, against the benchmarked server's database (on SQLite, a file
@@ -150,9 +151,10 @@ def check_succeeded(ended: dict[str, Ended], ids: list[str]) -> None:
 # --- 1. commits per run ------------------------------------------------------------
 
 
-def commits_per_run(steps: int) -> tuple[int, list[int], float]:
+def commits_per_run(steps: int) -> tuple[int, list[int], float, int]:
     """Transactions one run takes, counted as COMMITs on the wire between a Postgres
-    server process and its database: (median, per run, idle commits/s subtracted)."""
+    server process and its database: (median, per run, idle commits/s subtracted,
+    and the median of the statements sent per run, BEGIN and COMMIT included)."""
     target = urlsplit(ADMIN_URL)
     counter = CommitCounter((target.hostname or "127.0.0.1", target.port or 5432))
     try:
@@ -173,25 +175,27 @@ def commits_per_run(steps: int) -> tuple[int, list[int], float]:
 
 async def _count(
     server: Server, api_key: str, counter: CommitCounter, db: Database
-) -> tuple[int, list[int], float]:
+) -> tuple[int, list[int], float, int]:
     async with client(server, api_key) as http:
         await trigger(http, -1)  # warm: the key, the definition, the connections
         await asyncio.sleep(1.0)
-        before, started = counter.commits, time.perf_counter()
+        before, said, started = counter.commits, counter.statements, time.perf_counter()
         await asyncio.sleep(COUNT_IDLE)  # the safety-net polls of an idle server
         idle_rate = (counter.commits - before) / (time.perf_counter() - started)
-        counts = []
+        idle_said = (counter.statements - said) / (time.perf_counter() - started)
+        counts, statements = [], []
         for i in range(COUNT_RUNS):
-            before, started = counter.commits, time.perf_counter()
+            before, said, started = counter.commits, counter.statements, time.perf_counter()
             run_id = await trigger(http, -2 - i)
             async with asyncio.timeout(PHASE_TIMEOUT):
                 while not db.ended([run_id]):  # noqa: ASYNC110 (the database is what we watch)
                     await asyncio.sleep(0.001)
             await asyncio.sleep(COUNT_SETTLE)  # the looks the loops take after it ended
-            idle = idle_rate * (time.perf_counter() - started)
-            counts.append(round(counter.commits - before - idle))
+            took = time.perf_counter() - started
+            counts.append(round(counter.commits - before - idle_rate * took))
+            statements.append(round(counter.statements - said - idle_said * took))
             check_succeeded(db.ended([run_id]), [run_id])
-    return round(statistics.median(counts)), counts, idle_rate
+    return round(statistics.median(counts)), counts, idle_rate, round(statistics.median(statements))
 
 
 # --- 2. the baseline ---------------------------------------------------------------
@@ -468,10 +472,11 @@ def main() -> None:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     commits = args.commits
     if commits is None:
-        commits, counts, idle_rate = commits_per_run(args.steps)
+        commits, counts, idle_rate, statements = commits_per_run(args.steps)
         print(
             f"commits per run: {commits} (COMMITs on the wire of a Postgres server, one run at"
-            f" a time on an idle server: {counts}, less {idle_rate:.1f}/s of idle polls)"
+            f" a time on an idle server: {counts}, less {idle_rate:.1f}/s of idle polls);"
+            f" statements per run: {statements} (BEGIN and COMMIT included)"
         )
     for backend in ["postgres", "sqlite"] if args.backend == "both" else [args.backend]:
         bench(backend, args, commits)

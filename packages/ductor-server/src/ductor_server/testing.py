@@ -171,17 +171,55 @@ def serve_process(
         proc.wait(timeout=15)
 
 
+class _Statements:
+    """Counts the statements a client sends on one Postgres connection: each
+    Execute (extended protocol) and each simple Query message, BEGIN and COMMIT
+    included. Expects no TLS (a server without ssl, or `sslmode=disable`)."""
+
+    _PRELUDES = frozenset({80877103, 80877104})  # SSLRequest, GSSENCRequest: a startup follows
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._started = False
+
+    def feed(self, chunk: bytes) -> int:
+        """Take the next bytes the client sent; return the statements they completed."""
+        self._buffer += chunk
+        count = 0
+        while True:
+            if not self._started:  # untyped: [length][code] ...
+                if len(self._buffer) < 8:
+                    return count
+                length = int.from_bytes(self._buffer[:4], "big")
+                if len(self._buffer) < length:
+                    return count
+                code = int.from_bytes(self._buffer[4:8], "big")
+                self._buffer = self._buffer[length:]
+                self._started = code not in self._PRELUDES
+                continue
+            if len(self._buffer) < 5:  # typed: [kind][length] ...
+                return count
+            length = int.from_bytes(self._buffer[1:5], "big")
+            if len(self._buffer) < 1 + length:
+                return count
+            if self._buffer[:1] in (b"E", b"Q"):
+                count += 1
+            self._buffer = self._buffer[1 + length :]
+
+
 class CommitCounter:
     """A loopback TCP proxy in front of Postgres that counts the COMMITs its
-    clients send. Postgres' own `pg_stat_database.xact_commit` also counts
-    transactions an idle backend runs to catch up on other databases' catalog
-    changes: on a machine where other suites create and drop databases all the
-    time that is noise of tens per second, so the wire is the exact measure."""
+    clients send, and their statements. Postgres' own
+    `pg_stat_database.xact_commit` also counts transactions an idle backend runs
+    to catch up on other databases' catalog changes: on a machine where other
+    suites create and drop databases all the time that is noise of tens per
+    second, so the wire is the exact measure."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         """Listen on a free port of 127.0.0.1 and forward each connection to `target`."""
         self.target = target
         self.commits = 0
+        self.statements = 0  # Execute and Query messages, BEGIN and COMMIT included
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -212,12 +250,15 @@ class CommitCounter:
 
     def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
         tail = b""
+        statements = _Statements()
         try:
             while chunk := src.recv(65536):
                 if count:
                     seen = tail + chunk
+                    sent = statements.feed(chunk)
                     with self._lock:
                         self.commits += seen.count(b"COMMIT\x00")
+                        self.statements += sent
                     tail = chunk[-6:]  # a COMMIT split across two reads is still seen once
                 dst.sendall(chunk)
         except OSError:
