@@ -1,7 +1,7 @@
 """The chat agent when its server is killed mid-turn: a real `ductor dev` process
-(SQLite), whose model calls go through the inference proxy to the scripted upstream
-(tests/ai_upstream.py), is SIGKILLed while a model call of a turn is in flight, and
-started again on the same data dir.
+(SQLite) and a real `ductor serve` process (Postgres), whose model calls go through
+the inference proxy to the scripted upstream (tests/ai_upstream.py), are SIGKILLed
+while a model call of a turn is in flight, and started again on the same data.
 
 - Killed after a mutating tool call ran (the model was answering its result): the
   stored turn is whole (the answer with its executed call and result), the same
@@ -26,6 +26,9 @@ from typing import Any
 
 import httpx
 import pytest
+
+from ductor_server.connections import new_secret_key
+from ductor_server.pytest_plugin import create_database, drop_database
 
 from .ai_upstream import UPSTREAM_KEY, ScriptedUpstream
 from .conftest import ServerProcess
@@ -56,16 +59,27 @@ def _ok(answer: httpx.Response, status: int = 201) -> Any:
     return answer.json()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def served(
+    request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[ServerProcess, ScriptedUpstream]]:
-    """A `ductor dev` server with the upstream as its default connection, the
-    operator model priced and a `hello` workflow; stopped after the module."""
+    """A server of the backend with the upstream as its default connection, the
+    operator model priced and a `hello` workflow; stopped (and its database
+    dropped) after the module's tests."""
+    admin: str | None = None
+    url: str | None = None
+    if request.param == "postgres":
+        admin = request.getfixturevalue("_postgres_admin")
+        url = create_database(admin)
+    env = {"DUCTOR_LEASE_SECONDS": f"{LEASE:g}"}
+    if url:  # `ductor dev` makes its own secret key; `serve` is given one
+        env["DUCTOR_SECRET_KEYS"] = new_secret_key("k1")
     upstream = ScriptedUpstream().start()
     server = ServerProcess(
-        data_dir=tmp_path_factory.mktemp("agent-kill") / "data",
-        env={"DUCTOR_LEASE_SECONDS": f"{LEASE:g}"},
+        data_dir=tmp_path_factory.mktemp(f"agent-kill-{request.param}") / "data",
+        database_url=url,
+        env=env,
     )
     try:
         server.start()
@@ -85,6 +99,8 @@ def served(
     finally:
         server.stop()
         upstream.stop()
+        if url:
+            drop_database(url, admin)
 
 
 def _post(server: ServerProcess, path: str, body: Any, headers: dict[str, str]) -> httpx.Response:
