@@ -7,8 +7,6 @@ import dataclasses
 import sys
 from collections.abc import Awaitable, Callable
 
-import pytest
-
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.memory import release_free_memory
 from ductor_server.engine.runtime import Runtime
@@ -23,9 +21,9 @@ ONE_STEP = {
 }
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
-def test_release_free_memory_reaches_the_c_library_on_linux() -> None:
-    assert release_free_memory() is True
+def test_release_free_memory_reaches_the_c_library_where_it_has_malloc_trim() -> None:
+    # glibc (Linux) has malloc_trim; elsewhere the call says it could do nothing.
+    assert release_free_memory() is sys.platform.startswith("linux")
 
 
 def _trims_reach(runtime: Runtime, count: int) -> Callable[[], Awaitable[bool]]:
