@@ -40,6 +40,38 @@ process died or stalled with its task): such a task is free again within this
 of its lease's end rather than at the very next lease."""
 
 
+class LookPace:
+    """How often a fair queue's cheap look at the store also looks further:
+    below the highest task id seen (every `rescan_every` seconds) and for
+    leases that ran out (every `EXPIRED_EVERY` of the queue's clock). Both
+    queues keep one."""
+
+    def __init__(self, rescan_every: float, slack: int) -> None:
+        self.rescan_every = rescan_every
+        self.slack = slack
+        self._rescanned = 0.0
+        self._expired_looked: datetime | None = None
+
+    def saw_expired(self, now: datetime) -> None:
+        """A full look at `now` held the expired leases too."""
+        self._expired_looked = now
+
+    def expired_due(self, now: datetime) -> bool:
+        """Whether this look also reads the leases that ran out (then counted as done)."""
+        if self._expired_looked is not None and now - self._expired_looked < EXPIRED_EVERY:
+            return False
+        self._expired_looked = now
+        return True
+
+    def after(self, cursor: int, clock: float) -> int:
+        """The id the look by id starts after: `cursor`, or `slack` below it when
+        a rescan is due (for inserts that committed out of order)."""
+        if clock - self._rescanned < self.rescan_every:
+            return cursor
+        self._rescanned = clock
+        return max(cursor - self.slack, 0)
+
+
 def ticket_of(task: ReadyTask) -> Ticket:
     """The scheduler's view of a ready task."""
     limits = task.limits
@@ -108,15 +140,13 @@ class LocalFairQueue:
         self.capacity = capacity
         self.wake = wake
         self.resync_seconds = resync_seconds
-        self.rescan_every = rescan_every
         self.scan_limit = scan_limit
+        self.pace = LookPace(rescan_every, min(RESCAN_SLACK, scan_limit // 2))
         self.refused = 0  # chosen tasks the store would not lease (taken or ended)
         self._sql = SqlTaskQueue(store)
         self._cursor: int | None = None
         self._resynced = 0.0
         self._resync_every = resync_seconds
-        self._rescanned = 0.0
-        self._expired_looked: datetime | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     async def lease(
@@ -183,7 +213,7 @@ class LocalFairQueue:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
             self._rebuild(rows, full=len(rows) < self.scan_limit)
             self._advance(rows)
-            self._expired_looked = now  # a full look holds the expired leases too
+            self.pace.saw_expired(now)
             self._resynced = time.monotonic()
             # A full look costs more as the backlog grows: the next one comes no
             # sooner than ten times what this one took (0: at every lease).
@@ -192,19 +222,15 @@ class LocalFairQueue:
                 self._resync_every = max(self.resync_seconds, 10 * took)
             if len(rows) < self.scan_limit:
                 return  # it saw every ready task
-        elif self._expired_looked is None or now - self._expired_looked >= EXPIRED_EVERY:
+        elif self.pace.expired_due(now):
             # Leases that ran out (a process died or stalled with its task) are
             # free again.
-            self._expired_looked = now
             for row in await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit):
                 if not self.scheduler.requeue(row.id) and row.id not in self.scheduler:
                     self.scheduler.push(ticket_of(row))
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
-        after = self._cursor or 0
-        if clock - self._rescanned >= self.rescan_every:
-            after = max(after - min(RESCAN_SLACK, self.scan_limit // 2), 0)
-            self._rescanned = clock
+        after = self.pace.after(self._cursor or 0, clock)
         rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
         for row in rows:
             if row.id not in self.scheduler:
@@ -281,4 +307,11 @@ class LocalFairQueue:
         return count
 
 
-__all__ = ["EXPIRED_EVERY", "RESCAN_EVERY", "RESCAN_SLACK", "LocalFairQueue", "ticket_of"]
+__all__ = [
+    "EXPIRED_EVERY",
+    "RESCAN_EVERY",
+    "RESCAN_SLACK",
+    "LocalFairQueue",
+    "LookPace",
+    "ticket_of",
+]

@@ -34,10 +34,10 @@ from redis.exceptions import RedisError
 
 from ductor_server.engine.fairness import FairPolicy
 from ductor_server.engine.fairqueue import (
-    EXPIRED_EVERY,
     RESCAN_EVERY,
     RESCAN_SLACK,
     LocalFairQueue,
+    LookPace,
 )
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.queuepolicy import QueuePolicies
@@ -592,7 +592,7 @@ class RedisFairQueue:
         self._policy_version = policy_version(self.policy)
         self.capacity = capacity
         self.resync_seconds = resync_seconds
-        self.rescan_every = rescan_every
+        self.pace = LookPace(rescan_every, min(RESCAN_SLACK, scan_limit // 2))
         self.scan_limit = scan_limit
         self.owner = uuid.uuid4().hex[:12]  # this process's entry in the shared slots
         self.refused = 0  # picked tasks the store would not lease
@@ -606,8 +606,6 @@ class RedisFairQueue:
         # processes' slots are unknown then), with the queue lock held alone.
         self._fallback = LocalFairQueue(store, policies=self.policies, wake=wake, shared=True)
         self._resynced = 0.0
-        self._rescanned = 0.0
-        self._expired_looked: datetime | None = None
         self._resync_every = resync_seconds
         # Tasks whose completion committed, not yet recorded in Redis.
         self._ends: list[str] = []
@@ -766,7 +764,7 @@ class RedisFairQueue:
                 self.rebuilds += rebuilt
             elif stale:
                 return True
-            self._expired_looked = now  # a full look holds the expired leases too
+            self.pace.saw_expired(now)
             expired = [row.id for row in rows if row.expired]
             if expired:
                 # A lease that ran out with its process: its slot is free again.
@@ -780,21 +778,16 @@ class RedisFairQueue:
                 self._resync_every = max(self.resync_seconds, 10 * took)
             if len(rows) < self.scan_limit:
                 return False  # it saw every ready task
-        elif self._expired_looked is None or now - self._expired_looked >= EXPIRED_EVERY:
+        elif self.pace.expired_due(now):
             # Leases that ran out (a process died or stalled with its task) are
             # free again.
-            self._expired_looked = now
             lapsed = await tx.ready_tasks(now=now, expired_only=True, limit=self.scan_limit)
             if lapsed:
                 await self._ended("finish", [row.id for row in lapsed], strict=True)
                 await self._add(lapsed)
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
-        after = int(await self.redis.get(self.keys + "cursor") or 0)
-        if clock - self._rescanned >= self.rescan_every:
-            # Below the highest id seen too, for inserts that committed out of order.
-            after = max(after - min(RESCAN_SLACK, self.scan_limit // 2), 0)
-            self._rescanned = clock
+        after = self.pace.after(int(await self.redis.get(self.keys + "cursor") or 0), clock)
         await self._add(await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit))
         return False
 
