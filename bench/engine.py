@@ -16,6 +16,8 @@ pgbench's classic write: 8 clients each committing single-row `UPDATE t SET v =
 v + 1 WHERE id = :id` in autocommit for a few seconds (the real `pgbench`
 binary when it is installed, else the same load from psycopg). The ratio says
 how many workflow steps the engine completes per single-row committed update.
+On Postgres it also prints the WAL written per step and the mean size of a
+finished run's row.
 
     uv run python bench/engine.py [--runs 1000] [--steps 10] [--backend postgres|sqlite|both]
                                   [--redis redis://127.0.0.1:6379/15] [--in-process]
@@ -254,9 +256,34 @@ def publish(server: Server, api_key: str, steps: int) -> None:
         raise SystemExit(f"publish refused: {answer.text}")
 
 
+def _wal_lsn(server: Server) -> int | None:
+    """Where the server's WAL stands, in bytes (None on SQLite)."""
+    if server.database_url is None:
+        return None
+    with psycopg.connect(server.database_url) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else None
+
+
+def _run_sizes(server: Server) -> str:
+    """The mean stored size of a finished run's row and of its state, on Postgres."""
+    if server.database_url is None:
+        return ""
+    sql = "SELECT AVG(pg_column_size(r.*)), AVG(pg_column_size(r.state)) FROM runs r"
+    with psycopg.connect(server.database_url) as conn:
+        row = conn.execute(sql).fetchone()
+    if row is None or row[0] is None:
+        return ""
+    return f"run row {float(row[0]):.0f} B (state {float(row[1]):.0f} B)"
+
+
+WAL_NOTE: list[str] = []
+
+
 def _run_on(server: Server, runs: int, steps: int) -> tuple[float, float]:
     api_key = server.api_key()
     publish(server, api_key, steps)
+    wal_before = _wal_lsn(server)
     started = time.perf_counter()
     asyncio.run(_start_all(server, api_key, runs))
     while True:
@@ -267,6 +294,10 @@ def _run_on(server: Server, runs: int, steps: int) -> tuple[float, float]:
         if counts.get("RUN_STATUS_FAILED", 0) or counts.get("RUN_STATUS_CANCELLED", 0):
             raise SystemExit(f"runs ended badly: {counts}")
     elapsed = time.perf_counter() - started
+    wal_after = _wal_lsn(server)
+    if wal_before is not None and wal_after is not None:
+        per_step = (wal_after - wal_before) / (runs * steps)
+        WAL_NOTE.append(f"WAL {per_step:,.0f} B/step, {_run_sizes(server)}")
     return runs * steps / elapsed, elapsed
 
 
@@ -318,6 +349,8 @@ def main() -> None:
             f" ({baseline}, {CLIENTS} clients, {BASELINE_SECONDS}s)"
             f" | ratio {rate / tps:.2f} steps per UPDATE"
         )
+        for note in WAL_NOTE:
+            print(f"postgres  {note}")
 
 
 if __name__ == "__main__":

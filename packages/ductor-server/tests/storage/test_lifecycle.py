@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from ductor_core.runs import RunState, RunStatus, StepState, StepStatus
 from ductor_server.storage import (
     AttemptRecord,
     EventRecord,
     NewHistoryEntry,
     RunRef,
+    RunUpdate,
     Store,
     StoreError,
     StoreUnavailable,
@@ -337,3 +339,53 @@ async def test_run_state_is_compressed_with_lz4_where_postgres_has_it(pg_store: 
     assert has_lz4 is not None
     assert method is not None
     assert method[0] == ("l" if has_lz4[0] else "")
+
+
+async def test_a_runs_ticks_update_its_row_in_place_on_postgres(pg_store: Store) -> None:
+    """Runs started together fill whole pages; each tick's new row version must
+    still fit beside the old one (a heap-only update, no new index entries)."""
+    ids = [f"r{i:03}" for i in range(100)]
+    async with pg_store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", run_id) for run_id in ids])
+
+    async def updates() -> tuple[int, int]:
+        async with pg_store.transaction() as tx:
+            await tx.session.execute("SELECT pg_stat_force_next_flush()")
+        async with pg_store.transaction() as tx:
+            row = await tx.session.fetch_one(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'runs'"
+            )
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    before = await updates()
+    for tick in range(1, 11):  # a chain of ten steps, one more done at each tick
+        steps = {
+            f"s{n}": StepState(ref=f"s{n}", status=StepStatus.SUCCEEDED, attempt=1, output=n)
+            for n in range(tick)
+        }
+        async with pg_store.transaction() as tx:
+            applied = await tx.update_runs(
+                [
+                    RunUpdate(
+                        tenant_id="t1",
+                        run_id=run_id,
+                        expected_lock_version=tick - 1,
+                        state=RunState(
+                            run_id=run_id,
+                            status=RunStatus.RUNNING,
+                            created_at=NOW,
+                            steps=steps,
+                        ),
+                        updated_at=NOW + tick * _SECOND,
+                    )
+                    for run_id in ids
+                ]
+            )
+        assert all(applied)
+    after = await updates()
+    updated, in_place = after[0] - before[0], after[1] - before[1]
+    assert updated == 1000
+    # Pruning makes room again as old versions die: most updates stay on their
+    # page (with full pages, none would).
+    assert in_place >= 0.8 * updated, (updated, in_place)

@@ -1,0 +1,1 @@
+-- Postgres only (room on each page of runs for heap-only tuple updates); SQLite has no fillfactor.
