@@ -240,3 +240,23 @@ async def test_a_task_committed_after_a_newer_one_is_found_without_a_full_look(
         found = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
     assert [t.run_id for t in found] == ["rslow"]
     assert int(found[0].id) < int(fast.id)
+    assert queue.pace.rescans >= 1
+
+
+async def test_no_look_below_the_highest_id_seen_while_no_id_under_it_is_missing(
+    store: Store,
+) -> None:
+    # Every id up to the highest seen was returned: the waiting tasks are not
+    # read again, however often leases come.
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=3600)
+    await _enqueue(store, TENANT, 12, now)
+    leased = await queue.lease(owner="w", limit=4, lease_for=MINUTE, now=now)
+    for tag in "abc":
+        await asyncio.sleep(RESCAN_EVERY * 1.5)
+        await _enqueue(store, TENANT, 2, now, tag=tag)
+        leased += await queue.lease(owner="w", limit=4, lease_for=MINUTE, now=now)
+    while more := await queue.lease(owner="w", limit=4, lease_for=MINUTE, now=now):
+        leased += more
+    assert len({t.id for t in leased}) == 18
+    assert queue.pace.rescans == 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from ductor_server.engine.fairness import FairPolicy, FairScheduler, Ticket
@@ -27,13 +27,15 @@ from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
 log = logging.getLogger("ductor.fairqueue")
 
 RESCAN_SLACK = 512
-"""How far below the highest id seen a look starts again: a task whose insert
-committed after one with a larger id is found by such a look, not only by the
-next full one."""
+"""How far below the highest id seen a look may start again: a task whose
+insert committed after one with a larger id is found by such a look, not only
+by the next full one."""
 RESCAN_EVERY = 0.02
-"""Seconds between looks that start `RESCAN_SLACK` below the highest id seen;
-the looks in between start at it (under load a lease is many times a second,
-and the slack would read the same waiting tasks again each time)."""
+"""Seconds between looks below the highest id seen; the looks in between start
+at it."""
+GAP_SECONDS = 2.0
+"""How long a missing id is looked for below the highest id seen. An insert
+that takes longer to commit is found by the next full look."""
 EXPIRED_EVERY = timedelta(seconds=1)
 """How often, by the queue's clock, a lease looks for leases that ran out (a
 process died or stalled with its task): such a task is free again within this
@@ -42,15 +44,26 @@ of its lease's end rather than at the very next lease."""
 
 class LookPace:
     """How often a fair queue's cheap look at the store also looks further:
-    below the highest task id seen (every `rescan_every` seconds) and for
-    leases that ran out (every `EXPIRED_EVERY` of the queue's clock). Both
-    queues keep one."""
+    below the highest task id seen (every `rescan_every` seconds, and only
+    while an id under it is missing) and for leases that ran out (every
+    `EXPIRED_EVERY` of the queue's clock). Both queues keep one.
+
+    A missing id is one below the highest seen that no look returned: an insert
+    not committed yet (two writers commit out of id order), a task not ready
+    yet, taken by another process, or an id never used (a rolled-back insert).
+    Only the first kind is worth a look, and only for a little while, so a look
+    below the highest id starts at the lowest id missing for less than
+    `GAP_SECONDS` (never more than `slack` below), and there is none while no id
+    is missing: under load the waiting tasks are not read again each time.
+    """
 
     def __init__(self, rescan_every: float, slack: int) -> None:
         self.rescan_every = rescan_every
         self.slack = slack
+        self.rescans = 0  # looks that started below the highest id seen
         self._rescanned = 0.0
         self._expired_looked: datetime | None = None
+        self._missing: dict[int, float] = {}  # id -> when it was first missed
 
     def saw_expired(self, now: datetime) -> None:
         """A full look at `now` held the expired leases too."""
@@ -63,13 +76,36 @@ class LookPace:
         self._expired_looked = now
         return True
 
+    def saw(self, above: int, ids: Iterable[int], clock: float) -> None:
+        """A look returned the ready tasks `ids` when the highest id seen was
+        `above`: each id it skipped up to its highest is missing from now on, and
+        each it returned is missing no more."""
+        found = set(ids)
+        if not found:
+            return
+        for task_id in found:
+            self._missing.pop(task_id, None)
+        top = max(found)
+        for task_id in range(max(above, top - self.slack) + 1, top):
+            if task_id not in found:
+                self._missing.setdefault(task_id, clock)
+
     def after(self, cursor: int, clock: float) -> int:
-        """The id the look by id starts after: `cursor`, or `slack` below it when
-        a rescan is due (for inserts that committed out of order)."""
-        if clock - self._rescanned < self.rescan_every:
+        """The id the look by id starts after: `cursor`, or the lowest id still
+        missing when a look below it is due."""
+        if not self._missing or clock - self._rescanned < self.rescan_every:
             return cursor
         self._rescanned = clock
-        return max(cursor - self.slack, 0)
+        floor = cursor - self.slack
+        self._missing = {
+            task_id: first
+            for task_id, first in self._missing.items()
+            if task_id > floor and clock - first < GAP_SECONDS
+        }
+        if not self._missing:
+            return cursor
+        self.rescans += 1
+        return min(self._missing) - 1
 
 
 def ticket_of(task: ReadyTask) -> Ticket:
@@ -212,6 +248,7 @@ class LocalFairQueue:
         if self._cursor is None or clock - self._resynced >= self._resync_every:
             rows = await tx.ready_tasks(now=now, limit=self.scan_limit)
             self._rebuild(rows, full=len(rows) < self.scan_limit)
+            self.pace.saw(self._cursor or 0, (int(r.id) for r in rows), clock)
             self._advance(rows)
             self.pace.saw_expired(now)
             self._resynced = time.monotonic()
@@ -230,11 +267,13 @@ class LocalFairQueue:
                     self.scheduler.push(ticket_of(row))
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
-        after = self.pace.after(self._cursor or 0, clock)
+        cursor = self._cursor or 0
+        after = self.pace.after(cursor, clock)
         rows = await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit)
         for row in rows:
             if row.id not in self.scheduler:
                 self.scheduler.push(ticket_of(row))
+        self.pace.saw(cursor, (int(r.id) for r in rows), clock)
         self._advance(rows)
 
     def _advance(self, rows: list[ReadyTask]) -> None:

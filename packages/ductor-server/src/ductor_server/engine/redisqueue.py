@@ -787,8 +787,11 @@ class RedisFairQueue:
                 await self._add(lapsed)
         # New tasks by id, also after a full look that could not hold every
         # ready task (it holds the oldest; the newest are found here).
-        after = self.pace.after(int(await self.redis.get(self.keys + "cursor") or 0), clock)
-        await self._add(await tx.ready_tasks(now=now, after_id=str(after), limit=self.scan_limit))
+        cursor = int(await self.redis.get(self.keys + "cursor") or 0)
+        rows = await tx.ready_tasks(
+            now=now, after_id=str(self.pace.after(cursor, clock)), limit=self.scan_limit
+        )
+        await self._add(rows)
         return False
 
     async def _add(self, rows: list[ReadyTask]) -> None:
@@ -801,6 +804,7 @@ class RedisFairQueue:
         top = max(int(row.id) for row in rows)
         # The cursor only moves up (another process may have seen further).
         cursor = int(await self.redis.get(self.keys + "cursor") or 0)
+        self.pace.saw(cursor, (int(row.id) for row in rows), time.monotonic())
         if top > cursor:
             await self.redis.set(self.keys + "cursor", top)
 
