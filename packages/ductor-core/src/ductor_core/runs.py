@@ -66,7 +66,7 @@ class ErrorInfo(_Data, frozen=True, kw_only=True):
     details: Any = None
 
 
-class ItemState(_Data, frozen=True, kw_only=True):
+class ItemState(_Data, frozen=True, kw_only=True, omit_defaults=True):
     """One item of a SCATTER (item_index >= 0)."""
 
     index: int
@@ -77,7 +77,7 @@ class ItemState(_Data, frozen=True, kw_only=True):
     child_run_id: str | None = None
 
 
-class StepState(_Data, frozen=True, kw_only=True):
+class StepState(_Data, frozen=True, kw_only=True, omit_defaults=True):
     """The state of one step of a run."""
 
     ref: str
@@ -94,7 +94,7 @@ class StepState(_Data, frozen=True, kw_only=True):
     data: dict[str, Any] = {}  # step-type private bookkeeping
 
 
-class BufferedSignal(_Data, frozen=True, kw_only=True):
+class BufferedSignal(_Data, frozen=True, kw_only=True, omit_defaults=True):
     """A signal received while no step was waiting for it (kept until one does)."""
 
     signal_id: str
@@ -102,7 +102,7 @@ class BufferedSignal(_Data, frozen=True, kw_only=True):
     payload: Any = None
 
 
-class RunState(_Data, frozen=True, kw_only=True):
+class RunState(_Data, frozen=True, kw_only=True, omit_defaults=True):
     """Everything the coordinator needs to tick a run; persisted as one value."""
 
     run_id: str

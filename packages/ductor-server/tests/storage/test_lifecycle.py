@@ -386,6 +386,7 @@ async def test_a_runs_ticks_update_its_row_in_place_on_postgres(pg_store: Store)
     after = await updates()
     updated, in_place = after[0] - before[0], after[1] - before[1]
     assert updated == 1000
-    # Pruning makes room again as old versions die: most updates stay on their
-    # page (with full pages, none would).
-    assert in_place >= 0.8 * updated, (updated, in_place)
+    # Pruning makes room again as old versions die, so most updates stay on their
+    # page: 85% here alone, less while other tests' transactions hold pruning
+    # back; with full pages it is 6%.
+    assert in_place >= 0.5 * updated, (updated, in_place)
