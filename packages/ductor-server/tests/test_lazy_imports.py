@@ -1,5 +1,6 @@
-"""The idle server holds no library it has not used: cel-python, Redis, Connect-RPC
-and (without receipt or secret keys) cryptography load on first use, and then work.
+"""The idle server holds no library it has not used: cel-python, Redis, Connect-RPC,
+pydantic and (without receipt or secret keys) cryptography load on first use, and
+then work.
 
 Each check runs in a fresh interpreter (this test process has imported
 everything already): it builds the app as `ductor dev` does, on the embedded
@@ -26,6 +27,8 @@ DEFERRED = {
     "connectrpc": "the first Connect-RPC request",
     "protobuf": "the first Connect-RPC request",
     "cryptography": "receipt signing and connection secret keys",
+    "pydantic": "the mcp library's models: the first MCP request",
+    "pydantic_core": "pydantic's core",
 }
 
 IDLE_SERVER = """
@@ -73,6 +76,17 @@ with TestClient(create_app(composition=build(settings))) as client:
     report["connect_status"] = answer.status_code
     report["after_connect"] = held()
 
+    initialize = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                   "clientInfo": {"name": "probe", "version": "1"}},
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    answer = client.post("/mcp", json=initialize, headers={**auth, **accept})
+    report["mcp_status"] = answer.status_code
+    report["mcp_server"] = answer.json()["result"]["serverInfo"]["name"]
+    report["after_mcp"] = held()
+
     from ductor_core.expressions import engine_by_name
 
     celpy = engine_by_name("cel-python")
@@ -92,6 +106,9 @@ class Report(TypedDict):
     idle: list[str]
     connect_status: int
     after_connect: list[str]
+    mcp_status: int
+    mcp_server: str
+    after_mcp: list[str]
     celpy_value: int
     after_cel_python: list[str]
     after_redis_build: list[str]
@@ -129,6 +146,13 @@ def test_a_connect_call_loads_connect_rpc_and_is_answered(report: Report) -> Non
     assert report["connect_status"] == 200
     assert {"connectrpc", "protobuf"} <= set(report["after_connect"])
     assert "celpy" not in report["after_connect"]
+
+
+def test_an_mcp_request_loads_pydantic_and_is_answered(report: Report) -> None:
+    assert "pydantic" not in report["after_connect"]
+    assert report["mcp_status"] == 200
+    assert report["mcp_server"]
+    assert {"pydantic", "pydantic_core"} <= set(report["after_mcp"])
 
 
 def test_the_cel_python_engine_loads_on_first_use_and_evaluates(report: Report) -> None:

@@ -16,6 +16,8 @@ from typing import Any
 from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.plugins import PluginProtocol
+from litestar.plugins.core import MsgspecDIPlugin
 
 from ductor_server.composition import Composition, build
 from ductor_server.extensions import installed_extensions
@@ -67,6 +69,20 @@ def _lifespan(
             yield
 
     return lifespan
+
+
+class _Litestar(Litestar):
+    """Litestar without the plugins it adds for pydantic and attrs models when those
+    libraries are installed (the `mcp` and `openai` libraries bring pydantic in).
+    No route takes or returns such a model: msgspec decodes every body and encodes
+    every answer, and the MCP endpoint is an ASGI app of its own. So pydantic,
+    several MiB, loads only with the first MCP request or AI call that needs it
+    (`tests/test_lazy_imports.py`)."""
+
+    @staticmethod
+    def _get_default_plugins(plugins: list[PluginProtocol]) -> list[PluginProtocol]:
+        plugins.append(MsgspecDIPlugin())
+        return plugins
 
 
 def create_app(
@@ -128,7 +144,7 @@ def create_app(
         handlers.extend(PUBLIC_ROUTES)
         # The optional dashboard (`ductor-server[ui]`): static files calling /v1.
         handlers.extend(dashboard_routes(find_dashboard_assets()))
-    app = Litestar(
+    app = _Litestar(
         route_handlers=handlers,
         lifespan=[_lifespan(settings, composition, mcp, connect)],
         exception_handlers=EXCEPTION_HANDLERS,
