@@ -21,6 +21,10 @@ finished run's row.
 
     uv run python bench/engine.py [--runs 1000] [--steps 10] [--backend postgres|sqlite|both]
                                   [--redis redis://127.0.0.1:6379/15] [--in-process]
+                                  [--output-bytes 4096]
+
+With `--output-bytes N` each step of the chain answers a string of N bytes (the
+run's input), as steps that return documents or model answers do.
 """
 
 from __future__ import annotations
@@ -54,15 +58,22 @@ BASELINE_ROWS = 1000
 START_CLIENTS = 4
 START_BATCH = 100
 PGBENCH_PATHS = ("/usr/lib/postgresql/15/bin/pgbench",)
+OUTPUT_BYTES = 0  # --output-bytes: each step's output size, through the server
 
 
-def chain(steps: int) -> dict[str, object]:
-    """A workflow of `steps` no-op actions, one after another."""
+def chain(steps: int, output_bytes: int = 0) -> dict[str, object]:
+    """A workflow of `steps` no-op actions, one after another; with
+    `output_bytes`, step i answers the run's `input.b<i>` (that long) as its output."""
+
+    def args(i: int) -> dict[str, object]:
+        if not output_bytes:
+            return {"action": "noop"}
+        return {"action": "noop", "params": {"blob": f"input.b{i}"}}
+
     return {
         "family_slug": "bench-chain",
         "steps": [
-            {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}
-            for i in range(steps)
+            {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": args(i)} for i in range(steps)
         ],
         "edges": [{"source_ref": f"s{i}", "target_ref": f"s{i + 1}"} for i in range(steps - 1)],
     }
@@ -202,15 +213,38 @@ def _succeeded(server: Server) -> dict[str, int]:
     return {str(status): int(count) for status, count in rows}
 
 
-async def _start_all(server: Server, api_key: str, runs: int) -> None:
+def _input(i: int, steps: int) -> dict[str, object]:
+    if not OUTPUT_BYTES:
+        return {"i": i}
+    # A text of its own for each step, that compresses about as well as prose (a
+    # run of one letter, or one text for every step, would compress to nothing
+    # and hide what storing the outputs costs).
+    pick = random.Random(i)
+    texts = {
+        f"b{s}": " ".join(pick.choices(WORDS, k=OUTPUT_BYTES // 4))[:OUTPUT_BYTES]
+        for s in range(steps)
+    }
+    return {"i": i, **texts}
+
+
+WORDS = [
+    "".join(random.Random(n).choices("abcdefghijklmnopqrstuvwxyz", k=2 + n % 9))
+    for n in range(2000)
+]
+
+
+async def _start_all(server: Server, api_key: str, runs: int, steps: int) -> None:
     headers = {"Authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=120) as http:
+        # Large inputs go in smaller batches, each well under the body limit.
+        per = START_BATCH if not OUTPUT_BYTES else max(1, 500_000 // (steps * OUTPUT_BYTES))
+        per = min(per, START_BATCH)
 
         async def client(worker: int) -> None:
-            for first in range(worker * START_BATCH, runs, START_CLIENTS * START_BATCH):
+            for first in range(worker * per, runs, START_CLIENTS * per):
                 batch = [
-                    {"family_slug": "bench-chain", "input": {"i": i}}
-                    for i in range(first, min(first + START_BATCH, runs))
+                    {"family_slug": "bench-chain", "input": _input(i, steps)}
+                    for i in range(first, min(first + per, runs))
                 ]
                 answer = await http.post(
                     "/v1/runs/batch",
@@ -248,7 +282,7 @@ def publish(server: Server, api_key: str, steps: int) -> None:
     """Publish the chain of `steps` no-op steps through the API."""
     answer = httpx.post(
         f"{server.url}/v1/workflows",
-        json=chain(steps),
+        json=chain(steps, OUTPUT_BYTES),
         headers={"Authorization": f"Bearer {api_key}"},
         timeout=60,
     )
@@ -285,7 +319,7 @@ def _run_on(server: Server, runs: int, steps: int) -> tuple[float, float]:
     publish(server, api_key, steps)
     wal_before = _wal_lsn(server)
     started = time.perf_counter()
-    asyncio.run(_start_all(server, api_key, runs))
+    asyncio.run(_start_all(server, api_key, runs, steps))
     while True:
         time.sleep(0.2)
         counts = _succeeded(server)
@@ -308,10 +342,20 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="postgres")
     parser.add_argument("--redis", default=None, help="the server's DUCTOR_REDIS_URL")
     parser.add_argument(
+        "--output-bytes",
+        type=int,
+        default=0,
+        help="through the server, each step answers a string this long (default: {})",
+    )
+    parser.add_argument(
         "--in-process", action="store_true", help="drive the engine here, without a server"
     )
     args = parser.parse_args()
+    global OUTPUT_BYTES
+    OUTPUT_BYTES = args.output_bytes
     how = "in process" if args.in_process else "server + API" + (", Redis" if args.redis else "")
+    if OUTPUT_BYTES and not args.in_process:
+        how += f", {OUTPUT_BYTES} B outputs"
     if args.backend in ("sqlite", "both"):
         runs = args.runs or 1000
         if args.in_process:

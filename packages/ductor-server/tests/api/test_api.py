@@ -619,3 +619,52 @@ async def test_failed_requests_write_no_row_anywhere(api: Api) -> None:
     unauthenticated = await api.client.post("/v1/runs", json={"family_slug": "hello-world"})
     assert unauthenticated.status_code == 401
     assert _row_counts(target) == before
+
+
+LARGE_OUTPUTS: dict[str, Any] = {
+    "family_slug": "large-outputs",
+    "steps": [
+        {
+            "ref": "a",
+            "type": "STEP_TYPE_ACTION",
+            "args": {"action": "noop", "params": {"text": "input.text"}},
+        },
+        {
+            "ref": "b",
+            "type": "STEP_TYPE_DATAFLOW",
+            "args": {"operation": "project", "project": {"size": "size(steps.a.output.text)"}},
+        },
+        {
+            "ref": "c",
+            "type": "STEP_TYPE_ACTION",
+            "args": {"action": "noop", "params": {"again": "steps.a.output.text"}},
+        },
+    ],
+    "edges": [{"source_ref": "a", "target_ref": "b"}, {"source_ref": "b", "target_ref": "c"}],
+}
+
+
+async def test_large_step_outputs_are_kept_out_of_the_state_and_still_read(api: Api) -> None:
+    # Outputs past OUTLINE_BYTES are written once beside the run; later steps'
+    # expressions and the API still see them whole.
+    text = "".join(chr(ord("a") + i % 26) for i in range(1500))
+    assert (await api.call("POST", "/v1/workflows", json=LARGE_OUTPUTS)).status_code == 201
+    started = await api.call(
+        "POST", "/v1/runs", json={"family_slug": "large-outputs", "input": {"text": text}}
+    )
+    assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    run = await _wait_for_status(api, run_id, "RUN_STATUS_SUCCEEDED")
+    outputs = {step["ref"]: step["output"] for step in run["steps"]}
+    assert outputs == {"a": {"text": text}, "b": {"size": 1500}, "c": {"again": text}}
+    async with api.store.transaction() as tx:
+        rows = await tx.session.fetch_all(
+            "SELECT step_ref FROM run_outputs WHERE run_id = %s ORDER BY step_ref", (run_id,)
+        )
+        state = await tx.session.fetch_one("SELECT state FROM runs WHERE id = %s", (run_id,))
+    assert [r[0] for r in rows] == ["a", "c"]
+    assert state is not None
+    stored = json.loads(state[0])["steps"]
+    assert "output" not in stored["a"]
+    assert "output" not in stored["c"]
+    assert stored["b"]["output"] == {"size": 1500}

@@ -7,6 +7,7 @@ import contextlib
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ductor_core.runs import RunState, RunStatus, StepState, StepStatus
@@ -341,12 +342,25 @@ async def test_run_state_is_compressed_with_lz4_where_postgres_has_it(pg_store: 
     assert method[0] == ("l" if has_lz4[0] else "")
 
 
-async def test_a_runs_ticks_update_its_row_in_place_on_postgres(pg_store: Store) -> None:
-    """Runs started together fill whole pages; each tick's new row version must
-    still fit beside the old one (a heap-only update, no new index entries)."""
-    ids = [f"r{i:03}" for i in range(100)]
+async def test_a_runs_tick_updates_its_row_in_place_on_postgres(pg_store: Store) -> None:
+    """Runs started together fill their pages only halfway, so a tick's new row
+    version fits beside the old one: a heap-only update, no new index entries.
+    (Each run is updated once: later updates also need the old versions pruned,
+    which other sessions' snapshots can put off, so they would measure those.)"""
+    ids = [f"r{i:03}" for i in range(200)]
+    pending = {f"s{n}": StepState(ref=f"s{n}") for n in range(10)}
     async with pg_store.transaction() as tx:
-        await tx.insert_runs([new_run("t1", run_id) for run_id in ids])
+        await tx.insert_runs(
+            [
+                msgspec.structs.replace(
+                    new_run("t1", run_id),
+                    state=RunState(
+                        run_id=run_id, status=RunStatus.RUNNING, created_at=NOW, steps=pending
+                    ),
+                )
+                for run_id in ids
+            ]
+        )
 
     async def updates() -> tuple[int, int]:
         async with pg_store.transaction() as tx:
@@ -359,34 +373,28 @@ async def test_a_runs_ticks_update_its_row_in_place_on_postgres(pg_store: Store)
         return int(row[0]), int(row[1])
 
     before = await updates()
-    for tick in range(1, 11):  # a chain of ten steps, one more done at each tick
-        steps = {
-            f"s{n}": StepState(ref=f"s{n}", status=StepStatus.SUCCEEDED, attempt=1, output=n)
-            for n in range(tick)
-        }
-        async with pg_store.transaction() as tx:
-            applied = await tx.update_runs(
-                [
-                    RunUpdate(
-                        tenant_id="t1",
+    first_done = StepState(ref="s0", status=StepStatus.SUCCEEDED, attempt=1, output={"n": 1})
+    async with pg_store.transaction() as tx:
+        applied = await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id="t1",
+                    run_id=run_id,
+                    expected_lock_version=0,
+                    state=RunState(
                         run_id=run_id,
-                        expected_lock_version=tick - 1,
-                        state=RunState(
-                            run_id=run_id,
-                            status=RunStatus.RUNNING,
-                            created_at=NOW,
-                            steps=steps,
-                        ),
-                        updated_at=NOW + tick * _SECOND,
-                    )
-                    for run_id in ids
-                ]
-            )
-        assert all(applied)
+                        status=RunStatus.RUNNING,
+                        created_at=NOW,
+                        steps={**pending, "s0": first_done},
+                    ),
+                    updated_at=NOW + _SECOND,
+                )
+                for run_id in ids
+            ]
+        )
+    assert all(applied)
     after = await updates()
     updated, in_place = after[0] - before[0], after[1] - before[1]
-    assert updated == 1000
-    # Pruning makes room again as old versions die, so most updates stay on their
-    # page: 85% here alone, less while other tests' transactions hold pruning
-    # back; with full pages it is 6%.
-    assert in_place >= 0.5 * updated, (updated, in_place)
+    assert updated == 200
+    # With full pages (fillfactor 100) next to none would be.
+    assert in_place >= 0.95 * updated, (updated, in_place)

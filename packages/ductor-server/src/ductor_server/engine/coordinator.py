@@ -273,6 +273,7 @@ class Coordinator:
                     state=ticked.result.state,
                     updated_at=now,
                     kind_state=ticked.kind_state,
+                    outlined=run.outlined,
                 )
                 for run, ticked in live
             ]

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ductor_core.runs import ErrorInfo, RunInput, RunState, RunStatus
+from ductor_server.storage._outlined import outline, splice
 from ductor_server.storage.errors import InvalidCursor, StoreError
 from ductor_server.storage.protocol import AfterCommit, BeforeCommit, Params, Row, Session
 from ductor_server.storage.records import (
@@ -65,6 +66,16 @@ _input_decoder: msgspec.json.Decoder[RunInput] = msgspec.json.Decoder(RunInput)
 _error_decoder = msgspec.json.Decoder(ErrorInfo)
 _strings_decoder = msgspec.json.Decoder(list[str])
 _cursor_decoder = msgspec.json.Decoder(tuple[str, str])
+_outlined_decoder = msgspec.json.Decoder(tuple[tuple[str, int], ...])
+
+SAVE_RUN_OUTPUT = (
+    "INSERT INTO run_outputs (tenant_id, run_id, step_ref, item_index, output)"
+    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant_id, run_id, step_ref, item_index)"
+    " DO UPDATE SET output = excluded.output"
+)
+LOAD_RUN_OUTPUTS = (
+    "SELECT step_ref, item_index, output FROM run_outputs WHERE tenant_id = %s AND run_id = %s"
+)
 
 
 def utc(value: datetime) -> datetime:
@@ -92,7 +103,7 @@ _WF_COLS = "tenant_id, family_slug, version, hash, definition, trigger_events, c
 _RUN_COLS = (
     "tenant_id, id, family_slug, version, status, state, lock_version, input, output, error,"
     " parent_run_id, parent_step_ref, parent_item_index, child_key, idempotency_key,"
-    " created_at, updated_at, finished_at, kind, kind_state, trace_context"
+    " created_at, updated_at, finished_at, kind, kind_state, trace_context, outlined"
 )
 _LIMIT_COLS = "limit_key, key_concurrency, key_rate, key_burst"
 _INBOX_COLS = "seq, tenant_id, run_id, input, available_at"
@@ -164,7 +175,7 @@ GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
 FIND_RUN_BY_KEY = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s"
 UPDATE_RUN = (
     "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
-    " finished_at = %s, updated_at = %s, kind_state = %s,"
+    " finished_at = %s, updated_at = %s, kind_state = %s, outlined = %s,"
     " lock_version = lock_version + 1"
     " WHERE tenant_id = %s AND id = %s AND lock_version = %s RETURNING lock_version"
 )
@@ -306,7 +317,8 @@ GET_RUNS_PG = (
 UPDATE_RUNS_PG = (
     "UPDATE runs t SET state = v.state, status = v.status, output = v.output,"
     " error = v.error, finished_at = v.finished_at, updated_at = v.updated_at,"
-    " kind_state = v.kind_state, lock_version = t.lock_version + 1 FROM "
+    " kind_state = v.kind_state, outlined = v.outlined,"
+    " lock_version = t.lock_version + 1 FROM "
     + _unnest(
         "state jsonb",
         "status text",
@@ -315,6 +327,7 @@ UPDATE_RUNS_PG = (
         "finished_at timestamptz",
         "updated_at timestamptz",
         "kind_state jsonb",
+        "outlined jsonb",
         "tenant_id text",
         "id text",
         "lock_version bigint",
@@ -415,7 +428,7 @@ APPEND_HISTORIES_PG = (
 
 BATCHES_PG: dict[str, Batch] = {
     GET_RUN: Batch(GET_RUNS_PG, (), ordinal=True),
-    UPDATE_RUN: Batch(UPDATE_RUNS_PG, (7, 8), ordinal=True),
+    UPDATE_RUN: Batch(UPDATE_RUNS_PG, (8, 9), ordinal=True),
     LOAD_RUN_INBOX: Batch(LOAD_RUNS_INBOX_PG, (), ordinal=True),
     DELETE_INBOX_ITEM: Batch(DELETE_INBOX_ITEMS_PG, (0, 1), ordinal=True),
     ENQUEUE_INBOX_ITEM: Batch(ENQUEUE_INBOX_ITEMS_PG, (0, 1), ordinal=False),
@@ -647,7 +660,29 @@ class SqlTx:
             kind=r[18],
             kind_state=self.from_json(r[19]),
             trace_context=r[20],
+            outlined=() if r[21] is None else _outlined_decoder.decode(r[21]),
         )
+
+    async def _run_of(self, row: Row) -> RunRecord:
+        """One run's row as its record, with the outputs kept out of its state."""
+        [record] = await self._runs_of([row])
+        return record
+
+    async def _runs_of(self, rows: Sequence[Row]) -> list[RunRecord]:
+        """Runs' rows as records, each state with its outputs kept elsewhere put
+        back (one look per run that has any)."""
+        records = [self._run(r) for r in rows]
+        outlined = [i for i, record in enumerate(records) if record.outlined]
+        if not outlined:
+            return records
+        found = await self.executemany_fetch_all(
+            LOAD_RUN_OUTPUTS, [(records[i].tenant_id, records[i].id) for i in outlined]
+        )
+        for i, stored in zip(outlined, found, strict=True):
+            outputs = {(r[0], int(r[1])): self.from_json(r[2]) for r in stored}
+            record = records[i]
+            records[i] = msgspec.structs.replace(record, state=splice(record.state, outputs))
+        return records
 
     def _inbox(self, r: Row) -> InboxItem:
         return InboxItem(
@@ -1015,8 +1050,11 @@ class SqlTx:
         if not runs:
             return []
         params = []
+        outlines = []
         for run in runs:
             state = run.state
+            stored, keys, fresh = outline(state, ())
+            outlines.append((keys, fresh))
             params.append(
                 (
                     run.tenant_id,
@@ -1024,7 +1062,7 @@ class SqlTx:
                     run.family_slug,
                     run.version,
                     str(state.status),
-                    self.to_json(state),
+                    self.to_json(stored),
                     0,
                     self.to_json(state.input),
                     self.to_json(state.output),
@@ -1040,6 +1078,7 @@ class SqlTx:
                     run.kind,
                     self.to_json(run.kind_state),
                     run.trace_context,
+                    self.to_json(list(keys)) if keys else None,
                     None if run.limits is None else run.limits.key,
                     None if run.limits is None else run.limits.concurrency,
                     None if run.limits is None else run.limits.rate,
@@ -1048,14 +1087,19 @@ class SqlTx:
             )
         inserted = await self.executemany_returning(
             f"INSERT INTO runs ({_RUN_COLS}, {_LIMIT_COLS})"
-            f" VALUES ({', '.join(['%s'] * 25)})"
+            f" VALUES ({', '.join(['%s'] * 26)})"
             " ON CONFLICT DO NOTHING RETURNING id",
             params,
         )
         results: list[RunInsert] = []
-        for run, row in zip(runs, inserted, strict=True):
+        outputs: list[Params] = []
+        for run, row, (keys, fresh) in zip(runs, inserted, outlines, strict=True):
             if row is not None:
-                results.append(RunInsert(run=self._new_run_record(run), created=True))
+                record = self._new_run_record(run)
+                if keys:
+                    record = msgspec.structs.replace(record, outlined=keys)
+                    outputs.extend(self._output_rows(run.tenant_id, run.state.run_id, fresh))
+                results.append(RunInsert(run=record, created=True))
                 continue
             existing = await self._existing_run(run)
             if existing is None:
@@ -1065,7 +1109,16 @@ class SqlTx:
                     retryable=False,
                 )
             results.append(RunInsert(run=existing, created=False))
+        if outputs:
+            await self.executemany(SAVE_RUN_OUTPUT, outputs)
         return results
+
+    def _output_rows(
+        self, tenant_id: str, run_id: str, fresh: Sequence[tuple[str, int, Any]]
+    ) -> list[Params]:
+        return [
+            (tenant_id, run_id, ref, index, self.to_json(output)) for ref, index, output in fresh
+        ]
 
     def _new_run_record(self, run: NewRun) -> RunRecord:
         state = run.state
@@ -1105,14 +1158,14 @@ class SqlTx:
                 (run.tenant_id, run.child_key),
             )
             if row is not None:
-                return self._run(row)
+                return await self._run_of(row)
         return await self.get_run(run.tenant_id, run.state.run_id)
 
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
         row = await self.fetch_one(
             f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s", (tenant_id, run_id)
         )
-        return None if row is None else self._run(row)
+        return None if row is None else await self._run_of(row)
 
     async def get_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
         if not refs:
@@ -1120,11 +1173,11 @@ class SqlTx:
         rows = await self.executemany_returning(
             GET_RUN, [(ref.tenant_id, ref.run_id) for ref in refs]
         )
-        return [self._run(r) for r in rows if r is not None]
+        return await self._runs_of([r for r in rows if r is not None])
 
     async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:
         row = await self.fetch_one(FIND_RUN_BY_KEY, (tenant_id, key))
-        return None if row is None else self._run(row)
+        return None if row is None else await self._run_of(row)
 
     async def find_runs_by_idempotency_keys(
         self, tenant_id: str, keys: Sequence[str]
@@ -1132,7 +1185,8 @@ class SqlTx:
         if not keys:
             return []
         rows = await self.executemany_returning(FIND_RUN_BY_KEY, [(tenant_id, k) for k in keys])
-        return [None if row is None else self._run(row) for row in rows]
+        found = iter(await self._runs_of([row for row in rows if row is not None]))
+        return [None if row is None else next(found) for row in rows]
 
     async def list_child_runs(
         self, tenant_id: str, parent_run_id: str, *, step_ref: str | None = None
@@ -1143,7 +1197,7 @@ class SqlTx:
             sql += " AND parent_step_ref = %s"
             params.append(step_ref)
         rows = await self.fetch_all(sql + " ORDER BY created_at, id", params)
-        return [self._run(r) for r in rows]
+        return await self._runs_of(rows)
 
     async def list_runs(
         self,
@@ -1171,7 +1225,7 @@ class SqlTx:
         sql += " ORDER BY created_at DESC, id DESC LIMIT %s"
         params.append(limit + 1)
         rows = await self.fetch_all(sql, params)
-        items = [self._run(r) for r in rows[:limit]]
+        items = await self._runs_of(rows[:limit])
         next_cursor = None
         if len(rows) > limit:
             last = items[-1]
@@ -1181,25 +1235,38 @@ class SqlTx:
     async def update_runs(self, updates: Sequence[RunUpdate]) -> list[bool]:
         if not updates:
             return []
-        rows = await self.executemany_returning(
-            UPDATE_RUN,
-            [
+        params: list[Params] = []
+        fresh_of: list[list[tuple[str, int, Any]]] = []
+        for u in updates:
+            stored, keys, fresh = outline(u.state, u.outlined)
+            fresh_of.append(fresh)
+            params.append(
                 (
-                    self.to_json(u.state),
+                    self.to_json(stored),
                     str(u.state.status),
                     self.to_json(u.state.output),
                     self.to_json(u.state.error),
                     self._ts_or_none(u.state.finished_at),
                     self.to_timestamp(u.updated_at),
                     self.to_json(u.kind_state),
+                    self.to_json(list(keys)) if keys else None,
                     u.tenant_id,
                     u.run_id,
                     u.expected_lock_version,
                 )
-                for u in updates
-            ],
-        )
-        return [row is not None for row in rows]
+            )
+        rows = await self.executemany_returning(UPDATE_RUN, params)
+        applied = [row is not None for row in rows]
+        # Only an applied update's outputs: a lost race leaves its run as it was.
+        outputs = [
+            row
+            for u, fresh, done in zip(updates, fresh_of, applied, strict=True)
+            if done and fresh
+            for row in self._output_rows(u.tenant_id, u.run_id, fresh)
+        ]
+        if outputs:
+            await self.executemany(SAVE_RUN_OUTPUT, outputs)
+        return applied
 
     # --- run inbox ------------------------------------------------------------------
 
@@ -1235,7 +1302,7 @@ class SqlTx:
             self.render(self._claim_full_sql),
             (self.to_timestamp(now), limit * 4 + 16, limit),
         )
-        return [self._run(r) for r in rows]
+        return await self._runs_of(rows)
 
     async def load_inbox(
         self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000

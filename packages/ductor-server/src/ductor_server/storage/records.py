@@ -148,6 +148,9 @@ class RunRecord(_Record, frozen=True, kw_only=True):
     kind: str = DAG_KIND  # the engine kind that ticks the run
     kind_state: Any = None  # that kind's own bookkeeping (JSON), None if it keeps none
     trace_context: str | None = None  # W3C trace context of its creator (telemetry.context)
+    # The step outputs the store keeps out of the stored state ((step_ref,
+    # item_index) pairs; `state` holds them all): pass it back in `RunUpdate`.
+    outlined: tuple[tuple[str, int], ...] = ()
 
 
 class RunInsert(_Record, frozen=True, kw_only=True):
@@ -172,6 +175,9 @@ class RunUpdate(_Record, frozen=True, kw_only=True):
     state: RunState
     updated_at: datetime
     kind_state: Any = None
+    # The `outlined` of the record this update replaces (outputs already stored
+    # out of the state, not written again).
+    outlined: tuple[tuple[str, int], ...] = ()
 
 
 class RunPage(_Record, frozen=True, kw_only=True):

@@ -1,0 +1,200 @@
+"""Large step outputs are stored once, out of the run's state, and put back on read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ductor_core.runs import (
+    CancelRequested,
+    ItemState,
+    RunState,
+    RunStatus,
+    StepState,
+    StepStatus,
+)
+from ductor_server.storage import NewInboxItem, RunRef, RunUpdate, Store
+from ductor_server.storage._outlined import OUTLINE_BYTES
+
+from .builders import NOW, at, new_run
+
+BIG = {"text": "x" * (OUTLINE_BYTES + 1)}
+OTHER_BIG = ["y" * OUTLINE_BYTES, 1]
+
+
+def _state(run_id: str, **steps: StepState) -> RunState:
+    return RunState(run_id=run_id, status=RunStatus.RUNNING, created_at=NOW, steps=steps)
+
+
+def _done(ref: str, output: Any) -> StepState:
+    return StepState(ref=ref, status=StepStatus.SUCCEEDED, attempt=1, output=output)
+
+
+def _scatter() -> StepState:
+    items = [
+        ItemState(index=0, status=StepStatus.SUCCEEDED, attempt=1, output=OTHER_BIG),
+        ItemState(index=1, status=StepStatus.SUCCEEDED, attempt=1, output=2),
+        ItemState(index=2, status=StepStatus.RUNNING, attempt=1),
+    ]
+    return StepState(ref="fan", status=StepStatus.RUNNING, items=items)
+
+
+async def _stored(store: Store, run_id: str) -> tuple[dict[str, Any], Any, int]:
+    """The state as the row holds it, its `outlined` column, and the output rows."""
+    async with store.transaction() as tx:
+        row = await tx.session.fetch_one(
+            "SELECT state, outlined FROM runs WHERE tenant_id = 't1' AND id = %s", (run_id,)
+        )
+        count = await tx.session.fetch_one(
+            "SELECT COUNT(*) FROM run_outputs WHERE tenant_id = 't1' AND run_id = %s", (run_id,)
+        )
+    assert row is not None
+    assert count is not None
+    outlined = None if row[1] is None else msgspec.json.decode(row[1])
+    return msgspec.json.decode(row[0]), outlined, int(count[0])
+
+
+async def test_a_large_output_is_stored_once_out_of_the_state_and_read_back(
+    store: Store,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", "r1")])
+        [record] = await tx.get_runs([RunRef(tenant_id="t1", run_id="r1")])
+    full = _state("r1", big=_done("big", BIG), small=_done("small", {"n": 1}), fan=_scatter())
+    async with store.transaction() as tx:
+        assert await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id="t1",
+                    run_id="r1",
+                    expected_lock_version=record.lock_version,
+                    state=full,
+                    updated_at=at(1),
+                    outlined=record.outlined,
+                )
+            ]
+        ) == [True]
+
+    raw, outlined, rows = await _stored(store, "r1")
+    assert "output" not in raw["steps"]["big"]
+    assert raw["steps"]["small"]["output"] == {"n": 1}
+    assert "output" not in raw["steps"]["fan"]["items"][0]
+    assert raw["steps"]["fan"]["items"][1]["output"] == 2
+    assert outlined == [["big", -1], ["fan", 0]]
+    assert rows == 2
+
+    # Every read gives the whole state back.
+    async with store.transaction() as tx:
+        got = await tx.get_run("t1", "r1")
+        [many] = await tx.get_runs([RunRef(tenant_id="t1", run_id="r1")])
+        listed = (await tx.list_runs("t1")).items
+    assert got is not None
+    assert got.state == full
+    assert got.outlined == (("big", -1), ("fan", 0))
+    assert many.state == full
+    assert [r.state for r in listed] == [full]
+
+    # The next tick passes `outlined` back: the stored outputs are not written
+    # again (a marker put in their place stays), and a new large one is.
+    async with store.transaction() as tx:
+        await tx.session.execute(
+            "UPDATE run_outputs SET output = %s WHERE step_ref = 'big'",
+            (tx.session.to_json("marker"),),
+        )
+    later = msgspec.structs.replace(full, steps={**full.steps, "last": _done("last", BIG)})
+    async with store.transaction() as tx:
+        assert await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id="t1",
+                    run_id="r1",
+                    expected_lock_version=got.lock_version,
+                    state=later,
+                    updated_at=at(2),
+                    outlined=got.outlined,
+                )
+            ]
+        ) == [True]
+        again = await tx.get_run("t1", "r1")
+    raw, outlined, rows = await _stored(store, "r1")
+    assert outlined == [["big", -1], ["fan", 0], ["last", -1]]
+    assert rows == 3
+    assert again is not None
+    assert again.state.steps["big"].output == "marker"
+    assert again.state.steps["last"].output == BIG
+
+
+async def test_a_lost_race_writes_no_output(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", "r1")])
+    async with store.transaction() as tx:
+        assert await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id="t1",
+                    run_id="r1",
+                    expected_lock_version=7,
+                    state=_state("r1", big=_done("big", BIG)),
+                    updated_at=at(1),
+                )
+            ]
+        ) == [False]
+    raw, outlined, rows = await _stored(store, "r1")
+    assert (outlined, rows) == (None, 0)
+    assert "steps" not in raw  # the state as inserted, with no step
+
+
+async def test_a_run_inserted_with_a_large_output_keeps_it_out_of_its_state(
+    store: Store,
+) -> None:
+    full = _state("r2", big=_done("big", BIG))
+    async with store.transaction() as tx:
+        [inserted] = await tx.insert_runs(
+            [msgspec.structs.replace(new_run("t1", "r2"), state=full)]
+        )
+        # Claimed through the inbox, as the coordinator reads it.
+        await tx.enqueue_inbox(
+            [
+                NewInboxItem(
+                    tenant_id="t1",
+                    run_id="r2",
+                    input=CancelRequested(reason="test"),
+                    available_at=NOW,
+                )
+            ]
+        )
+    assert inserted.run.outlined == (("big", -1),)
+    assert inserted.run.state == full
+    raw, outlined, rows = await _stored(store, "r2")
+    assert "output" not in raw["steps"]["big"]
+    assert (outlined, rows) == ([["big", -1]], 1)
+    async with store.transaction() as tx:
+        claimed = await tx.claim_runs(now=at(1), limit=10)
+    assert [run.state for run in claimed] == [full]
+
+
+async def test_a_step_that_is_no_longer_succeeded_leaves_the_list(store: Store) -> None:
+    async with store.transaction() as tx:
+        [inserted] = await tx.insert_runs(
+            [msgspec.structs.replace(new_run("t1", "r3"), state=_state("r3", a=_done("a", BIG)))]
+        )
+    again = _state("r3", a=StepState(ref="a", status=StepStatus.RUNNING, attempt=2))
+    async with store.transaction() as tx:
+        assert await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id="t1",
+                    run_id="r3",
+                    expected_lock_version=0,
+                    state=again,
+                    updated_at=at(1),
+                    outlined=inserted.run.outlined,
+                )
+            ]
+        ) == [True]
+        got = await tx.get_run("t1", "r3")
+    _, outlined, _ = await _stored(store, "r3")
+    assert outlined is None
+    assert got is not None
+    assert got.state == again
