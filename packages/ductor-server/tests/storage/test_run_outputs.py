@@ -40,6 +40,32 @@ def _scatter() -> StepState:
     return StepState(ref="fan", status=StepStatus.RUNNING, items=items)
 
 
+async def _tick(
+    store: Store,
+    run_id: str,
+    state: RunState,
+    *,
+    version: int,
+    seconds: float,
+    outlined: tuple[tuple[str, int], ...] = (),
+) -> bool:
+    """One guarded state write, as the coordinator makes it."""
+    async with store.transaction() as tx:
+        [applied] = await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id="t1",
+                    run_id=run_id,
+                    expected_lock_version=version,
+                    state=state,
+                    updated_at=at(seconds),
+                    outlined=outlined,
+                )
+            ]
+        )
+    return applied
+
+
 async def _stored(store: Store, run_id: str) -> tuple[dict[str, Any], Any, int]:
     """The state as the row holds it, its `outlined` column, and the output rows."""
     async with store.transaction() as tx:
@@ -62,19 +88,9 @@ async def test_a_large_output_is_stored_once_out_of_the_state_and_read_back(
         await tx.insert_runs([new_run("t1", "r1")])
         [record] = await tx.get_runs([RunRef(tenant_id="t1", run_id="r1")])
     full = _state("r1", big=_done("big", BIG), small=_done("small", {"n": 1}), fan=_scatter())
-    async with store.transaction() as tx:
-        assert await tx.update_runs(
-            [
-                RunUpdate(
-                    tenant_id="t1",
-                    run_id="r1",
-                    expected_lock_version=record.lock_version,
-                    state=full,
-                    updated_at=at(1),
-                    outlined=record.outlined,
-                )
-            ]
-        ) == [True]
+    assert await _tick(
+        store, "r1", full, version=record.lock_version, seconds=1, outlined=record.outlined
+    )
 
     raw, outlined, rows = await _stored(store, "r1")
     assert "output" not in raw["steps"]["big"]
@@ -103,19 +119,10 @@ async def test_a_large_output_is_stored_once_out_of_the_state_and_read_back(
             (tx.session.to_json("marker"),),
         )
     later = msgspec.structs.replace(full, steps={**full.steps, "last": _done("last", BIG)})
+    assert await _tick(
+        store, "r1", later, version=got.lock_version, seconds=2, outlined=got.outlined
+    )
     async with store.transaction() as tx:
-        assert await tx.update_runs(
-            [
-                RunUpdate(
-                    tenant_id="t1",
-                    run_id="r1",
-                    expected_lock_version=got.lock_version,
-                    state=later,
-                    updated_at=at(2),
-                    outlined=got.outlined,
-                )
-            ]
-        ) == [True]
         again = await tx.get_run("t1", "r1")
     raw, outlined, rows = await _stored(store, "r1")
     assert outlined == [["big", -1], ["fan", 0], ["last", -1]]
@@ -128,18 +135,7 @@ async def test_a_large_output_is_stored_once_out_of_the_state_and_read_back(
 async def test_a_lost_race_writes_no_output(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", "r1")])
-    async with store.transaction() as tx:
-        assert await tx.update_runs(
-            [
-                RunUpdate(
-                    tenant_id="t1",
-                    run_id="r1",
-                    expected_lock_version=7,
-                    state=_state("r1", big=_done("big", BIG)),
-                    updated_at=at(1),
-                )
-            ]
-        ) == [False]
+    assert not await _tick(store, "r1", _state("r1", big=_done("big", BIG)), version=7, seconds=1)
     raw, outlined, rows = await _stored(store, "r1")
     assert (outlined, rows) == (None, 0)
     assert "steps" not in raw  # the state as inserted, with no step
@@ -180,19 +176,8 @@ async def test_a_step_that_is_no_longer_succeeded_leaves_the_list(store: Store) 
             [msgspec.structs.replace(new_run("t1", "r3"), state=_state("r3", a=_done("a", BIG)))]
         )
     again = _state("r3", a=StepState(ref="a", status=StepStatus.RUNNING, attempt=2))
+    assert await _tick(store, "r3", again, version=0, seconds=1, outlined=inserted.run.outlined)
     async with store.transaction() as tx:
-        assert await tx.update_runs(
-            [
-                RunUpdate(
-                    tenant_id="t1",
-                    run_id="r3",
-                    expected_lock_version=0,
-                    state=again,
-                    updated_at=at(1),
-                    outlined=inserted.run.outlined,
-                )
-            ]
-        ) == [True]
         got = await tx.get_run("t1", "r3")
     _, outlined, _ = await _stored(store, "r3")
     assert outlined is None
