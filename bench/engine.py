@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import psycopg
+from prose import prose
 from routing_server import Server
 
 from ductor_server.composition import build_services
@@ -216,21 +217,9 @@ def _succeeded(server: Server) -> dict[str, int]:
 def _input(i: int, steps: int) -> dict[str, object]:
     if not OUTPUT_BYTES:
         return {"i": i}
-    # A text of its own for each step, that compresses about as well as prose (a
-    # run of one letter, or one text for every step, would compress to nothing
-    # and hide what storing the outputs costs).
-    pick = random.Random(i)
-    texts = {
-        f"b{s}": " ".join(pick.choices(WORDS, k=OUTPUT_BYTES // 4))[:OUTPUT_BYTES]
-        for s in range(steps)
-    }
-    return {"i": i, **texts}
-
-
-WORDS = [
-    "".join(random.Random(n).choices("abcdefghijklmnopqrstuvwxyz", k=2 + n % 9))
-    for n in range(2000)
-]
+    # A text of its own for each step (one text for every step would compress
+    # to one copy and hide what storing the outputs costs).
+    return {"i": i, **{f"b{s}": prose(f"{i}:{s}", OUTPUT_BYTES) for s in range(steps)}}
 
 
 async def _start_all(server: Server, api_key: str, runs: int, steps: int) -> None:

@@ -16,25 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import time
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+from prose import prose
 
 from ductor_core.runs import RunState, RunStatus, StepState, StepStatus
 from ductor_server.pytest_plugin import create_database, drop_database
 from ductor_server.storage import NewRun, RunRef, RunUpdate, Store, _outlined, open_store
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-WORDS = [
-    "".join(random.Random(n).choices("abcdefghijklmnopqrstuvwxyz", k=2 + n % 9))
-    for n in range(2000)
-]
-
-
-def text(seed: str, size: int) -> str:
-    return " ".join(random.Random(seed).choices(WORDS, k=size // 4))[:size]
 
 
 async def wal(store: Store) -> int:
@@ -74,7 +66,7 @@ async def ticks(url: str, runs: int, steps: int, size: int) -> tuple[float, floa
                     ref=ref,
                     status=StepStatus.SUCCEEDED,
                     attempt=1,
-                    output={"text": text(f"{run_id}:{ref}", size)},
+                    output={"text": prose(f"{run_id}:{ref}", size)},
                 )
                 state = msgspec.structs.replace(
                     record.state, steps={**record.state.steps, ref: done}

@@ -15,7 +15,7 @@ from ductor_core.runs import (
     StepStatus,
 )
 from ductor_server.storage import NewInboxItem, RunRef, RunUpdate, Store
-from ductor_server.storage._outlined import OUTLINE_BYTES
+from ductor_server.storage._outlined import OUTLINE_BYTES, Outlined
 
 from .builders import NOW, at, new_run
 
@@ -47,7 +47,7 @@ async def _tick(
     *,
     version: int,
     seconds: float,
-    outlined: tuple[tuple[str, int], ...] = (),
+    outlined: Outlined = (),
 ) -> bool:
     """One guarded state write, as the coordinator makes it."""
     async with store.transaction() as tx:

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ductor_core.runs import ErrorInfo, RunInput, RunState, RunStatus
-from ductor_server.storage._outlined import outline, splice
+from ductor_server.storage._outlined import Outlined, outline, splice
 from ductor_server.storage.errors import InvalidCursor, StoreError
 from ductor_server.storage.protocol import AfterCommit, BeforeCommit, Params, Row, Session
 from ductor_server.storage.records import (
@@ -66,7 +66,7 @@ _input_decoder: msgspec.json.Decoder[RunInput] = msgspec.json.Decoder(RunInput)
 _error_decoder = msgspec.json.Decoder(ErrorInfo)
 _strings_decoder = msgspec.json.Decoder(list[str])
 _cursor_decoder = msgspec.json.Decoder(tuple[str, str])
-_outlined_decoder = msgspec.json.Decoder(tuple[tuple[str, int], ...])
+_outlined_decoder = msgspec.json.Decoder(Outlined)
 
 SAVE_RUN_OUTPUT = (
     "INSERT INTO run_outputs (tenant_id, run_id, step_ref, item_index, output)"

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from ductor_core.runs import DispatchTask, ErrorInfo, RunInput, RunState, RunStatus
+from ductor_server.storage._outlined import Outlined
 
 
 class _Record(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,7 +151,7 @@ class RunRecord(_Record, frozen=True, kw_only=True):
     trace_context: str | None = None  # W3C trace context of its creator (telemetry.context)
     # The step outputs the store keeps out of the stored state ((step_ref,
     # item_index) pairs; `state` holds them all): pass it back in `RunUpdate`.
-    outlined: tuple[tuple[str, int], ...] = ()
+    outlined: Outlined = ()
 
 
 class RunInsert(_Record, frozen=True, kw_only=True):
@@ -177,7 +178,7 @@ class RunUpdate(_Record, frozen=True, kw_only=True):
     kind_state: Any = None
     # The `outlined` of the record this update replaces (outputs already stored
     # out of the state, not written again).
-    outlined: tuple[tuple[str, int], ...] = ()
+    outlined: Outlined = ()
 
 
 class RunPage(_Record, frozen=True, kw_only=True):
