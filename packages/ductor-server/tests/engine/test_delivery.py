@@ -364,6 +364,29 @@ async def test_several_coordinator_loops_in_one_process_tick_every_run_once(stor
     assert rt.coordinator.ticks == 160
 
 
+@pytest.mark.parametrize("loops", [1, 3])
+async def test_one_wake_up_sends_one_coordinator_loop_to_claim(store: Store, loops: int) -> None:
+    # Runs one after another: each result's wake-up finds one run to tick. Every
+    # loop woken by it would claim, and all but one would find nothing; one
+    # watching loop at a time claims it, however many loops there are.
+    registry, counts, chain = _counted_chain(3)
+    config = dataclasses.replace(TEST_CONFIG, coordinator_loops=loops, poll_interval=60.0)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        for i in range(8):
+            run = (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
+            assert (await _wait_end(services, run.id)).status == SUCCEEDED
+        await asyncio.sleep(0.1)  # wake-ups of the last tick settle
+        coordinator = rt.coordinator
+        assert coordinator.ticks == 24
+        # Each loop's first look at start finds nothing, and a claim may still come
+        # up empty now and then (a wake-up whose input a batch in flight took); with
+        # every loop woken by every wake-up, three loops made 52 empty claims here.
+        assert coordinator.empty_rounds <= loops + 4, coordinator.empty_rounds
+    assert len(counts) == 24
+
+
 async def test_an_attempt_that_overruns_its_timeout_fails_with_step_timeout(engine: Engine) -> None:
     async def sleepy(call: ActionCall) -> Any:
         await asyncio.sleep(5)

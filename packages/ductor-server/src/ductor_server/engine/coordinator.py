@@ -83,20 +83,31 @@ class Coordinator:
         self.inline_batches = 0  # batches ticked on the loop in one transaction
         self.offloaded_batches = 0  # batches ticked in the engine lane between two
         self.conflicts = 0  # ticks dropped: another writer changed the run first
+        self.empty_rounds = 0  # claims that found no run to tick (polls, lost wake-up races)
         self._running = 0  # loops in run_forever
+        self._pollers = 0  # loops in run_forever that poll
+        self._watching = False  # one loop at a time waits on the wake-up (see _await_input)
+        self._handover = asyncio.Event()  # set when the watching loop stops watching
 
     async def run_forever(self, *, poll: bool = True) -> None:
         """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do.
 
-        Several loops may run at once (`RuntimeConfig.coordinator_loops`); only
-        one of them (`poll`) also looks every `poll_interval` without a wake-up,
-        so that an idle process polls no more for having more loops. The last
-        one out logs what they did, lost races (conflicts) included."""
+        Several loops may run at once (`RuntimeConfig.coordinator_loops`). One
+        wake-up sets one loop claiming: only one idle loop at a time waits on
+        the wake-up, and it hands that watch to the next idle loop as it goes to
+        claim, so input that comes while it ticks is claimed by another loop
+        meanwhile, and one run's input does not send every loop to claim it
+        (all but one of them finding nothing). The watching loop looks every
+        `poll_interval` without a wake-up as long as one loop was started with
+        `poll`, so an idle process polls no more for having more loops. The
+        last one out logs what they did, lost races (conflicts) included."""
         self._running += 1
+        self._pollers += poll
         try:
-            await self._run(self.poll_interval if poll else UNPOLLED_WAIT)
+            await self._run()
         finally:
             self._running -= 1
+            self._pollers -= poll
             if not self._running:
                 log.info(
                     "coordinator done: %d runs ticked in %d batches, %d conflicts",
@@ -105,7 +116,7 @@ class Coordinator:
                     self.conflicts,
                 )
 
-    async def _run(self, idle_wait: float) -> None:
+    async def _run(self) -> None:
         failures = 0
         while not self.stopped:
             try:
@@ -127,7 +138,22 @@ class Coordinator:
             # again at once. The wake-ups of writes made meanwhile are kept, so
             # such a wait returns at once.
             if done.claimed == 0 or (done.claimed < limit and not done.left_over):
-                await self.wake.wait(Topic.INBOX, idle_wait)
+                await self._await_input()
+
+    async def _await_input(self) -> None:
+        """Wait for the next inbox wake-up, or for a poll's time if this loop
+        watches; a loop that another one's watch leaves idle waits its turn."""
+        while self._watching:
+            self._handover.clear()
+            await self._handover.wait()
+        self._watching = True
+        try:
+            await self.wake.wait(
+                Topic.INBOX, self.poll_interval if self._pollers else UNPOLLED_WAIT
+            )
+        finally:
+            self._watching = False
+            self._handover.set()
 
     async def tick_batch(self, limit: int | None = None) -> int:
         """Claim up to `limit` (default `batch`) runs with input, tick them and
@@ -168,6 +194,8 @@ class Coordinator:
             batch.end()
             self.batches += 1
             effects.notify(self.wake, self.feed)
+        else:
+            self.empty_rounds += 1
         done.claimed = ticked
         return done
 
