@@ -1078,7 +1078,7 @@ class SqlTx:
                     run.kind,
                     self.to_json(run.kind_state),
                     run.trace_context,
-                    self.to_json(list(keys)) if keys else None,
+                    self._outlined_json(keys),
                     None if run.limits is None else run.limits.key,
                     None if run.limits is None else run.limits.concurrency,
                     None if run.limits is None else run.limits.rate,
@@ -1112,6 +1112,10 @@ class SqlTx:
         if outputs:
             await self.executemany(SAVE_RUN_OUTPUT, outputs)
         return results
+
+    def _outlined_json(self, keys: Outlined) -> Any:
+        """`runs.outlined` as stored: the pairs as JSON, NULL when there are none."""
+        return self.to_json(list(keys)) if keys else None
 
     def _output_rows(
         self, tenant_id: str, run_id: str, fresh: Sequence[tuple[str, int, Any]]
@@ -1162,9 +1166,7 @@ class SqlTx:
         return await self.get_run(run.tenant_id, run.state.run_id)
 
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
-        row = await self.fetch_one(
-            f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s", (tenant_id, run_id)
-        )
+        row = await self.fetch_one(GET_RUN, (tenant_id, run_id))
         return None if row is None else await self._run_of(row)
 
     async def get_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
@@ -1249,7 +1251,7 @@ class SqlTx:
                     self._ts_or_none(u.state.finished_at),
                     self.to_timestamp(u.updated_at),
                     self.to_json(u.kind_state),
-                    self.to_json(list(keys)) if keys else None,
+                    self._outlined_json(keys),
                     u.tenant_id,
                     u.run_id,
                     u.expected_lock_version,
