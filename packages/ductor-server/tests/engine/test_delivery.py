@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from ductor_core.runs import CancelRequested
 from ductor_server.composition import build_services
 from ductor_server.engine.actions import ActionCall, ActionRegistry, default_registry
 from ductor_server.engine.clock import ManualClock
@@ -19,6 +20,7 @@ from ductor_server.engine.queue import InProcessWakeUp
 from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
 from ductor_server.engine.workers import Workers
 from ductor_server.storage import Store
+from ductor_server.storage.records import NewInboxItem, RunRef
 
 from .conftest import FAILED, SUCCEEDED, TENANT, TEST_CONFIG, Engine, step
 from .httpsink import HttpSink
@@ -370,7 +372,9 @@ async def test_one_wake_up_sends_one_coordinator_loop_to_claim(store: Store, loo
     # loop woken by it would claim, and all but one would find nothing; one
     # watching loop at a time claims it, however many loops there are.
     registry, counts, chain = _counted_chain(3)
-    config = dataclasses.replace(TEST_CONFIG, coordinator_loops=loops, poll_interval=60.0)
+    config = dataclasses.replace(
+        TEST_CONFIG, coordinator_loops=loops, poll_interval=60.0, tick_reported=False
+    )
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
         services = build_services(rt)
         await services.workflows.publish(TENANT, chain)
@@ -385,6 +389,124 @@ async def test_one_wake_up_sends_one_coordinator_loop_to_claim(store: Store, loo
         # every loop woken by every wake-up, three loops made 52 empty claims here.
         assert coordinator.empty_rounds <= loops + 4, coordinator.empty_rounds
     assert len(counts) == 24
+
+
+@pytest.mark.parametrize("tick_reported", [True, False])
+async def test_a_workers_report_ticks_the_runs_of_its_results(
+    store: Store, tick_reported: bool
+) -> None:
+    # Worker and coordinator in one process: each result is ticked in the
+    # transaction that reports it, and the coordinator's claim is not needed.
+    registry, counts, chain = _counted_chain(3)
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0, tick_reported=tick_reported)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        for i in range(8):
+            run = (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
+            view = await _wait_end(services, run.id)
+            assert view.status == SUCCEEDED
+            assert view.output == {"s2": "s2"}
+        coordinator = rt.coordinator
+        assert coordinator.ticks == 24
+        assert coordinator.direct_batches == (24 if tick_reported else 0)
+        assert coordinator.batches == 24
+    assert len(counts) == 24
+    assert set(counts.values()) == {1}
+    # Ticked in their reports, the results never went through the inbox: the
+    # next inbox row is its first (its numbers are never reused).
+    async with store.transaction() as tx:
+        late = CancelRequested(reason="probe")
+        item = NewInboxItem(
+            tenant_id=TENANT, run_id=run.id, input=late, available_at=view.updated_at
+        )
+        [seq] = await tx.enqueue_inbox([item])
+    assert seq == (1 if tick_reported else 25)
+
+
+@pytest.mark.parametrize("tick_reported", [True, False])
+async def test_a_result_that_comes_after_its_run_ended_is_recorded_as_ignored_once(
+    store: Store, tick_reported: bool
+) -> None:
+    gate = asyncio.Event()
+    registry, counts, chain = _counted_chain(2)
+
+    async def gated(call: ActionCall) -> Any:
+        await gate.wait()
+        return "late"
+
+    registry.register_action("gated", gated)
+    chain["steps"][0]["args"]["action"] = "gated"
+    config = dataclasses.replace(TEST_CONFIG, tick_reported=tick_reported)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        run = (await services.runs.trigger(TENANT, "chain", None, {}, None)).value
+        await _until(lambda: rt.workers._inflight)
+        await services.runs.cancel(TENANT, run.id, "enough")
+        assert (await _wait_end(services, run.id)).status.value == "RUN_STATUS_CANCELLED"
+        recorded = rt.workers.attempts_recorded
+        gate.set()
+        await _until(lambda: rt.workers.attempts_recorded > recorded)
+        for _ in range(200):
+            history = await services.runs.history(TENANT, run.id)
+            ignored = [h for h in history if h.kind == "input.ignored"]
+            if ignored:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        history = await services.runs.history(TENANT, run.id)
+        ignored = [h.data for h in history if h.kind == "input.ignored"]
+        assert ignored == [
+            {
+                "reason": "run has ended",
+                "input": "AttemptResult",
+                "step_ref": "s0",
+                "item_index": -1,
+                "attempt": 1,
+            }
+        ]
+        view = await services.runs.get(TENANT, run.id)
+        assert view.status.value == "RUN_STATUS_CANCELLED"
+    assert counts == {}
+
+
+async def test_a_result_whose_run_another_transaction_holds_is_left_to_the_claim(
+    pg_store: Store,
+) -> None:
+    # Postgres only (SQLite has one writer): the report cannot lock the run, so
+    # it only queues the result, and the coordinator ticks it once the run is free.
+    store = pg_store
+    gate = asyncio.Event()
+    registry, counts, chain = _counted_chain(2)
+
+    async def gated(call: ActionCall) -> Any:
+        await gate.wait()
+        return "first"
+
+    registry.register_action("gated", gated)
+    chain["steps"][0]["args"]["action"] = "gated"
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=0.1)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        run = (await services.runs.trigger(TENANT, "chain", None, {}, None)).value
+        await _until(lambda: rt.workers._inflight)
+        async with store.transaction() as tx:
+            ref = RunRef(tenant_id=TENANT, run_id=run.id)
+            assert [r.id for r in await tx.lock_runs([ref])] == [run.id]
+            reports = rt.workers.report_batches
+            gate.set()
+            await _until(lambda: rt.workers.report_batches > reports)
+            await asyncio.sleep(0.3)  # polls of the coordinator pass over the held run
+            assert rt.coordinator.ticks == 0
+        view = await _wait_end(services, run.id)
+        assert view.status == SUCCEEDED
+        assert view.output == {"s1": "s1"}
+        # The first result through the claim, the second in its report.
+        assert rt.coordinator.ticks == 2
+        assert rt.coordinator.direct_batches == 1
+    assert list(counts.values()) == [1]
 
 
 async def test_an_attempt_that_overruns_its_timeout_fails_with_step_timeout(engine: Engine) -> None:

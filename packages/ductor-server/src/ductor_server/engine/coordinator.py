@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeGuard
@@ -36,7 +36,14 @@ from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunK
 from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.protocol import Store, Tx
-from ductor_server.storage.records import InboxItem, InboxRef, RunRecord, RunRef, RunUpdate
+from ductor_server.storage.records import (
+    InboxItem,
+    InboxRef,
+    NewInboxItem,
+    RunRecord,
+    RunRef,
+    RunUpdate,
+)
 from ductor_server.telemetry import TICK_DURATION, context_from, meter, tracer
 
 log = logging.getLogger("ductor.coordinator")
@@ -49,6 +56,9 @@ _conflicts = meter.create_counter(
 UNPOLLED_WAIT = 3600.0
 """How long a coordinator loop that does not poll waits for a wake-up before it
 looks anyway."""
+UNSTORED = 0
+"""The `seq` of an input handed to a tick straight from a worker's report: it has
+no inbox row (stored rows count from 1)."""
 INPUTS_PER_TICK = 1000
 """The most inbox items one tick of a run takes; the rest wait for the next."""
 UNKNOWN_KIND_DELAY = timedelta(seconds=30)
@@ -82,6 +92,7 @@ class Coordinator:
         self.batches = 0  # transactions that ticked at least one run
         self.inline_batches = 0  # batches ticked on the loop in one transaction
         self.offloaded_batches = 0  # batches ticked in the engine lane between two
+        self.direct_batches = 0  # batches ticked in a worker's report (`tick_reported`)
         self.conflicts = 0  # ticks dropped: another writer changed the run first
         self.empty_rounds = 0  # claims that found no run to tick (polls, lost wake-up races)
         self._running = 0  # loops in run_forever
@@ -166,14 +177,101 @@ class Coordinator:
         return (await self._round(limit or self.batch)).claimed
 
     async def _round(self, limit: int) -> _Round:
-        now = self.clock.now()
-        done = _Round()
         effects = Effects()
+        done = await self._traced(
+            effects,
+            lambda now, spans, done: self._tick_batch(now, effects, limit, spans, done),
+        )
+        if done.claimed:
+            effects.notify(self.wake, self.feed)
+        else:
+            self.empty_rounds += 1
+        return done
+
+    async def tick_reported(
+        self, tx: Tx, results: Sequence[NewInboxItem], now: datetime
+    ) -> tuple[list[NewInboxItem], Callable[[], None] | None]:
+        """Tick, in a worker's report transaction, the runs of the results it reports.
+
+        A worker of this process hands its attempts' results here instead of
+        queueing them all in the inbox, so that they are ticked in the report's
+        commit rather than in a claim of its own (one transaction less per step,
+        and no inbox row written, read back and deleted). Only runs this
+        transaction can lock at once (`Tx.lock_runs`: none another writer holds)
+        and whose ticks are cheap enough for the loop are ticked, each with its
+        stored input first and these results after it. Returns the results it
+        did not tick, which the caller queues in the inbox for the claim, and
+        what to call once the caller commits (None: nothing was ticked).
+        """
+        left = list(results)
+        if self.stopped or not left:
+            return left, None
+        fresh: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
+        for r in left:
+            fresh[(r.tenant_id, r.run_id)].append(
+                InboxItem(
+                    seq=UNSTORED,
+                    tenant_id=r.tenant_id,
+                    run_id=r.run_id,
+                    input=r.input,
+                    available_at=r.available_at,
+                )
+            )
+        runs = await tx.lock_runs([RunRef(tenant_id=t, run_id=r) for t, r in fresh])
+        if not runs:
+            return left, None
+        effects = Effects()
+        handled: set[tuple[str, str]] = set()
+
+        async def tick(now: datetime, spans: list[Span], done: _Round) -> int:
+            refs = [RunRef(tenant_id=run.tenant_id, run_id=run.id) for run in runs]
+            items = await tx.load_inbox(refs, now=now, limit_per_run=INPUTS_PER_TICK)
+            stored: dict[tuple[str, str], int] = defaultdict(int)
+            for item in items:
+                stored[(item.tenant_id, item.run_id)] += 1
+            # A run with more input than one tick takes gets these results after
+            # the rest, from the claim.
+            taken = [
+                run
+                for run in runs
+                if stored[(run.tenant_id, run.id)] + len(fresh[(run.tenant_id, run.id)])
+                <= INPUTS_PER_TICK
+            ]
+            for run in taken:
+                items.extend(fresh[(run.tenant_id, run.id)])
+            plans = await self._plan(tx, taken, items, now, spans, done)
+            ready = [plan for plan in plans if _inline(plan.compute)]
+            for plan in plans:
+                if plan.span is not None and not _inline(plan.compute):
+                    plan.span.set_attribute("ductor.tick.deferred", True)
+            if not ready:
+                return 0
+            applied = await self._tick_inline(tx, effects, ready, now, done)
+            handled.update(
+                (plan.run.tenant_id, plan.run.id)
+                for plan in ready
+                if plan.ticked is None or (plan.run.tenant_id, plan.run.id) in applied
+            )
+            self.direct_batches += 1
+            return len(ready)
+
+        await self._traced(effects, tick, now)
+        left = [r for r in left if (r.tenant_id, r.run_id) not in handled]
+        return left, (lambda: effects.notify(self.wake, self.feed)) if handled else None
+
+    async def _traced(
+        self,
+        effects: Effects,
+        body: Callable[[datetime, list[Span], _Round], Awaitable[int]],
+        now: datetime | None = None,
+    ) -> _Round:
+        """Run one batch (`body`), with its tick spans, its batch span and metrics."""
+        done = _Round()
         started, clock = time.time_ns(), time.perf_counter()
         inline = self.inline_batches
         spans: list[Span] = []
         try:
-            ticked = await self._tick_batch(now, effects, limit, spans, done)
+            ticked = await body(self.clock.now() if now is None else now, spans, done)
         except BaseException as exc:
             for span in spans:
                 span.record_exception(exc)
@@ -193,9 +291,6 @@ class Coordinator:
             )
             batch.end()
             self.batches += 1
-            effects.notify(self.wake, self.feed)
-        else:
-            self.empty_rounds += 1
         done.claimed = ticked
         return done
 
@@ -206,69 +301,17 @@ class Coordinator:
         # there; any other is ticked in the engine lane with no transaction
         # open and written in a second transaction. In both each run's
         # lock_version guards against a writer that got there in between.
-        plans: list[_Plan] = []
         async with self.store.transaction() as tx:
             runs = await tx.claim_runs(now=now, limit=limit)
             if not runs:
                 return 0
             refs = [RunRef(tenant_id=run.tenant_id, run_id=run.id) for run in runs]
             items = await tx.load_inbox(refs, now=now, limit_per_run=INPUTS_PER_TICK)
-            by_run: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
-            for item in items:
-                by_run[(item.tenant_id, item.run_id)].append(item)
-            unknown: list[RunRef] = []
-            for run in runs:
-                pending = by_run.get((run.tenant_id, run.id), [])
-                if len(pending) >= INPUTS_PER_TICK:
-                    done.left_over = True
-                if not pending:
-                    # Another coordinator ticked it and took its input between this
-                    # claim's look at the inbox and its lock on the run: nothing to do.
-                    continue
-                if run.status.terminal:
-                    # Late input for an ended run (a child's end after a cancel, ...).
-                    plans.append(_Plan(run, pending, None))
-                    continue
-                kind = self.parts.kinds.find(run.kind)
-                if kind is None:
-                    unknown.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
-                    continue
-                plan = _Plan(run, pending, kind)
-                # The tick's span continues the trace the run was started in.
-                plan.span = tracer.start_span(
-                    "ductor.tick",
-                    context=context_from(run.trace_context),
-                    attributes={
-                        "ductor.tenant": run.tenant_id,
-                        "ductor.run_id": run.id,
-                        "ductor.run.kind": run.kind,
-                        "ductor.inputs": len(pending),
-                    },
-                )
-                spans.append(plan.span)
-                if _prepares(kind):
-                    inputs = [i.input for i in pending]
-                    plan.compute = await kind.prepare_tick(tx, self.parts, run, inputs, now)
-                plans.append(plan)
-            if unknown:
-                log.error(
-                    "%d run(s) of a kind this process does not know (it knows %s): put off %s",
-                    len(unknown),
-                    ", ".join(self.parts.kinds.names()),
-                    UNKNOWN_KIND_DELAY,
-                )
-                await tx.defer_inbox(unknown, now=now, until=now + UNKNOWN_KIND_DELAY)
+            plans = await self._plan(tx, runs, items, now, spans, done)
             if not plans:
                 return len(runs)
             if all(_inline(plan.compute) for plan in plans):
-                for plan in plans:
-                    if plan.compute is not None:
-                        plan.ticked = plan.compute()
-                    elif plan.kind is not None:
-                        inputs = [i.input for i in plan.pending]
-                        plan.ticked = await plan.kind.tick(tx, self.parts, plan.run, inputs, now)
-                await self._write(tx, effects, plans, now, done)
-                self.inline_batches += 1
+                await self._tick_inline(tx, effects, plans, now, done)
                 return len(runs)
 
         self.offloaded_batches += 1
@@ -288,9 +331,89 @@ class Coordinator:
             await self._write(tx, effects, plans, now, done)
         return len(runs)
 
+    async def _plan(
+        self,
+        tx: Tx,
+        runs: list[RunRecord],
+        items: list[InboxItem],
+        now: datetime,
+        spans: list[Span],
+        done: _Round,
+    ) -> list[_Plan]:
+        """The claimed `runs` with their pending input (`items`, in order), prepared
+        for their ticks.
+
+        A run with no input left (another coordinator took it) is dropped; the
+        stored input of a run of a kind this process does not know is put off."""
+        plans: list[_Plan] = []
+        by_run: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
+        for item in items:
+            by_run[(item.tenant_id, item.run_id)].append(item)
+        unknown: list[RunRef] = []
+        for run in runs:
+            pending = by_run.get((run.tenant_id, run.id), [])
+            if len(pending) >= INPUTS_PER_TICK:
+                done.left_over = True
+            if not pending:
+                # Another coordinator ticked it and took its input between this
+                # claim's look at the inbox and its lock on the run: nothing to do.
+                continue
+            if run.status.terminal:
+                # Late input for an ended run (a child's end after a cancel, ...).
+                plans.append(_Plan(run, pending, None))
+                continue
+            kind = self.parts.kinds.find(run.kind)
+            if kind is None:
+                unknown.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
+                continue
+            plan = _Plan(run, pending, kind)
+            # The tick's span continues the trace the run was started in.
+            plan.span = tracer.start_span(
+                "ductor.tick",
+                context=context_from(run.trace_context),
+                attributes={
+                    "ductor.tenant": run.tenant_id,
+                    "ductor.run_id": run.id,
+                    "ductor.run.kind": run.kind,
+                    "ductor.inputs": len(pending),
+                },
+            )
+            spans.append(plan.span)
+            if _prepares(kind):
+                inputs = [i.input for i in pending]
+                plan.compute = await kind.prepare_tick(tx, self.parts, run, inputs, now)
+            plans.append(plan)
+        if unknown:
+            log.error(
+                "%d run(s) of a kind this process does not know (it knows %s): put off %s",
+                len(unknown),
+                ", ".join(self.parts.kinds.names()),
+                UNKNOWN_KIND_DELAY,
+            )
+            await tx.defer_inbox(unknown, now=now, until=now + UNKNOWN_KIND_DELAY)
+        return plans
+
+    async def _tick_inline(
+        self, tx: Tx, effects: Effects, plans: list[_Plan], now: datetime, done: _Round
+    ) -> set[tuple[str, str]]:
+        """Tick `plans` on the loop and write them, all in `tx`; return the
+        (tenant, run) keys of the ticks that applied."""
+        for plan in plans:
+            if plan.compute is not None:
+                plan.ticked = plan.compute()
+            elif plan.kind is not None:
+                inputs = [i.input for i in plan.pending]
+                plan.ticked = await plan.kind.tick(tx, self.parts, plan.run, inputs, now)
+        applied = await self._write(tx, effects, plans, now, done)
+        self.inline_batches += 1
+        return applied
+
     async def _write(
         self, tx: Tx, effects: Effects, plans: list[_Plan], now: datetime, done: _Round
-    ) -> None:
+    ) -> set[tuple[str, str]]:
+        """Write the ticked plans' new states guarded by their lock_version, their
+        commands and history, and delete the stored input they took; return the
+        keys of the runs whose ticks applied."""
         live = [(plan.run, plan.ticked) for plan in plans if plan.ticked is not None]
         applied = await tx.update_runs(
             [
@@ -313,7 +436,7 @@ class Coordinator:
             if ticked is None:
                 # No version guards this, so the inbox delete does: only the
                 # coordinator that removed the late input records it.
-                refs = [InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending]
+                refs = [InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending if i.seq]
                 if refs and await tx.delete_inbox(refs) == 0:
                     continue
                 for item in pending:
@@ -329,7 +452,7 @@ class Coordinator:
                     plan.span.set_attribute("ductor.conflict", True)
                 continue
             result = ticked.result
-            consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending)
+            consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending if i.seq)
             for item in pending:
                 entry = input_entry(run.tenant_id, run.id, item.input, at=now)
                 if entry is not None:
@@ -357,6 +480,7 @@ class Coordinator:
         if consumed:
             await tx.delete_inbox(consumed)
         await effects.flush(tx)
+        return ok
 
 
 @dataclass

@@ -65,6 +65,10 @@ class RuntimeConfig:
         coordinator_loops: coordinator loops in this process, each claiming its own
             batches (on Postgres they skip each other's runs, so one loop's batch is
             ticked while another waits for the database; SQLite has one writer).
+        tick_reported: in a process with both the coordinator and worker roles,
+            whether a worker's report transaction also ticks the runs of its
+            results (`Coordinator.tick_reported`) rather than leaving them all to
+            the coordinator's next claim.
         worker_batch: tasks leased per round trip.
         worker_concurrency: handlers running at once in this process.
         lease_seconds: how long a leased task is ours before another worker may take it.
@@ -86,6 +90,7 @@ class RuntimeConfig:
     poll_interval: float = 0.5
     coordinator_batch: int = 64
     coordinator_loops: int = 1
+    tick_reported: bool = True
     worker_batch: int = 64
     worker_concurrency: int = 64
     lease_seconds: float = 60.0
@@ -296,6 +301,11 @@ class Runtime:
             for loop in range(max(self.config.coordinator_loops, 1)):
                 name = f"coordinator-{loop}" if loop else "coordinator"
                 spawn(name, self.coordinator.run_forever(poll=loop == 0))
+        # A process that both works and coordinates ticks its workers' results in
+        # their report transactions (one commit less per step); the inbox and the
+        # coordinator's claim remain for everything else.
+        both = Role.COORDINATOR in self.roles and self.config.tick_reported
+        self.workers.ticker = self.coordinator if both else None
         if Role.WORKER in self.roles:
             spawn("workers", self.workers.run_forever())
             spawn("worker-reports", self.workers.report_forever())

@@ -4,7 +4,9 @@ A worker never touches run state. It takes tasks through the `TaskQueue` port.
 For every finished attempt it appends the attempt row, queues an
 `AttemptResult` in the run's inbox and completes the task, all in one
 transaction (many attempts per transaction); a redelivered task whose attempt
-is already recorded writes nothing but the completion.
+is already recorded writes nothing but the completion. In a process that also
+coordinates, the results go to the coordinator in that transaction first
+(`ResultTicker`), which ticks the runs it can there; only the rest are queued.
 
 Poisoned tasks: a task leased with `deaths >= poison_after` (its lease expired
 that many times, so a process died or stalled with it in flight each time) is
@@ -22,9 +24,10 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from opentelemetry.trace import SpanKind, StatusCode
@@ -34,8 +37,13 @@ from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistr
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
-from ductor_server.storage.protocol import Store
-from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecord, TaskRef
+from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.records import (
+    AttemptRecord,
+    NewInboxItem,
+    TaskRecord,
+    TaskRef,
+)
 from ductor_server.telemetry import (
     ATTEMPT_DURATION,
     TASK_WAIT,
@@ -59,6 +67,17 @@ POISONED = "attempt.poisoned"
 def worker_owner_id() -> str:
     """A lease owner id unique to this worker instance."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class ResultTicker(Protocol):
+    """Ticks runs in the transaction that queued their results (the coordinator)."""
+
+    async def tick_reported(
+        self, tx: Tx, results: Sequence[NewInboxItem], now: datetime
+    ) -> tuple[list[NewInboxItem], Callable[[], None] | None]:
+        """Returns the results it did not tick, and what to call once `tx`
+        commits (None: nothing was ticked)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,7 @@ class Workers:
         self.poisoned = 0  # tasks quarantined instead of run
         self.stalls = 0  # own tasks re-leased after their lease ran out (not run again)
         self.report_batches = 0  # report transactions
+        self.ticker: ResultTicker | None = None  # set by the Runtime (see `report`)
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._leased: dict[str, TaskRecord] = {}
         self._outcomes: asyncio.Queue[_Outcome] = asyncio.Queue()
@@ -360,7 +380,8 @@ class Workers:
         failures = 0
         while not self.stopped:
             try:
-                await self.report(batch)
+                # A retry only reports: whatever failed may have been the tick.
+                await self.report(batch, tick=not failures)
                 return
             except asyncio.CancelledError:
                 raise
@@ -380,8 +401,14 @@ class Workers:
                 return
             await asyncio.sleep(min(0.05 * 2**failures, 5.0))
 
-    async def report(self, batch: list[_Outcome]) -> None:
-        """Record attempts, queue their results and complete their tasks, in one commit."""
+    async def report(self, batch: list[_Outcome], *, tick: bool = True) -> None:
+        """Record attempts, queue their results and complete their tasks, in one commit.
+
+        With a `ticker` (the coordinator of this process) and `tick`, the
+        results go to the ticker first, which ticks their runs in that commit
+        where it can; only the rest are queued in the inbox.
+        """
+        ticked: Callable[[], None] | None = None
         async with self.store.transaction() as tx:
             new = await tx.record_attempts([o.attempt for o in batch])
             results = [
@@ -401,17 +428,22 @@ class Workers:
                 for o, fresh in zip(batch, new, strict=True)
                 if fresh
             ]
-            if results:
-                await tx.enqueue_inbox(results)
             await self.queue.complete(
                 tx, [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in batch]
             )
+            queued = results
+            if results and tick and self.ticker is not None:
+                queued, ticked = await self.ticker.tick_reported(tx, results, self.clock.now())
+            if queued:
+                await tx.enqueue_inbox(queued)
         for o in batch:
             self._leased.pop(o.task.id, None)
         self.report_batches += 1
         self.attempts_recorded += len(results)
         self.redeliveries_dropped += len(batch) - len(results)
-        if results:
+        if ticked is not None:
+            ticked()
+        if queued:
             self.wake.notify(Topic.INBOX)
 
     # --- leases ------------------------------------------------------------------

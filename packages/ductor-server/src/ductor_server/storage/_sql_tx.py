@@ -172,6 +172,10 @@ CLAIM_RUNS_WITH_INBOX_PLAIN = (
 )
 """SQLite (one writer, no row locks, no LATERAL): a plain join."""
 GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
+LOCK_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s{{lock}}"
+"""A run read and locked for this transaction, unless another holds it (Postgres)."""
+PG_SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+"""Postgres' `{lock}`: rows another transaction holds are passed over, not waited for."""
 FIND_RUN_BY_KEY = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s"
 UPDATE_RUN = (
     "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
@@ -314,6 +318,7 @@ GET_RUNS_PG = (
     + _unnest("tenant_id text", "id text")
     + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
 )
+LOCK_RUNS_PG = GET_RUNS_PG + " FOR UPDATE OF r SKIP LOCKED"
 UPDATE_RUNS_PG = (
     "UPDATE runs t SET state = v.state, status = v.status, output = v.output,"
     " error = v.error, finished_at = v.finished_at, updated_at = v.updated_at,"
@@ -428,6 +433,7 @@ APPEND_HISTORIES_PG = (
 
 BATCHES_PG: dict[str, Batch] = {
     GET_RUN: Batch(GET_RUNS_PG, (), ordinal=True),
+    LOCK_RUN.format(lock=PG_SKIP_LOCKED): Batch(LOCK_RUNS_PG, (), ordinal=True),
     UPDATE_RUN: Batch(UPDATE_RUNS_PG, (8, 9), ordinal=True),
     LOAD_RUN_INBOX: Batch(LOAD_RUNS_INBOX_PG, (), ordinal=True),
     DELETE_INBOX_ITEM: Batch(DELETE_INBOX_ITEMS_PG, (0, 1), ordinal=True),
@@ -444,6 +450,7 @@ HOT_STATEMENTS: dict[str, str] = {
     "claim_runs_with_inbox": CLAIM_RUNS_WITH_INBOX_PG,
     "claim_runs": CLAIM_RUNS_PG,
     "get_run": GET_RUN,
+    "lock_run": LOCK_RUN,
     "update_run": UPDATE_RUN,
     "load_run_inbox": LOAD_RUN_INBOX,
     "delete_inbox_item": DELETE_INBOX_ITEM,
@@ -465,6 +472,7 @@ HOT_STATEMENTS: dict[str, str] = {
     "clear_run_waits": CLEAR_RUN_WAITS,
     "append_history": APPEND_HISTORY,
     "get_runs_batch": GET_RUNS_PG,
+    "lock_runs_batch": LOCK_RUNS_PG,
     "update_runs_batch": UPDATE_RUNS_PG,
     "load_runs_inbox_batch": LOAD_RUNS_INBOX_PG,
     "delete_inbox_items_batch": DELETE_INBOX_ITEMS_PG,
@@ -1174,6 +1182,14 @@ class SqlTx:
             return []
         rows = await self.executemany_returning(
             GET_RUN, [(ref.tenant_id, ref.run_id) for ref in refs]
+        )
+        return await self._runs_of([r for r in rows if r is not None])
+
+    async def lock_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
+        if not refs:
+            return []
+        rows = await self.executemany_returning(
+            self.render(LOCK_RUN), [(ref.tenant_id, ref.run_id) for ref in refs]
         )
         return await self._runs_of([r for r in rows if r is not None])
 

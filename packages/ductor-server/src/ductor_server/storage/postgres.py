@@ -27,6 +27,7 @@ from ductor_server.storage._sql_tx import (
     BATCHES_PG,
     CLAIM_RUNS_PG,
     CLAIM_RUNS_WITH_INBOX_PG,
+    PG_SKIP_LOCKED,
     Batch,
     SqlTx,
     utc,
@@ -71,7 +72,7 @@ def store_error(exc: psycopg.Error) -> StoreError:
 class PostgresTx(SqlTx):
     """A transaction on one pooled connection (only valid inside `transaction()`)."""
 
-    _skip_locked = " FOR UPDATE SKIP LOCKED"
+    _skip_locked = PG_SKIP_LOCKED
     _skip_locked_runs = " FOR UPDATE OF r SKIP LOCKED"
     _lease_key = "(tenant_id, id)"
     _lease_cols = "tenant_id, id"

@@ -361,6 +361,17 @@ class InboxTx(Protocol):
         claim order (on Postgres in the same statement)."""
         ...
 
+    async def lock_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
+        """These runs, read as `get_runs` would, less any another transaction holds.
+
+        On Postgres each returned run row is locked FOR UPDATE until this
+        transaction ends, and a run another transaction has locked is left out
+        rather than waited for (a worker's report ticks the runs it can take and
+        leaves the rest to the coordinator's claim). On SQLite there is only one
+        writer, so every existing run is returned.
+        """
+        ...
+
     async def load_inbox(
         self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
     ) -> list[InboxItem]:
