@@ -31,7 +31,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ import httpx
 
 from ductor_server.cli_server import create_key
 from ductor_server.storage import open_store
+from ductor_server.testing import LoopbackHTTPServer
 
 ADMIN_URL = os.environ.get("DUCTOR_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 ENDED = {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
@@ -87,8 +88,7 @@ class Sink:
                     sink.in_flight[label] -= 1
                     sink.calls[label] = sink.calls.get(label, 0) + 1
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import pytest
 
 from ductor_server.cli_server import create_key
 from ductor_server.storage import open_store
-from ductor_server.testing import free_port
+from ductor_server.testing import LoopbackHTTPServer, free_port
 
 pytest_plugins = ["ductor_server.pytest_plugin"]
 
@@ -355,8 +355,7 @@ class Sink:
 
             do_GET = do_POST
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

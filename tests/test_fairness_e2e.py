@@ -7,8 +7,7 @@ that the steps call. Tenant B's 100 one-step runs are measured twice in the same
 test: on the idle server, then while tenant A has 2,000 runs of five slow steps
 (0.2 s each: 2,000 slot-seconds, far more than the 64 worker slots get through
 while B runs) queued and running. B's trigger-to-end latency under A's
-flood stays close to its idle latency (the target is p99 within 3x; see the
-assertion for the bounds kept and why).
+flood stays close to its idle latency (p99 within 3x, the target).
 (The target is 20,000 runs of A; 2,000 keep this test under a minute and
 already hold every slot for the whole of B's runs: the queue, not the size of
 the backlog, decides who goes next.)
@@ -25,11 +24,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 import pytest
+
+from ductor_server.testing import LoopbackHTTPServer
 
 from .conftest import ServerProcess, _create_key
 
@@ -86,8 +87,7 @@ class TimingSink:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -255,16 +255,14 @@ def test_a_flooding_tenant_does_not_slow_another_down(
         f" ({loaded_p99 / idle_p99:.2f}x); A: {A_RUNS} runs triggered in {flooded:.1f}s,"
         f" peak {sink.peak_in_flight('a')} calls in flight"
     )
-    # The target is p99 within 3x. Measured on this 2-core machine: p50 within 2x,
-    # p99 1.5-5x (a tail of 1-2 s, not yet pinned down: tasks whose insert commits
-    # late wait for the queue's rescan, and the coordinator claims runs in arrival
-    # order, whatever their tenant). So CI holds p50 to 4x, and
-    # p99 to 10x of the idle p99 (at least twice the idle p50, as one slow idle run
-    # is noise): without fair scheduling B queues behind A's whole backlog (2,000
-    # runs x 5 steps x 0.2 s over 64 slots: about 30 s), a hundred times over.
+    # The target is p99 within 3x (of the idle p99, or of twice the idle p50 when
+    # one slow idle run makes the idle p99 noise). Measured on a 2-core machine
+    # with the sink's backlog fixed: p99 0.7-1.5x, p50 1.1-1.7x. Without fair
+    # scheduling B queues behind A's whole backlog (2,000 runs x 5 steps x 0.2 s
+    # over 64 slots: about 30 s), a hundred times over.
     idle_p50, loaded_p50 = statistics.median(idle), statistics.median(loaded)
-    assert loaded_p50 <= 4 * idle_p50
-    assert loaded_p99 <= 10 * max(idle_p99, 2 * idle_p50)
+    assert loaded_p50 <= 3 * idle_p50
+    assert loaded_p99 <= 3 * max(idle_p99, 2 * idle_p50)
     assert httpx.get(f"{server.url}/readyz").status_code == 200
 
 

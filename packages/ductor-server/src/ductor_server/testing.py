@@ -2,8 +2,9 @@
 test client with two tenants ("tenant-a" and "tenant-b") and their API keys, and
 `TenantApi` calls it as either tenant; `serve_process` runs a real `ductor
 serve` process instead; `CommitCounter` counts the commits a process sends to
-Postgres. For the project's own suites and benchmarks and for applications that
-embed the server; nothing else imports this module."""
+Postgres; `LoopbackHTTPServer` serves the HTTP services steps call. For the
+project's own suites and benchmarks and for applications that embed the
+server; nothing else imports this module."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -29,6 +31,17 @@ from ductor_server import Settings, create_app
 from ductor_server.cli_server import create_key
 from ductor_server.composition import Composition
 from ductor_server.storage import Store, open_store
+
+
+class LoopbackHTTPServer(ThreadingHTTPServer):
+    """A thread per connection and the listen backlog of a real service.
+
+    Python's default backlog is 5: a burst of new connections (a worker's many
+    calls in flight) overflows it, and every dropped attempt waits out a 1 s SYN
+    retransmit, a delay of the test's service that reads as the engine's."""
+
+    daemon_threads = True
+    request_queue_size = 1024
 
 
 class TenantApi:
