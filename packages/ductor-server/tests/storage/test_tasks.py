@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import msgspec
 
-from ductor_core.runs import DispatchTask, ErrorInfo
+from ductor_core.runs import DispatchTask, ErrorInfo, TimerFired
 from ductor_server.storage import AttemptRecord, NewTask, Store, TaskRef, TaskStatus
+from ductor_server.storage.records import NewInboxItem, RunRef
 
 from .builders import NOW, at, new_task
 
@@ -322,3 +323,48 @@ async def test_only_an_expired_lease_counts_a_death(store: Store) -> None:
     assert (stored.deaths, stored.deliveries) == (3, 4)
     # a completed task never comes back; b was always given back cleanly
     assert [(t.step_ref, t.deaths, t.deliveries) for t in later] == [("b", 0, 5)]
+
+
+async def test_batches_larger_than_one_statement_answer_each_row_in_order(store: Store) -> None:
+    # 250 rows: on Postgres three statements of at most BATCH_ROWS rows each, and
+    # every answer still lands on the row it belongs to, duplicates included.
+    count = 250
+    tasks = [new_task("t1", f"r{i}", "a") for i in range(count)]
+    again = [tasks[i] for i in range(0, count, 7)]
+    async with store.transaction() as tx:
+        assert await tx.enqueue_tasks(tasks[:120]) == [True] * 120
+        fresh = await tx.enqueue_tasks(tasks[120:] + again + [new_task("t1", "extra", "a")])
+        assert fresh == [True] * (count - 120) + [False] * len(again) + [True]
+        seqs = await tx.enqueue_inbox(
+            [
+                NewInboxItem(
+                    tenant_id="t1",
+                    run_id=f"r{i % 3}",
+                    input=TimerFired(timer_id=str(i)),
+                    available_at=NOW,
+                )
+                for i in range(count)
+            ]
+        )
+        assert seqs == sorted(seqs)
+        assert len(set(seqs)) == count
+        inbox = await tx.load_inbox([RunRef(tenant_id="t1", run_id="r1")], now=NOW)
+        assert [i.input for i in inbox] == [TimerFired(timer_id=str(i)) for i in range(1, count, 3)]
+        leased = await tx.lease_tasks(owner="w", limit=count + 1, lease_for=LEASE, now=NOW)
+        assert len(leased) == count + 1
+        attempts = [
+            AttemptRecord(
+                tenant_id="t1",
+                run_id=t.run_id,
+                step_ref="a",
+                item_index=-1,
+                attempt=1,
+                ok=True,
+                output=i,
+                started_at=NOW,
+                finished_at=NOW,
+            )
+            for i, t in enumerate(leased)
+        ]
+        assert await tx.record_attempts(attempts[:50]) == [True] * 50
+        assert await tx.record_attempts(attempts) == [False] * 50 + [True] * (count + 1 - 50)

@@ -50,6 +50,13 @@ class _RawJsonLoader(Loader):
         return bytes(data)
 
 
+BATCH_ROWS = 100
+"""The most params rows one batch statement carries; a larger batch is sent as
+several. libpq keeps each connection's buffers as large as the largest message
+it has sent or received, for the connection's life, so one 500-run request
+would otherwise leave every pooled connection holding megabytes."""
+
+
 def _columns(rows: Sequence[Params]) -> list[Any]:
     """A batch's params rows as one list per column, then the batch's size."""
     columns: list[Any] = [list(column) for column in zip(*rows, strict=True)]
@@ -112,7 +119,8 @@ class PostgresTx(SqlTx):
             return
         batch = self._batch(sql, rows)
         if batch is not None:
-            await self._conn.execute(batch.sql, _columns(rows))
+            for start in range(0, len(rows), BATCH_ROWS):
+                await self._conn.execute(batch.sql, _columns(rows[start : start + BATCH_ROWS]))
             return
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows)
@@ -166,16 +174,22 @@ class PostgresTx(SqlTx):
         return batch
 
     async def _run_batch(self, batch: Batch, rows: Sequence[Params]) -> list[tuple[int, Row]]:
-        """Each result row of `batch` with the position of the params row it answers."""
-        cur = await self._conn.execute(batch.sql, _columns(rows))
-        found = await cur.fetchall()
-        if batch.ordinal:
-            return [(int(r[0]) - 1, r[1:]) for r in found]
-        width = len(batch.key)
-        waiting: dict[tuple[Any, ...], deque[int]] = {}
-        for at, row in enumerate(rows):
-            waiting.setdefault(tuple(row[i] for i in batch.key), deque()).append(at)
-        return [(waiting[r[:width]].popleft(), r[width:]) for r in found]
+        """Each result row of `batch` with the position of the params row it answers
+        (`BATCH_ROWS` params rows per statement)."""
+        out: list[tuple[int, Row]] = []
+        for start in range(0, len(rows), BATCH_ROWS):
+            chunk = rows[start : start + BATCH_ROWS]
+            cur = await self._conn.execute(batch.sql, _columns(chunk))
+            found = await cur.fetchall()
+            if batch.ordinal:
+                out.extend((start + int(r[0]) - 1, r[1:]) for r in found)
+                continue
+            width = len(batch.key)
+            waiting: dict[tuple[Any, ...], deque[int]] = {}
+            for at, row in enumerate(chunk, start):
+                waiting.setdefault(tuple(row[i] for i in batch.key), deque()).append(at)
+            out.extend((waiting[r[:width]].popleft(), r[width:]) for r in found)
+        return out
 
     async def advisory_lock(self, name: str, *, shared: bool = False) -> None:
         """`pg_advisory_xact_lock` (`_shared`) on a 64-bit hash of `name`,
