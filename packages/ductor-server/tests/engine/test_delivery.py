@@ -313,6 +313,19 @@ def _counted_chain(steps: int) -> tuple[ActionRegistry, dict[str, int], dict[str
     return registry, counts, chain
 
 
+def _gated_chain(gate: asyncio.Event) -> tuple[ActionRegistry, dict[str, int], dict[str, Any]]:
+    """`_counted_chain(2)` whose first step answers once `gate` is set (uncounted)."""
+    registry, counts, chain = _counted_chain(2)
+
+    async def gated(call: ActionCall) -> Any:
+        await gate.wait()
+        return "first"
+
+    registry.register_action("gated", gated)
+    chain["steps"][0]["args"]["action"] = "gated"
+    return registry, counts, chain
+
+
 async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> None:
     clock = ManualClock()
     registry, counts, chain = _counted_chain(3)
@@ -429,14 +442,7 @@ async def test_a_result_that_comes_after_its_run_ended_is_recorded_as_ignored_on
     store: Store, tick_reported: bool
 ) -> None:
     gate = asyncio.Event()
-    registry, counts, chain = _counted_chain(2)
-
-    async def gated(call: ActionCall) -> Any:
-        await gate.wait()
-        return "late"
-
-    registry.register_action("gated", gated)
-    chain["steps"][0]["args"]["action"] = "gated"
+    registry, counts, chain = _gated_chain(gate)
     config = dataclasses.replace(TEST_CONFIG, tick_reported=tick_reported)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
         services = build_services(rt)
@@ -446,15 +452,11 @@ async def test_a_result_that_comes_after_its_run_ended_is_recorded_as_ignored_on
         await services.runs.cancel(TENANT, run.id, "enough")
         assert (await _wait_end(services, run.id)).status.value == "RUN_STATUS_CANCELLED"
         recorded = rt.workers.attempts_recorded
+        ticks = rt.coordinator.ticks + rt.coordinator.batches
         gate.set()
         await _until(lambda: rt.workers.attempts_recorded > recorded)
-        for _ in range(200):
-            history = await services.runs.history(TENANT, run.id)
-            ignored = [h for h in history if h.kind == "input.ignored"]
-            if ignored:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        await _until(lambda: rt.coordinator.ticks + rt.coordinator.batches > ticks)
+        await asyncio.sleep(0.1)  # a second record of it would have come by now
         history = await services.runs.history(TENANT, run.id)
         ignored = [h.data for h in history if h.kind == "input.ignored"]
         assert ignored == [
@@ -478,14 +480,7 @@ async def test_a_result_whose_run_another_transaction_holds_is_left_to_the_claim
     # it only queues the result, and the coordinator ticks it once the run is free.
     store = pg_store
     gate = asyncio.Event()
-    registry, counts, chain = _counted_chain(2)
-
-    async def gated(call: ActionCall) -> Any:
-        await gate.wait()
-        return "first"
-
-    registry.register_action("gated", gated)
-    chain["steps"][0]["args"]["action"] = "gated"
+    registry, counts, chain = _gated_chain(gate)
     config = dataclasses.replace(TEST_CONFIG, poll_interval=0.1)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
         services = build_services(rt)
