@@ -181,6 +181,7 @@ class Coordinator:
         done = await self._traced(
             effects,
             lambda now, spans, done: self._tick_batch(now, effects, limit, spans, done),
+            self.clock.now(),
         )
         if done.claimed:
             effects.notify(self.wake, self.feed)
@@ -239,19 +240,15 @@ class Coordinator:
             ]
             for run in taken:
                 items.extend(fresh[(run.tenant_id, run.id)])
-            plans = await self._plan(tx, taken, items, now, spans, done)
-            ready = [plan for plan in plans if _inline(plan.compute)]
-            for plan in plans:
-                if plan.span is not None and not _inline(plan.compute):
+            ready: list[_Plan] = []
+            for plan in await self._plan(tx, taken, items, now, spans, done):
+                if _inline(plan.compute):
+                    ready.append(plan)
+                elif plan.span is not None:  # left to the claim, with its input
                     plan.span.set_attribute("ductor.tick.deferred", True)
             if not ready:
                 return 0
-            applied = await self._tick_inline(tx, effects, ready, now, done)
-            handled.update(
-                (plan.run.tenant_id, plan.run.id)
-                for plan in ready
-                if plan.ticked is None or (plan.run.tenant_id, plan.run.id) in applied
-            )
+            handled.update(await self._tick_inline(tx, effects, ready, now, done))
             self.direct_batches += 1
             return len(ready)
 
@@ -263,7 +260,7 @@ class Coordinator:
         self,
         effects: Effects,
         body: Callable[[datetime, list[Span], _Round], Awaitable[int]],
-        now: datetime | None = None,
+        now: datetime,
     ) -> _Round:
         """Run one batch (`body`), with its tick spans, its batch span and metrics."""
         done = _Round()
@@ -271,7 +268,7 @@ class Coordinator:
         inline = self.inline_batches
         spans: list[Span] = []
         try:
-            ticked = await body(self.clock.now() if now is None else now, spans, done)
+            ticked = await body(now, spans, done)
         except BaseException as exc:
             for span in spans:
                 span.record_exception(exc)
@@ -397,7 +394,7 @@ class Coordinator:
         self, tx: Tx, effects: Effects, plans: list[_Plan], now: datetime, done: _Round
     ) -> set[tuple[str, str]]:
         """Tick `plans` on the loop and write them, all in `tx`; return the
-        (tenant, run) keys of the ticks that applied."""
+        (tenant, run) keys of the runs whose input was taken (see `_write`)."""
         for plan in plans:
             if plan.compute is not None:
                 plan.ticked = plan.compute()
@@ -413,7 +410,8 @@ class Coordinator:
     ) -> set[tuple[str, str]]:
         """Write the ticked plans' new states guarded by their lock_version, their
         commands and history, and delete the stored input they took; return the
-        keys of the runs whose ticks applied."""
+        keys of the runs whose input was taken (an applied tick, or late input
+        recorded as ignored)."""
         live = [(plan.run, plan.ticked) for plan in plans if plan.ticked is not None]
         applied = await tx.update_runs(
             [
@@ -431,6 +429,7 @@ class Coordinator:
         )
         ok = {(run.tenant_id, run.id) for (run, _), good in zip(live, applied, strict=True) if good}
         consumed: list[InboxRef] = []
+        taken: set[tuple[str, str]] = set()
         for plan in plans:
             run, pending, ticked = plan.run, plan.pending, plan.ticked
             if ticked is None:
@@ -442,6 +441,7 @@ class Coordinator:
                 for item in pending:
                     ignored = IgnoredInput(input=item.input, reason="run has ended")
                     effects.history.append(ignored_entry(run.tenant_id, run.id, ignored, at=now))
+                taken.add((run.tenant_id, run.id))
                 continue
             if (run.tenant_id, run.id) not in ok:
                 # Lost a race: the inbox stays, the next round retries.
@@ -452,6 +452,7 @@ class Coordinator:
                     plan.span.set_attribute("ductor.conflict", True)
                 continue
             result = ticked.result
+            taken.add((run.tenant_id, run.id))
             consumed.extend(InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in pending if i.seq)
             for item in pending:
                 entry = input_entry(run.tenant_id, run.id, item.input, at=now)
@@ -480,7 +481,7 @@ class Coordinator:
         if consumed:
             await tx.delete_inbox(consumed)
         await effects.flush(tx)
-        return ok
+        return taken
 
 
 @dataclass

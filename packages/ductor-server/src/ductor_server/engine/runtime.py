@@ -188,6 +188,11 @@ class Runtime:
             queue=self.queue,
             poison_after=cfg.poison_after,
         )
+        if Role.COORDINATOR in self.roles and cfg.tick_reported:
+            # A process that both works and coordinates ticks its workers' results
+            # in their report transactions (one commit less per step); the inbox
+            # and the coordinator's claim remain for everything else.
+            self.workers.ticker = self.coordinator
         self.timers = Timers(
             store,
             clock=self.clock,
@@ -301,11 +306,6 @@ class Runtime:
             for loop in range(max(self.config.coordinator_loops, 1)):
                 name = f"coordinator-{loop}" if loop else "coordinator"
                 spawn(name, self.coordinator.run_forever(poll=loop == 0))
-        # A process that both works and coordinates ticks its workers' results in
-        # their report transactions (one commit less per step); the inbox and the
-        # coordinator's claim remain for everything else.
-        both = Role.COORDINATOR in self.roles and self.config.tick_reported
-        self.workers.ticker = self.coordinator if both else None
         if Role.WORKER in self.roles:
             spawn("workers", self.workers.run_forever())
             spawn("worker-reports", self.workers.report_forever())

@@ -38,12 +38,7 @@ from ductor_server.engine.clock import Clock
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
 from ductor_server.storage.protocol import Store, Tx
-from ductor_server.storage.records import (
-    AttemptRecord,
-    NewInboxItem,
-    TaskRecord,
-    TaskRef,
-)
+from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecord, TaskRef
 from ductor_server.telemetry import (
     ATTEMPT_DURATION,
     TASK_WAIT,

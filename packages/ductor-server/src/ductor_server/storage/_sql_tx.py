@@ -176,6 +176,8 @@ LOCK_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s{{lock
 """A run read and locked for this transaction, unless another holds it (Postgres)."""
 PG_SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 """Postgres' `{lock}`: rows another transaction holds are passed over, not waited for."""
+PG_SKIP_LOCKED_RUNS = " FOR UPDATE OF r SKIP LOCKED"
+"""Postgres' `{lock_runs}`: `PG_SKIP_LOCKED` for the rows of `runs r` in a join."""
 FIND_RUN_BY_KEY = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s"
 UPDATE_RUN = (
     "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
@@ -318,7 +320,7 @@ GET_RUNS_PG = (
     + _unnest("tenant_id text", "id text")
     + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
 )
-LOCK_RUNS_PG = GET_RUNS_PG + " FOR UPDATE OF r SKIP LOCKED"
+LOCK_RUNS_PG = GET_RUNS_PG + PG_SKIP_LOCKED_RUNS
 UPDATE_RUNS_PG = (
     "UPDATE runs t SET state = v.state, status = v.status, output = v.output,"
     " error = v.error, finished_at = v.finished_at, updated_at = v.updated_at,"

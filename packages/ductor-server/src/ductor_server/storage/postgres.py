@@ -28,6 +28,7 @@ from ductor_server.storage._sql_tx import (
     CLAIM_RUNS_PG,
     CLAIM_RUNS_WITH_INBOX_PG,
     PG_SKIP_LOCKED,
+    PG_SKIP_LOCKED_RUNS,
     Batch,
     SqlTx,
     utc,
@@ -80,7 +81,7 @@ class PostgresTx(SqlTx):
     """A transaction on one pooled connection (only valid inside `transaction()`)."""
 
     _skip_locked = PG_SKIP_LOCKED
-    _skip_locked_runs = " FOR UPDATE OF r SKIP LOCKED"
+    _skip_locked_runs = PG_SKIP_LOCKED_RUNS
     _lease_key = "(tenant_id, id)"
     _lease_cols = "tenant_id, id"
     _claim_runs_sql = CLAIM_RUNS_WITH_INBOX_PG
