@@ -123,6 +123,9 @@ class PostgresTx(SqlTx):
             for start in range(0, len(rows), BATCH_ROWS):
                 await self._conn.execute(batch.sql, _columns(rows[start : start + BATCH_ROWS]))
             return
+        if len(rows) == 1:
+            await self._conn.execute(sql, rows[0])
+            return
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows)
 
@@ -135,6 +138,9 @@ class PostgresTx(SqlTx):
             for at, row in await self._run_batch(batch, rows):
                 out[at] = row
             return out
+        if len(rows) == 1:
+            cur = await self._conn.execute(sql, rows[0])
+            return [await cur.fetchone()]
         out = []
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows, returning=True)
@@ -153,6 +159,9 @@ class PostgresTx(SqlTx):
             for at, row in await self._run_batch(batch, rows):
                 found[at].append(row)
             return found
+        if len(rows) == 1:
+            cur = await self._conn.execute(sql, rows[0])
+            return [await cur.fetchall()]
         out: list[list[Row]] = []
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows, returning=True)
