@@ -191,7 +191,8 @@ async def engine_steps_per_second(target: str | Path, runs: int, steps: int) -> 
             print(
                 f"          (coordinator: {c.ticks} ticks in {c.batches} batches, "
                 f"{c.inline_batches} inline, {c.offloaded_batches} offloaded; workers: "
-                f"{w.lease_batches} lease batches, {w.report_batches} report batches)"
+                f"{w.lease_batches} lease batches, {w.report_batches} report batches, "
+                f"{w.taken_at_once} tasks taken at once)"
             )
     finally:
         await store.close()

@@ -437,6 +437,39 @@ async def test_a_workers_report_ticks_the_runs_of_its_results(
     assert seq == (1 if tick_reported else 25)
 
 
+@pytest.mark.parametrize("take_at_once", [True, False])
+async def test_a_runs_next_step_goes_to_the_worker_that_ran_the_last_one(
+    store: Store, take_at_once: bool
+) -> None:
+    # One run at a time: each next step is leased in the report of the step
+    # before it and started at once, with no lease transaction of its own; only
+    # a run's first step is leased by the worker's loop.
+    registry, counts, chain = _counted_chain(4)
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0, take_at_once=take_at_once)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        for i in range(6):
+            run = (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
+            view = await _wait_end(services, run.id)
+            assert view.status == SUCCEEDED
+            assert view.output == {"s3": "s3"}
+            assert [h.kind for h in await services.runs.history(TENANT, run.id)].count(
+                "step.succeeded"
+            ) == 4
+        workers = rt.workers
+        assert workers.taken_at_once == (18 if take_at_once else 0)
+        assert workers.lease_batches == (6 if take_at_once else 24)
+        assert workers.attempts_recorded == 24
+        assert workers._holding == set()
+        assert workers._free() == workers.concurrency
+    assert len(counts) == 24
+    assert set(counts.values()) == {1}
+    async with store.transaction() as tx:
+        counted = await tx.count_tasks(now=ManualClock().now())
+    assert counted.get("leased", 0) == 0, counted  # every lease was completed
+
+
 @pytest.mark.parametrize("tick_reported", [True, False])
 async def test_a_result_that_comes_after_its_run_ended_is_recorded_as_ignored_once(
     store: Store, tick_reported: bool

@@ -133,6 +133,7 @@ ops = st.lists(
         st.tuples(st.just("finish"), st.integers(min_value=0, max_value=50)),
         st.tuples(st.just("requeue"), st.integers(min_value=0, max_value=50)),
         st.tuples(st.just("tick"), st.integers(min_value=1, max_value=2000)),
+        st.tuples(st.just("at_once"), st.integers(min_value=0, max_value=63)),
     ),
     max_size=120,
 )
@@ -185,6 +186,19 @@ def test_limits_are_never_exceeded_and_the_queue_never_idles_needlessly(
     for op, arg in script:
         if op == "push":
             scheduler.push(_ticket(next(seq), arg, key_limits))
+        elif op == "at_once":
+            # A run's next task, offered to start without its turn: only when
+            # nothing waits, and within every limit (checked below).
+            ticket = _ticket(next(seq), arg, key_limits)
+            waiting = scheduler.ready_count
+            if scheduler.start_at_once(ticket, now):
+                assert waiting == 0
+                starts.setdefault(ticket.tenant, []).append(now)
+                if ticket.group is not None:
+                    key_starts.setdefault(ticket.group, []).append(now)
+                assert ticket in list(scheduler.running())
+            else:
+                assert ticket.key not in scheduler
         elif op == "pick":
             picked = scheduler.pick(arg, now=now)
             for ticket in picked:
@@ -547,3 +561,24 @@ def test_a_tenant_policy_tier_moves_its_ready_tasks_at_once() -> None:
 )
 def test_policy_problems_name_their_place(policy: FairPolicy, pointer: str) -> None:
     assert [where for where, _ in policy.problems()] == [pointer]
+
+
+def test_a_task_starts_at_once_only_when_nothing_waits_and_within_its_limits() -> None:
+    policy = FairPolicy(default=TenantPolicy(max_running=2, rate=10.0, burst=2), headroom=0.25)
+    scheduler = FairScheduler(policy)
+    assert scheduler.start_at_once(Ticket(key="n1", tenant="a", workflow="w"), 0.0, capacity=8)
+    assert scheduler.running_of("a") == 1
+    # Another tenant's task waits: the next one of "a" waits its turn too.
+    scheduler.push(Ticket(key="b1", tenant="b", workflow="w"))
+    assert not scheduler.start_at_once(Ticket(key="n2", tenant="a", workflow="w"), 0.0)
+    assert [t.key for t in scheduler.pick(1, now=0.0)] == ["b1"]
+    assert scheduler.start_at_once(Ticket(key="n2", tenant="a", workflow="w"), 0.0, capacity=8)
+    # max_running 2: a third would pass the tenant's limit.
+    assert not scheduler.start_at_once(Ticket(key="n3", tenant="a", workflow="w"), 0.0)
+    scheduler.finish("n1")
+    scheduler.finish("n2")
+    # The rate's burst of 2 is spent; at 10/s one more token comes after 0.1 s.
+    assert not scheduler.start_at_once(Ticket(key="n3", tenant="a", workflow="w"), 0.05)
+    assert scheduler.start_at_once(Ticket(key="n3", tenant="a", workflow="w"), 0.1)
+    # The slot shares: with "b" running, "a" holds its half of 2 slots already.
+    assert not scheduler.start_at_once(Ticket(key="n4", tenant="a", workflow="w"), 5.0, capacity=2)

@@ -260,3 +260,100 @@ async def test_no_look_below_the_highest_id_seen_while_no_id_under_it_is_missing
         leased += more
     assert len({t.id for t in leased}) == 18
     assert queue.pace.rescans == 0
+
+
+async def test_a_runs_next_task_is_taken_at_once_only_while_nothing_waits(store: Store) -> None:
+    # The worker that ran a run's step leases the run's next task in the
+    # transaction that queues it, as the ticket of that step, while no other
+    # task waits its turn; otherwise it stays queued for the next lease.
+    now = ManualClock().now()
+    policy = FairPolicy(tenants={OTHER_TENANT: TenantPolicy(max_running=1)})
+    queue = LocalFairQueue(store, policy=policy, resync_seconds=3600, capacity=8)
+    await _enqueue(store, TENANT, 1, now)
+    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
+    like = queue.tickets_of(_refs([first]))[first.id]
+    assert like.tenant == TENANT
+    nxt = _task(TENANT, "next", now)
+    async with store.transaction() as tx:
+        await queue.complete(tx, _refs([first]))
+        [task_id] = await tx.enqueue_task_ids([nxt])
+        assert task_id is not None
+        [taken] = await queue.take_at_once(
+            tx, [(task_id, nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+        )
+    assert (taken.id, taken.status, taken.lease_owner, taken.deliveries) == (
+        task_id,
+        "leased",
+        "w",
+        1,
+    )
+    assert queue.scheduler.running_of(TENANT) == 1
+    # Another tenant's task waits (held back by its limit): the run's following
+    # task waits its turn too.
+    await _enqueue(store, OTHER_TENANT, 2, now)
+    [other] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+    assert other.tenant_id == OTHER_TENANT
+    assert not queue.takes_now()
+    behind = _task(TENANT, "behind", now)
+    async with store.transaction() as tx:
+        await queue.complete(tx, _refs([taken]))
+        [behind_id] = await tx.enqueue_task_ids([behind])
+        assert behind_id is not None
+        refused = await queue.take_at_once(
+            tx, [(behind_id, behind, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+        )
+        assert refused == []
+        await queue.complete(tx, _refs([other]))
+    leased = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+    assert Counter(t.tenant_id for t in leased) == Counter({TENANT: 1, OTHER_TENANT: 1})
+    assert behind_id in {t.id for t in leased}
+
+
+async def test_a_task_taken_at_once_in_a_rolled_back_transaction_is_forgotten(
+    store: Store,
+) -> None:
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=3600)
+    await _enqueue(store, TENANT, 1, now)
+    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
+    like = queue.tickets_of(_refs([first]))[first.id]
+    nxt = _task(TENANT, "next", now)
+    taken: list[TaskRecord] = []
+    try:
+        async with store.transaction() as tx:
+            [task_id] = await tx.enqueue_task_ids([nxt])
+            assert task_id is not None
+            taken = await queue.take_at_once(
+                tx, [(task_id, nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+            )
+            raise RuntimeError("the report fails before its commit")
+    except RuntimeError:
+        queue.untake([t.id for t in taken])
+    assert len(taken) == 1
+    assert queue.scheduler.running_of(TENANT) == 1  # only the first task
+    assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
+
+
+async def test_ids_taken_at_once_are_never_looked_for_again(store: Store) -> None:
+    # A task leased as it was queued is never ready: the look by id must not
+    # count its id as missing and read the ready tasks below it again.
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=3600)
+    await _enqueue(store, TENANT, 1, now)
+    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
+    like = queue.tickets_of(_refs([first]))[first.id]
+    for n in range(3):
+        nxt = _task(TENANT, f"next{n}", now)
+        async with store.transaction() as tx:
+            await queue.complete(tx, _refs([first]))
+            [task_id] = await tx.enqueue_task_ids([nxt])
+            assert task_id is not None
+            [first] = await queue.take_at_once(
+                tx, [(task_id, nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+            )
+        await _enqueue(store, TENANT, 1, now, tag=f"queued{n}")
+        await asyncio.sleep(RESCAN_EVERY * 1.5)
+        [queued] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
+        async with store.transaction() as tx:
+            await queue.complete(tx, _refs([queued]))
+    assert queue.pace.rescans == 0

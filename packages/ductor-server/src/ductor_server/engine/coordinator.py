@@ -29,7 +29,7 @@ from opentelemetry.trace import Link, Span
 
 from ductor_core.runs import IgnoredInput
 from ductor_server.engine.clock import Clock
-from ductor_server.engine.effects import Effects, EngineParts, apply_commands
+from ductor_server.engine.effects import Effects, EngineParts, TaskTaker, apply_commands
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
 from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunKind
@@ -190,7 +190,12 @@ class Coordinator:
         return done
 
     async def tick_reported(
-        self, tx: Tx, results: Sequence[NewInboxItem], now: datetime
+        self,
+        tx: Tx,
+        results: Sequence[NewInboxItem],
+        now: datetime,
+        *,
+        taker: TaskTaker | None = None,
     ) -> tuple[list[NewInboxItem], Callable[[], None] | None]:
         """Tick, in a worker's report transaction, the runs of the results it reports.
 
@@ -202,7 +207,9 @@ class Coordinator:
         and whose ticks are cheap enough for the loop are ticked, each with its
         stored input first and these results after it. Returns the results it
         did not tick, which the caller queues in the inbox for the claim, and
-        what to call once the caller commits (None: nothing was ticked).
+        what to call once the caller commits (None: nothing was ticked). The
+        ticks' new tasks are queued through `taker` when given (the worker,
+        which may lease some of them at once).
         """
         left = list(results)
         if self.stopped or not left:
@@ -221,7 +228,7 @@ class Coordinator:
         runs = await tx.lock_runs([RunRef(tenant_id=t, run_id=r) for t, r in fresh])
         if not runs:
             return left, None
-        effects = Effects()
+        effects = Effects(taker=taker)
         handled: set[tuple[str, str]] = set()
 
         async def tick(now: datetime, spans: list[Span], done: _Round) -> int:

@@ -84,6 +84,15 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
 
 
+class TaskTaker(Protocol):
+    """Queues a batch's new tasks and leases some of them at once to the worker
+    that reported the steps before them (`Workers`), in the same transaction."""
+
+    async def enqueue(self, tx: Tx, tasks: Sequence[NewTask]) -> bool:
+        """Queue `tasks` through `tx`; True if any was left for the queue."""
+        ...
+
+
 @dataclass
 class Effects:
     """Writes gathered from many ticks, flushed in one batch per kind, plus the
@@ -108,6 +117,7 @@ class Effects:
     inbox: list[NewInboxItem] = field(default_factory=list)
     budgeted: list[BudgetedCounter] = field(default_factory=list)
     inbox_keys: set[tuple[str, str]] = field(default_factory=set)
+    taker: TaskTaker | None = None  # takes some new tasks at once (a worker's report)
 
     async def flush(self, tx: Tx) -> None:
         """Write everything gathered so far through `tx` (call before it commits)."""
@@ -122,8 +132,11 @@ class Effects:
         if self.add_waits:
             await tx.add_waits(self.add_waits)
         if self.tasks:
-            await tx.enqueue_tasks(self.tasks)
-            self.topics.add(Topic.TASKS)
+            if self.taker is None:
+                await tx.enqueue_tasks(self.tasks)
+                self.topics.add(Topic.TASKS)
+            elif await self.taker.enqueue(tx, self.tasks):
+                self.topics.add(Topic.TASKS)
         if self.inbox:
             await tx.enqueue_inbox(self.inbox)
             self.topics.add(Topic.INBOX)

@@ -280,6 +280,10 @@ class FairScheduler:
         """How many tasks of `tenant`'s `workflow` with `limit_key` are running."""
         return self._key_running.get((tenant, workflow, limit_key), 0)
 
+    def running_ticket(self, key: str) -> Ticket | None:
+        """The running ticket of task `key` (None: not running here)."""
+        return self._running.get(key)
+
     def tier_of(self, ticket: Ticket) -> int:
         """The tier `ticket` waits in: its tenant policy's `tier`, else its own."""
         tier = self.policy.of(ticket.tenant).tier
@@ -396,6 +400,27 @@ class FairScheduler:
                 break
             picked.append(ticket)
         return picked
+
+    def start_at_once(self, ticket: Ticket, now: float, *, capacity: int | None = None) -> bool:
+        """Start `ticket` without waiting its turn, when that takes no turn from
+        anyone: no task is ready at all, its tenant holds less than its share of
+        `capacity` (and less than `tenant_cap`), and no limit holds it back.
+        True: it counts as running (its rate tokens taken); False: it must wait
+        in the queue like any other.
+        """
+        if self._ready or ticket.key in self._running:
+            return False
+        if capacity is not None and (
+            self.running_of(ticket.tenant) >= self.tenant_cap(capacity)
+            or self.over_share(ticket.tenant, capacity)
+        ):
+            return False
+        if not self.could_start(ticket, now):
+            return False
+        self._take_token(ticket.tenant, self.policy.of(ticket.tenant), now)
+        self._take_key_token(ticket, now)
+        self._start(ticket)
+        return True
 
     def tenant_cap(self, capacity: int) -> int:
         """The most slots of `capacity` one tenant may hold: all but the policy's

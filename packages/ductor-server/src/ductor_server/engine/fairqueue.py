@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from ductor_server.engine.fairness import FairPolicy, FairScheduler, Ticket
@@ -22,7 +23,7 @@ from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.queuefence import hold_queue, raise_fence
-from ductor_server.storage.records import ReadyTask, TaskRecord, TaskRef
+from ductor_server.storage.records import NewTask, ReadyTask, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.fairqueue")
 
@@ -64,6 +65,7 @@ class LookPace:
         self._rescanned = 0.0
         self._expired_looked: datetime | None = None
         self._missing: dict[int, float] = {}  # id -> when it was first missed
+        self._taken: set[int] = set()  # ids leased as they were queued (never missing)
 
     def saw_expired(self, now: datetime) -> None:
         """A full look at `now` held the expired leases too."""
@@ -78,17 +80,28 @@ class LookPace:
 
     def saw(self, above: int, ids: Iterable[int], clock: float) -> None:
         """A look returned the ready tasks `ids` when the highest id seen was
-        `above`: each id it skipped up to its highest is missing from now on, and
-        each it returned is missing no more."""
+        `above`: each id it skipped up to its highest is missing from now on
+        (unless it was taken as it was queued), and each it returned is missing
+        no more."""
         found = set(ids)
         if not found:
             return
         for task_id in found:
             self._missing.pop(task_id, None)
         top = max(found)
-        for task_id in range(max(above, top - self.slack) + 1, top):
-            if task_id not in found:
+        floor = max(above, top - self.slack)
+        for task_id in range(floor + 1, top):
+            if task_id not in found and task_id not in self._taken:
                 self._missing.setdefault(task_id, clock)
+        if self._taken:
+            self._taken = {task_id for task_id in self._taken if task_id > floor}
+
+    def taken(self, ids: Iterable[int]) -> None:
+        """Tasks leased in the transaction that queued them: no look will find
+        them ready, and none needs to."""
+        for task_id in ids:
+            self._missing.pop(task_id, None)
+            self._taken.add(task_id)
 
     def after(self, cursor: int, clock: float) -> int:
         """The id the look by id starts after: `cursor`, or the lowest id still
@@ -242,6 +255,72 @@ class LocalFairQueue:
         if len(picked) < limit:
             self._wake_for_rate(at)
         return out
+
+    def takes_now(self) -> bool:
+        """Whether no task waits its turn (see `FairScheduler.start_at_once`)."""
+        return not self.shared and self.scheduler.ready_count == 0
+
+    def tickets_of(self, refs: Sequence[TaskRef]) -> dict[str, Ticket]:
+        """The running tickets of these tasks, by task id (before they complete):
+        what a run's next task inherits when it is taken at once."""
+        found: dict[str, Ticket] = {}
+        for ref in refs:
+            ticket = self.scheduler.running_ticket(ref.task_id)
+            if ticket is not None:
+                found[ref.task_id] = ticket
+        return found
+
+    async def take_at_once(
+        self,
+        tx: Tx,
+        tasks: Sequence[tuple[str, NewTask, Ticket]],
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> list[TaskRecord]:
+        """Lease to `owner`, in `tx` (the one that queued them), up to `limit` of
+        `tasks` (id, task, the ticket of the run's step before it) that may start
+        without waiting their turn (`FairScheduler.start_at_once`); the others
+        stay queued. If `tx` does not commit, `untake` the leased ones."""
+        if self.shared or limit < 1:
+            return []
+        at = now.timestamp()
+        chosen: list[Ticket] = []
+        for task_id, new, like in tasks:
+            if len(chosen) >= limit:
+                break
+            if new.available_at > now:
+                continue
+            ticket = replace(like, key=task_id, seq=int(task_id), tier=new.tier)
+            if self.scheduler.start_at_once(ticket, at, capacity=self.capacity):
+                chosen.append(ticket)
+        if not chosen:
+            return []
+        try:
+            leased = await tx.lease_chosen_tasks(
+                [TaskRef(tenant_id=t.tenant, task_id=t.key) for t in chosen],
+                owner=owner,
+                lease_for=lease_for,
+                now=now,
+            )
+        except BaseException:
+            self.untake([t.key for t in chosen])
+            raise
+        out: list[TaskRecord] = []
+        for ticket, task in zip(chosen, leased, strict=True):
+            if task is None:
+                self.scheduler.finish(ticket.key)
+            else:
+                out.append(task)
+        self.pace.taken(int(t.id) for t in out)
+        return out
+
+    def untake(self, task_ids: Iterable[str]) -> None:
+        """Forget tasks `take_at_once` leased in a transaction that did not commit."""
+        for task_id in task_ids:
+            self.scheduler.finish(task_id)
 
     async def _refresh(self, tx: Tx, now: datetime) -> None:
         clock = time.monotonic()

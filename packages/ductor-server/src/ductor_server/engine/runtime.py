@@ -69,6 +69,11 @@ class RuntimeConfig:
             whether a worker's report transaction also ticks the runs of its
             results (`Coordinator.tick_reported`) rather than leaving them all to
             the coordinator's next claim.
+        take_at_once: with `tick_reported`, whether the tasks those ticks queue
+            are leased at once, in that transaction, to the worker that ran the
+            step before them, when the fair queue lets them start without
+            taking another task's turn (`TakesAtOnce`): no lease transaction
+            and no wake-up between a run's steps.
         worker_batch: tasks leased per round trip.
         worker_concurrency: handlers running at once in this process.
         lease_seconds: how long a leased task is ours before another worker may take it.
@@ -91,6 +96,7 @@ class RuntimeConfig:
     coordinator_batch: int = 64
     coordinator_loops: int = 1
     tick_reported: bool = True
+    take_at_once: bool = True
     worker_batch: int = 64
     worker_concurrency: int = 64
     lease_seconds: float = 60.0
@@ -193,6 +199,7 @@ class Runtime:
             # in their report transactions (one commit less per step); the inbox
             # and the coordinator's claim remain for everything else.
             self.workers.ticker = self.coordinator
+        self.workers.take_at_once = cfg.take_at_once
         self.timers = Timers(
             store,
             clock=self.clock,

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from ductor_server.engine.fairness import Ticket
 from ductor_server.storage.protocol import Store, Tx
-from ductor_server.storage.records import TaskRecord, TaskRef
+from ductor_server.storage.records import NewTask, TaskRecord, TaskRef
 
 
 class TaskQueue(Protocol):
@@ -52,6 +53,43 @@ class TaskQueue(Protocol):
     async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
         """Give leased tasks back (on shutdown), available again at `available_at`;
         returns how many."""
+        ...
+
+
+@runtime_checkable
+class TakesAtOnce(Protocol):
+    """A `TaskQueue` that can lease a run's next tasks to the worker that ran the
+    step before them, in the transaction that reports that step and queues them
+    (no lease transaction of their own, and no wait for a wake-up), when that
+    takes no other task's turn."""
+
+    def takes_now(self) -> bool:
+        """Whether a task could be taken at once now (nothing waits its turn):
+        a worker then keeps a finished task's slot for the run's next task
+        rather than give it to its lease loop."""
+        ...
+
+    def tickets_of(self, refs: Sequence[TaskRef]) -> dict[str, Ticket]:
+        """The queue's tickets of these leased tasks, by task id (before they
+        complete): what a run's next task is scheduled as."""
+        ...
+
+    async def take_at_once(
+        self,
+        tx: Tx,
+        tasks: Sequence[tuple[str, NewTask, Ticket]],
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> list[TaskRecord]:
+        """Lease to `owner` in `tx` up to `limit` of the just-queued `tasks` (id,
+        task, the ticket of its run's previous step) that may start now."""
+        ...
+
+    def untake(self, task_ids: Sequence[str]) -> None:
+        """Forget what `take_at_once` leased in a transaction that did not commit."""
         ...
 
 
@@ -98,4 +136,8 @@ class SqlTaskQueue:
             return await tx.release_tasks(refs, available_at=available_at)
 
 
-__all__ = ["SqlTaskQueue", "TaskQueue"]
+__all__ = [
+    "SqlTaskQueue",
+    "TakesAtOnce",
+    "TaskQueue",
+]

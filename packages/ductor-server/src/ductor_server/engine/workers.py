@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import msgspec
 from opentelemetry.trace import SpanKind, StatusCode
@@ -35,10 +35,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.fairness import Ticket
 from ductor_server.engine.queue import Topic, WakeUp
-from ductor_server.engine.taskqueue import SqlTaskQueue, TaskQueue
+from ductor_server.engine.taskqueue import SqlTaskQueue, TakesAtOnce, TaskQueue
 from ductor_server.storage.protocol import Store, Tx
-from ductor_server.storage.records import AttemptRecord, NewInboxItem, TaskRecord, TaskRef
+from ductor_server.storage.records import AttemptRecord, NewInboxItem, NewTask, TaskRecord, TaskRef
 from ductor_server.telemetry import (
     ATTEMPT_DURATION,
     TASK_WAIT,
@@ -47,6 +48,9 @@ from ductor_server.telemetry import (
     meter,
     tracer,
 )
+
+if TYPE_CHECKING:
+    from ductor_server.engine.effects import TaskTaker
 
 log = logging.getLogger("ductor.workers")
 poisoned_counter = meter.create_counter(
@@ -68,11 +72,60 @@ class ResultTicker(Protocol):
     """Ticks runs in the transaction that queued their results (the coordinator)."""
 
     async def tick_reported(
-        self, tx: Tx, results: Sequence[NewInboxItem], now: datetime
+        self,
+        tx: Tx,
+        results: Sequence[NewInboxItem],
+        now: datetime,
+        *,
+        taker: TaskTaker | None = None,
     ) -> tuple[list[NewInboxItem], Callable[[], None] | None]:
         """Returns the results it did not tick, and what to call once `tx`
-        commits (None: nothing was ticked)."""
+        commits (None: nothing was ticked). The ticks' new tasks are queued
+        through `taker` when given."""
         ...
+
+
+class _Taker:
+    """A report's `TaskTaker`: queues the ticks' new tasks, and leases to this
+    worker, at once, those whose run's previous step it just reported and that
+    the queue lets start now (`TakesAtOnce`), into the slots the reported tasks
+    held for their report."""
+
+    def __init__(
+        self,
+        queue: TakesAtOnce,
+        tickets: dict[tuple[str, str], Ticket],
+        *,
+        owner: str,
+        slots: int,
+        lease_for: timedelta,
+        clock: Clock,
+    ) -> None:
+        self.queue = queue
+        self.tickets = tickets  # (tenant, run) -> the ticket of its reported step
+        self.owner = owner
+        self.slots = slots
+        self.lease_for = lease_for
+        self.clock = clock
+        self.taken: list[TaskRecord] = []
+
+    async def enqueue(self, tx: Tx, tasks: Sequence[NewTask]) -> bool:
+        ids = await tx.enqueue_task_ids(tasks)
+        offered: list[tuple[str, NewTask, Ticket]] = []
+        for task_id, task in zip(ids, tasks, strict=True):
+            ticket = self.tickets.get((task.tenant_id, task.run_id))
+            if task_id is not None and ticket is not None:
+                offered.append((task_id, task, ticket))
+        taken = await self.queue.take_at_once(
+            tx,
+            offered,
+            owner=self.owner,
+            limit=self.slots - len(self.taken),
+            lease_for=self.lease_for,
+            now=self.clock.now(),  # a retry's task due later is left to the queue
+        )
+        self.taken.extend(taken)
+        return len(taken) < sum(task_id is not None for task_id in ids)
 
 
 @dataclass(frozen=True)
@@ -154,6 +207,11 @@ class Workers:
         self.stalls = 0  # own tasks re-leased after their lease ran out (not run again)
         self.report_batches = 0  # report transactions
         self.ticker: ResultTicker | None = None  # set by the Runtime (see `report`)
+        self.take_at_once = True  # with a ticker and a queue that `TakesAtOnce`
+        self.taken_at_once = 0  # tasks leased in the report that queued them
+        self._takes = isinstance(self.queue, TakesAtOnce)
+        self._holding: set[str] = set()  # finished tasks whose slots await their report
+        self._leasing = 0  # slots a lease in flight may fill
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._leased: dict[str, TaskRecord] = {}
         self._outcomes: asyncio.Queue[_Outcome] = asyncio.Queue()
@@ -165,12 +223,13 @@ class Workers:
         """Lease and run tasks until cancelled (then `stop` finishes the job)."""
         failures = 0
         while not self.stopped:
-            free = self.concurrency - len(self._inflight)
+            free = self._free()
             if free <= 0:
                 self._slot_free.clear()
                 await self._slot_free.wait()
                 continue
             limit = min(self.batch, free)
+            self._leasing = limit
             try:
                 leased = await self.lease_batch(limit)
                 failures = 0
@@ -181,6 +240,8 @@ class Workers:
                 log.exception("leasing tasks failed (%d in a row)", failures)
                 await asyncio.sleep(min(0.05 * 2**failures, 5.0))
                 continue
+            finally:
+                self._leasing = 0
             # Fewer tasks than asked for: the queue had no more to give (a queue
             # that refused some it chose wakes this loop itself), so wait for the
             # next wake-up rather than look again at once.
@@ -210,11 +271,27 @@ class Workers:
                 self.wake.notify(Topic.TASKS)  # others may be ready in its place
                 continue
             fresh.append(task)
-            self._leased[task.id] = task
-            self._inflight[task.id] = asyncio.create_task(
-                self._execute(task), name=f"ductor-task-{task.id}"
-            )
+            self._start(task)
         return fresh
+
+    def _free(self) -> int:
+        """Slots neither running a handler nor held for a lease or a report."""
+        return self.concurrency - len(self._inflight) - len(self._holding) - self._leasing
+
+    def _holds_slot(self) -> bool:
+        # Only while nothing waits its turn: else the lease loop has work for it.
+        return self._takes and cast(TakesAtOnce, self.queue).takes_now()
+
+    def _hands_over(self) -> bool:
+        """Whether a finished task's slot waits for its report, which may hand it
+        to the run's next task (`TakesAtOnce`)."""
+        return self._takes and self.take_at_once and self.ticker is not None
+
+    def _start(self, task: TaskRecord) -> None:
+        self._leased[task.id] = task
+        self._inflight[task.id] = asyncio.create_task(
+            self._execute(task), name=f"ductor-task-{task.id}"
+        )
 
     async def _execute(self, task: TaskRecord) -> None:
         started = self.clock.now()
@@ -272,10 +349,13 @@ class Workers:
                 if error is not None:
                     span.set_attribute("ductor.error_code", error.code)
                     span.set_status(StatusCode.ERROR, error.code)
+            if self._hands_over() and self._holds_slot():
+                self._holding.add(task.id)
             await self._outcomes.put(_Outcome(task=task, attempt=attempt))
         finally:
             self._inflight.pop(task.id, None)
-            self._slot_free.set()
+            if task.id not in self._holding:
+                self._slot_free.set()
 
     def _quarantine(self, task: TaskRecord, started: datetime) -> AttemptRecord:
         """The failed attempt of a task that killed its process too often."""
@@ -393,6 +473,7 @@ class Workers:
                     "dropping the outcome of task %s after %d tries", outcome.task.id, failures
                 )
                 self._leased.pop(outcome.task.id, None)
+                self._release_slots([outcome])
                 return
             await asyncio.sleep(min(0.05 * 2**failures, 5.0))
 
@@ -401,38 +482,54 @@ class Workers:
 
         With a `ticker` (the coordinator of this process) and `tick`, the
         results go to the ticker first, which ticks their runs in that commit
-        where it can; only the rest are queued in the inbox.
+        where it can; only the rest are queued in the inbox. The ticks' new
+        tasks that the queue lets start now are leased to this worker in that
+        commit too, and started once it is done (`TakesAtOnce`).
         """
+        refs = [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in batch]
+        ticking = tick and self.ticker is not None
+        taker = self._taker(batch, refs) if ticking else None
         ticked: Callable[[], None] | None = None
-        async with self.store.transaction() as tx:
-            new = await tx.record_attempts([o.attempt for o in batch])
-            results = [
-                NewInboxItem(
-                    tenant_id=o.task.tenant_id,
-                    run_id=o.task.run_id,
-                    input=AttemptResult(
-                        step_ref=o.attempt.step_ref,
-                        item_index=o.attempt.item_index,
-                        attempt=o.attempt.attempt,
-                        ok=o.attempt.ok,
-                        output=o.attempt.output,
-                        error=o.attempt.error,
-                    ),
-                    available_at=o.attempt.finished_at,
-                )
-                for o, fresh in zip(batch, new, strict=True)
-                if fresh
-            ]
-            await self.queue.complete(
-                tx, [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in batch]
-            )
-            queued = results
-            if results and tick and self.ticker is not None:
-                queued, ticked = await self.ticker.tick_reported(tx, results, self.clock.now())
-            if queued:
-                await tx.enqueue_inbox(queued)
+        try:
+            async with self.store.transaction() as tx:
+                new = await tx.record_attempts([o.attempt for o in batch])
+                results = [
+                    NewInboxItem(
+                        tenant_id=o.task.tenant_id,
+                        run_id=o.task.run_id,
+                        input=AttemptResult(
+                            step_ref=o.attempt.step_ref,
+                            item_index=o.attempt.item_index,
+                            attempt=o.attempt.attempt,
+                            ok=o.attempt.ok,
+                            output=o.attempt.output,
+                            error=o.attempt.error,
+                        ),
+                        available_at=o.attempt.finished_at,
+                    )
+                    for o, fresh in zip(batch, new, strict=True)
+                    if fresh
+                ]
+                await self.queue.complete(tx, refs)
+                queued = results
+                if results and ticking and self.ticker is not None:
+                    queued, ticked = await self.ticker.tick_reported(
+                        tx, results, self.clock.now(), taker=taker
+                    )
+                if queued:
+                    await tx.enqueue_inbox(queued)
+        except BaseException:
+            if taker is not None and taker.taken:
+                taker.queue.untake([t.id for t in taker.taken])
+            raise
         for o in batch:
             self._leased.pop(o.task.id, None)
+        # The batch's slots pass to the tasks taken at once; the rest are free.
+        self._release_slots(batch)
+        if taker is not None and taker.taken:
+            self.taken_at_once += len(taker.taken)
+            for task in taker.taken:
+                self._start(task)
         self.report_batches += 1
         self.attempts_recorded += len(results)
         self.redeliveries_dropped += len(batch) - len(results)
@@ -440,6 +537,40 @@ class Workers:
             ticked()
         if queued:
             self.wake.notify(Topic.INBOX)
+
+    def _release_slots(self, batch: list[_Outcome]) -> None:
+        """The reported tasks' slots are no longer held for their report."""
+        held = len(self._holding)
+        for o in batch:
+            self._holding.discard(o.task.id)
+        if len(self._holding) < held:
+            self._slot_free.set()
+
+    def _taker(self, batch: list[_Outcome], refs: list[TaskRef]) -> _Taker | None:
+        """The taker of a report's new tasks: it may fill the slots the batch's
+        tasks held for their report (None: none, or the queue cannot take
+        tasks at once). Called before the tasks complete, while the queue
+        still holds their tickets."""
+        queue = self.queue
+        if self.stopped or not self._hands_over() or not isinstance(queue, TakesAtOnce):
+            return None
+        by_task = queue.tickets_of(refs)
+        tickets = {
+            (o.task.tenant_id, o.task.run_id): by_task[o.task.id]
+            for o in batch
+            if o.task.id in by_task and o.task.id in self._holding
+        }
+        slots = len(tickets)
+        if slots <= 0:
+            return None
+        return _Taker(
+            queue,
+            tickets,
+            owner=self.owner,
+            slots=slots,
+            lease_for=self.lease,
+            clock=self.clock,
+        )
 
     # --- leases ------------------------------------------------------------------
 

@@ -1370,6 +1370,9 @@ class SqlTx:
     # --- tasks ----------------------------------------------------------------------
 
     async def enqueue_tasks(self, tasks: Sequence[NewTask]) -> list[bool]:
+        return [task_id is not None for task_id in await self.enqueue_task_ids(tasks)]
+
+    async def enqueue_task_ids(self, tasks: Sequence[NewTask]) -> list[str | None]:
         if not tasks:
             return []
         rows = await self.executemany_returning(
@@ -1394,7 +1397,7 @@ class SqlTx:
                 for t in tasks
             ],
         )
-        return [row is not None for row in rows]
+        return [None if row is None else str(row[0]) for row in rows]
 
     async def lease_tasks(
         self,

@@ -396,6 +396,11 @@ class TasksTx(Protocol):
         """Queue tasks; per task, False if its idempotency_key was already queued."""
         ...
 
+    async def enqueue_task_ids(self, tasks: Sequence[NewTask]) -> list[str | None]:
+        """Queue tasks; per task its new id, or None if its idempotency_key was
+        already queued."""
+        ...
+
     async def lease_tasks(
         self,
         *,
