@@ -25,6 +25,7 @@ from ductor_server.storage import (
 )
 from ductor_server.storage._migrator import migration_files, split_statements
 from ductor_server.storage.postgres import PostgresStore
+from ductor_server.storage.sqlite import SqliteStore
 
 from .builders import NOW, new_run, new_task
 
@@ -398,3 +399,54 @@ async def test_a_runs_tick_updates_its_row_in_place_on_postgres(pg_store: Store)
     assert updated == 200
     # With full pages (fillfactor 100) next to none would be.
     assert in_place >= 0.95 * updated, (updated, in_place)
+
+
+async def test_a_read_sees_committed_rows_and_runs_each_statement_on_its_own(
+    store: Store,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.ensure_tenant("t1", name="one", now=NOW)
+        await tx.create_api_key("t1", key_id="k1", name="k", prefix="p", key_hash="h1", now=NOW)
+    async with store.read() as tx:
+        found = await tx.find_api_key("h1")
+        assert found is not None
+        assert found.tenant_id == "t1"
+        assert await tx.find_api_key("h2") is None
+    if isinstance(store, PostgresStore):
+        # Each statement of a read is its own transaction; a transaction's share one.
+        sql = "SELECT pg_current_xact_id()::text"
+        async with store.read() as tx:
+            ids = {(await tx.fetch_all(sql))[0][0] for _ in range(2)}
+        assert len(ids) == 2
+        async with store.transaction() as tx:
+            ids = {(await tx.fetch_all(sql))[0][0] for _ in range(2)}
+        assert len(ids) == 1
+    else:
+        assert isinstance(store, SqliteStore)
+        async with store.read():
+            assert not await store._call(lambda conn: conn.in_transaction)
+        async with store.transaction():
+            assert await store._call(lambda conn: conn.in_transaction)
+
+
+async def test_a_sqlite_read_inside_a_transaction_fails_instead_of_deadlocking(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "nested-read.db")
+    await store.open()
+    await store.migrate()
+    try:
+
+        async def nested() -> None:
+            async with store.transaction() as tx:
+                await tx.ensure_tenant("t1", name="one", now=NOW)
+                async with store.read():
+                    pass
+
+        with pytest.raises(StoreError) as info:
+            await asyncio.wait_for(nested(), timeout=10)
+        assert info.value.code == "storage.nested_transaction"
+        async with store.read() as tx:
+            assert await tx.get_tenant("t1") is None  # the transaction rolled back
+    finally:
+        await store.close()

@@ -429,7 +429,7 @@ class KeysService:
             KeyExpired: a key past its expiry (`auth.key_expired`).
         """
         digest = hash_api_key(key)
-        async with self._store.transaction() as tx:
+        async with self._store.read() as tx:  # one statement: no transaction needed
             record = await tx.find_api_key(digest)
         # The lookup is by hash; the comparison after it does not leak timing either.
         if (

@@ -669,8 +669,8 @@ class RunsService:
         stored_keys: Sequence[str | None],
         now: datetime,
     ) -> list[tuple[int, FirstTick] | None]:
-        """`_first_tick` for each request of a batch, read in one transaction: the
-        run keys already taken in one round trip, each named version once."""
+        """`_first_tick` for each request of a batch, read together: the run keys
+        already taken in one round trip, each named version once."""
         context = self._context
         kinds = context.parts.kinds
         ours = [i for i, r in enumerate(requests) if kinds.for_slug(r.family_slug) is kinds.default]
@@ -679,7 +679,8 @@ class RunsService:
         resolved: list[tuple[WorkflowVersionRecord, WorkflowDefinition] | None] = [None] * len(
             requests
         )
-        async with context.store.transaction() as tx:
+        # A hint, checked again by the insert's transaction: read without one.
+        async with context.store.read() as tx:
             keyed = [i for i in ours if stored_keys[i] is not None]
             taken = await tx.find_runs_by_idempotency_keys(
                 tenant_id, [k for i in keyed if (k := stored_keys[i]) is not None]

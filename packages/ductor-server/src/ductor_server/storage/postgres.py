@@ -357,3 +357,22 @@ class PostgresStore:
         """One transaction on a pooled connection; commits on normal exit, rolls
         back on error."""
         return self._transaction()
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[Tx]:
+        pool = self._require_pool()
+        try:
+            async with pool.connection() as conn:
+                yield PostgresTx(conn)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"postgres: {exc}") from exc
+        except psycopg.Error as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError() from exc
+            raise store_error(exc) from exc
+
+    def read(self) -> AbstractAsyncContextManager[Tx]:
+        """Statements on a pooled connection in autocommit, each on its own (see
+        `Store.read`)."""
+        return self._read()

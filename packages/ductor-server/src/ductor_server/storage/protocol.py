@@ -689,3 +689,12 @@ class Store(Protocol):
         """One transaction: `async with store.transaction() as tx: ...` commits on
         normal exit and rolls back (writing nothing) if the block raises."""
         ...
+
+    def read(self) -> AbstractAsyncContextManager[Tx]:
+        """Reads outside a transaction: `async with store.read() as tx: ...` runs
+        each statement on its own, without BEGIN and COMMIT (one round trip
+        instead of three for a lookup of one statement, such as a request's API
+        key). Nothing holds one snapshot across its statements, so it is for
+        lookups a later transaction does not rely on; write only through
+        `transaction()`."""
+        ...

@@ -248,6 +248,26 @@ class SqliteStore:
         """One IMMEDIATE transaction; commits on normal exit, rolls back on error."""
         return self._transaction()
 
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[Tx]:
+        task = asyncio.current_task()
+        if task is not None and self._holder is task:
+            raise StoreError(
+                "a read was opened inside a transaction on the same task (it would deadlock)",
+                code="storage.nested_transaction",
+                retryable=False,
+            )
+        async with self._lock:
+            self._holder = task
+            try:
+                yield SqliteTx(self)
+            finally:
+                self._holder = None
+
+    def read(self) -> AbstractAsyncContextManager[Tx]:
+        """Statements each on its own, in autocommit (see `Store.read`)."""
+        return self._read()
+
 
 def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
