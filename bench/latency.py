@@ -31,7 +31,11 @@ with its own `POST /v1/runs`.
 The p50 and p99 are divided by the baseline's median; the targets are 2x and 3x.
 
     uv run python bench/latency.py [--backend postgres|sqlite|both] [--runs 500] [--burst 500]
-                                   [--steps 3] [--fraction 0.5] [--observe db|api] [--poll-ms 5]
+                                   [--steps 3] [--fraction 0.5 | --rate R] [--observe db|api]
+                                   [--poll-ms 5]
+
+`--rate R` paces the latency phase at R runs/s instead of a fraction of the
+measured maximum (which varies from run to run), so two builds compare at one load.
 """
 
 from __future__ import annotations
@@ -417,7 +421,7 @@ def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
         alone, _, _ = asyncio.run(
             paced_latency(server, api_key, None, IDLE_RUNS, args.observe, args.poll_ms)
         )
-        pace = rate * args.fraction
+        pace = args.rate if args.rate is not None else rate * args.fraction
         observed, recorded, polls = asyncio.run(
             paced_latency(server, api_key, pace, args.runs, args.observe, args.poll_ms)
         )
@@ -461,6 +465,12 @@ def main() -> None:
     parser.add_argument(
         "--fraction", type=float, default=0.5, help="of the maximum throughput, the pace"
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="runs/s to pace at instead of a fraction of the maximum (for A/B runs)",
+    )
     parser.add_argument("--observe", choices=["db", "api"], default="db")
     parser.add_argument("--poll-ms", type=float, default=5.0)
     parser.add_argument(
@@ -469,6 +479,8 @@ def main() -> None:
     args = parser.parse_args()
     if not (1 <= args.runs <= 5000 and 1 <= args.burst <= 5000 and 0 < args.fraction <= 1):
         raise SystemExit("--runs and --burst go from 1 to 5000, --fraction from 0 to 1")
+    if args.rate is not None and not 0 < args.rate <= 10_000:
+        raise SystemExit("--rate goes from 0 to 10000 runs/s")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     commits = args.commits
     if commits is None:
