@@ -326,6 +326,22 @@ def _gated_chain(gate: asyncio.Event) -> tuple[ActionRegistry, dict[str, int], d
     return registry, counts, chain
 
 
+async def _chains_one_at_a_time(rt: Runtime, chain: dict[str, Any], count: int) -> tuple[Any, Any]:
+    """Publish `chain` and run it `count` times, one run after another, each to
+    its success with every step once; return the last run and its view."""
+    services = build_services(rt)
+    await services.workflows.publish(TENANT, chain)
+    steps = len(chain["steps"])
+    for i in range(count):
+        run = (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
+        view = await _wait_end(services, run.id)
+        assert view.status == SUCCEEDED
+        assert view.output == {f"s{steps - 1}": f"s{steps - 1}"}
+        kinds = [h.kind for h in await services.runs.history(TENANT, run.id)]
+        assert kinds.count("step.succeeded") == steps
+    return run, view
+
+
 async def test_two_engines_on_one_store_run_every_step_once(store: Store) -> None:
     clock = ManualClock()
     registry, counts, chain = _counted_chain(3)
@@ -413,13 +429,7 @@ async def test_a_workers_report_ticks_the_runs_of_its_results(
     registry, counts, chain = _counted_chain(3)
     config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0, tick_reported=tick_reported)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
-        services = build_services(rt)
-        await services.workflows.publish(TENANT, chain)
-        for i in range(8):
-            run = (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
-            view = await _wait_end(services, run.id)
-            assert view.status == SUCCEEDED
-            assert view.output == {"s2": "s2"}
+        run, view = await _chains_one_at_a_time(rt, chain, 8)
         coordinator = rt.coordinator
         assert coordinator.ticks == 24
         assert coordinator.direct_batches == (24 if tick_reported else 0)
@@ -447,16 +457,7 @@ async def test_a_runs_next_step_goes_to_the_worker_that_ran_the_last_one(
     registry, counts, chain = _counted_chain(4)
     config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0, take_at_once=take_at_once)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
-        services = build_services(rt)
-        await services.workflows.publish(TENANT, chain)
-        for i in range(6):
-            run = (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
-            view = await _wait_end(services, run.id)
-            assert view.status == SUCCEEDED
-            assert view.output == {"s3": "s3"}
-            assert [h.kind for h in await services.runs.history(TENANT, run.id)].count(
-                "step.succeeded"
-            ) == 4
+        await _chains_one_at_a_time(rt, chain, 6)
         workers = rt.workers
         assert workers.taken_at_once == (18 if take_at_once else 0)
         assert workers.lease_batches == (6 if take_at_once else 24)

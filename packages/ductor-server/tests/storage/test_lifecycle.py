@@ -200,7 +200,10 @@ def test_both_backends_have_the_same_migrations() -> None:
     assert sqlite[0] == "0001_init"
 
 
-async def test_a_nested_sqlite_transaction_fails_instead_of_deadlocking(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inner", ["transaction", "read"])
+async def test_a_nested_sqlite_transaction_fails_instead_of_deadlocking(
+    tmp_path: Path, inner: str
+) -> None:
     store = open_store(tmp_path / "nested.db")
     await store.open()
     await store.migrate()
@@ -209,7 +212,7 @@ async def test_a_nested_sqlite_transaction_fails_instead_of_deadlocking(tmp_path
         async def nested() -> None:
             async with store.transaction() as tx:
                 await tx.ensure_tenant("t1", name="one", now=NOW)
-                async with store.transaction():
+                async with getattr(store, inner)():
                     pass
 
         with pytest.raises(StoreError) as info:
@@ -427,26 +430,3 @@ async def test_a_read_sees_committed_rows_and_runs_each_statement_on_its_own(
             assert not await store._call(lambda conn: conn.in_transaction)
         async with store.transaction():
             assert await store._call(lambda conn: conn.in_transaction)
-
-
-async def test_a_sqlite_read_inside_a_transaction_fails_instead_of_deadlocking(
-    tmp_path: Path,
-) -> None:
-    store = open_store(tmp_path / "nested-read.db")
-    await store.open()
-    await store.migrate()
-    try:
-
-        async def nested() -> None:
-            async with store.transaction() as tx:
-                await tx.ensure_tenant("t1", name="one", now=NOW)
-                async with store.read():
-                    pass
-
-        with pytest.raises(StoreError) as info:
-            await asyncio.wait_for(nested(), timeout=10)
-        assert info.value.code == "storage.nested_transaction"
-        async with store.read() as tx:
-            assert await tx.get_tenant("t1") is None  # the transaction rolled back
-    finally:
-        await store.close()

@@ -230,25 +230,14 @@ class LocalFairQueue:
                 self._wake_for_rate(at)
                 return []
             try:
-                leased = await tx.lease_chosen_tasks(
-                    [TaskRef(tenant_id=t.tenant, task_id=t.key) for t in picked],
-                    owner=owner,
-                    lease_for=lease_for,
-                    now=now,
-                )
+                leased = await _lease(tx, picked, owner=owner, lease_for=lease_for, now=now)
                 if self.shared and any(task is not None for task in leased):
                     await raise_fence(tx)
             except BaseException:
                 for ticket in picked:
                     self.scheduler.requeue(ticket.key)
                 raise
-        out: list[TaskRecord] = []
-        for ticket, task in zip(picked, leased, strict=True):
-            if task is None:
-                self.refused += 1
-                self.scheduler.finish(ticket.key)
-            else:
-                out.append(task)
+        out = self._kept(picked, leased)
         if len(out) < len(picked) and self.wake is not None:
             # Others may be ready in place of the refused: look again at once.
             self.wake.notify(Topic.TASKS)
@@ -299,22 +288,24 @@ class LocalFairQueue:
         if not chosen:
             return []
         try:
-            leased = await tx.lease_chosen_tasks(
-                [TaskRef(tenant_id=t.tenant, task_id=t.key) for t in chosen],
-                owner=owner,
-                lease_for=lease_for,
-                now=now,
-            )
+            leased = await _lease(tx, chosen, owner=owner, lease_for=lease_for, now=now)
         except BaseException:
             self.untake([t.key for t in chosen])
             raise
+        out = self._kept(chosen, leased)
+        self.pace.taken(int(t.id) for t in out)
+        return out
+
+    def _kept(self, tickets: list[Ticket], leased: list[TaskRecord | None]) -> list[TaskRecord]:
+        """The tasks the store leased; the tickets of those it refused (taken or
+        ended elsewhere) are finished."""
         out: list[TaskRecord] = []
-        for ticket, task in zip(chosen, leased, strict=True):
+        for ticket, task in zip(tickets, leased, strict=True):
             if task is None:
+                self.refused += 1
                 self.scheduler.finish(ticket.key)
             else:
                 out.append(task)
-        self.pace.taken(int(t.id) for t in out)
         return out
 
     def untake(self, task_ids: Iterable[str]) -> None:
@@ -423,6 +414,14 @@ class LocalFairQueue:
         for ref in refs:
             self.scheduler.requeue(ref.task_id)
         return count
+
+
+async def _lease(
+    tx: Tx, tickets: list[Ticket], *, owner: str, lease_for: timedelta, now: datetime
+) -> list[TaskRecord | None]:
+    """Lease the tasks of `tickets` in the store, by key (None: refused)."""
+    refs = [TaskRef(tenant_id=t.tenant, task_id=t.key) for t in tickets]
+    return await tx.lease_chosen_tasks(refs, owner=owner, lease_for=lease_for, now=now)
 
 
 __all__ = [

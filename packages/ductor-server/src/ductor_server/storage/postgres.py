@@ -12,8 +12,8 @@ import asyncio
 import re
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -208,6 +208,23 @@ class PostgresTx(SqlTx):
         await self._conn.execute(f"SELECT {call}(hashtextextended(%s, 0))", (name,))
 
 
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """psycopg's and the pool's errors as store errors."""
+    try:
+        yield
+    except PoolTimeout as exc:
+        raise StoreUnavailable(f"postgres: {exc}") from exc
+    except psycopg.Error as exc:
+        # A task cancelled mid-query can see psycopg fail the rollback that
+        # follows; it must stay cancelled, not become a store error that a
+        # loop's `except Exception` would swallow (and then sleep through stop).
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError() from exc
+        raise store_error(exc) from exc
+
+
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     conn.adapters.register_loader("jsonb", _RawJsonLoader)
     conn.adapters.register_loader("json", _RawJsonLoader)
@@ -336,22 +353,12 @@ class PostgresStore:
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Tx]:
         pool = self._require_pool()
-        try:
+        with _store_errors():
             async with pool.connection() as conn, conn.transaction():
                 tx = PostgresTx(conn)
                 yield tx
                 await tx._run_before_commit()
             tx._run_after_commit()
-        except PoolTimeout as exc:
-            raise StoreUnavailable(f"postgres: {exc}") from exc
-        except psycopg.Error as exc:
-            # A task cancelled mid-query can see psycopg fail the rollback that
-            # follows; it must stay cancelled, not become a store error that a
-            # loop's `except Exception` would swallow (and then sleep through stop).
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError() from exc
-            raise store_error(exc) from exc
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
         """One transaction on a pooled connection; commits on normal exit, rolls
@@ -361,16 +368,9 @@ class PostgresStore:
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Tx]:
         pool = self._require_pool()
-        try:
+        with _store_errors():
             async with pool.connection() as conn:
                 yield PostgresTx(conn)
-        except PoolTimeout as exc:
-            raise StoreUnavailable(f"postgres: {exc}") from exc
-        except psycopg.Error as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError() from exc
-            raise store_error(exc) from exc
 
     def read(self) -> AbstractAsyncContextManager[Tx]:
         """Statements on a pooled connection in autocommit, each on its own (see

@@ -218,15 +218,21 @@ class SqliteStore:
             done = await self._call(read)
         return [name for name in names if name not in done]
 
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Tx]:
+    def _refuse_nested(self, what: str) -> asyncio.Task[Any] | None:
+        """The current task, once sure it holds no transaction (the one
+        connection's lock would deadlock it)."""
         task = asyncio.current_task()
         if task is not None and self._holder is task:
             raise StoreError(
-                "a transaction was opened inside another on the same task (it would deadlock)",
+                f"{what} was opened inside a transaction on the same task (it would deadlock)",
                 code="storage.nested_transaction",
                 retryable=False,
             )
+        return task
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Tx]:
+        task = self._refuse_nested("a transaction")
         async with self._lock:
             self._holder = task
             try:
@@ -250,13 +256,7 @@ class SqliteStore:
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Tx]:
-        task = asyncio.current_task()
-        if task is not None and self._holder is task:
-            raise StoreError(
-                "a read was opened inside a transaction on the same task (it would deadlock)",
-                code="storage.nested_transaction",
-                retryable=False,
-            )
+        task = self._refuse_nested("a read")
         async with self._lock:
             self._holder = task
             try:
