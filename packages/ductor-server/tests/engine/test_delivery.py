@@ -16,6 +16,7 @@ from ductor_core.runs import CancelRequested
 from ductor_server.composition import build_services
 from ductor_server.engine.actions import ActionCall, ActionRegistry, default_registry
 from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.queue import InProcessWakeUp
 from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
 from ductor_server.engine.workers import Workers
@@ -536,6 +537,51 @@ async def test_a_result_whose_run_another_transaction_holds_is_left_to_the_claim
         assert rt.coordinator.ticks == 2
         assert rt.coordinator.direct_batches == 1
     assert list(counts.values()) == [1]
+
+
+async def test_a_report_that_fails_after_taking_the_next_task_loses_and_repeats_nothing(
+    pg_store: Store,
+) -> None:
+    # Postgres only (a trigger of the database's own fails the report): the
+    # report of s0 takes s1 at once, then its transaction fails at its history.
+    # The queue forgets s1, the slot is free again, the retried report queues
+    # the result for the claim, and the run ends with every step run once.
+    store = pg_store
+    async with store.transaction() as tx:
+        for statement in (
+            "CREATE SEQUENCE fail_once",
+            "CREATE FUNCTION fail_first_step_end() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF NEW.kind = 'step.succeeded' AND nextval('fail_once') = 1 THEN"
+            " RAISE EXCEPTION 'injected: the report fails after taking its next task';"
+            " END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER fail_first_step_end BEFORE INSERT ON run_history"
+            " FOR EACH ROW EXECUTE FUNCTION fail_first_step_end()",
+        ):
+            await tx.execute(statement)
+    registry, counts, chain = _counted_chain(3)
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=0.1)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        run = (await services.runs.trigger(TENANT, "chain", None, {}, None)).value
+        view = await _wait_end(services, run.id)
+        assert view.status == SUCCEEDED
+        assert view.output == {"s2": "s2"}
+        workers = rt.workers
+        # s1's take was rolled back with its report; s2 was taken at once.
+        assert workers.taken_at_once == 1
+        await _until(lambda: not workers._holding and not workers._inflight)
+        assert workers._free() == workers.concurrency
+        queue = rt.queue
+        assert isinstance(queue, LocalFairQueue)
+        assert queue.scheduler.running_count == 0
+    assert counts == {f"{run.id}:s{i}:-1:1": 1 for i in range(3)}
+    async with store.transaction() as tx:
+        counted = await tx.count_tasks(now=ManualClock().now())
+        failed = await tx.fetch_one("SELECT last_value FROM fail_once")
+    assert counted.get("leased", 0) == 0, counted
+    # The injected failure happened: the failed insert, then the three step ends.
+    assert failed == (4,)
 
 
 async def test_an_attempt_that_overruns_its_timeout_fails_with_step_timeout(engine: Engine) -> None:
