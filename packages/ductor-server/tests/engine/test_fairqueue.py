@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from ductor_core.runs import RunState, RunStatus
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
-from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue
+from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue, LookPace
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage import NewRun, NewTask, RunLimits, Store, TaskRecord, TaskRef
@@ -357,3 +357,15 @@ async def test_ids_taken_at_once_are_never_looked_for_again(store: Store) -> Non
         async with store.transaction() as tx:
             await queue.complete(tx, _refs([queued]))
     assert queue.pace.rescans == 0
+
+
+def test_the_ids_taken_at_once_kept_in_memory_stay_bounded() -> None:
+    # A long stretch of tasks taken at once with no look in between (one long
+    # run, no other work): only the newest ids a look could miss are kept.
+    pace = LookPace(RESCAN_EVERY, 512)
+    for task_id in range(1, 100_001):
+        pace.taken([task_id])
+    assert len(pace._taken) <= 1024
+    pace.saw(0, [100_002], clock=0.0)
+    # 100,001 was never seen: missing. The taken ids below it are not.
+    assert set(pace._missing) == {100_001}

@@ -98,10 +98,16 @@ class LookPace:
 
     def taken(self, ids: Iterable[int]) -> None:
         """Tasks leased in the transaction that queued them: no look will find
-        them ready, and none needs to."""
+        them ready, and none needs to. Only the newest `slack` or so are kept
+        (a look only counts ids that far below its highest as missing), so a
+        long stretch of tasks taken at once with no look in between keeps no
+        more."""
         for task_id in ids:
             self._missing.pop(task_id, None)
             self._taken.add(task_id)
+        if len(self._taken) > 2 * self.slack:
+            top = max(self._taken)
+            self._taken = {task_id for task_id in self._taken if task_id > top - self.slack}
 
     def after(self, cursor: int, clock: float) -> int:
         """The id the look by id starts after: `cursor`, or the lowest id still
