@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from opentelemetry.trace import SpanKind, StatusCode
@@ -209,7 +209,7 @@ class Workers:
         self.ticker: ResultTicker | None = None  # set by the Runtime (see `report`)
         self.take_at_once = True  # with a ticker and a queue that `TakesAtOnce`
         self.taken_at_once = 0  # tasks leased in the report that queued them
-        self._takes = isinstance(self.queue, TakesAtOnce)
+        self._taking = self.queue if isinstance(self.queue, TakesAtOnce) else None
         self._holding: set[str] = set()  # finished tasks whose slots await their report
         self._leasing = 0  # slots a lease in flight may fill
         self._inflight: dict[str, asyncio.Task[None]] = {}
@@ -278,14 +278,12 @@ class Workers:
         """Slots neither running a handler nor held for a lease or a report."""
         return self.concurrency - len(self._inflight) - len(self._holding) - self._leasing
 
-    def _holds_slot(self) -> bool:
-        # Only while nothing waits its turn: else the lease loop has work for it.
-        return self._takes and cast(TakesAtOnce, self.queue).takes_now()
-
-    def _hands_over(self) -> bool:
-        """Whether a finished task's slot waits for its report, which may hand it
-        to the run's next task (`TakesAtOnce`)."""
-        return self._takes and self.take_at_once and self.ticker is not None
+    def _taking_queue(self) -> TakesAtOnce | None:
+        """The queue, when a report may hand a finished task's slot to its run's
+        next task (`TakesAtOnce`, `take_at_once`, a ticker in this process)."""
+        if not self.take_at_once or self.ticker is None:
+            return None
+        return self._taking
 
     def _start(self, task: TaskRecord) -> None:
         self._leased[task.id] = task
@@ -349,7 +347,10 @@ class Workers:
                 if error is not None:
                     span.set_attribute("ductor.error_code", error.code)
                     span.set_status(StatusCode.ERROR, error.code)
-            if self._hands_over() and self._holds_slot():
+            # The slot waits for the report only while nothing waits its turn:
+            # else the lease loop has work for it.
+            taking = self._taking_queue()
+            if taking is not None and taking.takes_now():
                 self._holding.add(task.id)
             await self._outcomes.put(_Outcome(task=task, attempt=attempt))
         finally:
@@ -488,7 +489,7 @@ class Workers:
         """
         refs = [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in batch]
         ticking = tick and self.ticker is not None
-        taker = self._taker(batch, refs) if ticking else None
+        taker = self._taker(batch) if ticking else None
         ticked: Callable[[], None] | None = None
         try:
             async with self.store.transaction() as tx:
@@ -546,19 +547,22 @@ class Workers:
         if len(self._holding) < held:
             self._slot_free.set()
 
-    def _taker(self, batch: list[_Outcome], refs: list[TaskRef]) -> _Taker | None:
+    def _taker(self, batch: list[_Outcome]) -> _Taker | None:
         """The taker of a report's new tasks: it may fill the slots the batch's
         tasks held for their report (None: none, or the queue cannot take
         tasks at once). Called before the tasks complete, while the queue
         still holds their tickets."""
-        queue = self.queue
-        if self.stopped or not self._hands_over() or not isinstance(queue, TakesAtOnce):
+        queue = self._taking_queue()
+        held = [o for o in batch if o.task.id in self._holding]
+        if self.stopped or queue is None or not held:
             return None
-        by_task = queue.tickets_of(refs)
+        by_task = queue.tickets_of(
+            [TaskRef(tenant_id=o.task.tenant_id, task_id=o.task.id) for o in held]
+        )
         tickets = {
             (o.task.tenant_id, o.task.run_id): by_task[o.task.id]
-            for o in batch
-            if o.task.id in by_task and o.task.id in self._holding
+            for o in held
+            if o.task.id in by_task
         }
         slots = len(tickets)
         if slots <= 0:
