@@ -380,6 +380,7 @@ def build(
         lease_seconds=settings.lease_seconds,
         poll_interval=settings.engine_poll_interval,
         coordinator_loops=settings.engine_coordinator_loops,
+        report_loops=settings.engine_report_loops,
         poison_after=settings.poison_after,
         stop_grace=settings.stop_grace,
         fairness=settings.fairness,

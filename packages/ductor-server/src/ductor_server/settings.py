@@ -31,6 +31,8 @@ SPLIT_POLL_INTERVAL = 0.5
 POSTGRES_COORDINATOR_LOOPS = 2
 """Coordinator loops per process on Postgres unless `DUCTOR_COORDINATOR_LOOPS` says."""
 MAX_COORDINATOR_LOOPS = 16
+POSTGRES_REPORT_LOOPS = 2
+"""Worker report loops per process on Postgres (SQLite has one writer: 1)."""
 
 
 def parse_roles(text: str) -> tuple[str, ...]:
@@ -182,6 +184,12 @@ class Settings:
         if self.coordinator_loops is not None:
             return self.coordinator_loops
         return 1 if self.embedded else POSTGRES_COORDINATOR_LOOPS
+
+    @property
+    def engine_report_loops(self) -> int:
+        """The worker report loops the engine runs: `POSTGRES_REPORT_LOOPS` on
+        Postgres, 1 on SQLite (one writer: a second loop would only wait for it)."""
+        return 1 if self.embedded else POSTGRES_REPORT_LOOPS
 
     @property
     def embedded(self) -> bool:

@@ -396,6 +396,50 @@ async def test_several_coordinator_loops_in_one_process_tick_every_run_once(stor
     assert rt.coordinator.ticks == 160
 
 
+async def test_several_report_loops_report_every_attempt_once(store: Store) -> None:
+    # Fan-out runs: a run's branches finish together, so their results are
+    # reported by different loops at once; a run one report holds is skipped
+    # by the other (its result goes to the claim). Every step runs once, every
+    # attempt is recorded once, and every run ends once.
+    registry, counts, _ = _counted_chain(1)
+    branches = [f"b{i}" for i in range(6)]
+    fan = {
+        "family_slug": "fan",
+        "steps": [
+            {"ref": ref, "type": "STEP_TYPE_ACTION", "args": {"action": "count"}}
+            for ref in ["root", *branches, "join"]
+        ],
+        "edges": [{"source_ref": "root", "target_ref": b} for b in branches]
+        + [{"source_ref": b, "target_ref": "join"} for b in branches],
+    }
+    config = dataclasses.replace(TEST_CONFIG, report_loops=3)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        loops = sorted(t.get_name() for t in rt._loops if "reports" in t.get_name())
+        assert loops == [
+            "ductor-worker-reports",
+            "ductor-worker-reports-1",
+            "ductor-worker-reports-2",
+        ]
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, fan)
+        started = [
+            (await services.runs.trigger(TENANT, "fan", None, {"i": i}, None)).value
+            for i in range(30)
+        ]
+        for run in started:
+            view = await _wait_end(services, run.id)
+            assert view.status == SUCCEEDED
+            assert view.output == {"join": "join"}
+            kinds = [h.kind for h in await services.runs.history(TENANT, run.id)]
+            assert kinds.count("step.succeeded") == 8
+            assert kinds.count("run.succeeded") == 1
+        assert rt.workers.most_reports_at_once >= 2
+    assert len(counts) == 30 * 8
+    assert set(counts.values()) == {1}
+    assert rt.workers.attempts_recorded == 30 * 8
+    assert rt.workers.redeliveries_dropped == 0
+
+
 @pytest.mark.parametrize("loops", [1, 3])
 async def test_one_wake_up_sends_one_coordinator_loop_to_claim(store: Store, loops: int) -> None:
     # Runs one after another: each result's wake-up finds one run to tick. Every

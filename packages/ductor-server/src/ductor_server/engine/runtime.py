@@ -75,6 +75,10 @@ class RuntimeConfig:
             taking another task's turn (`TakesAtOnce`): no lease transaction
             and no wake-up between a run's steps.
         worker_batch: tasks leased per round trip.
+        report_loops: worker report loops in this process, each committing its
+            own batch of finished attempts while another waits for the database
+            (their ticks lock runs `SKIP LOCKED`, so two batches never wait on
+            one run: a run another report holds gets its result from the claim).
         worker_concurrency: handlers running at once in this process.
         lease_seconds: how long a leased task is ours before another worker may take it.
         poison_after: deaths (leases that expired with the task in flight) after which
@@ -98,6 +102,7 @@ class RuntimeConfig:
     tick_reported: bool = True
     take_at_once: bool = True
     worker_batch: int = 64
+    report_loops: int = 1
     worker_concurrency: int = 64
     lease_seconds: float = 60.0
     poison_after: int = 3
@@ -315,7 +320,11 @@ class Runtime:
                 spawn(name, self.coordinator.run_forever(poll=loop == 0))
         if Role.WORKER in self.roles:
             spawn("workers", self.workers.run_forever())
-            spawn("worker-reports", self.workers.report_forever())
+            for loop in range(max(self.config.report_loops, 1)):
+                spawn(
+                    f"worker-reports-{loop}" if loop else "worker-reports",
+                    self.workers.report_forever(),
+                )
             spawn("worker-heartbeat", self.workers.heartbeat_forever())
             spawn("emails", self.emails.run_forever())
             if metrics_enabled():

@@ -206,6 +206,8 @@ class Workers:
         self.poisoned = 0  # tasks quarantined instead of run
         self.stalls = 0  # own tasks re-leased after their lease ran out (not run again)
         self.report_batches = 0  # report transactions
+        self.most_reports_at_once = 0  # the most report loops seen reporting together
+        self._reporting = 0  # report loops reporting now
         self.ticker: ResultTicker | None = None  # set by the Runtime (see `report`)
         self.take_at_once = True  # with a ticker and a queue that `TakesAtOnce`
         self.taken_at_once = 0  # tasks leased in the report that queued them
@@ -441,13 +443,23 @@ class Workers:
     # --- reporting -------------------------------------------------------------
 
     async def report_forever(self) -> None:
-        """Commit finished attempts in batches until cancelled."""
+        """Commit finished attempts in batches until cancelled.
+
+        Several loops may run at once (`RuntimeConfig.report_loops`): each takes
+        what has finished when it comes round, so one loop's batch is built and
+        ticked while another waits for the database.
+        """
         while not self.stopped:
             first = await self._outcomes.get()
             batch = [first]
             while not self._outcomes.empty() and len(batch) < 512:
                 batch.append(self._outcomes.get_nowait())
-            await self._report_with_retry(batch)
+            self._reporting += 1
+            self.most_reports_at_once = max(self.most_reports_at_once, self._reporting)
+            try:
+                await self._report_with_retry(batch)
+            finally:
+                self._reporting -= 1
 
     async def _report_with_retry(self, batch: list[_Outcome]) -> None:
         """Report a batch; if it keeps failing, report its outcomes one by one, and
