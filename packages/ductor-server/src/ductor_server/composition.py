@@ -213,6 +213,7 @@ def build_services(
         clock=runtime.clock,
         parts=runtime.parts,
         feed=runtime.inbox_feed,
+        start_taker=runtime.start_taker,
     )
     routing_engine = expressions or runtime.engine or default_engine()
     ledger = LedgerService(runtime.store, clock=runtime.clock, hooks=hooks)

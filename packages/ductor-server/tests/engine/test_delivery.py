@@ -21,6 +21,7 @@ from ductor_server.engine.queue import InProcessWakeUp
 from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
 from ductor_server.engine.workers import Workers
 from ductor_server.storage import Store
+from ductor_server.storage.errors import StoreError
 from ductor_server.storage.records import NewInboxItem, RunRef
 
 from .conftest import FAILED, SUCCEEDED, TENANT, TEST_CONFIG, Engine, step
@@ -332,6 +333,9 @@ async def _chains_one_at_a_time(rt: Runtime, chain: dict[str, Any], count: int) 
     its success with every step once; return the last run and its view."""
     services = build_services(rt)
     await services.workflows.publish(TENANT, chain)
+    # A trigger takes its first task at once only into a free slot: not while
+    # the worker's first lease, at its start, holds them all.
+    await _until(lambda: rt.workers._leasing == 0)
     steps = len(chain["steps"])
     for i in range(count):
         run = (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
@@ -496,16 +500,16 @@ async def test_a_workers_report_ticks_the_runs_of_its_results(
 async def test_a_runs_next_step_goes_to_the_worker_that_ran_the_last_one(
     store: Store, take_at_once: bool
 ) -> None:
-    # One run at a time: each next step is leased in the report of the step
-    # before it and started at once, with no lease transaction of its own; only
-    # a run's first step is leased by the worker's loop.
+    # One run at a time: a run's first step is leased in the trigger's
+    # transaction, each next step in the report of the step before it, and
+    # each is started at once: the worker's loop leases nothing.
     registry, counts, chain = _counted_chain(4)
     config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0, take_at_once=take_at_once)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
         await _chains_one_at_a_time(rt, chain, 6)
         workers = rt.workers
-        assert workers.taken_at_once == (18 if take_at_once else 0)
-        assert workers.lease_batches == (6 if take_at_once else 24)
+        assert workers.taken_at_once == (24 if take_at_once else 0)
+        assert workers.lease_batches == (0 if take_at_once else 24)
         assert workers.attempts_recorded == 24
         assert workers._holding == set()
         assert workers._free() == workers.concurrency
@@ -603,17 +607,19 @@ async def test_a_report_that_fails_after_taking_the_next_task_loses_and_repeats_
         ):
             await tx.execute(statement)
     registry, counts, chain = _counted_chain(3)
-    config = dataclasses.replace(TEST_CONFIG, poll_interval=0.1)
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
         services = build_services(rt)
         await services.workflows.publish(TENANT, chain)
+        await _until(lambda: rt.workers._leasing == 0)  # see _chains_one_at_a_time
         run = (await services.runs.trigger(TENANT, "chain", None, {}, None)).value
         view = await _wait_end(services, run.id)
         assert view.status == SUCCEEDED
         assert view.output == {"s2": "s2"}
         workers = rt.workers
-        # s1's take was rolled back with its report; s2 was taken at once.
-        assert workers.taken_at_once == 1
+        # s0 was taken by the trigger, s1's take was rolled back with its
+        # report, and s2 was taken at once.
+        assert workers.taken_at_once == 2
         await _until(lambda: not workers._holding and not workers._inflight)
         assert workers._free() == workers.concurrency
         queue = rt.queue
@@ -626,6 +632,101 @@ async def test_a_report_that_fails_after_taking_the_next_task_loses_and_repeats_
     assert counted.get("leased", 0) == 0, counted
     # The injected failure happened: the failed insert, then the three step ends.
     assert failed == (4,)
+
+
+async def test_a_trigger_that_fails_after_taking_its_first_task_loses_and_repeats_nothing(
+    pg_store: Store,
+) -> None:
+    # Postgres only (a trigger of the database's own fails the run's creation
+    # at its history, after the first task was taken at once): the queue
+    # forgets the task, the slot held for it is free again, nothing is left in
+    # the store, and the same trigger sent again runs every step once.
+    store = pg_store
+    async with store.transaction() as tx:
+        for statement in (
+            "CREATE SEQUENCE fail_once",
+            "CREATE FUNCTION fail_first_creation() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF NEW.kind = 'run.created' AND nextval('fail_once') = 1 THEN"
+            " RAISE EXCEPTION 'injected: the trigger fails after taking its first task';"
+            " END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER fail_first_creation BEFORE INSERT ON run_history"
+            " FOR EACH ROW EXECUTE FUNCTION fail_first_creation()",
+        ):
+            await tx.execute(statement)
+    registry, counts, chain = _counted_chain(3)
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        workers, queue = rt.workers, rt.queue
+        assert isinstance(queue, LocalFairQueue)
+        await _until(lambda: workers._leasing == 0)  # see _chains_one_at_a_time
+        with pytest.raises(StoreError, match="injected"):
+            await services.runs.trigger(TENANT, "chain", None, {}, "once")
+        assert workers.taken_at_once == 0
+        assert workers._free() == workers.concurrency
+        assert queue.scheduler.running_count == 0  # checked to fail without the untake
+        async with store.transaction() as tx:
+            counted = await tx.count_tasks(now=ManualClock().now())
+        assert sum(counted.values()) == 0, counted
+        run = (await services.runs.trigger(TENANT, "chain", None, {}, "once")).value
+        view = await _wait_end(services, run.id)
+        assert view.status == SUCCEEDED
+        assert workers.taken_at_once == 3  # the first step by the trigger, then two reports
+        assert workers.lease_batches == 0
+        await _until(lambda: not workers._holding and not workers._inflight)
+        assert workers._free() == workers.concurrency
+        assert queue.scheduler.running_count == 0
+    assert counts == {f"{run.id}:s{i}:-1:1": 1 for i in range(3)}
+
+
+async def test_a_runs_first_task_is_taken_at_once_only_within_its_limits(store: Store) -> None:
+    # The first task of a run is scheduled as its workflow's limits say: with one
+    # task of a key at once, a second run of the key waits in the queue while
+    # the first holds its step, and starts once that step ends (checked to
+    # fail with the task scheduled without its run's limits).
+    gate = asyncio.Event()
+    running: dict[str, int] = {"now": 0, "most": 0}
+
+    async def held(call: ActionCall) -> Any:
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+        try:
+            await gate.wait()
+        finally:
+            running["now"] -= 1
+        return call.step_ref
+
+    registry = default_registry()
+    registry.register_action("held", held)
+    limited = {
+        "family_slug": "limited",
+        "concurrency": {"limit": 1, "key": "input.customer"},
+        "steps": [{"ref": "s", "type": "STEP_TYPE_ACTION", "args": {"action": "held"}}],
+    }
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, limited)
+        await _until(lambda: rt.workers._leasing == 0)  # see _chains_one_at_a_time
+        ann = [
+            (await services.runs.trigger(TENANT, "limited", None, {"customer": "ann"}, None)).value
+            for _ in range(2)
+        ]
+        bob = (
+            await services.runs.trigger(TENANT, "limited", None, {"customer": "bob"}, None)
+        ).value
+        # ann's first run was taken at once; her second was not (her key's one
+        # slot is held) and waits its turn in the queue, so bob's was not
+        # taken at once either (something waits) but leased.
+        assert rt.workers.taken_at_once == 1
+        await _until(lambda: running["now"] == 2)
+        await asyncio.sleep(0.2)
+        assert running["now"] == 2
+        gate.set()
+        for run in [*ann, bob]:
+            assert (await _wait_end(services, run.id)).status == SUCCEEDED
+    assert running["most"] == 2
 
 
 async def test_an_attempt_that_overruns_its_timeout_fails_with_step_timeout(engine: Engine) -> None:

@@ -9,7 +9,7 @@ other kinds are reached through `EngineParts.kinds`, never imported.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, assert_never
@@ -84,12 +84,37 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
 
 
-class TaskTaker(Protocol):
-    """Queues a batch's new tasks and leases some of them at once to the worker
-    that reported the steps before them (`Workers`), in the same transaction."""
+@dataclass(frozen=True, slots=True)
+class StartedRun:
+    """A run created in this transaction, as the task queue schedules its tasks:
+    its workflow (family slug) and its own limits (None: none)."""
 
-    async def enqueue(self, tx: Tx, tasks: Sequence[NewTask]) -> bool:
-        """Queue `tasks` through `tx`; True if any was left for the queue."""
+    workflow: str
+    limits: RunLimits | None
+
+
+class TaskTaker(Protocol):
+    """Queues a batch's new tasks and leases some of them at once, in the same
+    transaction, to a worker of this process (`Workers`): the one that reported
+    the steps before them, or the one a trigger hands its new run's first tasks."""
+
+    async def enqueue(
+        self,
+        tx: Tx,
+        tasks: Sequence[NewTask],
+        started: Mapping[tuple[str, str], StartedRun],
+    ) -> bool:
+        """Queue `tasks` through `tx`; True if any was left for the queue.
+        `started` holds the runs this transaction created, by (tenant, run id)."""
+        ...
+
+
+class StartTaker(TaskTaker, Protocol):
+    """A trigger's `TaskTaker`: told whether its transaction committed."""
+
+    def settle(self, committed: bool) -> None:
+        """Start the tasks taken at once if the transaction committed, else
+        forget them; either way the worker's slot held for them is freed."""
         ...
 
 
@@ -117,7 +142,8 @@ class Effects:
     inbox: list[NewInboxItem] = field(default_factory=list)
     budgeted: list[BudgetedCounter] = field(default_factory=list)
     inbox_keys: set[tuple[str, str]] = field(default_factory=set)
-    taker: TaskTaker | None = None  # takes some new tasks at once (a worker's report)
+    taker: TaskTaker | None = None  # takes some new tasks at once (a report, a trigger)
+    started: dict[tuple[str, str], StartedRun] = field(default_factory=dict)  # for `taker`
 
     async def flush(self, tx: Tx) -> None:
         """Write everything gathered so far through `tx` (call before it commits)."""
@@ -135,7 +161,7 @@ class Effects:
             if self.taker is None:
                 await tx.enqueue_tasks(self.tasks)
                 self.topics.add(Topic.TASKS)
-            elif await self.taker.enqueue(tx, self.tasks):
+            elif await self.taker.enqueue(tx, self.tasks, self.started):
                 self.topics.add(Topic.TASKS)
         if self.inbox:
             await tx.enqueue_inbox(self.inbox)
@@ -367,6 +393,10 @@ async def create_runs(
         if not one.created:
             continue
         record, parent = start.record, start.parent
+        if effects.taker is not None:
+            effects.started[(start.tenant_id, first.run_id)] = StartedRun(
+                workflow=record.family_slug, limits=first.limits
+            )
         created_data: dict[str, Any] = {
             "family_slug": record.family_slug,
             "version": record.version,

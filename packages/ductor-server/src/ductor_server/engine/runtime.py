@@ -23,7 +23,7 @@ from ductor_server.engine.actions import ActionRegistry, default_registry
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
-from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.effects import EngineParts, StartTaker
 from ductor_server.engine.emails import EmailPolicy, EmailSender
 from ductor_server.engine.errors import MissingHandler
 from ductor_server.engine.fairness import FairPolicy
@@ -297,6 +297,15 @@ class Runtime:
         if missing:
             needs = ", ".join(f"{t} needs {h!r}" for t, h in sorted(missing.items()))
             raise MissingHandler(f"no step handler registered for: {needs}")
+
+    def start_taker(self) -> StartTaker | None:
+        """What a trigger served by this process hands its transaction's new tasks
+        to: this process's worker, which may lease a new run's first task at once
+        (`Workers.start_taker`). None unless this process runs the worker role's
+        loops: the task then waits in the queue for a lease."""
+        if Role.WORKER not in self.roles or not self._loops:
+            return None
+        return self.workers.start_taker()
 
     def launch(self) -> None:
         """Start the loops of this process's roles (`start` does this for you).

@@ -50,7 +50,9 @@ from ductor_server.telemetry import (
 )
 
 if TYPE_CHECKING:
-    from ductor_server.engine.effects import TaskTaker
+    from collections.abc import Mapping
+
+    from ductor_server.engine.effects import StartedRun, TaskTaker
 
 log = logging.getLogger("ductor.workers")
 poisoned_counter = meter.create_counter(
@@ -109,7 +111,12 @@ class _Taker:
         self.clock = clock
         self.taken: list[TaskRecord] = []
 
-    async def enqueue(self, tx: Tx, tasks: Sequence[NewTask]) -> bool:
+    async def enqueue(
+        self,
+        tx: Tx,
+        tasks: Sequence[NewTask],
+        started: Mapping[tuple[str, str], StartedRun],
+    ) -> bool:
         ids = await tx.enqueue_task_ids(tasks)
         offered: list[tuple[str, NewTask, Ticket]] = []
         for task_id, task in zip(ids, tasks, strict=True):
@@ -126,6 +133,58 @@ class _Taker:
         )
         self.taken.extend(taken)
         return len(taken) < sum(task_id is not None for task_id in ids)
+
+
+class _StartTaker(_Taker):
+    """A trigger's `StartTaker`: leases its new run's first task to this worker at
+    once, when the queue lets it start now, into a slot the worker holds for it
+    while the trigger's transaction runs. The task is scheduled as its run's
+    workflow and limits say, as the queue's look would schedule it."""
+
+    def __init__(self, workers: Workers, queue: TakesAtOnce) -> None:
+        super().__init__(
+            queue,
+            {},
+            owner=workers.owner,
+            slots=1,
+            lease_for=workers.lease,
+            clock=workers.clock,
+        )
+        self.workers = workers
+        self.settled = False
+
+    async def enqueue(
+        self,
+        tx: Tx,
+        tasks: Sequence[NewTask],
+        started: Mapping[tuple[str, str], StartedRun],
+    ) -> bool:
+        for task in tasks:
+            run = started.get((task.tenant_id, task.run_id))
+            if run is not None:
+                self.tickets[(task.tenant_id, task.run_id)] = _first_ticket(task.tenant_id, run)
+        return await super().enqueue(tx, tasks, started)
+
+    def settle(self, committed: bool) -> None:
+        if not self.settled:
+            self.settled = True
+            self.workers._settle_start(self, committed)
+
+
+def _first_ticket(tenant_id: str, run: StartedRun) -> Ticket:
+    """The ticket a new run's tasks are scheduled as (`take_at_once` names it)."""
+    limits = run.limits
+    if limits is None:
+        return Ticket(key="", tenant=tenant_id, workflow=run.workflow)
+    return Ticket(
+        key="",
+        tenant=tenant_id,
+        workflow=run.workflow,
+        limit_key=limits.key,
+        key_concurrency=limits.concurrency,
+        key_rate=limits.rate,
+        key_burst=limits.burst,
+    )
 
 
 @dataclass(frozen=True)
@@ -214,6 +273,7 @@ class Workers:
         self._taking = self.queue if isinstance(self.queue, TakesAtOnce) else None
         self._holding: set[str] = set()  # finished tasks whose slots await their report
         self._leasing = 0  # slots a lease in flight may fill
+        self._starting = 0  # slots held for triggers' first tasks (`start_taker`)
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._leased: dict[str, TaskRecord] = {}
         self._outcomes: asyncio.Queue[_Outcome] = asyncio.Queue()
@@ -278,7 +338,8 @@ class Workers:
 
     def _free(self) -> int:
         """Slots neither running a handler nor held for a lease or a report."""
-        return self.concurrency - len(self._inflight) - len(self._holding) - self._leasing
+        held = len(self._inflight) + len(self._holding) + self._leasing + self._starting
+        return self.concurrency - held
 
     def _taking_queue(self) -> TakesAtOnce | None:
         """The queue, when a report may hand a finished task's slot to its run's
@@ -286,6 +347,29 @@ class Workers:
         if not self.take_at_once or self.ticker is None:
             return None
         return self._taking
+
+    def start_taker(self) -> _StartTaker | None:
+        """A taker for a trigger's transaction in this process: it may lease the new
+        run's first task to this worker at once (None: the queue cannot take tasks
+        at once, something waits in it, or no slot is free). A slot is held for
+        it until `settle`, which the caller must call once the transaction ends."""
+        queue = self._taking if self.take_at_once else None
+        if self.stopped or queue is None or self._free() <= 0 or not queue.takes_now():
+            return None
+        self._starting += 1
+        return _StartTaker(self, queue)
+
+    def _settle_start(self, taker: _StartTaker, committed: bool) -> None:
+        """A trigger's transaction ended: start what it took, or forget it."""
+        self._starting -= 1
+        if committed and taker.taken:
+            self.taken_at_once += len(taker.taken)
+            for task in taker.taken:
+                self._start(task)
+            return
+        if taker.taken:
+            taker.queue.untake([t.id for t in taker.taken])
+        self._slot_free.set()
 
     def _start(self, task: TaskRecord) -> None:
         self._leased[task.id] = task

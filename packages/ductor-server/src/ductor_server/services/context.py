@@ -5,12 +5,13 @@ Built once per process by the composition root; holds no state of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ductor_core.expressions import ExpressionEngine
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock
-from ductor_server.engine.effects import EngineParts
+from ductor_server.engine.effects import EngineParts, StartTaker
 from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.queue import WakeUp
 from ductor_server.storage.protocol import Store
@@ -27,6 +28,10 @@ class ServiceContext:
         parts: the engine's definition cache and expression engine, shared with
             the coordinator so a run started here is ticked the same way.
         feed: where inbox changes are announced to subscribers' open sessions.
+        start_taker: gives a trigger's transaction a taker of its new run's
+            first task, when a worker of this process may lease it at once
+            (`Runtime.start_taker`; None, or a call that answers None: the
+            task waits in the queue).
     """
 
     store: Store
@@ -34,6 +39,7 @@ class ServiceContext:
     clock: Clock
     parts: EngineParts
     feed: InboxFeed | None = None
+    start_taker: Callable[[], StartTaker | None] | None = None
 
     @property
     def catalog(self) -> WorkflowCatalog:
