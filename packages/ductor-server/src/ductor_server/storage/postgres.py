@@ -91,6 +91,9 @@ class PostgresTx(SqlTx):
     def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
         super().__init__()
         self._conn = conn
+        # One cursor for the statements whose rows are read before the next is
+        # sent (a cursor per statement is what `conn.execute` would make).
+        self._cur = conn.cursor()
 
     def to_timestamp(self, value: datetime) -> Any:
         return utc(value)
@@ -108,11 +111,11 @@ class PostgresTx(SqlTx):
         return moment.astimezone(UTC)
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
-        cur = await self._conn.execute(sql, params)
+        cur = await self._cur.execute(sql, params)
         return await cur.fetchall()
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        cur = await self._conn.execute(sql, params)
+        cur = await self._cur.execute(sql, params)
         return max(cur.rowcount, 0)
 
     async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
@@ -121,10 +124,10 @@ class PostgresTx(SqlTx):
         batch = self._batch(sql, rows)
         if batch is not None:
             for start in range(0, len(rows), BATCH_ROWS):
-                await self._conn.execute(batch.sql, _columns(rows[start : start + BATCH_ROWS]))
+                await self._cur.execute(batch.sql, _columns(rows[start : start + BATCH_ROWS]))
             return
         if len(rows) == 1:
-            await self._conn.execute(sql, rows[0])
+            await self._cur.execute(sql, rows[0])
             return
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows)
@@ -139,7 +142,7 @@ class PostgresTx(SqlTx):
                 out[at] = row
             return out
         if len(rows) == 1:
-            cur = await self._conn.execute(sql, rows[0])
+            cur = await self._cur.execute(sql, rows[0])
             return [await cur.fetchone()]
         out = []
         async with self._conn.cursor() as cur:
@@ -160,7 +163,7 @@ class PostgresTx(SqlTx):
                 found[at].append(row)
             return found
         if len(rows) == 1:
-            cur = await self._conn.execute(sql, rows[0])
+            cur = await self._cur.execute(sql, rows[0])
             return [await cur.fetchall()]
         out: list[list[Row]] = []
         async with self._conn.cursor() as cur:
@@ -189,7 +192,7 @@ class PostgresTx(SqlTx):
         out: list[tuple[int, Row]] = []
         for start in range(0, len(rows), BATCH_ROWS):
             chunk = rows[start : start + BATCH_ROWS]
-            cur = await self._conn.execute(batch.sql, _columns(chunk))
+            cur = await self._cur.execute(batch.sql, _columns(chunk))
             found = await cur.fetchall()
             if batch.ordinal:
                 out.extend((start + int(r[0]) - 1, r[1:]) for r in found)
@@ -205,7 +208,7 @@ class PostgresTx(SqlTx):
         """`pg_advisory_xact_lock` (`_shared`) on a 64-bit hash of `name`,
         released at commit."""
         call = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        await self._conn.execute(f"SELECT {call}(hashtextextended(%s, 0))", (name,))
+        await self._cur.execute(f"SELECT {call}(hashtextextended(%s, 0))", (name,))
 
 
 @contextmanager
