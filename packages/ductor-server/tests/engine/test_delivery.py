@@ -328,6 +328,24 @@ def _gated_chain(gate: asyncio.Event) -> tuple[ActionRegistry, dict[str, int], d
     return registry, counts, chain
 
 
+async def _each_ends_once(
+    services: Any, slug: str, count: int, output: dict[str, Any], *, steps: int
+) -> None:
+    """Trigger `count` runs of `slug`, then check that each succeeded with
+    `output`, every one of its `steps` steps once, and ended once."""
+    started = [
+        (await services.runs.trigger(TENANT, slug, None, {"i": i}, None)).value
+        for i in range(count)
+    ]
+    for run in started:
+        view = await _wait_end(services, run.id)
+        assert view.status == SUCCEEDED
+        assert view.output == output
+        kinds = [h.kind for h in await services.runs.history(TENANT, run.id)]
+        assert kinds.count("step.succeeded") == steps
+        assert kinds.count("run.succeeded") == 1
+
+
 async def _chains_one_at_a_time(rt: Runtime, chain: dict[str, Any], count: int) -> tuple[Any, Any]:
     """Publish `chain` and run it `count` times, one run after another, each to
     its success with every step once; return the last run and its view."""
@@ -383,16 +401,7 @@ async def test_several_coordinator_loops_in_one_process_tick_every_run_once(stor
         ]
         services = build_services(rt)
         await services.workflows.publish(TENANT, chain)
-        started = [
-            (await services.runs.trigger(TENANT, "chain", None, {"i": i}, None)).value
-            for i in range(40)
-        ]
-        for run in started:
-            view = await _wait_end(services, run.id)
-            assert view.status == SUCCEEDED
-            assert view.output == {"s3": "s3"}
-            kinds = [h.kind for h in await services.runs.history(TENANT, run.id)]
-            assert kinds.count("run.succeeded") == 1
+        await _each_ends_once(services, "chain", 40, {"s3": "s3"}, steps=4)
     assert len(counts) == 160
     assert set(counts.values()) == {1}
     # The trigger starts a run itself; each of its four results is one applied tick,
@@ -426,17 +435,7 @@ async def test_several_report_loops_report_every_attempt_once(store: Store) -> N
         ]
         services = build_services(rt)
         await services.workflows.publish(TENANT, fan)
-        started = [
-            (await services.runs.trigger(TENANT, "fan", None, {"i": i}, None)).value
-            for i in range(30)
-        ]
-        for run in started:
-            view = await _wait_end(services, run.id)
-            assert view.status == SUCCEEDED
-            assert view.output == {"join": "join"}
-            kinds = [h.kind for h in await services.runs.history(TENANT, run.id)]
-            assert kinds.count("step.succeeded") == 8
-            assert kinds.count("run.succeeded") == 1
+        await _each_ends_once(services, "fan", 30, {"join": "join"}, steps=8)
         assert rt.workers.most_reports_at_once >= 2
     assert len(counts) == 30 * 8
     assert set(counts.values()) == {1}
@@ -587,6 +586,22 @@ async def test_a_result_whose_run_another_transaction_holds_is_left_to_the_claim
     assert list(counts.values()) == [1]
 
 
+async def _fail_history_once(store: Store, kind: str, why: str) -> None:
+    """Make the first insert of a `kind` history entry fail, once, in Postgres
+    itself ("injected: <why>"); the sequence `fail_once` counts the inserts."""
+    async with store.transaction() as tx:
+        for statement in (
+            "CREATE SEQUENCE fail_once",
+            "CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
+            f" BEGIN IF NEW.kind = '{kind}' AND nextval('fail_once') = 1 THEN"
+            f" RAISE EXCEPTION 'injected: {why}';"
+            " END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER fail_once BEFORE INSERT ON run_history"
+            " FOR EACH ROW EXECUTE FUNCTION fail_once()",
+        ):
+            await tx.execute(statement)
+
+
 async def test_a_report_that_fails_after_taking_the_next_task_loses_and_repeats_nothing(
     pg_store: Store,
 ) -> None:
@@ -595,17 +610,7 @@ async def test_a_report_that_fails_after_taking_the_next_task_loses_and_repeats_
     # The queue forgets s1, the slot is free again, the retried report queues
     # the result for the claim, and the run ends with every step run once.
     store = pg_store
-    async with store.transaction() as tx:
-        for statement in (
-            "CREATE SEQUENCE fail_once",
-            "CREATE FUNCTION fail_first_step_end() RETURNS trigger LANGUAGE plpgsql AS $$"
-            " BEGIN IF NEW.kind = 'step.succeeded' AND nextval('fail_once') = 1 THEN"
-            " RAISE EXCEPTION 'injected: the report fails after taking its next task';"
-            " END IF; RETURN NEW; END $$",
-            "CREATE TRIGGER fail_first_step_end BEFORE INSERT ON run_history"
-            " FOR EACH ROW EXECUTE FUNCTION fail_first_step_end()",
-        ):
-            await tx.execute(statement)
+    await _fail_history_once(store, "step.succeeded", "the report fails after taking its next task")
     registry, counts, chain = _counted_chain(3)
     config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
@@ -642,17 +647,7 @@ async def test_a_trigger_that_fails_after_taking_its_first_task_loses_and_repeat
     # forgets the task, the slot held for it is free again, nothing is left in
     # the store, and the same trigger sent again runs every step once.
     store = pg_store
-    async with store.transaction() as tx:
-        for statement in (
-            "CREATE SEQUENCE fail_once",
-            "CREATE FUNCTION fail_first_creation() RETURNS trigger LANGUAGE plpgsql AS $$"
-            " BEGIN IF NEW.kind = 'run.created' AND nextval('fail_once') = 1 THEN"
-            " RAISE EXCEPTION 'injected: the trigger fails after taking its first task';"
-            " END IF; RETURN NEW; END $$",
-            "CREATE TRIGGER fail_first_creation BEFORE INSERT ON run_history"
-            " FOR EACH ROW EXECUTE FUNCTION fail_first_creation()",
-        ):
-            await tx.execute(statement)
+    await _fail_history_once(store, "run.created", "the trigger fails after taking its first task")
     registry, counts, chain = _counted_chain(3)
     config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:

@@ -120,7 +120,7 @@ class _Taker:
         ids = await tx.enqueue_task_ids(tasks)
         offered: list[tuple[str, NewTask, Ticket]] = []
         for task_id, task in zip(ids, tasks, strict=True):
-            ticket = self.tickets.get((task.tenant_id, task.run_id))
+            ticket = self._ticket(task, started)
             if task_id is not None and ticket is not None:
                 offered.append((task_id, task, ticket))
         taken = await self.queue.take_at_once(
@@ -133,6 +133,13 @@ class _Taker:
         )
         self.taken.extend(taken)
         return len(taken) < sum(task_id is not None for task_id in ids)
+
+    def _ticket(
+        self, task: NewTask, started: Mapping[tuple[str, str], StartedRun]
+    ) -> Ticket | None:
+        """What `task` would be scheduled as (None: it is left to the queue): the
+        ticket of its run's step this report holds."""
+        return self.tickets.get((task.tenant_id, task.run_id))
 
 
 class _StartTaker(_Taker):
@@ -153,17 +160,12 @@ class _StartTaker(_Taker):
         self.workers = workers
         self.settled = False
 
-    async def enqueue(
-        self,
-        tx: Tx,
-        tasks: Sequence[NewTask],
-        started: Mapping[tuple[str, str], StartedRun],
-    ) -> bool:
-        for task in tasks:
-            run = started.get((task.tenant_id, task.run_id))
-            if run is not None:
-                self.tickets[(task.tenant_id, task.run_id)] = _first_ticket(task.tenant_id, run)
-        return await super().enqueue(tx, tasks, started)
+    def _ticket(
+        self, task: NewTask, started: Mapping[tuple[str, str], StartedRun]
+    ) -> Ticket | None:
+        """The ticket of a run this trigger created: its workflow and limits."""
+        run = started.get((task.tenant_id, task.run_id))
+        return None if run is None else _first_ticket(task.tenant_id, run)
 
     def settle(self, committed: bool) -> None:
         if not self.settled:
