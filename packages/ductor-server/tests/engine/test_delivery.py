@@ -675,6 +675,27 @@ async def test_a_trigger_that_fails_after_taking_its_first_task_loses_and_repeat
     assert counts == {f"{run.id}:s{i}:-1:1": 1 for i in range(3)}
 
 
+async def test_an_event_hands_the_first_task_of_the_run_it_starts_to_the_worker_at_once(
+    store: Store,
+) -> None:
+    # As a trigger does: the event's transaction leases the new run's first
+    # task to this process's worker, and the reports take the rest.
+    registry, counts, chain = _counted_chain(3)
+    chain["triggers"] = [{"event": "order.placed"}]
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        await _until(lambda: rt.workers._leasing == 0)  # see _chains_one_at_a_time
+        accepted = (await services.events.send(TENANT, "order.placed", {}, "evt-1")).value
+        [run_id] = accepted.runs_started
+        view = await _wait_end(services, run_id)
+        assert view.status == SUCCEEDED
+        assert rt.workers.taken_at_once == 3
+        assert rt.workers.lease_batches == 0
+    assert counts == {f"{run_id}:s{i}:-1:1": 1 for i in range(3)}
+
+
 async def test_a_runs_first_task_is_taken_at_once_only_within_its_limits(store: Store) -> None:
     # The first task of a run is scheduled as its workflow's limits say: with one
     # task of a key at once, a second run of the key waits in the queue while

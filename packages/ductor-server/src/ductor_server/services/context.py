@@ -5,7 +5,8 @@ Built once per process by the composition root; holds no state of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ductor_core.expressions import ExpressionEngine
@@ -52,4 +53,21 @@ class ServiceContext:
         return self.parts.engine
 
 
-__all__ = ["ServiceContext"]
+@contextmanager
+def start_taking(context: ServiceContext) -> Iterator[StartTaker | None]:
+    """The taker a transaction that starts runs hands its new tasks to (None: they
+    wait in the queue); settled when the block ends, as committed unless it
+    raised. Open it around the transaction and nothing else: a worker's slot is
+    held for it meanwhile."""
+    taker = context.start_taker() if context.start_taker is not None else None
+    try:
+        yield taker
+    except BaseException:
+        if taker is not None:
+            taker.settle(committed=False)
+        raise
+    if taker is not None:
+        taker.settle(committed=True)
+
+
+__all__ = ["ServiceContext", "start_taking"]

@@ -13,7 +13,7 @@ from opentelemetry import trace
 from ductor_server.engine.effects import Effects
 from ductor_server.engine.events import ingest_event, prepare_triggered
 from ductor_server.errors import EventInvalid
-from ductor_server.services.context import ServiceContext
+from ductor_server.services.context import ServiceContext, start_taking
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
 from ductor_server.services.metering import refuse_over_budget
 from ductor_server.services.runs import check_name
@@ -99,7 +99,11 @@ class EventsService:
             )
             return Answer(accepted, Outcome.ACCEPTED)
 
-        answer = await once(context.store, claim, EventAccepted, effect)
+        # A worker of this process may lease a started run's first task in this
+        # very transaction, and start it once it commits.
+        with start_taking(context) as taker:
+            effects.taker = taker
+            answer = await once(context.store, claim, EventAccepted, effect)
         effects.notify(context.wake, context.feed)
         span = trace.get_current_span()
         span.set_attribute("ductor.event.name", name)

@@ -46,7 +46,7 @@ from ductor_server.errors import (
     WorkflowNotFound,
     WorkflowVersionNotFound,
 )
-from ductor_server.services.context import ServiceContext
+from ductor_server.services.context import ServiceContext, start_taking
 from ductor_server.services.idempotency import (
     Answer,
     Claim,
@@ -471,11 +471,8 @@ class RunsService:
     ) -> Answer[RunView]:
         """Start one run, once per `claim` (see `trigger`)."""
         context = self._context
+        effects = Effects()
         first = await self._first_tick(tenant_id, family_slug, version, input, stored_key, now)
-        # A worker of this process may lease the run's first task in this very
-        # transaction, and start it once it commits (no lease, no wake-up).
-        taker = context.start_taker() if context.start_taker is not None else None
-        effects = Effects(taker=taker)
 
         async def effect(tx: Tx) -> Answer[RunView]:
             # A slug another run kind claims (an SDK workflow, "bridge:<app>:<workflow>")
@@ -507,14 +504,11 @@ class RunsService:
             refuse_over_budget(effects.budgeted)
             return Answer(view, Outcome.CREATED)
 
-        try:
+        # A worker of this process may lease the run's first task in this very
+        # transaction, and start it once it commits (no lease, no wake-up).
+        with start_taking(context) as taker:
+            effects.taker = taker
             answer = await once(context.store, claim, RunView, effect)
-        except BaseException:
-            if taker is not None:
-                taker.settle(committed=False)
-            raise
-        if taker is not None:
-            taker.settle(committed=True)
         effects.notify(context.wake, context.feed)
         span = trace.get_current_span()
         span.set_attribute("ductor.family_slug", family_slug)
