@@ -23,7 +23,7 @@ from ductor_server.engine.queuepolicy import QueuePolicies
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.queuefence import hold_queue, raise_fence
-from ductor_server.storage.records import NewTask, ReadyTask, TaskRecord, TaskRef
+from ductor_server.storage.records import NewTask, ReadyTask, RunLimits, TaskRecord, TaskRef
 
 log = logging.getLogger("ductor.fairqueue")
 
@@ -129,21 +129,29 @@ class LookPace:
 
 def ticket_of(task: ReadyTask) -> Ticket:
     """The scheduler's view of a ready task."""
-    limits = task.limits
+    return run_ticket(
+        task.id, task.tenant_id, task.workflow, task.limits, tier=task.tier, seq=int(task.id)
+    )
+
+
+def run_ticket(
+    key: str,
+    tenant: str,
+    workflow: str,
+    limits: RunLimits | None,
+    *,
+    tier: int = 0,
+    seq: int = 0,
+) -> Ticket:
+    """The ticket of a task of a run of `workflow` with the run's own `limits`."""
     if limits is None:
-        return Ticket(
-            key=task.id,
-            tenant=task.tenant_id,
-            workflow=task.workflow,
-            tier=task.tier,
-            seq=int(task.id),
-        )
+        return Ticket(key=key, tenant=tenant, workflow=workflow, tier=tier, seq=seq)
     return Ticket(
-        key=task.id,
-        tenant=task.tenant_id,
-        workflow=task.workflow,
-        tier=task.tier,
-        seq=int(task.id),
+        key=key,
+        tenant=tenant,
+        workflow=workflow,
+        tier=tier,
+        seq=seq,
         limit_key=limits.key,
         key_concurrency=limits.concurrency,
         key_rate=limits.rate,
@@ -436,5 +444,6 @@ __all__ = [
     "RESCAN_SLACK",
     "LocalFairQueue",
     "LookPace",
+    "run_ticket",
     "ticket_of",
 ]

@@ -36,6 +36,7 @@ from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.fairness import Ticket
+from ductor_server.engine.fairqueue import run_ticket
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.engine.taskqueue import SqlTaskQueue, TakesAtOnce, TaskQueue
 from ductor_server.storage.protocol import Store, Tx
@@ -158,35 +159,16 @@ class _StartTaker(_Taker):
             clock=workers.clock,
         )
         self.workers = workers
-        self.settled = False
 
     def _ticket(
         self, task: NewTask, started: Mapping[tuple[str, str], StartedRun]
     ) -> Ticket | None:
         """The ticket of a run this trigger created: its workflow and limits."""
         run = started.get((task.tenant_id, task.run_id))
-        return None if run is None else _first_ticket(task.tenant_id, run)
+        return None if run is None else run_ticket("", task.tenant_id, run.workflow, run.limits)
 
     def settle(self, committed: bool) -> None:
-        if not self.settled:
-            self.settled = True
-            self.workers._settle_start(self, committed)
-
-
-def _first_ticket(tenant_id: str, run: StartedRun) -> Ticket:
-    """The ticket a new run's tasks are scheduled as (`take_at_once` names it)."""
-    limits = run.limits
-    if limits is None:
-        return Ticket(key="", tenant=tenant_id, workflow=run.workflow)
-    return Ticket(
-        key="",
-        tenant=tenant_id,
-        workflow=run.workflow,
-        limit_key=limits.key,
-        key_concurrency=limits.concurrency,
-        key_rate=limits.rate,
-        key_burst=limits.burst,
-    )
+        self.workers._settle_start(self, committed)
 
 
 @dataclass(frozen=True)
