@@ -10,8 +10,9 @@ with its own `POST /v1/runs`.
    counts the COMMITs it sends (`ductor_server.testing.CommitCounter`); runs
    are triggered one at a time on it, idle, and each is counted until a moment
    after it ended, less the idle server's own polls (its statements, BEGIN
-   and COMMIT included, are counted and printed too). The engine code is the
-   same on SQLite, so both backends use this count.
+   and COMMIT included, and its round trips, the times it waited for the
+   database, are counted and printed too). The engine code is the same on
+   SQLite, so both backends use this count.
 2. Baseline: that many single-row UPDATE commits in sequence over one
    connection, against the benchmarked server's database (on SQLite, a file
    beside the server's with its journal settings), timed many times; and, for
@@ -155,10 +156,11 @@ def check_succeeded(ended: dict[str, Ended], ids: list[str]) -> None:
 # --- 1. commits per run ------------------------------------------------------------
 
 
-def commits_per_run(steps: int) -> tuple[int, list[int], float, int]:
+def commits_per_run(steps: int) -> tuple[int, list[int], float, int, int]:
     """Transactions one run takes, counted as COMMITs on the wire between a Postgres
     server process and its database: (median, per run, idle commits/s subtracted,
-    and the median of the statements sent per run, BEGIN and COMMIT included)."""
+    and the medians of the statements sent per run, BEGIN and COMMIT included,
+    and of the round trips: the times the server process waited for an answer)."""
     target = urlsplit(ADMIN_URL)
     counter = CommitCounter((target.hostname or "127.0.0.1", target.port or 5432))
     try:
@@ -179,17 +181,28 @@ def commits_per_run(steps: int) -> tuple[int, list[int], float, int]:
 
 async def _count(
     server: Server, api_key: str, counter: CommitCounter, db: Database
-) -> tuple[int, list[int], float, int]:
+) -> tuple[int, list[int], float, int, int]:
     async with client(server, api_key) as http:
         await trigger(http, -1)  # warm: the key, the definition, the connections
         await asyncio.sleep(1.0)
-        before, said, started = counter.commits, counter.statements, time.perf_counter()
+        before, said, trips, started = (
+            counter.commits,
+            counter.statements,
+            counter.round_trips,
+            time.perf_counter(),
+        )
         await asyncio.sleep(COUNT_IDLE)  # the safety-net polls of an idle server
         idle_rate = (counter.commits - before) / (time.perf_counter() - started)
         idle_said = (counter.statements - said) / (time.perf_counter() - started)
-        counts, statements = [], []
+        idle_trips = (counter.round_trips - trips) / (time.perf_counter() - started)
+        counts, statements, round_trips = [], [], []
         for i in range(COUNT_RUNS):
-            before, said, started = counter.commits, counter.statements, time.perf_counter()
+            before, said, trips, started = (
+                counter.commits,
+                counter.statements,
+                counter.round_trips,
+                time.perf_counter(),
+            )
             run_id = await trigger(http, -2 - i)
             async with asyncio.timeout(PHASE_TIMEOUT):
                 while not db.ended([run_id]):  # noqa: ASYNC110 (the database is what we watch)
@@ -198,8 +211,15 @@ async def _count(
             took = time.perf_counter() - started
             counts.append(round(counter.commits - before - idle_rate * took))
             statements.append(round(counter.statements - said - idle_said * took))
+            round_trips.append(round(counter.round_trips - trips - idle_trips * took))
             check_succeeded(db.ended([run_id]), [run_id])
-    return round(statistics.median(counts)), counts, idle_rate, round(statistics.median(statements))
+    return (
+        round(statistics.median(counts)),
+        counts,
+        idle_rate,
+        round(statistics.median(statements)),
+        round(statistics.median(round_trips)),
+    )
 
 
 # --- 2. the baseline ---------------------------------------------------------------
@@ -484,11 +504,12 @@ def main() -> None:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     commits = args.commits
     if commits is None:
-        commits, counts, idle_rate, statements = commits_per_run(args.steps)
+        commits, counts, idle_rate, statements, round_trips = commits_per_run(args.steps)
         print(
             f"commits per run: {commits} (COMMITs on the wire of a Postgres server, one run at"
             f" a time on an idle server: {counts}, less {idle_rate:.1f}/s of idle polls);"
-            f" statements per run: {statements} (BEGIN and COMMIT included)"
+            f" statements per run: {statements} (BEGIN and COMMIT included);"
+            f" round trips per run: {round_trips} (the server waiting for its database)"
         )
     for backend in ["postgres", "sqlite"] if args.backend == "both" else [args.backend]:
         bench(backend, args, commits)

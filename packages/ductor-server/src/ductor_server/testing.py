@@ -187,7 +187,10 @@ def serve_process(
 class _Statements:
     """Counts the statements a client sends on one Postgres connection: each
     Execute (extended protocol) and each simple Query message, BEGIN and COMMIT
-    included. Expects no TLS (a server without ssl, or `sslmode=disable`)."""
+    included; and its round trips: each Sync and each simple Query, after which
+    the client waits for the server to be ready again (a pipeline of many
+    statements is one). Expects no TLS (a server without ssl, or
+    `sslmode=disable`)."""
 
     _PRELUDES = frozenset({80877103, 80877104})  # SSLRequest, GSSENCRequest: a startup follows
 
@@ -195,34 +198,38 @@ class _Statements:
         self._buffer = b""
         self._started = False
 
-    def feed(self, chunk: bytes) -> int:
-        """Take the next bytes the client sent; return the statements they completed."""
+    def feed(self, chunk: bytes) -> tuple[int, int]:
+        """Take the next bytes the client sent; return the statements and the
+        round trips they completed."""
         self._buffer += chunk
-        count = 0
+        count = trips = 0
         while True:
             if not self._started:  # untyped: [length][code] ...
                 if len(self._buffer) < 8:
-                    return count
+                    return count, trips
                 length = int.from_bytes(self._buffer[:4], "big")
                 if len(self._buffer) < length:
-                    return count
+                    return count, trips
                 code = int.from_bytes(self._buffer[4:8], "big")
                 self._buffer = self._buffer[length:]
                 self._started = code not in self._PRELUDES
                 continue
             if len(self._buffer) < 5:  # typed: [kind][length] ...
-                return count
+                return count, trips
             length = int.from_bytes(self._buffer[1:5], "big")
             if len(self._buffer) < 1 + length:
-                return count
-            if self._buffer[:1] in (b"E", b"Q"):
+                return count, trips
+            kind = self._buffer[:1]
+            if kind in (b"E", b"Q"):
                 count += 1
+            if kind in (b"S", b"Q"):
+                trips += 1
             self._buffer = self._buffer[1 + length :]
 
 
 class CommitCounter:
     """A loopback TCP proxy in front of Postgres that counts the COMMITs its
-    clients send, and their statements. Postgres' own
+    clients send, their statements and their round trips. Postgres' own
     `pg_stat_database.xact_commit` also counts transactions an idle backend runs
     to catch up on other databases' catalog changes: on a machine where other
     suites create and drop databases all the time that is noise of tens per
@@ -233,6 +240,7 @@ class CommitCounter:
         self.target = target
         self.commits = 0
         self.statements = 0  # Execute and Query messages, BEGIN and COMMIT included
+        self.round_trips = 0  # Sync and Query messages: the client waits after each
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -258,6 +266,10 @@ class CommitCounter:
             except OSError:
                 return
             upstream = socket.create_connection(self.target)
+            # Each chunk goes on at once, as the client sent it: without this, a
+            # pipeline that arrives in two reads waits on the delayed ACK (40 ms).
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 
@@ -268,10 +280,11 @@ class CommitCounter:
             while chunk := src.recv(65536):
                 if count:
                     seen = tail + chunk
-                    sent = statements.feed(chunk)
+                    sent, trips = statements.feed(chunk)
                     with self._lock:
                         self.commits += seen.count(b"COMMIT\x00")
                         self.statements += sent
+                        self.round_trips += trips
                     tail = chunk[-6:]  # a COMMIT split across two reads is still seen once
                 dst.sendall(chunk)
         except OSError:
