@@ -4,12 +4,16 @@ lock and the before-commit hook, on both backends (the lock's blocking on Postgr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
 
-from ductor_server.storage import Store
+from ductor_server.storage import Store, StoreError, open_store
+from ductor_server.storage.protocol import Tx
+from ductor_server.testing import CommitCounter
 
 from .builders import NOW
 
@@ -276,3 +280,125 @@ async def test_after_commit_never_runs_when_the_transaction_rolls_back(store: St
     with pytest.raises(Unbalanced):
         await _refused(store, seen)
     assert seen == []
+
+
+# --- writes that nobody waits on -------------------------------------------------------
+
+
+_INSERT = "INSERT INTO session_probe (tenant_id, k, n) VALUES (%s, %s, %s)"
+
+
+async def test_writes_nobody_waits_on_are_seen_by_the_next_statement_and_committed(
+    store: Store,
+) -> None:
+    await _probe_table(store)
+    async with store.transaction() as tx:
+        db = tx.session
+        await db.executemany(_INSERT, [("t1", "a", 1), ("t1", "b", 2)])
+        await db.executemany(_INSERT, [("t1", "c", 3)])
+        rows = await db.fetch_all(
+            "SELECT k, n FROM session_probe WHERE tenant_id = %s ORDER BY k", ("t1",)
+        )
+        assert rows == [("a", 1), ("b", 2), ("c", 3)]
+        await db.executemany("UPDATE session_probe SET n = n * 10 WHERE k = %s", [("a",)])
+    assert await _count(store, "a") == 10  # the last write went out with the commit
+    assert await _count(store, "c") == 3
+
+
+async def test_a_failing_write_nobody_waited_on_rolls_the_whole_transaction_back(
+    store: Store,
+) -> None:
+    await _probe_table(store)
+
+    async def answered_then_duplicate() -> None:
+        async with store.transaction() as tx:
+            await tx.session.execute(_INSERT, ("t1", "first", 1))
+            await tx.session.executemany(_INSERT, [("t1", "dup", 1), ("t1", "dup", 2)])
+            await tx.session.executemany(_INSERT, [("t1", "after", 3)])
+
+    async def only_a_duplicate() -> None:
+        async with store.transaction() as tx:
+            await tx.session.executemany(_INSERT, [("t1", "last", 1), ("t1", "last", 2)])
+
+    with pytest.raises(StoreError):
+        await answered_then_duplicate()
+    with pytest.raises(StoreError):
+        await only_a_duplicate()
+    for k in ("first", "dup", "after", "last"):
+        assert await _count(store, k) is None
+    # The store is usable afterwards.
+    async with store.transaction() as tx:
+        await tx.session.executemany(_INSERT, [("t1", "ok", 1)])
+    assert await _count(store, "ok") == 1
+
+
+async def test_a_postgres_transaction_waits_once_per_answer_and_once_to_commit(
+    postgres_url: str,
+) -> None:
+    """BEGIN and the writes nobody waits on go with the next statement that
+    answers, or with COMMIT; a transaction that sends nothing costs nothing."""
+    parts = urlsplit(postgres_url)
+    counter = CommitCounter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    store = open_store(counter.url(postgres_url) + "?sslmode=disable")
+    await store.open()
+    try:
+        await _probe_table(store)
+
+        async def counted(body: Callable[[Tx], Awaitable[None]]) -> tuple[int, int, int]:
+            before = (counter.commits, counter.statements, counter.round_trips)
+            async with store.transaction() as tx:
+                await body(tx)
+            return await _settled(counter, before)
+
+        async def answers_once(tx: Tx) -> None:
+            await tx.session.executemany(_INSERT, [("t1", "a", 1), ("t1", "b", 2)])
+            await tx.session.fetch_all("SELECT k FROM session_probe WHERE tenant_id = %s", ("t1",))
+            await tx.session.executemany(_INSERT, [("t1", "c", 3)])
+
+        async def writes_only(tx: Tx) -> None:
+            await tx.session.executemany(_INSERT, [("t1", "d", 4)])
+
+        async def nothing(tx: Tx) -> None:
+            return None
+
+        # BEGIN, two inserts, the select; then the third insert and COMMIT
+        assert await counted(answers_once) == (1, 6, 2)
+        assert await counted(writes_only) == (1, 3, 1)  # BEGIN, insert, COMMIT at once
+        assert await counted(nothing) == (0, 0, 0)
+        assert await _count(store, "c") == 3
+        assert await _count(store, "d") == 4
+    finally:
+        await store.close()
+        counter.close()
+
+
+async def _settled(counter: CommitCounter, before: tuple[int, int, int]) -> tuple[int, int, int]:
+    """What the counter saw since `before`, once the proxy stopped seeing more."""
+    seen = None
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        now = (counter.commits, counter.statements, counter.round_trips)
+        if now == seen:
+            break
+        seen = now
+    assert seen is not None
+    return (seen[0] - before[0], seen[1] - before[1], seen[2] - before[2])
+
+
+async def test_a_postgres_transaction_that_failed_does_not_pretend_to_commit(
+    pg_store: Store,
+) -> None:
+    # Postgres answers COMMIT of a failed transaction by rolling it back without
+    # an error: a body that swallowed the failure must still hear of it.
+    await _probe_table(pg_store)
+
+    async def swallowing() -> None:
+        async with pg_store.transaction() as tx:
+            await tx.session.executemany(_INSERT, [("t1", "kept?", 1)])
+            await tx.session.executemany(_INSERT, [("t1", "twice", 1), ("t1", "twice", 2)])
+            with contextlib.suppress(Exception):  # the careless caller under test
+                await tx.session.fetch_all("SELECT 1")
+
+    with pytest.raises(StoreError, match="failed earlier"):
+        await swallowing()
+    assert await _count(pg_store, "kept?") is None

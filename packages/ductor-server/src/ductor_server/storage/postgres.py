@@ -2,13 +2,18 @@
 
 A batch of one of the engine's hot statements runs as one statement over arrays
 (`BATCHES_PG`); other batches go through `executemany`, which psycopg runs in
-pipeline mode (one round trip for the whole batch). jsonb columns are read as raw bytes and
-decoded with msgspec straight into typed records.
+pipeline mode (one round trip for the whole batch). In a transaction, what no
+caller waits on (its BEGIN and every `executemany`) is queued and sent in one
+pipeline with the next statement whose answer is awaited, or with COMMIT: a
+transaction costs one round trip per awaited statement, plus its COMMIT.
+jsonb columns are read as raw bytes and decoded with msgspec straight into
+typed records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import zlib
 from collections import deque
@@ -20,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg.abc import Buffer
 from psycopg.adapt import Loader
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ductor_server.storage._migrator import migration_files
@@ -35,6 +41,12 @@ from ductor_server.storage._sql_tx import (
 )
 from ductor_server.storage.errors import StoreError, StoreUnavailable
 from ductor_server.storage.protocol import Params, Row, Tx
+
+_log = logging.getLogger("ductor.storage")
+
+_BEGIN = "BEGIN"
+_COMMIT = "COMMIT"
+_CONTROL = frozenset({_BEGIN, _COMMIT})
 
 # pg_advisory_lock key that serializes `migrate()` across processes.
 _MIGRATE_LOCK = zlib.crc32(b"ductor.migrate")
@@ -88,12 +100,68 @@ class PostgresTx(SqlTx):
     _claim_full_sql = CLAIM_RUNS_PG
     backend = "postgres"
 
-    def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[Row], *, transaction: bool = False) -> None:
         super().__init__()
         self._conn = conn
         # One cursor for the statements whose rows are read before the next is
         # sent (a cursor per statement is what `conn.execute` would make).
         self._cur = conn.cursor()
+        # In a transaction, the statements no caller waits on (BEGIN, then every
+        # `executemany`) wait here, in order, and go out in one pipeline with
+        # the next statement whose answer is awaited, or with COMMIT.
+        self._writes = conn.cursor() if transaction else None
+        self._queued: list[tuple[str, Params]] = [(_BEGIN, ())] if transaction else []
+        self._begun = False  # BEGIN has been sent
+
+    async def _send(self, sql: str, params: Params) -> psycopg.AsyncCursor[Row]:
+        """Send `sql` (after whatever is queued, in one round trip) and wait for it.
+
+        An error of a queued statement is raised here: the transaction is
+        aborted either way, and the caller's work with it.
+        """
+        if not self._queued:
+            return await self._cur.execute(sql, params)
+        await self._send_queued(last=(sql, params))
+        return self._cur
+
+    async def _send_queued(self, last: tuple[str, Params] | None = None) -> None:
+        queued, self._queued = self._queued, []
+        writes = self._writes
+        assert writes is not None  # only a transaction queues
+        self._begun = True
+        async with self._conn.pipeline():
+            for sql, params in queued:
+                # BEGIN and COMMIT go as text, never as prepared statements: cheap
+                # either way, and what a reader of the wire (`CommitCounter`) sees.
+                await writes.execute(sql, params, prepare=False if sql in _CONTROL else None)
+            if last is not None:
+                await self._cur.execute(*last)
+
+    async def _commit(self) -> None:
+        """COMMIT, in one round trip with the statements still queued (none at all
+        when the transaction sent nothing and has nothing to write)."""
+        if not self._begun and len(self._queued) <= 1:
+            self._queued = []  # only its BEGIN: nothing to commit
+            return
+        if self._conn.info.transaction_status == TransactionStatus.INERROR:
+            # A statement failed and the caller went on: COMMIT would roll back
+            # without a word, so say it.
+            raise StoreError("postgres: the transaction failed earlier and cannot commit")
+        self._queued.append((_COMMIT, ()))
+        await self._send_queued()
+
+    async def _rollback(self) -> None:
+        """Forget what is queued and roll back what was sent (a failed pipeline
+        leaves the transaction aborted; a failed COMMIT has ended it)."""
+        self._queued = []
+        if not self._begun or self._conn.info.transaction_status == TransactionStatus.IDLE:
+            return
+        try:
+            await self._conn.rollback()
+        except psycopg.Error as exc:
+            # The error that ended the transaction is the one to raise; the pool
+            # rolls back or drops a connection handed back mid-transaction.
+            _log.warning("rolling back failed: %s", exc)
 
     def to_timestamp(self, value: datetime) -> Any:
         return utc(value)
@@ -111,17 +179,25 @@ class PostgresTx(SqlTx):
         return moment.astimezone(UTC)
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
-        cur = await self._cur.execute(sql, params)
+        cur = await self._send(sql, params)
         return await cur.fetchall()
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        cur = await self._cur.execute(sql, params)
+        cur = await self._send(sql, params)
         return max(cur.rowcount, 0)
 
     async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """In a transaction, queue the statements (see `_send`); else run them now."""
         if not rows:
             return
         batch = self._batch(sql, rows)
+        if self._writes is not None:
+            if batch is not None:
+                for start in range(0, len(rows), BATCH_ROWS):
+                    self._queued.append((batch.sql, _columns(rows[start : start + BATCH_ROWS])))
+            else:
+                self._queued.extend((sql, row) for row in rows)
+            return
         if batch is not None:
             for start in range(0, len(rows), BATCH_ROWS):
                 await self._cur.execute(batch.sql, _columns(rows[start : start + BATCH_ROWS]))
@@ -142,8 +218,10 @@ class PostgresTx(SqlTx):
                 out[at] = row
             return out
         if len(rows) == 1:
-            cur = await self._cur.execute(sql, rows[0])
+            cur = await self._send(sql, rows[0])
             return [await cur.fetchone()]
+        if self._queued:
+            await self._send_queued()
         out = []
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows, returning=True)
@@ -163,8 +241,10 @@ class PostgresTx(SqlTx):
                 found[at].append(row)
             return found
         if len(rows) == 1:
-            cur = await self._cur.execute(sql, rows[0])
+            cur = await self._send(sql, rows[0])
             return [await cur.fetchall()]
+        if self._queued:
+            await self._send_queued()
         out: list[list[Row]] = []
         async with self._conn.cursor() as cur:
             await cur.executemany(sql, rows, returning=True)
@@ -192,7 +272,7 @@ class PostgresTx(SqlTx):
         out: list[tuple[int, Row]] = []
         for start in range(0, len(rows), BATCH_ROWS):
             chunk = rows[start : start + BATCH_ROWS]
-            cur = await self._cur.execute(batch.sql, _columns(chunk))
+            cur = await self._send(batch.sql, _columns(chunk))
             found = await cur.fetchall()
             if batch.ordinal:
                 out.extend((start + int(r[0]) - 1, r[1:]) for r in found)
@@ -208,7 +288,7 @@ class PostgresTx(SqlTx):
         """`pg_advisory_xact_lock` (`_shared`) on a 64-bit hash of `name`,
         released at commit."""
         call = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        await self._cur.execute(f"SELECT {call}(hashtextextended(%s, 0))", (name,))
+        await self._send(f"SELECT {call}(hashtextextended(%s, 0))", (name,))
 
 
 @contextmanager
@@ -357,10 +437,15 @@ class PostgresStore:
     async def _transaction(self) -> AsyncIterator[Tx]:
         pool = self._require_pool()
         with _store_errors():
-            async with pool.connection() as conn, conn.transaction():
-                tx = PostgresTx(conn)
-                yield tx
-                await tx._run_before_commit()
+            async with pool.connection() as conn:
+                tx = PostgresTx(conn, transaction=True)
+                try:
+                    yield tx
+                    await tx._run_before_commit()
+                    await tx._commit()
+                except BaseException:
+                    await tx._rollback()
+                    raise
             tx._run_after_commit()
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
