@@ -70,7 +70,7 @@ async def test_a_tenant_limit_holds_across_leases_and_frees_on_completion(store:
     assert await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now) == []
     assert not await wake.wait(Topic.TASKS, 0)
     async with store.transaction() as tx:
-        assert await queue.complete(tx, _refs(first[:1])) == [True]
+        await queue.complete(tx, _refs(first[:1]))
     assert await wake.wait(Topic.TASKS, 0)  # a held-back task can start now
     again = await queue.lease(owner="w", limit=10, lease_for=MINUTE, now=now)
     assert len(again) == 1
@@ -276,11 +276,13 @@ async def test_a_runs_next_task_is_taken_at_once_only_while_nothing_waits(store:
     nxt = _task(TENANT, "next", now)
     async with store.transaction() as tx:
         await queue.complete(tx, _refs([first]))
-        [task_id] = await tx.enqueue_task_ids([nxt])
-        assert task_id is not None
-        [taken] = await queue.take_at_once(
-            tx, [(task_id, nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+        [task_id], [taken] = await queue.enqueue_taking(
+            tx, [(nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
         )
+        assert task_id is not None
+    # It runs under its id, not the stand-in it was chosen under.
+    assert queue.scheduler.running_ticket(taken.id) is not None
+    assert {t.key for t in queue.scheduler.running()} == {taken.id}
     assert (taken.id, taken.status, taken.lease_owner, taken.deliveries) == (
         task_id,
         "leased",
@@ -297,11 +299,10 @@ async def test_a_runs_next_task_is_taken_at_once_only_while_nothing_waits(store:
     behind = _task(TENANT, "behind", now)
     async with store.transaction() as tx:
         await queue.complete(tx, _refs([taken]))
-        [behind_id] = await tx.enqueue_task_ids([behind])
-        assert behind_id is not None
-        refused = await queue.take_at_once(
-            tx, [(behind_id, behind, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+        [behind_id], refused = await queue.enqueue_taking(
+            tx, [(behind, like)], owner="w", limit=1, lease_for=MINUTE, now=now
         )
+        assert behind_id is not None
         assert refused == []
         await queue.complete(tx, _refs([other]))
     leased = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
@@ -321,10 +322,8 @@ async def test_a_task_taken_at_once_in_a_rolled_back_transaction_is_forgotten(
     taken: list[TaskRecord] = []
     try:
         async with store.transaction() as tx:
-            [task_id] = await tx.enqueue_task_ids([nxt])
-            assert task_id is not None
-            taken = await queue.take_at_once(
-                tx, [(task_id, nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+            _, taken = await queue.enqueue_taking(
+                tx, [(nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
             )
             raise RuntimeError("the report fails before its commit")
     except RuntimeError:
@@ -346,10 +345,8 @@ async def test_ids_taken_at_once_are_never_looked_for_again(store: Store) -> Non
         nxt = _task(TENANT, f"next{n}", now)
         async with store.transaction() as tx:
             await queue.complete(tx, _refs([first]))
-            [task_id] = await tx.enqueue_task_ids([nxt])
-            assert task_id is not None
-            [first] = await queue.take_at_once(
-                tx, [(task_id, nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+            _, [first] = await queue.enqueue_taking(
+                tx, [(nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
             )
         await _enqueue(store, TENANT, 1, now, tag=f"queued{n}")
         await asyncio.sleep(RESCAN_EVERY * 1.5)

@@ -6,6 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import msgspec
+import pytest
 
 from ductor_core.runs import DispatchTask, ErrorInfo, TimerFired
 from ductor_server.storage import AttemptRecord, NewTask, Store, TaskRef, TaskStatus
@@ -97,6 +98,79 @@ async def test_an_expired_lease_is_leased_again(store: Store) -> None:
     assert again.lease_owner == "w2"
     assert again.deliveries == 2
     assert again.lease_until == at(45) + LEASE
+
+
+async def test_tasks_inserted_leased_are_held_by_their_owner_and_the_rest_queued(
+    store: Store,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", "dup")])
+    batch = [new_task("t1", "r1", s) for s in ("a", "b", "dup", "c")]
+    async with store.transaction() as tx:
+        stored = await tx.enqueue_tasks_leasing(
+            batch, [True, False, True, True], owner="w", lease_for=LEASE, now=NOW
+        )
+        one = await tx.enqueue_tasks_leasing(
+            [new_task("t2", "r9", "x")], [True], owner="w", lease_for=LEASE, now=NOW
+        )
+    a, b, dup, c = stored
+    assert dup is None  # its attempt key was queued already: nothing inserted
+    assert a is not None
+    assert b is not None
+    assert c is not None
+    assert len({a.id, b.id, c.id}) == 3
+    assert (a.status, a.lease_owner, a.lease_until, a.deliveries, a.deaths) == (
+        TaskStatus.LEASED,
+        "w",
+        NOW + LEASE,
+        1,
+        0,
+    )
+    assert (a.step_ref, a.payload, a.available_at) == ("a", {"step": "a"}, NOW)
+    assert (b.status, b.lease_owner, b.lease_until, b.deliveries) == (
+        TaskStatus.QUEUED,
+        None,
+        None,
+        0,
+    )
+    assert one[0] is not None
+    assert one[0].tenant_id == "t2"
+    async with store.transaction() as tx:
+        assert await tx.get_task("t1", a.id) == a
+        # Only the queued ones are leased by others, until the leases run out.
+        leased = await tx.lease_tasks(owner="w2", limit=10, lease_for=LEASE, now=NOW)
+        assert sorted(t.step_ref for t in leased if t.tenant_id == "t1") == ["b", "dup"]
+        later = await tx.lease_tasks(owner="w2", limit=10, lease_for=LEASE, now=at(100))
+        assert {t.step_ref for t in later} >= {"a", "c", "x"}
+        assert all(t.deaths == 1 for t in later if t.step_ref in ("a", "c", "x"))
+
+
+async def test_finished_tasks_are_done_for_the_next_statement_and_after_commit(
+    store: Store,
+) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", s) for s in "ab"])
+        leased = await tx.lease_tasks(owner="w", limit=2, lease_for=LEASE, now=NOW)
+        ids = [t.id for t in leased]
+        await tx.finish_tasks([ref(ids[0]), ref(ids[1], "t2")])  # not another tenant's
+        await tx.finish_tasks([])
+        assert await tx.complete_tasks([ref(ids[0]), ref(ids[1])]) == [False, True]
+
+    async def rolled_back() -> None:
+        async with store.transaction() as tx:
+            await tx.enqueue_tasks([new_task("t1", "r2", "c")])
+            [c] = await tx.lease_tasks(owner="w", limit=1, lease_for=LEASE, now=NOW)
+            await tx.finish_tasks([ref(c.id)])
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        await rolled_back()
+    async with store.transaction() as tx:
+        for task_id in ids:
+            task = await tx.get_task("t1", task_id)
+            assert task is not None
+            assert task.status is TaskStatus.DONE
+        assert await tx.lease_tasks(owner="w", limit=5, lease_for=LEASE, now=at(1000)) == []
 
 
 async def test_completed_tasks_are_never_leased_again(store: Store) -> None:

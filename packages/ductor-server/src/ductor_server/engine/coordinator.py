@@ -225,14 +225,18 @@ class Coordinator:
                     available_at=r.available_at,
                 )
             )
-        runs = await tx.lock_runs([RunRef(tenant_id=t, run_id=r) for t, r in fresh])
-        if not runs:
+        locked = await tx.lock_runs_noting_inbox([RunRef(tenant_id=t, run_id=r) for t, r in fresh])
+        if not locked:
             return left, None
+        runs = [run for run, _ in locked]
         effects = Effects(taker=taker)
         handled: set[tuple[str, str]] = set()
 
         async def tick(now: datetime, spans: list[Span], done: _Round) -> int:
-            refs = [RunRef(tenant_id=run.tenant_id, run_id=run.id) for run in runs]
+            # Only the runs with stored input have any to load (input stored
+            # after the lock waits for the claim, as input stored after the
+            # load always has).
+            refs = [RunRef(tenant_id=run.tenant_id, run_id=run.id) for run, has in locked if has]
             items = await tx.load_inbox(refs, now=now, limit_per_run=INPUTS_PER_TICK)
             stored: dict[tuple[str, str], int] = defaultdict(int)
             for item in items:

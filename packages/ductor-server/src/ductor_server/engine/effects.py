@@ -568,9 +568,7 @@ async def _finish(
     finished: RunFinished,
     now: datetime,
 ) -> None:
-    await tx.delete_run_timers(run.tenant_id, run.id)
-    await tx.clear_run_waits(run.tenant_id, run.id)
-    await tx.drop_run_tasks(run.tenant_id, run.id)
+    await tx.clear_ended_run(run.tenant_id, run.id)
     # The run's kind frees what it held (a bridge run its concurrency slot).
     await parts.kinds.get(run.kind).on_finish(
         tx, parts, effects, run=run, finished=finished, now=now

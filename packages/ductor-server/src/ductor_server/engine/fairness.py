@@ -363,6 +363,13 @@ class FairScheduler:
             self._drop_tenant(level, ticket.tenant)
         return True
 
+    def rekey(self, key: str, new: Ticket) -> None:
+        """A running ticket takes its task's identity (`new`: the same ticket with
+        its key and order), known once the task is stored."""
+        old = self._running.pop(key)
+        assert (old.tenant, old.workflow, old.group) == (new.tenant, new.workflow, new.group)
+        self._running[new.key] = new
+
     def finish(self, key: str) -> bool:
         """End a running task; False if it was not running."""
         ticket = self._running.pop(key, None)

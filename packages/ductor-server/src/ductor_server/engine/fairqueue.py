@@ -211,6 +211,7 @@ class LocalFairQueue:
         self._resynced = 0.0
         self._resync_every = resync_seconds
         self._timer: asyncio.TimerHandle | None = None
+        self._standins = 0  # keys of tasks chosen to be taken before their insert
 
     async def lease(
         self,
@@ -273,42 +274,55 @@ class LocalFairQueue:
                 found[ref.task_id] = ticket
         return found
 
-    async def take_at_once(
+    async def enqueue_taking(
         self,
         tx: Tx,
-        tasks: Sequence[tuple[str, NewTask, Ticket]],
+        tasks: Sequence[tuple[NewTask, Ticket | None]],
         *,
         owner: str,
         limit: int,
         lease_for: timedelta,
         now: datetime,
-    ) -> list[TaskRecord]:
-        """Lease to `owner`, in `tx` (the one that queued them), up to `limit` of
-        `tasks` (id, task, the ticket of the run's step before it) that may start
-        without waiting their turn (`FairScheduler.start_at_once`); the others
-        stay queued. If `tx` does not commit, `untake` the leased ones."""
-        if self.shared or limit < 1:
-            return []
+    ) -> tuple[list[str | None], list[TaskRecord]]:
+        """Queue `tasks` in `tx`, inserting leased to `owner` up to `limit` of those
+        with a ticket (the run's step before them) that may start without
+        waiting their turn (`FairScheduler.start_at_once`); the others stay
+        queued. Each chosen one counts as running from the choice, under a
+        stand-in key until the insert gives its id. If `tx` does not commit,
+        `untake` the leased ones."""
         at = now.timestamp()
-        chosen: list[Ticket] = []
-        for task_id, new, like in tasks:
-            if len(chosen) >= limit:
-                break
-            if new.available_at > now:
-                continue
-            ticket = replace(like, key=task_id, seq=int(task_id), tier=new.tier)
-            if self.scheduler.start_at_once(ticket, at, capacity=self.capacity):
-                chosen.append(ticket)
-        if not chosen:
-            return []
+        chosen: dict[int, Ticket] = {}
+        if not self.shared:
+            for i, (new, like) in enumerate(tasks):
+                if len(chosen) >= limit:
+                    break
+                if like is None or new.available_at > now:
+                    continue
+                self._standins += 1
+                ticket = replace(like, key=f"taking-{self._standins}", seq=0, tier=new.tier)
+                if self.scheduler.start_at_once(ticket, at, capacity=self.capacity):
+                    chosen[i] = ticket
         try:
-            leased = await _lease(tx, chosen, owner=owner, lease_for=lease_for, now=now)
+            stored = await tx.enqueue_tasks_leasing(
+                [new for new, _ in tasks],
+                [i in chosen for i in range(len(tasks))],
+                owner=owner,
+                lease_for=lease_for,
+                now=now,
+            )
         except BaseException:
-            self.untake([t.key for t in chosen])
+            self.untake([t.key for t in chosen.values()])
             raise
-        out = self._kept(chosen, leased)
-        self.pace.taken(int(t.id) for t in out)
-        return out
+        taken: list[TaskRecord] = []
+        for i, ticket in chosen.items():
+            task = stored[i]
+            if task is None:  # its attempt key was queued already: nothing to run
+                self.scheduler.finish(ticket.key)
+                continue
+            self.scheduler.rekey(ticket.key, replace(ticket, key=task.id, seq=int(task.id)))
+            taken.append(task)
+        self.pace.taken(int(t.id) for t in taken)
+        return [None if task is None else task.id for task in stored], taken
 
     def _kept(self, tickets: list[Ticket], leased: list[TaskRecord | None]) -> list[TaskRecord]:
         """The tasks the store leased; the tickets of those it refused (taken or
@@ -323,7 +337,7 @@ class LocalFairQueue:
         return out
 
     def untake(self, task_ids: Iterable[str]) -> None:
-        """Forget tasks `take_at_once` leased in a transaction that did not commit."""
+        """Forget tasks `enqueue_taking` leased in a transaction that did not commit."""
         for task_id in task_ids:
             self.scheduler.finish(task_id)
 
@@ -411,16 +425,15 @@ class LocalFairQueue:
         """Push the leases in the store."""
         return await self._sql.extend(refs, owner=owner, lease_until=lease_until)
 
-    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
+    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> None:
         """Mark the tasks done in `tx`; their slots count as free from now on."""
-        done = await tx.complete_tasks(refs)
+        await tx.finish_tasks(refs)
         tenants = set()
         for ref in refs:
             if self.scheduler.finish(ref.task_id):
                 tenants.add(ref.tenant_id)
         if self.wake is not None and any(self.scheduler.has_ready(t) for t in tenants):
             self.wake.notify(Topic.TASKS)
-        return done
 
     async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
         """Give the tasks back in the store; they are ready again here too."""

@@ -852,18 +852,17 @@ class RedisFairQueue:
         """Push the leases in the store."""
         return await self._sql.extend(refs, owner=owner, lease_until=lease_until)
 
-    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
+    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> None:
         """Mark the tasks done in `tx`; once it commits, their slots are free (a
         slot freed in Redis before the commit could be counted again by a look
         at the store made just before it)."""
         await self._bind(tx)
-        done = await tx.complete_tasks(refs)
+        await tx.finish_tasks(refs)
         for ref in refs:
             self._fallback.scheduler.finish(ref.task_id)
         ids = [ref.task_id for ref in refs]
         if ids:
             tx.session.after_commit(lambda: self._committed(ids))
-        return done
 
     async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
         """Give the tasks back in the store; they are ready again in Redis too."""

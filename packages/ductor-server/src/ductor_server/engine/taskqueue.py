@@ -44,10 +44,11 @@ class TaskQueue(Protocol):
         """Heartbeat: push the leases `owner` still holds; False where it lost one."""
         ...
 
-    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
+    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> None:
         """Mark tasks done inside `tx`, the transaction that records their attempts
-        (so an attempt and its task's completion commit together); per task,
-        False if it was already done."""
+        (so an attempt and its task's completion commit together). It answers
+        nothing, so the store may send it with the transaction's next statement
+        (`Tx.finish_tasks`)."""
         ...
 
     async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
@@ -74,22 +75,25 @@ class TakesAtOnce(Protocol):
         complete): what a run's next task is scheduled as."""
         ...
 
-    async def take_at_once(
+    async def enqueue_taking(
         self,
         tx: Tx,
-        tasks: Sequence[tuple[str, NewTask, Ticket]],
+        tasks: Sequence[tuple[NewTask, Ticket | None]],
         *,
         owner: str,
         limit: int,
         lease_for: timedelta,
         now: datetime,
-    ) -> list[TaskRecord]:
-        """Lease to `owner` in `tx` up to `limit` of the just-queued `tasks` (id,
-        task, the ticket of its run's previous step) that may start now."""
+    ) -> tuple[list[str | None], list[TaskRecord]]:
+        """Queue `tasks` (each with what it would be scheduled as: the ticket of
+        its run's previous step, or None to leave it to the queue) in `tx`, and
+        lease to `owner`, as they are inserted, up to `limit` of them that may
+        start now. Returns each task's id (None: its attempt key was already
+        queued) and the tasks leased."""
         ...
 
     def untake(self, task_ids: Sequence[str]) -> None:
-        """Forget what `take_at_once` leased in a transaction that did not commit."""
+        """Forget what `enqueue_taking` leased in a transaction that did not commit."""
         ...
 
 
@@ -124,9 +128,9 @@ class SqlTaskQueue:
         async with self.store.transaction() as tx:
             return await tx.extend_leases(refs, owner=owner, lease_until=lease_until)
 
-    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> list[bool]:
+    async def complete(self, tx: Tx, refs: Sequence[TaskRef]) -> None:
         """Mark the tasks done in the caller's transaction."""
-        return await tx.complete_tasks(refs)
+        await tx.finish_tasks(refs)
 
     async def release(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
         """Requeue the tasks in one transaction."""

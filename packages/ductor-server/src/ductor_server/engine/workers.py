@@ -118,15 +118,9 @@ class _Taker:
         tasks: Sequence[NewTask],
         started: Mapping[tuple[str, str], StartedRun],
     ) -> bool:
-        ids = await tx.enqueue_task_ids(tasks)
-        offered: list[tuple[str, NewTask, Ticket]] = []
-        for task_id, task in zip(ids, tasks, strict=True):
-            ticket = self._ticket(task, started)
-            if task_id is not None and ticket is not None:
-                offered.append((task_id, task, ticket))
-        taken = await self.queue.take_at_once(
+        ids, taken = await self.queue.enqueue_taking(
             tx,
-            offered,
+            [(task, self._ticket(task, started)) for task in tasks],
             owner=self.owner,
             limit=self.slots - len(self.taken),
             lease_for=self.lease_for,
@@ -327,7 +321,7 @@ class Workers:
 
     def _taking_queue(self) -> TakesAtOnce | None:
         """The queue, when a report may hand a finished task's slot to its run's
-        next task (`TakesAtOnce`, `take_at_once`, a ticker in this process)."""
+        next task (`TakesAtOnce`, `enqueue_taking`, a ticker in this process)."""
         if not self.take_at_once or self.ticker is None:
             return None
         return self._taking

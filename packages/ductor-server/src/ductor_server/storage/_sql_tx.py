@@ -174,6 +174,15 @@ CLAIM_RUNS_WITH_INBOX_PLAIN = (
 GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
 LOCK_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s{{lock}}"
 """A run read and locked for this transaction, unless another holds it (Postgres)."""
+_HAS_INBOX = (
+    "EXISTS (SELECT 1 FROM run_inbox i WHERE i.tenant_id = {runs}.tenant_id"
+    " AND i.run_id = {runs}.id)"
+)
+LOCK_RUN_NOTING_INBOX = (
+    f"SELECT {_RUN_COLS}, {_HAS_INBOX.format(runs='runs')} FROM runs"
+    " WHERE tenant_id = %s AND id = %s{lock}"
+)
+"""`LOCK_RUN`, and whether the run has input in its inbox (due or not)."""
 PG_SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 """Postgres' `{lock}`: rows another transaction holds are passed over, not waited for."""
 PG_SKIP_LOCKED_RUNS = " FOR UPDATE OF r SKIP LOCKED"
@@ -201,6 +210,14 @@ ENQUEUE_TASK = (
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', %s, 0, %s, %s)"
     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id"
 )
+ENQUEUE_TASK_LEASING = (
+    "INSERT INTO tasks (tenant_id, run_id, step_ref, item_index, attempt, step_type,"
+    " handler, payload, idempotency_key, timeout_seconds, tier, status, available_at,"
+    " lease_owner, lease_until, deliveries, created_at, trace_context)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    f" ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING {_TASK_COLS}"
+)
+"""`ENQUEUE_TASK` with the task's status given: queued, or leased at once."""
 LEASE_EXPIRED_TASKS = (
     "UPDATE tasks SET status = 'leased', lease_until = %s, lease_owner = %s,"
     " deliveries = deliveries + 1, deaths = deaths + 1"
@@ -321,6 +338,12 @@ GET_RUNS_PG = (
     + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
 )
 LOCK_RUNS_PG = GET_RUNS_PG + PG_SKIP_LOCKED_RUNS
+LOCK_RUNS_NOTING_INBOX_PG = (
+    f"SELECT v.n, {_qualified(_RUN_COLS, 'r')}, {_HAS_INBOX.format(runs='r')} FROM "
+    + _unnest("tenant_id text", "id text")
+    + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
+    + PG_SKIP_LOCKED_RUNS
+)
 UPDATE_RUNS_PG = (
     "UPDATE runs t SET state = v.state, status = v.status, output = v.output,"
     " error = v.error, finished_at = v.finished_at, updated_at = v.updated_at,"
@@ -386,6 +409,33 @@ ENQUEUE_TASKS_PG = (
     + " ORDER BY n ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
     " RETURNING tenant_id, idempotency_key, id"
 )
+ENQUEUE_TASKS_LEASING_PG = (
+    f"INSERT INTO tasks ({_NEW_TASK_COLS}, status, available_at, lease_owner, lease_until,"
+    f" deliveries, created_at, trace_context) SELECT {_NEW_TASK_COLS}, status, available_at,"
+    " lease_owner, lease_until, deliveries, created_at, trace_context FROM "
+    + _unnest(
+        "tenant_id text",
+        "run_id text",
+        "step_ref text",
+        "item_index integer",
+        "attempt integer",
+        "step_type text",
+        "handler text",
+        "payload jsonb",
+        "idempotency_key text",
+        "timeout_seconds float8",
+        "tier integer",
+        "status text",
+        "available_at timestamptz",
+        "lease_owner text",
+        "lease_until timestamptz",
+        "deliveries integer",
+        "created_at timestamptz",
+        "trace_context text",
+    )
+    + " ORDER BY n ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
+    f" RETURNING tenant_id, idempotency_key, {_TASK_COLS}"
+)
 LEASE_CHOSEN_TASKS_PG = (
     "UPDATE tasks t SET status = 'leased', lease_until = v.lease_until,"
     " lease_owner = v.lease_owner, deliveries = t.deliveries + 1,"
@@ -436,11 +486,15 @@ APPEND_HISTORIES_PG = (
 BATCHES_PG: dict[str, Batch] = {
     GET_RUN: Batch(GET_RUNS_PG, (), ordinal=True),
     LOCK_RUN.format(lock=PG_SKIP_LOCKED): Batch(LOCK_RUNS_PG, (), ordinal=True),
+    LOCK_RUN_NOTING_INBOX.format(lock=PG_SKIP_LOCKED): Batch(
+        LOCK_RUNS_NOTING_INBOX_PG, (), ordinal=True
+    ),
     UPDATE_RUN: Batch(UPDATE_RUNS_PG, (8, 9), ordinal=True),
     LOAD_RUN_INBOX: Batch(LOAD_RUNS_INBOX_PG, (), ordinal=True),
     DELETE_INBOX_ITEM: Batch(DELETE_INBOX_ITEMS_PG, (0, 1), ordinal=True),
     ENQUEUE_INBOX_ITEM: Batch(ENQUEUE_INBOX_ITEMS_PG, (0, 1), ordinal=False),
     ENQUEUE_TASK: Batch(ENQUEUE_TASKS_PG, (0, 8), ordinal=False),
+    ENQUEUE_TASK_LEASING: Batch(ENQUEUE_TASKS_LEASING_PG, (0, 8), ordinal=False),
     LEASE_CHOSEN_TASK: Batch(LEASE_CHOSEN_TASKS_PG, (2, 3), ordinal=True),
     COMPLETE_TASK: Batch(COMPLETE_TASKS_PG, (0, 1), ordinal=True),
     RECORD_ATTEMPT: Batch(RECORD_ATTEMPTS_PG, (0, 1, 2, 3, 4), ordinal=False),
@@ -453,11 +507,13 @@ HOT_STATEMENTS: dict[str, str] = {
     "claim_runs": CLAIM_RUNS_PG,
     "get_run": GET_RUN,
     "lock_run": LOCK_RUN,
+    "lock_run_noting_inbox": LOCK_RUN_NOTING_INBOX,
     "update_run": UPDATE_RUN,
     "load_run_inbox": LOAD_RUN_INBOX,
     "delete_inbox_item": DELETE_INBOX_ITEM,
     "enqueue_inbox_item": ENQUEUE_INBOX_ITEM,
     "enqueue_task": ENQUEUE_TASK,
+    "enqueue_task_leasing": ENQUEUE_TASK_LEASING,
     "lease_expired_tasks": LEASE_EXPIRED_TASKS,
     "lease_queued_tasks": LEASE_QUEUED_TASKS,
     "lease_chosen_task": LEASE_CHOSEN_TASK,
@@ -475,11 +531,13 @@ HOT_STATEMENTS: dict[str, str] = {
     "append_history": APPEND_HISTORY,
     "get_runs_batch": GET_RUNS_PG,
     "lock_runs_batch": LOCK_RUNS_PG,
+    "lock_runs_noting_inbox_batch": LOCK_RUNS_NOTING_INBOX_PG,
     "update_runs_batch": UPDATE_RUNS_PG,
     "load_runs_inbox_batch": LOAD_RUNS_INBOX_PG,
     "delete_inbox_items_batch": DELETE_INBOX_ITEMS_PG,
     "enqueue_inbox_items_batch": ENQUEUE_INBOX_ITEMS_PG,
     "enqueue_tasks_batch": ENQUEUE_TASKS_PG,
+    "enqueue_tasks_leasing_batch": ENQUEUE_TASKS_LEASING_PG,
     "lease_chosen_tasks_batch": LEASE_CHOSEN_TASKS_PG,
     "complete_tasks_batch": COMPLETE_TASKS_PG,
     "record_attempts_batch": RECORD_ATTEMPTS_PG,
@@ -1195,6 +1253,17 @@ class SqlTx:
         )
         return await self._runs_of([r for r in rows if r is not None])
 
+    async def lock_runs_noting_inbox(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
+        if not refs:
+            return []
+        rows = await self.executemany_returning(
+            self.render(LOCK_RUN_NOTING_INBOX), [(ref.tenant_id, ref.run_id) for ref in refs]
+        )
+        found = [r for r in rows if r is not None]
+        # The flag comes after the run's columns, which `_run` reads by position.
+        records = await self._runs_of(found)
+        return [(record, bool(row[-1])) for record, row in zip(records, found, strict=True)]
+
     async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:
         row = await self.fetch_one(FIND_RUN_BY_KEY, (tenant_id, key))
         return None if row is None else await self._run_of(row)
@@ -1399,6 +1468,46 @@ class SqlTx:
         )
         return [None if row is None else str(row[0]) for row in rows]
 
+    async def enqueue_tasks_leasing(
+        self,
+        tasks: Sequence[NewTask],
+        leased: Sequence[bool],
+        *,
+        owner: str,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> list[TaskRecord | None]:
+        if not tasks:
+            return []
+        until = self.to_timestamp(utc(now) + lease_for)
+        rows = await self.executemany_returning(
+            ENQUEUE_TASK_LEASING,
+            [
+                (
+                    t.tenant_id,
+                    t.run_id,
+                    t.step_ref,
+                    t.item_index,
+                    t.attempt,
+                    t.step_type,
+                    t.handler,
+                    self.to_json(t.payload),
+                    t.idempotency_key,
+                    t.timeout_seconds,
+                    t.tier,
+                    "leased" if lease else "queued",
+                    self.to_timestamp(t.available_at),
+                    owner if lease else None,
+                    until if lease else None,
+                    1 if lease else 0,
+                    self.to_timestamp(t.created_at or t.available_at),
+                    t.trace_context,
+                )
+                for t, lease in zip(tasks, leased, strict=True)
+            ],
+        )
+        return [None if row is None else self._task(row) for row in rows]
+
     async def lease_tasks(
         self,
         *,
@@ -1529,6 +1638,12 @@ class SqlTx:
         )
         return [row is not None for row in rows]
 
+    async def finish_tasks(self, refs: Sequence[TaskRef]) -> None:
+        if refs:
+            await self.executemany(
+                COMPLETE_TASK, [(r.tenant_id, self._task_id(r.task_id)) for r in refs]
+            )
+
     async def release_tasks(self, refs: Sequence[TaskRef], *, available_at: datetime) -> int:
         if not refs:
             return 0
@@ -1543,6 +1658,11 @@ class SqlTx:
 
     async def drop_run_tasks(self, tenant_id: str, run_id: str) -> int:
         return await self.execute(DROP_RUN_TASKS, (tenant_id, run_id))
+
+    async def clear_ended_run(self, tenant_id: str, run_id: str) -> None:
+        # `executemany`: nothing waits on them (Postgres queues them, see `PostgresTx`).
+        for sql in (DELETE_RUN_TIMERS, CLEAR_RUN_WAITS, DROP_RUN_TASKS):
+            await self.executemany(sql, [(tenant_id, run_id)])
 
     async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
         return await self.execute(

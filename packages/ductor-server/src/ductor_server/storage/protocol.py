@@ -372,6 +372,12 @@ class InboxTx(Protocol):
         """
         ...
 
+    async def lock_runs_noting_inbox(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
+        """`lock_runs`, each run with whether its inbox holds any input (due or
+        not), read in the same statement: a run whose inbox is empty needs no
+        `load_inbox`."""
+        ...
+
     async def load_inbox(
         self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
     ) -> list[InboxItem]:
@@ -399,6 +405,21 @@ class TasksTx(Protocol):
     async def enqueue_task_ids(self, tasks: Sequence[NewTask]) -> list[str | None]:
         """Queue tasks; per task its new id, or None if its idempotency_key was
         already queued."""
+        ...
+
+    async def enqueue_tasks_leasing(
+        self,
+        tasks: Sequence[NewTask],
+        leased: Sequence[bool],
+        *,
+        owner: str,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> list[TaskRecord | None]:
+        """Insert tasks, each queued or, where `leased` says so, already leased to
+        `owner` for `lease_for` from `now` (its first delivery): one statement
+        where queueing and then leasing would take two. Per task its record, or
+        None if its idempotency_key was already queued (nothing inserted)."""
         ...
 
     async def lease_tasks(
@@ -431,6 +452,11 @@ class TasksTx(Protocol):
 
     async def complete_tasks(self, refs: Sequence[TaskRef]) -> list[bool]:
         """Mark tasks done; per task, False if it was already done (or unknown)."""
+        ...
+
+    async def finish_tasks(self, refs: Sequence[TaskRef]) -> None:
+        """Mark tasks done, answering nothing: the backend may send it with the
+        transaction's next statement (`complete_tasks` says which were done)."""
         ...
 
     async def ready_tasks(
@@ -470,6 +496,12 @@ class TasksTx(Protocol):
 
     async def drop_run_tasks(self, tenant_id: str, run_id: str) -> int:
         """Mark a run's queued tasks done (the run ended or was cancelled); returns how many."""
+        ...
+
+    async def clear_ended_run(self, tenant_id: str, run_id: str) -> None:
+        """Forget what an ended run still holds: its timers and waits are deleted
+        and its queued tasks marked done. It answers nothing, so the backend may
+        send it with the transaction's next statement."""
         ...
 
     async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
