@@ -386,25 +386,26 @@ _NEW_TASK_COLS = (
     "tenant_id, run_id, step_ref, item_index, attempt, step_type, handler, payload,"
     " idempotency_key, timeout_seconds, tier"
 )
+_NEW_TASK_TYPES = (
+    "tenant_id text",
+    "run_id text",
+    "step_ref text",
+    "item_index integer",
+    "attempt integer",
+    "step_type text",
+    "handler text",
+    "payload jsonb",
+    "idempotency_key text",
+    "timeout_seconds float8",
+    "tier integer",
+)
+"""The batch columns of `_NEW_TASK_COLS` (the params a new task starts with)."""
 ENQUEUE_TASKS_PG = (
     f"INSERT INTO tasks ({_NEW_TASK_COLS}, status, available_at, deliveries, created_at,"
     f" trace_context) SELECT {_NEW_TASK_COLS}, 'queued', available_at, 0, created_at,"
     " trace_context FROM "
     + _unnest(
-        "tenant_id text",
-        "run_id text",
-        "step_ref text",
-        "item_index integer",
-        "attempt integer",
-        "step_type text",
-        "handler text",
-        "payload jsonb",
-        "idempotency_key text",
-        "timeout_seconds float8",
-        "tier integer",
-        "available_at timestamptz",
-        "created_at timestamptz",
-        "trace_context text",
+        *_NEW_TASK_TYPES, "available_at timestamptz", "created_at timestamptz", "trace_context text"
     )
     + " ORDER BY n ON CONFLICT (tenant_id, idempotency_key) DO NOTHING"
     " RETURNING tenant_id, idempotency_key, id"
@@ -414,17 +415,7 @@ ENQUEUE_TASKS_LEASING_PG = (
     f" deliveries, created_at, trace_context) SELECT {_NEW_TASK_COLS}, status, available_at,"
     " lease_owner, lease_until, deliveries, created_at, trace_context FROM "
     + _unnest(
-        "tenant_id text",
-        "run_id text",
-        "step_ref text",
-        "item_index integer",
-        "attempt integer",
-        "step_type text",
-        "handler text",
-        "payload jsonb",
-        "idempotency_key text",
-        "timeout_seconds float8",
-        "tier integer",
+        *_NEW_TASK_TYPES,
         "status text",
         "available_at timestamptz",
         "lease_owner text",
@@ -1448,17 +1439,7 @@ class SqlTx:
             ENQUEUE_TASK,
             [
                 (
-                    t.tenant_id,
-                    t.run_id,
-                    t.step_ref,
-                    t.item_index,
-                    t.attempt,
-                    t.step_type,
-                    t.handler,
-                    self.to_json(t.payload),
-                    t.idempotency_key,
-                    t.timeout_seconds,
-                    t.tier,
+                    *self._new_task(t),
                     self.to_timestamp(t.available_at),
                     self.to_timestamp(t.created_at or t.available_at),
                     t.trace_context,
@@ -1467,6 +1448,22 @@ class SqlTx:
             ],
         )
         return [None if row is None else str(row[0]) for row in rows]
+
+    def _new_task(self, t: NewTask) -> tuple[Any, ...]:
+        """The params of `_NEW_TASK_COLS` for `t`."""
+        return (
+            t.tenant_id,
+            t.run_id,
+            t.step_ref,
+            t.item_index,
+            t.attempt,
+            t.step_type,
+            t.handler,
+            self.to_json(t.payload),
+            t.idempotency_key,
+            t.timeout_seconds,
+            t.tier,
+        )
 
     async def enqueue_tasks_leasing(
         self,
@@ -1484,17 +1481,7 @@ class SqlTx:
             ENQUEUE_TASK_LEASING,
             [
                 (
-                    t.tenant_id,
-                    t.run_id,
-                    t.step_ref,
-                    t.item_index,
-                    t.attempt,
-                    t.step_type,
-                    t.handler,
-                    self.to_json(t.payload),
-                    t.idempotency_key,
-                    t.timeout_seconds,
-                    t.tier,
+                    *self._new_task(t),
                     "leased" if lease else "queued",
                     self.to_timestamp(t.available_at),
                     owner if lease else None,
