@@ -336,7 +336,8 @@ async def test_a_postgres_transaction_waits_once_per_answer_and_once_to_commit(
     postgres_url: str,
 ) -> None:
     """BEGIN and the writes nobody waits on go with the next statement that
-    answers, or with COMMIT; a transaction that sends nothing costs nothing."""
+    answers, or with COMMIT (or on their own once 100 rows wait); a transaction
+    that sends nothing costs nothing."""
     parts = urlsplit(postgres_url)
     counter = CommitCounter((parts.hostname or "127.0.0.1", parts.port or 5432))
     store = open_store(counter.url(postgres_url) + "?sslmode=disable")
@@ -361,10 +362,15 @@ async def test_a_postgres_transaction_waits_once_per_answer_and_once_to_commit(
         async def nothing(tx: Tx) -> None:
             return None
 
+        async def many(tx: Tx) -> None:
+            rows = [("t1", f"m{i}", i) for i in range(150)]
+            await tx.session.executemany(_INSERT, rows)  # sent once 100 rows wait
+
         # BEGIN, two inserts, the select; then the third insert and COMMIT
         assert await counted(answers_once) == (1, 6, 2)
         assert await counted(writes_only) == (1, 3, 1)  # BEGIN, insert, COMMIT at once
         assert await counted(nothing) == (0, 0, 0)
+        assert await counted(many) == (1, 152, 2)  # not all 150 held until COMMIT
         assert await _count(store, "c") == 3
         assert await _count(store, "d") == 4
     finally:

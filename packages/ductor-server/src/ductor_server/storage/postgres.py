@@ -67,7 +67,9 @@ BATCH_ROWS = 100
 """The most params rows one batch statement carries; a larger batch is sent as
 several. libpq keeps each connection's buffers as large as the largest message
 it has sent or received, for the connection's life, so one 500-run request
-would otherwise leave every pooled connection holding megabytes."""
+would otherwise leave every pooled connection holding megabytes. A transaction
+also queues no more rows than this (see `PostgresTx`): a step's few writes go
+with its next answer, and a large batch's are sent as they come, not held."""
 
 
 def _columns(rows: Sequence[Params]) -> list[Any]:
@@ -111,6 +113,7 @@ class PostgresTx(SqlTx):
         # the next statement whose answer is awaited, or with COMMIT.
         self._writes = conn.cursor() if transaction else None
         self._queued: list[tuple[str, Params]] = [(_BEGIN, ())] if transaction else []
+        self._queued_rows = 0  # the params rows the queued statements carry
         self._begun = False  # BEGIN has been sent
 
     async def _send(self, sql: str, params: Params) -> psycopg.AsyncCursor[Row]:
@@ -125,7 +128,7 @@ class PostgresTx(SqlTx):
         return self._cur
 
     async def _send_queued(self, last: tuple[str, Params] | None = None) -> None:
-        queued, self._queued = self._queued, []
+        queued, self._queued, self._queued_rows = self._queued, [], 0
         writes = self._writes
         assert writes is not None  # only a transaction queues
         self._begun = True
@@ -187,16 +190,20 @@ class PostgresTx(SqlTx):
         return max(cur.rowcount, 0)
 
     async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
-        """In a transaction, queue the statements (see `_send`); else run them now."""
+        """In a transaction, queue the statements (see `_send`), sending them once
+        `BATCH_ROWS` rows wait; else run them now."""
         if not rows:
             return
         batch = self._batch(sql, rows)
         if self._writes is not None:
-            if batch is not None:
+            if batch is None:
+                self._queued.extend((sql, row) for row in rows)
+            else:
                 for start in range(0, len(rows), BATCH_ROWS):
                     self._queued.append((batch.sql, _columns(rows[start : start + BATCH_ROWS])))
-            else:
-                self._queued.extend((sql, row) for row in rows)
+            self._queued_rows += len(rows)
+            if self._queued_rows >= BATCH_ROWS:
+                await self._send_queued()
             return
         if batch is not None:
             for start in range(0, len(rows), BATCH_ROWS):
