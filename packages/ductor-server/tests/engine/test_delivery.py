@@ -571,7 +571,7 @@ async def test_a_result_whose_run_another_transaction_holds_is_left_to_the_claim
         await _until(lambda: rt.workers._inflight)
         async with store.transaction() as tx:
             ref = RunRef(tenant_id=TENANT, run_id=run.id)
-            assert [r.id for r in await tx.lock_runs([ref])] == [run.id]
+            assert [r.id for r, _ in await tx.lock_runs([ref])] == [run.id]
             reports = rt.workers.report_batches
             gate.set()
             await _until(lambda: rt.workers.report_batches > reports)

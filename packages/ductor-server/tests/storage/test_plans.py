@@ -33,8 +33,7 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "run_inbox": ("run_inbox_by_time", ("available_at",)),
     },
     "get_run": {"runs": ("runs_pkey", ("tenant_id", "id"))},
-    "lock_run": {"runs": ("runs_pkey", ("tenant_id", "id"))},
-    "lock_run_noting_inbox": {
+    "lock_run": {
         "runs": ("runs_pkey", ("tenant_id", "id")),
         "run_inbox": ("run_inbox_by_run", ("tenant_id", "run_id")),
     },
@@ -66,8 +65,7 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "clear_run_waits": {"waits": ("waits_pkey", ("tenant_id", "run_id"))},
     "append_history": {},
     "get_runs_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
-    "lock_runs_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
-    "lock_runs_noting_inbox_batch": {
+    "lock_runs_batch": {
         "runs": ("runs_pkey", ("tenant_id", "id")),
         "run_inbox": ("run_inbox_by_run", ("tenant_id", "run_id")),
     },

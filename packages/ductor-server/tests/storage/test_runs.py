@@ -466,7 +466,7 @@ async def test_locking_runs_passes_over_the_ones_another_transaction_holds(
     async def holder() -> None:
         async with store.transaction() as tx:
             refs = [RunRef(tenant_id="t1", run_id=r) for r in ("r1", "r2")]
-            seen["holder"] = [r.id for r in await tx.lock_runs(refs)]
+            seen["holder"] = [r.id for r, _ in await tx.lock_runs(refs)]
             held.set()
             await release.wait()
 
@@ -475,17 +475,17 @@ async def test_locking_runs_passes_over_the_ones_another_transaction_holds(
         async with store.transaction() as tx:
             refs = [RunRef(tenant_id="t1", run_id=f"r{i}") for i in (3, 2, 1, 0)]
             refs.append(RunRef(tenant_id="t1", run_id="missing"))
-            seen["other"] = [r.id for r in await tx.lock_runs(refs)]
+            seen["other"] = [r.id for r, _ in await tx.lock_runs(refs)]
             # One run alone goes through the one-row statement.
             one = [RunRef(tenant_id="t1", run_id="r1")]
-            seen["one"] = [r.id for r in await tx.lock_runs(one)]
+            seen["one"] = [r.id for r, _ in await tx.lock_runs(one)]
         release.set()
 
     await asyncio.wait_for(asyncio.gather(holder(), other()), timeout=20)
     assert seen == {"holder": ["r1", "r2"], "other": ["r3", "r0"], "one": []}
     async with store.transaction() as tx:
         refs = [RunRef(tenant_id="t1", run_id=f"r{i}") for i in range(4)]
-        assert [r.id for r in await tx.lock_runs(refs)] == ["r0", "r1", "r2", "r3"]
+        assert [r.id for r, _ in await tx.lock_runs(refs)] == ["r0", "r1", "r2", "r3"]
         assert await tx.lock_runs([]) == []
 
 
@@ -493,8 +493,17 @@ async def test_locking_runs_reads_them_as_get_runs_does(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", f"r{i}") for i in range(3)])
         refs = [RunRef(tenant_id="t1", run_id=r) for r in ("r2", "nope", "r0")]
-        assert await tx.lock_runs(refs) == await tx.get_runs(refs)
-        assert [r.id for r in await tx.lock_runs(refs)] == ["r2", "r0"]
+        assert [r for r, _ in await tx.lock_runs(refs)] == await tx.get_runs(refs)
+        assert [r.id for r, _ in await tx.lock_runs(refs)] == ["r2", "r0"]
+        # Each with whether its inbox holds input, due or not.
+        later = NewInboxItem(
+            tenant_id="t1", run_id="r0", input=TimerFired(timer_id="t"), available_at=at(3600)
+        )
+        await tx.enqueue_inbox([later])
+        assert [(r.id, has) for r, has in await tx.lock_runs(refs)] == [
+            ("r2", False),
+            ("r0", True),
+        ]
 
 
 async def test_runs_batch_read_keeps_order_and_drops_missing(store: Store) -> None:

@@ -225,7 +225,7 @@ class Coordinator:
                     available_at=r.available_at,
                 )
             )
-        locked = await tx.lock_runs_noting_inbox([RunRef(tenant_id=t, run_id=r) for t, r in fresh])
+        locked = await tx.lock_runs([RunRef(tenant_id=t, run_id=r) for t, r in fresh])
         if not locked:
             return left, None
         runs = [run for run, _ in locked]

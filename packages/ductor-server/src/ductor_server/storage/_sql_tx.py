@@ -172,17 +172,16 @@ CLAIM_RUNS_WITH_INBOX_PLAIN = (
 )
 """SQLite (one writer, no row locks, no LATERAL): a plain join."""
 GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
-LOCK_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s{{lock}}"
-"""A run read and locked for this transaction, unless another holds it (Postgres)."""
 _HAS_INBOX = (
     "EXISTS (SELECT 1 FROM run_inbox i WHERE i.tenant_id = {runs}.tenant_id"
     " AND i.run_id = {runs}.id)"
 )
-LOCK_RUN_NOTING_INBOX = (
+LOCK_RUN = (
     f"SELECT {_RUN_COLS}, {_HAS_INBOX.format(runs='runs')} FROM runs"
     " WHERE tenant_id = %s AND id = %s{lock}"
 )
-"""`LOCK_RUN`, and whether the run has input in its inbox (due or not)."""
+"""A run read and locked for this transaction, unless another holds it (Postgres),
+and whether the run has input in its inbox (due or not)."""
 PG_SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 """Postgres' `{lock}`: rows another transaction holds are passed over, not waited for."""
 PG_SKIP_LOCKED_RUNS = " FOR UPDATE OF r SKIP LOCKED"
@@ -337,8 +336,7 @@ GET_RUNS_PG = (
     + _unnest("tenant_id text", "id text")
     + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
 )
-LOCK_RUNS_PG = GET_RUNS_PG + PG_SKIP_LOCKED_RUNS
-LOCK_RUNS_NOTING_INBOX_PG = (
+LOCK_RUNS_PG = (
     f"SELECT v.n, {_qualified(_RUN_COLS, 'r')}, {_HAS_INBOX.format(runs='r')} FROM "
     + _unnest("tenant_id text", "id text")
     + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
@@ -477,9 +475,6 @@ APPEND_HISTORIES_PG = (
 BATCHES_PG: dict[str, Batch] = {
     GET_RUN: Batch(GET_RUNS_PG, (), ordinal=True),
     LOCK_RUN.format(lock=PG_SKIP_LOCKED): Batch(LOCK_RUNS_PG, (), ordinal=True),
-    LOCK_RUN_NOTING_INBOX.format(lock=PG_SKIP_LOCKED): Batch(
-        LOCK_RUNS_NOTING_INBOX_PG, (), ordinal=True
-    ),
     UPDATE_RUN: Batch(UPDATE_RUNS_PG, (8, 9), ordinal=True),
     LOAD_RUN_INBOX: Batch(LOAD_RUNS_INBOX_PG, (), ordinal=True),
     DELETE_INBOX_ITEM: Batch(DELETE_INBOX_ITEMS_PG, (0, 1), ordinal=True),
@@ -498,7 +493,6 @@ HOT_STATEMENTS: dict[str, str] = {
     "claim_runs": CLAIM_RUNS_PG,
     "get_run": GET_RUN,
     "lock_run": LOCK_RUN,
-    "lock_run_noting_inbox": LOCK_RUN_NOTING_INBOX,
     "update_run": UPDATE_RUN,
     "load_run_inbox": LOAD_RUN_INBOX,
     "delete_inbox_item": DELETE_INBOX_ITEM,
@@ -522,7 +516,6 @@ HOT_STATEMENTS: dict[str, str] = {
     "append_history": APPEND_HISTORY,
     "get_runs_batch": GET_RUNS_PG,
     "lock_runs_batch": LOCK_RUNS_PG,
-    "lock_runs_noting_inbox_batch": LOCK_RUNS_NOTING_INBOX_PG,
     "update_runs_batch": UPDATE_RUNS_PG,
     "load_runs_inbox_batch": LOAD_RUNS_INBOX_PG,
     "delete_inbox_items_batch": DELETE_INBOX_ITEMS_PG,
@@ -1236,19 +1229,11 @@ class SqlTx:
         )
         return await self._runs_of([r for r in rows if r is not None])
 
-    async def lock_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
+    async def lock_runs(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
         if not refs:
             return []
         rows = await self.executemany_returning(
             self.render(LOCK_RUN), [(ref.tenant_id, ref.run_id) for ref in refs]
-        )
-        return await self._runs_of([r for r in rows if r is not None])
-
-    async def lock_runs_noting_inbox(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
-        if not refs:
-            return []
-        rows = await self.executemany_returning(
-            self.render(LOCK_RUN_NOTING_INBOX), [(ref.tenant_id, ref.run_id) for ref in refs]
         )
         found = [r for r in rows if r is not None]
         # The flag comes after the run's columns, which `_run` reads by position.

@@ -361,8 +361,10 @@ class InboxTx(Protocol):
         claim order (on Postgres in the same statement)."""
         ...
 
-    async def lock_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
-        """These runs, read as `get_runs` would, less any another transaction holds.
+    async def lock_runs(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
+        """These runs, read as `get_runs` would, less any another transaction holds,
+        each with whether its inbox holds any input (due or not), read in the
+        same statement: a run whose inbox is empty needs no `load_inbox`.
 
         On Postgres each returned run row is locked FOR UPDATE until this
         transaction ends, and a run another transaction has locked is left out
@@ -370,12 +372,6 @@ class InboxTx(Protocol):
         leaves the rest to the coordinator's claim). On SQLite there is only one
         writer, so every existing run is returned.
         """
-        ...
-
-    async def lock_runs_noting_inbox(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
-        """`lock_runs`, each run with whether its inbox holds any input (due or
-        not), read in the same statement: a run whose inbox is empty needs no
-        `load_inbox`."""
         ...
 
     async def load_inbox(
