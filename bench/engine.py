@@ -9,7 +9,8 @@ the first start to the moment the database holds every run as succeeded
 (counted from a separate connection, rarely, so as not to compete). With
 `--redis URL` the server uses Redis for its fair task queue and wake-ups;
 `--in-process` drives the engine in this process instead (services, coordinator
-and workers without HTTP), which also prints the engine's own counters.
+and workers without HTTP, the runs started in the same batches), which also
+prints the engine's own counters.
 
 The Postgres baseline, measured on the same server in the same run, is
 pgbench's classic write: 8 clients each committing single-row `UPDATE t SET v =
@@ -50,6 +51,7 @@ from routing_server import Server
 from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.runtime import Runtime
+from ductor_server.services.runs import RunRequest
 from ductor_server.storage import Store, open_store
 
 TENANT = "bench"
@@ -176,8 +178,18 @@ async def engine_steps_per_second(target: str | Path, runs: int, steps: int) -> 
             services = build_services(runtime)
             await services.workflows.publish(TENANT, chain(steps))
             started = time.perf_counter()
-            for i in range(runs):
-                await services.runs.trigger(TENANT, "bench-chain", None, {"i": i}, None)
+
+            async def start(client: int) -> None:
+                # As the API clients do: batches of START_BATCH runs from START_CLIENTS.
+                for first in range(client * START_BATCH, runs, START_CLIENTS * START_BATCH):
+                    last = min(first + START_BATCH, runs)
+                    batch = [
+                        RunRequest(family_slug="bench-chain", input={"i": i})
+                        for i in range(first, last)
+                    ]
+                    await services.runs.trigger_many(TENANT, batch)
+
+            await asyncio.gather(*(start(client) for client in range(START_CLIENTS)))
             while True:
                 # A cheap count, polled rarely, so as not to compete with the engine.
                 await asyncio.sleep(0.2)

@@ -20,6 +20,7 @@ from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.queue import InProcessWakeUp
 from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
 from ductor_server.engine.workers import Workers
+from ductor_server.services.runs import RunRequest
 from ductor_server.storage import Store
 from ductor_server.storage.errors import StoreError
 from ductor_server.storage.records import NewInboxItem, RunRef
@@ -694,6 +695,100 @@ async def test_an_event_hands_the_first_task_of_the_run_it_starts_to_the_worker_
         assert rt.workers.taken_at_once == 3
         assert rt.workers.lease_batches == 0
     assert counts == {f"{run_id}:s{i}:-1:1": 1 for i in range(3)}
+
+
+async def test_a_batch_start_hands_its_runs_first_tasks_to_the_free_slots_at_once(
+    store: Store,
+) -> None:
+    # A batch of 6 runs with 4 free slots: its transaction leases to this
+    # process's worker at once as many first tasks as one tenant may hold (all
+    # slots but the fair queue's headroom) and leaves the rest to the queue,
+    # which leases them once slots free up; every step runs once and every slot
+    # held for the batch is given back (checked to fail when batch starts take
+    # nothing).
+    gate = asyncio.Event()
+    registry, counts, chain = _counted_chain(2)
+
+    async def gated(call: ActionCall) -> Any:
+        await gate.wait()
+        counts[call.idempotency_key] = counts.get(call.idempotency_key, 0) + 1
+        return call.step_ref
+
+    registry.register_action("gated", gated)
+    chain["steps"][0]["args"]["action"] = "gated"
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0, worker_concurrency=4)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        workers = rt.workers
+        await _until(lambda: workers._leasing == 0)  # see _chains_one_at_a_time
+        started = await services.runs.trigger_many(
+            TENANT, [RunRequest(family_slug="chain", input={"n": n}) for n in range(6)]
+        )
+        assert started.value.created == 6
+        queue = rt.queue
+        assert isinstance(queue, LocalFairQueue)
+        held = queue.scheduler.tenant_cap(4)
+        assert 1 < held < 6
+        assert workers.taken_at_once == held
+        assert len(workers._inflight) == held
+        assert workers._starting == 0
+        assert workers.lease_batches == 0
+        gate.set()
+        for run in started.value.runs:
+            assert (await _wait_end(services, run.id)).status == SUCCEEDED
+        assert workers.lease_batches >= 1  # the 2 left to the queue
+        await _until(lambda: not workers._holding and not workers._inflight)
+        assert workers._free() == workers.concurrency
+        assert queue.scheduler.running_count == 0
+    assert counts == {f"{run.id}:s{i}:-1:1": 1 for run in started.value.runs for i in range(2)}
+
+
+async def test_a_batch_start_that_fails_after_taking_first_tasks_loses_and_repeats_nothing(
+    pg_store: Store,
+) -> None:
+    # Postgres only (a trigger of the database's own fails the batch at its
+    # third run's history, after the first tasks were taken at once): the queue
+    # forgets them, every slot held for the batch is free again, nothing is
+    # left in the store, and the same batch sent again runs every step once.
+    store = pg_store
+    async with store.transaction() as tx:
+        for statement in (
+            "CREATE SEQUENCE fail_once",
+            "CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF NEW.kind = 'run.created' AND nextval('fail_once') = 3 THEN"
+            " RAISE EXCEPTION 'injected: the batch fails after taking first tasks';"
+            " END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER fail_once BEFORE INSERT ON run_history"
+            " FOR EACH ROW EXECUTE FUNCTION fail_once()",
+        ):
+            await tx.execute(statement)
+    registry, counts, chain = _counted_chain(2)
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
+    requests = [RunRequest(family_slug="chain", input={"n": n}) for n in range(3)]
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        workers, queue = rt.workers, rt.queue
+        assert isinstance(queue, LocalFairQueue)
+        await _until(lambda: workers._leasing == 0)  # see _chains_one_at_a_time
+        with pytest.raises(StoreError, match="injected"):
+            await services.runs.trigger_many(TENANT, requests, idempotency_key="batch")
+        assert workers.taken_at_once == 0
+        assert workers._free() == workers.concurrency
+        assert queue.scheduler.running_count == 0  # checked to fail without the untake
+        async with store.transaction() as tx:
+            counted = await tx.count_tasks(now=ManualClock().now())
+        assert sum(counted.values()) == 0, counted
+        started = await services.runs.trigger_many(TENANT, requests, idempotency_key="batch")
+        for run in started.value.runs:
+            assert (await _wait_end(services, run.id)).status == SUCCEEDED
+        assert workers.taken_at_once == 6  # the first steps by the batch, then three reports
+        assert workers.lease_batches == 0
+        await _until(lambda: not workers._holding and not workers._inflight)
+        assert workers._free() == workers.concurrency
+        assert queue.scheduler.running_count == 0
+    assert counts == {f"{run.id}:s{i}:-1:1": 1 for run in started.value.runs for i in range(2)}
 
 
 async def test_a_runs_first_task_is_taken_at_once_only_within_its_limits(store: Store) -> None:

@@ -298,14 +298,15 @@ class Runtime:
             needs = ", ".join(f"{t} needs {h!r}" for t, h in sorted(missing.items()))
             raise MissingHandler(f"no step handler registered for: {needs}")
 
-    def start_taker(self) -> StartTaker | None:
-        """What a trigger served by this process hands its transaction's new tasks
-        to: this process's worker, which may lease a new run's first task at once
-        (`Workers.start_taker`). None unless this process runs the worker role's
-        loops: the task then waits in the queue for a lease."""
+    def start_taker(self, runs: int = 1) -> StartTaker | None:
+        """What a trigger served by this process, starting `runs` runs, hands its
+        transaction's new tasks to: this process's worker, which may lease the new
+        runs' first tasks at once (`Workers.start_taker`). None unless this
+        process runs the worker role's loops: the tasks then wait in the queue
+        for a lease."""
         if Role.WORKER not in self.roles or not self._loops:
             return None
-        return self.workers.start_taker()
+        return self.workers.start_taker(runs)
 
     def launch(self) -> None:
         """Start the loops of this process's roles (`start` does this for you).

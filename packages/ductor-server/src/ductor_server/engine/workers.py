@@ -138,17 +138,17 @@ class _Taker:
 
 
 class _StartTaker(_Taker):
-    """A trigger's `StartTaker`: leases its new run's first task to this worker at
-    once, when the queue lets it start now, into a slot the worker holds for it
-    while the trigger's transaction runs. The task is scheduled as its run's
-    workflow and limits say, as the queue's look would schedule it."""
+    """A trigger's `StartTaker`: leases its new runs' first tasks to this worker at
+    once, when the queue lets them start now, into the `slots` the worker holds
+    for them while the trigger's transaction runs. Each task is scheduled as its
+    run's workflow and limits say, as the queue's look would schedule it."""
 
-    def __init__(self, workers: Workers, queue: TakesAtOnce) -> None:
+    def __init__(self, workers: Workers, queue: TakesAtOnce, slots: int) -> None:
         super().__init__(
             queue,
             {},
             owner=workers.owner,
-            slots=1,
+            slots=slots,
             lease_for=workers.lease,
             clock=workers.clock,
         )
@@ -326,26 +326,30 @@ class Workers:
             return None
         return self._taking
 
-    def start_taker(self) -> _StartTaker | None:
-        """A taker for a trigger's transaction in this process: it may lease the new
-        run's first task to this worker at once (None: the queue cannot take tasks
-        at once, something waits in it, or no slot is free). A slot is held for
-        it until `settle`, which the caller must call once the transaction ends."""
+    def start_taker(self, runs: int = 1) -> _StartTaker | None:
+        """A taker for a trigger's transaction in this process, which starts `runs`
+        runs: it may lease their first tasks to this worker at once (None: the
+        queue cannot take tasks at once, something waits in it, or no slot is
+        free). Up to `runs` free slots are held for it until `settle`, which the
+        caller must call once the transaction ends."""
         queue = self._taking if self.take_at_once else None
-        if self.stopped or queue is None or self._free() <= 0 or not queue.takes_now():
+        slots = min(runs, self._free())
+        if self.stopped or queue is None or slots <= 0 or not queue.takes_now():
             return None
-        self._starting += 1
-        return _StartTaker(self, queue)
+        self._starting += slots
+        return _StartTaker(self, queue, slots)
 
     def _settle_start(self, taker: _StartTaker, committed: bool) -> None:
-        """A trigger's transaction ended: start what it took, or forget it."""
-        self._starting -= 1
+        """A trigger's transaction ended: start what it took, or forget it, and
+        free the slots it held and did not fill."""
+        self._starting -= taker.slots
         if committed and taker.taken:
             self.taken_at_once += len(taker.taken)
             for task in taker.taken:
                 self._start(task)
-            return
-        if taker.taken:
+            if len(taker.taken) == taker.slots:
+                return
+        elif taker.taken:
             taker.queue.untake([t.id for t in taker.taken])
         self._slot_free.set()
 

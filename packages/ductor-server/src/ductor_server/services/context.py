@@ -29,10 +29,10 @@ class ServiceContext:
         parts: the engine's definition cache and expression engine, shared with
             the coordinator so a run started here is ticked the same way.
         feed: where inbox changes are announced to subscribers' open sessions.
-        start_taker: gives a trigger's transaction a taker of its new run's
-            first task, when a worker of this process may lease it at once
-            (`Runtime.start_taker`; None, or a call that answers None: the
-            task waits in the queue).
+        start_taker: gives a trigger's transaction, starting the given number
+            of runs, a taker of their first tasks, when a worker of this process
+            may lease them at once (`Runtime.start_taker`; None, or a call that
+            answers None: the tasks wait in the queue).
     """
 
     store: Store
@@ -40,7 +40,7 @@ class ServiceContext:
     clock: Clock
     parts: EngineParts
     feed: InboxFeed | None = None
-    start_taker: Callable[[], StartTaker | None] | None = None
+    start_taker: Callable[[int], StartTaker | None] | None = None
 
     @property
     def catalog(self) -> WorkflowCatalog:
@@ -54,12 +54,12 @@ class ServiceContext:
 
 
 @contextmanager
-def start_taking(context: ServiceContext) -> Iterator[StartTaker | None]:
-    """The taker a transaction that starts runs hands its new tasks to (None: they
-    wait in the queue); settled when the block ends, as committed unless it
-    raised. Open it around the transaction and nothing else: a worker's slot is
-    held for it meanwhile."""
-    taker = context.start_taker() if context.start_taker is not None else None
+def start_taking(context: ServiceContext, runs: int = 1) -> Iterator[StartTaker | None]:
+    """The taker a transaction that starts `runs` runs hands its new tasks to
+    (None: they wait in the queue); settled when the block ends, as committed
+    unless it raised. Open it around the transaction and nothing else: a
+    worker's slots are held for it meanwhile."""
+    taker = context.start_taker(runs) if context.start_taker is not None else None
     try:
         yield taker
     except BaseException:

@@ -644,7 +644,11 @@ class RunsService:
             made = sum(1 for run in started if run.created)
             return Answer(RunsStarted(runs=tuple(started), created=made), Outcome.CREATED)
 
-        answer = await once(context.store, claim, RunsStarted, effect)
+        # A worker of this process may lease the new runs' first tasks in this
+        # very transaction, as many as it has free slots for (see `_start`).
+        with start_taking(context, count) as taker:
+            effects.taker = taker
+            answer = await once(context.store, claim, RunsStarted, effect)
         effects.notify(context.wake, context.feed)
         return answer
 
