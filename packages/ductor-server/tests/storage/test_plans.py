@@ -79,13 +79,24 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "complete_tasks_batch": {"tasks": ("tasks_pkey", ("tenant_id", "id"))},
     "record_attempts_batch": {},
     "append_history_batch": {},
+    "find_run_by_key": {"runs": ("runs_by_idempotency_key", ("tenant_id", "idempotency_key"))},
+    "insert_run": {},
+    "find_runs_by_key_batch": {
+        "runs": ("runs_by_idempotency_key", ("tenant_id", "idempotency_key"))
+    },
+    "insert_runs_batch": {},
+    "delete_runs_timers_batch": {"timers": ("timers_pkey", ("tenant_id", "run_id"))},
+    "clear_runs_waits_batch": {"waits": ("waits_pkey", ("tenant_id", "run_id"))},
+    "drop_runs_tasks_batch": {"tasks": ("tasks_by_run", ("tenant_id", "run_id"))},
 }
 # The claim reads every due inbox item anyway; the inbox is a queue, kept short.
 SEQ_SCAN_ALLOWED = {"claim_runs_with_inbox": {"run_inbox"}, "claim_runs": {"run_inbox"}}
-# A lease also looks each claimed task up by its key.
+# A lease also looks each claimed task up by its key, as does the drop of the
+# ended runs' queued tasks once it found them by their run.
 ALSO = {
     "lease_expired_tasks": ("tasks_pkey", ("tenant_id", "id")),
     "lease_queued_tasks": ("tasks_pkey", ("tenant_id", "id")),
+    "drop_runs_tasks_batch": ("tasks_pkey", ("tenant_id", "id")),
 }
 
 

@@ -107,6 +107,12 @@ async def test_an_idempotency_key_or_child_key_returns_the_existing_run(store: S
             ("r3", True),
         ]
         assert await tx.get_run("t1", "r2") is None
+        # Two new runs of one batch with one key: the first is made, the second
+        # answers it (one statement for the batch on Postgres).
+        same = await tx.insert_runs(
+            [new_run("t1", "r5", idempotency_key="k5"), new_run("t1", "r6", idempotency_key="k5")]
+        )
+        assert [(r.run.id, r.created) for r in same] == [("r5", True), ("r5", False)]
         found = await tx.find_run_by_idempotency_key("t1", "k1")
         assert found is not None
         assert found.id == "r1"

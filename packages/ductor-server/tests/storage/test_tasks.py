@@ -10,7 +10,7 @@ import pytest
 
 from ductor_core.runs import DispatchTask, ErrorInfo, TimerFired
 from ductor_server.storage import AttemptRecord, NewTask, Store, TaskRef, TaskStatus
-from ductor_server.storage.records import NewInboxItem, RunRef
+from ductor_server.storage.records import NewInboxItem, RunRef, TimerRecord, WaitRecord
 
 from .builders import NOW, at, new_task
 
@@ -262,6 +262,53 @@ async def test_dropping_a_runs_tasks_leaves_leased_and_other_runs_alone(store: S
         assert await tx.drop_run_tasks("t1", "r1") == 1
         rest = await tx.lease_tasks(owner="w", limit=10, lease_for=LEASE, now=at(1))
         assert [t.step_ref for t in rest] == ["other"]
+
+
+async def test_clearing_ended_runs_forgets_only_what_those_runs_held(store: Store) -> None:
+    # Two ended runs of t1 (one named twice): their timers and waits go and
+    # their queued tasks are done, in one call (one statement per kind of row on
+    # Postgres); a leased task, another run, and t2's run of the same id stay.
+    def timer(tenant_id: str, run_id: str) -> TimerRecord:
+        return TimerRecord(tenant_id=tenant_id, run_id=run_id, timer_id="t", fire_at=at(5))
+
+    def wait(tenant_id: str, run_id: str) -> WaitRecord:
+        return WaitRecord(
+            tenant_id=tenant_id,
+            run_id=run_id,
+            step_ref="w",
+            kind="signal",
+            name="go",
+            created_at=NOW,
+        )
+
+    pairs = [("t1", "r1"), ("t1", "r2"), ("t1", "r3"), ("t2", "r1")]
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks(
+            [new_task("t1", "r1", "leased")]
+            + [new_task(t, r, "queued", available_at=at(1)) for t, r in pairs]
+        )
+        [leased] = await tx.lease_tasks(owner="w", limit=1, lease_for=LEASE, now=NOW)
+        await tx.set_timers([timer(t, r) for t, r in pairs])
+        await tx.add_waits([wait(t, r) for t, r in pairs])
+    ended = [RunRef(tenant_id="t1", run_id=r) for r in ("r1", "r2", "r1")]
+    async with store.transaction() as tx:
+        await tx.clear_ended_runs(ended)
+        # Seen by the transaction's next statement, and after its commit.
+        assert [(t.tenant_id, t.run_id) for t in await tx.due_timers(now=at(9), limit=10)] == [
+            ("t1", "r3"),
+            ("t2", "r1"),
+        ]
+    async with store.transaction() as tx:
+        assert await tx.list_run_waits("t1", "r1") == []
+        assert await tx.list_run_waits("t1", "r2") == []
+        assert len(await tx.list_run_waits("t1", "r3")) == 1
+        assert len(await tx.list_run_waits("t2", "r1")) == 1
+        assert len(await tx.due_timers(now=at(9), limit=10)) == 2
+        held = await tx.get_task("t1", leased.id)
+        rest = await tx.lease_tasks(owner="w", limit=10, lease_for=LEASE, now=at(1))
+    assert held is not None
+    assert held.status is TaskStatus.LEASED
+    assert sorted((t.tenant_id, t.run_id) for t in rest) == [("t1", "r3"), ("t2", "r1")]
 
 
 async def test_concurrent_leasers_get_disjoint_tasks(store: Store) -> None:

@@ -59,6 +59,7 @@ from ductor_server.storage.records import (
     RunInsert,
     RunLimits,
     RunRecord,
+    RunRef,
     TimerRecord,
     TimerRef,
     WaitRecord,
@@ -125,7 +126,8 @@ class Effects:
 
     Batching turns "one statement per run" into "one statement per kind" for a
     whole coordinator batch. Removals are flushed before additions, so a tick
-    that replaces a timer or a wait ends with the new one.
+    that replaces a timer or a wait ends with the new one; the ended runs'
+    timers, waits and queued tasks go first of all.
 
     Runs created and steps ended are metered as the history is flushed
     (`METERED_HISTORY`); `budgeted` then holds the budget-watched counters that
@@ -139,6 +141,7 @@ class Effects:
     cancel_timers: list[TimerRef] = field(default_factory=list)
     add_waits: list[WaitRecord] = field(default_factory=list)
     clear_waits: list[WaitRef] = field(default_factory=list)
+    ended: list[RunRef] = field(default_factory=list)  # runs whose timers, waits, tasks go
     inbox: list[NewInboxItem] = field(default_factory=list)
     budgeted: list[BudgetedCounter] = field(default_factory=list)
     inbox_keys: set[tuple[str, str]] = field(default_factory=set)
@@ -148,6 +151,8 @@ class Effects:
     async def flush(self, tx: Tx) -> None:
         """Write everything gathered so far through `tx` (call before it commits)."""
         self.budgeted = []
+        if self.ended:
+            await tx.clear_ended_runs(self.ended)
         if self.cancel_timers:
             await tx.delete_timers(self.cancel_timers)
         if self.clear_waits:
@@ -568,7 +573,7 @@ async def _finish(
     finished: RunFinished,
     now: datetime,
 ) -> None:
-    await tx.clear_ended_run(run.tenant_id, run.id)
+    effects.ended.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
     # The run's kind frees what it held (a bridge run its concurrency slot).
     await parts.kinds.get(run.kind).on_finish(
         tx, parts, effects, run=run, finished=finished, now=now

@@ -187,6 +187,10 @@ PG_SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 PG_SKIP_LOCKED_RUNS = " FOR UPDATE OF r SKIP LOCKED"
 """Postgres' `{lock_runs}`: `PG_SKIP_LOCKED` for the rows of `runs r` in a join."""
 FIND_RUN_BY_KEY = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND idempotency_key = %s"
+INSERT_RUN = (
+    f"INSERT INTO runs ({_RUN_COLS}, {_LIMIT_COLS}) VALUES ({', '.join(['%s'] * 26)})"
+    " ON CONFLICT DO NOTHING RETURNING id"
+)
 UPDATE_RUN = (
     "UPDATE runs SET state = %s, status = %s, output = %s, error = %s,"
     " finished_at = %s, updated_at = %s, kind_state = %s, outlined = %s,"
@@ -465,6 +469,62 @@ RECORD_ATTEMPTS_PG = (
     + " ORDER BY n ON CONFLICT DO NOTHING"
     " RETURNING tenant_id, run_id, step_ref, item_index, attempt, attempt"
 )
+FIND_RUNS_BY_KEY_PG = (
+    f"SELECT v.n, {_qualified(_RUN_COLS, 'r')} FROM "
+    + _unnest("tenant_id text", "idempotency_key text")
+    + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.idempotency_key = v.idempotency_key"
+)
+INSERT_RUNS_PG = (
+    f"INSERT INTO runs ({_RUN_COLS}, {_LIMIT_COLS}) SELECT {_RUN_COLS}, {_LIMIT_COLS} FROM "
+    + _unnest(
+        "tenant_id text",
+        "id text",
+        "family_slug text",
+        "version integer",
+        "status text",
+        "state jsonb",
+        "lock_version bigint",
+        "input jsonb",
+        "output jsonb",
+        "error jsonb",
+        "parent_run_id text",
+        "parent_step_ref text",
+        "parent_item_index integer",
+        "child_key text",
+        "idempotency_key text",
+        "created_at timestamptz",
+        "updated_at timestamptz",
+        "finished_at timestamptz",
+        "kind text",
+        "kind_state jsonb",
+        "trace_context text",
+        "outlined jsonb",
+        "limit_key text",
+        "key_concurrency integer",
+        "key_rate float8",
+        "key_burst integer",
+    )
+    + " ORDER BY n ON CONFLICT DO NOTHING RETURNING tenant_id, id, id"
+)
+_RUNS = _unnest("tenant_id text", "run_id text")
+DELETE_RUNS_TIMERS_PG = (
+    f"DELETE FROM timers t USING {_RUNS}"
+    " WHERE t.tenant_id = v.tenant_id AND t.run_id = v.run_id RETURNING v.n"
+)
+CLEAR_RUNS_WAITS_PG = (
+    f"DELETE FROM waits t USING {_RUNS}"
+    " WHERE t.tenant_id = v.tenant_id AND t.run_id = v.run_id RETURNING v.n"
+)
+DROP_RUNS_TASKS_PG = (
+    # Each run's queued tasks are found and locked by its key (the LATERAL look,
+    # which drops a task another transaction took meanwhile), then updated by
+    # theirs: joined directly, a generic plan made on an empty table scans every
+    # queued task for each batch instead.
+    "UPDATE tasks t SET status = 'done', lease_owner = NULL, lease_until = NULL FROM"
+    f" (SELECT v.n, q.tenant_id, q.id FROM {_RUNS} CROSS JOIN LATERAL (SELECT tenant_id, id"
+    " FROM tasks WHERE tenant_id = v.tenant_id AND run_id = v.run_id AND status = 'queued'"
+    " FOR UPDATE) q) x WHERE t.tenant_id = x.tenant_id AND t.id = x.id RETURNING x.n"
+)
 APPEND_HISTORIES_PG = (
     "INSERT INTO run_history (tenant_id, run_id, at, kind, data)"
     " SELECT tenant_id, run_id, at, kind, data FROM "
@@ -485,6 +545,12 @@ BATCHES_PG: dict[str, Batch] = {
     COMPLETE_TASK: Batch(COMPLETE_TASKS_PG, (0, 1), ordinal=True),
     RECORD_ATTEMPT: Batch(RECORD_ATTEMPTS_PG, (0, 1, 2, 3, 4), ordinal=False),
     APPEND_HISTORY: Batch(APPEND_HISTORIES_PG, (), ordinal=True),
+    FIND_RUN_BY_KEY: Batch(FIND_RUNS_BY_KEY_PG, (), ordinal=True),
+    INSERT_RUN: Batch(INSERT_RUNS_PG, (0, 1), ordinal=False),
+    # A run named twice is cleared once: these answer only a count.
+    DELETE_RUN_TIMERS: Batch(DELETE_RUNS_TIMERS_PG, (), ordinal=True),
+    CLEAR_RUN_WAITS: Batch(CLEAR_RUNS_WAITS_PG, (), ordinal=True),
+    DROP_RUN_TASKS: Batch(DROP_RUNS_TASKS_PG, (), ordinal=True),
 }
 """Postgres: the one statement that runs a batch of each one-row statement."""
 
@@ -526,6 +592,13 @@ HOT_STATEMENTS: dict[str, str] = {
     "complete_tasks_batch": COMPLETE_TASKS_PG,
     "record_attempts_batch": RECORD_ATTEMPTS_PG,
     "append_history_batch": APPEND_HISTORIES_PG,
+    "find_run_by_key": FIND_RUN_BY_KEY,
+    "insert_run": INSERT_RUN,
+    "find_runs_by_key_batch": FIND_RUNS_BY_KEY_PG,
+    "insert_runs_batch": INSERT_RUNS_PG,
+    "delete_runs_timers_batch": DELETE_RUNS_TIMERS_PG,
+    "clear_runs_waits_batch": CLEAR_RUNS_WAITS_PG,
+    "drop_runs_tasks_batch": DROP_RUNS_TASKS_PG,
 }
 """Every statement the engine runs per step (Postgres texts, before `render`)."""
 
@@ -1137,12 +1210,7 @@ class SqlTx:
                     1 if run.limits is None else run.limits.burst,
                 )
             )
-        inserted = await self.executemany_returning(
-            f"INSERT INTO runs ({_RUN_COLS}, {_LIMIT_COLS})"
-            f" VALUES ({', '.join(['%s'] * 26)})"
-            " ON CONFLICT DO NOTHING RETURNING id",
-            params,
-        )
+        inserted = await self.executemany_returning(INSERT_RUN, params)
         results: list[RunInsert] = []
         outputs: list[Params] = []
         for run, row, (keys, fresh) in zip(runs, inserted, outlines, strict=True):
@@ -1631,10 +1699,11 @@ class SqlTx:
     async def drop_run_tasks(self, tenant_id: str, run_id: str) -> int:
         return await self.execute(DROP_RUN_TASKS, (tenant_id, run_id))
 
-    async def clear_ended_run(self, tenant_id: str, run_id: str) -> None:
+    async def clear_ended_runs(self, runs: Sequence[RunRef]) -> None:
         # `executemany`: nothing waits on them (Postgres queues them, see `PostgresTx`).
+        rows = [(r.tenant_id, r.run_id) for r in runs]
         for sql in (DELETE_RUN_TIMERS, CLEAR_RUN_WAITS, DROP_RUN_TASKS):
-            await self.executemany(sql, [(tenant_id, run_id)])
+            await self.executemany(sql, rows)
 
     async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
         return await self.execute(

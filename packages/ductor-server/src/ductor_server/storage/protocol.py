@@ -494,10 +494,11 @@ class TasksTx(Protocol):
         """Mark a run's queued tasks done (the run ended or was cancelled); returns how many."""
         ...
 
-    async def clear_ended_run(self, tenant_id: str, run_id: str) -> None:
-        """Forget what an ended run still holds: its timers and waits are deleted
-        and its queued tasks marked done. It answers nothing, so the backend may
-        send it with the transaction's next statement."""
+    async def clear_ended_runs(self, runs: Sequence[RunRef]) -> None:
+        """Forget what ended runs still hold: their timers and waits are deleted
+        and their queued tasks marked done. It answers nothing, so the backend may
+        send it with the transaction's next statement (on Postgres, one statement
+        per kind of row for the whole batch)."""
         ...
 
     async def purge_done_tasks(self, *, created_before: datetime, limit: int = 1000) -> int:
