@@ -221,6 +221,7 @@ def _fair_env(redis_url: str, redis_prefix: str) -> dict[str, str]:
         "DUCTOR_REDIS_URL": redis_url,
         "DUCTOR_REDIS_PREFIX": redis_prefix,
         "DUCTOR_LEASE_SECONDS": "60",
+        "DUCTOR_WORKER_CONCURRENCY": str(SLOTS),
     }
 
 
@@ -268,7 +269,7 @@ def test_a_flooding_tenant_does_not_slow_another_down(
 
 STUCK_MS = 5_000
 STUCK_RUNS = 80
-SLOTS = 64  # a server's worker slots (`RuntimeConfig.worker_concurrency`)
+SLOTS = 64  # the server's worker slots (`DUCTOR_WORKER_CONCURRENCY`, see `_fair_env`)
 HEADROOM = 8  # an eighth of them, which no one tenant may take
 
 

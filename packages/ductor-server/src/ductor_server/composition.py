@@ -382,6 +382,7 @@ def build(
         poll_interval=settings.engine_poll_interval,
         coordinator_loops=settings.engine_coordinator_loops,
         report_loops=settings.engine_report_loops,
+        worker_concurrency=settings.worker_concurrency,
         poison_after=settings.poison_after,
         stop_grace=settings.stop_grace,
         fairness=settings.fairness,

@@ -31,6 +31,9 @@ SPLIT_POLL_INTERVAL = 0.5
 POSTGRES_COORDINATOR_LOOPS = 2
 """Coordinator loops per process on Postgres unless `DUCTOR_COORDINATOR_LOOPS` says."""
 MAX_COORDINATOR_LOOPS = 16
+DEFAULT_WORKER_CONCURRENCY = 128
+"""Step handlers one worker process runs at once unless `DUCTOR_WORKER_CONCURRENCY` says."""
+MAX_WORKER_CONCURRENCY = 4096
 POSTGRES_REPORT_LOOPS = 2
 """Worker report loops per process on Postgres (SQLite has one writer: 1)."""
 
@@ -96,6 +99,8 @@ class Settings:
         coordinator_loops: coordinator loops in a process with the coordinator role,
             each ticking its own batches; None: `POSTGRES_COORDINATOR_LOOPS` on
             Postgres, 1 on SQLite (one writer: a second loop would only wait for it).
+        worker_concurrency: the step handlers a process with the worker role runs at
+            once: its slots in the fair queue.
         fairness: the tenants' weights and limits in the task queue (`DUCTOR_FAIRNESS`).
         poison_after: how many times a task may die with its process (its lease
             expiring unfinished) before it is quarantined as `attempt.poisoned`; 0: never.
@@ -148,6 +153,7 @@ class Settings:
     lease_seconds: float = 60.0
     poll_interval: float | None = None
     coordinator_loops: int | None = None
+    worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY
     fairness: FairPolicy = field(default_factory=lambda: _fair_policy())
     poison_after: int = 3
     stop_grace: float = 5.0
@@ -263,6 +269,13 @@ class Settings:
                     f" {MAX_COORDINATOR_LOOPS}, got {loops!r}"
                 )
             values["coordinator_loops"] = int(loops)
+        if slots := env.get("DUCTOR_WORKER_CONCURRENCY"):
+            if not slots.strip().isdigit() or not 1 <= int(slots) <= MAX_WORKER_CONCURRENCY:
+                raise ValueError(
+                    f"DUCTOR_WORKER_CONCURRENCY must be a whole number from 1 to"
+                    f" {MAX_WORKER_CONCURRENCY}, got {slots!r}"
+                )
+            values["worker_concurrency"] = int(slots)
         if poison := env.get("DUCTOR_POISON_AFTER"):
             values["poison_after"] = int(poison)
         if grace := env.get("DUCTOR_STOP_GRACE"):
@@ -428,6 +441,12 @@ VARIABLES: tuple[Variable, ...] = (
         default=f"`{POSTGRES_COORDINATOR_LOOPS}` on Postgres, `1` on SQLite",
         what="coordinator loops in a process with the coordinator role, each ticking its own "
         f"batch of runs while another waits for the database (1 to {MAX_COORDINATOR_LOOPS})",
+    ),
+    Variable(
+        name="DUCTOR_WORKER_CONCURRENCY",
+        field="worker_concurrency",
+        what="step handlers a process with the worker role runs at once: its slots, which "
+        f"the task queue shares out between tenants (1 to {MAX_WORKER_CONCURRENCY})",
     ),
     Variable(
         name="DUCTOR_FAIRNESS",

@@ -824,12 +824,17 @@ async def test_a_runs_first_task_is_taken_at_once_only_within_its_limits(store: 
             (await services.runs.trigger(TENANT, "limited", None, {"customer": "ann"}, None)).value
             for _ in range(2)
         ]
+        # ann's first run was taken at once; her second was not (her key's one
+        # slot is held) and waits its turn in the queue, once the lease loop's
+        # look has seen it (a trigger in between could still be taken at once).
+        assert rt.workers.taken_at_once == 1
+        queue = rt.queue
+        assert isinstance(queue, LocalFairQueue)
+        await _until(lambda: queue.scheduler.ready_count == 1)
         bob = (
             await services.runs.trigger(TENANT, "limited", None, {"customer": "bob"}, None)
         ).value
-        # ann's first run was taken at once; her second was not (her key's one
-        # slot is held) and waits its turn in the queue, so bob's was not
-        # taken at once either (something waits) but leased.
+        # So bob's was not taken at once either (something waits) but leased.
         assert rt.workers.taken_at_once == 1
         await _until(lambda: running["now"] == 2)
         await asyncio.sleep(0.2)

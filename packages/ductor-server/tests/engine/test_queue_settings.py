@@ -11,7 +11,13 @@ from ductor_server.composition import build
 from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.redisqueue import RedisFairQueue
 from ductor_server.engine.rediswake import RedisWakeUp
-from ductor_server.settings import IDLE_POLL_INTERVAL, SPLIT_POLL_INTERVAL, Settings
+from ductor_server.settings import (
+    DEFAULT_WORKER_CONCURRENCY,
+    IDLE_POLL_INTERVAL,
+    MAX_WORKER_CONCURRENCY,
+    SPLIT_POLL_INTERVAL,
+    Settings,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -22,6 +28,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "DUCTOR_ROLES",
         "DUCTOR_FAIRNESS",
         "DUCTOR_OPERATOR_KEY",
+        "DUCTOR_WORKER_CONCURRENCY",
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -55,6 +62,29 @@ def test_the_composition_wires_the_fair_queue_and_redis_wake_ups(tmp_path: Path)
     assert isinstance(redis.runtime.wakeup, RedisWakeUp)
     assert isinstance(redis.runtime.queue, RedisFairQueue)
     assert redis.runtime.config.poll_interval == IDLE_POLL_INTERVAL
+
+
+def test_the_worker_slots_come_from_the_environment_and_size_the_fair_queue(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert Settings.from_env().worker_concurrency == DEFAULT_WORKER_CONCURRENCY
+    monkeypatch.setenv("DUCTOR_WORKER_CONCURRENCY", "12")
+    settings = Settings.from_env()
+    assert settings.worker_concurrency == 12
+    for redis_url in (None, "redis://127.0.0.1:1/0"):
+        runtime = build(
+            Settings(
+                data_dir=tmp_path, cel_sandbox=False, redis_url=redis_url, worker_concurrency=12
+            )
+        ).runtime
+        assert runtime.workers.concurrency == 12
+        queue = runtime.queue
+        assert isinstance(queue, LocalFairQueue | RedisFairQueue)
+        assert queue.capacity == 12  # the queue shares out the same slots
+    for bad in ("0", "-3", "many", "2.5", str(MAX_WORKER_CONCURRENCY + 1)):
+        monkeypatch.setenv("DUCTOR_WORKER_CONCURRENCY", bad)
+        with pytest.raises(ValueError, match="DUCTOR_WORKER_CONCURRENCY must be a whole number"):
+            Settings.from_env()
 
 
 def test_the_operator_key_comes_from_the_environment_and_is_never_shown(

@@ -103,7 +103,7 @@ class RuntimeConfig:
     take_at_once: bool = True
     worker_batch: int = 64
     report_loops: int = 1
-    worker_concurrency: int = 64
+    worker_concurrency: int = 128
     lease_seconds: float = 60.0
     poison_after: int = 3
     timer_batch: int = 256
