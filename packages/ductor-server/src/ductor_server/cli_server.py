@@ -136,6 +136,7 @@ def _serve(settings: Settings) -> int:
 
     from ductor_server.app import create_app
     from ductor_server.composition import build
+    from ductor_server.engine.memory import settle_heap
     from ductor_server.telemetry.setup import setup_from_env
     from ductor_server.transports.head import HeadAsGet
 
@@ -156,8 +157,11 @@ def _serve(settings: Settings) -> int:
     # uvicorn drains and shuts the app down on SIGTERM, then re-raises the
     # signal; this handler turns that into a normal exit so cleanup runs.
     signal.signal(signal.SIGTERM, _exit_cleanly)
+    app = HeadAsGet(create_app(composition=build(settings)))
+    # Everything is imported and built: keep the collector off it for good.
+    settle_heap()
     uvicorn.run(
-        HeadAsGet(create_app(composition=build(settings))),
+        app,
         host=settings.host,
         port=settings.port,
         log_level="warning",
