@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from opentelemetry import trace
 
 from ductor_core.runs import CancelRequested
 from ductor_server.composition import build_services
@@ -24,6 +25,7 @@ from ductor_server.services.runs import RunRequest
 from ductor_server.storage import Store
 from ductor_server.storage.errors import StoreError
 from ductor_server.storage.records import NewInboxItem, RunRef
+from ductor_server.telemetry import tracing_enabled
 
 from .conftest import FAILED, SUCCEEDED, TENANT, TEST_CONFIG, Engine, step
 from .httpsink import HttpSink
@@ -789,6 +791,52 @@ async def test_a_batch_start_that_fails_after_taking_first_tasks_loses_and_repea
         assert workers._free() == workers.concurrency
         assert queue.scheduler.running_count == 0
     assert counts == {f"{run.id}:s{i}:-1:1": 1 for run in started.value.runs for i in range(2)}
+
+
+async def test_with_no_tracer_provider_steps_continue_only_a_stored_trace(store: Store) -> None:
+    # No SDK is set up in this process: the engine makes no spans of its own,
+    # yet a run started inside a caller's trace still runs every step in that
+    # trace (the second step gets it only from its stored task), and a run
+    # started outside any trace runs its steps with no current trace.
+    assert not tracing_enabled()
+    seen: dict[str, int | None] = {}
+
+    async def look(call: ActionCall) -> Any:
+        context = trace.get_current_span().get_span_context()
+        seen[f"{call.run_id}:{call.step_ref}"] = context.trace_id if context.is_valid else None
+        return call.step_ref
+
+    registry = default_registry()
+    registry.register_action("look", look)
+    chain = {
+        "family_slug": "looked",
+        "steps": [
+            {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "look"}}
+            for i in range(2)
+        ],
+        "edges": [{"source_ref": "s0", "target_ref": "s1"}],
+    }
+    caller = trace.SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0x00F067AA0BA902B7,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+    )
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        with trace.use_span(trace.NonRecordingSpan(caller)):
+            traced_run = (await services.runs.trigger(TENANT, "looked", None, {}, None)).value
+        plain_run = (await services.runs.trigger(TENANT, "looked", None, {}, None)).value
+        for run in (traced_run, plain_run):
+            assert (await _wait_end(services, run.id)).status == SUCCEEDED
+    assert seen == {
+        f"{traced_run.id}:s0": caller.trace_id,
+        f"{traced_run.id}:s1": caller.trace_id,
+        f"{plain_run.id}:s0": None,
+        f"{plain_run.id}:s1": None,
+    }
 
 
 async def test_a_runs_first_task_is_taken_at_once_only_within_its_limits(store: Store) -> None:

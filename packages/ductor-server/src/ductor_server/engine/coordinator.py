@@ -44,7 +44,7 @@ from ductor_server.storage.records import (
     RunRef,
     RunUpdate,
 )
-from ductor_server.telemetry import TICK_DURATION, context_from, meter, tracer
+from ductor_server.telemetry import TICK_DURATION, context_from, meter, tracer, tracing_enabled
 
 log = logging.getLogger("ductor.coordinator")
 _conflicts = meter.create_counter(
@@ -375,18 +375,20 @@ class Coordinator:
                 unknown.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
                 continue
             plan = _Plan(run, pending, kind)
-            # The tick's span continues the trace the run was started in.
-            plan.span = tracer.start_span(
-                "ductor.tick",
-                context=context_from(run.trace_context),
-                attributes={
-                    "ductor.tenant": run.tenant_id,
-                    "ductor.run_id": run.id,
-                    "ductor.run.kind": run.kind,
-                    "ductor.inputs": len(pending),
-                },
-            )
-            spans.append(plan.span)
+            if run.trace_context is not None or tracing_enabled():
+                # The tick's span continues the trace the run was started in (with
+                # no tracer provider and no such trace it would be an empty one).
+                plan.span = tracer.start_span(
+                    "ductor.tick",
+                    context=context_from(run.trace_context),
+                    attributes={
+                        "ductor.tenant": run.tenant_id,
+                        "ductor.run_id": run.id,
+                        "ductor.run.kind": run.kind,
+                        "ductor.inputs": len(pending),
+                    },
+                )
+                spans.append(plan.span)
             if _prepares(kind):
                 inputs = [i.input for i in pending]
                 plan.compute = await kind.prepare_tick(tx, self.parts, run, inputs, now)
@@ -480,14 +482,19 @@ class Coordinator:
                 status=result.state.status,
                 kind_state=ticked.kind_state,
             )
-            span = plan.span or trace.INVALID_SPAN
-            span.set_attribute("ductor.run.status", str(result.state.status))
-            # Current while its commands are gathered: new tasks and child runs
-            # store this tick's trace context.
-            with trace.use_span(span, end_on_exit=False):
+            span = plan.span
+            if span is None:
                 await apply_commands(
                     tx, self.parts, effects, run=updated, commands=result.commands, now=now
                 )
+            else:
+                span.set_attribute("ductor.run.status", str(result.state.status))
+                # Current while its commands are gathered: new tasks and child runs
+                # store this tick's trace context.
+                with trace.use_span(span, end_on_exit=False):
+                    await apply_commands(
+                        tx, self.parts, effects, run=updated, commands=result.commands, now=now
+                    )
             self.ticks += 1
         if consumed:
             await tx.delete_inbox(consumed)

@@ -24,13 +24,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, StatusCode
 
 from ductor_core.runs import AttemptResult, ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed, ActionRegistry
@@ -48,6 +48,7 @@ from ductor_server.telemetry import (
     context_from,
     meter,
     tracer,
+    tracing_enabled,
 )
 
 if TYPE_CHECKING:
@@ -163,6 +164,49 @@ class _StartTaker(_Taker):
 
     def settle(self, committed: bool) -> None:
         self.workers._settle_start(self, committed)
+
+
+@contextlib.contextmanager
+def _traced_task(task: TaskRecord) -> Iterator[Span]:
+    """The task's span, which continues the trace of the tick (or trigger) that
+    queued it, whichever process that was, and its attempt's span within it."""
+    with (
+        tracer.start_as_current_span(
+            "ductor.task",
+            context=context_from(task.trace_context),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "ductor.tenant": task.tenant_id,
+                "ductor.task_id": task.id,
+                "ductor.run_id": task.run_id,
+                "ductor.step_ref": task.step_ref,
+                "ductor.item_index": task.item_index,
+                "ductor.handler": task.handler,
+                "ductor.tier": task.tier,
+                "ductor.deliveries": task.deliveries,
+                "ductor.deaths": task.deaths,
+            },
+        ),
+        tracer.start_as_current_span(
+            "ductor.attempt",
+            attributes={
+                "ductor.run_id": task.run_id,
+                "ductor.step_ref": task.step_ref,
+                "ductor.item_index": task.item_index,
+                "ductor.attempt": task.attempt,
+                "ductor.handler": task.handler,
+            },
+        ) as span,
+    ):
+        yield span
+
+
+def _task_spans(task: TaskRecord) -> contextlib.AbstractContextManager[Span]:
+    """`_traced_task`, or, with no tracer provider set and no trace to continue,
+    no span at all (it would be non-recording and change nothing current)."""
+    if task.trace_context is None and not tracing_enabled():
+        return contextlib.nullcontext(INVALID_SPAN)
+    return _traced_task(task)
 
 
 @dataclass(frozen=True)
@@ -365,36 +409,7 @@ class Workers:
             waited = (started - task.available_at).total_seconds()
             TASK_WAIT.record(max(waited, 0.0), {"ductor.handler": task.handler})
         try:
-            # The task's span continues the trace of the tick (or trigger) that
-            # queued it, whichever process that was.
-            with (
-                tracer.start_as_current_span(
-                    "ductor.task",
-                    context=context_from(task.trace_context),
-                    kind=SpanKind.CONSUMER,
-                    attributes={
-                        "ductor.tenant": task.tenant_id,
-                        "ductor.task_id": task.id,
-                        "ductor.run_id": task.run_id,
-                        "ductor.step_ref": task.step_ref,
-                        "ductor.item_index": task.item_index,
-                        "ductor.handler": task.handler,
-                        "ductor.tier": task.tier,
-                        "ductor.deliveries": task.deliveries,
-                        "ductor.deaths": task.deaths,
-                    },
-                ),
-                tracer.start_as_current_span(
-                    "ductor.attempt",
-                    attributes={
-                        "ductor.run_id": task.run_id,
-                        "ductor.step_ref": task.step_ref,
-                        "ductor.item_index": task.item_index,
-                        "ductor.attempt": task.attempt,
-                        "ductor.handler": task.handler,
-                    },
-                ) as span,
-            ):
+            with _task_spans(task) as span:
                 clock = time.perf_counter()
                 if 0 < self.poison_after <= task.deaths:
                     attempt = self._quarantine(task, started)

@@ -31,6 +31,7 @@ from ductor_server.telemetry.instruments import (
     meter,
     metrics_enabled,
     tracer,
+    tracing_enabled,
 )
 from ductor_server.telemetry.spans import traced
 
@@ -54,4 +55,5 @@ __all__ = [
     "metrics_enabled",
     "traced",
     "tracer",
+    "tracing_enabled",
 ]

@@ -135,6 +135,13 @@ def attempt_outcome(*, ok: bool, code: str | None, retryable: bool) -> str:
     return "retryable_error" if retryable else "error"
 
 
+def tracing_enabled() -> bool:
+    """Whether a tracer provider other than the API's default is set. Without one
+    every span is non-recording and carries only the context it was started in,
+    so a caller with no trace context to continue may skip making one."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def metrics_enabled() -> bool:
     """Whether a meter provider other than the API's default (a no-op) is set."""
     return not type(metrics.get_meter_provider()).__module__.startswith("opentelemetry.metrics")
@@ -153,4 +160,5 @@ __all__ = [
     "meter",
     "metrics_enabled",
     "tracer",
+    "tracing_enabled",
 ]
