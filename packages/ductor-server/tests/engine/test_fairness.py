@@ -369,6 +369,23 @@ def test_requeued_and_rebuilt_tasks_keep_their_place_and_count() -> None:
     assert other.pick(5, now=0.0) == []
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.permutations(range(40)), st.lists(st.integers(min_value=1, max_value=7), max_size=12))
+def test_one_flows_tasks_start_oldest_first_whatever_order_they_arrive_in(
+    order: list[int], picks: list[int]
+) -> None:
+    # Tasks reach the scheduler out of order (a released task; inserts that
+    # commit in another order than their ids): it starts them by seq all the
+    # same, and each lands in its place however long the queue already is.
+    scheduler = FairScheduler(FairPolicy())
+    for seq in order:
+        assert scheduler.push(Ticket(key=f"t{seq}", tenant="a", workflow="w", seq=seq))
+    started: list[int] = []
+    for count in [*picks, 40]:
+        started.extend(t.seq for t in scheduler.pick(count, now=0.0))
+    assert started == list(range(40))
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [

@@ -26,6 +26,7 @@ to the same rules:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -322,10 +323,10 @@ class FairScheduler:
         if queue is None:
             queue = flows.queues[ticket.flow] = deque()
         if queue and queue[-1].seq > ticket.seq:
-            # Out of order (a released task): keep the queue sorted by seq.
-            items = sorted([*queue, ticket], key=lambda t: t.seq)
-            queue.clear()
-            queue.extend(items)
+            # Out of order (a released task, or a task whose insert committed after
+            # a later one's): insert it where its seq keeps the queue sorted, by
+            # bisection, not by sorting the whole queue again on every such push.
+            queue.insert(bisect.bisect_right(queue, ticket.seq, key=_seq), ticket)
         else:
             queue.append(ticket)
         if queue[0] is ticket:
@@ -645,6 +646,10 @@ class FairScheduler:
         tier.deficit.pop(tenant, None)
         if not tier.queues:
             del self._tiers[level]
+
+
+def _seq(ticket: Ticket) -> int:
+    return ticket.seq
 
 
 def _decrement(counts: dict[Any, int], key: Any) -> None:
