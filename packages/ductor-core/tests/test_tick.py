@@ -1337,3 +1337,15 @@ def test_notify_with_bad_recipients_fails_the_step() -> None:
     error = first.state.steps["ask"].error
     assert error is not None
     assert error.code == "notify.bad_recipients"
+
+
+def test_terminal_statuses_are_exactly_the_ended_runs_and_decided_steps() -> None:
+    ended = {s for s in RunStatus if s.terminal}
+    assert ended == {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}
+    decided = {s for s in StepStatus if s.terminal}
+    assert decided == {
+        StepStatus.SUCCEEDED,
+        StepStatus.FAILED,
+        StepStatus.SKIPPED,
+        StepStatus.CANCELLED,
+    }

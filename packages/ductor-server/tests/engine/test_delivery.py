@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -791,6 +793,23 @@ async def test_a_batch_start_that_fails_after_taking_first_tasks_loses_and_repea
         assert workers._free() == workers.concurrency
         assert queue.scheduler.running_count == 0
     assert counts == {f"{run.id}:s{i}:-1:1": 1 for run in started.value.runs for i in range(2)}
+
+
+def test_tracing_is_on_once_a_tracer_provider_is_set() -> None:
+    # In a fresh interpreter: the global provider can be set only once.
+    script = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from ductor_server.telemetry import tracing_enabled\n"
+        "before = tracing_enabled()\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "print(before, tracing_enabled())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
 
 
 async def test_with_no_tracer_provider_steps_continue_only_a_stored_trace(store: Store) -> None:
