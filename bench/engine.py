@@ -43,6 +43,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -216,33 +217,26 @@ async def engine_steps_per_second(target: str | Path, runs: int, steps: int) -> 
 # --- the engine in a real server, through the API -------------------------------------
 
 
-def _succeeded(server: Server) -> dict[str, int]:
-    sql = "SELECT status, COUNT(*) FROM runs GROUP BY status"
+def _query(server: Server, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of `sql` on the server's database, from a connection of our own."""
     if server.database_url is not None:
         with psycopg.connect(server.database_url) as conn:
-            rows = conn.execute(sql).fetchall()
-    else:
-        import sqlite3
+            return conn.execute(sql).fetchall()
+    import sqlite3
 
-        with sqlite3.connect(server.data_dir / "ductor.db", timeout=30) as conn:
-            rows = conn.execute(sql).fetchall()
+    with sqlite3.connect(server.data_dir / "ductor.db", timeout=30) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def _succeeded(server: Server) -> dict[str, int]:
+    rows = _query(server, "SELECT status, COUNT(*) FROM runs GROUP BY status")
     return {str(status): int(count) for status, count in rows}
 
 
 def _last_finish(server: Server) -> float:
     """When the last run finished (its `finished_at`, as a Unix time): the end
     of the measured span, exact where polling the counts would round it up."""
-    sql = "SELECT MAX(finished_at) FROM runs"
-    if server.database_url is not None:
-        with psycopg.connect(server.database_url) as conn:
-            row = conn.execute(sql).fetchone()
-    else:
-        import sqlite3
-
-        with sqlite3.connect(server.data_dir / "ductor.db", timeout=30) as conn:
-            row = conn.execute(sql).fetchone()
-    assert row is not None
-    value = row[0]
+    [(value,)] = _query(server, "SELECT MAX(finished_at) FROM runs")
     moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return moment.timestamp()
 

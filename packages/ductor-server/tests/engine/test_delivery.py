@@ -591,14 +591,14 @@ async def test_a_result_whose_run_another_transaction_holds_is_left_to_the_claim
     assert list(counts.values()) == [1]
 
 
-async def _fail_history_once(store: Store, kind: str, why: str) -> None:
-    """Make the first insert of a `kind` history entry fail, once, in Postgres
+async def _fail_history_once(store: Store, kind: str, why: str, *, nth: int = 1) -> None:
+    """Make the `nth` insert of a `kind` history entry fail, once, in Postgres
     itself ("injected: <why>"); the sequence `fail_once` counts the inserts."""
     async with store.transaction() as tx:
         for statement in (
             "CREATE SEQUENCE fail_once",
             "CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
-            f" BEGIN IF NEW.kind = '{kind}' AND nextval('fail_once') = 1 THEN"
+            f" BEGIN IF NEW.kind = '{kind}' AND nextval('fail_once') = {nth} THEN"
             f" RAISE EXCEPTION 'injected: {why}';"
             " END IF; RETURN NEW; END $$",
             "CREATE TRIGGER fail_once BEFORE INSERT ON run_history"
@@ -756,17 +756,9 @@ async def test_a_batch_start_that_fails_after_taking_first_tasks_loses_and_repea
     # forgets them, every slot held for the batch is free again, nothing is
     # left in the store, and the same batch sent again runs every step once.
     store = pg_store
-    async with store.transaction() as tx:
-        for statement in (
-            "CREATE SEQUENCE fail_once",
-            "CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
-            " BEGIN IF NEW.kind = 'run.created' AND nextval('fail_once') = 3 THEN"
-            " RAISE EXCEPTION 'injected: the batch fails after taking first tasks';"
-            " END IF; RETURN NEW; END $$",
-            "CREATE TRIGGER fail_once BEFORE INSERT ON run_history"
-            " FOR EACH ROW EXECUTE FUNCTION fail_once()",
-        ):
-            await tx.execute(statement)
+    await _fail_history_once(
+        store, "run.created", "the batch fails after taking first tasks", nth=3
+    )
     registry, counts, chain = _counted_chain(2)
     config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
     requests = [RunRequest(family_slug="chain", input={"n": n}) for n in range(3)]
@@ -825,16 +817,10 @@ async def test_with_no_tracer_provider_steps_continue_only_a_stored_trace(store:
         seen[f"{call.run_id}:{call.step_ref}"] = context.trace_id if context.is_valid else None
         return call.step_ref
 
-    registry = default_registry()
+    registry, _, chain = _counted_chain(2)
     registry.register_action("look", look)
-    chain = {
-        "family_slug": "looked",
-        "steps": [
-            {"ref": f"s{i}", "type": "STEP_TYPE_ACTION", "args": {"action": "look"}}
-            for i in range(2)
-        ],
-        "edges": [{"source_ref": "s0", "target_ref": "s1"}],
-    }
+    for spec in chain["steps"]:
+        spec["args"]["action"] = "look"
     caller = trace.SpanContext(
         trace_id=0x0AF7651916CD43DD8448EB211C80319C,
         span_id=0x00F067AA0BA902B7,
@@ -846,8 +832,8 @@ async def test_with_no_tracer_provider_steps_continue_only_a_stored_trace(store:
         services = build_services(rt)
         await services.workflows.publish(TENANT, chain)
         with trace.use_span(trace.NonRecordingSpan(caller)):
-            traced_run = (await services.runs.trigger(TENANT, "looked", None, {}, None)).value
-        plain_run = (await services.runs.trigger(TENANT, "looked", None, {}, None)).value
+            traced_run = (await services.runs.trigger(TENANT, "chain", None, {}, None)).value
+        plain_run = (await services.runs.trigger(TENANT, "chain", None, {}, None)).value
         for run in (traced_run, plain_run):
             assert (await _wait_end(services, run.id)).status == SUCCEEDED
     assert seen == {
