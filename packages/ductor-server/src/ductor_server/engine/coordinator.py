@@ -19,6 +19,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeGuard
@@ -44,7 +45,7 @@ from ductor_server.storage.records import (
     RunRef,
     RunUpdate,
 )
-from ductor_server.telemetry import TICK_DURATION, context_from, meter, tracer, tracing_enabled
+from ductor_server.telemetry import TICK_DURATION, context_from, meter, tracer, wants_spans
 
 log = logging.getLogger("ductor.coordinator")
 _conflicts = meter.create_counter(
@@ -375,9 +376,8 @@ class Coordinator:
                 unknown.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
                 continue
             plan = _Plan(run, pending, kind)
-            if run.trace_context is not None or tracing_enabled():
-                # The tick's span continues the trace the run was started in (with
-                # no tracer provider and no such trace it would be an empty one).
+            if wants_spans(run.trace_context):
+                # The tick's span continues the trace the run was started in.
                 plan.span = tracer.start_span(
                     "ductor.tick",
                     context=context_from(run.trace_context),
@@ -483,18 +483,15 @@ class Coordinator:
                 kind_state=ticked.kind_state,
             )
             span = plan.span
-            if span is None:
+            if span is not None:
+                span.set_attribute("ductor.run.status", str(result.state.status))
+            # The span is current while its commands are gathered: new tasks and
+            # child runs store this tick's trace context.
+            current = nullcontext() if span is None else trace.use_span(span, end_on_exit=False)
+            with current:
                 await apply_commands(
                     tx, self.parts, effects, run=updated, commands=result.commands, now=now
                 )
-            else:
-                span.set_attribute("ductor.run.status", str(result.state.status))
-                # Current while its commands are gathered: new tasks and child runs
-                # store this tick's trace context.
-                with trace.use_span(span, end_on_exit=False):
-                    await apply_commands(
-                        tx, self.parts, effects, run=updated, commands=result.commands, now=now
-                    )
             self.ticks += 1
         if consumed:
             await tx.delete_inbox(consumed)

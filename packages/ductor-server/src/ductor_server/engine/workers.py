@@ -48,7 +48,7 @@ from ductor_server.telemetry import (
     context_from,
     meter,
     tracer,
-    tracing_enabled,
+    wants_spans,
 )
 
 if TYPE_CHECKING:
@@ -202,11 +202,10 @@ def _traced_task(task: TaskRecord) -> Iterator[Span]:
 
 
 def _task_spans(task: TaskRecord) -> contextlib.AbstractContextManager[Span]:
-    """`_traced_task`, or, with no tracer provider set and no trace to continue,
-    no span at all (it would be non-recording and change nothing current)."""
-    if task.trace_context is None and not tracing_enabled():
-        return contextlib.nullcontext(INVALID_SPAN)
-    return _traced_task(task)
+    """`_traced_task`, or no span at all where none is wanted (`wants_spans`)."""
+    if wants_spans(task.trace_context):
+        return _traced_task(task)
+    return contextlib.nullcontext(INVALID_SPAN)
 
 
 @dataclass(frozen=True)
@@ -387,15 +386,14 @@ class Workers:
         """A trigger's transaction ended: start what it took, or forget it, and
         free the slots it held and did not fill."""
         self._starting -= taker.slots
-        if committed and taker.taken:
+        if committed:
             self.taken_at_once += len(taker.taken)
             for task in taker.taken:
                 self._start(task)
-            if len(taker.taken) == taker.slots:
-                return
         elif taker.taken:
             taker.queue.untake([t.id for t in taker.taken])
-        self._slot_free.set()
+        if not committed or len(taker.taken) < taker.slots:
+            self._slot_free.set()
 
     def _start(self, task: TaskRecord) -> None:
         self._leased[task.id] = task

@@ -18,6 +18,7 @@ from ductor_server.telemetry.context import (
     current_traceparent,
     has_client_span,
     inject_headers,
+    wants_spans,
 )
 from ductor_server.telemetry.instruments import (
     API_DURATION,
@@ -56,4 +57,5 @@ __all__ = [
     "traced",
     "tracer",
     "tracing_enabled",
+    "wants_spans",
 ]

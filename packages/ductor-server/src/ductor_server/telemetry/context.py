@@ -19,7 +19,7 @@ from opentelemetry.trace import Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
-from ductor_server.telemetry.instruments import tracer
+from ductor_server.telemetry.instruments import tracer, tracing_enabled
 
 MAX_TRACESTATE = 512
 """The longest `tracestate` stored with a row (characters); a longer one is
@@ -50,6 +50,13 @@ def current_traceparent() -> str | None:
     """The current span's W3C `traceparent`, or None when there is no valid current span."""
     stored = current_trace_context()
     return None if stored is None else stored.partition(" ")[0]
+
+
+def wants_spans(stored: str | None) -> bool:
+    """Whether work that continues the `stored` trace context should make spans of
+    its own: there is a trace to continue, or a tracer provider records them.
+    Otherwise a span would be non-recording and change nothing current."""
+    return stored is not None or tracing_enabled()
 
 
 def context_from(stored: str | None) -> Context | None:
@@ -99,4 +106,5 @@ __all__ = [
     "current_traceparent",
     "has_client_span",
     "inject_headers",
+    "wants_spans",
 ]
