@@ -116,6 +116,36 @@ async def test_the_engine_meters_runs_and_steps_and_never_refuses_its_own_work(
         assert len(runs.items) == 4
 
 
+async def test_the_engine_records_each_alert_its_steps_cross_once(store: Store) -> None:
+    # The engine writes its usage without waiting for the answer (one round trip
+    # less per step on Postgres): the statement records the alerts itself.
+    clock = ManualClock()
+    async with Runtime.start(store, config=CONFIG, clock=clock) as runtime:
+        services = build_services(runtime)
+        await services.workflows.publish(TENANT, _chain("three", 3))
+        await services.metering.create_budget(
+            TENANT,
+            BudgetBody(
+                meter="steps",
+                window=UsageWindow.DAY,
+                limit=4,
+                alert_percents=(50, 75, 100, 200),
+                block=True,  # the engine never refuses its own steps even so
+            ),
+        )
+        for _ in range(2):  # one step ended per report: 1, 2, ... 6 steps
+            run = (await services.runs.trigger(TENANT, "three")).value
+            await _wait_ended(services, run.id)
+        assert await _counter(store, "steps", clock) == 6
+        async with store.read() as tx:
+            alerts = await tx.session.fetch_all(
+                "SELECT percent, lim, value FROM budget_alerts"
+                " WHERE tenant_id = %s AND meter = %s ORDER BY percent",
+                (TENANT, "steps"),
+            )
+    assert [tuple(int(v) for v in row) for row in alerts] == [(50, 4, 2), (75, 4, 3), (100, 4, 4)]
+
+
 async def test_twenty_concurrent_service_triggers_never_pass_ten(store: Store) -> None:
     clock = ManualClock()
     runtime = Runtime(store, roles=(), clock=clock)

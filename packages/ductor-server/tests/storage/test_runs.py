@@ -237,6 +237,49 @@ async def test_a_batch_of_updates_answers_each_run_in_order(store: Store) -> Non
     }
 
 
+async def test_updates_of_runs_locked_in_the_transaction_all_apply(store: Store) -> None:
+    # A caller holding the rows' locks (`lock_runs`) writes without waiting for
+    # the guard's answer; the runs read under the lock, at their versions.
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", f"r{i}") for i in range(3)] + [new_run("t2", "s0")])
+    async with store.transaction() as tx:
+        refs = [RunRef(tenant_id="t1", run_id="r0"), RunRef(tenant_id="t2", run_id="s0")]
+        locked = [run for run, _ in await tx.lock_runs(refs)]
+        assert [(r.tenant_id, r.lock_version) for r in locked] == [("t1", 0), ("t2", 0)]
+        applied = await tx.update_runs(
+            [
+                RunUpdate(
+                    tenant_id=run.tenant_id,
+                    run_id=run.id,
+                    expected_lock_version=run.lock_version,
+                    state=msgspec.structs.replace(RICH_STATE, output={"t": run.tenant_id}),
+                    updated_at=at(5),
+                )
+                for run in locked
+            ],
+            locked=True,
+        )
+        assert applied == [True, True]
+        # Read back in the same transaction: the queued update went first.
+        mine = await tx.get_run("t1", "r0")
+        assert mine is not None
+        assert (mine.lock_version, mine.output) == (1, {"t": "t1"})
+    async with store.transaction() as tx:
+        found = {
+            (r.tenant_id, r.id): (r.lock_version, r.output)
+            for r in await tx.get_runs(
+                [RunRef(tenant_id="t1", run_id=f"r{i}") for i in range(3)]
+                + [RunRef(tenant_id="t2", run_id="s0")]
+            )
+        }
+    assert found == {
+        ("t1", "r0"): (1, {"t": "t1"}),
+        ("t1", "r1"): (0, None),
+        ("t1", "r2"): (0, None),
+        ("t2", "s0"): (1, {"t": "t2"}),
+    }
+
+
 async def test_concurrent_writers_of_one_version_never_both_apply(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", "r1")])

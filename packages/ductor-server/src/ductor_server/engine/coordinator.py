@@ -178,7 +178,7 @@ class Coordinator:
         return (await self._round(limit or self.batch)).claimed
 
     async def _round(self, limit: int) -> _Round:
-        effects = Effects()
+        effects = Effects(watch_budgets=False)  # a tick refuses nothing over a budget
         done = await self._traced(
             effects,
             lambda now, spans, done: self._tick_batch(now, effects, limit, spans, done),
@@ -230,7 +230,7 @@ class Coordinator:
         if not locked:
             return left, None
         runs = [run for run, _ in locked]
-        effects = Effects(taker=taker)
+        effects = Effects(taker=taker, watch_budgets=False)
         handled: set[tuple[str, str]] = set()
 
         async def tick(now: datetime, spans: list[Span], done: _Round) -> int:
@@ -414,17 +414,26 @@ class Coordinator:
             elif plan.kind is not None:
                 inputs = [i.input for i in plan.pending]
                 plan.ticked = await plan.kind.tick(tx, self.parts, plan.run, inputs, now)
-        applied = await self._write(tx, effects, plans, now, done)
+        # The runs were read and locked in `tx` (a claim, or `lock_runs`).
+        applied = await self._write(tx, effects, plans, now, done, locked=True)
         self.inline_batches += 1
         return applied
 
     async def _write(
-        self, tx: Tx, effects: Effects, plans: list[_Plan], now: datetime, done: _Round
+        self,
+        tx: Tx,
+        effects: Effects,
+        plans: list[_Plan],
+        now: datetime,
+        done: _Round,
+        *,
+        locked: bool = False,
     ) -> set[tuple[str, str]]:
         """Write the ticked plans' new states guarded by their lock_version, their
         commands and history, and delete the stored input they took; return the
         keys of the runs whose input was taken (an applied tick, or late input
-        recorded as ignored)."""
+        recorded as ignored). `locked`: `tx` holds the runs' row locks since it
+        read them (`Tx.update_runs`)."""
         live = [(plan.run, plan.ticked) for plan in plans if plan.ticked is not None]
         applied = await tx.update_runs(
             [
@@ -438,7 +447,8 @@ class Coordinator:
                     outlined=run.outlined,
                 )
                 for run, ticked in live
-            ]
+            ],
+            locked=locked,
         )
         ok = {(run.tenant_id, run.id) for (run, _), good in zip(live, applied, strict=True) if good}
         consumed: list[InboxRef] = []

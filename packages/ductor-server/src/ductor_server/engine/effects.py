@@ -131,7 +131,9 @@ class Effects:
 
     Runs created and steps ended are metered as the history is flushed
     (`METERED_HISTORY`); `budgeted` then holds the budget-watched counters that
-    flush changed, for a caller that refuses work past a blocking budget.
+    flush changed, for a caller that refuses work past a blocking budget. A
+    caller that refuses nothing (the engine's ticks) sets `watch_budgets` off:
+    the usage is written all the same, without waiting for its answer.
     """
 
     topics: set[Topic] = field(default_factory=set)
@@ -147,6 +149,7 @@ class Effects:
     inbox_keys: set[tuple[str, str]] = field(default_factory=set)
     taker: TaskTaker | None = None  # takes some new tasks at once (a report, a trigger)
     started: dict[tuple[str, str], StartedRun] = field(default_factory=dict)  # for `taker`
+    watch_budgets: bool = True  # fill `budgeted` (see `add_usage`)
 
     async def flush(self, tx: Tx) -> None:
         """Write everything gathered so far through `tx` (call before it commits)."""
@@ -181,7 +184,9 @@ class Effects:
                 if entry.kind in METERED_HISTORY
             ]
             if usage:
-                self.budgeted = await add_usage(tx.session, usage, self.history[0].at)
+                self.budgeted = await add_usage(
+                    tx.session, usage, self.history[0].at, watch=self.watch_budgets
+                )
         self.cancel_timers, self.clear_waits, self.set_timers = [], [], []
         self.add_waits, self.tasks, self.inbox, self.history = [], [], [], []
 

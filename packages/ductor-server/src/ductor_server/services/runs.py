@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -596,8 +597,12 @@ class RunsService:
                             raise WorkflowNotFound(request.family_slug)
                         views[index] = (run_view(other, None), True)
                         continue
-                    resolved = await self._resolve_or_existing(
-                        tx, versions, tenant_id, request.family_slug, request.version, key
+                    resolved = (
+                        (first.record, first.definition)
+                        if first is not None
+                        else await self._resolve_or_existing(
+                            tx, versions, tenant_id, request.family_slug, request.version, key
+                        )
                     )
                 except ServerError as error:
                     error.details = {**(error.details or {}), "pointer": f"/runs/{index}"}
@@ -615,10 +620,7 @@ class RunsService:
                             definition=definition,
                             input=request.input,
                             idempotency_key=key,
-                            # A publish since the first tick was computed moves "latest" on.
-                            first=first[1]
-                            if first is not None and first[0] == record.version
-                            else None,
+                            first=first.first if first is not None else None,
                         ),
                     )
                 )
@@ -660,7 +662,7 @@ class RunsService:
         input: Any,
         stored_key: str | None,
         now: datetime,
-    ) -> tuple[int, FirstTick] | None:
+    ) -> _Ready | None:
         """The first tick of the DAG run a trigger would start, computed before the
         trigger's transaction opens (on the loop only when cheap) (it evaluates CEL over the
         input, which may be large), with the version it is for; None when there
@@ -676,7 +678,7 @@ class RunsService:
         requests: Sequence[RunRequest],
         stored_keys: Sequence[str | None],
         now: datetime,
-    ) -> list[tuple[int, FirstTick] | None]:
+    ) -> list[_Ready | None]:
         """`_first_tick` for each request of a batch, read together: the run keys
         already taken in one round trip, each named version once."""
         context = self._context
@@ -700,7 +702,7 @@ class RunsService:
                     resolved[i] = await versions.resolve(
                         requests[i].family_slug, requests[i].version
                     )
-        firsts: list[tuple[int, FirstTick] | None] = []
+        firsts: list[_Ready | None] = []
         for request, found in zip(requests, resolved, strict=True):
             if found is None:
                 firsts.append(None)
@@ -709,7 +711,7 @@ class RunsService:
             first = await compute_first_tick(
                 context.parts, definition, input=request.input, now=now
             )
-            firsts.append((record.version, first))
+            firsts.append(_Ready(record, definition, first))
         return firsts
 
     async def _create(
@@ -722,21 +724,25 @@ class RunsService:
         input: Any,
         stored_key: str | None,
         now: datetime,
-        first: tuple[int, FirstTick] | None = None,
+        first: _Ready | None = None,
     ) -> tuple[RunView, bool]:
         """The run started (True) and its effects written, or the one its key
         names (False).
 
         A run key already taken is found by the insert itself (it writes nothing
         then and returns the run); it is looked up first only when the workflow
-        cannot be resolved, so that a retry still gets its run."""
-        versions = _Versions(self._context.catalog, tx, tenant_id)
-        resolved = await self._resolve_or_existing(
-            tx, versions, tenant_id, family_slug, version, stored_key
-        )
-        if isinstance(resolved, RunView):
-            return resolved, False
-        record, definition = resolved
+        cannot be resolved, so that a retry still gets its run. With `first`, the
+        version read before the transaction is the one the run pins."""
+        if first is not None:
+            record, definition = first.record, first.definition
+        else:
+            versions = _Versions(self._context.catalog, tx, tenant_id)
+            resolved = await self._resolve_or_existing(
+                tx, versions, tenant_id, family_slug, version, stored_key
+            )
+            if isinstance(resolved, RunView):
+                return resolved, False
+            record, definition = resolved
         inserted = await create_run(
             tx,
             self._context.parts,
@@ -747,8 +753,7 @@ class RunsService:
             input=input,
             now=now,
             idempotency_key=stored_key,
-            # A publish since the first tick was computed moves "latest" on.
-            first=first[1] if first is not None and first[0] == record.version else None,
+            first=first.first if first is not None else None,
         )
         if inserted.created:
             await effects.flush(tx)
@@ -1002,6 +1007,18 @@ __all__ = [
     "parse_run_status",
     "run_view",
 ]
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """A DAG run a trigger starts, prepared before its transaction opens: the
+    version it pins (the family's latest as read then, when none is named), its
+    definition, and its first tick. A publish that commits meanwhile is as if
+    it came after the trigger."""
+
+    record: WorkflowVersionRecord
+    definition: WorkflowDefinition
+    first: FirstTick
 
 
 class _Versions:

@@ -101,12 +101,15 @@ def _merged(increments: Iterable[UsageIncrement]) -> list[UsageIncrement]:
     ]
 
 
+def _folded(fold: Fold) -> str:
+    """A counter's new value in the upsert (`c` the stored row)."""
+    if fold is Fold.ADD:
+        return "c.value + excluded.value"
+    return "CASE WHEN excluded.value > c.value THEN excluded.value ELSE c.value END"
+
+
 def _upsert_sql(fold: Fold, rows: int, *, returning: str) -> str:
-    new = (
-        "c.value + excluded.value"
-        if fold is Fold.ADD
-        else ("CASE WHEN excluded.value > c.value THEN excluded.value ELSE c.value END")
-    )
+    new = _folded(fold)
     return (
         "INSERT INTO usage_counters AS c (tenant_id, meter, win, window_start, value, updated_at)"
         " VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s)"] * rows) + ""
@@ -116,14 +119,52 @@ def _upsert_sql(fold: Fold, rows: int, *, returning: str) -> str:
     )
 
 
+def _budgeted_pg(fold: Fold, rows: int) -> str:
+    """Postgres: the upsert of `rows` counters, the alerts it crossed recorded,
+    and the budget-watched counters it changed answered, in one statement (its
+    params: the rows', then the alerts' `created_at`)."""
+    new = _folded(fold)
+    # A threshold is crossed when the value reaches it; for a sum or count, only
+    # if the value before this batch (value - added) had not.
+    crossed = "true"
+    if fold is Fold.ADD:
+        crossed = "(w.value - w.added)::numeric * 100 < p.percent * w.lim"
+    values = ", ".join(["(%s, %s, %s, %s::timestamptz, %s::bigint, %s::timestamptz)"] * rows)
+    return (
+        f"WITH v (tenant_id, meter, win, window_start, value, updated_at) AS (VALUES {values}),"
+        " u AS (INSERT INTO usage_counters AS c"
+        " (tenant_id, meter, win, window_start, value, updated_at)"
+        " SELECT tenant_id, meter, win, window_start, value, updated_at FROM v"
+        " ON CONFLICT (tenant_id, meter, win, window_start)"
+        f" DO UPDATE SET value = {new}, updated_at = excluded.updated_at"
+        " RETURNING c.tenant_id, c.meter, c.win, c.window_start, c.value),"
+        " w AS (SELECT u.tenant_id, u.meter, u.win, u.window_start, u.value, v.value AS added,"
+        " b.lim, b.block, b.alert_percents FROM u"
+        " JOIN v ON v.tenant_id = u.tenant_id AND v.meter = u.meter AND v.win = u.win"
+        " JOIN budgets b ON b.tenant_id = u.tenant_id AND b.meter = u.meter AND b.win = u.win),"
+        " a AS (INSERT INTO budget_alerts"
+        " (tenant_id, meter, win, window_start, percent, lim, value, created_at)"
+        " SELECT DISTINCT w.tenant_id, w.meter, w.win, w.window_start, p.percent, w.lim,"
+        " w.value, %s::timestamptz FROM w CROSS JOIN LATERAL (SELECT x::integer AS percent"
+        " FROM jsonb_array_elements_text(w.alert_percents::jsonb) x) p"
+        f" WHERE p.percent * w.lim::numeric <= w.value::numeric * 100 AND {crossed}"
+        " ON CONFLICT (tenant_id, meter, win, window_start, percent) DO NOTHING)"
+        " SELECT w.tenant_id, w.meter, w.win, w.value, w.lim, w.block, w.alert_percents FROM w"
+    )
+
+
 async def add_usage(
-    db: Session, increments: Iterable[UsageIncrement], now: datetime
+    db: Session, increments: Iterable[UsageIncrement], now: datetime, *, watch: bool = True
 ) -> list[BudgetedCounter]:
     """Add `increments` to the counters of the windows containing `now`.
 
     Increments of the same tenant, meter and fold are merged first (summed, or
     the greatest kept). Returns the counters that a budget watches, after the
     batch; alert thresholds the batch crossed are recorded in `budget_alerts`.
+
+    Without `watch` (a caller that refuses nothing over a budget), the same is
+    written but nothing is returned, and on Postgres nobody waits for it: the
+    statement goes with the transaction's next one.
     """
     merged = [inc for inc in _merged(increments) if inc.amount > 0 or inc.fold is Fold.MAX]
     if not merged:
@@ -143,16 +184,11 @@ async def add_usage(
                 params += [inc.amount, stamp]
         rows: Sequence[Row]
         if db.backend == "postgres":
-            rows = await db.fetch_all(
-                "WITH u AS ("
-                + _upsert_sql(
-                    fold, len(batch) * 3, returning="c.tenant_id, c.meter, c.win, c.value"
-                )
-                + ") SELECT u.tenant_id, u.meter, u.win, u.value, b.lim, b.block, b.alert_percents"
-                " FROM u JOIN budgets b ON b.tenant_id = u.tenant_id AND b.meter = u.meter"
-                " AND b.win = u.win",
-                params,
-            )
+            sql = _budgeted_pg(fold, len(batch) * 3)
+            if not watch:
+                await db.executemany(sql, [(*params, stamp)])
+                continue
+            rows = await db.fetch_all(sql, (*params, stamp))
         else:
             rows = await _sqlite_budgeted(db, fold, batch, params)
         for tenant_id, meter, win, value, limit, block, percents in rows:
@@ -172,6 +208,8 @@ async def add_usage(
                     alert_percents=tuple(int(p) for p in db.from_json(percents) or ()),
                 )
             )
+    if db.backend == "postgres":
+        return found  # the statement recorded the alerts
     alerts = [(c, p) for c in found for p in c.crossed()]
     if alerts:
         await db.executemany(
@@ -192,7 +230,7 @@ async def add_usage(
                 for c, p in alerts
             ],
         )
-    return found
+    return found if watch else []
 
 
 async def _sqlite_budgeted(
