@@ -90,6 +90,7 @@ class FakeServer:
     events: list[dict[str, Any]] = field(default_factory=list)
     signals: list[tuple[str, str, Any]] = field(default_factory=list)
     gets_until_done: int = 2
+    waits: list[str | None] = field(default_factory=list)  # each GET's `wait`, if any
     nonces: SeenNonces = field(default_factory=SeenNonces)
 
 
@@ -208,6 +209,7 @@ def _fake_app(state: FakeServer) -> Starlette:
         if run is None:
             return error(404, "run.not_found", f"no run {request.path_params['run_id']!r}")
         run["gets"] += 1
+        state.waits.append(request.query_params.get("wait"))
         if run["status"] == "RUN_STATUS_PENDING" and run["gets"] >= state.gets_until_done:
             run["status"] = "RUN_STATUS_SUCCEEDED"
             run["output"] = {"echo": run["input"]}

@@ -27,6 +27,11 @@ def test_sync_client_triggers_reads_waits_signals_and_cancels(fake_server: Any) 
         done = api.wait_for_result(run.id, timeout=5, interval=0.01)
         assert done.succeeded
         assert done.output == {"echo": {"id": 1}}
+        # Each read asked the server to hold it until the run ends (at most the
+        # time left); this fake answers at once, so the client paused between.
+        asked = [float(w) for w in fake_server.waits if w is not None]
+        assert len(asked) == 2
+        assert all(0 < w <= 5 for w in asked)
         accepted = api.send_event("order.created", {"id": 1}, id="evt-1")
         assert accepted == EventAccepted(id="evt-1", name="order.created")
         api.signal(run.id, "approve", {"by": "ops"})

@@ -133,8 +133,16 @@ def _run_path(run_id: str, suffix: str = "") -> str:
     return f"/v1/runs/{quote(run_id, safe='')}{suffix}"
 
 
-def _get_run(run_id: str) -> _Call:
-    return _Call(method="GET", path=_run_path(run_id))
+def _get_run(run_id: str, wait: float | None = None) -> _Call:
+    path = _run_path(run_id)
+    if wait is not None:
+        path += f"?wait={wait:.3f}"
+    return _Call(method="GET", path=path)
+
+
+LONG_POLL = 30.0
+"""Seconds one request of `wait_for_result` asks the server to hold it (a long
+poll: `GET /v1/runs/{id}?wait=`, answered as soon as the run ends)."""
 
 
 def _signal(run_id: str, name: str, payload: Any, id: str | None) -> _Call:
@@ -182,6 +190,12 @@ def _http_options(base_url: str, api_key: str | None, timeout: float) -> dict[st
     return {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout}
 
 
+def _longer(timeout: httpx.Timeout, extra: float) -> httpx.Timeout:
+    """`timeout` with `extra` seconds more to read the answer."""
+    read = None if timeout.read is None else timeout.read + extra
+    return httpx.Timeout(connect=timeout.connect, read=read, write=timeout.write, pool=timeout.pool)
+
+
 class _Poll:
     """The deadline of one `wait_for_result`; the clients only fetch and sleep."""
 
@@ -198,6 +212,18 @@ class _Poll:
         if self._clock() >= self._deadline:
             raise TimeoutError(f"run {self._run_id!r} still {run.status} after {self._timeout}s")
         return False
+
+    def wait(self) -> float:
+        """How long the next request asks the server to hold it: the time left,
+        at most `LONG_POLL` seconds, and at least a millisecond."""
+        return min(LONG_POLL, max(self._deadline - self._clock(), 0.001))
+
+    @staticmethod
+    def held(asked: float, wait: float) -> bool:
+        """Whether the server held a request asked at `asked` (monotonic) for about
+        `wait` seconds; an answer much sooner, with the run not done, comes from a
+        server that does not long-poll, and the client pauses `interval` instead."""
+        return time.monotonic() - asked >= wait / 2
 
 
 class ApiClient:
@@ -235,8 +261,12 @@ class ApiClient:
         """Close the connection pool."""
         self._http.close()
 
-    def _send(self, call: _Call) -> httpx.Response:
-        return self._http.request(call.method, call.path, content=call.body, headers=_traced(call))
+    def _send(self, call: _Call, *, extra: float = 0.0) -> httpx.Response:
+        """Send `call`; `extra` seconds are added to the timeout (a long poll)."""
+        timeout = httpx.USE_CLIENT_DEFAULT if not extra else _longer(self._http.timeout, extra)
+        return self._http.request(
+            call.method, call.path, content=call.body, headers=_traced(call), timeout=timeout
+        )
 
     def trigger(
         self,
@@ -285,17 +315,23 @@ class ApiClient:
         interval: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
     ) -> Run:
-        """Poll a run until it reaches a terminal status and return it.
+        """Wait for a run to reach a terminal status and return it: each request
+        asks the server to answer once the run ends (a long poll, up to 30 s at a
+        time); `interval` is the pause between requests only for a server that
+        answers at once.
 
         Raises:
             TimeoutError: the run is still going after `timeout` seconds.
         """
         poll = _Poll(run_id, timeout, clock)
         while True:
-            run = self.get_run(run_id)
+            wait, asked = poll.wait(), time.monotonic()
+            call = _get_run(run_id, wait)
+            run = _decode(call, self._send(call, extra=wait), Run)
             if poll.finished(run):
                 return run
-            time.sleep(interval)
+            if not poll.held(asked, wait):
+                time.sleep(interval)
 
 
 class AsyncApiClient:
@@ -335,9 +371,11 @@ class AsyncApiClient:
         """Close the connection pool."""
         await self._http.aclose()
 
-    async def _send(self, call: _Call) -> httpx.Response:
+    async def _send(self, call: _Call, *, extra: float = 0.0) -> httpx.Response:
+        """Send `call`; `extra` seconds are added to the timeout (a long poll)."""
+        timeout = httpx.USE_CLIENT_DEFAULT if not extra else _longer(self._http.timeout, extra)
         return await self._http.request(
-            call.method, call.path, content=call.body, headers=_traced(call)
+            call.method, call.path, content=call.body, headers=_traced(call), timeout=timeout
         )
 
     async def trigger(
@@ -389,14 +427,18 @@ class AsyncApiClient:
         interval: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
     ) -> Run:
-        """Poll a run until it reaches a terminal status and return it.
+        """Wait for a run to reach a terminal status and return it, as
+        `ApiClient.wait_for_result` does (a long poll).
 
         Raises:
             TimeoutError: the run is still going after `timeout` seconds.
         """
         poll = _Poll(run_id, timeout, clock)
         while True:
-            run = await self.get_run(run_id)
+            wait, asked = poll.wait(), time.monotonic()
+            call = _get_run(run_id, wait)
+            run = _decode(call, await self._send(call, extra=wait), Run)
             if poll.finished(run):
                 return run
-            await asyncio.sleep(interval)
+            if not poll.held(asked, wait):
+                await asyncio.sleep(interval)

@@ -214,6 +214,7 @@ def build_services(
         parts=runtime.parts,
         feed=runtime.inbox_feed,
         start_taker=runtime.start_taker,
+        endings=runtime.endings,
     )
     routing_engine = expressions or runtime.engine or default_engine()
     ledger = LedgerService(runtime.store, clock=runtime.clock, hooks=hooks)

@@ -163,6 +163,19 @@ class RunNotEnded(ServerError):
         )
 
 
+class RunWaitLimit(ServerError):
+    """The tenant has as many requests waiting for runs to end as one process holds."""
+
+    code = "run.wait_limit"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"this tenant already has {limit} requests waiting for runs to end on this"
+            " server; wait for fewer runs at once, or ask again without `wait`",
+            details={"limit": limit},
+        )
+
+
 class RunEnded(ServerError):
     """The run has already ended, so it takes no more signals."""
 

@@ -33,6 +33,7 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "run_inbox": ("run_inbox_by_time", ("available_at",)),
     },
     "get_run": {"runs": ("runs_pkey", ("tenant_id", "id"))},
+    "run_status": {"runs": ("runs_pkey", ("tenant_id", "id"))},
     "lock_run": {
         "runs": ("runs_pkey", ("tenant_id", "id")),
         "run_inbox": ("run_inbox_by_run", ("tenant_id", "run_id")),
@@ -65,6 +66,7 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "clear_run_waits": {"waits": ("waits_pkey", ("tenant_id", "run_id"))},
     "append_history": {},
     "get_runs_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
+    "run_statuses_batch": {"runs": ("runs_pkey", ("tenant_id", "id"))},
     "lock_runs_batch": {
         "runs": ("runs_pkey", ("tenant_id", "id")),
         "run_inbox": ("run_inbox_by_run", ("tenant_id", "run_id")),

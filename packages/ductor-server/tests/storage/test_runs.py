@@ -280,6 +280,37 @@ async def test_updates_of_runs_locked_in_the_transaction_all_apply(store: Store)
     }
 
 
+async def test_run_statuses_answer_each_ref_in_order(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_runs(
+            [
+                new_run("t1", "r0"),
+                new_run("t1", "r1", status=RunStatus.SUCCEEDED),
+                new_run("t2", "s0", status=RunStatus.CANCELLED),
+            ]
+        )
+    async with store.read() as tx:
+        found = await tx.run_statuses(
+            [
+                RunRef(tenant_id="t1", run_id="r1"),
+                RunRef(tenant_id="t2", run_id="r0"),  # another tenant's id
+                RunRef(tenant_id="t1", run_id="r0"),
+                RunRef(tenant_id="t1", run_id="nope"),
+                RunRef(tenant_id="t2", run_id="s0"),
+                RunRef(tenant_id="t1", run_id="r1"),  # named twice
+            ]
+        )
+        assert await tx.run_statuses([]) == []
+    assert found == [
+        RunStatus.SUCCEEDED,
+        None,
+        RunStatus.RUNNING,
+        None,
+        RunStatus.CANCELLED,
+        RunStatus.SUCCEEDED,
+    ]
+
+
 async def test_concurrent_writers_of_one_version_never_both_apply(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", "r1")])

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import msgspec
 from opentelemetry import trace
@@ -46,6 +46,9 @@ from ductor_server.storage.records import (
     RunUpdate,
 )
 from ductor_server.telemetry import TICK_DURATION, context_from, meter, tracer, wants_spans
+
+if TYPE_CHECKING:
+    from ductor_server.engine.endings import RunEndings
 
 log = logging.getLogger("ductor.coordinator")
 _conflicts = meter.create_counter(
@@ -82,6 +85,7 @@ class Coordinator:
         feed: InboxFeed | None = None,
     ) -> None:
         self.store = store
+        self.endings: RunEndings | None = None  # set by the Runtime
         self.feed = feed
         self.parts = parts
         self.clock = clock
@@ -185,7 +189,7 @@ class Coordinator:
             self.clock.now(),
         )
         if done.claimed:
-            effects.notify(self.wake, self.feed)
+            self._notify(effects)
         else:
             self.empty_rounds += 1
         return done
@@ -266,7 +270,14 @@ class Coordinator:
 
         await self._traced(effects, tick, now)
         left = [r for r in left if (r.tenant_id, r.run_id) not in handled]
-        return left, (lambda: effects.notify(self.wake, self.feed)) if handled else None
+        return left, (lambda: self._notify(effects)) if handled else None
+
+    def _notify(self, effects: Effects) -> None:
+        """After a commit: answer the requests of this process that wait for the
+        runs it ended, then wake the loops (see `RunEndings`)."""
+        if self.endings is not None and effects.ended:
+            self.endings.ended(effects.ended)
+        effects.notify(self.wake, self.feed)
 
     async def _traced(
         self,

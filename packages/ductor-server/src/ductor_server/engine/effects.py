@@ -579,6 +579,7 @@ async def _finish(
     now: datetime,
 ) -> None:
     effects.ended.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
+    effects.topics.add(Topic.ENDED)  # wakes the requests that wait for runs to end
     # The run's kind frees what it held (a bridge run its concurrency slot).
     await parts.kinds.get(run.kind).on_finish(
         tx, parts, effects, run=run, finished=finished, now=now

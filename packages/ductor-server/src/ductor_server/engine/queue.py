@@ -21,6 +21,7 @@ class Topic(enum.StrEnum):
     TIMERS = "timers"  # timers were set or changed: the timer loop should re-plan
     EMAIL = "email"  # inbox emails were queued: the email loop should look
     POLICY = "policy"  # an operator changed a tenant's queue policy: queues read it again
+    ENDED = "ended"  # runs ended: requests waiting for a run to end should look
 
 
 @runtime_checkable

@@ -25,6 +25,7 @@ from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.coordinator import Coordinator
 from ductor_server.engine.effects import EngineParts, StartTaker
 from ductor_server.engine.emails import EmailPolicy, EmailSender
+from ductor_server.engine.endings import RunEndings
 from ductor_server.engine.errors import MissingHandler
 from ductor_server.engine.fairness import FairPolicy
 from ductor_server.engine.fairqueue import LocalFairQueue
@@ -230,6 +231,10 @@ class Runtime:
         self.queue_depth = QueueDepthSampler(
             store, clock=self.clock, interval=cfg.queue_depth_interval
         )
+        # Requests of this process waiting for runs to end (any roles: the runs
+        # may end in another process, which wakes this one or is polled).
+        self.endings = RunEndings(store, self.wakeup)
+        self.coordinator.endings = self.endings
         self._loops: list[asyncio.Task[None]] = []
         self.trims = 0  # times the heap's free memory was handed back
 
@@ -370,6 +375,7 @@ class Runtime:
         if Role.WORKER in self.roles:
             await self.workers.drain(self.config.stop_grace)
         await self.actions.aclose()
+        await self.endings.close()
         for part in (self.wakeup, self.inbox_feed):
             close = getattr(part, "aclose", None)
             if close is not None:

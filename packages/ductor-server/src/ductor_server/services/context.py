@@ -13,6 +13,7 @@ from ductor_core.expressions import ExpressionEngine
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import EngineParts, StartTaker
+from ductor_server.engine.endings import RunEndings
 from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.queue import WakeUp
 from ductor_server.storage.protocol import Store
@@ -33,6 +34,7 @@ class ServiceContext:
             of runs, a taker of their first tasks, when a worker of this process
             may lease them at once (`Runtime.start_taker`; None, or a call that
             answers None: the tasks wait in the queue).
+        endings: where a request waits for a run to end (None: it cannot wait).
     """
 
     store: Store
@@ -41,6 +43,7 @@ class ServiceContext:
     parts: EngineParts
     feed: InboxFeed | None = None
     start_taker: Callable[[int], StartTaker | None] | None = None
+    endings: RunEndings | None = None
 
     @property
     def catalog(self) -> WorkflowCatalog:

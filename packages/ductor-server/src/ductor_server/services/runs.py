@@ -7,6 +7,7 @@ It speaks in tenants, views and `ServerError`s; it never mentions a transport.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Sequence
@@ -66,6 +67,7 @@ from ductor_server.storage.records import (
     NewInboxItem,
     RunInsert,
     RunRecord,
+    RunRef,
     WorkflowVersionRecord,
 )
 from ductor_server.telemetry import traced
@@ -800,12 +802,32 @@ class RunsService:
         pinned = await catalog.definition(tx, tenant_id, run.family_slug, run.version)
         return run_view(run, pinned or definition), False
 
-    async def get(self, tenant_id: str, run_id: str) -> RunView:
-        """A run with per-step state.
+    async def get(self, tenant_id: str, run_id: str, *, wait: float | None = None) -> RunView:
+        """A run with per-step state; with `wait`, once it has ended or `wait`
+        seconds have passed, whichever comes first (a long poll).
 
         Raises:
             RunNotFound
+            RunWaitLimit: `run.wait_limit`, too many requests of the tenant wait.
         """
+        endings = self._context.endings
+        if wait is None or wait <= 0 or endings is None:
+            return await self._read(tenant_id, run_id)
+        # Watch before the first look: an end committed after it still wakes us.
+        with endings.watch(tenant_id, run_id) as ended:
+            async with self._context.store.read() as tx:
+                [status] = await tx.run_statuses([RunRef(tenant_id=tenant_id, run_id=run_id)])
+            if status is None:
+                raise RunNotFound(run_id)
+            if not status.terminal:
+                try:
+                    async with asyncio.timeout(wait):
+                        await ended
+                except TimeoutError:
+                    pass
+        return await self._read(tenant_id, run_id)
+
+    async def _read(self, tenant_id: str, run_id: str) -> RunView:
         async with self._context.store.transaction() as tx:
             run = await tx.get_run(tenant_id, run_id)
             if run is None:

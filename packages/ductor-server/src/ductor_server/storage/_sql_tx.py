@@ -172,6 +172,7 @@ CLAIM_RUNS_WITH_INBOX_PLAIN = (
 )
 """SQLite (one writer, no row locks, no LATERAL): a plain join."""
 GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE tenant_id = %s AND id = %s"
+RUN_STATUS = "SELECT status FROM runs WHERE tenant_id = %s AND id = %s"
 _HAS_INBOX = (
     "EXISTS (SELECT 1 FROM run_inbox i WHERE i.tenant_id = {runs}.tenant_id"
     " AND i.run_id = {runs}.id)"
@@ -337,6 +338,11 @@ def _unnest(*columns: str) -> str:
 
 GET_RUNS_PG = (
     f"SELECT v.n, {_qualified(_RUN_COLS, 'r')} FROM "
+    + _unnest("tenant_id text", "id text")
+    + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
+)
+RUN_STATUSES_PG = (
+    "SELECT v.n, r.status FROM "
     + _unnest("tenant_id text", "id text")
     + " JOIN runs r ON r.tenant_id = v.tenant_id AND r.id = v.id"
 )
@@ -534,6 +540,7 @@ APPEND_HISTORIES_PG = (
 
 BATCHES_PG: dict[str, Batch] = {
     GET_RUN: Batch(GET_RUNS_PG, (), ordinal=True),
+    RUN_STATUS: Batch(RUN_STATUSES_PG, (), ordinal=True),
     LOCK_RUN.format(lock=PG_SKIP_LOCKED): Batch(LOCK_RUNS_PG, (), ordinal=True),
     UPDATE_RUN: Batch(UPDATE_RUNS_PG, (8, 9), ordinal=True),
     LOAD_RUN_INBOX: Batch(LOAD_RUNS_INBOX_PG, (), ordinal=True),
@@ -558,6 +565,7 @@ HOT_STATEMENTS: dict[str, str] = {
     "claim_runs_with_inbox": CLAIM_RUNS_WITH_INBOX_PG,
     "claim_runs": CLAIM_RUNS_PG,
     "get_run": GET_RUN,
+    "run_status": RUN_STATUS,
     "lock_run": LOCK_RUN,
     "update_run": UPDATE_RUN,
     "load_run_inbox": LOAD_RUN_INBOX,
@@ -581,6 +589,7 @@ HOT_STATEMENTS: dict[str, str] = {
     "clear_run_waits": CLEAR_RUN_WAITS,
     "append_history": APPEND_HISTORY,
     "get_runs_batch": GET_RUNS_PG,
+    "run_statuses_batch": RUN_STATUSES_PG,
     "lock_runs_batch": LOCK_RUNS_PG,
     "update_runs_batch": UPDATE_RUNS_PG,
     "load_runs_inbox_batch": LOAD_RUNS_INBOX_PG,
@@ -1296,6 +1305,14 @@ class SqlTx:
             GET_RUN, [(ref.tenant_id, ref.run_id) for ref in refs]
         )
         return await self._runs_of([r for r in rows if r is not None])
+
+    async def run_statuses(self, refs: Sequence[RunRef]) -> list[RunStatus | None]:
+        if not refs:
+            return []
+        rows = await self.executemany_returning(
+            RUN_STATUS, [(ref.tenant_id, ref.run_id) for ref in refs]
+        )
+        return [None if row is None else RunStatus(row[0]) for row in rows]
 
     async def lock_runs(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
         if not refs:

@@ -20,6 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ductor_core.runs import RunStatus
 from ductor_server.storage.records import (
     ApiKeyRecord,
     AttemptRecord,
@@ -293,6 +294,11 @@ class RunsTx(Protocol):
 
     async def get_runs(self, refs: Sequence[RunRef]) -> list[RunRecord]:
         """The runs that exist among `refs` (missing ones are left out), in `refs` order."""
+        ...
+
+    async def run_statuses(self, refs: Sequence[RunRef]) -> list[RunStatus | None]:
+        """Each run's status, in `refs` order (None: no such run of that tenant);
+        reads nothing else of the run."""
         ...
 
     async def find_run_by_idempotency_key(self, tenant_id: str, key: str) -> RunRecord | None:

@@ -24,6 +24,9 @@ from ductor_server.transports.rest.bodies import (
 from ductor_server.transports.rest.errors import V1_ERRORS
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
+MAX_WAIT_SECONDS = 60.0
+"""The longest `GET /v1/runs/{run_id}?wait=` may hold a request."""
+
 
 class RunsController(Controller):
     """Runs of published workflows, pinned to the version they started with."""
@@ -84,9 +87,12 @@ class RunsController(Controller):
         run_id: FromPath[str],
         tenant_id: NamedDependency[str],
         runs: NamedDependency[RunsService],
+        wait: Annotated[float | None, QueryParameter(gt=0, le=MAX_WAIT_SECONDS)] = None,
     ) -> RunView:
-        """A run: status, input, output, error and every step's state."""
-        return await runs.get(tenant_id, run_id)
+        """A run: status, input, output, error and every step's state. With `wait`
+        (seconds, up to 60), answered once the run has ended or the time is up,
+        whichever comes first: check `status`."""
+        return await runs.get(tenant_id, run_id, wait=wait)
 
     @get("/{run_id:str}/history", responses=V1_ERRORS)
     async def history(
