@@ -22,17 +22,19 @@ with its own `POST /v1/runs`.
 4. Latency: `--runs` runs started one at a time at a steady pace, half that
    rate (`--fraction`), each request sent on schedule, not after the previous
    answer. A run's latency is from the moment its request is sent to the
-   moment a watcher sees it succeeded: by default one query for every run in
-   flight every `--poll-ms` against the database, from a connection of its own
-   (`--observe api` polls `GET /v1/runs/{id}` per run instead: requests the
-   server serves alongside the runs, enough to overload it). The latency to
-   the run's own `finished_at` (the time its last tick began), which costs no
-   observation, is printed beside it.
+   moment the caller learns it succeeded: by default the caller's own long
+   poll, `GET /v1/runs/{id}?wait=30` sent as soon as the trigger is answered,
+   which the server answers once the run has ended (`--observe db`: one query
+   for every run in flight every `--poll-ms` against the database, from a
+   connection of its own, which adds up to `--poll-ms`; `--observe api` polls
+   `GET /v1/runs/{id}` per run instead: requests the server serves alongside
+   the runs, enough to overload it). The latency to the run's own
+   `finished_at` (the time its last tick began) is printed beside it.
 
 The p50 and p99 are divided by the baseline's median; the targets are 2x and 3x.
 
     uv run python bench/latency.py [--backend postgres|sqlite|both] [--runs 500] [--burst 500]
-                                   [--steps 3] [--fraction 0.5 | --rate R] [--observe db|api]
+                                   [--steps 3] [--fraction 0.5 | --rate R] [--observe wait|db|api]
                                    [--poll-ms 5]
 
 `--rate R` paces the latency phase at R runs/s instead of a fraction of the
@@ -374,12 +376,24 @@ async def paced_latency(
                         samples[run_id].done.set()
                         in_flight.discard(run_id)
 
+            async def wait_api(run_id: str) -> None:
+                nonlocal polls
+                while True:
+                    polls += 1
+                    answer = await http.get(f"/v1/runs/{run_id}", params={"wait": 30})
+                    if answer.json().get("status") in ENDED:
+                        samples[run_id].seen = time.perf_counter()
+                        samples[run_id].done.set()
+                        return
+
             async def one(i: int) -> str:
                 sample = Sample(time.perf_counter(), datetime.now(UTC))
                 run_id = await trigger(http, 10_000 + i)
                 samples[run_id] = sample
                 if observe == "api":
                     await watch_api(run_id)
+                elif observe == "wait":
+                    await wait_api(run_id)
                 else:
                     in_flight.add(run_id)
                 return run_id
@@ -450,11 +464,11 @@ def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
         f"  latency of {IDLE_RUNS} runs one after another (no load): p50 {a50:.1f} ms,"
         f" p99 {a99:.1f} ms"
     )
-    how = (
-        f"a watcher querying the database every {args.poll_ms:g} ms"
-        if args.observe == "db"
-        else f"GET /v1/runs/{{id}} every {args.poll_ms:g} ms per run"
-    )
+    how = {
+        "db": f"a watcher querying the database every {args.poll_ms:g} ms",
+        "api": f"GET /v1/runs/{{id}} every {args.poll_ms:g} ms per run",
+        "wait": "the caller's own long poll, GET /v1/runs/{id}?wait=30, sent once triggered",
+    }[args.observe]
     print(
         f"  latency at {pace:.1f} runs/s, {args.runs} runs, trigger sent -> seen succeeded"
         f" ({how}, {polls} polls):"
@@ -491,7 +505,7 @@ def main() -> None:
         default=None,
         help="runs/s to pace at instead of a fraction of the maximum (for A/B runs)",
     )
-    parser.add_argument("--observe", choices=["db", "api"], default="db")
+    parser.add_argument("--observe", choices=["wait", "db", "api"], default="wait")
     parser.add_argument("--poll-ms", type=float, default=5.0)
     parser.add_argument(
         "--commits", type=int, default=None, help="commits per run, instead of counting them"
