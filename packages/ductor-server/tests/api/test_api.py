@@ -288,32 +288,21 @@ async def test_trigger_and_read_a_run(api: Api) -> None:
     assert bad_version.json()["code"] in ("route.not_found", "request.invalid")
 
 
-GATED: dict[str, Any] = {
-    "family_slug": "gated",
-    "steps": [
-        {"ref": "hold", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "go"}},
-        {"ref": "after", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}},
-    ],
-    "edges": [{"source_ref": "hold", "target_ref": "after"}],
-}
-
-
 async def test_a_read_with_wait_answers_the_run_as_it_stands_when_the_time_is_up(
     api: Api,
 ) -> None:
     # (A wait the run's end cuts short: tests/test_run_wait_e2e.py, on real servers.)
-    await api.call("POST", "/v1/workflows", json=GATED)
-    run = (await api.call("POST", "/v1/runs", json={"family_slug": "gated"})).json()
+    await api.call("POST", "/v1/workflows", json=HELLO)  # its second step waits 2 s
+    run = (await api.call("POST", "/v1/runs", json={"family_slug": "hello-world"})).json()
     path = f"/v1/runs/{run['id']}"
     held = await api.call("GET", path, params={"wait": 0.3})
     assert held.status_code == 200
     assert held.json()["status"] == "RUN_STATUS_RUNNING"
-    assert held.json()["steps"][0]["status"] == "STEP_STATUS_WAITING"
 
 
 async def test_a_read_with_wait_refuses_bad_waits_and_others_runs_at_once(api: Api) -> None:
-    await api.call("POST", "/v1/workflows", json=GATED)
-    run = (await api.call("POST", "/v1/runs", json={"family_slug": "gated"})).json()
+    await api.call("POST", "/v1/workflows", json=HELLO)
+    run = (await api.call("POST", "/v1/runs", json={"family_slug": "hello-world"})).json()
     path = f"/v1/runs/{run['id']}"
     for wait in ("0", "-1", "60.5", "abc", "nan", "inf", ""):
         error = assert_error(
