@@ -828,7 +828,9 @@ class RunsService:
         return await self._read(tenant_id, run_id)
 
     async def _read(self, tenant_id: str, run_id: str) -> RunView:
-        async with self._context.store.transaction() as tx:
+        # A view, which nothing writes on: each statement on its own (no BEGIN
+        # and COMMIT); the children, listed after the run, may be newer.
+        async with self._context.store.read() as tx:
             run = await tx.get_run(tenant_id, run_id)
             if run is None:
                 raise RunNotFound(run_id)
