@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ductor_server.storage import Store, StoreError, open_store
+from ductor_server.storage._sql_tx import SqlTx
 from ductor_server.storage.protocol import Tx
 from ductor_server.testing import CommitCounter
 
@@ -373,6 +374,35 @@ async def test_a_postgres_transaction_waits_once_per_answer_and_once_to_commit(
         assert await counted(many) == (1, 152, 2)  # not all 150 held until COMMIT
         assert await _count(store, "c") == 3
         assert await _count(store, "d") == 4
+    finally:
+        await store.close()
+        counter.close()
+
+
+async def test_a_postgres_read_asked_for_later_goes_with_the_next_round_trip(
+    postgres_url: str,
+) -> None:
+    """`executemany_returning_later` queues its statement (one per batch) with a
+    cursor of its own: it goes with the next statement that answers, or with
+    COMMIT, and its rows are read from that cursor."""
+    parts = urlsplit(postgres_url)
+    counter = CommitCounter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    store = open_store(counter.url(postgres_url) + "?sslmode=disable")
+    await store.open()
+    returning = _INSERT + " ON CONFLICT DO NOTHING RETURNING n"
+    try:
+        await _probe_table(store)
+        before = (counter.commits, counter.statements, counter.round_trips)
+        async with store.transaction() as tx:
+            assert isinstance(tx, SqlTx)
+            one = await tx.executemany_returning_later(returning, [("t1", "x", 1)])
+            rows = await tx.session.fetch_all("SELECT k FROM session_probe WHERE k = %s", ("x",))
+            assert rows == [("x",)]  # the insert went first, in the same round trip
+            assert await one() == [(1,)]
+            last = await tx.executemany_returning_later(returning, [("t1", "y", 2)])
+        assert await last() == [(2,)]  # read from its cursor after COMMIT
+        # BEGIN, insert, select; then insert and COMMIT: two round trips
+        assert await _settled(counter, before) == (1, 5, 2)
     finally:
         await store.close()
         counter.close()

@@ -368,6 +368,31 @@ async def test_a_duplicate_attempt_writes_nothing(store: Store) -> None:
     assert stored[1].finished_at == at(2.5)
 
 
+async def test_attempts_recorded_later_answer_like_the_others(store: Store) -> None:
+    # Their answer is asked for after other statements (on Postgres the insert
+    # goes out with the next one that answers); asked twice, it answers the same.
+    async with store.transaction() as tx:
+        first = await tx.record_attempts_later([attempt(1, ok=False)])
+        assert await tx.list_attempts("t1", "r1") != []  # sent with this read
+        second = await tx.record_attempts_later(
+            [attempt(1, output="second delivery"), attempt(2, output={"v": 1}), attempt(2)]
+        )
+        third = await tx.record_attempts_later([attempt(1, tenant_id="t2")])
+        assert await second() == [False, True, False]  # sent now, with `third`
+        assert await first() == [True]
+        assert await third() == [True]
+        assert await second() == [False, True, False]
+        fourth = await tx.record_attempts_later([attempt(3), attempt(3)])  # sent with COMMIT
+    assert await fourth() == [True, False]
+    async with store.transaction() as tx:
+        stored = await tx.list_attempts("t1", "r1")
+    assert [(a.attempt, a.ok, a.output) for a in stored] == [
+        (1, False, None),
+        (2, True, {"v": 1}),
+        (3, True, None),
+    ]
+
+
 async def test_concurrent_deliveries_of_one_attempt_record_it_once(store: Store) -> None:
     async def deliver(tag: int) -> bool:
         async with store.transaction() as tx:

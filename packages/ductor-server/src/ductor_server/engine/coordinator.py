@@ -70,6 +70,15 @@ UNKNOWN_KIND_DELAY = timedelta(seconds=30)
 never crowd the claim (a process that knows the kind ticks them then)."""
 
 
+async def _flagged(
+    results: list[NewInboxItem], fresh: Callable[[], Awaitable[list[bool]]] | None
+) -> list[NewInboxItem]:
+    """The results `fresh` flags, in order (all of them without it)."""
+    if fresh is None:
+        return results
+    return [r for r, keep in zip(results, await fresh(), strict=True) if keep]
+
+
 class Coordinator:
     """Ticks runs that have pending input, a batch per transaction."""
 
@@ -201,6 +210,7 @@ class Coordinator:
         now: datetime,
         *,
         taker: TaskTaker | None = None,
+        fresh: Callable[[], Awaitable[list[bool]]] | None = None,
     ) -> tuple[list[NewInboxItem], Callable[[], None] | None]:
         """Tick, in a worker's report transaction, the runs of the results it reports.
 
@@ -215,13 +225,20 @@ class Coordinator:
         what to call once the caller commits (None: nothing was ticked). The
         ticks' new tasks are queued through `taker` when given (the worker,
         which may lease some of them at once).
+
+        With `fresh`, the results are candidates: only those it flags are taken
+        (the attempts recorded now, not redelivered). It is asked once the runs
+        are locked, so the insert that answers it goes out with the lock.
         """
         left = list(results)
         if self.stopped or not left:
-            return left, None
-        fresh: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
+            return await _flagged(left, fresh), None
+        keys = dict.fromkeys((r.tenant_id, r.run_id) for r in left)
+        locked = await tx.lock_runs([RunRef(tenant_id=t, run_id=r) for t, r in keys])
+        left = await _flagged(left, fresh)
+        pending: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
         for r in left:
-            fresh[(r.tenant_id, r.run_id)].append(
+            pending[(r.tenant_id, r.run_id)].append(
                 InboxItem(
                     seq=UNSTORED,
                     tenant_id=r.tenant_id,
@@ -230,7 +247,8 @@ class Coordinator:
                     available_at=r.available_at,
                 )
             )
-        locked = await tx.lock_runs([RunRef(tenant_id=t, run_id=r) for t, r in fresh])
+        # A run whose results were all redelivered stays as it is.
+        locked = [(run, has) for run, has in locked if (run.tenant_id, run.id) in pending]
         if not locked:
             return left, None
         runs = [run for run, _ in locked]
@@ -251,11 +269,11 @@ class Coordinator:
             taken = [
                 run
                 for run in runs
-                if stored[(run.tenant_id, run.id)] + len(fresh[(run.tenant_id, run.id)])
+                if stored[(run.tenant_id, run.id)] + len(pending[(run.tenant_id, run.id)])
                 <= INPUTS_PER_TICK
             ]
             for run in taken:
-                items.extend(fresh[(run.tenant_id, run.id)])
+                items.extend(pending[(run.tenant_id, run.id)])
             ready: list[_Plan] = []
             for plan in await self._plan(tx, taken, items, now, spans, done):
                 if _inline(plan.compute):

@@ -24,7 +24,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -82,10 +82,12 @@ class ResultTicker(Protocol):
         now: datetime,
         *,
         taker: TaskTaker | None = None,
+        fresh: Callable[[], Awaitable[list[bool]]] | None = None,
     ) -> tuple[list[NewInboxItem], Callable[[], None] | None]:
         """Returns the results it did not tick, and what to call once `tx`
         commits (None: nothing was ticked). The ticks' new tasks are queued
-        through `taker` when given."""
+        through `taker` when given. With `fresh`, only the results it flags
+        (per result, in order) are taken; it is asked once the runs are locked."""
         ...
 
 
@@ -584,8 +586,11 @@ class Workers:
         ticked: Callable[[], None] | None = None
         try:
             async with self.store.transaction() as tx:
-                new = await tx.record_attempts([o.attempt for o in batch])
-                results = [
+                # Nothing waits for the attempts' insert or the completions: they go
+                # out with the ticker's lock of the runs, in one round trip.
+                fresh = await tx.record_attempts_later([o.attempt for o in batch])
+                await self.queue.complete(tx, refs)
+                candidates = [
                     NewInboxItem(
                         tenant_id=o.task.tenant_id,
                         run_id=o.task.run_id,
@@ -599,15 +604,17 @@ class Workers:
                         ),
                         available_at=o.attempt.finished_at,
                     )
-                    for o, fresh in zip(batch, new, strict=True)
-                    if fresh
+                    for o in batch
                 ]
-                await self.queue.complete(tx, refs)
-                queued = results
-                if results and ticking and self.ticker is not None:
+                queued: list[NewInboxItem] | None = None
+                if ticking and self.ticker is not None:
                     queued, ticked = await self.ticker.tick_reported(
-                        tx, results, self.clock.now(), taker=taker
+                        tx, candidates, self.clock.now(), taker=taker, fresh=fresh
                     )
+                new = await fresh()
+                results = [c for c, recorded in zip(candidates, new, strict=True) if recorded]
+                if queued is None:
+                    queued = results
                 if queued:
                     await tx.enqueue_inbox(queued)
         except BaseException:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -612,6 +612,15 @@ HOT_STATEMENTS: dict[str, str] = {
 """Every statement the engine runs per step (Postgres texts, before `render`)."""
 
 
+def answered(rows: list[Row | None]) -> Callable[[], Awaitable[list[Row | None]]]:
+    """Rows already read, handed out as `executemany_returning_later` hands them."""
+
+    async def taken() -> list[Row | None]:
+        return rows
+
+    return taken
+
+
 class SqlTx:
     """The `Tx` (and `Session`) implementation shared by both backends.
 
@@ -673,6 +682,14 @@ class SqlTx:
     async def executemany_returning(self, sql: str, rows: Sequence[Params]) -> list[Row | None]:
         """Run `sql` once per params row; return each run's first result row (or None)."""
         raise NotImplementedError(f"{type(self).__name__} must implement executemany_returning")
+
+    async def executemany_returning_later(
+        self, sql: str, rows: Sequence[Params]
+    ) -> Callable[[], Awaitable[list[Row | None]]]:
+        """`executemany_returning` whose rows are asked for later: a backend that
+        can (Postgres, in a transaction) sends it with the transaction's next
+        round trip; this one runs it now."""
+        return answered(await self.executemany_returning(sql, rows))
 
     async def executemany_fetch_all(self, sql: str, rows: Sequence[Params]) -> list[list[Row]]:
         """Run `sql` once per params row (batched); return every run's result rows."""
@@ -1778,25 +1795,35 @@ class SqlTx:
     async def record_attempts(self, attempts: Sequence[AttemptRecord]) -> list[bool]:
         if not attempts:
             return []
-        rows = await self.executemany_returning(
-            RECORD_ATTEMPT,
-            [
-                (
-                    a.tenant_id,
-                    a.run_id,
-                    a.step_ref,
-                    a.item_index,
-                    a.attempt,
-                    a.ok,
-                    self.to_json(a.output),
-                    self.to_json(a.error),
-                    self.to_timestamp(a.started_at),
-                    self.to_timestamp(a.finished_at),
-                )
-                for a in attempts
-            ],
-        )
+        rows = await self.executemany_returning(RECORD_ATTEMPT, self._attempt_rows(attempts))
         return [row is not None for row in rows]
+
+    async def record_attempts_later(
+        self, attempts: Sequence[AttemptRecord]
+    ) -> Callable[[], Awaitable[list[bool]]]:
+        later = await self.executemany_returning_later(RECORD_ATTEMPT, self._attempt_rows(attempts))
+
+        async def fresh() -> list[bool]:
+            return [row is not None for row in await later()]
+
+        return fresh
+
+    def _attempt_rows(self, attempts: Sequence[AttemptRecord]) -> list[Params]:
+        return [
+            (
+                a.tenant_id,
+                a.run_id,
+                a.step_ref,
+                a.item_index,
+                a.attempt,
+                a.ok,
+                self.to_json(a.output),
+                self.to_json(a.error),
+                self.to_timestamp(a.started_at),
+                self.to_timestamp(a.finished_at),
+            )
+            for a in attempts
+        ]
 
     async def list_attempts(self, tenant_id: str, run_id: str) -> list[AttemptRecord]:
         rows = await self.fetch_all(

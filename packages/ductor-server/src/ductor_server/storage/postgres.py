@@ -17,7 +17,7 @@ import logging
 import re
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +37,7 @@ from ductor_server.storage._sql_tx import (
     PG_SKIP_LOCKED_RUNS,
     Batch,
     SqlTx,
+    answered,
     utc,
 )
 from ductor_server.storage.errors import StoreError, StoreUnavailable
@@ -91,6 +92,10 @@ def store_error(exc: psycopg.Error) -> StoreError:
     return StoreError(f"postgres: {exc}", retryable=isinstance(exc, psycopg.OperationalError))
 
 
+_Queued = tuple[str, Params, "psycopg.AsyncCursor[Row] | None"]
+"""A statement waiting to go out with the transaction's next round trip."""
+
+
 class PostgresTx(SqlTx):
     """A transaction on one pooled connection (only valid inside `transaction()`)."""
 
@@ -112,7 +117,10 @@ class PostgresTx(SqlTx):
         # `executemany`) wait here, in order, and go out in one pipeline with
         # the next statement whose answer is awaited, or with COMMIT.
         self._writes = conn.cursor() if transaction else None
-        self._queued: list[tuple[str, Params]] = [(_BEGIN, ())] if transaction else []
+        # Each queued statement with the cursor that keeps its rows (None: a write,
+        # on `_writes`; a cursor: a read whose rows are taken later, see
+        # `executemany_returning_later`).
+        self._queued: list[_Queued] = [(_BEGIN, (), None)] if transaction else []
         self._queued_rows = 0  # the params rows the queued statements carry
         self._begun = False  # BEGIN has been sent
 
@@ -133,10 +141,12 @@ class PostgresTx(SqlTx):
         assert writes is not None  # only a transaction queues
         self._begun = True
         async with self._conn.pipeline():
-            for sql, params in queued:
+            for sql, params, cursor in queued:
                 # BEGIN and COMMIT go as text, never as prepared statements: cheap
                 # either way, and what a reader of the wire (`CommitCounter`) sees.
-                await writes.execute(sql, params, prepare=False if sql in _CONTROL else None)
+                await (cursor or writes).execute(
+                    sql, params, prepare=False if sql in _CONTROL else None
+                )
             if last is not None:
                 await self._cur.execute(*last)
 
@@ -150,7 +160,7 @@ class PostgresTx(SqlTx):
             # A statement failed and the caller went on: COMMIT would roll back
             # without a word, so say it.
             raise StoreError("postgres: the transaction failed earlier and cannot commit")
-        self._queued.append((_COMMIT, ()))
+        self._queued.append((_COMMIT, (), None))
         await self._send_queued()
 
     async def _rollback(self) -> None:
@@ -197,10 +207,11 @@ class PostgresTx(SqlTx):
         batch = self._batch(sql, rows)
         if self._writes is not None:
             if batch is None:
-                self._queued.extend((sql, row) for row in rows)
+                self._queued.extend((sql, row, None) for row in rows)
             else:
                 for start in range(0, len(rows), BATCH_ROWS):
-                    self._queued.append((batch.sql, _columns(rows[start : start + BATCH_ROWS])))
+                    chunk = _columns(rows[start : start + BATCH_ROWS])
+                    self._queued.append((batch.sql, chunk, None))
             self._queued_rows += len(rows)
             if self._queued_rows >= BATCH_ROWS:
                 await self._send_queued()
@@ -237,6 +248,49 @@ class PostgresTx(SqlTx):
                 if not cur.nextset():
                     break
         return out
+
+    async def executemany_returning_later(
+        self, sql: str, rows: Sequence[Params]
+    ) -> Callable[[], Awaitable[list[Row | None]]]:
+        """In a transaction, queue the statements (one batch statement per
+        `BATCH_ROWS` rows) with cursors of their own: they go out with the next
+        statement that answers, or with COMMIT, and the rows are taken from
+        their cursors when asked for (sending the queue first if it has not
+        gone yet). Elsewhere, and for a batch that has no one-statement form,
+        they run now. The rows may be asked for more than once."""
+        batch = self._batch(sql, rows)
+        if self._writes is None or not rows or (batch is None and len(rows) > 1):
+            return answered(await self.executemany_returning(sql, rows))
+        cursors: list[tuple[int, Sequence[Params], psycopg.AsyncCursor[Row]]] = []
+        if batch is None:
+            cursors.append((0, rows, self._conn.cursor()))
+            self._queued.append((sql, rows[0], cursors[0][2]))
+        else:
+            for start in range(0, len(rows), BATCH_ROWS):
+                chunk = rows[start : start + BATCH_ROWS]
+                cursor = self._conn.cursor()
+                cursors.append((start, chunk, cursor))
+                self._queued.append((batch.sql, _columns(chunk), cursor))
+        self._queued_rows += len(rows)
+        out: list[Row | None] = []
+
+        async def taken() -> list[Row | None]:
+            if out:  # asked before: the cursors are read already
+                return out
+            mine = {id(cursor) for _, _, cursor in cursors}
+            if any(cursor is not None and id(cursor) in mine for _, _, cursor in self._queued):
+                await self._send_queued()
+            out.extend([None] * len(rows))
+            for start, chunk, cursor in cursors:
+                found = await cursor.fetchall()
+                if batch is None:
+                    out[start] = found[0] if found else None
+                    continue
+                for at, row in self._placed(batch, start, chunk, found):
+                    out[at] = row
+            return out
+
+        return taken
 
     async def executemany_fetch_all(self, sql: str, rows: Sequence[Params]) -> list[list[Row]]:
         if not rows:
@@ -280,16 +334,22 @@ class PostgresTx(SqlTx):
         for start in range(0, len(rows), BATCH_ROWS):
             chunk = rows[start : start + BATCH_ROWS]
             cur = await self._send(batch.sql, _columns(chunk))
-            found = await cur.fetchall()
-            if batch.ordinal:
-                out.extend((start + int(r[0]) - 1, r[1:]) for r in found)
-                continue
-            width = len(batch.key)
-            waiting: dict[tuple[Any, ...], deque[int]] = {}
-            for at, row in enumerate(chunk, start):
-                waiting.setdefault(tuple(row[i] for i in batch.key), deque()).append(at)
-            out.extend((waiting[r[:width]].popleft(), r[width:]) for r in found)
+            out.extend(self._placed(batch, start, chunk, await cur.fetchall()))
         return out
+
+    @staticmethod
+    def _placed(
+        batch: Batch, start: int, chunk: Sequence[Params], found: Sequence[Row]
+    ) -> list[tuple[int, Row]]:
+        """Each result row of one batch statement (`chunk`, the params rows from
+        `start`) with the position of the params row it answers."""
+        if batch.ordinal:
+            return [(start + int(r[0]) - 1, r[1:]) for r in found]
+        width = len(batch.key)
+        waiting: dict[tuple[Any, ...], deque[int]] = {}
+        for at, row in enumerate(chunk, start):
+            waiting.setdefault(tuple(row[i] for i in batch.key), deque()).append(at)
+        return [(waiting[r[:width]].popleft(), r[width:]) for r in found]
 
     async def advisory_lock(self, name: str, *, shared: bool = False) -> None:
         """`pg_advisory_xact_lock` (`_shared`) on a 64-bit hash of `name`,

@@ -542,6 +542,15 @@ class AttemptsTx(Protocol):
         (a redelivery): nothing is written for it then."""
         ...
 
+    async def record_attempts_later(
+        self, attempts: Sequence[AttemptRecord]
+    ) -> Callable[[], Awaitable[list[bool]]]:
+        """`record_attempts`, whose answer is asked for later: on Postgres the
+        insert goes out with the transaction's next round trip (the next
+        statement that answers, or COMMIT) instead of one of its own. Call the
+        result for the answer."""
+        ...
+
     async def list_attempts(self, tenant_id: str, run_id: str) -> list[AttemptRecord]:
         """A run's attempts ordered by (started_at, step_ref, item_index, attempt)."""
         ...
