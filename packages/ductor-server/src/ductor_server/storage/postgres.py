@@ -280,14 +280,15 @@ class PostgresTx(SqlTx):
             mine = {id(cursor) for _, _, cursor in cursors}
             if any(cursor is not None and id(cursor) in mine for _, _, cursor in self._queued):
                 await self._send_queued()
-            out.extend([None] * len(rows))
+            read: list[Row | None] = [None] * len(rows)
             for start, chunk, cursor in cursors:
                 found = await cursor.fetchall()
                 if batch is None:
-                    out[start] = found[0] if found else None
+                    read[start] = found[0] if found else None
                     continue
                 for at, row in self._placed(batch, start, chunk, found):
-                    out[at] = row
+                    read[at] = row
+            out.extend(read)
             return out
 
         return taken
