@@ -14,6 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from ductor_core.runs import RunState, RunStatus
+from ductor_server.engine.effects import Effects
 from ductor_server.engine.endings import RunEndings
 from ductor_server.engine.queue import InProcessWakeUp, NullWakeUp, Topic
 from ductor_server.engine.rediswake import RedisWakeUp
@@ -180,3 +181,14 @@ async def test_a_run_the_engine_ends_wakes_its_waiter(engine: Engine) -> None:
         view = await waiting
     assert view.status is RunStatus.SUCCEEDED
     assert engine.runtime.endings.waiting == 0
+
+
+async def test_a_commit_that_ended_runs_wakes_the_ended_topic() -> None:
+    # What reaches other processes through a shared wake-up (see the Redis test).
+    wake = InProcessWakeUp()
+    Effects().notify(wake)
+    assert not await wake.wait(Topic.ENDED, 0)
+    ended = Effects()
+    ended.ended.append(RunRef(tenant_id=TENANT, run_id="r1"))
+    ended.notify(wake)
+    assert await wake.wait(Topic.ENDED, 0)

@@ -195,6 +195,8 @@ class Effects:
         subscriber a notification was written for (call after the commit)."""
         for topic in sorted(self.topics):
             wake.notify(topic)
+        if self.ended:  # the requests that wait for runs to end (`RunEndings`)
+            wake.notify(Topic.ENDED)
         if self.inbox_keys and feed is not None:
             feed.announce(sorted(self.inbox_keys))
         self.inbox_keys = set()
@@ -579,7 +581,6 @@ async def _finish(
     now: datetime,
 ) -> None:
     effects.ended.append(RunRef(tenant_id=run.tenant_id, run_id=run.id))
-    effects.topics.add(Topic.ENDED)  # wakes the requests that wait for runs to end
     # The run's kind frees what it held (a bridge run its concurrency slot).
     await parts.kinds.get(run.kind).on_finish(
         tx, parts, effects, run=run, finished=finished, now=now

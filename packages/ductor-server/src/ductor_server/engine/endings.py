@@ -101,9 +101,12 @@ class RunEndings:
         """Runs of this process ended (their transaction committed): answer their
         waiters."""
         for ref in refs:
-            for future in self._waiters.get((ref.tenant_id, ref.run_id), ()):
-                if not future.done():
-                    future.set_result(None)
+            self._answer((ref.tenant_id, ref.run_id))
+
+    def _answer(self, key: tuple[str, str]) -> None:
+        for future in self._waiters.get(key, ()):
+            if not future.done():
+                future.set_result(None)
 
     async def close(self) -> None:
         """Stop the loop (the waiting requests time out on their own)."""
@@ -152,9 +155,7 @@ class RunEndings:
                 if status is not None and not status.terminal:
                     continue
                 ended += 1
-                for future in self._waiters.get(key, ()):
-                    if not future.done():
-                        future.set_result(None)
+                self._answer(key)
         return ended
 
 

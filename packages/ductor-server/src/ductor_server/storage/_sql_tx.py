@@ -1793,37 +1793,34 @@ class SqlTx:
     # --- attempts -------------------------------------------------------------------
 
     async def record_attempts(self, attempts: Sequence[AttemptRecord]) -> list[bool]:
-        if not attempts:
-            return []
-        rows = await self.executemany_returning(RECORD_ATTEMPT, self._attempt_rows(attempts))
-        return [row is not None for row in rows]
+        return await (await self.record_attempts_later(attempts))()
 
     async def record_attempts_later(
         self, attempts: Sequence[AttemptRecord]
     ) -> Callable[[], Awaitable[list[bool]]]:
-        later = await self.executemany_returning_later(RECORD_ATTEMPT, self._attempt_rows(attempts))
+        later = await self.executemany_returning_later(
+            RECORD_ATTEMPT,
+            [
+                (
+                    a.tenant_id,
+                    a.run_id,
+                    a.step_ref,
+                    a.item_index,
+                    a.attempt,
+                    a.ok,
+                    self.to_json(a.output),
+                    self.to_json(a.error),
+                    self.to_timestamp(a.started_at),
+                    self.to_timestamp(a.finished_at),
+                )
+                for a in attempts
+            ],
+        )
 
         async def fresh() -> list[bool]:
             return [row is not None for row in await later()]
 
         return fresh
-
-    def _attempt_rows(self, attempts: Sequence[AttemptRecord]) -> list[Params]:
-        return [
-            (
-                a.tenant_id,
-                a.run_id,
-                a.step_ref,
-                a.item_index,
-                a.attempt,
-                a.ok,
-                self.to_json(a.output),
-                self.to_json(a.error),
-                self.to_timestamp(a.started_at),
-                self.to_timestamp(a.finished_at),
-            )
-            for a in attempts
-        ]
 
     async def list_attempts(self, tenant_id: str, run_id: str) -> list[AttemptRecord]:
         rows = await self.fetch_all(

@@ -108,14 +108,14 @@ def _folded(fold: Fold) -> str:
     return "CASE WHEN excluded.value > c.value THEN excluded.value ELSE c.value END"
 
 
-def _upsert_sql(fold: Fold, rows: int, *, returning: str) -> str:
-    new = _folded(fold)
+def _upsert_sqlite(fold: Fold, rows: int) -> str:
+    """SQLite: the upsert of `rows` counters, answering their new values."""
     return (
         "INSERT INTO usage_counters AS c (tenant_id, meter, win, window_start, value, updated_at)"
         " VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s)"] * rows) + ""
         " ON CONFLICT (tenant_id, meter, win, window_start)"
-        f" DO UPDATE SET value = {new}, updated_at = excluded.updated_at"
-        f" RETURNING {returning}"
+        f" DO UPDATE SET value = {_folded(fold)}, updated_at = excluded.updated_at"
+        " RETURNING tenant_id, meter, win, value"
     )
 
 
@@ -237,9 +237,7 @@ async def _sqlite_budgeted(
     db: Session, fold: Fold, batch: list[UsageIncrement], params: list[object]
 ) -> list[Row]:
     """SQLite has no INSERT in a WITH: upsert, then read the budgets of what changed."""
-    changed = await db.fetch_all(
-        _upsert_sql(fold, len(batch) * 3, returning="tenant_id, meter, win, value"), params
-    )
+    changed = await db.fetch_all(_upsert_sqlite(fold, len(batch) * 3), params)
     tenants = sorted({inc.tenant_id for inc in batch})
     budgets: dict[tuple[str, str], Row] = {}
     for tenant_id in tenants:
