@@ -9,10 +9,12 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta
 
+import pytest
+
 from ductor_core.runs import RunState, RunStatus
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
-from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue, LookPace
+from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue, LookPace, Taking
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.storage import NewRun, NewTask, RunLimits, Store, TaskRecord, TaskRef
@@ -310,7 +312,43 @@ async def test_a_runs_next_task_is_taken_at_once_only_while_nothing_waits(store:
     assert behind_id in {t.id for t in leased}
 
 
+@pytest.mark.parametrize("answered", [False, True])
 async def test_a_task_taken_at_once_in_a_rolled_back_transaction_is_forgotten(
+    store: Store, answered: bool
+) -> None:
+    # The transaction fails before the insert's answer was read (it went out
+    # with COMMIT), or after: either way the queue forgets the task it chose.
+    now = ManualClock().now()
+    queue = LocalFairQueue(store, resync_seconds=3600)
+    await _enqueue(store, TENANT, 1, now)
+    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
+    like = queue.tickets_of(_refs([first]))[first.id]
+    nxt = _task(TENANT, "next", now)
+    queued: list[Taking] = []
+
+    async def report() -> None:
+        async with store.transaction() as tx:
+            taking = await queue.enqueue_taking_later(
+                tx, [(nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+            )
+            queued.append(taking)
+            assert (taking.leasing, taking.left) == (1, False)
+            assert queue.scheduler.running_of(TENANT) == 2  # chosen: it counts at once
+            if answered:
+                _, taken = await taking.result()
+                assert len(taken) == 1
+            raise RuntimeError("the report fails before its commit")
+
+    with pytest.raises(RuntimeError):
+        await report()
+    [taking] = queued
+    taking.untake()
+    assert await taking.result() == ([], [])
+    assert queue.scheduler.running_of(TENANT) == 1  # only the first task
+    assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
+
+
+async def test_a_task_taken_at_once_is_known_by_its_id_once_the_commit_answered(
     store: Store,
 ) -> None:
     now = ManualClock().now()
@@ -318,19 +356,25 @@ async def test_a_task_taken_at_once_in_a_rolled_back_transaction_is_forgotten(
     await _enqueue(store, TENANT, 1, now)
     [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
     like = queue.tickets_of(_refs([first]))[first.id]
-    nxt = _task(TENANT, "next", now)
-    taken: list[TaskRecord] = []
-    try:
-        async with store.transaction() as tx:
-            _, taken = await queue.enqueue_taking(
-                tx, [(nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
-            )
-            raise RuntimeError("the report fails before its commit")
-    except RuntimeError:
-        queue.untake([t.id for t in taken])
-    assert len(taken) == 1
-    assert queue.scheduler.running_of(TENANT) == 1  # only the first task
-    assert await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now) == []
+    async with store.transaction() as tx:
+        await queue.complete(tx, _refs([first]))
+        taking = await queue.enqueue_taking_later(
+            tx,
+            [(_task(TENANT, "next", now), like), (_task(TENANT, "other", now), None)],
+            owner="w",
+            limit=1,
+            lease_for=MINUTE,
+            now=now,
+        )
+    assert (taking.leasing, taking.left) == (1, True)  # "other" is left to the queue
+    ids, [taken] = await taking.result()
+    assert ids[0] == taken.id
+    assert ids[1] not in (None, taken.id)
+    assert await taking.result() == (ids, [taken])  # the same answer when asked again
+    assert queue.tickets_of(_refs([taken])).keys() == {taken.id}
+    assert (taken.lease_owner, taken.run_id) == ("w", "rnext")
+    [other] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
+    assert other.id == ids[1]
 
 
 async def test_ids_taken_at_once_are_never_looked_for_again(store: Store) -> None:

@@ -145,6 +145,41 @@ async def test_tasks_inserted_leased_are_held_by_their_owner_and_the_rest_queued
         assert all(t.deaths == 1 for t in later if t.step_ref in ("a", "c", "x"))
 
 
+async def test_tasks_inserted_leased_later_answer_like_the_others(store: Store) -> None:
+    # Asked for after another statement (on Postgres the insert goes out with
+    # it), or after COMMIT (it went out with it), twice alike.
+    async with store.transaction() as tx:
+        await tx.enqueue_tasks([new_task("t1", "r1", "dup")])
+    async with store.transaction() as tx:
+        first = await tx.enqueue_tasks_leasing_later(
+            [new_task("t1", "r1", s) for s in ("a", "dup")],
+            [True, True],
+            owner="w",
+            lease_for=LEASE,
+            now=NOW,
+        )
+        assert await tx.count_tasks(now=NOW) == {"ready": 1, "scheduled": 0, "leased": 1}
+        second = await tx.enqueue_tasks_leasing_later(
+            [new_task("t1", "r1", s) for s in ("b", "c")],
+            [False, True],
+            owner="w",
+            lease_for=LEASE,
+            now=NOW,
+        )
+    a, dup = await first()
+    b, c = await second()
+    assert dup is None
+    assert None not in (a, b, c)
+    assert [(t.step_ref, t.status, t.lease_owner) for t in (a, b, c)] == [
+        ("a", TaskStatus.LEASED, "w"),
+        ("b", TaskStatus.QUEUED, None),
+        ("c", TaskStatus.LEASED, "w"),
+    ]
+    assert await second() == [b, c]
+    async with store.transaction() as tx:
+        assert [await tx.get_task("t1", t.id) for t in (a, b, c)] == [a, b, c]
+
+
 async def test_finished_tasks_are_done_for_the_next_statement_and_after_commit(
     store: Store,
 ) -> None:

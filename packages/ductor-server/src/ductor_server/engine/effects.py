@@ -113,7 +113,7 @@ class TaskTaker(Protocol):
 class StartTaker(TaskTaker, Protocol):
     """A trigger's `TaskTaker`: told whether its transaction committed."""
 
-    def settle(self, committed: bool) -> None:
+    async def settle(self, committed: bool) -> None:
         """Start the tasks taken at once if the transaction committed, else
         forget them; either way the worker's slot held for them is freed."""
         ...

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -41,6 +41,51 @@ EXPIRED_EVERY = timedelta(seconds=1)
 """How often, by the queue's clock, a lease looks for leases that ran out (a
 process died or stalled with its task): such a task is free again within this
 of its lease's end rather than at the very next lease."""
+
+
+class Taking:
+    """What `LocalFairQueue.enqueue_taking_later` queued in a transaction: the
+    tasks leased to the worker are known once the insert has answered."""
+
+    def __init__(self, queue: LocalFairQueue, chosen: dict[int, Ticket], *, left: bool) -> None:
+        self.queue = queue
+        self.chosen = chosen  # the tasks' positions chosen to be taken, with their tickets
+        self.left = left  # some task is left for the queue: wake its lease loop on commit
+        self.leasing = len(chosen)  # the tasks it leases at most
+        self.stored: Callable[[], Awaitable[list[TaskRecord | None]]] | None = None
+        self._answer: tuple[list[str | None], list[TaskRecord]] | None = None
+
+    async def result(self) -> tuple[list[str | None], list[TaskRecord]]:
+        """Each task's id (None: its attempt key was already queued) and the tasks
+        leased, once the insert has answered (the same answer when asked again).
+        The chosen tickets then run under their tasks' ids."""
+        if self._answer is not None:
+            return self._answer
+        assert self.stored is not None, "the insert was not queued"
+        stored = await self.stored()
+        scheduler = self.queue.scheduler
+        taken: list[TaskRecord] = []
+        for i, ticket in self.chosen.items():
+            task = stored[i]
+            if task is None:  # its attempt key was queued already: nothing to run
+                scheduler.finish(ticket.key)
+                continue
+            scheduler.rekey(ticket.key, replace(ticket, key=task.id, seq=int(task.id)))
+            taken.append(task)
+        self.queue.pace.taken(int(t.id) for t in taken)
+        self._answer = ([None if task is None else task.id for task in stored], taken)
+        return self._answer
+
+    def untake(self) -> None:
+        """The transaction did not commit: the chosen tickets run no more."""
+        if self._answer is None:
+            keys = [ticket.key for ticket in self.chosen.values()]
+        else:
+            keys = [task.id for task in self._answer[1]]
+        self.chosen = {}
+        self._answer = ([], [])
+        for key in keys:
+            self.queue.scheduler.finish(key)
 
 
 class LookPace:
@@ -284,12 +329,28 @@ class LocalFairQueue:
         lease_for: timedelta,
         now: datetime,
     ) -> tuple[list[str | None], list[TaskRecord]]:
+        """`enqueue_taking_later`, answered at once."""
+        taking = await self.enqueue_taking_later(
+            tx, tasks, owner=owner, limit=limit, lease_for=lease_for, now=now
+        )
+        return await taking.result()
+
+    async def enqueue_taking_later(
+        self,
+        tx: Tx,
+        tasks: Sequence[tuple[NewTask, Ticket | None]],
+        *,
+        owner: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> Taking:
         """Queue `tasks` in `tx`, inserting leased to `owner` up to `limit` of those
         with a ticket (the run's step before them) that may start without
         waiting their turn (`FairScheduler.start_at_once`); the others stay
         queued. Each chosen one counts as running from the choice, under a
-        stand-in key until the insert gives its id. If `tx` does not commit,
-        `untake` the leased ones."""
+        stand-in key until the insert's answer gives its id (`Taking.result`,
+        asked once `tx` commits); if `tx` does not commit, `Taking.untake`."""
         at = now.timestamp()
         chosen: dict[int, Ticket] = {}
         if not self.shared:
@@ -302,8 +363,9 @@ class LocalFairQueue:
                 ticket = replace(like, key=f"taking-{self._standins}", seq=0, tier=new.tier)
                 if self.scheduler.start_at_once(ticket, at, capacity=self.capacity):
                     chosen[i] = ticket
+        taking = Taking(self, chosen, left=len(chosen) < len(tasks))
         try:
-            stored = await tx.enqueue_tasks_leasing(
+            taking.stored = await tx.enqueue_tasks_leasing_later(
                 [new for new, _ in tasks],
                 [i in chosen for i in range(len(tasks))],
                 owner=owner,
@@ -311,18 +373,9 @@ class LocalFairQueue:
                 now=now,
             )
         except BaseException:
-            self.untake([t.key for t in chosen.values()])
+            taking.untake()
             raise
-        taken: list[TaskRecord] = []
-        for i, ticket in chosen.items():
-            task = stored[i]
-            if task is None:  # its attempt key was queued already: nothing to run
-                self.scheduler.finish(ticket.key)
-                continue
-            self.scheduler.rekey(ticket.key, replace(ticket, key=task.id, seq=int(task.id)))
-            taken.append(task)
-        self.pace.taken(int(t.id) for t in taken)
-        return [None if task is None else task.id for task in stored], taken
+        return taking
 
     def _kept(self, tickets: list[Ticket], leased: list[TaskRecord | None]) -> list[TaskRecord]:
         """The tasks the store leased; the tickets of those it refused (taken or
@@ -335,11 +388,6 @@ class LocalFairQueue:
             else:
                 out.append(task)
         return out
-
-    def untake(self, task_ids: Iterable[str]) -> None:
-        """Forget tasks `enqueue_taking` leased in a transaction that did not commit."""
-        for task_id in task_ids:
-            self.scheduler.finish(task_id)
 
     async def _refresh(self, tx: Tx, now: datetime) -> None:
         clock = time.monotonic()
@@ -457,6 +505,7 @@ __all__ = [
     "RESCAN_SLACK",
     "LocalFairQueue",
     "LookPace",
+    "Taking",
     "run_ticket",
     "ticket_of",
 ]

@@ -75,7 +75,7 @@ class TakesAtOnce(Protocol):
         complete): what a run's next task is scheduled as."""
         ...
 
-    async def enqueue_taking(
+    async def enqueue_taking_later(
         self,
         tx: Tx,
         tasks: Sequence[tuple[NewTask, Ticket | None]],
@@ -84,16 +84,32 @@ class TakesAtOnce(Protocol):
         limit: int,
         lease_for: timedelta,
         now: datetime,
-    ) -> tuple[list[str | None], list[TaskRecord]]:
+    ) -> QueuedTaking:
         """Queue `tasks` (each with what it would be scheduled as: the ticket of
         its run's previous step, or None to leave it to the queue) in `tx`, and
         lease to `owner`, as they are inserted, up to `limit` of them that may
-        start now. Returns each task's id (None: its attempt key was already
-        queued) and the tasks leased."""
+        start now. Nothing waits for the insert's answer: ask the result for it
+        once `tx` has committed, or untake it if `tx` did not commit."""
         ...
 
-    def untake(self, task_ids: Sequence[str]) -> None:
-        """Forget what `enqueue_taking` leased in a transaction that did not commit."""
+
+class QueuedTaking(Protocol):
+    """The tasks `TakesAtOnce.enqueue_taking_later` queued in a transaction."""
+
+    left: bool
+    """Some of the tasks were left for the queue (its lease loop is to be woken
+    once the transaction commits)."""
+    leasing: int
+    """How many of the tasks it leases at most (one whose attempt key was
+    already queued is not inserted, so not leased either)."""
+
+    async def result(self) -> tuple[list[str | None], list[TaskRecord]]:
+        """Each task's id (None: its attempt key was already queued) and the
+        tasks leased; asked once the transaction has committed."""
+        ...
+
+    def untake(self) -> None:
+        """Forget the tasks leased: the transaction did not commit."""
         ...
 
 
@@ -141,6 +157,7 @@ class SqlTaskQueue:
 
 
 __all__ = [
+    "QueuedTaking",
     "SqlTaskQueue",
     "TakesAtOnce",
     "TaskQueue",

@@ -38,7 +38,7 @@ from ductor_server.engine.clock import Clock
 from ductor_server.engine.fairness import Ticket
 from ductor_server.engine.fairqueue import run_ticket
 from ductor_server.engine.queue import Topic, WakeUp
-from ductor_server.engine.taskqueue import SqlTaskQueue, TakesAtOnce, TaskQueue
+from ductor_server.engine.taskqueue import QueuedTaking, SqlTaskQueue, TakesAtOnce, TaskQueue
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import AttemptRecord, NewInboxItem, NewTask, TaskRecord, TaskRef
 from ductor_server.telemetry import (
@@ -95,7 +95,8 @@ class _Taker:
     """A report's `TaskTaker`: queues the ticks' new tasks, and leases to this
     worker, at once, those whose run's previous step it just reported and that
     the queue lets start now (`TakesAtOnce`), into the slots the reported tasks
-    held for their report."""
+    held for their report. Nothing waits for the insert: which tasks were
+    leased is read once the transaction has committed (`collect`)."""
 
     def __init__(
         self,
@@ -114,6 +115,8 @@ class _Taker:
         self.lease_for = lease_for
         self.clock = clock
         self.taken: list[TaskRecord] = []
+        self._takings: list[QueuedTaking] = []
+        self._chosen = 0  # slots the queued takings may fill
 
     async def enqueue(
         self,
@@ -121,16 +124,32 @@ class _Taker:
         tasks: Sequence[NewTask],
         started: Mapping[tuple[str, str], StartedRun],
     ) -> bool:
-        ids, taken = await self.queue.enqueue_taking(
+        taking = await self.queue.enqueue_taking_later(
             tx,
             [(task, self._ticket(task, started)) for task in tasks],
             owner=self.owner,
-            limit=self.slots - len(self.taken),
+            limit=self.slots - self._chosen,
             lease_for=self.lease_for,
             now=self.clock.now(),  # a retry's task due later is left to the queue
         )
-        self.taken.extend(taken)
-        return len(taken) < sum(task_id is not None for task_id in ids)
+        self._takings.append(taking)
+        self._chosen += taking.leasing
+        return taking.left
+
+    async def collect(self) -> list[TaskRecord]:
+        """Once the transaction has committed: the tasks it leased to this worker."""
+        takings, self._takings = self._takings, []
+        for taking in takings:
+            _, taken = await taking.result()
+            self.taken.extend(taken)
+        return self.taken
+
+    def forget(self) -> None:
+        """The transaction did not commit: the queue forgets what it leased."""
+        takings, self._takings = self._takings, []
+        for taking in takings:
+            taking.untake()
+        self.taken = []
 
     def _ticket(
         self, task: NewTask, started: Mapping[tuple[str, str], StartedRun]
@@ -164,8 +183,8 @@ class _StartTaker(_Taker):
         run = started.get((task.tenant_id, task.run_id))
         return None if run is None else run_ticket("", task.tenant_id, run.workflow, run.limits)
 
-    def settle(self, committed: bool) -> None:
-        self.workers._settle_start(self, committed)
+    async def settle(self, committed: bool) -> None:
+        await self.workers._settle_start(self, committed)
 
 
 @contextlib.contextmanager
@@ -384,18 +403,30 @@ class Workers:
         self._starting += slots
         return _StartTaker(self, queue, slots)
 
-    def _settle_start(self, taker: _StartTaker, committed: bool) -> None:
+    async def _settle_start(self, taker: _StartTaker, committed: bool) -> None:
         """A trigger's transaction ended: start what it took, or forget it, and
         free the slots it held and did not fill."""
-        self._starting -= taker.slots
+        taken: list[TaskRecord] = []
         if committed:
-            self.taken_at_once += len(taker.taken)
-            for task in taker.taken:
-                self._start(task)
-        elif taker.taken:
-            taker.queue.untake([t.id for t in taker.taken])
-        if not committed or len(taker.taken) < taker.slots:
+            taken = await self._collect(taker)
+        else:
+            taker.forget()
+        self._starting -= taker.slots
+        self.taken_at_once += len(taken)
+        for task in taken:
+            self._start(task)
+        if len(taken) < taker.slots:
             self._slot_free.set()
+
+    async def _collect(self, taker: _Taker) -> list[TaskRecord]:
+        """The tasks a committed transaction leased to this worker at once. Should
+        their insert's answer not be read (it was, with the COMMIT), their leases
+        lapse and the queue hands them out again."""
+        try:
+            return await taker.collect()
+        except Exception:
+            log.exception("reading the tasks taken at once failed (their leases will lapse)")
+            return []
 
     def _start(self, task: TaskRecord) -> None:
         self._leased[task.id] = task
@@ -618,17 +649,17 @@ class Workers:
                 if queued:
                     await tx.enqueue_inbox(queued)
         except BaseException:
-            if taker is not None and taker.taken:
-                taker.queue.untake([t.id for t in taker.taken])
+            if taker is not None:
+                taker.forget()
             raise
+        taken = [] if taker is None else await self._collect(taker)
         for o in batch:
             self._leased.pop(o.task.id, None)
         # The batch's slots pass to the tasks taken at once; the rest are free.
         self._release_slots(batch)
-        if taker is not None and taker.taken:
-            self.taken_at_once += len(taker.taken)
-            for task in taker.taken:
-                self._start(task)
+        self.taken_at_once += len(taken)
+        for task in taken:
+            self._start(task)
         self.report_batches += 1
         self.attempts_recorded += len(results)
         self.redeliveries_dropped += len(batch) - len(results)

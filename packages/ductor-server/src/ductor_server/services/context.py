@@ -5,8 +5,8 @@ Built once per process by the composition root; holds no state of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from ductor_core.expressions import ExpressionEngine
@@ -56,8 +56,8 @@ class ServiceContext:
         return self.parts.engine
 
 
-@contextmanager
-def start_taking(context: ServiceContext, runs: int = 1) -> Iterator[StartTaker | None]:
+@asynccontextmanager
+async def start_taking(context: ServiceContext, runs: int = 1) -> AsyncIterator[StartTaker | None]:
     """The taker a transaction that starts `runs` runs hands its new tasks to
     (None: they wait in the queue); settled when the block ends, as committed
     unless it raised. Open it around the transaction and nothing else: a
@@ -67,10 +67,10 @@ def start_taking(context: ServiceContext, runs: int = 1) -> Iterator[StartTaker 
         yield taker
     except BaseException:
         if taker is not None:
-            taker.settle(committed=False)
+            await taker.settle(committed=False)
         raise
     if taker is not None:
-        taker.settle(committed=True)
+        await taker.settle(committed=True)
 
 
 __all__ = ["ServiceContext", "start_taking"]

@@ -101,7 +101,7 @@ class EventsService:
 
         # A worker of this process may lease a started run's first task in this
         # very transaction, and start it once it commits.
-        with start_taking(context) as taker:
+        async with start_taking(context) as taker:
             effects.taker = taker
             answer = await once(context.store, claim, EventAccepted, effect)
         effects.notify(context.wake, context.feed)

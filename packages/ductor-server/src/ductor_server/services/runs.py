@@ -509,7 +509,7 @@ class RunsService:
 
         # A worker of this process may lease the run's first task in this very
         # transaction, and start it once it commits (no lease, no wake-up).
-        with start_taking(context) as taker:
+        async with start_taking(context) as taker:
             effects.taker = taker
             answer = await once(context.store, claim, RunView, effect)
         effects.notify(context.wake, context.feed)
@@ -650,7 +650,7 @@ class RunsService:
 
         # A worker of this process may lease the new runs' first tasks in this
         # very transaction, as many as it has free slots for (see `_start`).
-        with start_taking(context, count) as taker:
+        async with start_taking(context, count) as taker:
             effects.taker = taker
             answer = await once(context.store, claim, RunsStarted, effect)
         effects.notify(context.wake, context.feed)

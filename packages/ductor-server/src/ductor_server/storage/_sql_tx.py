@@ -1570,10 +1570,22 @@ class SqlTx:
         lease_for: timedelta,
         now: datetime,
     ) -> list[TaskRecord | None]:
-        if not tasks:
-            return []
+        later = await self.enqueue_tasks_leasing_later(
+            tasks, leased, owner=owner, lease_for=lease_for, now=now
+        )
+        return await later()
+
+    async def enqueue_tasks_leasing_later(
+        self,
+        tasks: Sequence[NewTask],
+        leased: Sequence[bool],
+        *,
+        owner: str,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> Callable[[], Awaitable[list[TaskRecord | None]]]:
         until = self.to_timestamp(utc(now) + lease_for)
-        rows = await self.executemany_returning(
+        later = await self.executemany_returning_later(
             ENQUEUE_TASK_LEASING,
             [
                 (
@@ -1589,7 +1601,11 @@ class SqlTx:
                 for t, lease in zip(tasks, leased, strict=True)
             ],
         )
-        return [None if row is None else self._task(row) for row in rows]
+
+        async def stored() -> list[TaskRecord | None]:
+            return [None if row is None else self._task(row) for row in await later()]
+
+        return stored
 
     async def lease_tasks(
         self,

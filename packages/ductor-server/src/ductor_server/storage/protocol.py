@@ -432,6 +432,21 @@ class TasksTx(Protocol):
         None if its idempotency_key was already queued (nothing inserted)."""
         ...
 
+    async def enqueue_tasks_leasing_later(
+        self,
+        tasks: Sequence[NewTask],
+        leased: Sequence[bool],
+        *,
+        owner: str,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> Callable[[], Awaitable[list[TaskRecord | None]]]:
+        """`enqueue_tasks_leasing`, whose answer is asked for later: on Postgres
+        the insert goes out with the transaction's next round trip (the next
+        statement that answers, or COMMIT). Call the result for the answer,
+        before or after the transaction ends."""
+        ...
+
     async def lease_tasks(
         self,
         *,
