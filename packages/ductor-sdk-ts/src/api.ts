@@ -97,6 +97,9 @@ export function bridgeSlug(target: WorkflowTarget<unknown, unknown>): string {
   return `bridge:${target.appId}:${target.id}`;
 }
 
+/** Seconds one request of `waitForResult` asks the server to hold it (a long poll). */
+export const LONG_POLL_SECONDS = 30;
+
 /** Client of the Ductor REST API. */
 export class ApiClient {
   readonly baseUrl: string;
@@ -174,7 +177,10 @@ export class ApiClient {
   }
 
   /**
-   * Poll a run until it reaches a terminal status and return it.
+   * Wait for a run to reach a terminal status and return it. Each request asks
+   * the server to answer once the run ends (a long poll, `GET
+   * /v1/runs/{id}?wait=`, up to `LONG_POLL_SECONDS` at a time); `intervalMs` is
+   * the pause between requests only for a server that answers at once.
    *
    * @throws Error the run is still going after `timeoutMs` (default 60 s).
    */
@@ -185,14 +191,19 @@ export class ApiClient {
     const { timeoutMs = 60_000, intervalMs = 200 } = options;
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const run = await this.getRun<Output>(runId);
+      const asked = Date.now();
+      const waitMs = Math.min(LONG_POLL_SECONDS * 1000, Math.max(deadline - asked, 1));
+      const path = `${runPath(runId)}?wait=${waitMs / 1000}`;
+      const run = (await this.#send("GET", path, undefined, undefined, waitMs)) as unknown as Run<Output>;
       if (TERMINAL_STATUSES.has(run.status)) return run;
       if (Date.now() >= deadline) throw new Error(`run '${runId}' still ${run.status} after ${timeoutMs}ms`);
-      await new Promise((resolve) => setTimeout(resolve, intervalMs));
+      // Answered much sooner than asked, the run not done: a server that does not hold requests.
+      if (Date.now() - asked < waitMs / 2) await new Promise((resolve) => setTimeout(resolve, intervalMs));
     }
   }
 
-  async #send(method: string, path: string, body?: Json, idempotencyKey?: string): Promise<Json> {
+  /** One request; `heldMs` more than the client's timeout for an answer the server holds. */
+  async #send(method: string, path: string, body?: Json, idempotencyKey?: string, heldMs = 0): Promise<Json> {
     const headers: Record<string, string> = { accept: "application/json" };
     if (this.#apiKey) headers["authorization"] = `Bearer ${this.#apiKey}`;
     if (body !== undefined) headers["content-type"] = "application/json";
@@ -204,7 +215,7 @@ export class ApiClient {
         method,
         headers,
         ...(body === undefined ? {} : { body: stringifyJson(body) }),
-        signal: AbortSignal.timeout(this.#timeoutMs),
+        signal: AbortSignal.timeout(this.#timeoutMs + heldMs),
       });
       text = await response.text();
     } catch (err) {

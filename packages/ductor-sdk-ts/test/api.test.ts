@@ -1,0 +1,105 @@
+/**
+ * The REST client's `waitForResult` against a real HTTP server on 127.0.0.1:
+ * it long-polls (`GET /v1/runs/{id}?wait=`), and pauses between requests only
+ * when the server answers at once.
+ */
+
+import assert from "node:assert/strict";
+import { type Server, type ServerResponse, createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { after, before, describe, test } from "node:test";
+
+import { ApiClient, LONG_POLL_SECONDS } from "../src/api.js";
+
+interface Seen {
+  readonly path: string;
+  readonly wait: number | null;
+  readonly at: number;
+}
+
+/** What the server answers for a run: its status now, and how long it holds the request. */
+type Answer = (seen: readonly Seen[]) => { status: string; holdMs: number };
+
+let server: Server;
+let baseUrl = "";
+let answer: Answer = () => ({ status: "RUN_STATUS_SUCCEEDED", holdMs: 0 });
+const seen: Seen[] = [];
+
+function reply(res: ServerResponse, status: string): void {
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify({ id: "run-1", family_slug: "f", version: 1, status, input: null, output: null, steps: [] }));
+}
+
+before(async () => {
+  server = createServer((req, res) => {
+    const url = new URL(req.url ?? "/", "http://127.0.0.1");
+    const wait = url.searchParams.get("wait");
+    seen.push({ path: url.pathname, wait: wait === null ? null : Number(wait), at: Date.now() });
+    const { status, holdMs } = answer(seen);
+    setTimeout(() => {
+      reply(res, status);
+    }, holdMs);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+after(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+});
+
+describe("waitForResult", () => {
+  test("asks the server to hold the request until the run ends", async () => {
+    seen.length = 0;
+    answer = () => ({ status: "RUN_STATUS_SUCCEEDED", holdMs: 50 });
+    const api = new ApiClient({ baseUrl, apiKey: "k" });
+    const run = await api.waitForResult("run-1", { timeoutMs: 10_000 });
+    assert.equal(run.status, "RUN_STATUS_SUCCEEDED");
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0]?.path, "/v1/runs/run-1");
+    assert.equal(seen[0]?.wait, 10); // the time left, under the long poll's cap
+  });
+
+  test("asks for at most LONG_POLL_SECONDS, and again while the run goes on", async () => {
+    seen.length = 0;
+    // A server that holds each request a little (as if its wait ran out) before the run ends.
+    answer = (s) => ({ status: s.length < 3 ? "RUN_STATUS_RUNNING" : "RUN_STATUS_SUCCEEDED", holdMs: 30 });
+    const api = new ApiClient({ baseUrl });
+    const started = Date.now();
+    await api.waitForResult("run-1", { timeoutMs: 120_000, intervalMs: 500 });
+    assert.deepEqual(
+      seen.map((s) => s.wait),
+      [LONG_POLL_SECONDS, LONG_POLL_SECONDS, LONG_POLL_SECONDS],
+    );
+    // Answered at once (30 ms of 30 s): the client paused between requests.
+    assert.ok(Date.now() - started >= 2 * 500 - 20, `took ${Date.now() - started} ms`);
+  });
+
+  test("does not pause after a request the server held", async () => {
+    seen.length = 0;
+    // Asked to wait 0.25 s, the server holds the first request 150 ms (more
+    // than half): the second request goes at once, asking for the time left.
+    answer = (s) => ({
+      status: s.length < 2 ? "RUN_STATUS_RUNNING" : "RUN_STATUS_SUCCEEDED",
+      holdMs: s.length < 2 ? 150 : 0,
+    });
+    const api = new ApiClient({ baseUrl });
+    const started = Date.now();
+    const run = await api.waitForResult("run-1", { timeoutMs: 250, intervalMs: 60_000 });
+    assert.equal(run.status, "RUN_STATUS_SUCCEEDED");
+    assert.equal(seen.length, 2);
+    assert.ok(Date.now() - started < 5_000, "it paused though the server held the request");
+    const second = seen[1]?.wait ?? 0;
+    assert.ok(second > 0 && second <= 0.1, `second wait ${second}`);
+  });
+
+  test("throws once the deadline has passed, naming the run and its status", async () => {
+    seen.length = 0;
+    answer = () => ({ status: "RUN_STATUS_RUNNING", holdMs: 0 });
+    const api = new ApiClient({ baseUrl });
+    await assert.rejects(api.waitForResult("run-1", { timeoutMs: 150, intervalMs: 20 }), /run 'run-1' still RUN_STATUS_RUNNING after 150ms/);
+    assert.ok(seen.length >= 2);
+    assert.ok(seen.every((s) => s.wait !== null && s.wait > 0 && s.wait <= 0.15));
+  });
+});
