@@ -20,6 +20,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -491,6 +492,42 @@ def test_another_tenant_finds_nothing(postgres: ServerProcess) -> None:
         assert runs["items"] == []
         trigger = _rpc(stranger, "RunService/TriggerRun", {"family_slug": "hello"})
         assert trigger.json()["details"][0]["debug"]["code"] == "workflow.not_found"
+
+
+def test_get_run_waits_for_the_run_to_end(postgres: ServerProcess) -> None:
+    # GetRun's `wait` is REST's long poll: held until the run ends (a signal
+    # sent meanwhile), or answered as it stands once the time is up.
+    with postgres.client() as http, ThreadPoolExecutor(1) as pool:
+        http.post("/v1/workflows", json=GATE)
+        run = http.post("/v1/runs", json={"family_slug": "gate"}).json()
+        started = time.monotonic()
+        held = _rpc(http, "RunService/GetRun", {"run_id": run["id"], "wait": 0.3})
+        assert held.status_code == 200, held.text
+        assert held.json()["status"] == "RUN_STATUS_RUNNING"
+        assert time.monotonic() - started >= 0.3
+
+        waiting = pool.submit(
+            lambda: _rpc(http, "RunService/GetRun", {"run_id": run["id"], "wait": 30})
+        )
+        time.sleep(0.3)
+        assert not waiting.done()
+        signal = http.post(f"/v1/runs/{run['id']}/signals/approve", json={"payload": 1})
+        assert signal.status_code == 202, signal.text
+        ended = waiting.result(timeout=20)
+        assert ended.status_code == 200, ended.text
+        assert ended.json()["status"] == "RUN_STATUS_SUCCEEDED"
+        assert ended.json() == http.get(f"/v1/runs/{run['id']}").json()
+
+        for wait in (0, -1, 60.5, "soon"):
+            refused = _rpc(http, "RunService/GetRun", {"run_id": run["id"], "wait": wait})
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["code"] == "invalid_argument"
+            assert refused.json()["details"][0]["debug"]["details"]["path"] == "$.wait"
+    with postgres.client(other_key(postgres, "initech")) as stranger:
+        started = time.monotonic()
+        missing = _rpc(stranger, "RunService/GetRun", {"run_id": run["id"], "wait": 30})
+        assert missing.status_code == 404
+        assert time.monotonic() - started < 10  # not held
 
 
 def test_a_method_needs_the_scope_of_its_rest_call(sqlite: ServerProcess) -> None:

@@ -144,6 +144,8 @@ class RunPage(msgspec.Struct, frozen=True, kw_only=True):
     next_cursor: str | None = None
 
 
+MAX_WAIT_SECONDS = 60.0
+"""The longest a read of a run may wait for it to end (`RunsService.get`)."""
 MAX_RUNS_PER_BATCH = 500
 """The most runs one `trigger_many` (`POST /v1/runs/batch`) starts."""
 

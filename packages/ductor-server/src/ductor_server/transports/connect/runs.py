@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from ductor_core.validation import ValidationReport
 from ductor_server.services import (
@@ -17,7 +19,7 @@ from ductor_server.services import (
     WorkflowSummary,
     WorkflowVersionView,
 )
-from ductor_server.services.runs import RerunView, RunsStarted
+from ductor_server.services.runs import MAX_WAIT_SECONDS, RerunView, RunsStarted
 from ductor_server.transports.connect.method import (
     Cursor,
     Empty,
@@ -63,6 +65,13 @@ class RunRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One run."""
 
     run_id: Id
+
+
+class GetRunRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One run; with `wait` (seconds), answered once it has ended or the time is up."""
+
+    run_id: Id
+    wait: Annotated[float, msgspec.Meta(gt=0, le=MAX_WAIT_SECONDS)] | None = None
 
 
 class CancelRunRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -173,11 +182,14 @@ METHODS: tuple[Method, ...] = (
     method(
         RUNS,
         "GetRun",
-        RunRequest,
+        GetRunRequest,
         RunView,
-        lambda s, t, r, k: s.runs.get(t, r.run_id),
+        lambda s, t, r, k: s.runs.get(t, r.run_id, wait=r.wait),
         rest="GET /v1/runs/{run_id}",
-        doc="A run: status, input, output, error and every step's state.",
+        doc=(
+            "A run: status, input, output, error and every step's state. With `wait`"
+            " (seconds, up to 60), answered once the run has ended or the time is up."
+        ),
     ),
     method(
         RUNS,

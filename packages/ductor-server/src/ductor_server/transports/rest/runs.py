@@ -9,7 +9,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from ductor_server.services import HistoryEntry, RunPage, RunsService, RunView, SignalAccepted
-from ductor_server.services.runs import RerunView, RunsStarted
+from ductor_server.services.runs import MAX_WAIT_SECONDS, RerunView, RunsStarted
 from ductor_server.transports.rest.bodies import (
     NO_BODY,
     CancelRunBody,
@@ -23,9 +23,6 @@ from ductor_server.transports.rest.bodies import (
 )
 from ductor_server.transports.rest.errors import V1_ERRORS
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
-
-MAX_WAIT_SECONDS = 60.0
-"""The longest `GET /v1/runs/{run_id}?wait=` may hold a request."""
 
 
 class RunsController(Controller):
