@@ -1,12 +1,17 @@
 """`GET /v1/runs/{run_id}?wait=` against real server processes: a long poll is
-answered once its run ends, not when its time is up; many wait at once; and on
+answered once its run ends, not when its time is up; many wait at once; on
 two processes sharing one Postgres (no Redis), a run that ends on either
-answers a wait held by the other.
+answers a wait held by the other; and `ductor runs trigger --wait` ends when
+its run does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -123,3 +128,40 @@ def test_a_wait_on_one_process_is_answered_when_another_ends_the_run(
         serve_process(tmp_path / "b", tenants=[OTHER], database_url=postgres_url) as b,
     ):
         asyncio.run(_across(a.url, b.url, a.keys[TENANT]))
+
+
+def test_the_cli_trigger_wait_ends_when_its_run_does(tmp_path: Path) -> None:
+    # A pause of 60 s between requests: only a long poll can end within BOUND.
+    with serve_process(tmp_path, tenants=[TENANT]) as served:
+        key = served.keys[TENANT]
+        with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {key}"}) as http:
+            assert http.post("/v1/workflows", json=GATED).status_code in (200, 201)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
+            env.update({"DUCTOR_URL": served.url, "DUCTOR_API_KEY": key})
+            command = ["runs", "trigger", "gated", "--wait", "--interval", "60", "--timeout", "90"]
+            cli = subprocess.Popen(
+                [sys.executable, "-m", "ductor_server.cli", *command],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                deadline = time.monotonic() + BOUND
+                runs: list[dict[str, Any]] = []
+                while not runs and time.monotonic() < deadline:
+                    runs = http.get("/v1/runs", params={"family_slug": "gated"}).json()["items"]
+                    time.sleep(0.1)
+                [run] = runs
+                time.sleep(1.0)  # the CLI waits by now, its first answer long gone
+                assert cli.poll() is None
+                sent = http.post(f"/v1/runs/{run['id']}/signals/go")
+                assert sent.status_code == 202, sent.text
+                signalled = time.monotonic()
+                out, err = cli.communicate(timeout=BOUND)
+            finally:
+                cli.kill()
+        assert cli.returncode == 0, err
+        assert time.monotonic() - signalled < BOUND
+        ended = json.loads(out)
+        assert (ended["id"], ended["status"]) == (run["id"], "RUN_STATUS_SUCCEEDED")

@@ -86,8 +86,10 @@ class ApiClient:
         body: Any = None,
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        held: float = 0.0,
     ) -> Any:
-        """One request; the decoded JSON answer.
+        """One request; the decoded JSON answer. `held`: seconds the server may
+        hold the request (a long poll) beyond the client's timeout.
 
         Raises:
             ClientError: an error answer (its code and message), or no connection.
@@ -103,6 +105,7 @@ class ApiClient:
                 content=content,
                 params={k: v for k, v in (params or {}).items() if v is not None},
                 headers=send_headers,
+                timeout=_longer(self.http.timeout, held) if held else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as exc:
             raise ClientError(
@@ -124,6 +127,12 @@ class ApiClient:
                 "http.error", f"HTTP {response.status_code}: {response.text[:200]}", None
             )
         return payload
+
+
+def _longer(timeout: httpx.Timeout, extra: float) -> httpx.Timeout:
+    """`timeout` with `extra` seconds more to read the answer."""
+    read = None if timeout.read is None else timeout.read + extra
+    return httpx.Timeout(connect=timeout.connect, read=read, write=timeout.write, pool=timeout.pool)
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -253,30 +262,54 @@ def _poll_until_done(
         time.sleep(interval)
 
 
+LONG_POLL = 30.0
+"""Seconds one request of `runs trigger --wait` asks the server to hold it."""
+
+
+def _wait_until_done(
+    client: ApiClient, run_id: str, *, interval: float, timeout: float | None
+) -> dict[str, Any]:
+    """The run once it has ended: each request asks the server to answer when it
+    ends (`GET /v1/runs/{id}?wait=`), up to `LONG_POLL` seconds or the time
+    left; `interval` is the pause after an answer the server did not hold, or
+    while it cannot be reached."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = LONG_POLL if deadline is None else deadline - time.monotonic()
+        wait = min(LONG_POLL, max(left, 0.001))
+        asked = time.monotonic()
+        run: dict[str, Any] | None = None
+        try:
+            run = client.call("GET", f"/v1/runs/{run_id}", params={"wait": wait}, held=wait)
+        except ClientError as exc:
+            if exc.code != "client.unreachable":
+                raise
+        if run is not None and run.get("status") in TERMINAL_RUN_STATUSES:
+            return run
+        if deadline is not None and time.monotonic() > deadline:
+            raise ClientError("client.timeout", f"run {run_id} did not finish within {timeout:g}s")
+        if run is None or time.monotonic() - asked < wait / 2:
+            time.sleep(interval)
+
+
 def _run_exit_code(run: dict[str, Any]) -> int:
     return 0 if run.get("status") == "RUN_STATUS_SUCCEEDED" else 1
 
 
 def cmd_runs_trigger(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
-    """Start a run; with --wait, poll until it ends and print the final run."""
+    """Start a run; with --wait, wait until it ends and print the final run."""
     body: dict[str, Any] = {"family_slug": args.family, "input": _json_arg(args.input, "--input")}
     if args.version is not None:
         body["version"] = args.version
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     run = client.call("POST", "/v1/runs", body=body, headers=headers)
     if args.wait:
-        run = _poll_until_done(
-            client, run["id"], interval=args.interval, timeout=args.timeout, on_poll=_ignore
-        )
+        run = _wait_until_done(client, run["id"], interval=args.interval, timeout=args.timeout)
     if args.quiet:
         out.write(run["id"] + "\n")
     else:
         _print_json(run, out)
     return _run_exit_code(run) if args.wait else 0
-
-
-def _ignore(run: dict[str, Any] | None, problem: str | None) -> None:
-    return None
 
 
 def cmd_runs_get(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -554,7 +587,12 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--version", type=int, default=None, help="pin a version (default latest)")
     p.add_argument("--idempotency-key", default=None)
     p.add_argument("--wait", action="store_true", help="wait for the run to end")
-    p.add_argument("--interval", type=float, default=0.5, help="poll interval with --wait")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=0.5,
+        help="with --wait, the pause between requests when the server answers at once",
+    )
     p.add_argument("--timeout", type=float, default=None, help="give up waiting after N s")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the run id")
     p = command(rs, "get", cmd_runs_get, "show a run as JSON")
