@@ -12,11 +12,13 @@ from datetime import datetime, timedelta
 import pytest
 
 from ductor_core.runs import RunState, RunStatus
+from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import ManualClock
 from ductor_server.engine.fairness import FairPolicy, TenantPolicy
 from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue, LookPace, Taking
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.taskqueue import SqlTaskQueue
+from ductor_server.engine.workers import Workers, _Taker
 from ductor_server.storage import NewRun, NewTask, RunLimits, Store, TaskRecord, TaskRef
 from ductor_server.storage.queuepolicies import delete_queue_policy, put_queue_policy
 
@@ -375,6 +377,41 @@ async def test_a_task_taken_at_once_is_known_by_its_id_once_the_commit_answered(
     assert (taken.lease_owner, taken.run_id) == ("w", "rnext")
     [other] = await queue.lease(owner="w", limit=5, lease_for=MINUTE, now=now)
     assert other.id == ids[1]
+
+
+async def test_a_worker_that_cannot_read_what_it_took_at_once_holds_none_of_it(
+    store: Store,
+) -> None:
+    # Should the insert's answer not be read after the commit, the queue must
+    # not count the chosen task as running for good (its lease lapses instead).
+    clock = ManualClock()
+    now = clock.now()
+    queue = LocalFairQueue(store, resync_seconds=3600)
+    workers = Workers(store, default_registry(), clock=clock, wake=InProcessWakeUp(), queue=queue)
+    await _enqueue(store, TENANT, 1, now)
+    [first] = await queue.lease(owner=workers.owner, limit=1, lease_for=MINUTE, now=now)
+    ticket = queue.tickets_of(_refs([first]))[first.id]
+    taker = _Taker(
+        queue,
+        {(TENANT, "rnext"): ticket},
+        owner=workers.owner,
+        slots=1,
+        lease_for=MINUTE,
+        clock=clock,
+    )
+    async with store.transaction() as tx:
+        left = await taker.enqueue(tx, [_task(TENANT, "next", now)], {})
+    assert left is False
+    assert queue.scheduler.running_of(TENANT) == 2
+
+    async def unreadable() -> list[TaskRecord | None]:
+        raise RuntimeError("the answer is lost")
+
+    [taking] = taker._takings
+    assert isinstance(taking, Taking)
+    taking.stored = unreadable
+    assert await workers._collect(taker) == []
+    assert queue.scheduler.running_of(TENANT) == 1  # only the first task
 
 
 async def test_ids_taken_at_once_are_never_looked_for_again(store: Store) -> None:

@@ -138,10 +138,11 @@ class _Taker:
 
     async def collect(self) -> list[TaskRecord]:
         """Once the transaction has committed: the tasks it leased to this worker."""
-        takings, self._takings = self._takings, []
-        for taking in takings:
-            _, taken = await taking.result()
-            self.taken.extend(taken)
+        taken: list[TaskRecord] = []
+        for taking in self._takings:
+            taken.extend((await taking.result())[1])
+        self._takings = []
+        self.taken.extend(taken)
         return self.taken
 
     def forget(self) -> None:
@@ -426,6 +427,7 @@ class Workers:
             return await taker.collect()
         except Exception:
             log.exception("reading the tasks taken at once failed (their leases will lapse)")
+            taker.forget()  # the queue counts none of them as running here
             return []
 
     def _start(self, task: TaskRecord) -> None:
