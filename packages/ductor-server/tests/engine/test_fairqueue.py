@@ -14,7 +14,7 @@ import pytest
 from ductor_core.runs import RunState, RunStatus
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import ManualClock
-from ductor_server.engine.fairness import FairPolicy, TenantPolicy
+from ductor_server.engine.fairness import FairPolicy, TenantPolicy, Ticket
 from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue, LookPace, Taking
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.taskqueue import SqlTaskQueue
@@ -44,6 +44,16 @@ def _task(tenant: str, name: str, now: datetime) -> NewTask:
 async def _enqueue(store: Store, tenant: str, count: int, now: datetime, tag: str = "") -> None:
     async with store.transaction() as tx:
         await tx.enqueue_tasks([_task(tenant, f"{tag}{i}", now) for i in range(count)])
+
+
+async def _one_running(
+    store: Store, queue: LocalFairQueue, now: datetime, owner: str = "w"
+) -> tuple[TaskRecord, Ticket]:
+    """One task of TENANT queued and leased through `queue`, with its ticket: the
+    step before a run's next task."""
+    await _enqueue(store, TENANT, 1, now)
+    [first] = await queue.lease(owner=owner, limit=1, lease_for=MINUTE, now=now)
+    return first, queue.tickets_of(_refs([first]))[first.id]
 
 
 def _refs(tasks: list[TaskRecord]) -> list[TaskRef]:
@@ -273,9 +283,7 @@ async def test_a_runs_next_task_is_taken_at_once_only_while_nothing_waits(store:
     now = ManualClock().now()
     policy = FairPolicy(tenants={OTHER_TENANT: TenantPolicy(max_running=1)})
     queue = LocalFairQueue(store, policy=policy, resync_seconds=3600, capacity=8)
-    await _enqueue(store, TENANT, 1, now)
-    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
-    like = queue.tickets_of(_refs([first]))[first.id]
+    first, like = await _one_running(store, queue, now)
     assert like.tenant == TENANT
     nxt = _task(TENANT, "next", now)
     async with store.transaction() as tx:
@@ -322,9 +330,7 @@ async def test_a_task_taken_at_once_in_a_rolled_back_transaction_is_forgotten(
     # with COMMIT), or after: either way the queue forgets the task it chose.
     now = ManualClock().now()
     queue = LocalFairQueue(store, resync_seconds=3600)
-    await _enqueue(store, TENANT, 1, now)
-    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
-    like = queue.tickets_of(_refs([first]))[first.id]
+    _, like = await _one_running(store, queue, now)
     nxt = _task(TENANT, "next", now)
     queued: list[Taking] = []
 
@@ -355,9 +361,7 @@ async def test_a_task_taken_at_once_is_known_by_its_id_once_the_commit_answered(
 ) -> None:
     now = ManualClock().now()
     queue = LocalFairQueue(store, resync_seconds=3600)
-    await _enqueue(store, TENANT, 1, now)
-    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
-    like = queue.tickets_of(_refs([first]))[first.id]
+    first, like = await _one_running(store, queue, now)
     async with store.transaction() as tx:
         await queue.complete(tx, _refs([first]))
         taking = await queue.enqueue_taking_later(
@@ -388,9 +392,7 @@ async def test_a_worker_that_cannot_read_what_it_took_at_once_holds_none_of_it(
     now = clock.now()
     queue = LocalFairQueue(store, resync_seconds=3600)
     workers = Workers(store, default_registry(), clock=clock, wake=InProcessWakeUp(), queue=queue)
-    await _enqueue(store, TENANT, 1, now)
-    [first] = await queue.lease(owner=workers.owner, limit=1, lease_for=MINUTE, now=now)
-    ticket = queue.tickets_of(_refs([first]))[first.id]
+    _, ticket = await _one_running(store, queue, now, workers.owner)
     taker = _Taker(
         queue,
         {(TENANT, "rnext"): ticket},
@@ -419,9 +421,7 @@ async def test_ids_taken_at_once_are_never_looked_for_again(store: Store) -> Non
     # count its id as missing and read the ready tasks below it again.
     now = ManualClock().now()
     queue = LocalFairQueue(store, resync_seconds=3600)
-    await _enqueue(store, TENANT, 1, now)
-    [first] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)
-    like = queue.tickets_of(_refs([first]))[first.id]
+    first, like = await _one_running(store, queue, now)
     for n in range(3):
         nxt = _task(TENANT, f"next{n}", now)
         async with store.transaction() as tx:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import msgspec
 import pytest
 
 from ductor_core.runs import DispatchTask, ErrorInfo, TimerFired
-from ductor_server.storage import AttemptRecord, NewTask, Store, TaskRef, TaskStatus
+from ductor_server.storage import AttemptRecord, NewTask, Store, TaskRecord, TaskRef, TaskStatus
 from ductor_server.storage.records import NewInboxItem, RunRef, TimerRecord, WaitRecord
 
 from .builders import NOW, at, new_task
@@ -151,21 +152,17 @@ async def test_tasks_inserted_leased_later_answer_like_the_others(store: Store) 
     async with store.transaction() as tx:
         await tx.enqueue_tasks([new_task("t1", "r1", "dup")])
     async with store.transaction() as tx:
-        first = await tx.enqueue_tasks_leasing_later(
-            [new_task("t1", "r1", s) for s in ("a", "dup")],
-            [True, True],
-            owner="w",
-            lease_for=LEASE,
-            now=NOW,
-        )
+
+        async def later(steps: dict[str, bool]) -> Callable[[], Awaitable[list[TaskRecord | None]]]:
+            tasks = [new_task("t1", "r1", step) for step in steps]
+            leased = list(steps.values())
+            return await tx.enqueue_tasks_leasing_later(
+                tasks, leased, owner="w", lease_for=LEASE, now=NOW
+            )
+
+        first = await later({"a": True, "dup": True})
         assert await tx.count_tasks(now=NOW) == {"ready": 1, "scheduled": 0, "leased": 1}
-        second = await tx.enqueue_tasks_leasing_later(
-            [new_task("t1", "r1", s) for s in ("b", "c")],
-            [False, True],
-            owner="w",
-            lease_for=LEASE,
-            now=NOW,
-        )
+        second = await later({"b": False, "c": True})
     a, dup = await first()
     b, c = await second()
     assert dup is None
