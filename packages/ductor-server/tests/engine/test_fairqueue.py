@@ -19,7 +19,7 @@ from ductor_server.engine.fairqueue import RESCAN_EVERY, LocalFairQueue, LookPac
 from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.taskqueue import SqlTaskQueue
 from ductor_server.engine.workers import Workers, _Taker
-from ductor_server.storage import NewRun, NewTask, RunLimits, Store, TaskRecord, TaskRef
+from ductor_server.storage import NewRun, NewTask, RunLimits, Store, TaskRecord, TaskRef, Tx
 from ductor_server.storage.queuepolicies import delete_queue_policy, put_queue_policy
 
 from .conftest import OTHER_TENANT, TENANT
@@ -54,6 +54,17 @@ async def _one_running(
     await _enqueue(store, TENANT, 1, now)
     [first] = await queue.lease(owner=owner, limit=1, lease_for=MINUTE, now=now)
     return first, queue.tickets_of(_refs([first]))[first.id]
+
+
+async def _taking(
+    queue: LocalFairQueue, tx: Tx, task: NewTask, like: Ticket, now: datetime
+) -> tuple[list[str | None], list[TaskRecord]]:
+    """Queue `task` as the run's next, taken at once by "w" if it may start now;
+    its id and the tasks taken, read at once (a report reads them after COMMIT)."""
+    taking = await queue.enqueue_taking_later(
+        tx, [(task, like)], owner="w", limit=1, lease_for=MINUTE, now=now
+    )
+    return await taking.result()
 
 
 def _refs(tasks: list[TaskRecord]) -> list[TaskRef]:
@@ -288,9 +299,7 @@ async def test_a_runs_next_task_is_taken_at_once_only_while_nothing_waits(store:
     nxt = _task(TENANT, "next", now)
     async with store.transaction() as tx:
         await queue.complete(tx, _refs([first]))
-        [task_id], [taken] = await queue.enqueue_taking(
-            tx, [(nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
-        )
+        [task_id], [taken] = await _taking(queue, tx, nxt, like, now)
         assert task_id is not None
     # It runs under its id, not the stand-in it was chosen under.
     assert queue.scheduler.running_ticket(taken.id) is not None
@@ -311,9 +320,7 @@ async def test_a_runs_next_task_is_taken_at_once_only_while_nothing_waits(store:
     behind = _task(TENANT, "behind", now)
     async with store.transaction() as tx:
         await queue.complete(tx, _refs([taken]))
-        [behind_id], refused = await queue.enqueue_taking(
-            tx, [(behind, like)], owner="w", limit=1, lease_for=MINUTE, now=now
-        )
+        [behind_id], refused = await _taking(queue, tx, behind, like, now)
         assert behind_id is not None
         assert refused == []
         await queue.complete(tx, _refs([other]))
@@ -426,9 +433,7 @@ async def test_ids_taken_at_once_are_never_looked_for_again(store: Store) -> Non
         nxt = _task(TENANT, f"next{n}", now)
         async with store.transaction() as tx:
             await queue.complete(tx, _refs([first]))
-            _, [first] = await queue.enqueue_taking(
-                tx, [(nxt, like)], owner="w", limit=1, lease_for=MINUTE, now=now
-            )
+            _, [first] = await _taking(queue, tx, nxt, like, now)
         await _enqueue(store, TENANT, 1, now, tag=f"queued{n}")
         await asyncio.sleep(RESCAN_EVERY * 1.5)
         [queued] = await queue.lease(owner="w", limit=1, lease_for=MINUTE, now=now)

@@ -319,22 +319,6 @@ class LocalFairQueue:
                 found[ref.task_id] = ticket
         return found
 
-    async def enqueue_taking(
-        self,
-        tx: Tx,
-        tasks: Sequence[tuple[NewTask, Ticket | None]],
-        *,
-        owner: str,
-        limit: int,
-        lease_for: timedelta,
-        now: datetime,
-    ) -> tuple[list[str | None], list[TaskRecord]]:
-        """`enqueue_taking_later`, answered at once."""
-        taking = await self.enqueue_taking_later(
-            tx, tasks, owner=owner, limit=limit, lease_for=lease_for, now=now
-        )
-        return await taking.result()
-
     async def enqueue_taking_later(
         self,
         tx: Tx,

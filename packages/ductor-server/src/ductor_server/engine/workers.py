@@ -386,7 +386,7 @@ class Workers:
 
     def _taking_queue(self) -> TakesAtOnce | None:
         """The queue, when a report may hand a finished task's slot to its run's
-        next task (`TakesAtOnce`, `enqueue_taking`, a ticker in this process)."""
+        next task (`TakesAtOnce`, `enqueue_taking_later`, a ticker in this process)."""
         if not self.take_at_once or self.ticker is None:
             return None
         return self._taking
