@@ -108,12 +108,16 @@ async def test_tasks_inserted_leased_are_held_by_their_owner_and_the_rest_queued
         await tx.enqueue_tasks([new_task("t1", "r1", "dup")])
     batch = [new_task("t1", "r1", s) for s in ("a", "b", "dup", "c")]
     async with store.transaction() as tx:
-        stored = await tx.enqueue_tasks_leasing(
-            batch, [True, False, True, True], owner="w", lease_for=LEASE, now=NOW
-        )
-        one = await tx.enqueue_tasks_leasing(
-            [new_task("t2", "r9", "x")], [True], owner="w", lease_for=LEASE, now=NOW
-        )
+        stored = await (
+            await tx.enqueue_tasks_leasing_later(
+                batch, [True, False, True, True], owner="w", lease_for=LEASE, now=NOW
+            )
+        )()
+        one = await (
+            await tx.enqueue_tasks_leasing_later(
+                [new_task("t2", "r9", "x")], [True], owner="w", lease_for=LEASE, now=NOW
+            )
+        )()
     a, b, dup, c = stored
     assert dup is None  # its attempt key was queued already: nothing inserted
     assert a is not None

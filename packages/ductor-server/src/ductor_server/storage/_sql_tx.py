@@ -1561,20 +1561,6 @@ class SqlTx:
             t.tier,
         )
 
-    async def enqueue_tasks_leasing(
-        self,
-        tasks: Sequence[NewTask],
-        leased: Sequence[bool],
-        *,
-        owner: str,
-        lease_for: timedelta,
-        now: datetime,
-    ) -> list[TaskRecord | None]:
-        later = await self.enqueue_tasks_leasing_later(
-            tasks, leased, owner=owner, lease_for=lease_for, now=now
-        )
-        return await later()
-
     async def enqueue_tasks_leasing_later(
         self,
         tasks: Sequence[NewTask],

@@ -417,21 +417,6 @@ class TasksTx(Protocol):
         already queued."""
         ...
 
-    async def enqueue_tasks_leasing(
-        self,
-        tasks: Sequence[NewTask],
-        leased: Sequence[bool],
-        *,
-        owner: str,
-        lease_for: timedelta,
-        now: datetime,
-    ) -> list[TaskRecord | None]:
-        """Insert tasks, each queued or, where `leased` says so, already leased to
-        `owner` for `lease_for` from `now` (its first delivery): one statement
-        where queueing and then leasing would take two. Per task its record, or
-        None if its idempotency_key was already queued (nothing inserted)."""
-        ...
-
     async def enqueue_tasks_leasing_later(
         self,
         tasks: Sequence[NewTask],
@@ -441,10 +426,13 @@ class TasksTx(Protocol):
         lease_for: timedelta,
         now: datetime,
     ) -> Callable[[], Awaitable[list[TaskRecord | None]]]:
-        """`enqueue_tasks_leasing`, whose answer is asked for later: on Postgres
-        the insert goes out with the transaction's next round trip (the next
-        statement that answers, or COMMIT). Call the result for the answer,
-        before or after the transaction ends."""
+        """Insert tasks, each queued or, where `leased` says so, already leased to
+        `owner` for `lease_for` from `now` (its first delivery): one statement
+        where queueing and then leasing would take two. Its answer is asked for
+        later: on Postgres the insert goes out with the transaction's next round
+        trip (the next statement that answers, or COMMIT). Call the result,
+        before or after the transaction ends, for each task's record, or None if
+        its idempotency_key was already queued (nothing inserted)."""
         ...
 
     async def lease_tasks(
