@@ -18,7 +18,10 @@ with its own `POST /v1/runs`.
    beside the server's with its journal settings), timed many times; and, for
    comparison, as many one-UPDATE transactions through the server's store code.
 3. Maximum throughput: `--burst` runs started by 8 clients, one request each
-   at a time, timed from the first request to the last run's `finished_at`.
+   at a time, timed from the first request to the last run's `finished_at`;
+   with `--observe wait` each run is also waited for by its long poll, sent
+   once it is triggered, as in the latency phase (the maximum is of the load
+   whose latency is measured: the polls cost the server too).
 4. Latency: `--runs` runs started one at a time at a steady pace, half that
    rate (`--fraction`), each request sent on schedule, not after the previous
    answer. A run's latency is from the moment its request is sent to the
@@ -297,21 +300,31 @@ async def store_baseline_ms(target: str | Path, commits: int) -> list[float]:
 # --- 3. maximum throughput ---------------------------------------------------------
 
 
-async def max_throughput(server: Server, api_key: str, runs: int) -> tuple[float, float]:
-    """(runs/s, seconds) of `runs` runs started by 8 clients as fast as answered."""
+async def max_throughput(
+    server: Server, api_key: str, runs: int, observe: str
+) -> tuple[float, float]:
+    """(runs/s, seconds) of `runs` runs started by 8 clients as fast as answered;
+    with `observe` "wait", each run is also waited for by its own long poll, sent
+    once it is triggered (the latency phase's load, which the maximum is of)."""
     db = Database(server)
     ids: list[str] = []
+    polls: list[asyncio.Task[httpx.Response]] = []
     try:
         async with client(server, api_key) as http:
             numbers = iter(range(runs))
 
             async def starter() -> None:
                 for i in numbers:
-                    ids.append(await trigger(http, 1000 + i))
+                    run_id = await trigger(http, 1000 + i)
+                    ids.append(run_id)
+                    if observe == "wait":
+                        wait = http.get(f"/v1/runs/{run_id}", params={"wait": 30})
+                        polls.append(asyncio.create_task(wait))
 
             started_wall = datetime.now(UTC)
             started = time.perf_counter()
             await asyncio.gather(*(starter() for _ in range(BURST_CLIENTS)))
+            await asyncio.wait_for(asyncio.gather(*polls), PHASE_TIMEOUT)
             deadline = started + PHASE_TIMEOUT
             while True:
                 await asyncio.sleep(0.1)
@@ -447,9 +460,10 @@ def bench(backend: str, args: argparse.Namespace, commits: int) -> None:
             f"  the same through the server's store code (BEGIN, UPDATE, COMMIT):"
             f" p50 {s50:.2f} ms, p99 {s99:.2f} ms ({len(store)} samples)"
         )
-        rate, seconds = asyncio.run(max_throughput(server, api_key, args.burst))
+        rate, seconds = asyncio.run(max_throughput(server, api_key, args.burst, args.observe))
         print(
             f"  max throughput: {rate:.1f} runs/s ({args.burst} runs, {BURST_CLIENTS} clients,"
+            f"{' each run waited by a long poll,' if args.observe == 'wait' else ''}"
             f" {seconds:.1f} s to the last finished_at)"
         )
         alone, _, _ = asyncio.run(
