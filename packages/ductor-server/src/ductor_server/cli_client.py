@@ -69,6 +69,7 @@ class ApiClient:
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url
+        self.timeout = timeout
         self.http = httpx.Client(
             base_url=url, headers=headers, timeout=timeout, transport=transport
         )
@@ -105,7 +106,7 @@ class ApiClient:
                 content=content,
                 params={k: v for k, v in (params or {}).items() if v is not None},
                 headers=send_headers,
-                timeout=_longer(self.http.timeout, held) if held else httpx.USE_CLIENT_DEFAULT,
+                timeout=httpx.Timeout(self.timeout + held) if held else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as exc:
             raise ClientError(
@@ -127,12 +128,6 @@ class ApiClient:
                 "http.error", f"HTTP {response.status_code}: {response.text[:200]}", None
             )
         return payload
-
-
-def _longer(timeout: httpx.Timeout, extra: float) -> httpx.Timeout:
-    """`timeout` with `extra` seconds more to read the answer."""
-    read = None if timeout.read is None else timeout.read + extra
-    return httpx.Timeout(connect=timeout.connect, read=read, write=timeout.write, pool=timeout.pool)
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -236,59 +231,46 @@ def cmd_workflows_get(client: ApiClient, args: argparse.Namespace, out: TextIO) 
     return 0
 
 
+LONG_POLL = 30.0
+"""Seconds one request of `runs trigger --wait` asks the server to hold it."""
+
+
 def _poll_until_done(
     client: ApiClient,
     run_id: str,
     *,
     interval: float,
     timeout: float | None,
-    on_poll: Callable[[dict[str, Any] | None, str | None], None],
+    on_poll: Callable[[dict[str, Any] | None, str | None], None] | None = None,
+    long_poll: bool = False,
 ) -> dict[str, Any]:
+    """The run once it has ended, read every `interval` (each read shown to
+    `on_poll`). With `long_poll`, each request asks the server to answer when the
+    run ends (`GET /v1/runs/{id}?wait=`, up to `LONG_POLL` seconds or the time
+    left), and `interval` is only the pause after an answer the server did not
+    hold, or while it cannot be reached."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
+        wait: float | None = None
+        if long_poll:
+            left = LONG_POLL if deadline is None else deadline - time.monotonic()
+            wait = min(LONG_POLL, max(left, 0.001))
+        asked = time.monotonic()
         run: dict[str, Any] | None = None
         problem: str | None = None
         try:
-            run = client.call("GET", f"/v1/runs/{run_id}")
+            run = client.call("GET", f"/v1/runs/{run_id}", params={"wait": wait}, held=wait or 0)
         except ClientError as exc:
             if exc.code != "client.unreachable":
                 raise
             problem = "server unreachable, retrying"
-        on_poll(run, problem)
+        if on_poll is not None:
+            on_poll(run, problem)
         if run is not None and run.get("status") in TERMINAL_RUN_STATUSES:
             return run
         if deadline is not None and time.monotonic() > deadline:
             raise ClientError("client.timeout", f"run {run_id} did not finish within {timeout:g}s")
-        time.sleep(interval)
-
-
-LONG_POLL = 30.0
-"""Seconds one request of `runs trigger --wait` asks the server to hold it."""
-
-
-def _wait_until_done(
-    client: ApiClient, run_id: str, *, interval: float, timeout: float | None
-) -> dict[str, Any]:
-    """The run once it has ended: each request asks the server to answer when it
-    ends (`GET /v1/runs/{id}?wait=`), up to `LONG_POLL` seconds or the time
-    left; `interval` is the pause after an answer the server did not hold, or
-    while it cannot be reached."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        left = LONG_POLL if deadline is None else deadline - time.monotonic()
-        wait = min(LONG_POLL, max(left, 0.001))
-        asked = time.monotonic()
-        run: dict[str, Any] | None = None
-        try:
-            run = client.call("GET", f"/v1/runs/{run_id}", params={"wait": wait}, held=wait)
-        except ClientError as exc:
-            if exc.code != "client.unreachable":
-                raise
-        if run is not None and run.get("status") in TERMINAL_RUN_STATUSES:
-            return run
-        if deadline is not None and time.monotonic() > deadline:
-            raise ClientError("client.timeout", f"run {run_id} did not finish within {timeout:g}s")
-        if run is None or time.monotonic() - asked < wait / 2:
+        if wait is None or run is None or time.monotonic() - asked < wait / 2:
             time.sleep(interval)
 
 
@@ -304,7 +286,9 @@ def cmd_runs_trigger(client: ApiClient, args: argparse.Namespace, out: TextIO) -
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     run = client.call("POST", "/v1/runs", body=body, headers=headers)
     if args.wait:
-        run = _wait_until_done(client, run["id"], interval=args.interval, timeout=args.timeout)
+        run = _poll_until_done(
+            client, run["id"], interval=args.interval, timeout=args.timeout, long_poll=True
+        )
     if args.quiet:
         out.write(run["id"] + "\n")
     else:

@@ -47,13 +47,24 @@ class Taking:
     """What `LocalFairQueue.enqueue_taking_later` queued in a transaction: the
     tasks leased to the worker are known once the insert has answered."""
 
-    def __init__(self, queue: LocalFairQueue, chosen: dict[int, Ticket], *, left: bool) -> None:
+    def __init__(
+        self,
+        queue: LocalFairQueue,
+        chosen: dict[int, Ticket],
+        stored: Callable[[], Awaitable[list[TaskRecord | None]]],
+        *,
+        left: bool,
+    ) -> None:
         self.queue = queue
         self.chosen = chosen  # the tasks' positions chosen to be taken, with their tickets
+        self.stored = stored  # the insert's answer, asked for once
         self.left = left  # some task is left for the queue: wake its lease loop on commit
-        self.leasing = len(chosen)  # the tasks it leases at most
-        self.stored: Callable[[], Awaitable[list[TaskRecord | None]]] | None = None
         self._answer: tuple[list[str | None], list[TaskRecord]] | None = None
+
+    @property
+    def leasing(self) -> int:
+        """The tasks it leases at most."""
+        return len(self.chosen)
 
     async def result(self) -> tuple[list[str | None], list[TaskRecord]]:
         """Each task's id (None: its attempt key was already queued) and the tasks
@@ -61,7 +72,6 @@ class Taking:
         The chosen tickets then run under their tasks' ids."""
         if self._answer is not None:
             return self._answer
-        assert self.stored is not None, "the insert was not queued"
         stored = await self.stored()
         scheduler = self.queue.scheduler
         taken: list[TaskRecord] = []
@@ -347,9 +357,8 @@ class LocalFairQueue:
                 ticket = replace(like, key=f"taking-{self._standins}", seq=0, tier=new.tier)
                 if self.scheduler.start_at_once(ticket, at, capacity=self.capacity):
                     chosen[i] = ticket
-        taking = Taking(self, chosen, left=len(chosen) < len(tasks))
         try:
-            taking.stored = await tx.enqueue_tasks_leasing_later(
+            stored = await tx.enqueue_tasks_leasing_later(
                 [new for new, _ in tasks],
                 [i in chosen for i in range(len(tasks))],
                 owner=owner,
@@ -357,9 +366,10 @@ class LocalFairQueue:
                 now=now,
             )
         except BaseException:
-            taking.untake()
+            for ticket in chosen.values():
+                self.scheduler.finish(ticket.key)
             raise
-        return taking
+        return Taking(self, chosen, stored, left=len(chosen) < len(tasks))
 
     def _kept(self, tickets: list[Ticket], leased: list[TaskRecord | None]) -> list[TaskRecord]:
         """The tasks the store leased; the tickets of those it refused (taken or

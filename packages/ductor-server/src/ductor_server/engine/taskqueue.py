@@ -99,9 +99,12 @@ class QueuedTaking(Protocol):
     left: bool
     """Some of the tasks were left for the queue (its lease loop is to be woken
     once the transaction commits)."""
-    leasing: int
-    """How many of the tasks it leases at most (one whose attempt key was
-    already queued is not inserted, so not leased either)."""
+
+    @property
+    def leasing(self) -> int:
+        """How many of the tasks it leases at most (one whose attempt key was
+        already queued is not inserted, so not leased either)."""
+        ...
 
     async def result(self) -> tuple[list[str | None], list[TaskRecord]]:
         """Each task's id (None: its attempt key was already queued) and the

@@ -114,7 +114,6 @@ class _Taker:
         self.slots = slots
         self.lease_for = lease_for
         self.clock = clock
-        self.taken: list[TaskRecord] = []
         self._takings: list[QueuedTaking] = []
         self._chosen = 0  # slots the queued takings may fill
 
@@ -142,15 +141,13 @@ class _Taker:
         for taking in self._takings:
             taken.extend((await taking.result())[1])
         self._takings = []
-        self.taken.extend(taken)
-        return self.taken
+        return taken
 
     def forget(self) -> None:
         """The transaction did not commit: the queue forgets what it leased."""
         takings, self._takings = self._takings, []
         for taking in takings:
             taking.untake()
-        self.taken = []
 
     def _ticket(
         self, task: NewTask, started: Mapping[tuple[str, str], StartedRun]
