@@ -228,7 +228,9 @@ def test_revoked_and_expired_keys_fail_on_the_next_request(served: ServerProcess
             time.sleep(0.1)
         time.sleep(0.05)
         expired = _error(reader.get("/v1/runs"), 401, "auth.key_expired")
-    assert expired["details"] == {"expired_at": expires.isoformat()}
+    # written as every other time of the API is (RFC 3339, UTC, `Z`): the key's own expires_at
+    assert expired["details"] == {"expired_at": short["expires_at"]}
+    assert expired["details"]["expired_at"].endswith("Z")
 
 
 def test_twenty_concurrent_creates_with_one_idempotency_key_make_one_key(

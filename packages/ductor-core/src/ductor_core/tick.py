@@ -128,16 +128,11 @@ from ductor_core.runs import (
     TimerFired,
 )
 from ductor_core.step_specs import InCoordinator, OnWorker, StepSpec, StepSpecs
+from ductor_core.timestamps import utc_text
 
 __all__ = ["MAX_RECIPIENTS", "notify_signal", "start_run", "tick"]
 
 _WAITS = (InCoordinator.WAIT_FOR_EVENT, InCoordinator.WAIT_FOR_SIGNAL)
-
-
-def _iso(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _parse_instant(value: Any, source: str) -> datetime:
@@ -281,7 +276,7 @@ class _Tick:
                 if step is not None and step.status.terminal:
                     steps[ref] = {"output": step.output, "status": step.status.value}
         if self._now_iso is None:
-            self._now_iso = _iso(self.now)
+            self._now_iso = utc_text(self.now)
         act: dict[str, Any] = {
             "input": self.state.input,
             "steps": steps,
@@ -574,11 +569,13 @@ class _Tick:
         else:
             raise DuctorError("WAIT needs `duration` or `until`", code="definition.bad_args")
         if fire_at <= self.now:
-            self.finish(ref, StepStatus.SUCCEEDED, {"waited_until": _iso(fire_at)})
+            self.finish(ref, StepStatus.SUCCEEDED, {"waited_until": utc_text(fire_at)})
             return
         self.set_timer(_key(ref, -1, "wait", 1), fire_at)
-        data = {**self.steps[ref].data, "fire_at": _iso(fire_at)}
-        self.update(ref, status=StepStatus.WAITING, waiting_for=f"timer {_iso(fire_at)}", data=data)
+        data = {**self.steps[ref].data, "fire_at": utc_text(fire_at)}
+        self.update(
+            ref, status=StepStatus.WAITING, waiting_for=f"timer {utc_text(fire_at)}", data=data
+        )
 
     def start_notify(self, ref: str, info: StepIndex, args: NotifyArgs) -> None:
         uses = info.uses
@@ -771,7 +768,7 @@ class _Tick:
                     status=StepStatus.RETRYING,
                     error=error,
                     retry_at=fire_at,
-                    waiting_for=f"retry at {_iso(fire_at)}",
+                    waiting_for=f"retry at {utc_text(fire_at)}",
                 )
             else:
                 self.set_unit(ref, index, status=StepStatus.RETRYING, error=error)
@@ -994,7 +991,7 @@ class _Tick:
             self.ignore(item, f"timer {item.timer_id!r} names no item")
             return
         if purpose == "wait" and unit.status is StepStatus.WAITING:
-            self.finish(ref, StepStatus.SUCCEEDED, {"waited_until": _iso(fire_at)})
+            self.finish(ref, StepStatus.SUCCEEDED, {"waited_until": utc_text(fire_at)})
         elif purpose in ("event_timeout", "signal_timeout") and unit.status is StepStatus.WAITING:
             self.emit(ClearWait(step_ref=ref))
             output = None

@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from ductor_core.errors import DuctorError
+from ductor_core.timestamps import utc_text
 
 
 class ServerError(DuctorError):
@@ -201,8 +202,8 @@ class KeyExpired(Unauthenticated):
 
     def __init__(self, expired_at: datetime) -> None:
         super().__init__(
-            f"API key expired at {expired_at.isoformat()}: create a new one",
-            details={"expired_at": expired_at.isoformat()},
+            f"API key expired at {utc_text(expired_at)}: create a new one",
+            details={"expired_at": utc_text(expired_at)},
         )
 
 

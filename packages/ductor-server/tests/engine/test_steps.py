@@ -87,8 +87,12 @@ async def test_retries_back_off_then_succeed(engine: Engine) -> None:
     async with engine.store.transaction() as tx:
         attempts = await tx.list_attempts(TENANT, run.id)
     assert [(a.attempt, a.ok) for a in attempts] == [(1, False), (2, False), (3, True)]
-    kinds = [h.kind for h in await engine.services.runs.history(TENANT, run.id)]
-    assert kinds.count("step.retrying") == 2
+    history = await engine.services.runs.history(TENANT, run.id)
+    retrying = [h.data for h in history if h.kind == "step.retrying"]
+    assert len(retrying) == 2
+    # each retry's time is written as the API writes times (RFC 3339, UTC, `Z`)
+    assert retrying[0]["retry_at"] == first_retry.isoformat().replace("+00:00", "Z")
+    assert retrying[1]["retry_at"] == second_retry.isoformat().replace("+00:00", "Z")
 
 
 async def test_non_retryable_failure_takes_the_failure_edge(engine: Engine) -> None:

@@ -14,6 +14,7 @@ import msgspec
 
 from ductor.protocol import Event
 from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_core.timestamps import utc_text
 from ductor_server.bridge.concurrency import option_of
 from ductor_server.bridge.registry import BridgeWorkflow, get_workflow, triggered_workflows
 from ductor_server.bridge.tick import (
@@ -149,7 +150,7 @@ async def start_triggered_runs(
     started: list[str] = []
     cel = engine or parts.engine or default_engine()
     payload = {"id": event_id, "name": name, "data": data}
-    ts = now.isoformat().replace("+00:00", "Z")
+    ts = utc_text(now)
     for workflow in await triggered_workflows(tx, tenant_id, name):
         if not any(
             trigger.event == name and trigger_matches(cel, trigger.match, payload)

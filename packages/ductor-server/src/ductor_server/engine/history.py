@@ -22,6 +22,7 @@ from ductor_core.runs import (
     StepStatus,
     TimerFired,
 )
+from ductor_core.timestamps import utc_text
 from ductor_server.storage.records import NewHistoryEntry
 
 
@@ -45,7 +46,7 @@ def _step_entries(old: StepState | None, new: StepState) -> list[tuple[str, dict
         if new.waiting_for:
             data["waiting_for"] = new.waiting_for
         if new.retry_at is not None and new.status == StepStatus.RETRYING:
-            data["retry_at"] = new.retry_at.isoformat()
+            data["retry_at"] = utc_text(new.retry_at)
         if new.child_run_id:
             data["child_run_id"] = new.child_run_id
         out.append((f"step.{_status_word(new.status)}", data))

@@ -24,6 +24,7 @@ from ductor_core.durations import parse_duration
 from ductor_core.errors import DurationError
 from ductor_core.runs import SignalReceived
 from ductor_core.tick import notify_signal
+from ductor_core.timestamps import utc_text
 from ductor_server.engine.inboxfeed import InboxFeed, LocalInboxFeed
 from ductor_server.engine.notify import channels
 from ductor_server.engine.queue import Topic
@@ -735,7 +736,7 @@ class InboxService:
                     "action": action,
                     "cta": index,
                     "subscriber_id": subscriber_id,
-                    "at": now.isoformat(),
+                    "at": utc_text(now),
                 }
                 item = await inbox.update(
                     msgspec.structs.replace(
