@@ -390,6 +390,29 @@ async def test_a_hold_posts_at_most_what_it_reserved_and_replays(api: Api) -> No
     )
 
 
+async def test_a_hold_retried_later_with_its_timeout_is_the_same_hold(api: Api) -> None:
+    await _wallet(api)
+    body = {
+        "id": "h3",
+        "debit_account": "wallet",
+        "credit_account": "revenue",
+        "amount": USD,
+        "currency": "USD",
+        "timeout_seconds": 600,
+    }
+    first = await api.call("POST", "/v1/holds", json=body)
+    assert first.status_code == 201, first.text
+    api.clock.advance(5)
+    # The timeout counts from the first placement: the retry names the same expiry.
+    again = await api.call("POST", "/v1/holds", json=body)
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert (await api.balance("wallet"))["pending"] == USD
+    await api.fails(
+        "POST", "/v1/holds", 409, "hold.conflict", json={**body, "timeout_seconds": 605}
+    )
+
+
 async def test_a_voided_hold_releases_its_reservation(api: Api) -> None:
     await _wallet(api)
     hold = await api.ok(

@@ -642,6 +642,9 @@ class LedgerService:
     ) -> Answer[HoldView]:
         """Reserve funds: `CREATED`; placing the same hold (id and content) again is `OK`.
 
+        A retry with `timeout_seconds` asks for the expiry that many seconds after
+        the hold was first placed, so it is the same hold when that is its expiry.
+
         Raises:
             HoldInvalid: a bad amount, currency, account pair or expiry.
             HoldConflict: the id is taken by another hold.
@@ -675,7 +678,13 @@ class LedgerService:
             if existing is not None and all(h.id != existing.id for h in holds):
                 holds.append(existing)
             book = _book(tenant_id, records, holds)
-            placed = book.place_hold(hold)
+            asked = hold
+            if existing is not None and body.timeout_seconds is not None:
+                # A timeout counts from when the hold was first placed, so a retry of
+                # the same request names the same expiry however late it comes.
+                expires_at = existing.created_at + timedelta(seconds=body.timeout_seconds)
+                asked = msgspec.structs.replace(hold, expires_at=expires_at)
+            placed = book.place_hold(asked)
             if existing is not None:
                 return Answer(hold_view(existing), Outcome.OK)
             await store.insert_hold(placed)
