@@ -177,6 +177,31 @@ async def test_postgres_refuses_an_unbalanced_entry_written_with_plain_sql(
     assert count == (1,)
 
 
+async def test_postgres_refuses_to_truncate_entries_or_postings(postgres_url: str) -> None:
+    store = open_store(postgres_url)
+    await store.open()
+    try:
+        await store.migrate()
+        await _accounts(store)
+        async with store.transaction() as tx:
+            await LedgerTx(tx).insert_entry(_entry("e1", ("a", 10), ("b", -10)))
+    finally:
+        await store.close()
+    with psycopg.connect(postgres_url) as conn:
+        for sql in (
+            "TRUNCATE ledger_postings",
+            "TRUNCATE ledger_entries CASCADE",
+            "TRUNCATE ledger_entries, ledger_postings",
+        ):
+            with pytest.raises(psycopg.errors.RestrictViolation, match="immutable"):
+                conn.execute(sql)
+            conn.rollback()
+        counts = conn.execute(
+            "SELECT (SELECT COUNT(*) FROM ledger_entries), (SELECT COUNT(*) FROM ledger_postings)"
+        ).fetchone()
+    assert counts == (1, 2)
+
+
 async def test_kept_balances_are_the_sums_of_postings_after_random_traffic(store: Store) -> None:
     ledger = LedgerService(store)
     draw = random.Random(7)

@@ -1,0 +1,2 @@
+-- Postgres only (triggers refusing TRUNCATE); SQLite has no TRUNCATE, and its
+-- DELETE without WHERE fires the row triggers of 0700_ledger.
