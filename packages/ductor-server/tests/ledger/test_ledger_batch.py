@@ -96,6 +96,38 @@ async def test_keys_replay_entries_and_batches(api: Api) -> None:
     assert (await api.balance("wallet"))["balance"] == 5 * USD
 
 
+async def test_a_key_recorded_by_a_batch_entry_answers_a_single_post_from_the_entry(
+    api: Api,
+) -> None:
+    await _funded(api, 10 * USD)
+    first = await _batch(api, _charge(USD, key="lead-9"))
+    entry = first.json()["entries"][0]
+    single = {k: v for k, v in _charge(USD).items() if k != "key"}
+    # No remembered answer of POST /v1/ledger/entries: the entry itself answers.
+    await api.fails(
+        "POST",
+        "/v1/ledger/entries",
+        409,
+        "ledger.idempotency_conflict",
+        json=_charge(2 * USD),
+        key="lead-9",
+    )
+    again = await api.call("POST", "/v1/ledger/entries", json=single, key="lead-9")
+    assert again.status_code == 200, again.text
+    assert again.headers.get("Idempotency-Replayed") is None
+    assert again.json()["id"] == entry["id"]
+    # That answer is remembered now: another body is the API's conflict.
+    await api.fails(
+        "POST",
+        "/v1/ledger/entries",
+        422,
+        "idempotency.conflict",
+        json=_charge(2 * USD),
+        key="lead-9",
+    )
+    assert (await api.balance("wallet"))["balance"] == 9 * USD
+
+
 async def test_malformed_batches_are_refused_with_a_pointer(api: Api) -> None:
     await _funded(api, 10 * USD)
     for entries, pointer in (
