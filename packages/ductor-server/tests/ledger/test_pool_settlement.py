@@ -269,7 +269,10 @@ async def test_returns_credit_the_buyer_and_reroute_without_it(api: Api) -> None
         "POST", path, 422, "idempotency.conflict", key="r1", json={"reason": "duplicate"}
     )
     assert await _available(api, "wallet:c") == 20 * USD
-    await api.fails("POST", path, 409, "return.already_returned", json={"reason": "duplicate"})
+    refused = await api.fails(
+        "POST", path, 409, "return.already_returned", json={"reason": "duplicate"}
+    )
+    assert refused["details"]["return"] == returned["id"]
     # The rerouted lead, returned too, goes to the last buyer left.
     second = await api.ok(
         "POST",

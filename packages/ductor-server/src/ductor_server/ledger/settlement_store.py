@@ -151,6 +151,15 @@ class SettlementTx:
             created_at=self._db.from_timestamp(row[8]),
         )
 
+    async def last_return_id(self, tenant_id: str, assignment_id: str) -> str | None:
+        """The id of the assignment's latest return, or None when it has none."""
+        row = await self._db.fetch_one(
+            "SELECT id FROM settlement_returns WHERE tenant_id = %s AND assignment_id = %s"
+            " ORDER BY created_at DESC, id DESC LIMIT 1",
+            (tenant_id, assignment_id),
+        )
+        return None if row is None else str(row[0])
+
     async def buyer_stats(
         self, tenant_id: str, pool: str, buyer: str, since: datetime
     ) -> tuple[int, int]:

@@ -99,7 +99,7 @@ from ductor_settlement import (
     canonical_hash,
     quote,
 )
-from ductor_settlement.errors import NotReturnable
+from ductor_settlement.errors import AlreadyReturned, NotReturnable
 from ductor_settlement.returns import AssignmentFacts, ReturnRefusal, ReturnStats, decide_return
 
 T = TypeVar("T")
@@ -1648,6 +1648,11 @@ class RoutingService:
             amount=body.amount,
         )
         if isinstance(decided, ReturnRefusal):
+            if decided.code == AlreadyReturned.code:
+                # Name the return that took the charge back, not this refused attempt.
+                last = await settlement.last_return_id(tenant_id, assignment_id)
+                details = {**decided.details, "return": last}
+                decided = msgspec.structs.replace(decided, details=details)
             raise decided.error()
         # Counters before accounts, as a routing commit takes them: no deadlock.
         moved = await rtx.move_assignment(
