@@ -374,13 +374,21 @@ async def test_a_hold_posts_at_most_what_it_reserved_and_replays(api: Api) -> No
     assert (await api.balance("wallet"))["balance"] == 8 * USD
     await api.fails("POST", "/v1/holds/h-2/post", 404, "hold.not_found")
     await api.fails("GET", "/v1/holds/h-1", 404, "hold.not_found", as_b=True)
-    await api.fails(
+    both = await api.fails(
         "POST",
         "/v1/holds",
         422,
-        "request.invalid",
+        "hold.invalid",
         json={**body, "id": "h-3", "expires_at": "2030-01-01T00:00:10Z"},
     )
+    assert both["details"]["fields"] == ["expires_at", "timeout_seconds"]
+    bad = await api.fails(
+        "POST", "/v1/holds", 422, "hold.invalid", json={**body, "id": "h-3", "timeout_seconds": -1}
+    )
+    assert bad["details"]["fields"] == ["timeout_seconds"]
+    naive = {**body, "id": "h-3", "timeout_seconds": None, "expires_at": "2030-01-01T00:10:00"}
+    bad = await api.fails("POST", "/v1/holds", 422, "settlement.naive_time", json=naive)
+    assert bad["details"]["field"] == "expires_at"
     await api.fails(
         "POST",
         "/v1/holds",

@@ -65,14 +65,15 @@ async def test_bad_meter_budget_and_plan_bodies_are_4xx(api: Api) -> None:
         "request.too_large",
         content=b'{"name": "' + b"a" * 2_000_000 + b'"}',
     )
-    await api.fails(
-        "POST", "/v1/budgets", 422, "request.invalid", json={"meter": "runs", "limit": -1}
+    out = await api.fails(
+        "POST", "/v1/budgets", 422, "metering.invalid", json={"meter": "runs", "limit": -1}
     )
+    assert out["details"]["path"] == "$.limit"
     out = await api.fails(
         "POST",
         "/v1/budgets",
         422,
-        "request.invalid",
+        "metering.invalid",
         json={"meter": "runs", "limit": 5, "alert_percents": [50, 0]},
     )
     assert out["details"]["path"] == "$.alert_percents[1]"
@@ -80,7 +81,7 @@ async def test_bad_meter_budget_and_plan_bodies_are_4xx(api: Api) -> None:
         "POST",
         "/v1/budgets",
         422,
-        "request.invalid",
+        "metering.invalid",
         json={"meter": "runs", "limit": 5, "alert_percents": list(range(1, 30))},
     )
     await api.fails(
@@ -95,7 +96,7 @@ async def test_bad_meter_budget_and_plan_bodies_are_4xx(api: Api) -> None:
     )
     await api.fails("POST", "/v1/budgets", 422, "request.invalid", json={"limit": 5})
     await api.fails(
-        "POST", "/v1/budgets", 422, "request.invalid", json={"meter": "runs", "limit": 2**60}
+        "POST", "/v1/budgets", 422, "metering.invalid", json={"meter": "runs", "limit": 2**60}
     )
     await api.fails(
         "POST",
@@ -246,9 +247,10 @@ async def test_custom_meters_sum_count_max_and_their_budgets(api: Api) -> None:
     await api.fails(
         "POST", "/v1/usage", 422, "request.invalid", json={"meter": "runs", "amount": 1}
     )
-    await api.fails(
-        "POST", "/v1/usage", 422, "request.invalid", json={"meter": "tokens", "amount": -1}
+    out = await api.fails(
+        "POST", "/v1/usage", 422, "metering.invalid", json={"meter": "tokens", "amount": -1}
     )
+    assert out["details"]["path"] == "$.amount"
     await api.fails(
         "POST", "/v1/usage", 404, "meter.not_found", json={"meter": "tokens"}, as_b=True
     )

@@ -33,8 +33,10 @@ from ductor_settlement import (
     EntryDraft,
     Hold,
     HoldAlreadyFinal,
+    HoldInvalid,
     HoldNotFound,
     HoldStatus,
+    InvalidTime,
     Ledger,
     LedgerError,
     LedgerSnapshot,
@@ -646,17 +648,18 @@ class LedgerService:
         the hold was first placed, so it is the same hold when that is its expiry.
 
         Raises:
-            HoldInvalid: a bad amount, currency, account pair or expiry.
+            HoldInvalid: a bad amount, currency, account pair or expiry; neither or
+                both of `expires_at` and `timeout_seconds`, or one out of range.
+            InvalidTime: `settlement.naive_time`, an `expires_at` without a time zone.
             HoldConflict: the id is taken by another hold.
             LedgerError: an unknown account, a currency mismatch, or
                 ``ledger.floor_crossed`` (not enough available funds).
-            RequestInvalid: neither or both of `expires_at` and `timeout_seconds`.
             IdempotencyConflict: the key was used with another body.
         """
         now = self._clock.now()
-        expires_at = _expiry(body, now)
         claim = Claim.of(tenant_id, "ledger.holds.place", idempotency_key, body, now=now)
         hold_id = body.id if body.id is not None else _hold_id(tenant_id, idempotency_key)
+        expires_at = _expiry(body, hold_id, now)
         hold = new_hold(
             id=hold_id,
             tenant_id=tenant_id,
@@ -813,31 +816,35 @@ class LedgerService:
             await LedgerTx(tx).expire_holds(tenant_id, now, hold_id=hold_id)
 
 
-def _expiry(body: HoldBody, now: datetime) -> datetime:
+def _expiry(body: HoldBody, hold_id: str, now: datetime) -> datetime:
+    shown = hold_id if len(hold_id) <= 256 else hold_id[:256] + "..."
+
+    def invalid(reason: str, *fields: str) -> HoldInvalid:
+        return HoldInvalid(
+            f"hold {shown!r} is invalid: {reason}",
+            details={"hold": shown, "reasons": [reason], "fields": list(fields)},
+        )
+
     if (body.expires_at is None) == (body.timeout_seconds is None):
-        raise RequestInvalid(
-            "give exactly one of expires_at and timeout_seconds",
-            details={"fields": ["expires_at", "timeout_seconds"]},
+        raise invalid(
+            "give exactly one of expires_at and timeout_seconds", "expires_at", "timeout_seconds"
         )
     if body.timeout_seconds is not None:
         seconds = body.timeout_seconds
         if isinstance(seconds, bool) or not 1 <= seconds <= MAX_HOLD_SECONDS:
-            raise RequestInvalid(
-                f"timeout_seconds must be between 1 and {MAX_HOLD_SECONDS}",
-                details={"timeout_seconds": seconds},
+            raise invalid(
+                f"timeout_seconds must be between 1 and {MAX_HOLD_SECONDS}, not {seconds}",
+                "timeout_seconds",
             )
         return now + timedelta(seconds=seconds)
     assert body.expires_at is not None
     if body.expires_at.tzinfo is None:
-        raise RequestInvalid(
+        raise InvalidTime(
             "expires_at needs a time zone (e.g. a trailing Z)",
-            details={"expires_at": body.expires_at.isoformat()},
+            details={"field": "expires_at", "value": body.expires_at.isoformat()},
         )
     if body.expires_at - now > timedelta(seconds=MAX_HOLD_SECONDS):
-        raise RequestInvalid(
-            f"expires_at is more than {MAX_HOLD_SECONDS} seconds away",
-            details={"expires_at": body.expires_at.isoformat()},
-        )
+        raise invalid(f"expires_at is more than {MAX_HOLD_SECONDS} seconds away", "expires_at")
     return body.expires_at
 
 

@@ -44,6 +44,7 @@ from ductor_settlement import (
     BudgetExceeded,
     BudgetPolicy,
     Entitlement,
+    InvalidUsage,
     Meter,
     Plan,
     UsageWindow,
@@ -266,9 +267,15 @@ def _invalid(message: str, path: str, **details: object) -> RequestInvalid:
     return RequestInvalid(message, details={"path": path, **details})
 
 
-def _check_amount(name: str, value: object, path: str) -> None:
+def _out_of_range(message: str, path: str, **details: object) -> InvalidUsage:
+    """`metering.invalid`: a usage amount or budget value out of range, at `path`."""
+    return InvalidUsage(message, details={"path": path, **details})
+
+
+def _amount_problem(name: str, value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_USAGE:
-        raise _invalid(f"{name} must be an integer from 0 to {MAX_USAGE}", path, value=value)
+        return f"{name} must be an integer from 0 to {MAX_USAGE}"
+    return None
 
 
 def refuse_over_budget(counters: Iterable[BudgetedCounter]) -> None:
@@ -518,10 +525,13 @@ class MeteringService:
 
         Raises:
             MeteringObjectNotFound: `meter.not_found`.
-            RequestInvalid: a built-in meter (the server counts those) or a bad amount.
+            RequestInvalid: a built-in meter (the server counts those).
+            InvalidUsage: `metering.invalid`, an amount out of range.
             BudgetExceeded: `budget.exceeded`; nothing is recorded.
         """
-        _check_amount("amount", body.amount, "$.amount")
+        problem = _amount_problem("amount", body.amount)
+        if problem is not None:
+            raise _out_of_range(problem, "$.amount", value=body.amount)
         if body.meter in BUILTIN_METERS:
             raise _invalid(f"meter {body.meter!r} is built in: the server counts it", "$.meter")
         now = self._clock.now()
@@ -557,12 +567,14 @@ class MeteringService:
     # --- budgets ---------------------------------------------------------------------
 
     def _policy(self, tenant_id: str, meter: str, body: BudgetBody) -> BudgetPolicy:
-        _check_amount("limit", body.limit, "$.limit")
+        problem = _amount_problem("limit", body.limit)
+        if problem is not None:
+            raise _out_of_range(problem, "$.limit", value=body.limit)
         if len(body.alert_percents) > MAX_ALERTS:
-            raise _invalid(f"at most {MAX_ALERTS} alert percents", "$.alert_percents")
+            raise _out_of_range(f"at most {MAX_ALERTS} alert percents", "$.alert_percents")
         for i, percent in enumerate(body.alert_percents):
             if isinstance(percent, bool) or not 1 <= percent <= 1000:
-                raise _invalid(
+                raise _out_of_range(
                     "an alert percent is from 1 to 1000", f"$.alert_percents[{i}]", value=percent
                 )
         return BudgetPolicy(
@@ -580,7 +592,8 @@ class MeteringService:
         """Set a budget on a meter that has none: `CREATED`; the same budget again is `OK`.
 
         Raises:
-            RequestInvalid: no meter, a bad limit or alert percent.
+            RequestInvalid: no meter.
+            InvalidUsage: `metering.invalid`, a limit or alert percent out of range.
             MeteringObjectNotFound: `meter.not_found`.
             MeteringConflict: `budget.conflict` (the meter has another budget; PUT replaces).
         """
@@ -617,7 +630,8 @@ class MeteringService:
         """Create (`CREATED`) or replace (`OK`) the budget on `meter`.
 
         Raises:
-            RequestInvalid: a body `meter` other than the path's, bad values.
+            RequestInvalid: a body `meter` other than the path's.
+            InvalidUsage: `metering.invalid`, a limit or alert percent out of range.
             MeteringObjectNotFound: `meter.not_found`.
         """
         if body.meter is not None and body.meter != meter:
@@ -710,8 +724,12 @@ class MeteringService:
                     "a feature name is 1-64 of a-z 0-9 _ . : - starting with a letter",
                     f"$.entitlements.{feature}",
                 )
-            if entitlement.limit is not None:
-                _check_amount("limit", entitlement.limit, f"$.entitlements.{feature}.limit")
+            problem = (
+                None if entitlement.limit is None else _amount_problem("limit", entitlement.limit)
+            )
+            if problem is not None:
+                path = f"$.entitlements.{feature}.limit"
+                raise _invalid(problem, path, value=entitlement.limit)
         plan = Plan(
             id=body.id, name=body.name, entitlements=dict(sorted(body.entitlements.items()))
         )
