@@ -331,6 +331,39 @@ def test_config_errors_are_all_reported_at_once() -> None:
     assert err.value.code == "routing.config"
 
 
+def test_a_pool_with_problems_still_counts_and_hides_none_of_the_others() -> None:
+    with pytest.raises(ConfigError) as err:
+        Router(
+            rule_set=RuleSet(rules=(Rule(id="r", pool="p"),), default_pool="p"),
+            pools=[
+                Pool(
+                    id="p",
+                    members=(
+                        Member(worker="ghost", when="((("),
+                        Member(worker="a"),
+                        Member(worker="a", when="1 +"),
+                    ),
+                    strategy=StrategySpec(name="telepathy"),
+                ),
+                Pool(id="p", members=(Member(worker="b", weight=-1),)),
+            ],
+            workers=[Worker(id="a")],
+            kinds=KINDS,
+            engine=default_engine(),
+        )
+    found = [(p.pointer, p.message.split(":")[0][:22]) for p in err.value.details]
+    assert found == [
+        ("/pools/0/members/0/worker", "unknown worker 'ghost'"),
+        ("/pools/0/members/0/when", found[1][1]),
+        ("/pools/0/members/2/worker", "worker is a member twi"),
+        ("/pools/0/members/2/when", found[3][1]),
+        ("/pools/0/strategy", "unknown strategy 'tele"),
+        ("/pools/1/id", "duplicate pool"),
+        ("/pools/1/members/0/worker", "unknown worker 'b'"),
+        ("/pools/1/members/0/weight", "must be >= 0"),
+    ]
+
+
 def test_naive_now_is_utc_and_counter_keys_cover_the_pool() -> None:
     workers = [Worker(id="a")]
     member = Member(worker="a", caps=(Cap(window=Window.MONTH, limit=9),), budget=Budget(limit=5))

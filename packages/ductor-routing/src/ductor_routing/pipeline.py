@@ -372,11 +372,15 @@ class Router:
                     problems.append(Problem(pointer=f"/enrichers/{i}/expr", message=exc.message))
 
         self._pools: dict[str, _Pool] = {}
+        # Every pool id the configuration defines, a pool with problems included, so a
+        # rule naming it is not also told the pool is unknown.
+        defined: set[str] = set()
         for pi, pool in enumerate(pools):
             base = f"/pools/{pi}"
-            if pool.id in self._pools:
+            duplicate = pool.id in defined
+            if duplicate:
                 problems.append(Problem(pointer=f"{base}/id", message="duplicate pool"))
-                continue
+            defined.add(pool.id)
             members: list[_Member] = []
             seen: set[str] = set()
             for mi, m in enumerate(pool.members):
@@ -386,12 +390,11 @@ class Router:
                     problems.append(
                         Problem(pointer=f"{mp}/worker", message=f"unknown worker {m.worker!r}")
                     )
-                    continue
-                if m.worker in seen:
+                elif m.worker in seen:
                     problems.append(
                         Problem(pointer=f"{mp}/worker", message="worker is a member twice")
                     )
-                    continue
+                    worker = None
                 seen.add(m.worker)
                 for field, value in (
                     ("bid", m.bid),
@@ -402,19 +405,13 @@ class Router:
                 ):
                     if value is not None and value < 0:
                         problems.append(Problem(pointer=f"{mp}/{field}", message="must be >= 0"))
+                program = compile_cel(m.when, f"{mp}/when")
+                if worker is None:
+                    continue
                 residual = tuple(
                     (compile_filter(f), f.attribute) for f in m.filters if not is_indexable(f)
                 )
-                members.append(
-                    _Member(
-                        len(members),
-                        worker,
-                        m,
-                        pool,
-                        residual,
-                        compile_cel(m.when, f"{mp}/when"),
-                    )
-                )
+                members.append(_Member(len(members), worker, m, pool, residual, program))
             try:
                 strategy = self.registry.create(pool.strategy)
                 shadows = tuple((s.display, self.registry.create(s)) for s in pool.shadows)
@@ -430,7 +427,8 @@ class Router:
                             message=f"another shadow is already called {label!r}; give a label",
                         )
                     )
-            self._pools[pool.id] = _Pool(pool, tuple(members), strategy, shadows)
+            if not duplicate:
+                self._pools[pool.id] = _Pool(pool, tuple(members), strategy, shadows)
 
         ordered = sorted(enumerate(rule_set.rules), key=lambda item: (item[1].priority, item[0]))
         self._rules: list[_Rule] = []
@@ -440,12 +438,12 @@ class Router:
             if rule.id in rule_ids:
                 problems.append(Problem(pointer=f"{rp}/id", message="duplicate rule"))
             rule_ids.add(rule.id)
-            if rule.pool not in self._pools:
+            if rule.pool not in defined:
                 problems.append(
                     Problem(pointer=f"{rp}/pool", message=f"unknown pool {rule.pool!r}")
                 )
             self._rules.append(_Rule(rule, compile_cel(rule.when, f"{rp}/when")))
-        if rule_set.default_pool is not None and rule_set.default_pool not in self._pools:
+        if rule_set.default_pool is not None and rule_set.default_pool not in defined:
             problems.append(
                 Problem(
                     pointer="/rule_set/default_pool",
