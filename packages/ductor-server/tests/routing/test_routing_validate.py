@@ -70,3 +70,24 @@ async def test_bodies_of_the_wrong_shape_are_400(api: Api) -> None:
     assert response.json()["problems"] == [
         {"pointer": "/workers/0", "message": "'/workers/0' must be an object"}
     ]
+
+
+async def test_a_pool_named_twice_is_reported_where_each_problem_is(api: Api) -> None:
+    body = {
+        "pools": [
+            {"id": "pB", "members": [{"worker": "nobody"}]},
+            {"id": "pB", "members": []},
+            {"id": "pz", "strategy": {"name": "nope"}},
+            {"id": "pz"},
+        ],
+        "rule_set": {"default_pool": "pz"},
+    }
+    report = await api.ok("POST", "/v1/routing/validate", json=body)
+    found = [(p["pointer"], p["message"]) for p in report["problems"]]
+    assert found == [
+        ("/pools/0/members/0/worker", "unknown worker 'nobody'"),
+        ("/pools/1/id", "duplicate pool"),
+        ("/pools/2/strategy", found[2][1]),
+        ("/pools/3/id", "duplicate pool"),
+    ]
+    assert found[2][1].startswith("unknown strategy 'nope'")

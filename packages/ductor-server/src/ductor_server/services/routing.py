@@ -464,29 +464,28 @@ def _references(config: _Config, what: str, entity_id: str) -> list[dict[str, st
 
 def _body_problem(
     found: Problem,
-    workers: Sequence[Worker],
-    pools: Sequence[Pool],
-    given_workers: dict[str, int],
-    given_pools: dict[str, int],
+    workers: Sequence[tuple[Worker, int | None]],
+    pools: Sequence[tuple[Pool, int | None]],
     rules_given: bool,
 ) -> Problem:
     """`found` (a pointer into a whole configuration) with its pointer moved into a
-    `ConfigCheckBody`; a stored object's problem keeps no pointer and names the object."""
+    `ConfigCheckBody`; a stored object's problem keeps no pointer and names the object.
+    `workers` and `pools` are the configuration's, each with its index in the body
+    (None for a stored one)."""
     parts = found.pointer.split("/", 3)  # "", "workers", "3", rest
     if len(parts) >= 3 and parts[1] in ("workers", "pools") and parts[2].isdigit():
-        items: Sequence[Worker | Pool] = workers if parts[1] == "workers" else pools
-        given = given_workers if parts[1] == "workers" else given_pools
+        items: Sequence[tuple[Worker | Pool, int | None]] = (
+            workers if parts[1] == "workers" else pools
+        )
         index = int(parts[2])
         rest = "/" + parts[3] if len(parts) == 4 else ""
         if index < len(items):
-            entity_id = items[index].id
-            if entity_id in given:
-                return Problem(
-                    pointer=f"/{parts[1]}/{given[entity_id]}{rest}", message=found.message
-                )
+            item, given = items[index]
+            if given is not None:
+                return Problem(pointer=f"/{parts[1]}/{given}{rest}", message=found.message)
             what = parts[1][:-1]
             return Problem(
-                pointer="", message=f"stored {what} {entity_id!r}: {rest}: {found.message}"
+                pointer="", message=f"stored {what} {item.id!r}: {rest}: {found.message}"
             )
     if found.pointer.startswith("/enrichers"):
         found = Problem(pointer="/rule_set" + found.pointer, message=found.message)
@@ -895,23 +894,22 @@ class RoutingService:
                     problems.append(Problem(pointer=f"/pools/{i}/channel", message=exc.message))
         async with self.store.transaction() as tx:
             current = await self._load_config(RoutingTx(tx), tenant_id)
-        # Where each object of the merged configuration came from: the body's index or None.
-        given_workers = {w.id: i for i, w in enumerate(workers) if w is not None}
-        given_pools = {p.id: i for i, p in enumerate(pools) if p is not None}
-        merged_workers = tuple(
-            sorted(
-                [w for w in current.workers if w.id not in given_workers]
-                + [w for w in workers if w is not None],
-                key=lambda w: w.id,
-            )
+        # Each object of the merged configuration with where it came from: its index in
+        # the body, or None if stored (a body may name one id twice: both are checked).
+        given_workers = {w.id for w in workers if w is not None}
+        given_pools = {p.id for p in pools if p is not None}
+        worker_origins = sorted(
+            [(w, None) for w in current.workers if w.id not in given_workers]
+            + [(w, i) for i, w in enumerate(workers) if w is not None],
+            key=lambda item: item[0].id,
         )
-        merged_pools = tuple(
-            sorted(
-                [p for p in current.pools if p.id not in given_pools]
-                + [p for p in pools if p is not None],
-                key=lambda p: p.id,
-            )
+        pool_origins = sorted(
+            [(p, None) for p in current.pools if p.id not in given_pools]
+            + [(p, i) for i, p in enumerate(pools) if p is not None],
+            key=lambda item: item[0].id,
         )
+        merged_workers = tuple(w for w, _ in worker_origins)
+        merged_pools = tuple(p for p, _ in pool_origins)
         changed = msgspec.structs.replace(
             current,
             workers=merged_workers,
@@ -930,14 +928,7 @@ class RoutingService:
                 ):
                     continue  # the worker's own problems were reported
                 problems.append(
-                    _body_problem(
-                        found,
-                        merged_workers,
-                        merged_pools,
-                        given_workers,
-                        given_pools,
-                        body.rule_set is not None,
-                    )
+                    _body_problem(found, worker_origins, pool_origins, body.rule_set is not None)
                 )
         return ConfigCheck(valid=not problems, problems=problems)
 
