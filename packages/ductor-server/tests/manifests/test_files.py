@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ductor_server.manifests import read_manifests
-from ductor_server.manifests.files import MAX_DEPTH, read_file
+from ductor_server.manifests.files import MAX_DEPTH, Problem, read_file
 
 
 def write(root: Path, name: str, text: str) -> Path:
@@ -34,6 +34,20 @@ def test_values_are_json_with_yaml_1_2_booleans_and_no_timestamps(tmp_path: Path
         "none": None,
     }
     assert (resource.kind, resource.name, resource.ref) == ("Worker", "w", "Worker/w")
+
+
+def test_a_json_file_is_strict_json_without_nan_or_infinity(tmp_path: Path) -> None:
+    for number in ("NaN", "Infinity", "-Infinity"):
+        path = write(
+            tmp_path,
+            "w.json",
+            '{"kind": "Worker", "spec": {"id": "w",\n  "attributes": {"NaN": "Infinity", '
+            f'"x": {number}}}}}}}\n',
+        )
+        assert read_file(path, "w.json") == (
+            [],
+            [Problem("w.json", "", f"invalid JSON: {number} is not a JSON number", 2, 42)],
+        )
 
 
 def test_a_problem_names_the_line_of_its_pointer_or_of_the_nearest_parent(tmp_path: Path) -> None:

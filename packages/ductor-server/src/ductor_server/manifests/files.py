@@ -42,6 +42,7 @@ KINDS = {
 
 _TOP_FIELDS = ("kind", "spec")
 _INT_LIMIT = 2**63
+_JSON_STRING_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -173,14 +174,23 @@ def _screen(text: str, name: str) -> Problem | None:
 
 
 def _strict_json(text: str, name: str) -> Problem | None:
-    """Why a `.json` file is not JSON (YAML, which reads it next, is more lenient)."""
+    """Why a `.json` file is not JSON (YAML, which reads it next, is more lenient; so is
+    Python's `json`, which reads NaN and Infinity)."""
+    constants: list[str] = []
     try:
-        json.loads(text)
+        json.loads(text, parse_constant=constants.append)
     except json.JSONDecodeError as exc:
         return Problem(name, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
     except RecursionError:
         return Problem(name, "", f"nested deeper than {MAX_DEPTH} levels")
-    return None
+    if not constants:
+        return None
+    # The text is JSON but for these words, which only strings can hide.
+    found = next(m for m in _JSON_STRING_OR_CONSTANT.finditer(text) if m.group(1))
+    start = found.start(1)
+    line = text.count("\n", 0, start) + 1
+    column = start - (text.rfind("\n", 0, start) + 1) + 1
+    return Problem(name, "", f"invalid JSON: {found.group(1)} is not a JSON number", line, column)
 
 
 class _Builder:
