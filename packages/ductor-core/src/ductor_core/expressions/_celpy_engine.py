@@ -644,7 +644,8 @@ class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
         return celtypes.BoolType(_map_lookup(member, celtypes.StringType(field)) is not _MISSING)
 
 
-_MACRO_METHODS = frozenset({"map", "filter", "all", "exists", "exists_one"})
+# `existsOne` is the newer spelling of `exists_one` (cel-go, cel-rust); celpy has only the old.
+_MACRO_METHODS = frozenset({"map", "filter", "all", "exists", "exists_one", "existsOne"})
 
 
 class _SpecRunner(celpy.InterpretedRunner):  # type: ignore[misc]

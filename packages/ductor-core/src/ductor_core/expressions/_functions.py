@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ductor_core.expressions._values import INT64_MAX, INT64_MIN, UINT64_MAX
+from ductor_core.expressions._values import INT64_MAX, INT64_MIN, UINT64_MAX, map_key
 
 JsonFunction = Callable[..., Any]
 
@@ -54,7 +54,7 @@ STANDARD_FUNCTIONS = frozenset(
     }
     | set(TIMESTAMP_ACCESSORS)
 )
-MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
+MACROS = frozenset({"has", "all", "exists", "exists_one", "existsOne", "map", "filter"})
 _RESERVED = frozenset(
     {
         "bool",
@@ -186,14 +186,20 @@ def _trim(s: Any) -> str:
     return str(s).strip()
 
 
+def _key(key: Any) -> str | None:
+    # A map reaches a function with its keys as strings (1 -> "1", true -> "true"):
+    # look a key up the same way. Other values are never keys.
+    return map_key(key) if isinstance(key, str | int) else None
+
+
 def _has_key(m: Any, key: Any) -> bool:
     _need(m, dict, "a map", "has_key")
-    return key in m
+    return _key(key) in m
 
 
 def _get(m: Any, key: Any, default: Any) -> Any:
     _need(m, dict, "a map", "get")
-    return m.get(key, default)
+    return m.get(_key(key), default)
 
 
 def _coalesce(*values: Any) -> Any:
