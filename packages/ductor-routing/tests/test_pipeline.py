@@ -182,6 +182,23 @@ def test_exclusion_reasons_name_each_filtered_member() -> None:
     assert "capped" in later.explanation.candidates
 
 
+def test_members_filtered_for_one_reason_and_detail_are_one_group() -> None:
+    # f4 fails an indexed filter on m, f5 and f6 a residual one: one group, in that order.
+    workers = [Worker(id=w) for w in ("f4", "f5", "f6", "ok")]
+    members = (
+        Member(worker="f4", filters=(Filter(attribute="m", value="x"),)),
+        Member(worker="f5", filters=(Filter(attribute="m", op=FilterOp.NE, value="y"),)),
+        Member(worker="f6", filters=(Filter(attribute="m", op=FilterOp.NE, value="y"),)),
+        Member(worker="ok"),
+    )
+    r = router([Pool(id="p", members=members)], workers, default_pool="p")
+    d = r.route(lead(m="y"), InMemoryRoutingState(), NOW)
+    assert [(e.reason, e.detail, e.workers) for e in d.explanation.excluded] == [
+        ("filter", "m", ("f4", "f5", "f6"))
+    ]
+    assert d.explanation.candidates == ("ok",)
+
+
 def test_funds_exclude_members_whose_wallet_cannot_cover_their_bid() -> None:
     workers = [Worker(id=w) for w in ("rich", "poor", "exact", "free")]
     members = (

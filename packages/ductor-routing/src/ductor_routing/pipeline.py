@@ -813,7 +813,17 @@ class Router:
                 )
             )
         for (reason_name, detail), workers in late.items():
-            excluded.append(Exclusion(reason=reason_name, detail=detail, workers=tuple(workers)))
+            for i, early in enumerate(excluded):
+                if early.reason == reason_name and early.detail == detail:
+                    # An indexed and a residual filter on one attribute: one group.
+                    excluded[i] = Exclusion(
+                        reason=reason_name, detail=detail, workers=early.workers + tuple(workers)
+                    )
+                    break
+            else:
+                excluded.append(
+                    Exclusion(reason=reason_name, detail=detail, workers=tuple(workers))
+                )
         return candidates, tuple(excluded), periods
 
     @staticmethod
