@@ -60,8 +60,8 @@ def test_the_example_runs_and_prints_what_the_doc_says(sqlite_server: ServerProc
     [config] = [json.loads(b) for b in blocks("json") if "mcpServers" in b]
     entry = config["mcpServers"]["ductor"]
     assert entry["type"] == "http"
-    assert entry["url"] == "http://127.0.0.1:8000/mcp"
-    url = entry["url"].replace("http://127.0.0.1:8000", server.url)
+    assert entry["url"] == "http://127.0.0.1:7070/mcp"  # ductor dev's default port
+    url = entry["url"].replace("http://127.0.0.1:7070", server.url)
     headers = {
         name: value.replace("dk_...", server.api_key) for name, value in entry["headers"].items()
     }

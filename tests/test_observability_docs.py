@@ -21,8 +21,10 @@ def blocks(language: str) -> list[str]:
 def test_the_in_memory_example_prints_what_the_page_shows(tmp_path: Path) -> None:
     [script] = blocks("python")
     expected = blocks("text")[-1]
+    saved = tmp_path / "in_memory.py"  # as a user runs it: a file, so spawned processes import it
+    saved.write_text(script)
     done = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, str(saved)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
