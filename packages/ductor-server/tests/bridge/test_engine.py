@@ -121,6 +121,8 @@ async def test_every_primitive_through_the_engine(make_engine: Any) -> None:
     # (Postgres jsonb does not keep the order of the steps map; the history list keeps order.)
     refs = {s.ref for s in view.steps if s.ref != "_bridge"}
     assert refs == {"charge", "cool-off", "shipped", "approve", "left", "right", "receipt"}
+    [own] = [s for s in view.steps if s.ref == "_bridge"]
+    assert (own.status, own.error) == (StepStatus.SUCCEEDED, None)
     async with engine.store.transaction() as tx:
         run = await tx.get_run(TENANT, run_id)
         children = await tx.list_child_runs(TENANT, run_id)
@@ -181,6 +183,9 @@ async def test_a_non_retriable_error_fails_the_run_with_the_error(make_engine: A
     assert "card declined" in view.error.message
     [charge] = [s for s in view.steps if s.ref == "charge"]
     assert charge.status.value == "STEP_STATUS_FAILED"
+    # Step `_bridge` shows the run's own status, with its error.
+    [own] = [s for s in view.steps if s.ref == "_bridge"]
+    assert (own.status, own.error) == (StepStatus.FAILED, view.error)
 
 
 async def test_a_bad_signature_fails_the_run_and_records_nothing(make_engine: Any) -> None:
@@ -435,3 +440,5 @@ async def test_cancelling_runs_the_workflows_on_cancel_handler_on_the_app(
     assert view.error.message == "customer left"
     assert view.error.details == {"run_id": run.id, "handled": True, "error": None}
     assert handled == [(run.id, {"order": 1}, "customer left")]
+    [own] = [s for s in view.steps if s.ref == "_bridge"]
+    assert own.status == StepStatus.CANCELLED

@@ -5,9 +5,10 @@ out), plus the bridge's own bookkeeping (`BridgeData`, stored in
 `runs.kind_state`) in and out; no I/O, no clock reads (`now` is passed in).
 
 The run state's steps are the API's view of the run: the recorded and pending
-SDK steps, and a `_bridge` step that says whether the run is running or waiting
-for a concurrency slot. An app's checkpoint reaches the tick as an
-`AttemptResult` of step `checkpoint` (see `checkpoint_input`).
+SDK steps, and a `_bridge` step that shows the run's own status: running,
+waiting for a concurrency slot, or ended as the run did (failed with its error).
+An app's checkpoint reaches the tick as an `AttemptResult` of step `checkpoint`
+(see `checkpoint_input`).
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ BRIDGE_SLUG_PREFIX: Final = "bridge:"
 
 STATE_KEY: Final = "_bridge"
 """The key of the `RunState.steps` entry that shows the run's own status (running,
-or waiting for a concurrency slot). Runs stored by earlier releases also kept
-their bookkeeping in its `data` (see `read_data`)."""
+waiting for a concurrency slot, or ended as the run did, a failed run's error with
+it). Runs stored by earlier releases also kept their bookkeeping in its `data`
+(see `read_data`)."""
 
 EXECUTE_REF: Final = "execute"
 """Task `step_ref` of a plain execute (no target step)."""
@@ -108,6 +110,13 @@ RUN_TIMEOUT_TIMER: Final = "run-timeout"
 
 SLOT_TIMER: Final = "concurrency"
 """The `TimerFired` id put in a waiting run's inbox when it is given a concurrency slot."""
+
+_ENDED_STEP: Final = {
+    RunStatus.SUCCEEDED: StepStatus.SUCCEEDED,
+    RunStatus.FAILED: StepStatus.FAILED,
+    RunStatus.CANCELLED: StepStatus.CANCELLED,
+}
+"""The status of the `_bridge` step of a run that ended so."""
 
 _RETRY_BASE_SECONDS: Final = 0.5
 _RETRY_MAX_SECONDS: Final = 60.0
@@ -353,7 +362,7 @@ class _BridgeTick:
             output=output,
             error=error,
             finished_at=finished_at,
-            steps=self.step_states(status.terminal),
+            steps=self.step_states(status, error),
             timers={} if self.finished is not None else self.timers,
             pending_signals=self.pending_signals,
             received_ids=self.received_ids,
@@ -363,17 +372,19 @@ class _BridgeTick:
             state=new_state, data=self.data(), commands=self.commands, ignored=self.ignored
         )
 
-    def step_states(self, ended: bool) -> dict[str, StepState]:
+    def step_states(self, status: RunStatus, error: ErrorInfo | None) -> dict[str, StepState]:
         """The API's view of the run's steps: its own status, then recorded, then pending."""
         previous = self.state.steps
+        ended = status.terminal
         steps: dict[str, StepState] = {
             STATE_KEY: StepState(
                 ref=STATE_KEY,
-                status=StepStatus.SUCCEEDED
+                status=_ENDED_STEP[status]
                 if ended
                 else StepStatus.WAITING
                 if self.queued
                 else StepStatus.RUNNING,
+                error=error if status == RunStatus.FAILED else None,
                 waiting_for="concurrency slot" if self.queued and not ended else None,
             )
         }
