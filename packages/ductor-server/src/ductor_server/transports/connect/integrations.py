@@ -102,7 +102,7 @@ class PutPreferencesRequest(Preferences, frozen=True, kw_only=True):
 
 
 class ListEmailsRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The inbox's emails newest first, by run, subscriber and status."""
+    """The inbox's emails oldest first, by run, subscriber and status."""
 
     run_id: str | None = None
     subscriber_id: str | None = None
@@ -334,7 +334,7 @@ METHODS: tuple[Method, ...] = (
             limit=r.limit,
         ),
         rest="GET /v1/inbox/emails",
-        doc="The inbox's emails newest first.",
+        doc="The inbox's emails oldest first.",
     ),
     method(
         INBOX,
