@@ -644,7 +644,10 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
         assert error["code"] == "resource_exhausted"
         limit = http.post("/v1/runs", content=huge).json()
         assert limit["code"] == "request.too_large"
+        assert error["message"] == limit["message"]
         assert error["details"][0]["debug"] == {"code": limit["code"], "details": limit["details"]}
+        # An integer stays one in the detail's JSON.
+        assert isinstance(error["details"][0]["debug"]["details"]["max_body_bytes"], int)
 
         def chunks() -> Iterator[bytes]:
             # No content-length: the bytes read pass the limit.
@@ -664,6 +667,16 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
             headers={"Content-Type": "application/proto"},
         )
         assert proto.status_code == 415
+        # A method that does not exist is an unknown route, as on REST.
+        unknown = http.post("/ductor.v1.RunService/StartRun", content=b"{}", headers=JSON)
+        assert unknown.status_code == 404
+        error = unknown.json()
+        assert (error["code"], error["message"]) == ("unimplemented", "no such route")
+        assert error["details"][0]["debug"] == {
+            "code": "route.not_found",
+            "details": {"method": "POST", "path": "/ductor.v1.RunService/StartRun"},
+        }
+        assert error["details"][0]["value"]
         # The server still answers.
         assert _rpc(http, "WorkflowService/ListWorkflows", {}).status_code == 200
 

@@ -2,7 +2,9 @@
 methods of `METHODS`, with a msgspec JSON codec, mounted in the Litestar app.
 The application (`server.py`) is built on the first Connect request.
 
-Every call is checked in this order, as on REST:
+A path that names no method is answered as REST answers an unknown route (404,
+Connect `unimplemented`, detail `route.not_found`). Every call is checked in this
+order, as on REST:
 
 1. the API key (`Authorization: Bearer`), before the body is read
    (`unauthenticated`, detail `auth.unauthenticated`);

@@ -8,9 +8,10 @@ that is never called over Connect does not load `connectrpc` and `protobuf`.
 
 from __future__ import annotations
 
+import base64
 import logging
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from connectrpc.code import Code
@@ -18,7 +19,8 @@ from connectrpc.errors import ConnectError
 from connectrpc.method import IdempotencyLevel, MethodInfo, StreamType
 from connectrpc.request import RequestContext
 from connectrpc.server import ConnectASGIApplication, Endpoint
-from protobuf.wkt import Struct
+from protobuf import Oneof
+from protobuf.wkt import ListValue, Struct, Value
 
 from ductor_core.errors import DuctorError
 from ductor_server.services import Answer
@@ -39,16 +41,61 @@ log = logging.getLogger("ductor_server.transports.connect")
 _CALLER: ContextVar[Caller] = ContextVar("ductor_connect_caller")
 
 
+def _value(data: Any) -> Value:
+    """`data` as a `google.protobuf.Value`. An integer is kept as one (`from_python`
+    makes it a float), so the detail's JSON (`debug`) writes it as REST does; its
+    binary form is a double either way."""
+    if isinstance(data, int) and not isinstance(data, bool):
+        number: Oneof[Literal["number_value"], float] = Oneof(field="number_value", value=data)
+        return Value(kind=number)
+    if isinstance(data, dict):
+        fields = {key: _value(item) for key, item in data.items()}
+        struct: Oneof[Literal["struct_value"], Struct] = Oneof(
+            field="struct_value", value=Struct(fields=fields)
+        )
+        return Value(kind=struct)
+    if isinstance(data, list):
+        values = [_value(item) for item in data]
+        array: Oneof[Literal["list_value"], ListValue] = Oneof(
+            field="list_value", value=ListValue(values=values)
+        )
+        return Value(kind=array)
+    return Value.from_python(data)
+
+
+def _detail(error: DuctorError) -> dict[str, Any]:
+    details = error.details
+    if details is not None:
+        details = msgspec.to_builtins(details)
+    return {"code": error.code, "details": details}
+
+
 def connect_error(error: DuctorError) -> ConnectError:
     """`error` as Connect sends it: the table's Connect code, the same message, and a
     `google.protobuf.Struct` detail `{code, details}` (Ductor's stable code and the
     REST error's `details`)."""
-    details = error.details
-    if details is not None:
-        details = msgspec.to_builtins(details)
-    detail = Struct.from_python({"code": error.code, "details": details})
+    detail = Struct(fields={k: _value(v) for k, v in _detail(error).items()})
     mapped = error_code(error.code, retryable=error.retryable)
     return ConnectError(Code(mapped.connect), error.message, [detail])
+
+
+def _error_json(error: DuctorError) -> bytes:
+    """`error` as Connect's error JSON, written as the library writes a method's."""
+    connect = connect_error(error)
+    [detail] = connect.details
+    return msgspec.json.encode(
+        {
+            "code": connect.code.value,
+            "message": connect.message,
+            "details": [
+                {
+                    "type": detail.type_name,
+                    "value": base64.b64encode(detail.message_bytes).decode().rstrip("="),
+                    "debug": _detail(error),
+                }
+            ],
+        }
+    )
 
 
 def _internal() -> ConnectError:
@@ -197,6 +244,21 @@ def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
     )
 
     async def limited(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] not in endpoints:
+            # As REST answers an unknown route (the library answers an empty 404).
+            unknown = ApiError(
+                "no such route",
+                code="route.not_found",
+                details={"method": scope["method"], "path": scope["path"]},
+            )
+            body = _error_json(unknown)
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ]
+            await send({"type": "http.response.start", "status": 404, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
         await application(scope, _limited(scope, receive, max_body_bytes), send)
 
     return limited

@@ -82,7 +82,7 @@ def body_too_large(max_body_bytes: int) -> ApiError:
     """The refusal of a body over `max_body_bytes` (413 `request.too_large`), as the
     transports that read a body themselves (MCP, Connect) give it."""
     return ApiError(
-        f"request body is larger than the limit ({max_body_bytes} bytes)",
+        "request body is larger than the limit",
         code="request.too_large",
         details={"max_body_bytes": max_body_bytes},
     )
