@@ -254,3 +254,19 @@ def test_step_reads_are_not_judged_on_a_cyclic_graph() -> None:
     codes = [code for code, _ in _codes(validate_definition(raw))]
     assert "definition.cycle" in codes
     assert "definition.bad_step_reference" not in codes
+
+
+def test_a_notify_feed_is_1_to_64_letters_digits_or_punctuation_as_the_inbox_api_takes() -> None:
+    def feed_problems(feed: str) -> list[tuple[str, str]]:
+        raw = _hello()
+        raw["steps"][1] = {
+            "ref": "pause",
+            "type": "STEP_TYPE_NOTIFY",
+            "args": {"recipients": "'ann'", "title": "'hi'", "feed": feed},
+        }
+        return _codes(validate_definition(raw))
+
+    for feed in ("-x", "_x", ".x", ":", "a" * 64, "team.ops:alerts"):
+        assert feed_problems(feed) == [], feed
+    for feed in ("", "no spaces", "a" * 65, "é"):
+        assert feed_problems(feed) == [("definition.bad_args", "/steps/1/args/feed")], feed

@@ -38,6 +38,7 @@ from ductor_core.step_specs import (
 __all__ = [
     "ARGS_BY_TYPE",
     "BUILTIN_STEP_SPECS",
+    "NAME_PATTERN",
     "StepArgs",
     "decode_args",
 ]
@@ -341,19 +342,18 @@ ROUTE: StepSpec[RouteArgs] = StepSpec(
 MAX_CTAS = 2
 """The most calls to action one notification carries."""
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
-"""What a feed or a CTA action name looks like."""
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""What a feed or a CTA action name looks like (the inbox's REST API checks the
+same; match it with `fullmatch`)."""
 
 
 def _check_notify(a: ArgsCheck) -> None:
     a.not_blank("recipients")
     a.not_blank("title")
     feed = a.text("feed")
-    if feed is not None and not NAME_PATTERN.match(feed):
+    if feed is not None and not NAME_PATTERN.fullmatch(feed):
         a.problem(
-            f"'{a.prefix}feed' must be 1-64 letters, digits or _.:- (starting with a letter "
-            f"or digit), got {_show(feed)}",
-            "feed",
+            f"'{a.prefix}feed' must be 1-64 letters, digits or _.:-, got {_show(feed)}", "feed"
         )
     ctas = a.fields.get("ctas")
     actions = 0
@@ -391,7 +391,7 @@ def _check_cta(a: ArgsCheck, j: int, cta: dict[str, Any]) -> int:
         a.expression(url, "ctas", j, "url")
     for name in ("action", "signal", "event"):
         value = cta.get(name)
-        if isinstance(value, str) and not NAME_PATTERN.match(value):
+        if isinstance(value, str) and not NAME_PATTERN.fullmatch(value):
             a.problem(
                 f"'{a.prefix}ctas[{j}].{name}' must be 1-64 letters, digits or _.:-, "
                 f"got {_show(value)}",

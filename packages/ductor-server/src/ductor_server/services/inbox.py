@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ductor_core.builtin_steps import NAME_PATTERN
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DurationError
 from ductor_core.runs import SignalReceived
@@ -73,8 +74,6 @@ MAX_SNOOZE = timedelta(days=365)
 
 STATUSES = ("all", "unseen", "unread", "archived", "snoozed")
 """The `status` filters of a notification list."""
-
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
 # --- wire types -------------------------------------------------------------------------
@@ -298,7 +297,7 @@ def _check_id(what: str, value: str, pointer: str) -> str:
 
 
 def _check_name(what: str, value: str, pointer: str) -> str:
-    if not value or len(value) > 64 or not set(value) <= _NAME_CHARS:
+    if not NAME_PATTERN.fullmatch(value):
         raise RequestInvalid(
             f"{what} must be 1-64 letters, digits or _.:-, got {value!r:.80}",
             details={"pointer": pointer},
