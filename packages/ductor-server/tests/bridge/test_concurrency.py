@@ -278,6 +278,8 @@ async def test_a_sync_with_options_that_cannot_work_is_refused_saying_where(
                     ),
                 ),
                 WorkflowInfo(id="empty", retries=0, concurrency=ConcurrencyInfo()),
+                WorkflowInfo(id="slow", retries=0, timeout="zz"),
+                WorkflowInfo(id="timed", retries=0, timeout="1h30m"),
             ],
         )
         caller = BridgeCaller(tenant_id=TENANT, app_id="shop", own_key=False)
@@ -290,6 +292,7 @@ async def test_a_sync_with_options_that_cannot_work_is_refused_saying_where(
         "/workflows/1/concurrency/rate/period",
         "/workflows/1/concurrency/key",
         "/workflows/2/concurrency",
+        "/workflows/3/timeout",
     ]
     assert details["pointer"] == "/workflows/1/concurrency/limit"
 

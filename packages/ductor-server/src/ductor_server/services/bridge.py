@@ -34,7 +34,8 @@ from ductor.protocol import (
     SyncRequest,
     SyncResponse,
 )
-from ductor_core.errors import DuctorError
+from ductor_core.durations import parse_duration
+from ductor_core.errors import DuctorError, DurationError
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_server.bridge.concurrency import option_problems
 from ductor_server.bridge.keys import (
@@ -567,12 +568,16 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
     """
     problems: list[dict[str, str]] = []
     for i, info in enumerate(describe.workflows):
-        if info.concurrency is None:
-            continue
-        for pointer, message in option_problems(
-            info.concurrency, engine, f"/workflows/{i}/concurrency"
-        ):
-            problems.append({"pointer": pointer, "message": message})
+        if info.concurrency is not None:
+            for pointer, message in option_problems(
+                info.concurrency, engine, f"/workflows/{i}/concurrency"
+            ):
+                problems.append({"pointer": pointer, "message": message})
+        if info.timeout is not None:
+            try:
+                parse_duration(info.timeout)
+            except DurationError as exc:
+                problems.append({"pointer": f"/workflows/{i}/timeout", "message": exc.message})
     if problems:
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
