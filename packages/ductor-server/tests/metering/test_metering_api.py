@@ -203,6 +203,24 @@ async def test_twenty_concurrent_triggers_never_pass_a_budget_of_ten(api: Api) -
     assert await api.count("SELECT COUNT(*) FROM budget_alerts WHERE percent = 100") == 1
 
 
+async def test_a_batch_that_would_pass_the_budget_starts_none(api: Api) -> None:
+    await api.ok("POST", "/v1/workflows", json=CHAIN)
+    await api.ok("POST", "/v1/budgets", json={"meter": "runs", "window": "day", "limit": 2})
+    await api.ok("POST", "/v1/runs", json={"family_slug": "chain"})
+    runs = [{"family_slug": "chain"}, {"family_slug": "chain"}]
+    refused = await api.fails("POST", "/v1/runs/batch", 429, "budget.exceeded", json={"runs": runs})
+    assert refused["details"]["meter"] == "runs"
+    assert refused["details"]["current"] == 1
+    assert refused["details"]["requested"] == 2
+    assert await api.count("SELECT COUNT(*) FROM runs") == 1
+    assert await usage_of(api, "runs") == 1
+    started = await api.ok("POST", "/v1/runs/batch", json={"runs": runs[:1]})
+    assert started["created"] == 1
+    await api.ok("PUT", "/v1/budgets/runs", json={"window": "day", "limit": 0})
+    await api.fails("POST", "/v1/runs/batch", 429, "budget.exceeded", json={"runs": runs[:1]})
+    assert await api.count("SELECT COUNT(*) FROM runs") == 2
+
+
 async def test_an_event_that_would_start_runs_past_the_budget_is_refused(api: Api) -> None:
     await api.ok("POST", "/v1/workflows", json=ON_EVENT)
     await api.ok("POST", "/v1/budgets", json={"meter": "runs", "limit": 1})

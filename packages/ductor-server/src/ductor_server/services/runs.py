@@ -539,6 +539,8 @@ class RunsService:
                 the `pointer` of the run).
             WorkflowNotFound, WorkflowVersionNotFound: with the run's `pointer`.
             IdempotencyConflict: the batch's key was used with other runs.
+            BudgetExceeded: `budget.exceeded`, the batch would pass a blocking
+                budget on `runs` (none is started).
         """
         count = len(requests)
         if not 1 <= count <= MAX_RUNS_PER_BATCH:
@@ -647,6 +649,8 @@ class RunsService:
                     )
                 )
             await effects.flush(tx)
+            # Past a blocking budget on `runs`, the whole batch rolls back.
+            refuse_over_budget(effects.budgeted)
             made = sum(1 for run in started if run.created)
             return Answer(RunsStarted(runs=tuple(started), created=made), Outcome.CREATED)
 
