@@ -283,9 +283,11 @@ async def test_trigger_and_read_a_run(api: Api) -> None:
     assert "limit" in json.dumps(error["details"])
     bad_status = await api.call("GET", "/v1/runs", params={"status": "RUN_STATUS_BOGUS"})
     assert_error(bad_status, 422, "request.invalid")
-    bad_version = await api.call("GET", "/v1/workflows/hello-world/versions/one")
-    assert bad_version.status_code in (404, 422)
-    assert bad_version.json()["code"] in ("route.not_found", "request.invalid")
+    for bad in ("one", "1.5", "1e0", "+1", "%201", "0", "9223372036854775808"):
+        for path in (f"/v1/workflows/hello-world/versions/{bad}", f"/v1/rules/versions/{bad}"):
+            error = assert_error(await api.call("GET", path), 422, "request.invalid")
+            assert error["details"]["path"] == "version", error
+    assert (await api.call("GET", "/v1/workflows/hello-world/versions/01")).status_code == 200
 
 
 async def test_a_read_with_wait_answers_the_run_as_it_stands_when_the_time_is_up(

@@ -38,8 +38,30 @@ T = TypeVar("T")
 
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 
-VersionPath = Annotated[int, PathParameter(ge=1, le=INT64_MAX)]
-"""A `{version:int}` path parameter: 1 up to the largest 64-bit integer."""
+VersionPath = Annotated[
+    str, PathParameter(description="An integer from 1 to 2^63-1, in plain decimal digits")
+]
+"""A `{version:str}` path parameter; `path_version` reads it (taken as text, so that
+`abc` or `1.5` is a bad version, not an unknown route)."""
+
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def path_version(text: str) -> int:
+    """The version a `{version}` path parameter names: plain decimal digits, 1 up to
+    the largest 64-bit integer (no sign, space, fraction or exponent).
+
+    Raises:
+        ApiError: `request.invalid` naming the parameter.
+    """
+    if _DIGITS.fullmatch(text) is not None and 1 <= (version := int(text)) <= INT64_MAX:
+        return version
+    reason = f"must be an integer from 1 to {INT64_MAX} in decimal digits"
+    raise ApiError(
+        f"version {reason}, not {text[:100]!r}",
+        code="request.invalid",
+        details={"path": "version", "reason": reason, "value": text[:100]},
+    )
 
 
 class NoBody(enum.Enum):
@@ -343,6 +365,7 @@ __all__ = [
     "malformed",
     "nesting_depth",
     "or_default",
+    "path_version",
     "required",
     "too_deep",
 ]

@@ -37,6 +37,7 @@ from ductor_server.transports.rest.bodies import (
     NoBody,
     VersionPath,
     or_default,
+    path_version,
     required,
 )
 from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
@@ -212,7 +213,7 @@ class RulesController(Controller):
         """Every version, newest first."""
         return await routing.list_rule_versions(tenant_id)
 
-    @get("/versions/{version:int}", responses=V1_ERRORS)
+    @get("/versions/{version:str}", responses=V1_ERRORS)
     async def version(
         self,
         version: VersionPath,
@@ -220,7 +221,7 @@ class RulesController(Controller):
         routing: NamedDependency[RoutingService],
     ) -> RuleSetView:
         """One version."""
-        return await routing.get_rules(tenant_id, version)
+        return await routing.get_rules(tenant_id, path_version(version))
 
 
 class RoutingConfigController(Controller):

@@ -17,7 +17,13 @@ from ductor_server.services import (
     WorkflowSummary,
     WorkflowVersionView,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, DocumentedAs, VersionPath, required
+from ductor_server.transports.rest.bodies import (
+    NO_BODY,
+    DocumentedAs,
+    VersionPath,
+    path_version,
+    required,
+)
 from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
@@ -76,7 +82,7 @@ class WorkflowsController(Controller):
         """A family: its latest definition and the list of versions."""
         return await workflows.family(tenant_id, slug)
 
-    @get("/{slug:str}/versions/{version:int}", responses=V1_ERRORS)
+    @get("/{slug:str}/versions/{version:str}", responses=V1_ERRORS)
     async def version(
         self,
         slug: FromPath[str],
@@ -85,7 +91,7 @@ class WorkflowsController(Controller):
         workflows: NamedDependency[WorkflowsService],
     ) -> WorkflowVersionView:
         """One published version with its definition."""
-        return await workflows.version(tenant_id, slug, version)
+        return await workflows.version(tenant_id, slug, path_version(version))
 
 
 __all__ = ["WorkflowsController"]
