@@ -537,6 +537,11 @@ async def test_a_signal_completes_a_waiting_run_and_a_late_one_is_refused(api: A
     assert run["steps"][0]["output"] == {"by": "ada"}
     late = await api.call("POST", path, json={"payload": {"by": "eve"}})
     assert_error(late, 409, "run.ended")
+    for bad in ("a" * 257, "a%01b"):
+        refused = await api.call("POST", f"/v1/runs/{run_id}/signals/{bad}", json={})
+        error = assert_error(refused, 422, "request.invalid")
+        assert error["details"]["path"] == "name", error
+        assert error["details"]["reason"].startswith("signal name "), error
     assert_error(await api.call("POST", f"/v1/runs/{run_id}/cancel"), 409, "run.not_cancellable")
 
 

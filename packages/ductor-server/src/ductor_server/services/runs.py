@@ -967,7 +967,7 @@ class RunsService:
             RunNotFound, RunEnded, RequestInvalid
             IdempotencyConflict: the key was used with another payload or id.
         """
-        check_name("signal name", name, RequestInvalid)
+        check_name("signal name", name, RequestInvalid, path="$.name")
         if signal_id is not None:
             check_name("signal id", signal_id, RequestInvalid, path="$.id")
         context = self._context

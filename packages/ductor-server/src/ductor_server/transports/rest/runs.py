@@ -8,8 +8,9 @@ from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from ductor_server.errors import RequestInvalid
 from ductor_server.services import HistoryEntry, RunPage, RunsService, RunView, SignalAccepted
-from ductor_server.services.runs import MAX_WAIT_SECONDS, RerunView, RunsStarted
+from ductor_server.services.runs import MAX_WAIT_SECONDS, RerunView, RunsStarted, check_name
 from ductor_server.transports.rest.bodies import (
     NO_BODY,
     CancelRunBody,
@@ -145,6 +146,8 @@ class RunsController(Controller):
     ) -> Response[SignalAccepted]:
         """Send the signal `name` to a run: `{payload?, id?}` (optional body); 202.
         Without an `id`, the Idempotency-Key names the signal."""
+        # The name is a path parameter here (the service names the body field).
+        check_name("signal name", name, RequestInvalid, path="name")
         body = or_default(data, SignalBody())
         key = checked_key(idempotency_key)
         return answered(
