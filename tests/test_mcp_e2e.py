@@ -278,7 +278,9 @@ async def _every_tool(server: ServerProcess) -> None:
         assert event["duplicate"] is False
         assert event["id"] == "ev-1"
         duplicate = (
-            await http.post("/v1/events", json={"name": "lead.created", "id": "ev-1"})
+            await http.post(
+                "/v1/events", json={"name": "lead.created", "data": {"n": 1}, "id": "ev-1"}
+            )
         ).json()
         assert duplicate == {**event, "duplicate": True}
 

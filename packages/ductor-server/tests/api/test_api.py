@@ -460,6 +460,24 @@ async def test_events_are_deduplicated_by_id(api: Api) -> None:
     assert first.json()["duplicate"] is False
     again = await api.call("POST", "/v1/events", json={"name": "order.created", "id": "e1"})
     assert again.json()["duplicate"] is True
+    # The same content, key order aside, is a duplicate answered with the stored event.
+    data = {"a": 1, "b": [1, {"x": None, "y": "z"}]}
+    stored = await api.call("POST", "/v1/events", json={"name": "n", "id": "e2", "data": data})
+    assert stored.json()["duplicate"] is False
+    reordered = {"b": [1, {"y": "z", "x": None}], "a": 1}
+    same = await api.call("POST", "/v1/events", json={"id": "e2", "data": reordered, "name": "n"})
+    assert same.status_code == 202, same.text
+    assert same.json() == {**stored.json(), "duplicate": True}
+    # The id with another name or data is refused, naming the id; nothing is stored.
+    for other in ({"name": "m", "data": data}, {"name": "n", "data": {"a": 2}}, {"name": "n"}):
+        refused = await api.call("POST", "/v1/events", json={**other, "id": "e2"})
+        error = assert_error(refused, 422, "event.invalid")
+        assert error["details"]["path"] == "$.id", error
+        assert error["details"]["id"] == "e2", error
+    async with api.store.transaction() as tx:
+        kept = await tx.get_event("tenant-a", "e2")
+    assert kept is not None
+    assert (kept.name, kept.data) == ("n", data)
 
 
 # --- OpenAPI -----------------------------------------------------------------------

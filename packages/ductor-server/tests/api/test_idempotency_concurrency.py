@@ -142,6 +142,27 @@ async def test_an_event_is_stored_once_and_starts_one_run(server: Server) -> Non
     assert len(accepted["runs_started"]) == 1
 
 
+async def test_concurrent_events_with_one_id_store_one_and_refuse_other_content(
+    server: Server,
+) -> None:
+    api = Client(server, "t-events")
+    bodies = [
+        {"name": "order.paid", "id": "evt-race", "data": {"n": index % 2}}
+        for index in range(RETRIES)
+    ]
+    responses = await asyncio.gather(*(api.call("POST", "/v1/events", body) for body in bodies))
+    where = "WHERE tenant_id = %s AND id = 'evt-race'"
+    assert server.count(f"SELECT count(*) FROM events {where}", api.tenant) == 1
+    accepted = [(b, r) for b, r in zip(bodies, responses, strict=True) if r.status_code == 202]
+    refused = [(b, r) for b, r in zip(bodies, responses, strict=True) if r.status_code != 202]
+    # One content won: all of its sends are answered, one of them fresh; the other
+    # content's sends are all refused.
+    assert len(accepted) == len(refused) == RETRIES // 2, [r.text for r in responses]
+    assert len({json.dumps(b["data"]) for b, _ in accepted}) == 1
+    assert [r.json()["duplicate"] for _, r in accepted].count(False) == 1
+    assert {(r.status_code, r.json()["code"]) for _, r in refused} == {(422, "event.invalid")}
+
+
 async def test_publish_creates_one_version_and_says_so_every_time(server: Server) -> None:
     api = Client(server, "t-workflows")
     responses = await api.storm("/v1/workflows", HELLO, "wf-1")

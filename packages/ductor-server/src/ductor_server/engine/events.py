@@ -4,8 +4,8 @@ match it, and deliver it to runs waiting for its name.
 Trigger filters and the first ticks of the runs they start are computed first,
 in a worker thread and outside any transaction (`prepare_triggered`); then one
 short transaction per event stores it and inserts the runs. A resent event id
-is a duplicate and does nothing; a run key per (event id, family) makes a
-second start of the same run impossible.
+is a duplicate and does nothing (the caller refuses one with other content); a
+run key per (event id, family) makes a second start of the same run impossible.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
+
+import msgspec
 
 from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
@@ -40,8 +42,14 @@ class IngestedEvent:
     id: str
     name: str
     duplicate: bool
+    other_content: bool = False  # a duplicate id whose stored event has another name or data
     runs_started: list[str] = field(default_factory=list)
     runs_notified: list[str] = field(default_factory=list)
+
+
+def canonical(value: Any) -> bytes:
+    """`value` as JSON with sorted keys: equal for equal content, whatever its key order."""
+    return msgspec.json.encode(msgspec.to_builtins(value), order="sorted")
 
 
 def trigger_matches(engine: ExpressionEngine, filter_source: str | None, event: Any) -> bool:
@@ -216,9 +224,19 @@ async def ingest_event(
     [fresh] = await tx.insert_events(
         [EventRecord(tenant_id=tenant_id, id=event_id, name=name, data=data, received_at=now)]
     )
-    outcome = IngestedEvent(id=event_id, name=name, duplicate=not fresh)
     if not fresh:
-        return outcome
+        # The first insert has committed (a conflicting insert waits for it), so
+        # the stored event is there to compare with, key order aside.
+        stored = await tx.get_event(tenant_id, event_id)
+        if stored is None:  # purged meanwhile
+            return IngestedEvent(id=event_id, name=name, duplicate=True)
+        return IngestedEvent(
+            id=event_id,
+            name=stored.name,
+            duplicate=True,
+            other_content=stored.name != name or canonical(stored.data) != canonical(data),
+        )
+    outcome = IngestedEvent(id=event_id, name=name, duplicate=False)
     # Each run kind starts its own triggered runs (DAG definitions first, then
     # the kinds registered after it, e.g. SDK workflows over the bridge).
     for kind in parts.kinds:

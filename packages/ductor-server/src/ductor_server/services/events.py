@@ -48,10 +48,12 @@ class EventsService:
         idempotency_key: str | None = None,
     ) -> Answer[EventAccepted]:
         """Store an event (dedupe by id), start runs it triggers, wake runs waiting on it;
-        `ACCEPTED`. Without an `event_id`, the idempotency key names the event.
+        `ACCEPTED`. Without an `event_id`, the idempotency key names the event. A
+        repeated id with the same name and data is a duplicate that does nothing
+        (answered with the stored event).
 
         Raises:
-            EventInvalid
+            EventInvalid: a bad name or id, or an id stored with another name or data.
             IdempotencyConflict: the key was used with another event.
             BudgetExceeded: `budget.exceeded`: the runs it starts would pass a
                 blocking budget on `runs` (nothing is stored).
@@ -88,6 +90,12 @@ class EventsService:
                 now=now,
                 triggered=triggered,
             )
+            if outcome.other_content:
+                reason = f"event id {eid!r} was used before with another name or data"
+                details: dict[str, Any] = {"id": eid, "reason": reason}
+                if event_id is not None:
+                    details["path"] = "$.id"
+                raise EventInvalid(reason, details=details)
             await effects.flush(tx)
             refuse_over_budget(effects.budgeted)  # the runs it started, on `runs`
             accepted = EventAccepted(
