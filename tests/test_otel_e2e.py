@@ -512,7 +512,7 @@ def test_every_metric_reads_back(world: World) -> None:
     route = _points("ductor.route.decision.duration")
     assert sorted((p.attributes["ductor.route.outcome"], p.count) for p in route) == [
         ("assigned", 1),
-        ("error", 1),
+        ("invalid", 1),  # the 422 routing.routable_invalid: refused, as the page says
     ]
     assert {p.attributes["ductor.route.origin"] for p in route} == {"api"}
 

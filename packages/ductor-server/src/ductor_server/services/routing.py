@@ -1024,6 +1024,10 @@ class RoutingService:
                 span.set_attribute("ductor.decision_id", answer.value.id)
                 span.set_attribute("ductor.route.outcome", outcome)
                 return answer
+            except RoutableInvalid:
+                outcome = str(Outcome.INVALID)  # refused whole: nothing was stored
+                span.set_attribute("ductor.route.outcome", outcome)
+                raise
             finally:
                 ROUTE_DURATION.record(
                     time.perf_counter() - started,
