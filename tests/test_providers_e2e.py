@@ -30,14 +30,17 @@ from .conftest import ServerProcess
 
 TOKEN = "tok-live-Hq2Vx8Lm4Np7Rs1Tu5Wy9Za3"
 SMTP_PASSWORD = "smtp-pw-Jk6Lm2Nb8Vc4Xz0Q"
+SLACK_TOKEN = "Xq7Lm2Vb9Nc4Zt6Rw1Yp8Ks3"
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"webhook-signing-key-of-32-bytes!").decode()
 
 
 class Receiver:
-    """A real HTTP server on 127.0.0.1 that keeps every request (path, headers, body)."""
+    """A real HTTP server on 127.0.0.1 that keeps every request (path, headers, body);
+    it answers `{"received": true}`, or what `answers` holds for the path and body."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.answers: dict[tuple[str, bytes], tuple[int, str, bytes]] = {}
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,9 +53,12 @@ class Receiver:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
                 receiver.requests.append((self.path, dict(self.headers.items()), body))
-                answer = json.dumps({"received": True}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                status, content_type, answer = receiver.answers.get(
+                    (self.path, body),
+                    (200, "application/json", json.dumps({"received": True}).encode()),
+                )
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
@@ -264,3 +270,53 @@ def test_email_webhook_and_http_through_connections(
         for text in answers:
             assert secret not in text
         assert secret not in log
+
+
+def test_a_slack_webhook_url_reaches_no_log_line(
+    sqlite_server: ServerProcess, receiver: Receiver
+) -> None:
+    hook = "/services/T0AAA/B0BBB/" + SLACK_TOKEN
+    # What Slack answers: an empty message is `no_text`, a message is `ok`.
+    receiver.answers[(hook, b"{}")] = (400, "text/plain", b"no_text")
+    receiver.answers[(hook, b'{"text":"deployed"}')] = (200, "text/plain", b"ok")
+    sqlite_server.extra_env["DUCTOR_LOG_LEVEL"] = "debug"
+    sqlite_server.start()
+    with sqlite_server.client() as http:
+        created = http.post(
+            "/v1/connections",
+            json={
+                "name": "team",
+                "provider": "slack",
+                "secrets": {"webhook_url": receiver.url + hook},
+            },
+        )
+        assert created.status_code == 201, created.text
+        tested = http.post("/v1/connections/team/test")
+        assert tested.json()["ok"] is True, tested.text
+        published = http.post(
+            "/v1/workflows",
+            json={
+                "family_slug": "deployed",
+                "steps": [
+                    {
+                        "ref": "say",
+                        "type": "STEP_TYPE_ACTION",
+                        "args": {
+                            "connection": "team",
+                            "operation": "post_message",
+                            "input": {"text": "'deployed'"},
+                        },
+                    }
+                ],
+                "edges": [],
+            },
+        )
+        assert published.status_code == 201, published.text
+        run = http.post("/v1/runs", json={"family_slug": "deployed", "input": {}}).json()
+    ended = sqlite_server.wait_for_run(run["id"])
+    assert ended["status"] == "RUN_STATUS_SUCCEEDED", ended
+    assert [path for path, _, _ in receiver.requests] == [hook, hook]
+    sqlite_server.stop()
+    log = sqlite_server.log()
+    assert "ductor" in log  # the server's output was captured
+    assert SLACK_TOKEN not in log

@@ -15,6 +15,7 @@ from typing import Any
 
 from litestar import Litestar, Router
 from litestar.di import Provide
+from litestar.logging import LoggingConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins import PluginProtocol
 from litestar.plugins.core import MsgspecDIPlugin
@@ -46,6 +47,11 @@ from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
 from ductor_server.transports.rest.telemetry import TelemetryMiddleware
 
 API_VERSION = "0.1.0"
+
+# Litestar's default logging sends every library's INFO to the root handler. The
+# HTTP clients log each outbound request's URL at INFO (httpcore at DEBUG), and a
+# URL can be a credential (a Slack webhook's): they only log warnings and worse.
+_QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 def _lifespan(
@@ -151,6 +157,9 @@ def create_app(
         # A span and a latency measurement per routed request (docs/observability.md).
         middleware=[TelemetryMiddleware],
         request_max_body_size=settings.max_body_bytes,
+        logging_config=LoggingConfig(
+            loggers={name: {"level": "WARNING"} for name in _QUIET_LOGGERS}
+        ),
         openapi_config=OpenAPIConfig(
             title="Ductor",
             version=API_VERSION,
