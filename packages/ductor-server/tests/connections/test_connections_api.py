@@ -115,6 +115,7 @@ async def test_every_problem_has_a_pointer(api: Api) -> None:
         "/name",
         "/config/regoin",
         "/config/region",
+        "/config/retries",
         "/secrets/tokn",
         "/secrets/token",
     }
@@ -127,6 +128,25 @@ async def test_every_problem_has_a_pointer(api: Api) -> None:
     )
     assert wrong_type["details"] == [
         {"pointer": "/config/retries", "message": "Expected `int`, got `str`"}
+    ]
+    every_type = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={
+            "name": "v1",
+            "provider": "http",
+            "config": {"base_url": 5, "timeout": "x", "headers": 3, "proxy": "p"},
+            "secrets": {"bearer_token": 7},
+        },
+    )
+    assert sorted(p["pointer"] for p in every_type["details"]) == [
+        "/config/base_url",
+        "/config/headers",
+        "/config/proxy",
+        "/config/timeout",
+        "/secrets/bearer_token",
     ]
     secret_type = await api.fails(
         "POST",

@@ -33,7 +33,14 @@ async def test_every_problem_with_its_pointer_and_no_secret_in_them(api: Api) ->
     report = response.json()
     assert report["valid"] is False
     pointers = [p["pointer"] for p in report["problems"]]
-    assert pointers == ["/name", "/description", "/config/colour", "/secrets/nope"]
+    assert pointers == [
+        "/name",
+        "/description",
+        "/config/colour",
+        "/config/region",
+        "/secrets/nope",
+        "/secrets/token",
+    ]
     unknown = await api.ok(
         "POST", "/v1/connections/validate", json={"name": "ok", "provider": "ghost"}
     )

@@ -46,22 +46,35 @@ def struct_fields(tp: type[msgspec.Struct]) -> tuple[frozenset[str], frozenset[s
 
 def problems_of(value: Any, tp: type[msgspec.Struct], at: str) -> list[dict[str, str]]:
     """Every problem of `value` as `tp` (`{"pointer", "message"}`, pointers under `at`):
-    unknown and missing fields each, else the first wrongly typed value."""
+    each unknown field, each missing one and each wrongly typed value; when no field
+    is missing or wrongly typed, also what the struct's own checks refuse."""
     if not isinstance(value, Mapping):
         return [{"pointer": at, "message": f"'{at}' must be an object"}]
     known, required = struct_fields(tp)
-    problems = [
+    unknown = [
         {"pointer": at + pointer(key), "message": f"unknown field {key!r}"}
         for key in value
         if key not in known
     ]
-    problems += [
+    missing = [
         {"pointer": at + pointer(name), "message": f"missing required field {name!r}"}
         for name in sorted(required)
         if name not in value
     ]
-    if problems:
-        return problems
+    # Converting the struct stops at its first wrongly typed field: each is converted alone.
+    typed = [
+        _conversion_problem(value[f.encode_name], f.type, at + pointer(f.encode_name))
+        for f in msgspec.structs.fields(tp)
+        if f.encode_name in value
+    ]
+    wrong = [p for p in typed if p is not None]
+    if missing or wrong:
+        return unknown + missing + wrong
+    whole = _conversion_problem({k: v for k, v in value.items() if k in known}, tp, at)
+    return unknown + ([whole] if whole is not None else [])
+
+
+def _conversion_problem(value: Any, tp: Any, at: str) -> dict[str, str] | None:
     try:
         msgspec.convert(value, tp)
     except msgspec.ValidationError as exc:
@@ -69,8 +82,8 @@ def problems_of(value: Any, tp: type[msgspec.Struct], at: str) -> list[dict[str,
         match = _PATH_AT.search(text)
         where = _msgspec_pointer(at, match.group(1)) if match else at
         reason = text[: match.start()] if match else text
-        return [{"pointer": where, "message": reason}]
-    return []
+        return {"pointer": where, "message": reason}
+    return None
 
 
 def decode(value: Any, tp: type[S]) -> S:

@@ -52,7 +52,7 @@ from ductor_routing import (
     encode_decision,
     shadow_report,
 )
-from ductor_server.connections.shapes import problems_of, struct_fields
+from ductor_server.connections.shapes import problems_of
 from ductor_server.engine.cheap import INLINE_COST, INLINE_LIMITS, small
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.offload import VALIDATION
@@ -845,16 +845,6 @@ class RoutingService:
                 Problem(pointer=p["pointer"], message=p["message"])
                 for p in problems_of(raw, into, at)
             ]
-            if found and isinstance(raw, dict):
-                # Unknown fields hide the wrongly typed ones: look again without them.
-                known, _ = struct_fields(into)
-                trimmed = {k: v for k, v in raw.items() if k in known}
-                if len(trimmed) < len(raw):
-                    found += [
-                        Problem(pointer=p["pointer"], message=p["message"])
-                        for p in problems_of(trimmed, into, at)
-                        if not p["message"].startswith("missing required field")
-                    ]
             name = raw.get("id", "default") if isinstance(raw, dict) else None
             if isinstance(raw, dict):
                 try:
