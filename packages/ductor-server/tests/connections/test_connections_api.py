@@ -268,6 +268,26 @@ async def test_update_replaces_config_and_merges_secrets(api: Api) -> None:
     assert output["region"] == "us"
 
 
+async def test_secrets_updated_at_is_null_once_every_secret_is_removed(api: Api) -> None:
+    created = await api.ok(
+        "POST",
+        "/v1/connections",
+        json={
+            "name": "api",
+            "provider": "http",
+            "config": {"base_url": "https://example.com"},
+            "secrets": {"bearer_token": TOKEN},
+        },
+    )
+    assert created["secrets_updated_at"] is not None
+    same = await api.ok("PATCH", "/v1/connections/api", json={"secrets": {"bearer_token": TOKEN}})
+    assert same["secrets_updated_at"] == created["secrets_updated_at"]
+    emptied = await api.ok("PATCH", "/v1/connections/api", json={"secrets": {"bearer_token": None}})
+    assert emptied["secrets"] == {}
+    assert emptied["secrets_updated_at"] is None
+    assert (await api.ok("GET", "/v1/connections/api"))["secrets_updated_at"] is None
+
+
 async def test_delete(api: Api) -> None:
     await api.ok("POST", "/v1/connections", json=echo())
     response = await api.call("DELETE", "/v1/connections/crm")

@@ -435,7 +435,8 @@ class ConnectionsService:
             secrets_at = record.secrets_updated_at
             secrets: dict[str, Any] | None = None
             if patch.secrets is not None:
-                secrets = unseal(record, self._keys)
+                stored = unseal(record, self._keys)
+                secrets = dict(stored)
                 for key, value in patch.secrets.items():
                     if value is None:
                         secrets.pop(key, None)
@@ -451,7 +452,10 @@ class ConnectionsService:
             if secrets is not None:
                 sealed = self._seal(tenant_id, record.id, secrets)
                 mask = mask_of(secrets)
-                secrets_at = now
+                if sealed is None:
+                    secrets_at = None
+                elif secrets != stored or secrets_at is None:
+                    secrets_at = now
             updated = msgspec.structs.replace(
                 record,
                 description=record.description if patch.description is None else patch.description,
