@@ -5,13 +5,17 @@ through the outbound guard, and ACTION steps through a connection."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 from typing import Any
+
+import pytest
 
 from .conftest import Api, step
 from .sink import HttpSink, reply
 
 TOKEN = "tok-3f9c1e77a2b84d05b6e1-secret-zq"
+WHSEC = "whsec_" + base64.b64encode(b"webhook-signing-key-of-32-bytes!").decode()
 
 
 def echo(name: str = "crm", **extra: Any) -> dict[str, Any]:
@@ -364,6 +368,30 @@ async def test_connection_test_to_loopback_is_refused_not_hung(
     assert result["ok"] is False
     assert result["details"]["code"] == "outbound.forbidden"
     assert sink.seen == []
+
+
+@pytest.mark.parametrize(
+    ("provider", "config", "secrets"),
+    [
+        ("http", {"base_url": "http://127.0.0.1:9/"}, {}),
+        ("webhook", {"url": "http://127.0.0.1:9/hooks"}, {"signing_secret": WHSEC}),
+        ("slack", {}, {"webhook_url": "http://127.0.0.1:9/services/T0/B0/x"}),
+        ("openai", {"base_url": "http://127.0.0.1:9/v1"}, {"api_key": TOKEN}),
+        (
+            "smtp",
+            {"host": "127.0.0.1", "port": 9, "from_address": "a@example.com"},
+            {},
+        ),
+    ],
+)
+async def test_every_providers_refused_test_names_the_host(
+    guarded: Api, provider: str, config: dict[str, Any], secrets: dict[str, Any]
+) -> None:
+    body = {"name": "far", "provider": provider, "config": config, "secrets": secrets}
+    await guarded.ok("POST", "/v1/connections", json=body)
+    result = await guarded.ok("POST", "/v1/connections/far/test")
+    assert result["ok"] is False, result
+    assert result["details"] == {"code": "outbound.forbidden", "host": "127.0.0.1"}
 
 
 # --- publishing and running ---------------------------------------------------------

@@ -319,4 +319,4 @@ async def test_check_reachable_refused_and_down(sink: HttpSink, make_context: Ma
     assert result.details == {"status": 401}
     result = await provider.test(settings(sink), secrets(), make_context(allow=[]))
     assert result.ok is False
-    assert result.details == {"code": "outbound.forbidden"}
+    assert result.details == {"code": "outbound.forbidden", "host": "127.0.0.1"}

@@ -271,4 +271,7 @@ async def test_check_lists_models(sink: HttpSink, make_context: MakeContext) -> 
     assert sink.last.headers["authorization"] == f"Bearer {API_KEY}"
     sink.answer(401, {"error": {"message": "Incorrect API key", "type": "invalid_request_error"}})
     refused = await provider.test(settings(sink), secrets(), make_context())
-    assert (refused.ok, refused.details) == (False, {"code": "openai.unauthorized"})
+    assert (refused.ok, refused.details) == (
+        False,
+        {"code": "openai.unauthorized", "status": 401, "type": "invalid_request_error"},
+    )

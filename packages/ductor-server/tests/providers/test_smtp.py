@@ -298,7 +298,7 @@ async def test_check(smtp_auth: SmtpSink, make_context: MakeContext) -> None:
         settings(smtp_auth.port, username=USER), secrets("nope-nope"), make_context()
     )
     assert bad.ok is False
-    assert bad.details == {"code": "smtp.auth_failed"}
+    assert bad.details == {"code": "smtp.auth_failed", "reply_code": 535}
     assert smtp_auth.messages == []
     down = await provider.test(settings(free_port()), secrets(), make_context())
     assert (down.ok, down.details) == (False, {"code": "smtp.connection"})

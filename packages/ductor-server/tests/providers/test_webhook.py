@@ -162,4 +162,10 @@ async def test_check_sends_a_signed_ping(sink: HttpSink, make_context: MakeConte
     sink.answer(404)
     result = await provider.test(settings(sink), secrets(), make_context())
     assert result.ok is False
-    assert result.details == {"code": "webhook.404"}
+    assert result.details == {
+        "code": "webhook.404",
+        "status": 404,
+        "webhook_id": KEY,
+        "headers": {"content-length": "0"},
+        "body": None,
+    }

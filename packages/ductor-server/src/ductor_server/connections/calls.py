@@ -399,21 +399,28 @@ class ConnectionCalls:
         context = self.context(opened, idempotency_key=idempotency_key, timeout=self._timeout)
         started = time.monotonic()
 
-        def failed(code: str, message: str, **details: Any) -> CheckResult:
+        def failed(
+            code: str, message: str, details: Mapping[str, Any] | None = None
+        ) -> CheckResult:
             return CheckResult(
                 ok=False,
                 message=redactor.text(message),
                 latency_ms=round((time.monotonic() - started) * 1000, 3),
-                details=redactor.value({"code": code, **details}),
+                details=redactor.value({**(details or {}), "code": code}),
             )
 
         try:
             async with asyncio.timeout(self._timeout):
                 result = await opened.provider.test(opened.settings, opened.secrets, context)
         except ProviderFailed as exc:
-            return failed(exc.error.code, exc.error.message, retryable=exc.error.retryable)
+            details = exc.error.details if isinstance(exc.error.details, Mapping) else {}
+            return failed(
+                exc.error.code,
+                exc.error.message,
+                {**details, "retryable": exc.error.retryable},
+            )
         except OutboundForbidden as exc:
-            return failed("outbound.forbidden", str(exc), host=exc.host)
+            return failed("outbound.forbidden", str(exc), {"host": exc.host})
         except (TimeoutError, httpx.TimeoutException):
             return failed("connection.timeout", f"the test did not finish in {self._timeout:g}s")
         except httpx.HTTPError as exc:

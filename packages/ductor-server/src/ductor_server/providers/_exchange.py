@@ -32,6 +32,7 @@ from ductor_server.engine.outbound import (
 from ductor_server.providers.base import (
     REDACTED,
     CallContext,
+    CheckResult,
     ProviderFailed,
     Redactor,
     provider_failure,
@@ -55,6 +56,18 @@ def unknown_operation(provider: str, operation: str) -> ProviderFailed:
 def elapsed_ms(started: float) -> float:
     """Milliseconds since `started` (a `time.perf_counter()` reading)."""
     return round((time.perf_counter() - started) * 1000, 3)
+
+
+def failed_test(exc: ProviderFailed, started: float) -> CheckResult:
+    """The answer of a connection test that failed with `exc` (`started`: a
+    `time.perf_counter()` reading): not ok, its message, and its details with its code."""
+    details = exc.error.details if isinstance(exc.error.details, Mapping) else {}
+    return CheckResult(
+        ok=False,
+        message=exc.error.message,
+        latency_ms=elapsed_ms(started),
+        details={**details, "code": exc.error.code},
+    )
 
 
 def check_url(url: str, *, query: bool) -> None:
@@ -217,6 +230,7 @@ __all__ = [
     "check_url",
     "elapsed_ms",
     "exchange",
+    "failed_test",
     "header_problems",
     "unknown_operation",
 ]

@@ -25,6 +25,7 @@ from ductor_server.providers._exchange import (
     check_url,
     elapsed_ms,
     exchange,
+    failed_test,
     header_problems,
     unknown_operation,
 )
@@ -286,12 +287,7 @@ class HttpProvider:
                 limit_seconds=settings.timeout,
             )
         except ProviderFailed as exc:
-            return CheckResult(
-                ok=False,
-                message=exc.error.message,
-                latency_ms=elapsed_ms(started),
-                details={"code": exc.error.code},
-            )
+            return failed_test(exc, started)
         ok = answer.status < 500 and answer.status not in (401, 403)
         verdict = "reachable" if ok else "refused"
         return CheckResult(

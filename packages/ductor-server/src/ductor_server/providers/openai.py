@@ -24,6 +24,7 @@ from ductor_server.providers._exchange import (
     check_url,
     elapsed_ms,
     exchange,
+    failed_test,
     unknown_operation,
 )
 from ductor_server.providers.base import (
@@ -253,12 +254,7 @@ class OpenAIProvider:
             if not answer.ok:
                 raise _failure(answer, f"GET {url}")
         except ProviderFailed as exc:
-            return CheckResult(
-                ok=False,
-                message=exc.error.message,
-                latency_ms=elapsed_ms(started),
-                details={"code": exc.error.code},
-            )
+            return failed_test(exc, started)
         return CheckResult(
             ok=True,
             message=f"GET {url} answered {answer.status}",

@@ -25,6 +25,7 @@ from ductor_server.providers._exchange import (
     check_url,
     elapsed_ms,
     exchange,
+    failed_test,
     unknown_operation,
 )
 from ductor_server.providers.base import CallContext, CheckResult, Operation, ProviderFailed
@@ -129,12 +130,7 @@ class SlackProvider:
         try:
             answer = await _post(secrets, {}, context)
         except ProviderFailed as exc:
-            return CheckResult(
-                ok=False,
-                message=exc.error.message,
-                latency_ms=elapsed_ms(started),
-                details={"code": exc.error.code},
-            )
+            return failed_test(exc, started)
         code = None if answer.ok else _failure(answer).error.code
         ok = code is None or code.removeprefix("slack.") in _LIVE_WORDS
         return CheckResult(

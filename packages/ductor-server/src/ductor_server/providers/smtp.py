@@ -31,6 +31,7 @@ from ductor_server.providers._exchange import (
     Redactor,
     bad_input,
     elapsed_ms,
+    failed_test,
     header_problems,
     unknown_operation,
 )
@@ -293,12 +294,7 @@ class SmtpProvider:
         try:
             await _session(settings, secrets, context, redactor, noop)
         except ProviderFailed as exc:
-            return CheckResult(
-                ok=False,
-                message=exc.error.message,
-                latency_ms=elapsed_ms(started),
-                details={"code": exc.error.code},
-            )
+            return failed_test(exc, started)
         return CheckResult(
             ok=True,
             message=f"{settings.host}:{settings.port} accepted the session",

@@ -28,6 +28,7 @@ from ductor_server.providers._exchange import (
     check_url,
     elapsed_ms,
     exchange,
+    failed_test,
     unknown_operation,
 )
 from ductor_server.providers.base import (
@@ -204,12 +205,7 @@ class WebhookProvider:
                 settings, secrets, "ductor.test", {"connection": context.connection}, context
             )
         except ProviderFailed as exc:
-            return CheckResult(
-                ok=False,
-                message=exc.error.message,
-                latency_ms=elapsed_ms(started),
-                details={"code": exc.error.code},
-            )
+            return failed_test(exc, started)
         return CheckResult(
             ok=True,
             message=f"POST {settings.url} answered {sent.status} to a ductor.test event",
