@@ -9,7 +9,10 @@ import base64
 import hashlib
 from typing import Any
 
+import msgspec
 import pytest
+
+from ductor_server.connections.store import ConnectionsTx
 
 from .conftest import Api, step
 from .sink import HttpSink, reply
@@ -223,6 +226,47 @@ async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
         },
     )
     assert made["secrets"] == {"bearer_token": "••••" + TOKEN[-4:]}
+
+
+@pytest.mark.parametrize(
+    ("provider", "config", "secrets", "at"),
+    [
+        ("http", {"base_url": "http://127.0.0.1:99999/"}, {}, "/config"),
+        ("webhook", {"url": "http://127.0.0.1:0/hooks"}, {"signing_secret": WHSEC}, "/config"),
+        ("slack", {}, {"webhook_url": "https://127.0.0.1:65536/services/T0/B0/x"}, "/secrets"),
+        ("openai", {"base_url": "http://127.0.0.1:port/v1"}, {"api_key": TOKEN}, "/config"),
+    ],
+)
+async def test_a_url_whose_port_is_out_of_range_is_refused(
+    api: Api, provider: str, config: dict[str, Any], secrets: dict[str, Any], at: str
+) -> None:
+    body = {"name": "far", "provider": provider, "config": config, "secrets": secrets}
+    refused = await api.fails("POST", "/v1/connections", 422, "connection.invalid", json=body)
+    (problem,) = refused["details"]
+    assert problem["pointer"].startswith(at)
+    assert "port from 1 to 65535" in problem["message"]
+    report = await api.ok("POST", "/v1/connections/validate", json=body)
+    assert [p["pointer"] for p in report["problems"]] == [problem["pointer"]]
+    assert await api.count("SELECT COUNT(*) FROM connections") == 0
+
+
+async def test_a_stored_url_whose_port_is_out_of_range_fails_the_step_once(api: Api) -> None:
+    await api.ok(
+        "POST",
+        "/v1/connections",
+        json={"name": "api", "provider": "http", "config": {"base_url": "http://127.0.0.1:1/"}},
+    )
+    async with api.store.transaction() as tx:  # a row written before ports were checked
+        record = await ConnectionsTx(tx).get_for_update("tenant-a", "api")
+        assert record is not None
+        bad = {"base_url": "http://127.0.0.1:99999/"}
+        await ConnectionsTx(tx).update(msgspec.structs.replace(record, config=bad))
+    run = await api.run_to_end(one_step({"connection": "api", "operation": "request"}))
+    assert run["status"] == "RUN_STATUS_FAILED", run
+    error = step(run, "push")["error"]
+    assert (error["code"], error["retryable"]) == ("connection.invalid", False), error
+    assert "port from 1 to 65535" in error["message"]
+    assert step(run, "push")["attempt"] == 1
 
 
 async def test_other_tenants_connections_are_not_found(api: Api) -> None:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from ductor_server.providers import ProviderFailed, builtin_providers
+from ductor_server.providers._exchange import Redactor, exchange
 from ductor_server.providers.http import (
     HttpProvider,
     HttpSecrets,
@@ -320,3 +321,22 @@ async def test_check_reachable_refused_and_down(sink: HttpSink, make_context: Ma
     result = await provider.test(settings(sink), secrets(), make_context(allow=[]))
     assert result.ok is False
     assert result.details == {"code": "outbound.forbidden", "host": "127.0.0.1"}
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999"])
+async def test_a_port_out_of_range_is_bad_input_not_a_crash(
+    port: str, make_context: MakeContext
+) -> None:
+    with pytest.raises(msgspec.ValidationError, match="port from 1 to 65535"):
+        msgspec.convert({"base_url": f"http://127.0.0.1:{port}/"}, HttpSettings)
+    failed = await fail(
+        exchange(
+            make_context(),
+            provider="http",
+            method="GET",
+            url=f"http://127.0.0.1:{port}/",
+            what="GET the API",
+            redactor=Redactor([]),
+        )
+    )
+    assert (failed.error.code, failed.error.retryable) == ("http.bad_input", False)

@@ -77,6 +77,8 @@ def check_url(url: str, *, query: bool) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an absolute http:// or https:// URL")
+    if not _port_ok(url):
+        raise ValueError("must have a port from 1 to 65535")
     if parts.username is not None or parts.password is not None:
         raise ValueError("must not carry credentials (put them in the secrets)")
     if parts.fragment or (parts.query and not query):
@@ -85,6 +87,14 @@ def check_url(url: str, *, query: bool) -> None:
         )
     if any(c in url for c in "\\\r\n\t\0 "):
         raise ValueError("must not contain spaces, backslashes or control characters")
+
+
+def _port_ok(url: str | httpx.URL) -> bool:
+    try:
+        port = url.port if isinstance(url, httpx.URL) else urlsplit(url).port
+    except ValueError:  # not a number, or out of range
+        return False
+    return port is None or 1 <= port <= 65535
 
 
 def header_problems(headers: Mapping[str, str], pointer: str) -> list[dict[str, str]]:
@@ -171,6 +181,13 @@ async def exchange(
             `<provider>.connection` (both retryable), `<provider>.bad_input`,
             `<provider>.response_too_large`.
     """
+    if not _port_ok(url):
+        # The guard's resolver would crash on it, or the connect fail as if retryable.
+        raise provider_failure(
+            f"{provider}.bad_input",
+            f"{what} could not be sent: the port is not from 1 to 65535",
+            retryable=False,
+        )
     seconds = context.timeout_seconds
     if limit_seconds is not None:
         seconds = min(seconds, limit_seconds)
