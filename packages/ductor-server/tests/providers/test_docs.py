@@ -10,7 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from ductor_server.providers import builtin_providers
+from ductor_server.connections import calls
+from ductor_server.providers import _exchange, builtin_providers
 
 DOC = (Path(__file__).resolve().parents[4] / "docs" / "providers.md").read_text()
 SECTIONS = dict(re.findall(r"^## `([a-z_]+)`\n(.*?)(?=^## |\Z)", DOC, re.MULTILINE | re.DOTALL))
@@ -90,4 +91,7 @@ def test_common_codes() -> None:
     common = re.search(r"## Errors\n(.*?)\n## ", DOC, re.S)
     assert common is not None
     codes = set(re.findall(r"^\| `([a-z_.]+)` \|", common.group(1), re.M))
-    assert codes == {"outbound.forbidden", "provider.unknown_operation"}
+    assert codes == {"outbound.forbidden", "operation.unknown"}
+    # The codes a client sees: the step handler's, or the exchange's of every provider.
+    sources = inspect.getsource(calls) + inspect.getsource(_exchange)
+    assert all(f'"{code}"' in sources for code in codes)

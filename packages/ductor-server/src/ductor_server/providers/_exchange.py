@@ -45,9 +45,9 @@ _FORBIDDEN_HEADERS = frozenset(
 
 
 def unknown_operation(provider: str, operation: str) -> ProviderFailed:
-    """The `provider.unknown_operation` failure (not retryable)."""
+    """The `operation.unknown` failure (not retryable), as the step handler says it."""
     return provider_failure(
-        "provider.unknown_operation",
+        "operation.unknown",
         f"{provider} has no operation {operation!r}",
         retryable=False,
     )
