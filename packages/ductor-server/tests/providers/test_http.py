@@ -340,3 +340,23 @@ async def test_a_port_out_of_range_is_bad_input_not_a_crash(
         )
     )
     assert (failed.error.code, failed.error.retryable) == ("http.bad_input", False)
+
+
+async def test_a_short_secret_is_hidden_only_where_it_stands_alone(
+    sink: HttpSink, make_context: MakeContext
+) -> None:
+    # An API echoing what it got; the secret header's value is one letter.
+    sink.answer(200, {"key": "e", "said": "e, twice: e", "note": "see the readme", TOKEN: TOKEN})
+    out = await HttpProvider().call(
+        "request",
+        settings(sink),
+        secrets(headers={"X-K": "e"}, bearer_token=TOKEN),
+        request(),
+        make_context(),
+    )
+    assert sink.last.headers["x-k"] == "e"
+    assert out == {
+        "status": 200,
+        "headers": {"content-type": "application/json", "content-length": "119"},
+        "body": {"key": "***", "said": "***, twice: ***", "note": "see the readme", "***": "***"},
+    }

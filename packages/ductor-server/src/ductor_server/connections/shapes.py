@@ -108,13 +108,13 @@ def mask_of(secrets: Mapping[str, Any]) -> dict[str, str]:
 
 
 def secret_strings(value: Any) -> list[str]:
-    """The strings in a secrets object worth hiding (4 characters or more), longest first."""
+    """The strings in a secrets object (every one but the empty string), longest first."""
     found: set[str] = set()
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if len(item) >= 4:
+            if item:
                 found.add(item)
         elif isinstance(item, Mapping):
             stack.extend(item.values())

@@ -9,6 +9,7 @@ the context's guarded HTTP client or `CallContext.resolve` (the outbound guard).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -22,32 +23,54 @@ from ductor_server.errors import ServerError
 REDACTED = "***"
 """What a secret value is replaced with, unless a `Redactor` is given another mask."""
 
+ANYWHERE_FROM = 8
+"""A secret at least this long is replaced wherever it appears; a shorter one (which a
+text holds by chance: `e` is in `content-type`) only where it stands alone."""
+
 
 class Redactor:
-    """Replaces a connection's secret values with a mask in text and JSON values."""
+    """Replaces a connection's secret values with a mask in text and JSON values.
 
-    __slots__ = ("_mask", "_secrets")
+    A secret of `ANYWHERE_FROM` characters or more is replaced wherever it appears,
+    in object keys too. A shorter one is replaced only where it stands alone (no
+    letter or digit right before or after it), and never in an object key, so
+    field names stay whole.
+    """
+
+    __slots__ = ("_long", "_mask", "_short")
 
     def __init__(self, secrets: Iterable[str | None], *, mask: str = REDACTED) -> None:
         # Longest first, so a value that contains another is replaced whole.
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        found = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._long = [s for s in found if len(s) >= ANYWHERE_FROM]
+        short = [re.escape(s) for s in found if len(s) < ANYWHERE_FROM]
+        self._short = (
+            re.compile(rf"(?<![A-Za-z0-9])(?:{'|'.join(short)})(?![A-Za-z0-9])") if short else None
+        )
         self._mask = mask
 
     def text(self, text: str) -> str:
         """`text` without any secret value."""
-        for secret in self._secrets:
+        text = self._long_replaced(text)
+        if self._short is not None:
+            text = self._short.sub(lambda _: self._mask, text)
+        return text
+
+    def _long_replaced(self, text: str) -> str:
+        for secret in self._long:
             if secret in text:
                 text = text.replace(secret, self._mask)
         return text
 
     def value(self, value: Any) -> Any:
-        """A copy of the JSON `value` without any secret value in its strings or keys."""
-        if not self._secrets:
+        """A copy of the JSON `value` without any secret value in its strings (nor a
+        long one in its keys)."""
+        if not self._long and self._short is None:
             return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, Mapping):
-            return {self.text(str(k)): self.value(v) for k, v in value.items()}
+            return {self._long_replaced(str(k)): self.value(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
         return value
