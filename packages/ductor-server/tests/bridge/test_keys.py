@@ -32,7 +32,7 @@ from ductor.protocol import (
 )
 from ductor_core.runs import RunStatus
 from ductor_server import Settings, create_app
-from ductor_server.bridge.keys import create_app_key
+from ductor_server.bridge.keys import create_app_key, require_nonce_from_env
 from ductor_server.cli import build_parser
 from ductor_server.cli_client import ApiClient
 from ductor_server.cli_server import create_key
@@ -460,3 +460,13 @@ async def test_nonces_are_accepted_once_and_purged_after_their_window(store: Sto
         row = await tx.session.fetch_one("SELECT count(*) FROM bridge_nonces", ())
     assert row is not None
     assert int(row[0]) == 1  # the expired nonce was purged
+
+
+def test_require_nonce_is_on_or_off_and_refuses_anything_else() -> None:
+    assert require_nonce_from_env({}) is False
+    for on in ("1", "true", "yes", "on", "ON"):
+        assert require_nonce_from_env({"DUCTOR_BRIDGE_REQUIRE_NONCE": on}) is True
+    for off in ("0", "false", "no", "off", " "):
+        assert require_nonce_from_env({"DUCTOR_BRIDGE_REQUIRE_NONCE": off}) is False
+    with pytest.raises(ValueError, match="DUCTOR_BRIDGE_REQUIRE_NONCE must be on or off"):
+        require_nonce_from_env({"DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe"})

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import msgspec
 
 from ductor.protocol import SigningKeys, Verified, new_nonce, signature_header, verify_signed
+from ductor_server.settings import parse_switch
 from ductor_server.storage.protocol import Session, Tx
 
 KEY_ENV = "DUCTOR_BRIDGE_SIGNING_KEY"
@@ -35,7 +36,7 @@ FALLBACK_ENV = "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK"
 """Environment variable holding the previous server-wide key during a rotation."""
 
 REQUIRE_NONCE_ENV = "DUCTOR_BRIDGE_REQUIRE_NONCE"
-"""Set to 1/true/yes: requests signed with the server-wide key must carry a nonce too."""
+"""On (1/true/yes/on): requests signed with the server-wide key must carry a nonce too."""
 
 KEY_PREFIX = "dsk_"
 """How an app signing key starts (then 43 URL-safe base64 characters, 256 bits)."""
@@ -60,9 +61,14 @@ def signing_keys_from_env(env: Mapping[str, str] | None = None) -> SigningKeys |
 
 
 def require_nonce_from_env(env: Mapping[str, str] | None = None) -> bool:
-    """Whether `env` (default: the process env) asks for nonces on server-wide-key requests."""
+    """Whether `env` (default: the process env) asks for nonces on server-wide-key requests.
+
+    Raises:
+        ValueError: the variable is set but neither on nor off.
+    """
     values = os.environ if env is None else env
-    return values.get(REQUIRE_NONCE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    text = values.get(REQUIRE_NONCE_ENV, "")
+    return parse_switch(REQUIRE_NONCE_ENV, text) if text.strip() else False
 
 
 class Signer(Protocol):
