@@ -177,6 +177,8 @@ def test_migrate_applies_once_then_reports_up_to_date(tmp_path: Path, postgres_u
         first = _ductor("migrate", *extra, env=env)
         assert first.returncode == 0, first.stderr
         assert "applied 0001" in first.stdout
+        # One line per migration applied, as docs/operations.md says, and nothing else.
+        assert all(line.startswith("applied ") for line in first.stdout.splitlines())
         again = _ductor("migrate", *extra, env=env)
         assert again.returncode == 0, again.stderr
         assert again.stdout.strip() == "database is up to date"

@@ -347,4 +347,6 @@ def test_ductor_migrate_from_the_wheels_migrates_postgres(
     assert done.returncode == 0, done.stderr
     migrations = CHECKOUT / "packages/ductor-server/src/ductor_server/storage/migrations"
     count = len(list((migrations / "postgres").glob("*.sql")))
-    assert done.stdout.strip().endswith(f"{count} migration(s) applied"), done.stdout
+    applied = [line for line in done.stdout.splitlines() if line.startswith("applied ")]
+    assert len(applied) == count, done.stdout
+    assert done.stdout.splitlines() == applied, "one line per migration, nothing else"

@@ -386,7 +386,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return 1
     for name in applied:
         print(f"applied {name}")
-    print("database is up to date" if not applied else f"{len(applied)} migration(s) applied")
+    if not applied:
+        print("database is up to date")
     return 0
 
 
