@@ -185,6 +185,59 @@ def test_migrate_applies_once_then_reports_up_to_date(tmp_path: Path, postgres_u
     assert (tmp_path / "data" / "ductor.db").is_file()
 
 
+def test_migrate_reads_only_where_the_store_is(tmp_path: Path) -> None:
+    env = {"DUCTOR_PORT": "abc", "DUCTOR_LEASE_SECONDS": "x"}
+    result = _ductor("migrate", "--data-dir", str(tmp_path / "data"), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "applied 0001" in result.stdout
+
+
+def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: Path) -> None:
+    cases = {
+        "DUCTOR_PORT": "abc",
+        "DUCTOR_MAX_BODY_BYTES": "1MB",
+        "DUCTOR_POISON_AFTER": "x",
+        "DUCTOR_CEL_SANDBOX_THRESHOLD": "x",
+        "DUCTOR_CEL_SANDBOX_PROCESSES": "0",
+        "DUCTOR_LEASE_SECONDS": "-5",
+        "DUCTOR_POLL_INTERVAL": "fast",
+        "DUCTOR_STOP_GRACE": "x",
+        "DUCTOR_CEL_ENGINE": "v8",
+        # These are read while the server is built: still before the start line.
+        "DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe",
+        "DUCTOR_SECRET_KEYS": "bad",
+        "DUCTOR_RECEIPTS_FOR_RUNS": "on",
+        "DUCTOR_OTEL": "maybe",
+    }
+    # `dev` makes its own receipt key: DUCTOR_RECEIPTS_FOR_RUNS=on is fine there.
+    dev_too = {"DUCTOR_PORT", "DUCTOR_CEL_ENGINE", "DUCTOR_SECRET_KEYS", "DUCTOR_OTEL"}
+    data = str(tmp_path / "data")
+    for name, value in cases.items():
+        commands = [["serve", "--data-dir", data]]
+        if name in dev_too:
+            commands.append(["dev", "--data-dir", data])
+        for command in commands:
+            result = _ductor(*command, "--port", str(_free_port()), env={name: value})
+            assert result.returncode == 2, (name, command, result)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1, (name, result.stderr)
+            assert lines[0].startswith("error: "), lines[0]
+            assert name in lines[0], lines[0]
+            assert " on http" not in result.stdout, (name, result.stdout)
+
+
+def test_bad_flags_are_refused_before_the_start(tmp_path: Path) -> None:
+    for flags, message in (
+        (["--port", "99999"], "--port must be a whole number from 0 to 65535, got '99999'"),
+        (["--port", "abc"], "--port must be a whole number from 0 to 65535, got 'abc'"),
+        (["--roles", ""], "--roles: unknown roles"),
+    ):
+        result = _ductor("serve", "--data-dir", str(tmp_path), *flags)
+        assert result.returncode == 2, (flags, result)
+        assert message in result.stderr, result.stderr
+        assert "serve on" not in result.stdout
+
+
 def test_help_lists_every_command() -> None:
     result = _ductor("--help")
     assert result.returncode == 0

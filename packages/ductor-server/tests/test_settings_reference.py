@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 import ductor_server
+from ductor_core.expressions import ENGINE_NAMES
 from ductor_server.cli import main
 from ductor_server.settings import (
+    CEL_ENGINES,
     MAX_COORDINATOR_LOOPS,
     POSTGRES_COORDINATOR_LOOPS,
     VARIABLES,
@@ -95,3 +97,40 @@ def test_coordinator_loops_default_by_backend_and_refuse_nonsense() -> None:
     for bad in ("0", "-1", "two", "1.5", str(MAX_COORDINATOR_LOOPS + 1)):
         with pytest.raises(ValueError, match="DUCTOR_COORDINATOR_LOOPS must be a whole number"):
             Settings.from_env(environ={"DUCTOR_COORDINATOR_LOOPS": bad})
+
+
+def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
+    refused = {
+        "DUCTOR_PORT": ("abc", "-1", "65536", "80.5"),
+        "DUCTOR_MAX_BODY_BYTES": ("1MB", "0"),
+        "DUCTOR_POISON_AFTER": ("x", "-1"),
+        "DUCTOR_LEASE_SECONDS": ("abc", "0", "-5", "nan", "inf"),
+        "DUCTOR_POLL_INTERVAL": ("fast", "0"),
+        "DUCTOR_STOP_GRACE": ("x", "-1"),
+        "DUCTOR_CEL_ENGINE": ("v8",),
+        "DUCTOR_CEL_SANDBOX_THRESHOLD": ("x", "-1"),
+        "DUCTOR_CEL_SANDBOX_TIMEOUT": ("x", "0"),
+        "DUCTOR_CEL_SANDBOX_MEMORY_MB": ("x", "0"),
+        "DUCTOR_CEL_SANDBOX_PROCESSES": ("x", "0"),
+        "DUCTOR_LOG_LEVEL": ("loud",),
+        "DUCTOR_ROLES": (",",),
+    }
+    for name, values in refused.items():
+        for value in values:
+            with pytest.raises(ValueError) as caught:
+                Settings.from_env(environ={name: value})
+            assert str(caught.value).startswith(name), str(caught.value)
+            assert repr(value) in str(caught.value)
+    accepted = {
+        "DUCTOR_PORT": ("0", 0),
+        "DUCTOR_POISON_AFTER": ("0", 0),  # never quarantine
+        "DUCTOR_STOP_GRACE": ("0", 0.0),
+        "DUCTOR_LEASE_SECONDS": ("0.5", 0.5),
+        "DUCTOR_CEL_SANDBOX_THRESHOLD": ("0", 0),
+        "DUCTOR_CEL_ENGINE": ("cel-python", "cel-python"),
+    }
+    field = {v.name: v.field for v in VARIABLES}
+    for name, (text, value) in accepted.items():
+        settings = Settings.from_env(environ={name: text})
+        assert getattr(settings, str(field[name])) == value
+    assert set(CEL_ENGINES) == set(ENGINE_NAMES)

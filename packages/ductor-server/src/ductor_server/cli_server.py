@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ductor_server import __version__
-from ductor_server.settings import ALL_ROLES, Settings, parse_roles, reference_markdown
+from ductor_server.settings import (
+    ALL_ROLES,
+    MAX_PORT,
+    Settings,
+    parse_roles,
+    parse_whole,
+    reference_markdown,
+)
 
 if TYPE_CHECKING:
     from ductor_server.storage import Store
@@ -31,6 +38,8 @@ if TYPE_CHECKING:
 # need them, so `ductor --help` and the client commands start fast.
 
 DEV_TENANT = "dev"
+STORE_VARIABLES = ("DUCTOR_DATABASE_URL", "DUCTOR_DATA_DIR")
+"""The variables `ductor migrate` reads: where the store is."""
 
 
 async def open_migrated(settings: Settings) -> Store:
@@ -131,7 +140,9 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def _serve(settings: Settings) -> int:
+def _serve(settings: Settings, announce: Sequence[str]) -> int:
+    """Serve until stopped; print the `announce` lines once everything is built,
+    so that a bad setting stops the start before anything claims to be serving."""
     import uvicorn
 
     from ductor_server.app import create_app
@@ -158,6 +169,8 @@ def _serve(settings: Settings) -> int:
     # signal; this handler turns that into a normal exit so cleanup runs.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     app = HeadAsGet(create_app(composition=build(settings)))
+    for line in announce:
+        print(line, flush=True)
     # Everything is imported and built: keep the collector off it for good.
     settle_heap()
     uvicorn.run(
@@ -241,33 +254,33 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return 1
     _write_private(settings.pid_file, f"{os.getpid()}\n")
     where = f"http://{settings.host}:{settings.port}"
-    print(f"ductor {__version__} (embedded) on {where}", flush=True)
-    print(f"data dir: {settings.data_dir.resolve()}", flush=True)
+    announce = [
+        f"ductor {__version__} (embedded) on {where}",
+        f"data dir: {settings.data_dir.resolve()}",
+    ]
     from ductor_server.transports.dashboard import find_dashboard_assets
 
     if find_dashboard_assets() is not None:
-        print(f"dashboard: {where}/ui/ (sign in with the API key)", flush=True)
+        announce.append(f"dashboard: {where}/ui/ (sign in with the API key)")
     else:
-        print("dashboard: not installed (pip install 'ductor-server[ui]')", flush=True)
+        announce.append("dashboard: not installed (pip install 'ductor-server[ui]')")
     if created:
-        print(f"API key (created, saved to {settings.api_key_file}): {key}", flush=True)
+        announce.append(f"API key (created, saved to {settings.api_key_file}): {key}")
     else:
         # Shown on the first start only: a later start's output may end up in logs.
-        print(f"API key (from {settings.api_key_file}; printed on first start only)", flush=True)
+        announce.append(f"API key (from {settings.api_key_file}; printed on first start only)")
     if receipt_kid is not None:
         made = "created, saved to" if receipt_created else "from"
-        print(
-            f"receipt signing key {receipt_kid} ({made} {settings.dev_receipt_keys_file})",
-            flush=True,
+        announce.append(
+            f"receipt signing key {receipt_kid} ({made} {settings.dev_receipt_keys_file})"
         )
     if secret_kid is not None:
         made = "created, saved to" if secret_created else "from"
-        print(
-            f"connection secret key {secret_kid} ({made} {settings.dev_secret_keys_file})",
-            flush=True,
+        announce.append(
+            f"connection secret key {secret_kid} ({made} {settings.dev_secret_keys_file})"
         )
     try:
-        return _serve(settings)
+        return _serve(settings, announce)
     finally:
         # A clean exit removes the pid file; after kill -9 it stays, naming a dead process.
         with contextlib.suppress(OSError):
@@ -327,7 +340,7 @@ async def _check_database(settings: Settings) -> str | None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """`ductor serve`: the production server on DUCTOR_DATABASE_URL (or the embedded store)."""
-    roles = parse_roles(args.roles) if args.roles else None
+    roles = parse_roles(args.roles, name="--roles") if args.roles is not None else None
     settings = Settings.from_env(
         host=args.host,
         port=args.port,
@@ -352,17 +365,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if seed(settings, args.seed, tenant) != 0:
             return 1
     backend = "postgres" if settings.database_url else f"sqlite at {settings.store_target}"
-    print(
-        f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
-        f"({backend}; roles {','.join(settings.roles)})",
-        flush=True,
+    return _serve(
+        settings,
+        [
+            f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
+            f"({backend}; roles {','.join(settings.roles)})"
+        ],
     )
-    return _serve(settings)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """`ductor migrate`: apply pending migrations to the configured store."""
-    settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
+    # Only the store's variables: a bad value of another (DUCTOR_PORT) concerns `serve`.
+    environ = {k: v for k, v in os.environ.items() if k in STORE_VARIABLES}
+    settings = Settings.from_env(
+        environ=environ, data_dir=Path(args.data_dir) if args.data_dir else None
+    )
     if settings.embedded:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
 
@@ -397,6 +415,14 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    """A `--port` value (argparse shows the message of an `ArgumentTypeError` as is)."""
+    try:
+        return parse_whole("--port", text, low=0, high=MAX_PORT)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `dev`, `serve`, `migrate` and `config` on the top-level parser."""
     dev = sub.add_parser(
@@ -418,7 +444,7 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     data_dir = make_data_dir() if callable(make_data_dir) else defaults["data_dir"].default
     data_dir_help = f"data directory (default $DUCTOR_DATA_DIR, else {data_dir})"
     dev.add_argument("--host", default=None, help=host_help)
-    dev.add_argument("--port", type=int, default=None, help=port_help)
+    dev.add_argument("--port", type=_port, default=None, help=port_help)
     dev.add_argument("--data-dir", default=None, help=data_dir_help)
     dev.add_argument(
         "--seed",
@@ -438,7 +464,7 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "with one error line and exit status 1.",
     )
     serve.add_argument("--host", default=None, help=host_help)
-    serve.add_argument("--port", type=int, default=None, help=port_help)
+    serve.add_argument("--port", type=_port, default=None, help=port_help)
     serve.add_argument(
         "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"
     )

@@ -8,6 +8,7 @@ docs/deploy.md (`ductor config reference`), and a test holds the two together.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 ALL_ROLES: tuple[str, ...] = ("api", "coordinator", "worker", "timer")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
+CEL_ENGINES: tuple[str, ...] = ("cel-rust", "cel-python")
+"""The names `DUCTOR_CEL_ENGINE` may hold (`ductor_core.expressions.ENGINE_NAMES`)."""
+MAX_PORT = 65535
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 IDLE_POLL_INTERVAL = 5.0
 """Seconds between an idle loop's looks when every write wakes it: a safety net only."""
@@ -38,16 +42,18 @@ POSTGRES_REPORT_LOOPS = 2
 """Worker report loops per process on Postgres (SQLite has one writer: 1)."""
 
 
-def parse_roles(text: str) -> tuple[str, ...]:
-    """Parse "api,worker" into roles, rejecting unknown names.
+def parse_roles(text: str, *, name: str = "DUCTOR_ROLES") -> tuple[str, ...]:
+    """Parse "api,worker" (given as `name`) into roles, rejecting unknown names.
 
     Raises:
-        ValueError: a role that is not one of api, coordinator, worker, timer.
+        ValueError: no role, or one that is not api, coordinator, worker or timer.
     """
     roles = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
     unknown = [r for r in roles if r not in ALL_ROLES]
     if unknown or not roles:
-        raise ValueError(f"unknown roles {unknown or text!r}: choose from {', '.join(ALL_ROLES)}")
+        raise ValueError(
+            f"{name}: unknown roles {unknown or text!r}: choose from {', '.join(ALL_ROLES)}"
+        )
     return roles
 
 
@@ -71,6 +77,48 @@ def parse_switch(name: str, text: str) -> bool:
     if value in {"off", "false", "0", "no"}:
         return False
     raise ValueError(f"{name} must be on or off, got {text!r}")
+
+
+def parse_whole(name: str, text: str, *, low: int, high: int | None = None) -> int:
+    """Parse a whole number from `low` (up to `high`) given as `name`.
+
+    Raises:
+        ValueError: not a whole number, or out of range; the message names `name`.
+    """
+    value = text.strip()
+    if value.isascii() and value.isdigit():
+        number = int(value)
+        if number >= low and (high is None or number <= high):
+            return number
+    span = f"from {low} to {high}" if high is not None else f"of {low} or more"
+    raise ValueError(f"{name} must be a whole number {span}, got {text!r}")
+
+
+def parse_seconds(name: str, text: str, *, zero: bool = False) -> float:
+    """Parse a number of seconds given as `name`: more than 0, or 0 too with `zero`.
+
+    Raises:
+        ValueError: not a finite number, or out of range; the message names `name`.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and (value > 0 or (zero and value == 0)):
+        return value
+    span = "0 or more" if zero else "more than 0"
+    raise ValueError(f"{name} must be a number of seconds, {span}, got {text!r}")
+
+
+def parse_choice(name: str, text: str, choices: tuple[str, ...]) -> str:
+    """Parse one of `choices` (in any case) given as `name`.
+
+    Raises:
+        ValueError: any other text; the message names `name` and the choices.
+    """
+    if (value := text.strip().lower()) in choices:
+        return value
+    raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,45 +301,46 @@ class Settings:
         if host := env.get("DUCTOR_HOST"):
             values["host"] = host
         if port := env.get("DUCTOR_PORT"):
-            values["port"] = int(port)
+            values["port"] = parse_whole("DUCTOR_PORT", port, low=0, high=MAX_PORT)
         if roles := env.get("DUCTOR_ROLES"):
             values["roles"] = parse_roles(roles)
         if size := env.get("DUCTOR_MAX_BODY_BYTES"):
-            values["max_body_bytes"] = int(size)
+            values["max_body_bytes"] = parse_whole("DUCTOR_MAX_BODY_BYTES", size, low=1)
         if lease := env.get("DUCTOR_LEASE_SECONDS"):
-            values["lease_seconds"] = float(lease)
+            values["lease_seconds"] = parse_seconds("DUCTOR_LEASE_SECONDS", lease)
         if poll := env.get("DUCTOR_POLL_INTERVAL"):
-            values["poll_interval"] = float(poll)
+            values["poll_interval"] = parse_seconds("DUCTOR_POLL_INTERVAL", poll)
         if loops := env.get("DUCTOR_COORDINATOR_LOOPS"):
-            if not loops.strip().isdigit() or not 1 <= int(loops) <= MAX_COORDINATOR_LOOPS:
-                raise ValueError(
-                    f"DUCTOR_COORDINATOR_LOOPS must be a whole number from 1 to"
-                    f" {MAX_COORDINATOR_LOOPS}, got {loops!r}"
-                )
-            values["coordinator_loops"] = int(loops)
+            values["coordinator_loops"] = parse_whole(
+                "DUCTOR_COORDINATOR_LOOPS", loops, low=1, high=MAX_COORDINATOR_LOOPS
+            )
         if slots := env.get("DUCTOR_WORKER_CONCURRENCY"):
-            if not slots.strip().isdigit() or not 1 <= int(slots) <= MAX_WORKER_CONCURRENCY:
-                raise ValueError(
-                    f"DUCTOR_WORKER_CONCURRENCY must be a whole number from 1 to"
-                    f" {MAX_WORKER_CONCURRENCY}, got {slots!r}"
-                )
-            values["worker_concurrency"] = int(slots)
+            values["worker_concurrency"] = parse_whole(
+                "DUCTOR_WORKER_CONCURRENCY", slots, low=1, high=MAX_WORKER_CONCURRENCY
+            )
         if poison := env.get("DUCTOR_POISON_AFTER"):
-            values["poison_after"] = int(poison)
+            # 0 is allowed: it turns quarantining off.
+            values["poison_after"] = parse_whole("DUCTOR_POISON_AFTER", poison, low=0)
         if grace := env.get("DUCTOR_STOP_GRACE"):
-            values["stop_grace"] = float(grace)
+            values["stop_grace"] = parse_seconds("DUCTOR_STOP_GRACE", grace, zero=True)
         if cel := env.get("DUCTOR_CEL_ENGINE"):
-            values["cel_engine"] = cel
+            values["cel_engine"] = parse_choice("DUCTOR_CEL_ENGINE", cel, CEL_ENGINES)
         if sandbox := env.get("DUCTOR_CEL_SANDBOX"):
             values["cel_sandbox"] = parse_switch("DUCTOR_CEL_SANDBOX", sandbox)
         if threshold := env.get("DUCTOR_CEL_SANDBOX_THRESHOLD"):
-            values["cel_sandbox_threshold"] = int(threshold)
+            values["cel_sandbox_threshold"] = parse_whole(
+                "DUCTOR_CEL_SANDBOX_THRESHOLD", threshold, low=0
+            )
         if timeout := env.get("DUCTOR_CEL_SANDBOX_TIMEOUT"):
-            values["cel_sandbox_timeout"] = float(timeout)
+            values["cel_sandbox_timeout"] = parse_seconds("DUCTOR_CEL_SANDBOX_TIMEOUT", timeout)
         if memory := env.get("DUCTOR_CEL_SANDBOX_MEMORY_MB"):
-            values["cel_sandbox_memory_mb"] = int(memory)
+            values["cel_sandbox_memory_mb"] = parse_whole(
+                "DUCTOR_CEL_SANDBOX_MEMORY_MB", memory, low=1
+            )
         if processes := env.get("DUCTOR_CEL_SANDBOX_PROCESSES"):
-            values["cel_sandbox_processes"] = int(processes)
+            values["cel_sandbox_processes"] = parse_whole(
+                "DUCTOR_CEL_SANDBOX_PROCESSES", processes, low=1
+            )
         if stripe_key := env.get("DUCTOR_STRIPE_API_KEY"):
             values["stripe_api_key"] = stripe_key
         if stripe_secret := env.get("DUCTOR_STRIPE_WEBHOOK_SECRET"):
@@ -299,11 +348,7 @@ class Settings:
         if stripe_base := env.get("DUCTOR_STRIPE_API_BASE"):
             values["stripe_api_base"] = stripe_base
         if level := env.get("DUCTOR_LOG_LEVEL"):
-            if level.lower() not in LOG_LEVELS:
-                raise ValueError(
-                    f"DUCTOR_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}"
-                )
-            values["log_level"] = level.lower()
+            values["log_level"] = parse_choice("DUCTOR_LOG_LEVEL", level, LOG_LEVELS)
         if keys_file := env.get("DUCTOR_RECEIPT_KEYS"):
             values["receipt_keys_file"] = Path(keys_file)
         if key := env.get("DUCTOR_RECEIPT_KEY"):
