@@ -203,6 +203,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         "DUCTOR_POLL_INTERVAL": "fast",
         "DUCTOR_STOP_GRACE": "x",
         "DUCTOR_CEL_ENGINE": "v8",
+        "DUCTOR_DATABASE_URL": str(tmp_path / "x.db"),
         # These are read while the server is built: still before the start line.
         "DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe",
         "DUCTOR_SECRET_KEYS": "bad",
@@ -224,6 +225,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
             assert lines[0].startswith("error: "), lines[0]
             assert name in lines[0], lines[0]
             assert " on http" not in result.stdout, (name, result.stdout)
+    assert not (tmp_path / "x.db").exists(), "a bare path is no SQLite URL"
 
 
 def test_bad_flags_are_refused_before_the_start(tmp_path: Path) -> None:
@@ -236,6 +238,29 @@ def test_bad_flags_are_refused_before_the_start(tmp_path: Path) -> None:
         assert result.returncode == 2, (flags, result)
         assert message in result.stderr, result.stderr
         assert "serve on" not in result.stdout
+
+
+def test_a_sqlite_url_is_called_sqlite(tmp_path: Path) -> None:
+    env = {"DUCTOR_DATABASE_URL": f"sqlite:///{tmp_path}/y.db"}
+    refused = _ductor("serve", "--port", str(_free_port()), env=env)
+    assert refused.returncode == 1
+    assert f"the database (sqlite at /{tmp_path}/y.db) is not migrated" in refused.stderr
+    assert _ductor("migrate", env=env).returncode == 0
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
+        env=_env(env),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert _ready(port, proc) == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert proc.stdout is not None
+    assert f"(sqlite at /{tmp_path}/y.db; roles " in proc.stdout.read().decode()
 
 
 def test_help_lists_every_command() -> None:

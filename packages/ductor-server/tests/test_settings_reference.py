@@ -114,6 +114,7 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_CEL_SANDBOX_PROCESSES": ("x", "0"),
         "DUCTOR_LOG_LEVEL": ("loud",),
         "DUCTOR_ROLES": (",",),
+        "DUCTOR_DATABASE_URL": ("/tmp/x.db", "x.db"),
     }
     for name, values in refused.items():
         for value in values:
@@ -128,9 +129,16 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_LEASE_SECONDS": ("0.5", 0.5),
         "DUCTOR_CEL_SANDBOX_THRESHOLD": ("0", 0),
         "DUCTOR_CEL_ENGINE": ("cel-python", "cel-python"),
+        "DUCTOR_DATABASE_URL": ("sqlite:///tmp/x.db", "sqlite:///tmp/x.db"),
     }
     field = {v.name: v.field for v in VARIABLES}
     for name, (text, value) in accepted.items():
         settings = Settings.from_env(environ={name: text})
         assert getattr(settings, str(field[name])) == value
     assert set(CEL_ENGINES) == set(ENGINE_NAMES)
+
+
+def test_the_sqlite_file_is_known_whichever_way_it_is_given(tmp_path: Path) -> None:
+    assert Settings(data_dir=tmp_path).sqlite_file == str(tmp_path / "ductor.db")
+    assert Settings(database_url="sqlite:///tmp/y.db").sqlite_file == "/tmp/y.db"
+    assert Settings(database_url="postgresql://db/x").sqlite_file is None

@@ -290,8 +290,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def _where(settings: Settings) -> str:
     """The database of `settings` for messages, without a password."""
-    if settings.database_url is None:
-        return f"sqlite at {settings.store_target}"
+    if (path := settings.sqlite_file) is not None or settings.database_url is None:
+        return f"sqlite at {path}"
     parts = urlsplit(settings.database_url)
     host = parts.hostname or "localhost"
     port = f":{parts.port}" if parts.port else ""
@@ -364,7 +364,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
         if seed(settings, args.seed, tenant) != 0:
             return 1
-    backend = "postgres" if settings.database_url else f"sqlite at {settings.store_target}"
+    backend = "postgres" if settings.sqlite_file is None else f"sqlite at {settings.sqlite_file}"
     return _serve(
         settings,
         [

@@ -251,6 +251,14 @@ class Settings:
         return self.database_url is None
 
     @property
+    def sqlite_file(self) -> str | None:
+        """The SQLite file the store lives in (embedded or `sqlite:///path`); None on Postgres."""
+        if self.database_url is None:
+            return self.store_target
+        scheme, _, rest = self.database_url.partition("://")
+        return rest if scheme.lower() == "sqlite" else None
+
+    @property
     def store_target(self) -> str:
         """What `open_store` is given: the database URL or the SQLite file path."""
         return self.database_url or str(self.data_dir / "ductor.db")
@@ -289,6 +297,12 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
         if url := env.get("DUCTOR_DATABASE_URL"):
+            if ":" not in url:
+                # `open_store` takes a plain path as a SQLite file; the variable does not.
+                raise ValueError(
+                    "DUCTOR_DATABASE_URL must be a URL (postgresql://... or sqlite:///path),"
+                    f" got {url!r}"
+                )
             values["database_url"] = url
         if url := env.get("DUCTOR_REDIS_URL"):
             values["redis_url"] = url
