@@ -11,9 +11,13 @@ import msgspec
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from ductor_server.extensions import installed_extensions  # loads every plugin: only here
+    # These load every plugin and the server's built-ins: only here.
+    from ductor_server.composition import refuse_unpluggable
+    from ductor_server.extensions import installed_extensions
 
-    view = installed_extensions().view()
+    extensions = installed_extensions()
+    refuse_unpluggable(extensions)
+    view = extensions.view()
     out = sys.stdout
     if args.json:
         out.write(msgspec.json.format(msgspec.json.encode(view)).decode() + "\n")

@@ -54,6 +54,7 @@ from ductor_server.extensions.wiring import (
     plugin_enrichers,
     plugin_hooks,
     plugin_kinds,
+    plugin_middleware,
     plugin_providers,
     plugin_steps,
     plugin_strategies,
@@ -320,6 +321,19 @@ def sandboxed(
 def default_providers() -> ProviderRegistry:
     """The built-in providers (a new registry each call)."""
     return builtin_providers()
+
+
+def refuse_unpluggable(extensions: Extensions) -> None:
+    """Plug `extensions` into the built-ins as `build` and `create_app` do, keeping
+    nothing: each plugin they would refuse (a taken name, middleware that does not
+    answer an app) moves to the failures, so that a listing made without a server
+    (`ductor extensions list`) reports what a server would."""
+    # In `build`'s order, so that the failures are listed in the same order.
+    policy = OutboundPolicy(())
+    plugin_steps(extensions, BUILTIN_STEP_SPECS, default_registry(HttpAction(policy=policy)))
+    plugin_providers(extensions, default_providers())
+    plugin_strategies(extensions)
+    plugin_middleware(extensions)
 
 
 def build(

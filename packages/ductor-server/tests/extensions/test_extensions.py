@@ -7,7 +7,10 @@ decisions and entries after commit while raising and hanging hooks change nothin
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -17,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 
@@ -30,6 +34,7 @@ from ductor_server.extensions import (
     load_extensions,
 )
 from ductor_server.storage import open_store
+from ductor_server.testing import serve_process
 
 PLUGIN = textwrap.dedent(
     """
@@ -334,3 +339,79 @@ def test_a_second_plugin_of_one_name_is_a_duplicate_and_groups_load_alone(
     assert [e.name for e, _ in only.values("ductor.cel.functions")] == ["twice"]
     assert only.values("ductor.kinds") == []
     assert only.failures == []
+
+
+REFUSED_SOURCE = """
+    from ductor_core.step_args import DefinitionStruct
+    from ductor_core.step_specs import OnWorker, StepSpec
+    from ductor_server.extensions import StepExtension
+
+    def strategy(options, registry):
+        raise AssertionError("never built")
+
+    class Args(DefinitionStruct, frozen=True, kw_only=True):
+        pass
+
+    async def act(call):
+        return {}
+
+    ACTION = StepExtension(
+        spec=StepSpec(type="STEP_TYPE_ACTION", args=Args, start=OnWorker(handler="plugin_act")),
+        handler=act,
+    )
+
+    def raising(app):
+        raise RuntimeError("no app for me")
+
+    def no_app(app):
+        return None
+"""
+
+REFUSED_ENTRY_POINTS = """
+    [ductor.routing.strategies]
+    round_robin = refused_plugin:strategy
+
+    [ductor.providers]
+    http = ductor_server.providers.http:HttpProvider
+
+    [ductor.steps]
+    action = refused_plugin:ACTION
+
+    [ductor.middleware]
+    raising = refused_plugin:raising
+    none = refused_plugin:no_app
+"""
+
+
+def test_the_cli_refuses_what_the_server_refuses(tmp_path: Path) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    _dist(plugins, "refused-plugins", "refused_plugin", REFUSED_SOURCE, REFUSED_ENTRY_POINTS)
+    env = {"PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
+    listed = subprocess.run(
+        [sys.executable, "-m", "ductor_server.cli", "extensions", "list", "--json"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 1, listed
+    cli = json.loads(listed.stdout)
+    # Each refusal is logged with the entry point's object path.
+    assert "(refused-plugins 1.0, refused_plugin:no_app) skipped" in listed.stderr
+    with serve_process(tmp_path / "data", tenants=["t"], env=env) as server:
+        answer = httpx.get(
+            f"{server.url}/v1/extensions",
+            headers={"Authorization": f"Bearer {server.keys['t']}"},
+            timeout=10,
+        )
+    assert answer.status_code == 200, answer.text
+    assert cli == answer.json()
+    codes = {(f["group"], f["name"]): f["code"] for f in cli["failures"]}
+    assert codes == {
+        ("ductor.routing.strategies", "round_robin"): "extension.refused",
+        ("ductor.providers", "http"): "extension.refused",
+        ("ductor.steps", "action"): "extension.refused",
+        ("ductor.middleware", "raising"): "extension.contract",
+        ("ductor.middleware", "none"): "extension.contract",
+    }

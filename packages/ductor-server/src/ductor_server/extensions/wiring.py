@@ -56,11 +56,12 @@ def _refuse(
         )
     )
     _log.error(
-        "extension %s %r (%s %s) skipped: %s",
+        "extension %s %r (%s %s, %s) skipped: %s",
         group,
         entry.name,
         entry.distribution,
         entry.version,
+        entry.object,
         error,
     )
 
