@@ -323,3 +323,38 @@ def test_scripts_ductor_runs_the_cli_from_any_directory(tmp_path: Path) -> None:
     )
     assert validate.returncode == 1
     assert validate.stderr.startswith("error: client.unreachable"), validate.stderr
+
+
+def test_sigterm_while_starting_stops_the_server_with_status_0(tmp_path: Path) -> None:
+    """SIGTERM at moments around the start (as the first line is printed, and
+    shortly after, while uvicorn binds and the engines start) ends the process
+    promptly with status 0: a stop asked while starting is never lost."""
+    data = tmp_path / "data"
+    first = subprocess.run(  # creates the data dir and its keys, so later starts are alike
+        [sys.executable, "-m", "ductor_server.cli", "migrate"],
+        env={**os.environ, "DUCTOR_DATA_DIR": str(data)},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr
+    for delay in (0.0, 0.05, 0.15, 0.3):
+        port = str(_free_port())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ductor_server.cli", "dev", "--port", port, "--data-dir", data],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            first_line = proc.stdout.readline()  # printed once everything is built
+            assert "ductor" in first_line, first_line
+            time.sleep(delay)
+            proc.terminate()
+            proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        assert proc.returncode == 0, (delay, proc.returncode)

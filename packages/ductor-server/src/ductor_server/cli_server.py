@@ -32,6 +32,8 @@ from ductor_server.settings import (
 )
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from ductor_server.storage import Store
 
 # The store, the API and the engines are imported inside the commands that
@@ -136,8 +138,23 @@ def ensure_dev_secret_keys(settings: Settings) -> tuple[Settings, str | None, bo
     return dataclasses.replace(settings, secret_keys_file=path), kid, created
 
 
-def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(0)
+class _StopOnSigterm:
+    """SIGTERM at any moment asks the server to stop: before it serves (it then
+    starts no loop), while it serves (uvicorn's own handler is in place then, and
+    re-raises the signal once it has drained), or after.
+
+    The handler raises nothing: an exception from a signal handler lands in
+    whatever Python code runs at that moment, and one that lands in a weakref
+    callback or a `__del__` is printed and dropped, leaving the server serving."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.server: uvicorn.Server | None = None  # once it exists
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.asked = True
+        if self.server is not None:
+            self.server.should_exit = True
 
 
 def _serve(settings: Settings, announce: Sequence[str]) -> int:
@@ -166,21 +183,27 @@ def _serve(settings: Settings, announce: Sequence[str]) -> int:
             flush=True,
         )
     # uvicorn drains and shuts the app down on SIGTERM, then re-raises the
-    # signal; this handler turns that into a normal exit so cleanup runs.
-    signal.signal(signal.SIGTERM, _exit_cleanly)
+    # signal; this handler makes that, and a SIGTERM before it serves, a normal exit.
+    stop = _StopOnSigterm()
+    signal.signal(signal.SIGTERM, stop)
     app = HeadAsGet(create_app(composition=build(settings)))
     for line in announce:
         print(line, flush=True)
     # Everything is imported and built: keep the collector off it for good.
     settle_heap()
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=5,
     )
-    return 0
+    server = uvicorn.Server(config)
+    stop.server = server
+    if stop.asked:  # stopped while starting: start nothing
+        return 0
+    server.run()
+    return 0 if server.started or stop.asked else 3  # 3: uvicorn's start failure
 
 
 def seed(settings: Settings, source: str, tenant_id: str) -> int:
