@@ -90,6 +90,8 @@ def test_ductor_config_reference_prints_the_table(capsys: pytest.CaptureFixture[
 
 def test_coordinator_loops_default_by_backend_and_refuse_nonsense() -> None:
     assert Settings().engine_coordinator_loops == 1  # SQLite has one writer
+    on_sqlite_url = Settings(database_url="sqlite:///tmp/x.db")  # a file named by URL too
+    assert (on_sqlite_url.engine_coordinator_loops, on_sqlite_url.engine_report_loops) == (1, 1)
     on_postgres = Settings(database_url="postgresql://db/x")
     assert on_postgres.engine_coordinator_loops == POSTGRES_COORDINATOR_LOOPS
     chosen = Settings.from_env(environ={"DUCTOR_COORDINATOR_LOOPS": "3"})

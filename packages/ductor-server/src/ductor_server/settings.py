@@ -237,13 +237,13 @@ class Settings:
         """The coordinator loops the engine runs (see `coordinator_loops`)."""
         if self.coordinator_loops is not None:
             return self.coordinator_loops
-        return 1 if self.embedded else POSTGRES_COORDINATOR_LOOPS
+        return 1 if self.sqlite_file is not None else POSTGRES_COORDINATOR_LOOPS
 
     @property
     def engine_report_loops(self) -> int:
         """The worker report loops the engine runs: `POSTGRES_REPORT_LOOPS` on
         Postgres, 1 on SQLite (one writer: a second loop would only wait for it)."""
-        return 1 if self.embedded else POSTGRES_REPORT_LOOPS
+        return 1 if self.sqlite_file is not None else POSTGRES_REPORT_LOOPS
 
     @property
     def embedded(self) -> bool:
