@@ -2,12 +2,14 @@
 
 Runs of the `bridge` kind (family slugs `bridge:<app>:<workflow>`) are ticked
 by the pure bridge tick instead of the DAG tick. The bridge plugs into the
-engine (`install(runtime)`: the run kind and the `bridge` step handler); the
-engine never imports it. Nothing here talks HTTP except the driver and probe.
+engine (`install(runtime)`: the run kind, the `bridge` step handler and the
+cron triggers the timer loop fires); the engine never imports it. Nothing
+here talks HTTP except the driver and probe.
 """
 
 from __future__ import annotations
 
+from ductor_server.bridge.cron import Cron, CronError, cron_problem
 from ductor_server.bridge.driver import BridgeDriver
 from ductor_server.bridge.keys import (
     FALLBACK_ENV,
@@ -20,7 +22,7 @@ from ductor_server.bridge.keys import (
     signing_keys_from_env,
 )
 from ductor_server.bridge.kind import BridgeKind, install
-from ductor_server.bridge.registry import BridgeApp, BridgeWorkflow, SyncOutcome
+from ductor_server.bridge.registry import BridgeApp, BridgeSchedule, BridgeWorkflow, SyncOutcome
 from ductor_server.bridge.runs import (
     bridge_data,
     create_bridge_run,
@@ -28,6 +30,7 @@ from ductor_server.bridge.runs import (
     start_triggered_runs,
     trigger_bridge_run,
 )
+from ductor_server.bridge.schedules import BridgeSchedules, cron_run_key
 from ductor_server.bridge.tick import (
     BRIDGE_KIND,
     BridgeData,
@@ -51,8 +54,12 @@ __all__ = [
     "BridgeDriver",
     "BridgeKeys",
     "BridgeKind",
+    "BridgeSchedule",
+    "BridgeSchedules",
     "BridgeTickResult",
     "BridgeWorkflow",
+    "Cron",
+    "CronError",
     "NewAppKey",
     "SyncOutcome",
     "bridge_data",
@@ -61,6 +68,8 @@ __all__ = [
     "bridge_tick",
     "checkpoint_input",
     "create_bridge_run",
+    "cron_problem",
+    "cron_run_key",
     "install",
     "is_bridge_slug",
     "parse_bridge_slug",

@@ -26,6 +26,7 @@ from ductor_server.bridge.runs import (
     start_triggered_runs,
     trigger_bridge_run,
 )
+from ductor_server.bridge.schedules import BridgeSchedules
 from ductor_server.bridge.tick import BRIDGE_KIND, BRIDGE_SLUG_PREFIX, HANDLER, bridge_tick
 from ductor_server.engine.effects import Effects, EngineParts
 from ductor_server.engine.kinds import KindTick, failed_tick
@@ -175,14 +176,16 @@ def install(
     transport: httpx.AsyncBaseTransport | None = None,
     policy: OutboundPolicy | None = None,
 ) -> BridgeDriver:
-    """Plug the bridge into `runtime` before its loops start: the bridge run kind
-    and the `bridge` step handler. Returns the handler.
+    """Plug the bridge into `runtime` before its loops start: the bridge run kind,
+    the `bridge` step handler and the cron triggers (fired by the timer loop).
+    Returns the handler.
 
     Use as `Runtime.start(..., setup=install)`. `keys` default to the
     environment (`DUCTOR_BRIDGE_SIGNING_KEY`); `transport` is for tests; app URLs
     must pass `policy`, the outbound guard.
     """
     runtime.kinds.register(BridgeKind())
+    runtime.timers.schedules.append(BridgeSchedules(runtime.parts))
     driver = BridgeDriver(
         runtime.store,
         keys=keys,

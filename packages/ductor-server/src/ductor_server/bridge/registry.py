@@ -1,4 +1,5 @@
-"""The bridge app registry in the store: apps, their workflows and trigger events.
+"""The bridge app registry in the store: apps, their workflows, trigger events
+and cron schedules.
 
 Reads and writes the `bridge_*` tables (migration 0200) through the public
 storage `Session` of either backend; every call takes the tenant. Never commits.
@@ -7,13 +8,17 @@ storage `Session` of either backend; every call takes the tenant. Never commits.
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from ductor.protocol import DescribeResponse, WorkflowInfo
+from ductor_server.bridge.cron import Cron, CronError
 from ductor_server.storage.protocol import Session, Tx
+
+log = logging.getLogger("ductor.bridge")
 
 
 class BridgeApp(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +50,16 @@ class SyncOutcome(msgspec.Struct, frozen=True, kw_only=True):
     app_id: str
     accepted: list[str]
     changes: dict[str, str]
+
+
+class BridgeSchedule(msgspec.Struct, frozen=True, kw_only=True):
+    """A cron trigger of a registered workflow and the next time it falls due."""
+
+    tenant_id: str
+    app_id: str
+    workflow_id: str
+    cron: str
+    next_at: datetime
 
 
 def _hash(info: WorkflowInfo) -> str:
@@ -147,9 +162,114 @@ async def sync_app(
             " VALUES (%s, %s, %s, %s)",
             [(tenant_id, event, describe.app_id, wf) for event, wf in rows],
         )
+    await _sync_schedules(tx, tenant_id, describe, now=now)
     return SyncOutcome(
         app_id=describe.app_id, accepted=[wf.id for wf in describe.workflows], changes=changes
     )
+
+
+async def _sync_schedules(
+    tx: Tx, tenant_id: str, describe: DescribeResponse, *, now: datetime
+) -> None:
+    """Make the app's schedules the cron triggers it now declares: a (workflow,
+    cron) pair it keeps keeps its next time (a re-sync loses no due start), a new
+    one is first due at its next time after `now`, a dropped one goes."""
+    db = tx.session
+    wanted = {
+        (info.id, trigger.cron)
+        for info in describe.workflows
+        for trigger in info.triggers
+        if trigger.cron
+    }
+    rows = await db.fetch_all(
+        "SELECT workflow_id, cron FROM bridge_schedules WHERE tenant_id = %s AND app_id = %s",
+        (tenant_id, describe.app_id),
+    )
+    have = {(str(r[0]), str(r[1])) for r in rows}
+    gone = sorted(have - wanted)
+    if gone:
+        await db.executemany(
+            "DELETE FROM bridge_schedules WHERE tenant_id = %s AND app_id = %s"
+            " AND workflow_id = %s AND cron = %s",
+            [(tenant_id, describe.app_id, wf, cron) for wf, cron in gone],
+        )
+    new: list[tuple[Any, ...]] = []
+    for wf, text in sorted(wanted - have):
+        try:
+            first = Cron.parse(text).next_after(now)
+        except CronError:
+            # The service refuses such a sync; a caller that skipped its check
+            # gets a trigger that never fires rather than a failed sync.
+            log.warning("app %s workflow %s: cron %r ignored", describe.app_id, wf, text)
+            continue
+        new.append((tenant_id, describe.app_id, wf, text, db.to_timestamp(first)))
+    if new:
+        await db.executemany(
+            "INSERT INTO bridge_schedules (tenant_id, app_id, workflow_id, cron, next_at)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            new,
+        )
+
+
+def _schedule(db: Session, row: tuple[Any, ...]) -> BridgeSchedule:
+    return BridgeSchedule(
+        tenant_id=row[0],
+        app_id=row[1],
+        workflow_id=row[2],
+        cron=row[3],
+        next_at=db.from_timestamp(row[4]),
+    )
+
+
+async def due_schedules(tx: Tx, *, now: datetime, limit: int) -> list[BridgeSchedule]:
+    """Up to `limit` schedules of every tenant due at `now`, earliest first, locked
+    until the transaction ends (on Postgres, rows another transaction holds are
+    passed over: another timer process is firing them)."""
+    db = tx.session
+    lock = " FOR UPDATE SKIP LOCKED" if db.backend == "postgres" else ""
+    rows = await db.fetch_all(
+        "SELECT tenant_id, app_id, workflow_id, cron, next_at FROM bridge_schedules"
+        " WHERE next_at <= %s ORDER BY next_at, tenant_id, app_id, workflow_id, cron"
+        " LIMIT %s" + lock,
+        (db.to_timestamp(now), limit),
+    )
+    return [_schedule(db, row) for row in rows]
+
+
+async def next_schedule_at(tx: Tx) -> datetime | None:
+    """When the earliest schedule of any tenant falls due, or None if there is none."""
+    db = tx.session
+    row = await db.fetch_one("SELECT MIN(next_at) FROM bridge_schedules")
+    return None if row is None or row[0] is None else db.from_timestamp(row[0])
+
+
+async def move_schedule(tx: Tx, schedule: BridgeSchedule, next_at: datetime | None) -> None:
+    """Set when `schedule` is next due; None drops it (it never falls due again)."""
+    db = tx.session
+    key = (schedule.tenant_id, schedule.app_id, schedule.workflow_id, schedule.cron)
+    if next_at is None:
+        await db.execute(
+            "DELETE FROM bridge_schedules WHERE tenant_id = %s AND app_id = %s"
+            " AND workflow_id = %s AND cron = %s",
+            key,
+        )
+        return
+    await db.execute(
+        "UPDATE bridge_schedules SET next_at = %s WHERE tenant_id = %s AND app_id = %s"
+        " AND workflow_id = %s AND cron = %s",
+        (db.to_timestamp(next_at), *key),
+    )
+
+
+async def list_schedules(tx: Tx, tenant_id: str, app_id: str) -> list[BridgeSchedule]:
+    """The app's cron schedules, by workflow and expression."""
+    db = tx.session
+    rows = await db.fetch_all(
+        "SELECT tenant_id, app_id, workflow_id, cron, next_at FROM bridge_schedules"
+        " WHERE tenant_id = %s AND app_id = %s ORDER BY workflow_id, cron",
+        (tenant_id, app_id),
+    )
+    return [_schedule(db, row) for row in rows]
 
 
 async def get_app(tx: Tx, tenant_id: str, app_id: str) -> BridgeApp | None:
@@ -219,12 +339,17 @@ async def triggered_workflows(tx: Tx, tenant_id: str, event_name: str) -> list[B
 
 __all__ = [
     "BridgeApp",
+    "BridgeSchedule",
     "BridgeWorkflow",
     "SyncOutcome",
+    "due_schedules",
     "get_app",
     "get_workflow",
     "list_apps",
+    "list_schedules",
     "list_workflows",
+    "move_schedule",
+    "next_schedule_at",
     "sync_app",
     "touch_app",
     "triggered_workflows",

@@ -384,7 +384,13 @@ class Runtime:
     def _activity(self) -> tuple[int, ...]:
         """Counters that move whenever the engine does work in this process."""
         workers, timers = self.workers, self.timers
-        return (self.coordinator.ticks, workers.lease_batches, workers.report_batches, timers.fired)
+        return (
+            self.coordinator.ticks,
+            workers.lease_batches,
+            workers.report_batches,
+            timers.fired,
+            timers.scheduled,
+        )
 
     async def _trim_when_quiet(self) -> None:
         """Hand the heap's free memory back once the engine goes quiet after work

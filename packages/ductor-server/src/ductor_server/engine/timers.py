@@ -1,9 +1,14 @@
 """The timer loop: moves due timers into their runs' inboxes as `TimerFired`,
-and brings snoozed inbox notifications back, unseen, when their snooze ends.
+brings snoozed inbox notifications back, unseen, when their snooze ends, and
+starts the runs that schedules plugged in (`Schedule`: the bridge's cron
+triggers) say are due.
 
-Each batch enqueues and deletes its timers (and ends its snoozes) in one
-transaction, so a timer fires once even if the process dies between two
-batches, and a snooze survives a restart: its end is a column of the store.
+Each batch enqueues and deletes its timers (and ends its snoozes, and starts
+its scheduled runs) in one transaction, so a timer fires once even if the
+process dies between two batches, and a snooze survives a restart: its end is
+a column of the store. An idle turn is one commit; the loop sleeps until the
+earliest of the next timer, snooze end and scheduled start (at most the poll
+interval), or until `Topic.TIMERS` wakes it.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
+from typing import Protocol
 
 import msgspec
 
 from ductor_core.runs import TimerFired
 from ductor_server.engine.clock import Clock
+from ductor_server.engine.effects import Effects
 from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.notifications import InboxTx
@@ -23,6 +30,27 @@ from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import NewInboxItem, TimerRef
 
 log = logging.getLogger("ductor.timers")
+
+
+class Schedule(Protocol):
+    """Runs that start at times of their own (a run kind's cron triggers).
+
+    The timer loop calls it once per turn inside its transaction; it writes
+    only through `tx` and `effects` (the loop flushes them and, after the
+    commit, wakes their loops), and must make a start it repeats harmless
+    (another timer process, a restart): an idempotency key per scheduled time.
+    """
+
+    async def start_due(
+        self, tx: Tx, effects: Effects, *, now: datetime, limit: int
+    ) -> tuple[int, datetime | None]:
+        """Start what is due at `now`, for at most `limit` of its entries.
+
+        Returns:
+            How many entries fired, and when the next one is due (None: none is
+            scheduled; only read when fewer than `limit` fired).
+        """
+        ...
 
 
 class Timers:
@@ -47,6 +75,8 @@ class Timers:
         self.poll_interval = poll_interval
         self.stopped = False  # set by the Runtime on stop; loops exit at their next turn
         self.fired = 0  # timers fired since start
+        self.scheduled = 0  # scheduled starts fired since start
+        self.schedules: list[Schedule] = []  # plugged in before the loop starts
 
     async def run_forever(self) -> None:
         """Fire due timers until cancelled."""
@@ -99,6 +129,20 @@ class Timers:
                 )
             next_at = await tx.next_timer_at() if len(due) < self.batch else None
             woken, next_snooze = await self._unsnooze(tx, now)
+            effects = Effects()
+            started = 0
+            for schedule in self.schedules:
+                fired, next_start = await schedule.start_due(tx, effects, now=now, limit=self.batch)
+                started = max(started, fired)
+                if fired >= self.batch:
+                    next_start = now
+                if next_start is not None and (next_at is None or next_start < next_at):
+                    next_at = next_start
+            if started:
+                await effects.flush(tx)
+        if started:
+            self.scheduled += started
+            effects.notify(self.wake, self.feed)
         if due:
             self.fired += len(due)
             self.wake.notify(Topic.INBOX)
@@ -106,7 +150,7 @@ class Timers:
             self.unsnoozed += len(woken)
             if self.feed is not None:
                 self.feed.announce(woken)
-        if len(woken) >= self.batch:
+        if len(woken) >= self.batch or started >= self.batch:
             return self.batch, now
         if next_snooze is not None and (next_at is None or next_snooze < next_at):
             next_at = next_snooze

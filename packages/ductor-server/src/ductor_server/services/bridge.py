@@ -38,6 +38,7 @@ from ductor_core.durations import parse_duration
 from ductor_core.errors import DuctorError, DurationError
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_server.bridge.concurrency import option_problems
+from ductor_server.bridge.cron import cron_problem
 from ductor_server.bridge.keys import (
     DEFAULT_GRACE,
     AppKey,
@@ -365,7 +366,11 @@ class BridgeService:
             outcome = await sync_app(tx, tenant_id, describe, url=describe.url, now=now)
             return Answer(SyncAck(app_id=outcome.app_id, accepted=outcome.accepted))
 
-        return await once(self._context.store, claim, SyncAck, effect)
+        answer = await once(self._context.store, claim, SyncAck, effect)
+        if not answer.replayed:
+            # Its cron triggers may have changed: the timer loop plans again.
+            self._context.wake.notify(Topic.TIMERS)
+        return answer
 
     async def inline_run(
         self,
@@ -578,6 +583,17 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
                 parse_duration(info.timeout)
             except DurationError as exc:
                 problems.append({"pointer": f"/workflows/{i}/timeout", "message": exc.message})
+        for j, trigger in enumerate(info.triggers):
+            if trigger.cron is None:
+                continue
+            pointer = f"/workflows/{i}/triggers/{j}"
+            if trigger.event is not None or trigger.match is not None:
+                problems.append(
+                    {"pointer": pointer, "message": "a cron trigger takes no event and no match"}
+                )
+            problem = cron_problem(trigger.cron)
+            if problem is not None:
+                problems.append({"pointer": pointer + "/cron", "message": problem})
     if problems:
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
