@@ -29,8 +29,10 @@ from ductor_server.engine.queue import InProcessWakeUp, Topic
 from ductor_server.engine.runtime import Runtime
 from ductor_server.engine.timers import Timers
 from ductor_server.errors import RequestInvalid
-from ductor_server.services.bridge import BridgeCaller
+from ductor_server.services.bridge import MAX_CRONS_PER_APP, BridgeCaller
+from ductor_server.services.metering import BudgetBody
 from ductor_server.storage import Store
+from ductor_settlement import UsageWindow
 
 from .conftest import APP_URL, CONFIG, KEY, TENANT, WAIT_SECONDS, BridgeEngine
 
@@ -71,9 +73,9 @@ async def _engine(store: Store, client: Client, clock: ManualClock) -> AsyncIter
         yield engine
 
 
-async def _runs(store: Store, slug: str = SLUG) -> list[Any]:
+async def _runs(store: Store, slug: str = SLUG, tenant: str = TENANT) -> list[Any]:
     async with store.transaction() as tx:
-        page = await tx.list_runs(TENANT, family_slug=slug, limit=100)
+        page = await tx.list_runs(tenant, family_slug=slug, limit=100)
     return sorted(page.items, key=lambda r: r.created_at)
 
 
@@ -132,10 +134,13 @@ def _timers(store: Store, clock: ManualClock, loops: int = 1) -> list[Timers]:
     return out
 
 
-async def _sync(store: Store, clock: ManualClock, describe: DescribeResponse) -> None:
+async def _sync(
+    store: Store, clock: ManualClock, describe: DescribeResponse, tenant: str = TENANT
+) -> None:
     runtime = Runtime(store, clock=clock)
     install(runtime, keys=SigningKeys(KEY))
-    await build_services(runtime).bridge.sync(TENANT, describe, caller=CALLER)
+    caller = BridgeCaller(tenant_id=tenant, app_id="clock", own_key=False)
+    await build_services(runtime).bridge.sync(tenant, describe, caller=caller)
 
 
 def _describe(*workflows: tuple[str, list[TriggerInfo]]) -> DescribeResponse:
@@ -194,6 +199,38 @@ async def test_a_missed_stretch_starts_only_its_latest_time(store: Store) -> Non
     async with store.transaction() as tx:
         [schedule] = await list_schedules(tx, TENANT, "clock")
     assert schedule.next_at == datetime(2030, 1, 1, 13, 35, tzinfo=UTC)
+
+
+async def test_a_cron_run_a_budget_refuses_skips_its_time_and_holds_up_no_one(
+    store: Store,
+) -> None:
+    """Another tenant's cron run that its blocking budget refuses is not started,
+    its time is skipped (tried no more), and this tenant's run at the same time
+    starts in the same turn; once the budget is gone, its next time starts."""
+    clock = ManualClock(T0)
+    every5 = _describe(("tick", [TriggerInfo(cron="*/5 * * * *")]))
+    await _sync(store, clock, every5)
+    await _sync(store, clock, every5, tenant="other")
+    services = build_services(Runtime(store, clock=clock))
+    await services.metering.create_budget(
+        "other", BudgetBody(meter="runs", window=UsageWindow.DAY, limit=0)
+    )
+    [timers] = _timers(store, clock)
+    clock.set(datetime(2030, 1, 1, 12, 5, 1, tzinfo=UTC))
+    await timers.fire_due()
+    [ours] = await _runs(store)
+    assert ours.idempotency_key == "cron:clock:tick:2030-01-01T12:05:00Z"
+    assert await _runs(store, tenant="other") == []
+    async with store.transaction() as tx:
+        [skipped] = await list_schedules(tx, "other", "clock")
+    assert skipped.next_at == datetime(2030, 1, 1, 12, 10, tzinfo=UTC)
+
+    await services.metering.delete_budget("other", "runs")
+    clock.set(datetime(2030, 1, 1, 12, 10, 1, tzinfo=UTC))
+    await timers.fire_due()
+    [theirs] = await _runs(store, tenant="other")
+    assert theirs.idempotency_key == "cron:clock:tick:2030-01-01T12:10:00Z"
+    assert len(await _runs(store)) == 2
 
 
 async def test_a_later_sync_stops_or_changes_a_cron(store: Store) -> None:
@@ -257,6 +294,20 @@ async def test_a_sync_with_a_cron_that_does_not_parse_is_refused_saying_where(
     assert refused.value.code == "request.invalid"
     async with store.transaction() as tx:
         assert await list_schedules(tx, TENANT, "clock") == []
+
+
+async def test_a_sync_with_more_than_100_cron_triggers_is_refused(store: Store) -> None:
+    clock = ManualClock(T0)
+    many = [(f"w{i}", [TriggerInfo(cron="* * * * *")]) for i in range(MAX_CRONS_PER_APP + 1)]
+    with pytest.raises(RequestInvalid) as refused:
+        await _sync(store, clock, _describe(*many))
+    assert refused.value.details["pointer"] == "/workflows"
+    assert "at most 100" in refused.value.message
+    async with store.transaction() as tx:
+        assert await list_schedules(tx, TENANT, "clock") == []
+    await _sync(store, clock, _describe(*many[:MAX_CRONS_PER_APP]))  # 100 is fine
+    async with store.transaction() as tx:
+        assert len(await list_schedules(tx, TENANT, "clock")) == MAX_CRONS_PER_APP
 
 
 def test_the_accepted_cron_syntax() -> None:

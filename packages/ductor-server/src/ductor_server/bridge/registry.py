@@ -222,24 +222,44 @@ def _schedule(db: Session, row: tuple[Any, ...]) -> BridgeSchedule:
 
 
 async def due_schedules(tx: Tx, *, now: datetime, limit: int) -> list[BridgeSchedule]:
-    """Up to `limit` schedules of every tenant due at `now`, earliest first, locked
-    until the transaction ends (on Postgres, rows another transaction holds are
-    passed over: another timer process is firing them)."""
+    """Up to `limit` schedules of every tenant due at `now`, earliest first (read
+    without a lock: `lock_due_schedule` takes each one before it is started)."""
     db = tx.session
-    lock = " FOR UPDATE SKIP LOCKED" if db.backend == "postgres" else ""
     rows = await db.fetch_all(
         "SELECT tenant_id, app_id, workflow_id, cron, next_at FROM bridge_schedules"
         " WHERE next_at <= %s ORDER BY next_at, tenant_id, app_id, workflow_id, cron"
-        " LIMIT %s" + lock,
+        " LIMIT %s",
         (db.to_timestamp(now), limit),
     )
     return [_schedule(db, row) for row in rows]
 
 
-async def next_schedule_at(tx: Tx) -> datetime | None:
-    """When the earliest schedule of any tenant falls due, or None if there is none."""
+async def lock_due_schedule(tx: Tx, schedule: BridgeSchedule, *, now: datetime) -> bool:
+    """Whether `schedule` is still due at `now`, now locked until `tx` ends (False
+    when a sync moved or dropped it, or, on Postgres, when another transaction
+    holds it: another timer process is starting it)."""
     db = tx.session
-    row = await db.fetch_one("SELECT MIN(next_at) FROM bridge_schedules")
+    lock = " FOR UPDATE SKIP LOCKED" if db.backend == "postgres" else ""
+    row = await db.fetch_one(
+        "SELECT 1 FROM bridge_schedules WHERE tenant_id = %s AND app_id = %s"
+        " AND workflow_id = %s AND cron = %s AND next_at <= %s" + lock,
+        (
+            schedule.tenant_id,
+            schedule.app_id,
+            schedule.workflow_id,
+            schedule.cron,
+            db.to_timestamp(now),
+        ),
+    )
+    return row is not None
+
+
+async def next_schedule_at(tx: Tx, *, after: datetime) -> datetime | None:
+    """When the earliest schedule of any tenant not due at `after` falls due, or None."""
+    db = tx.session
+    row = await db.fetch_one(
+        "SELECT MIN(next_at) FROM bridge_schedules WHERE next_at > %s", (db.to_timestamp(after),)
+    )
     return None if row is None or row[0] is None else db.from_timestamp(row[0])
 
 
@@ -348,6 +368,7 @@ __all__ = [
     "list_apps",
     "list_schedules",
     "list_workflows",
+    "lock_due_schedule",
     "move_schedule",
     "next_schedule_at",
     "sync_app",

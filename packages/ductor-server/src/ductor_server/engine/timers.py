@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -35,20 +36,29 @@ log = logging.getLogger("ductor.timers")
 class Schedule(Protocol):
     """Runs that start at times of their own (a run kind's cron triggers).
 
-    The timer loop calls it once per turn inside its transaction; it writes
-    only through `tx` and `effects` (the loop flushes them and, after the
-    commit, wakes their loops), and must make a start it repeats harmless
-    (another timer process, a restart): an idempotency key per scheduled time.
+    The timer loop asks what is `due` in its turn's transaction (a read, so an
+    idle turn stays one commit), then, once that has committed, `start`s each
+    entry in a transaction of the schedule's own: an entry that cannot start
+    holds up no timer and no other tenant's entry. A start repeated (another
+    timer process, a restart) must be harmless: an idempotency key per time.
     """
 
-    async def start_due(
-        self, tx: Tx, effects: Effects, *, now: datetime, limit: int
-    ) -> tuple[int, datetime | None]:
-        """Start what is due at `now`, for at most `limit` of its entries.
+    async def due(
+        self, tx: Tx, *, now: datetime, limit: int
+    ) -> tuple[Sequence[object], datetime | None]:
+        """Up to `limit` entries due at `now`, and when the first entry not yet
+        due falls due (None: none is scheduled; only read when fewer than
+        `limit` are due)."""
+        ...
 
-        Returns:
-            How many entries fired, and when the next one is due (None: none is
-            scheduled; only read when fewer than `limit` fired).
+    async def start(self, store: Store, entry: object, *, now: datetime) -> Effects | None:
+        """Start `entry` in a transaction of its own and move it to its next time;
+        the effects to announce once committed, or None when nothing started
+        (another process did, or the entry could not start and was moved on).
+
+        Raises:
+            Exception: a failure that may pass (the store is unreachable): the
+                entry stays due and the loop tries it again at its next turn.
         """
         ...
 
@@ -129,20 +139,15 @@ class Timers:
                 )
             next_at = await tx.next_timer_at() if len(due) < self.batch else None
             woken, next_snooze = await self._unsnooze(tx, now)
-            effects = Effects()
-            started = 0
+            pending: list[tuple[Schedule, object]] = []
             for schedule in self.schedules:
-                fired, next_start = await schedule.start_due(tx, effects, now=now, limit=self.batch)
-                started = max(started, fired)
-                if fired >= self.batch:
+                entries, next_start = await schedule.due(tx, now=now, limit=self.batch)
+                pending.extend((schedule, entry) for entry in entries)
+                if len(entries) >= self.batch:
                     next_start = now
                 if next_start is not None and (next_at is None or next_start < next_at):
                     next_at = next_start
-            if started:
-                await effects.flush(tx)
-        if started:
-            self.scheduled += started
-            effects.notify(self.wake, self.feed)
+        await self._start_scheduled(pending, now)
         if due:
             self.fired += len(due)
             self.wake.notify(Topic.INBOX)
@@ -150,11 +155,24 @@ class Timers:
             self.unsnoozed += len(woken)
             if self.feed is not None:
                 self.feed.announce(woken)
-        if len(woken) >= self.batch or started >= self.batch:
+        if len(woken) >= self.batch or len(pending) >= self.batch:
             return self.batch, now
         if next_snooze is not None and (next_at is None or next_snooze < next_at):
             next_at = next_snooze
         return len(due), next_at
+
+    async def _start_scheduled(self, pending: list[tuple[Schedule, object]], now: datetime) -> None:
+        for schedule, entry in pending:
+            try:
+                effects = await schedule.start(self.store, entry, now=now)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("a scheduled start failed; it is tried again: %r", entry)
+                continue
+            if effects is not None:
+                self.scheduled += 1
+                effects.notify(self.wake, self.feed)
 
     async def _unsnooze(
         self, tx: Tx, now: datetime

@@ -563,6 +563,10 @@ def _key_view(key: AppKey, now: datetime, primary: str | None) -> AppKeyView:
     )
 
 
+MAX_CRONS_PER_APP = 100
+"""The most cron triggers one app's workflows may declare (a sync with more is refused)."""
+
+
 def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None:
     """Refuse a sync whose workflows' options cannot work, naming every problem
     with its JSON pointer into the describe body.
@@ -572,6 +576,11 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
             `details.problems` all of them.
     """
     problems: list[dict[str, str]] = []
+    crons = sum(1 for info in describe.workflows for t in info.triggers if t.cron is not None)
+    crons_checked = crons <= MAX_CRONS_PER_APP  # else one problem, not one per cron
+    if not crons_checked:
+        message = f"{crons} cron triggers: an app may have at most {MAX_CRONS_PER_APP}"
+        problems.append({"pointer": "/workflows", "message": message})
     for i, info in enumerate(describe.workflows):
         if info.concurrency is not None:
             for pointer, message in option_problems(
@@ -584,7 +593,7 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
             except DurationError as exc:
                 problems.append({"pointer": f"/workflows/{i}/timeout", "message": exc.message})
         for j, trigger in enumerate(info.triggers):
-            if trigger.cron is None:
+            if trigger.cron is None or not crons_checked:
                 continue
             pointer = f"/workflows/{i}/triggers/{j}"
             if trigger.event is not None or trigger.match is not None:
@@ -604,6 +613,7 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
 
 
 __all__ = [
+    "MAX_CRONS_PER_APP",
     "STALE_AFTER",
     "AppKeyNotFound",
     "AppKeyView",
