@@ -100,6 +100,25 @@ def _ready(port: int, proc: subprocess.Popen[bytes]) -> int:
             time.sleep(0.1)
 
 
+def _serve_until_ready(env: dict[str, str], cwd: Path) -> str:
+    """Start `ductor serve`, wait until it is ready, stop it; what it printed."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
+        env=_env(env),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert _ready(port, proc) == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert proc.stdout is not None
+    return proc.stdout.read().decode()
+
+
 def test_serve_refuses_an_unmigrated_database_until_migrated(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -113,19 +132,7 @@ def test_serve_refuses_an_unmigrated_database_until_migrated(
     assert "serve on" not in refused.stdout
 
     assert _ductor("migrate", env=env).returncode == 0
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
-        env=_env(env),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        assert _ready(port, proc) == 200
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    _serve_until_ready(env, tmp_path)
 
 
 def test_serve_on_an_unreachable_database_fails_in_one_line(tmp_path: Path) -> None:
@@ -246,21 +253,7 @@ def test_a_sqlite_url_is_called_sqlite(tmp_path: Path) -> None:
     assert refused.returncode == 1
     assert f"the database (sqlite at /{tmp_path}/y.db) is not migrated" in refused.stderr
     assert _ductor("migrate", env=env).returncode == 0
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
-        env=_env(env),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        assert _ready(port, proc) == 200
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-    assert proc.stdout is not None
-    assert f"(sqlite at /{tmp_path}/y.db; roles " in proc.stdout.read().decode()
+    assert f"(sqlite at /{tmp_path}/y.db; roles " in _serve_until_ready(env, tmp_path)
 
 
 def test_help_lists_every_command() -> None:

@@ -18,6 +18,12 @@ from .conftest import Api, step
 from .sink import HttpSink, reply
 
 TOKEN = "tok-3f9c1e77a2b84d05b6e1-secret-zq"
+API_WITH_TOKEN = {
+    "name": "api",
+    "provider": "http",
+    "config": {"base_url": "https://example.com"},
+    "secrets": {"bearer_token": TOKEN},
+}
 WHSEC = "whsec_" + base64.b64encode(b"webhook-signing-key-of-32-bytes!").decode()
 
 
@@ -218,12 +224,7 @@ async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
     made = await api.ok(
         "POST",
         "/v1/connections",
-        json={
-            "name": "api",
-            "provider": "http",
-            "config": {"base_url": "https://example.com"},
-            "secrets": {"bearer_token": TOKEN},
-        },
+        json=API_WITH_TOKEN,
     )
     assert made["secrets"] == {"bearer_token": "••••" + TOKEN[-4:]}
     typed = await api.fails(
@@ -324,12 +325,7 @@ async def test_secrets_updated_at_is_null_once_every_secret_is_removed(api: Api)
     created = await api.ok(
         "POST",
         "/v1/connections",
-        json={
-            "name": "api",
-            "provider": "http",
-            "config": {"base_url": "https://example.com"},
-            "secrets": {"bearer_token": TOKEN},
-        },
+        json=API_WITH_TOKEN,
     )
     assert created["secrets_updated_at"] is not None
     same = await api.ok("PATCH", "/v1/connections/api", json={"secrets": {"bearer_token": TOKEN}})
