@@ -63,7 +63,7 @@ from ductor_server.settings import Settings
 
 before = {"frozen": gc.get_freeze_count(), "threshold": gc.get_threshold()}
 
-def run(app, **options):
+def run(server, sockets=None):
     # Where the server would start serving: what did `_serve` leave the collector?
     class Cycle:
         pass
@@ -79,9 +79,10 @@ def run(app, **options):
         "threshold": gc.get_threshold(),
         "cycle_collected": gone() is None,
     }))
+    server.started = True
 
-uvicorn.run = run
-sys.exit(_serve(Settings(data_dir=Path(sys.argv[1]), cel_sandbox=False)))
+uvicorn.Server.run = run
+sys.exit(_serve(Settings(data_dir=Path(sys.argv[1]), cel_sandbox=False), announce=[]))
 """
 
 
