@@ -473,7 +473,7 @@ VARIABLES: tuple[Variable, ...] = (
         field="roles",
         what="what a `ductor serve` process runs (`--roles`, comma-separated): `api` (the "
         "HTTP API), `coordinator` (ticks runs), `worker` (runs steps, sends outbox emails), "
-        "`timer` (fires timers, sweeps expired rows)",
+        "`timer` (fires timers and cron triggers, sweeps expired rows)",
     ),
     Variable(
         name="DUCTOR_MAX_BODY_BYTES",
