@@ -61,6 +61,15 @@ class BridgeSchedule(msgspec.Struct, frozen=True, kw_only=True):
     cron: str
     next_at: datetime
 
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """Its primary key's values, in the order `_SCHEDULE_KEY` names them."""
+        return (self.tenant_id, self.app_id, self.workflow_id, self.cron)
+
+
+_SCHEDULE_KEY = "tenant_id = %s AND app_id = %s AND workflow_id = %s AND cron = %s"
+_SCHEDULE_COLS = "tenant_id, app_id, workflow_id, cron, next_at"
+
 
 def _hash(info: WorkflowInfo) -> str:
     return hashlib.sha256(msgspec.json.encode(info)).hexdigest()
@@ -189,8 +198,7 @@ async def _sync_schedules(
     gone = sorted(have - wanted)
     if gone:
         await db.executemany(
-            "DELETE FROM bridge_schedules WHERE tenant_id = %s AND app_id = %s"
-            " AND workflow_id = %s AND cron = %s",
+            f"DELETE FROM bridge_schedules WHERE {_SCHEDULE_KEY}",
             [(tenant_id, describe.app_id, wf, cron) for wf, cron in gone],
         )
     new: list[tuple[Any, ...]] = []
@@ -226,7 +234,7 @@ async def due_schedules(tx: Tx, *, now: datetime, limit: int) -> list[BridgeSche
     without a lock: `lock_due_schedule` takes each one before it is started)."""
     db = tx.session
     rows = await db.fetch_all(
-        "SELECT tenant_id, app_id, workflow_id, cron, next_at FROM bridge_schedules"
+        f"SELECT {_SCHEDULE_COLS} FROM bridge_schedules"
         " WHERE next_at <= %s ORDER BY next_at, tenant_id, app_id, workflow_id, cron"
         " LIMIT %s",
         (db.to_timestamp(now), limit),
@@ -241,15 +249,8 @@ async def lock_due_schedule(tx: Tx, schedule: BridgeSchedule, *, now: datetime) 
     db = tx.session
     lock = " FOR UPDATE SKIP LOCKED" if db.backend == "postgres" else ""
     row = await db.fetch_one(
-        "SELECT 1 FROM bridge_schedules WHERE tenant_id = %s AND app_id = %s"
-        " AND workflow_id = %s AND cron = %s AND next_at <= %s" + lock,
-        (
-            schedule.tenant_id,
-            schedule.app_id,
-            schedule.workflow_id,
-            schedule.cron,
-            db.to_timestamp(now),
-        ),
+        f"SELECT 1 FROM bridge_schedules WHERE {_SCHEDULE_KEY} AND next_at <= %s{lock}",
+        (*schedule.key, db.to_timestamp(now)),
     )
     return row is not None
 
@@ -266,18 +267,12 @@ async def next_schedule_at(tx: Tx, *, after: datetime) -> datetime | None:
 async def move_schedule(tx: Tx, schedule: BridgeSchedule, next_at: datetime | None) -> None:
     """Set when `schedule` is next due; None drops it (it never falls due again)."""
     db = tx.session
-    key = (schedule.tenant_id, schedule.app_id, schedule.workflow_id, schedule.cron)
     if next_at is None:
-        await db.execute(
-            "DELETE FROM bridge_schedules WHERE tenant_id = %s AND app_id = %s"
-            " AND workflow_id = %s AND cron = %s",
-            key,
-        )
+        await db.execute(f"DELETE FROM bridge_schedules WHERE {_SCHEDULE_KEY}", schedule.key)
         return
     await db.execute(
-        "UPDATE bridge_schedules SET next_at = %s WHERE tenant_id = %s AND app_id = %s"
-        " AND workflow_id = %s AND cron = %s",
-        (db.to_timestamp(next_at), *key),
+        f"UPDATE bridge_schedules SET next_at = %s WHERE {_SCHEDULE_KEY}",
+        (db.to_timestamp(next_at), *schedule.key),
     )
 
 
@@ -285,7 +280,7 @@ async def list_schedules(tx: Tx, tenant_id: str, app_id: str) -> list[BridgeSche
     """The app's cron schedules, by workflow and expression."""
     db = tx.session
     rows = await db.fetch_all(
-        "SELECT tenant_id, app_id, workflow_id, cron, next_at FROM bridge_schedules"
+        f"SELECT {_SCHEDULE_COLS} FROM bridge_schedules"
         " WHERE tenant_id = %s AND app_id = %s ORDER BY workflow_id, cron",
         (tenant_id, app_id),
     )

@@ -72,6 +72,7 @@ from ductor_core.runs import (
     TickResult,
     TimerFired,
 )
+from ductor_core.timestamps import utc_text
 
 log = logging.getLogger("ductor.bridge")
 
@@ -448,7 +449,7 @@ class _BridgeTick:
                 error=core_error(failing.error),
                 started_at=old.started_at if old is not None else self.now,
                 retry_at=failing.retry_at if waiting else None,
-                waiting_for=f"retry at {_iso(failing.retry_at)}" if waiting else None,
+                waiting_for=f"retry at {utc_text(failing.retry_at)}" if waiting else None,
                 data={"id": failing.id, "op": str(OpcodeName.STEP_RUN)},
             )
         return steps
@@ -456,11 +457,11 @@ class _BridgeTick:
     def waiting_for(self, pending: Pending, retry_at: datetime | None) -> str | None:
         """What a pending step waits for, in the words DAG steps use."""
         if retry_at is not None:
-            return f"retry at {_iso(retry_at)}"
+            return f"retry at {utc_text(retry_at)}"
         kind = pending.op.get("op")
         if kind == OpcodeName.SLEEP:
             fire_at = self.timers.get(f"sleep:{pending.id}")
-            return "timer" if fire_at is None else f"timer {_iso(fire_at)}"
+            return "timer" if fire_at is None else f"timer {utc_text(fire_at)}"
         if kind == OpcodeName.WAIT_FOR_EVENT:
             return f"event {pending.op.get('event')}"
         if kind == OpcodeName.WAIT_FOR_SIGNAL:
@@ -862,7 +863,12 @@ class _BridgeTick:
             self.ignored.append(IgnoredInput(input=item, reason="duplicate event"))
             return
         self.received_ids.append(key)
-        event = {"name": item.name, "data": item.data, "id": item.event_id, "ts": _iso(self.now)}
+        event = {
+            "name": item.name,
+            "data": item.data,
+            "id": item.event_id,
+            "ts": utc_text(self.now),
+        }
         for pending in list(self.pending.values()):
             op = _op(pending.op)
             if not isinstance(op, WaitForEventOp) or op.event != item.name:
@@ -924,10 +930,6 @@ class _BridgeTick:
         if self.pending:
             return
         self.main = self.dispatch(None)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
 
 
 def bridge_start(

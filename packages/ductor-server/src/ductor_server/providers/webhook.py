@@ -22,6 +22,7 @@ import msgspec
 from standardwebhooks import Webhook
 
 from ductor_core.runs import ErrorInfo
+from ductor_core.timestamps import utc_text
 from ductor_server.engine.outbound import is_retryable_status
 from ductor_server.providers._exchange import (
     Redactor,
@@ -110,9 +111,7 @@ def signed_request(
     shape the specification recommends.
     """
     moment = datetime.fromtimestamp(int(now), tz=UTC)
-    body = msgspec.json.encode(
-        {"type": event_type, "timestamp": moment.isoformat().replace("+00:00", "Z"), "data": data}
-    )
+    body = msgspec.json.encode({"type": event_type, "timestamp": utc_text(moment), "data": data})
     signature = Webhook(secrets.signing_secret).sign(webhook_id, moment, body.decode())
     headers = {
         "Content-Type": "application/json",

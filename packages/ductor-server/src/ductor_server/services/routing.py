@@ -462,6 +462,22 @@ def _references(config: _Config, what: str, entity_id: str) -> list[dict[str, st
     return used
 
 
+_Entity = TypeVar("_Entity", Worker, Pool)
+
+
+def _origins(
+    stored: Sequence[_Entity], given: Sequence[_Entity | None]
+) -> list[tuple[_Entity, int | None]]:
+    """The merged objects by id, each with its index in the body (None for a stored
+    one the body does not name); a body may name one id twice: both are kept."""
+    named = {item.id for item in given if item is not None}
+    return sorted(
+        [(item, None) for item in stored if item.id not in named]
+        + [(item, i) for i, item in enumerate(given) if item is not None],
+        key=lambda pair: pair[0].id,
+    )
+
+
 def _body_problem(
     found: Problem,
     workers: Sequence[tuple[Worker, int | None]],
@@ -886,18 +902,8 @@ class RoutingService:
             current = await self._load_config(RoutingTx(tx), tenant_id)
         # Each object of the merged configuration with where it came from: its index in
         # the body, or None if stored (a body may name one id twice: both are checked).
-        given_workers = {w.id for w in workers if w is not None}
-        given_pools = {p.id for p in pools if p is not None}
-        worker_origins = sorted(
-            [(w, None) for w in current.workers if w.id not in given_workers]
-            + [(w, i) for i, w in enumerate(workers) if w is not None],
-            key=lambda item: item[0].id,
-        )
-        pool_origins = sorted(
-            [(p, None) for p in current.pools if p.id not in given_pools]
-            + [(p, i) for i, p in enumerate(pools) if p is not None],
-            key=lambda item: item[0].id,
-        )
+        worker_origins = _origins(current.workers, workers)
+        pool_origins = _origins(current.pools, pools)
         merged_workers = tuple(w for w, _ in worker_origins)
         merged_pools = tuple(p for p, _ in pool_origins)
         changed = msgspec.structs.replace(
