@@ -322,6 +322,12 @@ def test_the_accepted_cron_syntax() -> None:
     assert paris.next_after(at) == datetime(2030, 1, 2, 8, tzinfo=UTC)
     for bad in ("* * * *", "* * * * * *", "60 * * * *", "0 0 30 2 *", "TZ=Nowhere/At 0 * * * *"):
         assert cron_problem(bad) is not None, bad
+    # Hostile input is a problem, never a crash or a long parse: a zone name that is
+    # a directory of the zone database, and an expression of 200,000 characters.
+    assert cron_problem("TZ=America * * * * *") == "unknown time zone 'America'"
+    huge = ",".join(["5"] * 100_000) + " * * * *"
+    assert cron_problem(huge) == "a cron expression is at most 256 characters"
+    assert cron_problem(",".join(["5"] * 60) + " * * * *") is None
 
 
 @given(

@@ -18,6 +18,8 @@ from cronsim import CronSim, CronSimError
 
 FIELDS = 5
 """A cron expression has exactly this many fields (no seconds field)."""
+MAX_LENGTH = 256
+"""The longest cron expression accepted, zone prefix included, in characters."""
 
 
 class CronError(ValueError):
@@ -37,17 +39,19 @@ class Cron:
         """Read `text` ("*/5 * * * *", "TZ=Europe/Paris 0 9 * * MON-FRI").
 
         Raises:
-            CronError: not five fields, a field out of range, an unknown zone,
-                or a day that never comes ("0 0 30 2 *").
+            CronError: longer than `MAX_LENGTH`, not five fields, a field out of
+                range, an unknown zone, or a day that never comes ("0 0 30 2 *").
         """
+        if len(text) > MAX_LENGTH:
+            raise CronError(f"a cron expression is at most {MAX_LENGTH} characters")
         fields = text.strip()
         zone: tzinfo = UTC
         if fields.startswith(("TZ=", "CRON_TZ=")):
             name, _, fields = fields.partition("=")[2].partition(" ")
             try:
                 zone = ZoneInfo(name)
-            except (ZoneInfoNotFoundError, ValueError) as exc:
-                raise CronError(f"unknown time zone {name!r}") from exc
+            except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+                raise CronError(f"unknown time zone {name[:64]!r}") from exc
         parts = fields.split()
         if len(parts) != FIELDS:
             raise CronError(
