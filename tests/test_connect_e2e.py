@@ -14,6 +14,7 @@ under the same key; bad input is `invalid_argument` with REST's message and path
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import re
@@ -657,6 +658,16 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
         streamed = http.post("/ductor.v1.RunService/TriggerRun", content=chunks(), headers=JSON)
         assert streamed.status_code == 429
         assert streamed.json()["details"][0]["debug"]["code"] == "request.too_large"
+
+        # A gzip body (Connect's Content-Encoding) is held to the limit once
+        # inflated: a 200 KB bomb of 200 MB is refused as the same body sent plain.
+        bomb = gzip.compress(b'{"family_slug": "x"' + b" " * (200 * 1024 * 1024) + b"}", 9)
+        status, error = refused(bomb, **{"Content-Encoding": "gzip"})
+        assert (status, error["message"]) == (429, limit["message"])
+        assert error["details"][0]["debug"] == {"code": limit["code"], "details": limit["details"]}
+        small = gzip.compress(b'{"family_slug": "x", "nope": 1}')
+        status, error = refused(small, **{"Content-Encoding": "gzip"})
+        assert error["details"][0]["debug"]["details"]["path"] == "$.nope"
 
         status, error = refused(b'{"family_slug": "x"}', **{"Idempotency-Key": "k" * 300})
         assert error["details"][0]["debug"]["details"] == {"header": "Idempotency-Key"}

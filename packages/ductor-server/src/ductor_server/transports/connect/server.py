@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from connectrpc.code import Code
+from connectrpc.compression.gzip import GzipCompression
 from connectrpc.errors import ConnectError
 from connectrpc.method import IdempotencyLevel, MethodInfo, StreamType
 from connectrpc.request import RequestContext
@@ -229,6 +230,21 @@ def _limited(scope: Any, receive: Any, max_body_bytes: int) -> Any:
     return limited_receive
 
 
+class _Gzip(GzipCompression):
+    """The library's gzip, whose refusal of a body that inflates past the limit
+    carries REST's `request.too_large` detail, as a body sent that large does."""
+
+    def decompress(
+        self, data: bytes | bytearray | memoryview, read_max_bytes: int | None = None
+    ) -> bytes:
+        try:
+            return super().decompress(data, read_max_bytes)
+        except ConnectError as exc:
+            if read_max_bytes is None or exc.code != Code.RESOURCE_EXHAUSTED:
+                raise
+            raise connect_error(body_too_large(read_max_bytes)) from None
+
+
 def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
     """The ASGI application serving every method of `endpoint`."""
     endpoints = {
@@ -240,6 +256,7 @@ def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
         endpoints=lambda _: endpoints,
         interceptors=[Authenticate(endpoint)],
         read_max_bytes=max_body_bytes,
+        compressions=[_Gzip()],
         codecs=[MsgspecJsonCodec()],
     )
 
