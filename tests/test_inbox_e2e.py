@@ -10,7 +10,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -19,6 +19,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from ductor_server.cli_server import create_key
+from ductor_server.engine.inboxfeed import MAX_PER_SUBSCRIBER
 from ductor_server.services.inbox import subscriber_token
 from ductor_server.storage import open_store
 
@@ -235,6 +236,45 @@ async def test_other_subscribers_and_tenants_see_nothing_over_the_websocket(
         theirs = await _send(other, "ann", "other tenant's ann")
         assert (await other_ann.change())["notification"]["id"] == theirs["id"]
         await ann.quiet(0.5)
+
+
+async def test_a_subscriber_holds_at_most_twenty_live_sockets(sqlite_server: ServerProcess) -> None:
+    server = await asyncio.to_thread(sqlite_server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    url = server.url.replace("http://", "ws://") + "/v1/inbox/me/ws"
+    async with AsyncExitStack() as stack:
+        held = [
+            await stack.enter_async_context(feed(server, tenant, "ann", secret))
+            for _ in range(MAX_PER_SUBSCRIBER)
+        ]
+        async with connect(url, open_timeout=10) as socket:
+            auth = {"type": "auth", "tenant_id": tenant, "subscriber_id": "ann", "after": 0}
+            await socket.send(
+                msgspec.json.encode({**auth, "token": subscriber_token(secret, "ann")}).decode()
+            )
+            refused = msgspec.json.decode(await asyncio.wait_for(socket.recv(), 10))
+            assert (refused["type"], refused["status"]) == ("error", 429)
+            assert refused["code"] == "inbox.socket_limit"
+            assert "20 live inbox sockets" in refused["message"]
+            await asyncio.wait_for(socket.wait_closed(), 10)
+            assert socket.close_code == 4429
+        # Another subscriber is not held up, and every held socket still works.
+        async with _http(server) as http, feed(server, tenant, "bob", secret) as bob:
+            sent = await _send(http, "ann", "to every tab")
+            for opened in held:
+                assert (await opened.change())["notification"]["id"] == sent["id"]
+            await bob.quiet(0.2)
+        await held[0].socket.close()
+        # Its place is free once the server has seen it close.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                async with feed(server, tenant, "ann", secret):
+                    break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
 
 def _redis_env(url: str, prefix: str) -> dict[str, str]:

@@ -177,6 +177,20 @@ class RunWaitLimit(ServerError):
         )
 
 
+class InboxSocketLimit(ServerError):
+    """A subscriber, or its tenant, holds as many live inbox sockets as one
+    process allows."""
+
+    code = "inbox.socket_limit"
+
+    def __init__(self, holder: str, limit: int) -> None:
+        super().__init__(
+            f"this {holder} already has {limit} live inbox sockets open on this server;"
+            " close one, or read GET /v1/inbox/me/changes instead",
+            details={"limit": limit, "per": holder},
+        )
+
+
 class RunEnded(ServerError):
     """The run has already ended, so it takes no more signals."""
 
@@ -305,6 +319,7 @@ __all__ = [
     "Forbidden",
     "IdempotencyConflict",
     "InboxNotFound",
+    "InboxSocketLimit",
     "KeyExpired",
     "KeyInvalid",
     "KeyNotFound",

@@ -14,8 +14,17 @@ import asyncio
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
+from ductor_server.errors import InboxSocketLimit
+
 Key = tuple[str, str]
 """(tenant id, subscriber id)."""
+
+MAX_PER_SUBSCRIBER = 20
+"""Open sessions one subscriber may hold on one process (tabs, devices)."""
+MAX_PER_TENANT = 10_000
+"""Open sessions of one tenant's subscribers on one process: each session reads
+the store while idle, so a tenant opening sockets without end would load the
+store for every tenant."""
 
 
 class Listener:
@@ -56,15 +65,25 @@ class InboxFeed(Protocol):
         ...
 
     def listen(self, tenant_id: str, subscriber_id: str) -> Listener:
-        """A listener woken by every announce of this subscriber (close it when done)."""
+        """A listener woken by every announce of this subscriber (close it when done).
+
+        Raises:
+            InboxSocketLimit: the subscriber or its tenant holds as many listeners
+                as one process allows.
+        """
         ...
 
 
 class LocalInboxFeed:
     """Pushes within this process."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, per_subscriber: int = MAX_PER_SUBSCRIBER, per_tenant: int = MAX_PER_TENANT
+    ) -> None:
         self._listeners: dict[Key, set[Listener]] = {}
+        self._per_tenant: dict[str, int] = {}
+        self.per_subscriber = per_subscriber
+        self.per_tenant = per_tenant
 
     def announce(self, keys: Iterable[Key]) -> None:
         """Wake this process's listeners of `keys`."""
@@ -73,19 +92,29 @@ class LocalInboxFeed:
                 listener.wake()
 
     def listen(self, tenant_id: str, subscriber_id: str) -> Listener:
-        """A new listener of the subscriber."""
+        """A new listener of the subscriber; `InboxSocketLimit` past a limit."""
         key = (tenant_id, subscriber_id)
+        if len(self._listeners.get(key, ())) >= self.per_subscriber:
+            raise InboxSocketLimit("subscriber", self.per_subscriber)
+        if self._per_tenant.get(tenant_id, 0) >= self.per_tenant:
+            raise InboxSocketLimit("tenant", self.per_tenant)
         listener = Listener(self, key)
         self._listeners.setdefault(key, set()).add(listener)
+        self._per_tenant[tenant_id] = self._per_tenant.get(tenant_id, 0) + 1
         return listener
 
     def forget(self, listener: Listener) -> None:
         """Drop a listener (`Listener.close`)."""
         listeners = self._listeners.get(listener.key)
-        if listeners is not None:
-            listeners.discard(listener)
-            if not listeners:
-                del self._listeners[listener.key]
+        if listeners is None or listener not in listeners:
+            return  # closed before
+        listeners.discard(listener)
+        if not listeners:
+            del self._listeners[listener.key]
+        tenant_id = listener.key[0]
+        self._per_tenant[tenant_id] -= 1
+        if not self._per_tenant[tenant_id]:
+            del self._per_tenant[tenant_id]
 
     def wake_all(self) -> None:
         """Wake every listener of this process."""
@@ -99,4 +128,11 @@ class LocalInboxFeed:
         return sum(len(s) for s in self._listeners.values())
 
 
-__all__ = ["InboxFeed", "Key", "Listener", "LocalInboxFeed"]
+__all__ = [
+    "MAX_PER_SUBSCRIBER",
+    "MAX_PER_TENANT",
+    "InboxFeed",
+    "Key",
+    "Listener",
+    "LocalInboxFeed",
+]

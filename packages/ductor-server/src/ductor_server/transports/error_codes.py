@@ -142,6 +142,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "secrets.undecryptable": _(503, UNAVAILABLE),
     # the inbox
     "inbox.not_found": _(404, NOT_FOUND),
+    "inbox.socket_limit": _(429, RESOURCE_EXHAUSTED),
     "notification.not_found": _(404, NOT_FOUND),
     "email.not_found": _(404, NOT_FOUND),
     "notification.not_actionable": _(422, FAILED_PRECONDITION),

@@ -22,7 +22,7 @@ from litestar.handlers import BaseRouteHandler, websocket
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from ductor_core.errors import DuctorError
-from ductor_server.errors import InboxNotFound
+from ductor_server.errors import InboxNotFound, InboxSocketLimit
 from ductor_server.services.inbox import (
     BulkBody,
     BulkResult,
@@ -401,7 +401,11 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
         await _close_with(socket, error)
         return
     tenant_id, subscriber_id = auth.tenant_id, auth.subscriber_id
-    listener = inbox.feed.listen(tenant_id, subscriber_id)
+    try:
+        listener = inbox.feed.listen(tenant_id, subscriber_id)
+    except InboxSocketLimit as error:
+        await _close_with(socket, error)
+        return
 
     async def pump() -> None:
         cursor = auth.after
