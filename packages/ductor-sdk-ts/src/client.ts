@@ -123,13 +123,12 @@ export class Workflow<Input, Output> implements WorkflowTarget<Input, Output> {
     return {
       id,
       name: name ?? null,
-      triggers: triggers.map((t) =>
-        typeof t === "string"
-          ? { event: t, cron: null, match: null }
-          : "cron" in t
-            ? { event: null, cron: t.cron, match: null }
-            : { event: t.event, cron: null, match: t.match ?? null },
-      ),
+      // Sent as given, so the server refuses what cannot work (a cron with a match).
+      triggers: triggers.map((t) => {
+        if (typeof t === "string") return { event: t, cron: null, match: null };
+        const { event = null, cron = null, match = null } = t as { event?: string; cron?: string; match?: string };
+        return { event, cron, match };
+      }),
       retries,
       concurrency:
         concurrency === undefined
@@ -263,6 +262,12 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     if (!id) throw new TypeError("workflow id must not be empty");
     if (this.#workflows.has(id)) throw new TypeError(`workflow '${id}' is already registered on app '${this.appId}'`);
     if (!Number.isInteger(retries) || retries < 0) throw new RangeError(`retries must be an integer >= 0, got ${retries}`);
+    for (const t of options.trigger === undefined ? [] : [options.trigger].flat()) {
+      const given = typeof t === "string" ? null : (t as { event?: unknown; cron?: unknown });
+      if (given !== null && (given.event == null) === (given.cron == null)) {
+        throw new TypeError(`a trigger needs exactly one of event and cron, got ${JSON.stringify(t)}`);
+      }
+    }
     const limit = typeof concurrency === "number" ? concurrency : concurrency?.limit;
     if (limit !== undefined && (!Number.isInteger(limit) || limit < 1)) {
       throw new RangeError(`concurrency limit must be an integer >= 1, got ${limit}`);

@@ -1,0 +1,37 @@
+/** Workflow options as `describe` reports them to the server, and the ones refused at registration. */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { Ductor, type Trigger } from "../src/index.js";
+import { DescribeResponse, decode, encode } from "../src/protocol.js";
+
+const app = () => new Ductor({ appId: "unit", signingKey: "unit-key" });
+const body = async () => Promise.resolve(null);
+
+/** The workflow's description as it travels (encoded and read back). */
+function described(ductor: Ductor, id: string) {
+  const wire = decode(DescribeResponse, encode(DescribeResponse, ductor.describe()));
+  const found = wire.workflows.find((wf) => wf.id === id);
+  assert.ok(found, `workflow ${id} is not described`);
+  return found;
+}
+
+test("a trigger needs exactly one of event and cron", () => {
+  const ductor = app();
+  const both = { event: "order.created", cron: "0 * * * *" } as unknown as Trigger;
+  assert.throws(() => ductor.workflow({ id: "both", trigger: both }, body), TypeError);
+  assert.throws(() => ductor.workflow({ id: "neither", trigger: [{} as unknown as Trigger] }, body), TypeError);
+  assert.equal(ductor.workflows.size, 0);
+});
+
+test("a cron trigger's match is sent as given, for the server to refuse", () => {
+  const ductor = app();
+  const cron = { cron: "0 * * * *", match: "true" } as unknown as Trigger;
+  ductor.workflow({ id: "hourly", trigger: ["order.created", { event: "order.paid", match: "event.data.ok" }, cron] }, body);
+  assert.deepEqual(described(ductor, "hourly").triggers, [
+    { event: "order.created", cron: null, match: null },
+    { event: "order.paid", cron: null, match: "event.data.ok" },
+    { event: null, cron: "0 * * * *", match: "true" },
+  ]);
+});
