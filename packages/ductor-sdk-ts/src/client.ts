@@ -54,12 +54,13 @@ export type Trigger<Name extends string = string> =
 /**
  * Limits counted in running steps, per value of the CEL `key` (over the input)
  * if set: at most `limit` at once, at most `rate.limit` starts per `rate.period`
- * (`burst` of them at once, default 1). At least one of `limit` and `rate`.
+ * (`"1m"`, or milliseconds; `burst` of them at once, default 1, at most
+ * `rate.limit`). At least one of `limit` and `rate`.
  */
 export interface Concurrency {
   readonly limit?: number;
   readonly key?: string;
-  readonly rate?: { readonly limit: number; readonly period: string; readonly burst?: number };
+  readonly rate?: { readonly limit: number; readonly period: Duration; readonly burst?: number };
 }
 
 /** What a cancellation handler gets: the cancelled run and why. */
@@ -143,7 +144,7 @@ export class Workflow<Input, Output> implements WorkflowTarget<Input, Output> {
                     ? null
                     : {
                         limit: concurrency.rate.limit,
-                        period: concurrency.rate.period,
+                        period: canonicalDuration(concurrency.rate.period),
                         burst: concurrency.rate.burst ?? 1,
                       },
               },
@@ -281,8 +282,8 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
         if (!Number.isInteger(rate.limit) || rate.limit < 1) {
           throw new RangeError(`concurrency rate limit must be an integer >= 1, got ${rate.limit}`);
         }
-        if (rate.burst !== undefined && (!Number.isInteger(rate.burst) || rate.burst < 1)) {
-          throw new RangeError(`concurrency rate burst must be an integer >= 1, got ${rate.burst}`);
+        if (rate.burst !== undefined && (!Number.isInteger(rate.burst) || rate.burst < 1 || rate.burst > rate.limit)) {
+          throw new RangeError(`concurrency rate burst must be an integer from 1 to the limit (${rate.limit}), got ${rate.burst}`);
         }
         canonicalDuration(rate.period);
       }

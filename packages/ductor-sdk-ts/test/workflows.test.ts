@@ -35,3 +35,19 @@ test("a cron trigger's match is sent as given, for the server to refuse", () => 
     { event: null, cron: "0 * * * *", match: "true" },
   ]);
 });
+
+test("a concurrency rate's period travels in its canonical form; its burst is at most its limit", () => {
+  const ductor = app();
+  ductor.workflow({ id: "text", concurrency: { limit: 2, key: "input.id", rate: { limit: 5, period: "90s", burst: 5 } } }, body);
+  ductor.workflow({ id: "ms", concurrency: { rate: { limit: 5, period: 60_000 } } }, body);
+  assert.deepEqual(described(ductor, "text").concurrency, {
+    limit: 2,
+    key: "input.id",
+    rate: { limit: 5, period: "1m30s", burst: 5 },
+  });
+  assert.deepEqual(described(ductor, "ms").concurrency?.rate, { limit: 5, period: "1m", burst: 1 });
+  assert.throws(
+    () => ductor.workflow({ id: "burst", concurrency: { rate: { limit: 2, period: "1m", burst: 3 } } }, body),
+    RangeError,
+  );
+});
