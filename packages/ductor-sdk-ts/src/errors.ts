@@ -16,6 +16,8 @@
  * Nothing here does I/O.
  */
 
+import { canonicalDuration, type Duration } from "./durations.js";
+
 /** Options every SDK error takes besides its message. */
 export interface ErrorOptions {
   /** The stable error code (`"card.declined"`); each class has a default. */
@@ -60,7 +62,7 @@ export class NonRetriableError extends DuctorError {
 /** Options of {@link RetryAfterError}. */
 export interface RetryAfterOptions extends ErrorOptions {
   /** The least time to wait before the next attempt: `"30s"`, or milliseconds. */
-  readonly retryAfter: string | number;
+  readonly retryAfter: Duration;
 }
 
 /** Throw from a step or a workflow body to ask for a retry after a delay. */
@@ -68,11 +70,14 @@ export class RetryAfterError extends DuctorError {
   static override readonly code: string = "step.retry_after";
   static override readonly retryable: boolean = true;
   /** The least time to wait before the next attempt, as given. */
-  readonly retryAfter: string | number;
+  readonly retryAfter: Duration;
 
+  /** @throws DurationError `retryAfter` is not a duration (checked here, where it was written). */
   constructor(message: string, options: RetryAfterOptions) {
     super(message, { ...options, retryable: true });
-    this.retryAfter = options.retryAfter;
+    const { retryAfter } = options;
+    canonicalDuration(typeof retryAfter === "number" ? Math.max(retryAfter, 0) : retryAfter);
+    this.retryAfter = retryAfter;
   }
 }
 

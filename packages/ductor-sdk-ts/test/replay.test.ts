@@ -99,6 +99,20 @@ test("RetryAfterError asks for a delay; NonRetriableError fails at once, with de
   });
 });
 
+test("a RetryAfterError whose delay is not a duration is the step's own error, not a failed execute", async () => {
+  const ductor = app();
+  const soon = "soon" as unknown as `${number}s`; // as from untyped code
+  ductor.workflow({ id: "later" }, async (ctx) => {
+    await ctx.step.run("rate-limited", () => {
+      throw new RetryAfterError("429", { retryAfter: soon });
+    });
+  });
+  const [later] = await execute(ductor, "later");
+  assert.ok(later?.op === "STEP_ERROR", JSON.stringify(later));
+  assert.equal(later.error.code, "duration.invalid");
+  assert.equal(later.retry_after, null);
+});
+
 test("the body's own errors: RUN_ERROR while retries last, then RUN_FAILED", async () => {
   const ductor = app();
   ductor.workflow({ id: "body", retries: 1 }, () => Promise.reject(new Error("boom")));

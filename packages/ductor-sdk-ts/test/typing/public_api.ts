@@ -74,6 +74,8 @@ export function typing(): void {
       await ctx.step.run("later", () => {
         throw new RetryAfterError("429", { retryAfter: "30s" });
       });
+      // @ts-expect-error a retry delay is a duration
+      new RetryAfterError("429", { retryAfter: "soon" });
       // @ts-expect-error step.run needs a function
       await ctx.step.run("not-a-function", 42);
       return { charged, sent };
