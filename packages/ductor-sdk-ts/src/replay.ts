@@ -28,7 +28,7 @@ import { type Json, type Jsonify, toJson } from "./json.js";
 import {
   type ErrorInfo,
   type Event as WireEvent,
-  type Opcode,
+  Opcode,
   type OpcodeName,
   type RunFailedOp,
   type StepErrorOp,
@@ -36,6 +36,7 @@ import {
   type StepRecord,
   type StepRunOp,
   StepKeys,
+  encodeText,
   stepId,
 } from "./protocol.js";
 
@@ -282,7 +283,13 @@ class Replay {
       this.wake();
       return promise;
     }
-    this.pending.push({ id, name, kind, op: makeOp(id), fn });
+    const op = makeOp(id);
+    try {
+      encodeText(Opcode, op); // options of the wrong type (from untyped code) are the body's error, not a bad answer
+    } catch (err) {
+      throw new TypeError(`${kind.label}('${name}'): ${err instanceof Error ? err.message : String(err)}`);
+    }
+    this.pending.push({ id, name, kind, op, fn });
     this.wake();
     return never;
   }

@@ -113,6 +113,22 @@ test("a RetryAfterError whose delay is not a duration is the step's own error, n
   assert.equal(later.retry_after, null);
 });
 
+test("step options of the wrong type (from untyped code) are the body's error, not an answer that cannot be sent", async () => {
+  type Untyped = Record<string, (name: string, options: unknown) => Promise<unknown>>;
+  const ductor = app();
+  ductor.workflow({ id: "no-event" }, async (ctx) =>
+    (ctx.step as unknown as Untyped)["waitForEvent"]?.("shipped", { timeout: "1d" }),
+  );
+  ductor.workflow({ id: "version" }, async (ctx) =>
+    (ctx.step as unknown as Untyped)["invoke"]?.("child", { workflow: "w", version: "2" }),
+  );
+  for (const id of ["no-event", "version"]) {
+    const [op] = await execute(ductor, id);
+    assert.ok(op?.op === "RUN_ERROR", JSON.stringify(op));
+    assert.equal(op.error.name, "TypeError");
+  }
+});
+
 test("the body's own errors: RUN_ERROR while retries last, then RUN_FAILED", async () => {
   const ductor = app();
   ductor.workflow({ id: "body", retries: 1 }, () => Promise.reject(new Error("boom")));
