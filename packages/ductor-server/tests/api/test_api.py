@@ -563,6 +563,26 @@ async def test_a_signal_completes_a_waiting_run_and_a_late_one_is_refused(api: A
     assert_error(await api.call("POST", f"/v1/runs/{run_id}/cancel"), 409, "run.not_cancellable")
 
 
+async def test_a_signal_name_with_a_slash_is_sent_encoded(api: Api) -> None:
+    # The SDKs encode a name's `/` as `%2F`; the server receives it decoded.
+    slashed = {
+        "family_slug": "slashed",
+        "steps": [
+            {"ref": "w", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "orders/ship"}}
+        ],
+        "edges": [],
+    }
+    await api.call("POST", "/v1/workflows", json=slashed)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "slashed"})).json()["id"]
+    sent = await api.call("POST", f"/v1/runs/{run_id}/signals/orders%2Fship", json={"id": "s"})
+    assert sent.status_code == 202, sent.text
+    assert sent.json()["name"] == "orders/ship"
+    run = await _wait_for_status(api, run_id, "RUN_STATUS_SUCCEEDED")
+    assert run["steps"][0]["status"] == "STEP_STATUS_SUCCEEDED"
+    nameless = await api.call("POST", f"/v1/runs/{run_id}/signals/", json={})
+    assert nameless.status_code == 404, nameless.text
+
+
 async def test_cancel_ends_a_waiting_run(api: Api) -> None:
     await api.call("POST", "/v1/workflows", json=APPROVAL)
     run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "approval"})).json()["id"]

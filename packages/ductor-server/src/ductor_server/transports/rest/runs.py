@@ -134,7 +134,9 @@ class RunsController(Controller):
             await runs.rerun(tenant_id, run_id, latest=body.latest, idempotency_key=key)
         )
 
-    @post("/{run_id:str}/signals/{name:str}", status_code=202, responses=V1_ERRORS)
+    # `path`, not `str`: a signal name may hold a `/`, which a client sends as
+    # `%2F` and the server receives decoded, as a second segment.
+    @post("/{run_id:str}/signals/{name:path}", status_code=202, responses=V1_ERRORS)
     async def signal(
         self,
         run_id: FromPath[str],
@@ -146,6 +148,7 @@ class RunsController(Controller):
     ) -> Response[SignalAccepted]:
         """Send the signal `name` to a run: `{payload?, id?}` (optional body); 202.
         Without an `id`, the Idempotency-Key names the signal."""
+        name = name.removeprefix("/")  # a `path` parameter starts with its slash
         # The name is a path parameter here (the service names the body field).
         check_name("signal name", name, RequestInvalid, path="name")
         body = or_default(data, SignalBody())
