@@ -26,7 +26,11 @@ from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.settings import Settings
 from ductor_server.transports.connect import METHODS as CONNECT_METHODS
 from ductor_server.transports.connect import ConnectEndpoint
-from ductor_server.transports.dashboard import dashboard_routes, find_dashboard_assets
+from ductor_server.transports.dashboard import (
+    dashboard_routes,
+    find_dashboard_assets,
+    secure_dashboard_answers,
+)
 from ductor_server.transports.mcp import McpEndpoint
 from ductor_server.transports.rest import (
     OPERATOR_CONTROLLERS,
@@ -154,6 +158,8 @@ def create_app(
         route_handlers=handlers,
         lifespan=[_lifespan(settings, composition, mcp, connect)],
         exception_handlers=EXCEPTION_HANDLERS,
+        # Every /ui answer, errors included, with the dashboard's security headers.
+        before_send=[secure_dashboard_answers],
         # A span and a latency measurement per routed request (docs/observability.md).
         middleware=[TelemetryMiddleware],
         request_max_body_size=settings.max_body_bytes,

@@ -41,10 +41,19 @@ async def test_the_files_are_served_with_security_headers(
         assert module.status_code == 200
         assert "javascript" in module.headers["content-type"]
         assert module.headers["content-security-policy"] == csp
+        # The answers no file makes carry the same headers: a missing file, a wrong method.
         missing = await client.get("/ui/js/nope.js")
         assert missing.status_code == 404
+        assert missing.json()["code"] == "route.not_found"
+        wrong_method = await client.post("/ui/")
+        assert wrong_method.status_code == 405
+        for answer in (missing, wrong_method):
+            for name, value in dashboard.SECURITY_HEADERS.items():
+                assert answer.headers[name] == value, (answer.request.url, name)
         # Outside the folder is not reachable.
         assert (await client.get("/ui/../pyproject.toml")).status_code == 404
+        # Other paths are left as they are.
+        assert "content-security-policy" not in (await client.get("/healthz")).headers
         # /ui needs no key (the page signs in itself); /v1 still does.
         assert (await client.get("/v1/runs")).status_code == 401
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from litestar import Request, Response, get
+from litestar.datastructures import MutableScopeHeaders
 from litestar.static_files import create_static_files_router
+from litestar.types import Message, Scope
 
 UI_PATH = "/ui"
 
@@ -31,7 +33,7 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cache-Control": "no-cache",
 }
-"""Headers on every `/ui` answer."""
+"""Headers on every `/ui` answer: its files, and its errors (404, 405) as well."""
 
 NOT_INSTALLED = (
     "the web dashboard is not installed in this server: install the optional extra "
@@ -49,9 +51,21 @@ def find_dashboard_assets() -> Path | None:
     return assets if (assets / "index.html").is_file() else None
 
 
-async def _secure(response: Response[Any]) -> Response[Any]:
-    response.headers.update(SECURITY_HEADERS)
-    return response
+def is_dashboard_path(path: str) -> bool:
+    """Whether `path` is the dashboard's (`/ui` or under `/ui/`)."""
+    return path == UI_PATH or path.startswith(UI_PATH + "/")
+
+
+async def secure_dashboard_answers(message: Message, scope: Scope) -> None:
+    """A `before_send` hook: `SECURITY_HEADERS` on every answer to a `/ui` path.
+
+    A hook on the application, not on the files' router, so the answers no route
+    handler makes (a missing file's 404, a wrong method's 405) carry them too.
+    """
+    if message["type"] == "http.response.start" and is_dashboard_path(scope["path"]):
+        headers = MutableScopeHeaders.from_message(message)
+        for name, value in SECURITY_HEADERS.items():
+            headers[name] = value
 
 
 @get([UI_PATH, UI_PATH + "/{path:path}"], include_in_schema=False, sync_to_thread=False)
@@ -63,7 +77,6 @@ def _not_installed(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
             "details": {"path": request.url.path},
         },
         status_code=404,
-        headers=SECURITY_HEADERS,
     )
 
 
@@ -78,10 +91,16 @@ def dashboard_routes(assets: Path | None) -> list[Any]:
             directories=[assets],
             html_mode=True,
             name="dashboard",
-            after_request=_secure,
             include_in_schema=False,
         )
     ]
 
 
-__all__ = ["SECURITY_HEADERS", "UI_PATH", "dashboard_routes", "find_dashboard_assets"]
+__all__ = [
+    "SECURITY_HEADERS",
+    "UI_PATH",
+    "dashboard_routes",
+    "find_dashboard_assets",
+    "is_dashboard_path",
+    "secure_dashboard_answers",
+]
