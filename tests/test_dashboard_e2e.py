@@ -511,6 +511,36 @@ def test_runs_list_updates_live_and_a_run_is_signalled_cancelled_and_run_again(
     context.close()
 
 
+def test_a_workflow_filter_from_the_address_is_cleared_by_any_workflow(dash: Dashboard) -> None:
+    plain = {
+        "family_slug": "plain",
+        "title": "Plain",
+        "steps": [
+            {
+                "ref": "only",
+                "type": "STEP_TYPE_DATAFLOW",
+                "args": {"operation": "project", "project": {"ok": "true"}},
+            }
+        ],
+        "edges": [],
+    }
+    with dash.http() as http:
+        _ok(http.post("/v1/workflows", json=plain))
+        mine = _ok(http.post("/v1/runs", json={"family_slug": "plain", "input": {}}))
+        other = _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {}}))
+    context = dash.context()
+    page = dash.sign_in(context)
+    page.goto(f"{dash.server.url}/ui/#/runs?family=plain")
+    runs = page.locator("#runs-list")
+    expect(page.get_by_label("Workflow")).to_have_value("plain")
+    expect(runs).to_contain_text(mine["id"])
+    expect(runs).not_to_contain_text(other["id"])
+    page.get_by_label("Workflow").select_option("")
+    expect(runs).to_contain_text(other["id"])
+    expect(runs).to_contain_text(mine["id"])
+    context.close()
+
+
 def test_a_decision_is_explained_the_shadow_report_is_charted_and_a_routable_is_tried(
     dash: Dashboard,
 ) -> None:

@@ -43,7 +43,10 @@ export async function render(main, ctx) {
   ctx.title("Runs");
   const q = ctx.query;
   const status = select(STATUSES, q.get("status") || "", { name: "status" });
-  const family = select([["", "Any workflow"]], "", { name: "family" });
+  // The family the address names is an option from the start, so the select alone
+  // says which family to show, before the list of families arrives and after.
+  const named = q.get("family") || "";
+  const family = select([["", "Any workflow"], ...(named ? [[named, named]] : [])], named, { name: "family" });
   const since = select(SINCE, q.get("since") || "", { name: "since" });
   const live = h("input", { type: "checkbox", id: "runs-live", checked: true });
   const listEl = h("div", { id: "runs-list", "aria-busy": "true" });
@@ -64,8 +67,10 @@ export async function render(main, ctx) {
   );
 
   api("/v1/workflows").then((families) => {
-    const current = q.get("family") || "";
-    for (const f of families) family.append(h("option", { value: f.family_slug, selected: f.family_slug === current }, f.family_slug));
+    const current = family.value;
+    const slugs = families.map((f) => f.family_slug);
+    if (named && !slugs.includes(named)) slugs.push(named);
+    fill(family, h("option", { value: "" }, "Any workflow"), slugs.map((slug) => h("option", { value: slug }, slug)));
     family.value = current;
   }).catch(() => {});
 
@@ -82,11 +87,10 @@ export async function render(main, ctx) {
   for (const el of [status, family, since]) el.addEventListener("change", onFilter);
 
   async function load() {
-    const famValue = family.value || q.get("family") || "";
     let page;
     try {
       page = await api("/v1/runs", {
-        query: { status: status.value, family_slug: famValue, cursor: pager.cursor, limit: PAGE_SIZE },
+        query: { status: status.value, family_slug: family.value, cursor: pager.cursor, limit: PAGE_SIZE },
       });
     } catch (err) {
       fill(listEl, errorBox(err));
