@@ -2,6 +2,7 @@
 // far are kept, so "Previous page" goes back without the API having to.
 
 import { fill, h } from "./dom.js";
+import { keepFocus } from "./focus.js";
 
 export class Pager {
   constructor(onChange, label = "Pages") {
@@ -34,12 +35,15 @@ export class Pager {
       this.index = index;
       this.onChange();
     };
-    fill(
-      this.el,
-      h("button", { type: "button", class: "secondary", disabled: this.first, onClick: () => go(0) }, "First page"),
-      h("button", { type: "button", class: "secondary", disabled: this.first, onClick: () => go(this.index - 1) }, "Previous page"),
-      h("span", { class: "page-no" }, `Page ${this.index + 1}${count !== undefined ? ` · ${count} shown` : ""}`),
-      h("button", { type: "button", class: "secondary", disabled: !this.next, onClick: () => go(this.index + 1) }, "Next page"),
+    // A live list redraws its pager with each refresh: a keyboard user on a button keeps it.
+    keepFocus(this.el, () =>
+      fill(
+        this.el,
+        h("button", { type: "button", class: "secondary", disabled: this.first, onClick: () => go(0) }, "First page"),
+        h("button", { type: "button", class: "secondary", disabled: this.first, onClick: () => go(this.index - 1) }, "Previous page"),
+        h("span", { class: "page-no" }, `Page ${this.index + 1}${count !== undefined ? ` · ${count} shown` : ""}`),
+        h("button", { type: "button", class: "secondary", disabled: !this.next, onClick: () => go(this.index + 1) }, "Next page"),
+      ),
     );
   }
 }
