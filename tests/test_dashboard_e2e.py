@@ -593,6 +593,12 @@ def test_a_decision_is_explained_the_shadow_report_is_charted_and_a_routable_is_
     expect(result).to_contain_text("Matched rule: west")
     expect(result.locator(".badge")).to_have_text("assigned")
     dash.check(page, "try-routable")
+
+    # The routing page lists the latest decisions first: this one heads the list.
+    tried = result.locator("h2 a").inner_text()
+    page.get_by_role("link", name="Routing", exact=True).click()
+    decisions = page.get_by_role("table", name="Latest decisions that assigned work", exact=False)
+    expect(decisions.locator("tbody tr").first).to_contain_text(tried)
     context.close()
 
 

@@ -3,6 +3,10 @@
 import { api } from "../api.js";
 import { errorBox, field, fill, fmtMicros, h, jsonBlock, link, section, select, table, timeEl } from "../dom.js";
 
+// GET /v1/assignments lists at most this many, oldest first, and has no cursor.
+const ASSIGNMENTS_READ = 1000;
+const DECISIONS_SHOWN = 50;
+
 async function orEmpty(promise, fallback) {
   try {
     return await promise;
@@ -37,8 +41,10 @@ export async function render(main, ctx) {
     api("/v1/pools"),
     orEmpty(api("/v1/rules"), null),
     orEmpty(api("/v1/rules/versions"), []),
-    api("/v1/assignments", { query: { limit: 50 } }),
+    // Assignments come oldest first: read as many as the API gives, show the newest.
+    api("/v1/assignments", { query: { limit: ASSIGNMENTS_READ } }),
   ]);
+  const latest = assignments.slice(-DECISIONS_SHOWN).reverse();
   if (!ctx.current()) return;
 
   const lookup = h("input", { type: "text", name: "decision", required: true, autocomplete: "off", class: "mono" });
@@ -90,8 +96,8 @@ export async function render(main, ctx) {
           { label: "Charge", cell: (a) => (a.charge ? fmtMicros(a.charge) : ""), class: "num" },
           { label: "At", cell: (a) => timeEl(a.created_at) },
         ],
-        assignments,
-        { caption: "Latest decisions that assigned work (the API lists decisions through their assignments)", empty: "No assignments yet." },
+        latest,
+        { caption: "Latest decisions that assigned work, newest first (the API lists decisions through their assignments)", empty: "No assignments yet." },
       ),
     ),
     section(
