@@ -447,6 +447,62 @@ def test_publish_trigger_watch_it_finish_live_and_read_its_dag(dash: Dashboard) 
     context.close()
 
 
+def test_a_condition_edge_into_a_step_cancelled_before_it_ran_is_drawn_decided(
+    dash: Dashboard,
+) -> None:
+    # `gold` also waits for `slow`; `boom` fails the run first, so `gold` is cancelled
+    # without ever starting, and the page cannot know its condition's verdict.
+    doomed = {
+        "family_slug": "doomed",
+        "title": "Fails before a branch runs",
+        "steps": [
+            {
+                "ref": "score",
+                "type": "STEP_TYPE_DATAFLOW",
+                "args": {"operation": "project", "project": {"score": "input.score"}},
+            },
+            {"ref": "slow", "type": "STEP_TYPE_WAIT", "args": {"duration": "1h"}},
+            {"ref": "pause", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}},
+            {
+                "ref": "boom",
+                "type": "STEP_TYPE_DATAFLOW",
+                "args": {"operation": "project", "project": {"x": "input.missing"}},
+            },
+            {
+                "ref": "gold",
+                "type": "STEP_TYPE_DATAFLOW",
+                "args": {"operation": "project", "project": {"tier": "'gold'"}},
+            },
+        ],
+        "edges": [
+            {
+                "source_ref": "score",
+                "target_ref": "gold",
+                "type": "EDGE_TYPE_CONDITION",
+                "condition": "output.score < 50",
+            },
+            {"source_ref": "slow", "target_ref": "gold"},
+            {"source_ref": "pause", "target_ref": "boom"},
+        ],
+    }
+    with dash.http() as http:
+        _ok(http.post("/v1/workflows", json=doomed))
+        run = _ok(http.post("/v1/runs", json={"family_slug": "doomed", "input": {"score": 80}}))
+    ended = dash.server.wait_for_run(run["id"])
+    steps = {s["ref"]: s for s in ended["steps"]}
+    assert ended["status"] == "RUN_STATUS_FAILED"
+    assert steps["score"]["status"] == "STEP_STATUS_SUCCEEDED"
+    assert steps["gold"]["status"] == "STEP_STATUS_CANCELLED"
+    assert steps["gold"]["started_at"] is None
+    context = dash.context()
+    page = dash.sign_in(context, start=f"#/runs/{run['id']}")
+    graph = page.locator("#run-graph svg")
+    expect(graph.locator("[data-step=gold]")).to_have_attribute("data-status", "cancelled")
+    expect(graph.locator('[data-edge="score->gold"]')).to_have_attribute("data-state", "decided")
+    expect(graph.locator('[data-edge="slow->gold"]')).to_have_attribute("data-state", "not-taken")
+    context.close()
+
+
 def test_runs_list_updates_live_and_a_run_is_signalled_cancelled_and_run_again(
     dash: Dashboard,
 ) -> None:

@@ -7,7 +7,8 @@
 // source takes none. A CONDITION edge's verdict is not in the API's run view:
 // it is "not taken" when its target was skipped or the source did not succeed,
 // "taken" when its target ran and no other edge can explain that, and
-// "decided" (drawn apart) otherwise.
+// "decided" (drawn apart) otherwise: a target still pending, or cancelled
+// before it started (a failed run cancels the steps it had not started).
 
 import { h, statusWord } from "./dom.js";
 
@@ -95,7 +96,7 @@ export function edgeStates(edges, stepsByRef) {
     if (!ENDED.has(source)) return "pending";
     if (type !== "EDGE_TYPE_CONDITION") return plainTaken(type, source) ? "taken" : "not-taken";
     if (source !== "succeeded" || target === "skipped") return "not-taken";
-    if (target === "pending") return "decided";
+    if (target === "pending" || (target === "cancelled" && !stepsByRef.get(e.target_ref)?.started_at)) return "decided";
     return "maybe";
   });
   // A condition edge into a step that ran is taken when no other edge into it was.
