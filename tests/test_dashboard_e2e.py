@@ -342,6 +342,13 @@ def test_sign_in_by_keyboard_a_wrong_key_is_refused_and_the_key_stays_in_the_tab
     expect(alert).to_contain_text("refused this key")
     assert page.evaluate("sessionStorage.length") == 0
     dash.check(page, "signin")
+    # A key no server could accept (the hint's "dk_…" pasted as is) is refused as
+    # well, not taken for an unreachable server.
+    key_field.fill("dk_…")
+    key_field.press("Enter")
+    expect(alert).to_contain_text("auth.unauthenticated")
+    expect(alert).not_to_contain_text("network.unreachable")
+    assert page.evaluate("sessionStorage.length") == 0
 
     key_field.fill(dash.server.api_key)
     key_field.press("Enter")

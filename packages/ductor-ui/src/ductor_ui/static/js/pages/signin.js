@@ -34,6 +34,20 @@ export async function render(main, ctx) {
     event.preventDefault();
     const key = input.value.trim();
     if (!key) return;
+    if (!/^[\x21-\x7e]+$/.test(key)) {
+      // A bearer token is printable ASCII: this key cannot even be sent (fetch refuses
+      // the header, which would read as an unreachable server), and would be refused.
+      fill(
+        status,
+        h(
+          "div", { class: "error", role: "alert" }, h("strong", {}, "auth.unauthenticated"),
+          ": this is not an API key (it has spaces or characters no key has). Check it and try again.",
+        ),
+      );
+      input.focus();
+      input.select();
+      return;
+    }
     button.disabled = true;
     fill(status, h("p", { role: "status" }, "Checking the key…"));
     try {
