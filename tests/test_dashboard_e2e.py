@@ -373,6 +373,24 @@ def test_sign_in_by_keyboard_a_wrong_key_is_refused_and_the_key_stays_in_the_tab
     context.close()
 
 
+def test_a_key_revoked_while_signed_in_sends_the_tab_back_to_sign_in(dash: Dashboard) -> None:
+    with dash.http() as http:
+        key = _ok(http.post("/v1/keys", json={"name": "dashboard", "scopes": ["read"]}))
+    context = dash.context()
+    page = context.new_page()
+    page.goto(f"{dash.server.url}/ui/#/runs")
+    page.get_by_label("API key").fill(key["key"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    with dash.http() as http:
+        assert http.delete(f"/v1/keys/{key['id']}").status_code == 204
+    # The live runs list's next refresh is refused: the key is forgotten.
+    expect(page.get_by_role("status")).to_contain_text("no longer accepts the key")
+    expect(page.get_by_label("API key")).to_be_visible()
+    assert page.evaluate("sessionStorage.length") == 0
+    context.close()
+
+
 def test_publish_trigger_watch_it_finish_live_and_read_its_dag(dash: Dashboard) -> None:
     context = dash.context()
     page = dash.sign_in(context, start="#/workflows/new")
