@@ -16,7 +16,7 @@ export async function render(main, ctx) {
       const total = page.items.reduce((sum, r) => sum + BigInt(r.cost_micros || 0), 0n);
       fill(
         listEl,
-        h("p", {}, `Cost of the requests on this page: `, h("strong", {}, fmtMicros(total)), " (micros of the ledger's currency)"),
+        h("p", {}, `Cost of the requests on this page: `, h("strong", {}, fmtMicros(total)), " (in the ledger's currency)"),
         table(
           [
             { label: "Request", cell: (r) => h("span", { class: "mono" }, r.id) },
