@@ -182,8 +182,9 @@ class DagKind:
                 # An SDK step's invoke without app_id names a DAG family; the
                 # likely mistake is an SDK workflow id without its app.
                 message += (
-                    " as a DAG family; to invoke an SDK workflow, pass its app_id"
-                    f' (step.invoke(..., workflow="{command.family_slug}", app_id=...))'
+                    " as a DAG family; to invoke an SDK workflow, name its app too"
+                    f' (workflow "{command.family_slug}" with app_id=... in Python,'
+                    " appId: ... in TypeScript)"
                 )
             return ErrorInfo(code="workflow.not_found", message=message, retryable=False)
         if depth >= MAX_START_DEPTH:
