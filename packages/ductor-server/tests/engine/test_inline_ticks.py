@@ -8,8 +8,10 @@ from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
 from ductor_core.definitions import definition_from_obj
 from ductor_core.runs import RunStatus
 from ductor_server.engine.cheap import INLINE_BYTES, definition_cost, small
+from ductor_server.engine.events import INLINE_CANDIDATES
+from ductor_server.engine.offload import ENGINE
 
-from .conftest import Engine, step
+from .conftest import TENANT, Engine, step
 
 
 def chain(slug: str, steps: int, params: dict[str, str] | None = None) -> dict[str, Any]:
@@ -91,3 +93,24 @@ async def test_costly_cel_or_a_big_input_is_offloaded(engine: Engine) -> None:
     big_run = await engine.trigger("cheap", {"n": 1, "pad": "x" * INLINE_BYTES})
     assert (await engine.wait_run(big_run.id)).status == RunStatus.SUCCEEDED
     assert coordinator.offloaded_batches >= offloaded + 2
+
+
+async def test_an_event_starting_many_runs_is_matched_off_the_loop(engine: Engine) -> None:
+    """Cheap triggers are matched on the loop while they are few; a tenant's event
+    that starts more runs than that would hold every tenant's requests."""
+
+    def triggered(slug: str) -> dict[str, Any]:
+        return {**chain(slug, 1), "triggers": [{"event": "boom"}]}
+
+    for i in range(INLINE_CANDIDATES):
+        await engine.publish(triggered(f"few{i}"))
+    calls = ENGINE.calls
+    few = (await engine.services.events.send(TENANT, "boom", {}, "evt-few")).value
+    assert len(few.runs_started) == INLINE_CANDIDATES
+    assert ENGINE.calls == calls  # matched on the loop
+    await engine.publish(triggered("one-more"))
+    many = (await engine.services.events.send(TENANT, "boom", {}, "evt-many")).value
+    assert len(many.runs_started) == INLINE_CANDIDATES + 1
+    assert ENGINE.calls == calls + 1  # in the engine lane, in one call
+    for run_id in many.runs_started:
+        assert (await engine.wait_run(run_id)).status == RunStatus.SUCCEEDED

@@ -34,6 +34,10 @@ log = logging.getLogger("ductor.events")
 P = ParamSpec("P")
 T = TypeVar("T")
 
+INLINE_CANDIDATES = 16
+"""Most workflows an event's filters and first ticks are matched for on the loop;
+more go to the engine lane, however cheap each is."""
+
 
 @dataclass
 class IngestedEvent:
@@ -130,10 +134,13 @@ async def match_candidates(
         return []
     engine, specs = parts.portable()
     cel = parts.expressions()
-    # Cheap filters and first ticks over small data run on the loop (`engine.cheap`).
+    # Cheap filters and first ticks over small data run on the loop (`engine.cheap`),
+    # as long as they are few: a tenant's event that starts hundreds of runs would
+    # hold the loop, and every other tenant's requests with it.
     run = (
         _call_here
-        if all(cheap(definition, parts.specs, cel, [data]) for _, definition in candidates)
+        if len(candidates) <= INLINE_CANDIDATES
+        and all(cheap(definition, parts.specs, cel, [data]) for _, definition in candidates)
         else ENGINE.run
     )
     matched = await run(

@@ -59,6 +59,7 @@ class Lane:
         self._pool_lock = threading.Lock()
         self.waiting = 0  # calls queued for a slot right now
         self.running = 0  # calls in a thread right now
+        self.calls = 0  # calls given a slot since the process started
         # asyncio primitives bind to one loop; keep one semaphore per loop.
         self._semaphores: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Semaphore
@@ -89,6 +90,7 @@ class Lane:
         finally:
             self.waiting -= 1
         self.running += 1
+        self.calls += 1
         released = False
 
         def release(done: asyncio.Future[T] | None = None) -> None:
