@@ -78,7 +78,10 @@ def transition_entries(
         entries.append((f"run.{new.status.name.lower()}", data))
     old_steps = old.steps if old is not None else {}
     for ref, step in new.steps.items():
-        entries.extend(_step_entries(old_steps.get(ref), step))
+        before = old_steps.get(ref)
+        if before is step:
+            continue  # a tick shares the steps it leaves alone: nothing changed
+        entries.extend(_step_entries(before, step))
     # A terminal run entry reads best after the steps that ended it.
     if entries and entries[0][0].startswith("run.") and new.status.terminal:
         entries.append(entries.pop(0))
