@@ -60,6 +60,35 @@ async def test_a_lane_runs_at_most_its_slots_at_once_and_answers_every_call() ->
     assert (peak, lane.running, lane.waiting) == (2, 0, 0)
 
 
+async def test_one_tenant_flooding_a_lane_leaves_a_slot_to_another() -> None:
+    lane = Lane("test", 2, processes=False)
+    started: list[str] = []
+    lock = threading.Lock()
+    release = threading.Event()
+    two_in = threading.Event()
+
+    def work(who: str) -> str:
+        with lock:
+            started.append(who)
+            if len(started) == 2:
+                two_in.set()
+        release.wait(WAIT)
+        return who
+
+    flood = [asyncio.ensure_future(lane.run_for("a", work, f"a{n}")) for n in range(5)]
+    await asyncio.sleep(0.02)
+    other = asyncio.ensure_future(lane.run_for("b", work, "b"))
+    assert await asyncio.to_thread(two_in.wait, WAIT)
+    await asyncio.sleep(0.02)
+    # Tenant a holds one slot of two; b, who came after all of a's calls, the other.
+    assert sorted(started) == ["a0", "b"], started
+    assert (lane.running, lane.waiting) == (2, 0)  # a's others wait for a's turn
+    release.set()
+    assert await asyncio.gather(*flood, other) == [*(f"a{n}" for n in range(5)), "b"]
+    assert lane.running == 0
+    assert not lane._turns.get(asyncio.get_running_loop())  # no key is kept once done
+
+
 async def test_a_cancelled_caller_holds_its_slot_until_its_thread_ends() -> None:
     lane = Lane("test", 1)
     release = threading.Event()

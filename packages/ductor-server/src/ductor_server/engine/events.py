@@ -11,10 +11,10 @@ run key per (event id, family) makes a second start of the same run impossible.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -30,9 +30,6 @@ from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import EventRecord, NewInboxItem, WorkflowVersionRecord
 
 log = logging.getLogger("ductor.events")
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 INLINE_CANDIDATES = 16
 """Most workflows an event's filters and first ticks are matched for on the loop;
@@ -115,10 +112,6 @@ def match_triggers(
     return matched
 
 
-async def _call_here(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    return fn(*args, **kwargs)
-
-
 async def match_candidates(
     parts: EngineParts,
     candidates: Candidates,
@@ -137,22 +130,33 @@ async def match_candidates(
     # Cheap filters and first ticks over small data run on the loop (`engine.cheap`),
     # as long as they are few: a tenant's event that starts hundreds of runs would
     # hold the loop, and every other tenant's requests with it.
-    run = (
-        _call_here
-        if len(candidates) <= INLINE_CANDIDATES
-        and all(cheap(definition, parts.specs, cel, [data]) for _, definition in candidates)
-        else ENGINE.run
+    inline = len(candidates) <= INLINE_CANDIDATES and all(
+        cheap(definition, parts.specs, cel, [data]) for _, definition in candidates
     )
-    matched = await run(
-        match_triggers,
-        [definition for _, definition in candidates],
-        event_id=event_id,
-        name=name,
-        data=data,
-        now=now,
-        engine=engine,
-        specs=specs,
-    )
+    definitions = [definition for _, definition in candidates]
+    if inline:
+        matched = match_triggers(
+            definitions,
+            event_id=event_id,
+            name=name,
+            data=data,
+            now=now,
+            engine=engine,
+            specs=specs,
+        )
+    else:
+        # In the lane, on the tenant's turn: its flood leaves a slot to the others.
+        matched = await ENGINE.run_for(
+            candidates[0][0].tenant_id,
+            match_triggers,
+            definitions,
+            event_id=event_id,
+            name=name,
+            data=data,
+            now=now,
+            engine=engine,
+            specs=specs,
+        )
     return [
         TriggeredRun(candidates[index][0], candidates[index][1], first) for index, first in matched
     ]

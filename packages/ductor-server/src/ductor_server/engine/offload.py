@@ -34,6 +34,14 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class _Turn:
+    """One key's share of a lane on one loop: its semaphore and who uses it."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self.semaphore = semaphore
+        self.users = 0  # calls holding or waiting for it
+
+
 class Lane:
     """A bounded set of worker-thread slots for one kind of heavy work.
 
@@ -64,6 +72,9 @@ class Lane:
         self._semaphores: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Semaphore
         ] = weakref.WeakKeyDictionary()
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Turn]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _semaphore(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -71,6 +82,30 @@ class Lane:
         if semaphore is None:
             semaphore = self._semaphores[loop] = asyncio.Semaphore(self.slots)
         return semaphore
+
+    async def run_for(
+        self, key: str | None, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`run`, for the tenant `key`: one key holds at most all slots but one at
+        once (its further calls wait their turn, holding nothing), so a tenant
+        that floods the lane leaves a slot to every other. None: no key."""
+        if key is None or self.slots < 2:
+            return await self.run(fn, *args, **kwargs)
+        loop = asyncio.get_running_loop()
+        turns = self._turns.get(loop)
+        if turns is None:
+            turns = self._turns[loop] = {}
+        turn = turns.get(key)
+        if turn is None:
+            turn = turns[key] = _Turn(asyncio.Semaphore(self.slots - 1))
+        turn.users += 1
+        try:
+            async with turn.semaphore:
+                return await self.run(fn, *args, **kwargs)
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del turns[key]
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Call `fn(*args, **kwargs)` once a slot is free: in a worker process if

@@ -625,7 +625,7 @@ class RoutingService:
             problem: ConfigError | None = None
             try:
                 # Compiling every rule is heavy: a lane keeps the loop free.
-                await VALIDATION.run(self._build, changed)
+                await VALIDATION.run_for(tenant_id, self._build, changed)
             except ConfigError as exc:
                 problem = _relative(exc, prefix)
             try:
@@ -913,7 +913,7 @@ class RoutingService:
             rules=rules if rules is not None else current.rules,
         )
         try:
-            await VALIDATION.run(self._build, changed)
+            await VALIDATION.run_for(tenant_id, self._build, changed)
         except ConfigError as exc:
             details = exc.details if isinstance(exc.details, list) else []
             for found in details:
@@ -963,7 +963,7 @@ class RoutingService:
                 config = await self._load_config(rtx, tenant_id)
             if pool is not None and pool not in {p.id for p in config.pools}:
                 raise RoutingObjectNotFound("pool", pool)
-            router = await VALIDATION.run(self._build, config, pool)
+            router = await VALIDATION.run_for(tenant_id, self._build, config, pool)
             self._routers[(tenant_id, pool)] = (
                 generation,
                 _Compiled(router, _route_cost(config, pool, self.engine), config),
@@ -1084,7 +1084,8 @@ class RoutingService:
                         funds=state.funds,
                     )
                 else:
-                    decision = await VALIDATION.run(
+                    decision = await VALIDATION.run_for(
+                        tenant_id,
                         compiled.router.route,
                         routable,
                         state,

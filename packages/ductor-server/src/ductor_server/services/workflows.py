@@ -148,7 +148,8 @@ class WorkflowsService:
         the validation lane, never on the event loop. ACTION steps that name a
         connection are checked against the tenant's connections too.
         """
-        report = await VALIDATION.run(
+        report = await VALIDATION.run_for(
+            tenant_id,
             _report,
             definition,
             engine=portable_engine(self._context.expressions),
@@ -179,7 +180,8 @@ class WorkflowsService:
         # Validate (in a worker thread) before the transaction opens: it
         # compiles every expression, which must hold neither the loop nor a
         # connection.
-        checked = await VALIDATION.run(
+        checked = await VALIDATION.run_for(
+            tenant_id,
             _checked,
             definition,
             engine=portable_engine(context.expressions),
