@@ -10,6 +10,7 @@ run key per (event id, family) makes a second start of the same run impossible.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -133,30 +134,18 @@ async def match_candidates(
     inline = len(candidates) <= INLINE_CANDIDATES and all(
         cheap(definition, parts.specs, cel, [data]) for _, definition in candidates
     )
-    definitions = [definition for _, definition in candidates]
-    if inline:
-        matched = match_triggers(
-            definitions,
-            event_id=event_id,
-            name=name,
-            data=data,
-            now=now,
-            engine=engine,
-            specs=specs,
-        )
-    else:
-        # In the lane, on the tenant's turn: its flood leaves a slot to the others.
-        matched = await ENGINE.run_for(
-            candidates[0][0].tenant_id,
-            match_triggers,
-            definitions,
-            event_id=event_id,
-            name=name,
-            data=data,
-            now=now,
-            engine=engine,
-            specs=specs,
-        )
+    match = functools.partial(
+        match_triggers,
+        [definition for _, definition in candidates],
+        event_id=event_id,
+        name=name,
+        data=data,
+        now=now,
+        engine=engine,
+        specs=specs,
+    )
+    # In the lane, on the tenant's turn: its flood leaves a slot to the others.
+    matched = match() if inline else await ENGINE.run_for(candidates[0][0].tenant_id, match)
     return [
         TriggeredRun(candidates[index][0], candidates[index][1], first) for index, first in matched
     ]
