@@ -86,7 +86,7 @@ async def test_one_tenant_flooding_a_lane_leaves_a_slot_to_another() -> None:
     release.set()
     assert await asyncio.gather(*flood, other) == [*(f"a{n}" for n in range(5)), "b"]
     assert lane.running == 0
-    assert not lane._turns.get(asyncio.get_running_loop())  # no key is kept once done
+    assert not lane._on_loop().turns  # no key is kept once done
 
 
 async def test_a_cancelled_caller_holds_its_slot_until_its_thread_ends() -> None:

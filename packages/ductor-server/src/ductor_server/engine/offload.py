@@ -34,12 +34,13 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class _Turn:
-    """One key's share of a lane on one loop: its semaphore and who uses it."""
+class _OnLoop:
+    """A lane's asyncio state on one loop (asyncio primitives bind to one): its
+    slots, and each tenant's share of them with the calls using that share."""
 
-    def __init__(self, semaphore: asyncio.Semaphore) -> None:
-        self.semaphore = semaphore
-        self.users = 0  # calls holding or waiting for it
+    def __init__(self, slots: int) -> None:
+        self.slots = asyncio.Semaphore(slots)
+        self.turns: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
 
 
 class Lane:
@@ -68,44 +69,37 @@ class Lane:
         self.waiting = 0  # calls queued for a slot right now
         self.running = 0  # calls in a thread right now
         self.calls = 0  # calls given a slot since the process started
-        # asyncio primitives bind to one loop; keep one semaphore per loop.
-        self._semaphores: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Semaphore
-        ] = weakref.WeakKeyDictionary()
-        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Turn]] = (
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OnLoop] = (
             weakref.WeakKeyDictionary()
         )
 
-    def _semaphore(self) -> asyncio.Semaphore:
+    def _on_loop(self) -> _OnLoop:
         loop = asyncio.get_running_loop()
-        semaphore = self._semaphores.get(loop)
-        if semaphore is None:
-            semaphore = self._semaphores[loop] = asyncio.Semaphore(self.slots)
-        return semaphore
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _OnLoop(self.slots)
+        return state
 
     async def run_for(
-        self, key: str | None, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+        self, key: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
         """`run`, for the tenant `key`: one key holds at most all slots but one at
         once (its further calls wait their turn, holding nothing), so a tenant
-        that floods the lane leaves a slot to every other. None: no key."""
-        if key is None or self.slots < 2:
+        that floods the lane leaves a slot to every other."""
+        if self.slots < 2:
             return await self.run(fn, *args, **kwargs)
-        loop = asyncio.get_running_loop()
-        turns = self._turns.get(loop)
-        if turns is None:
-            turns = self._turns[loop] = {}
-        turn = turns.get(key)
-        if turn is None:
-            turn = turns[key] = _Turn(asyncio.Semaphore(self.slots - 1))
-        turn.users += 1
+        turns = self._on_loop().turns
+        share, users = turns.get(key) or turns.setdefault(
+            key, (asyncio.Semaphore(self.slots - 1), [0])
+        )
+        users[0] += 1
         try:
-            async with turn.semaphore:
+            async with share:
                 return await self.run(fn, *args, **kwargs)
         finally:
-            turn.users -= 1
-            if not turn.users:
-                del turns[key]
+            users[0] -= 1
+            if not users[0]:
+                del turns[key]  # no key is kept once its calls are done
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Call `fn(*args, **kwargs)` once a slot is free: in a worker process if
@@ -118,7 +112,7 @@ class Lane:
         Raises:
             OffloadFailed: a worker process died during the call.
         """
-        semaphore = self._semaphore()
+        semaphore = self._on_loop().slots
         self.waiting += 1
         try:
             await semaphore.acquire()
