@@ -391,6 +391,31 @@ def test_a_key_revoked_while_signed_in_sends_the_tab_back_to_sign_in(dash: Dashb
     context.close()
 
 
+def test_signing_in_leads_back_to_the_address_with_its_filters(dash: Dashboard) -> None:
+    with dash.http() as http:
+        producer = _ok(http.post("/v1/keys", json={"name": "producer", "scopes": ["events:send"]}))
+    context = dash.context()
+    page = context.new_page()
+    page.goto(f"{dash.server.url}/ui/#/runs?status=RUN_STATUS_FAILED&family=approval")
+    expect(page.get_by_label("API key")).to_be_visible()
+    # A producer's key is a valid key that reads nothing: refused, and said why.
+    page.get_by_label("API key").fill(producer["key"])
+    page.get_by_role("button", name="Sign in").click()
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("auth.forbidden")
+    expect(alert).to_contain_text("cannot read")
+    assert page.evaluate("sessionStorage.length") == 0
+    page.get_by_label("API key").fill(dash.server.api_key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
+    expect(page).to_have_url(
+        f"{dash.server.url}/ui/#/runs?status=RUN_STATUS_FAILED&family=approval"
+    )
+    expect(page.get_by_label("Workflow")).to_have_value("approval")
+    expect(page.get_by_label("Status")).to_have_value("RUN_STATUS_FAILED")
+    context.close()
+
+
 def test_publish_trigger_watch_it_finish_live_and_read_its_dag(dash: Dashboard) -> None:
     context = dash.context()
     page = dash.sign_in(context, start="#/workflows/new")

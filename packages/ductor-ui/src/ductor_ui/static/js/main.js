@@ -68,7 +68,7 @@ function leave() {
 function parseHash() {
   const raw = window.location.hash.replace(/^#/, "") || "/runs";
   const [path, query = ""] = raw.split("?");
-  return { path, query: new URLSearchParams(query) };
+  return { path, query: new URLSearchParams(query), raw };
 }
 
 export function navigate(hash) {
@@ -114,11 +114,11 @@ async function route() {
   leave();
   generation += 1;
   const mine = generation;
-  const { path, query } = parseHash();
+  const { path, query, raw } = parseHash();
   const main = document.getElementById("main");
   if (!getKey() && path !== "/signin") {
-    const next = path === "/signin" ? "" : `?next=${encodeURIComponent(path)}`;
-    window.location.replace(`#/signin${next}`);
+    // The whole address, filters included, is where signing in leads back to.
+    window.location.replace(`#/signin?next=${encodeURIComponent(raw)}`);
     return;
   }
   let match = null;
@@ -181,8 +181,8 @@ async function route() {
 }
 
 onUnauthenticated(() => {
-  const { path } = parseHash();
-  if (path !== "/signin") window.location.replace(`#/signin?next=${encodeURIComponent(path)}&expired=1`);
+  const { path, raw } = parseHash();
+  if (path !== "/signin") window.location.replace(`#/signin?next=${encodeURIComponent(raw)}&expired=1`);
 });
 
 document.getElementById("skip-link").addEventListener("click", (event) => {

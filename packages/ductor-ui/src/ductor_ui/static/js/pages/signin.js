@@ -55,15 +55,25 @@ export async function render(main, ctx) {
       await api("/v1/workflows", { key });
       setKey(key);
       input.value = "";
-      const next = ctx.query.get("next");
-      ctx.navigate(`#${next && next.startsWith("/") && next !== "/signin" ? next : "/runs"}`);
+      // `next` is the address (path and query) the tab was sent here from.
+      const next = ctx.query.get("next") || "";
+      const back = next.startsWith("/") && !/^\/signin(\?|$)/.test(next);
+      ctx.navigate(`#${back ? next : "/runs"}`);
     } catch (err) {
-      fill(
-        status,
-        err.status === 401
-          ? h("div", { class: "error", role: "alert" }, h("strong", {}, err.code), ": the server refused this key. Check it and try again.")
-          : errorBox(err),
-      );
+      let shown;
+      if (err.status === 401) {
+        shown = h("div", { class: "error", role: "alert" }, h("strong", {}, err.code), ": the server refused this key. Check it and try again.");
+      } else if (err.status === 403) {
+        // A producer's key (events:send only) is valid but reads nothing, and every
+        // page here reads.
+        shown = h(
+          "div", { class: "error", role: "alert" }, h("strong", {}, err.code),
+          ": this key cannot read (the dashboard needs a key with the read, write or admin scope).",
+        );
+      } else {
+        shown = errorBox(err);
+      }
+      fill(status, shown);
       input.focus();
       input.select();
     } finally {
