@@ -416,6 +416,24 @@ def test_signing_in_leads_back_to_the_address_with_its_filters(dash: Dashboard) 
     context.close()
 
 
+def test_a_running_runs_page_keeps_keyboard_focus_through_its_refreshes(dash: Dashboard) -> None:
+    with dash.http() as http:
+        run = _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {"n": 1}}))
+    context = dash.context()
+    page = dash.sign_in(context)
+    page.goto(f"{dash.server.url}/ui/#/runs/{run['id']}")
+    expect(page.get_by_role("heading", name=f"Run {run['id']}")).to_be_visible()
+    for target in (
+        page.get_by_label("Run input"),
+        page.locator("dl.meta").get_by_role("link", name="approval"),
+    ):
+        target.focus()
+        # The page refreshes every second while the run waits for its signal.
+        page.wait_for_timeout(2500)
+        expect(target).to_be_focused()
+    context.close()
+
+
 def test_publish_trigger_watch_it_finish_live_and_read_its_dag(dash: Dashboard) -> None:
     context = dash.context()
     page = dash.sign_in(context, start="#/workflows/new")

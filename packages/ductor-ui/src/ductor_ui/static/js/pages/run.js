@@ -244,13 +244,13 @@ export async function render(main, ctx) {
 
   function draw() {
     fill(statusEl, badge(run.status), run.cancel_requested && !isTerminal(run.status) ? h("span", { class: "hint" }, " cancel requested") : "");
-    fill(
+    keepFocus(headerMeta, () => fill(
       headerMeta,
       h("dt", {}, "Workflow"), h("dd", {}, link(`#/workflows/${encodeURIComponent(run.family_slug)}`, run.family_slug), ` version ${run.version}`),
       h("dt", {}, "Started"), h("dd", {}, timeEl(run.created_at)),
       h("dt", {}, "Ended"), h("dd", {}, run.finished_at ? [timeEl(run.finished_at), ` (${fmtDuration(new Date(run.finished_at) - new Date(run.created_at))})`] : "not yet"),
       run.parent_run_id ? [h("dt", {}, "Parent run"), h("dd", {}, link(`#/runs/${encodeURIComponent(run.parent_run_id)}`, run.parent_run_id))] : null,
-    );
+    ));
     const ended = isTerminal(run.status);
     cancelButton.disabled = ended || run.cancel_requested;
     signalButton.disabled = ended;
@@ -263,7 +263,7 @@ export async function render(main, ctx) {
     if (waiting && !signalName.value && document.activeElement !== signalName) signalName.value = waiting.waiting_for.slice(7);
     keepFocus(graphEl, () => fill(graphEl, dagSvg(definition, run, { onStep: focusStep, label: `Graph of run ${runId}` })));
     keepFocus(stepsEl, () => fill(stepsEl, stepsTable(run)));
-    fill(timelineEl, timeline(run));
+    keepFocus(timelineEl, () => fill(timelineEl, timeline(run)));
     const stepRows = history.filter((e) => !e.kind.startsWith("run.") || e.kind === "run.cancel_requested");
     keepFocus(eventsEl, () =>
       fill(
@@ -280,12 +280,12 @@ export async function render(main, ctx) {
         ),
       ),
     );
-    fill(
+    keepFocus(ioEl, () => fill(
       ioEl,
       h("div", {}, h("h3", {}, "Input"), jsonBlock(run.input, "Run input")),
       h("div", {}, h("h3", {}, "Output"), run.output === null && !ended ? h("p", { class: "empty" }, "Not finished yet.") : jsonBlock(run.output, "Run output")),
       run.error ? h("div", {}, h("h3", {}, "Error"), jsonBlock(run.error, "Run error")) : null,
-    );
+    ));
     keepFocus(historyEl, () =>
       fill(
         historyEl,
