@@ -400,8 +400,11 @@ async def test_a_runs_tick_updates_its_row_in_place_on_postgres(pg_store: Store)
     after = await updates()
     updated, in_place = after[0] - before[0], after[1] - before[1]
     assert updated == 200
-    # With full pages (fillfactor 100) next to none would be.
-    assert in_place >= 0.95 * updated, (updated, in_place)
+    # With full pages (fillfactor 100) next to none would be. A page holds whole
+    # rows, so the room left beside them varies with their size: here ten rows
+    # of about 400 bytes leave room for nine of their grown versions (a run's
+    # first tick adds a step's status and output to its state).
+    assert in_place >= 0.85 * updated, (updated, in_place)
 
 
 async def test_a_read_sees_committed_rows_and_runs_each_statement_on_its_own(

@@ -358,7 +358,7 @@ UPDATE_RUNS_PG = (
     " kind_state = v.kind_state, outlined = v.outlined,"
     " lock_version = t.lock_version + 1 FROM "
     + _unnest(
-        "state jsonb",
+        "state json",
         "status text",
         "output jsonb",
         "error jsonb",
@@ -488,7 +488,7 @@ INSERT_RUNS_PG = (
         "family_slug text",
         "version integer",
         "status text",
-        "state jsonb",
+        "state json",
         "lock_version bigint",
         "input jsonb",
         "output jsonb",

@@ -1,0 +1,1 @@
+-- Postgres only (runs.state as json rather than jsonb); SQLite keeps the state as text already.
