@@ -315,6 +315,23 @@ async def test_wrong_path_and_method() -> None:
         assert msgspec.json.decode(put.content, type=ErrorResponse).code == "protocol.invalid"
 
 
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+async def test_other_methods_get_the_signed_405_of_every_adapter(adapter: str) -> None:
+    calls: Counter[str] = Counter()
+    transport = httpx.ASGITransport(app=ADAPTERS[adapter](build_client(calls)))
+    keys = SigningKeys(KEY)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+        for method in ("PUT", "PATCH", "DELETE"):
+            answer = await http.request(method, "/api/ductor", content=b"{}")
+            assert answer.status_code == 405, (method, answer.content)
+            keys.verify(answer.content, answer.headers[SIGNATURE_HEADER], now=int(time.time()))
+            error = msgspec.json.decode(answer.content, type=ErrorResponse)
+            assert error.code == "protocol.invalid"
+        head = await http.head("/api/ductor")  # HEAD is health, as GET is
+        assert head.status_code == 200
+        assert SIGNATURE_HEADER.lower() in head.headers
+
+
 async def test_concurrent_runs_over_http_do_not_mix(serve: Callable[[Any], str]) -> None:
     client = Client("shop", signing_key=KEY)
     calls: Counter[str] = Counter()

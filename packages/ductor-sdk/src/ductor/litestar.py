@@ -21,12 +21,16 @@ __all__ = ["bridge_handler"]
 def bridge_handler(client: Client, path: str = BRIDGE_PATH) -> HTTPRouteHandler:
     """A Litestar handler answering GET (health) and POST (actions) at `path`.
 
+    Every other method reaches `Client.handle` too, which answers it with a signed
+    405 `ErrorResponse`, as the bridge endpoint promises.
+
     Pass it in `route_handlers=[...]` of `Litestar(...)` or of a `Router`.
     """
 
     @route(
         path,
-        http_method=[HttpMethod.GET, HttpMethod.POST],
+        # Every method: Litestar's own 405 would be unsigned and of another shape.
+        http_method=list(HttpMethod),
         include_in_schema=False,
         name="ductor_bridge",
     )

@@ -16,9 +16,15 @@ from ductor.protocol import BRIDGE_PATH
 
 __all__ = ["bridge_route", "serve"]
 
+_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
+
 
 def bridge_route(client: Client, path: str = BRIDGE_PATH) -> Route:
-    """A Starlette `Route` answering GET (health) and POST (actions) at `path`."""
+    """A Starlette `Route` answering GET (health) and POST (actions) at `path`.
+
+    Every other method reaches `Client.handle` too, which answers it with a signed
+    405 `ErrorResponse`, as the bridge endpoint promises.
+    """
 
     async def ductor_bridge(request: Request) -> Response:
         body = await request.body()
@@ -31,7 +37,8 @@ def bridge_route(client: Client, path: str = BRIDGE_PATH) -> Route:
             media_type=answer.headers.get("content-type", "application/json"),
         )
 
-    return Route(path, ductor_bridge, methods=["GET", "POST"], name="ductor_bridge")
+    # Every method reaches the handler: Starlette's own 405 would be unsigned.
+    return Route(path, ductor_bridge, methods=_METHODS, name="ductor_bridge")
 
 
 def serve(app: Starlette, client: Client, path: str = BRIDGE_PATH) -> None:
