@@ -89,6 +89,19 @@ def sink() -> Iterator[Sink]:
         ("fe80::1", True),
         ("fc00::1", True),
         ("192.0.2.1", True),  # documentation range
+        ("::127.0.0.1", True),  # IPv4-compatible IPv6
+        ("::169.254.169.254", True),
+        ("::ffff:0:127.0.0.1", True),  # IPv4-translated (SIIT)
+        ("64:ff9b::127.0.0.1", True),  # NAT64 of 127.0.0.1
+        ("64:ff9b::169.254.169.254", True),  # NAT64 of cloud metadata
+        ("64:ff9b::10.0.0.1", True),
+        ("64:ff9b:1::a9fe:a9fe", True),  # local-use NAT64
+        ("fec0::1", True),  # site-local
+        ("192.0.0.8", True),  # IETF protocol assignments
+        ("192.88.99.1", True),  # 6to4 relay anycast
+        ("3fff::1", True),  # documentation range
+        ("64:ff9b::8.8.8.8", False),  # NAT64 of a public address
+        ("::8.8.8.8", False),
         ("8.8.8.8", False),
         ("1.1.1.1", False),
         ("2001:4860:4860::8888", False),

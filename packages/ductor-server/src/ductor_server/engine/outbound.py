@@ -12,8 +12,9 @@ HTTP client (`guarded_transport`): the host is resolved there, every address it
 resolves to must be allowed, and the connection goes to a checked address, so
 a DNS answer cannot change between the check and the connect, and a redirect
 to a forbidden host is refused like a first request. Numeric spellings of an
-address (decimal, octal, IPv4-mapped IPv6) are resolved to the address they
-mean before they are checked.
+address (decimal, octal, and IPv6 forms that carry an IPv4 address: mapped,
+compatible, translated, 6to4, NAT64) are resolved to the address they mean
+before they are checked.
 """
 
 from __future__ import annotations
@@ -39,6 +40,43 @@ MAX_RESPONSE_BYTES = 10 * 1024 * 1024
 """The most of a response body an outbound call reads (10 MiB)."""
 
 
+_EMBEDDING_IPV4 = tuple(
+    ipaddress.IPv6Network(n)
+    for n in (
+        "::/96",  # IPv4-compatible (deprecated): ::a.b.c.d
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT): ::ffff:0:a.b.c.d
+        "64:ff9b::/96",  # the NAT64 well-known prefix: 64:ff9b::a.b.c.d
+    )
+)
+"""IPv6 ranges whose last 32 bits are an IPv4 address the packet may end up at."""
+
+_NOT_GLOBAL: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        # Special-purpose ranges that are not globally reachable (IANA registries)
+        # but that `is_global` of older Pythons lets through.
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.88.99.0/24",  # 6to4 relay anycast (deprecated)
+        "64:ff9b:1::/48",  # local-use NAT64 prefixes
+        "fec0::/10",  # site-local (deprecated)
+        "5f00::/16",  # SRv6 SIDs
+        "3fff::/20",  # documentation
+    )
+)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 `address` stands for (IPv4-mapped, 6to4,
+    IPv4-compatible, IPv4-translated or NAT64), or None. `::` and `::1` stand
+    for none."""
+    mapped = address.ipv4_mapped or address.sixtofour
+    if mapped is not None:
+        return mapped
+    if int(address) > 1 and any(address in net for net in _EMBEDDING_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 class OutboundForbidden(Exception):
     """A call to an address the policy refuses; names the host and the address."""
 
@@ -60,9 +98,9 @@ class OutboundPolicy:
     def refusal(self, address: IPAddress) -> str | None:
         """Why `address` may not be reached, or None if it may."""
         if isinstance(address, ipaddress.IPv6Address):
-            mapped = address.ipv4_mapped or address.sixtofour
-            if mapped is not None:
-                address = mapped
+            embedded = embedded_ipv4(address)
+            if embedded is not None:
+                address = embedded
         if any(address in network for network in self.allow):
             return None
         if address.is_multicast:
@@ -73,7 +111,7 @@ class OutboundPolicy:
             return "it is the unspecified address"
         if address.is_link_local:
             return "it is a link-local address"
-        if not address.is_global:
+        if not address.is_global or any(address in net for net in _NOT_GLOBAL):
             return "it is not a public address"
         return None
 
