@@ -116,6 +116,11 @@ async def test_a_repeated_attempt_has_the_same_message_id(
     assert first.message["Message-ID"] == second.message["Message-ID"] == message_id(KEY)
 
 
+def test_the_message_id_encodes_every_character_but_letters_digits_dash_and_underscore() -> None:
+    assert message_id("run_1:push-it.v2~x:0:1") == "<run_1%3Apush-it%2Ev2%7Ex%3A0%3A1@ductor>"
+    assert message_id("a b/c@d") == "<a%20b%2Fc%40d@ductor>"
+
+
 async def test_login(smtp_auth: SmtpSink, make_context: MakeContext) -> None:
     out = await SmtpProvider().call(
         "send", settings(smtp_auth.port, username=USER), secrets(PASSWORD), mail(), make_context()

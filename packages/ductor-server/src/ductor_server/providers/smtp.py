@@ -80,7 +80,9 @@ def is_address(value: str) -> bool:
 def message_id(idempotency_key: str) -> str:
     """The Message-ID for an attempt: `<key@ductor>`, the key percent-encoded
     (every character but letters, digits, `-` and `_`)."""
-    return f"<{quote(idempotency_key, safe='-_').replace('.', '%2E')}@ductor>"
+    # `quote` never encodes `.` and `~`; they are encoded here.
+    encoded = quote(idempotency_key, safe="-_").replace(".", "%2E").replace("~", "%7E")
+    return f"<{encoded}@ductor>"
 
 
 class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
