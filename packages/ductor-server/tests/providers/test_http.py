@@ -164,6 +164,10 @@ async def test_redirect_is_an_answer_not_followed(
         "\\\\evil.example\\x",
         "../admin",
         "a/%2e%2E/admin",
+        "a/..%2Fadmin",  # a `..` segment once the encoded slash is decoded
+        "a%2F%2E%2E%2Fadmin",
+        "..%5Cadmin",  # an encoded backslash
+        "a/%5C%5Cevil.example",
         "./x",
         "a\r\nHost: evil",
     ],

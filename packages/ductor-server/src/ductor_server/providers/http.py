@@ -185,7 +185,12 @@ def join_url(base_url: str, path: str) -> httpx.URL:
     parts = urlsplit(path)
     if parts.scheme or parts.netloc or path.startswith("//"):
         raise ValueError("must be a path, not an absolute URL")
-    if any(unquote(segment) in (".", "..") for segment in parts.path.split("/")):
+    # A server that decodes `%2F` or `%5C` before it resolves dot segments would
+    # climb out with `..%2F`: segments are looked for after decoding too.
+    decoded = unquote(parts.path)
+    if "\\" in decoded:
+        raise ValueError("may not contain backslashes, even percent-encoded")
+    if any(segment in (".", "..") for segment in decoded.split("/")):
         raise ValueError("may not hold . or .. segments (it stays under the base URL's path)")
     base = httpx.URL(base_url)
     if not path:
