@@ -3,6 +3,7 @@ opening under any key of the ring, and binding each value to its tenant and conn
 
 from __future__ import annotations
 
+import base64
 import stat
 from pathlib import Path
 
@@ -57,9 +58,23 @@ def test_a_value_opens_only_for_its_tenant_and_connection() -> None:
         ("k1:not base64 !", "URL-safe base64"),
         ("k1:" + "QUJD", "32 bytes, got 3"),
         (f"{K1},{K1}", "listed twice"),
+        # 32 bytes once the characters outside the alphabet are dropped: still refused
+        (K1 + "!!!!", "URL-safe base64"),
+        (K1[:10] + "*" + K1[10:], "URL-safe base64"),
+        ("k1:" + base64.b64encode(b"\xfb\xff" * 16).decode(), "URL-safe base64"),
     ],
     # Stable ids (the keys are random): parallel workers must collect the same tests.
-    ids=["empty", "no-colon", "bad-kid", "not-base64", "short", "twice"],
+    ids=[
+        "empty",
+        "no-colon",
+        "bad-kid",
+        "not-base64",
+        "short",
+        "twice",
+        "trailing-junk",
+        "junk-inside",
+        "standard-base64",
+    ],
 )
 def test_bad_rings_are_refused_without_showing_keys(text: str, says: str) -> None:
     with pytest.raises(SecretKeysInvalid) as refused:

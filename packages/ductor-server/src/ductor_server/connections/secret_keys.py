@@ -29,6 +29,7 @@ from ductor_server.connections.errors import SecretKeysInvalid
 KEY_BYTES = 32
 _NONCE_BYTES = 12
 _KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_URLSAFE_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _AAD_PREFIX = b"ductor.connection.v1"
 
 
@@ -102,6 +103,9 @@ class SecretKeys:
                     f"secret key {n} must be KID:KEY with a KID of 1-64 of A-Z a-z 0-9 _ . -"
                 )
             try:
+                # The decoder drops characters outside the alphabet: refuse them first.
+                if not _URLSAFE_B64.fullmatch(material):
+                    raise ValueError("not URL-safe base64")
                 raw = _b64decode(material)
             except (binascii.Error, ValueError):
                 raise SecretKeysInvalid(f"secret key {kid!r} is not URL-safe base64") from None
