@@ -88,6 +88,10 @@ class EchoProvider:
     async def test(
         self, settings: EchoSettings, secrets: EchoSecrets, context: CallContext
     ) -> CheckResult:
+        if settings.region == "down":
+            raise provider_failure(
+                "echo.down", f"region down for {secrets.token}", retryable=True, details={"at": 1}
+            )
         return CheckResult(ok=True, message=f"region {settings.region} with {secrets.token}")
 
 

@@ -395,6 +395,16 @@ async def test_connection_test_answers_check_result(api: Api, sink: HttpSink) ->
     assert sink.last.headers["authorization"] == f"Bearer {TOKEN}"
 
 
+async def test_a_test_that_raises_answers_its_message_and_its_details_with_its_code(
+    api: Api,
+) -> None:
+    await api.ok("POST", "/v1/connections", json=echo(config={"region": "down"}))
+    result = await api.ok("POST", "/v1/connections/crm/test")
+    assert result["ok"] is False
+    assert result["message"] == "region down for ••••"
+    assert result["details"] == {"at": 1, "code": "echo.down"}
+
+
 async def test_connection_test_to_loopback_is_refused_not_hung(
     guarded: Api, sink: HttpSink
 ) -> None:

@@ -414,11 +414,7 @@ class ConnectionCalls:
                 result = await opened.provider.test(opened.settings, opened.secrets, context)
         except ProviderFailed as exc:
             details = exc.error.details if isinstance(exc.error.details, Mapping) else {}
-            return failed(
-                exc.error.code,
-                exc.error.message,
-                {**details, "retryable": exc.error.retryable},
-            )
+            return failed(exc.error.code, exc.error.message, details)
         except OutboundForbidden as exc:
             return failed("outbound.forbidden", str(exc), {"host": exc.host})
         except (TimeoutError, httpx.TimeoutException):
