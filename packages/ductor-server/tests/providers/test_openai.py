@@ -195,6 +195,14 @@ async def test_bad_response(sink: HttpSink, make_context: MakeContext) -> None:
         )
     )
     assert (failed.error.code, failed.error.retryable) == ("openai.bad_response", False)
+    assert failed.error.details == {"status": 200}
+    sink.answer(201, {**COMPLETION, "choices": []})
+    failed = await fail(
+        OpenAIProvider().call(
+            "chat", settings(sink, default_model="m"), secrets(), chat(), make_context()
+        )
+    )
+    assert (failed.error.code, failed.error.details) == ("openai.bad_response", {"status": 201})
 
 
 async def test_key_never_in_errors_or_outputs(sink: HttpSink, make_context: MakeContext) -> None:

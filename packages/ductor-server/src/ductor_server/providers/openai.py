@@ -219,10 +219,14 @@ class OpenAIProvider:
                 "openai.bad_response",
                 f"POST {url} answered something other than a chat completion: {exc}",
                 retryable=False,
+                details={"status": answer.status},
             ) from None
         if not completion.choices:
             raise provider_failure(
-                "openai.bad_response", f"POST {url} answered no choices", retryable=False
+                "openai.bad_response",
+                f"POST {url} answered no choices",
+                retryable=False,
+                details={"status": answer.status},
             )
         choice = completion.choices[0]
         content = choice.message.get("content")
