@@ -90,6 +90,14 @@ async def _long_polls_answer_when_runs_end(url: str, keys: dict[str, str]) -> No
         async with asyncio.timeout(BOUND):
             done = await waiting
         assert done.succeeded
+        # A cancel's reason is sent, and becomes the cancelled run's error message.
+        held = await api.trigger("gated")
+        await api.cancel(held.id, reason="the customer asked")
+        async with asyncio.timeout(BOUND):
+            cancelled = await api.wait_for_result(held.id, timeout=WAIT, interval=WAIT)
+        assert cancelled.status == "RUN_STATUS_CANCELLED"
+        assert cancelled.error["code"] == "run.cancelled"
+        assert cancelled.error["message"] == "the customer asked"
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

@@ -152,8 +152,10 @@ def _signal(run_id: str, name: str, payload: Any, id: str | None) -> _Call:
     return _post(_run_path(run_id, f"/signals/{quote(name, safe='')}"), body)
 
 
-def _cancel(run_id: str) -> _Call:
-    return _Call(method="POST", path=_run_path(run_id, "/cancel"))
+def _cancel(run_id: str, reason: str | None) -> _Call:
+    if reason is None:
+        return _Call(method="POST", path=_run_path(run_id, "/cancel"))
+    return _post(_run_path(run_id, "/cancel"), {"reason": reason})
 
 
 def _decode(call: _Call, response: httpx.Response, type_: type[R]) -> R:
@@ -302,9 +304,10 @@ class ApiClient:
         call = _signal(run_id, name, payload, id)
         _raise_for(call, self._send(call))
 
-    def cancel(self, run_id: str) -> None:
-        """Cancel a run (and its children)."""
-        call = _cancel(run_id)
+    def cancel(self, run_id: str, *, reason: str | None = None) -> None:
+        """Cancel a run (and its children); `reason` becomes the run's error message
+        and reaches the workflow's `on_cancel`."""
+        call = _cancel(run_id, reason)
         _raise_for(call, self._send(call))
 
     def wait_for_result(
@@ -414,9 +417,10 @@ class AsyncApiClient:
         call = _signal(run_id, name, payload, id)
         _raise_for(call, await self._send(call))
 
-    async def cancel(self, run_id: str) -> None:
-        """Cancel a run (and its children)."""
-        call = _cancel(run_id)
+    async def cancel(self, run_id: str, *, reason: str | None = None) -> None:
+        """Cancel a run (and its children); `reason` becomes the run's error message
+        and reaches the workflow's `on_cancel`."""
+        call = _cancel(run_id, reason)
         _raise_for(call, await self._send(call))
 
     async def wait_for_result(
