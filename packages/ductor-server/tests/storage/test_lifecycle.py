@@ -193,6 +193,25 @@ def test_split_statements_drops_comments_and_keeps_multiline_statements() -> Non
     assert split_statements(script) == ["CREATE TABLE a (\n  x int\n)", "CREATE INDEX i ON a (x)"]
 
 
+async def test_a_new_sqlite_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "ductor.db"
+    store = open_store(path)
+    await store.open()
+    try:
+        await store.migrate()  # writes, so the -wal and -shm files exist
+        made = [p for p in path.parent.iterdir() if p.name.startswith("ductor.db")]
+        assert {p.name for p in made} >= {"ductor.db", "ductor.db-wal", "ductor.db-shm"}
+        assert {p.name: p.stat().st_mode & 0o777 for p in made} == {p.name: 0o600 for p in made}
+    finally:
+        await store.close()
+    # An existing file keeps the mode its owner gave it.
+    path.chmod(0o640)
+    again = open_store(path)
+    await again.open()
+    await again.close()
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
 def test_both_backends_have_the_same_migrations() -> None:
     sqlite = [name for name, _ in migration_files("sqlite")]
     postgres = [name for name, _ in migration_files("postgres")]

@@ -7,10 +7,11 @@ event loop never blocks on disk; transactions are serialized by an asyncio lock.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -110,6 +111,10 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # A new database is readable by its owner only (it holds every tenant's
+            # data); SQLite gives its -wal and -shm files the database's mode.
+            with suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         conn = sqlite3.connect(
             str(self.path),
             isolation_level=None,  # we issue BEGIN/COMMIT ourselves
