@@ -150,3 +150,21 @@ def test_a_directory_of_too_many_files_is_refused_whole(tmp_path: Path) -> None:
     resources, problems = read_manifests(tmp_path)
     assert resources == []
     assert [str(p) for p in problems] == [f"{tmp_path}: /: more than {MAX_FILES} manifest files"]
+
+
+def test_a_tag_that_makes_a_set_or_another_collection_is_a_problem(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "t.yaml",
+        "kind: Worker\nspec:\n  id: w\n  attributes:\n    tags: !!set {a, b}\n"
+        "    pairs: !!omap [a: 1]\n    mine: !thing {a: 1}\n    plain: !!map {a: 1}\n"
+        "    list: !!seq [1]\n",
+    )
+    assert [str(p) for p in read_file(path, "t.yaml")[1]] == [
+        "t.yaml:5:11: /spec/attributes/tags: not a JSON value (tag:yaml.org,2002:set):"
+        " write a plain mapping or list",
+        "t.yaml:6:12: /spec/attributes/pairs: not a JSON value (tag:yaml.org,2002:omap):"
+        " write a plain mapping or list",
+        "t.yaml:7:11: /spec/attributes/mine: not a JSON value (!thing):"
+        " write a plain mapping or list",
+    ]

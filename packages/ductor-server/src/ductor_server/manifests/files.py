@@ -41,6 +41,8 @@ KINDS = {
 """Each resource kind and the field of its `spec` that names it."""
 
 _TOP_FIELDS = ("kind", "spec")
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
 _INT_LIMIT = 2**63
 _JSON_STRING_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)', re.DOTALL)
 
@@ -207,6 +209,12 @@ class _Builder:
 
     def build(self, node: yaml.Node, pointer: str) -> Any:
         self.marks[pointer] = _mark(node.start_mark)
+        if isinstance(node, yaml.CollectionNode) and node.tag not in (_MAP, _SEQ):
+            # `!!set`, `!!omap` or an app's own tag: the value would not be the JSON
+            # mapping or list the file shows.
+            message = f"not a JSON value ({node.tag}): write a plain mapping or list"
+            self.fail(pointer, node, message)
+            return None
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
