@@ -168,3 +168,42 @@ def test_a_tag_that_makes_a_set_or_another_collection_is_a_problem(tmp_path: Pat
         "t.yaml:7:11: /spec/attributes/mine: not a JSON value (!thing):"
         " write a plain mapping or list",
     ]
+
+
+def test_numbers_are_read_as_yaml_1_2_and_json_read_them(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "n.yaml",
+        "kind: Worker\nspec:\n  id: w\n  attributes:\n    e: 1e3\n    big: 2.5E+2\n"
+        "    small: -4e-1\n    half: .5\n    zero: 017\n    octal: 0o17\n    hex: 0x1F\n"
+        "    time: 1:30\n    grouped: 1_000\n    words: 0b11\n",
+    )
+    [resource], problems = read_file(path, "n.yaml")
+    assert problems == []
+    assert resource.spec["attributes"] == {
+        "e": 1000.0,
+        "big": 250.0,
+        "small": -0.4,
+        "half": 0.5,
+        "zero": 17,
+        "octal": 15,
+        "hex": 31,
+        "time": "1:30",
+        "grouped": "1_000",
+        "words": "0b11",
+    }
+    data = write(
+        tmp_path,
+        "n.json",
+        '{"kind": "Worker", "spec": {"id": "w", "attributes": '
+        '{"e": 1e3, "big": 2.5E+2, "small": -4e-1, "n": -0, "x": 10}}}',
+    )
+    [resource], problems = read_file(data, "n.json")
+    assert problems == []
+    assert resource.spec["attributes"] == {
+        "e": 1000.0,
+        "big": 250.0,
+        "small": -0.4,
+        "n": 0,
+        "x": 10,
+    }

@@ -3,8 +3,8 @@ problem with its file, line, column and JSON pointer.
 
 Only reads files: no server, no store. Hostile input is bounded: file size, file
 count, nesting depth; YAML aliases (the "billion laughs") and non-JSON values
-(timestamps, binary, sets, NaN) are refused. Booleans are `true`/`false` only
-(YAML 1.2), so `country: NO` stays the string "NO".
+(timestamps, binary, sets, NaN) are refused. Booleans and numbers are YAML 1.2's:
+`country: NO` stays the string "NO", `1e3` is a number (as in JSON), `1:30` a string.
 """
 
 from __future__ import annotations
@@ -110,19 +110,49 @@ def escape(token: str) -> str:
 
 
 class _Loader(yaml.SafeLoader):  # type: ignore[misc]
-    """SafeLoader with YAML 1.2 booleans and no implicit timestamps."""
+    """SafeLoader with the booleans and numbers of YAML 1.2 (its core schema, which
+    reads every JSON number as JSON does) and no implicit timestamps."""
 
 
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+# YAML 1.2: `017` is 17, `1e3` a float; `1:30`, `1_000` and `0b11` are strings.
+_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 _Loader.yaml_implicit_resolvers = {
     first: [
         (tag, regexp)
         for tag, regexp in resolvers
-        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")
+        if tag
+        not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp", _INT_TAG, _FLOAT_TAG)
     ]
     for first, resolvers in copy.deepcopy(yaml.SafeLoader.yaml_implicit_resolvers).items()
 }
 _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
+# Int first: a plain `12` matches both.
+_Loader.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))
+_Loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+.0123456789"))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 integer: decimal (leading zeros and all), `0o` octal or `0x` hex."""
+    text = str(loader.construct_scalar(node))
+    if not _INT.match(text):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not an integer", node.start_mark
+        )
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+_Loader.add_constructor(_INT_TAG, _construct_int)
 
 
 def _mark(mark: Any) -> tuple[int, int]:
