@@ -25,6 +25,14 @@ LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 CEL_ENGINES: tuple[str, ...] = ("cel-rust", "cel-python")
 """The names `DUCTOR_CEL_ENGINE` may hold (`ductor_core.expressions.ENGINE_NAMES`)."""
 MAX_PORT = 65535
+
+_FLAG_VARIABLES = {
+    "host": "DUCTOR_HOST",
+    "port": "DUCTOR_PORT",
+    "data_dir": "DUCTOR_DATA_DIR",
+    "roles": "DUCTOR_ROLES",
+}
+"""The settings a `ductor` flag sets (`--host`, ...), and the variable each flag wins over."""
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 IDLE_POLL_INTERVAL = 5.0
 """Seconds between an idle loop's looks when every write wakes it: a safety net only."""
@@ -295,6 +303,15 @@ class Settings:
             ValueError: an environment variable that does not parse.
         """
         env = os.environ if environ is None else environ
+        # A flag wins over its variable, which is then not read at all (a value that
+        # does not parse, such as Kubernetes' DUCTOR_PORT=tcp://..., is no error then).
+        flagged = {
+            _FLAG_VARIABLES[k]
+            for k, v in overrides.items()
+            if v is not None and k in _FLAG_VARIABLES
+        }
+        if flagged:
+            env = {k: v for k, v in env.items() if k not in flagged}
         values: dict[str, object] = {}
         if url := env.get("DUCTOR_DATABASE_URL"):
             if ":" not in url:

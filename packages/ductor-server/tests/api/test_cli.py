@@ -23,6 +23,7 @@ from ductor_server.cli_client import (
     find_api_key,
     render_run,
 )
+from ductor_server.settings import Settings
 
 
 def _run(status: str, steps: list[tuple[str, str]], output: Any = None) -> dict[str, Any]:
@@ -48,6 +49,29 @@ def test_key_comes_from_flag_then_env_then_data_dir(
     assert find_api_key("dk_flag", str(tmp_path)) == "dk_flag"
     monkeypatch.delenv("DUCTOR_API_KEY")
     assert find_api_key(None, str(tmp_path / "empty")) is None
+
+
+def test_a_flag_wins_over_its_variable_even_one_that_does_not_parse(tmp_path: Path) -> None:
+    # Kubernetes sets DUCTOR_PORT=tcp://IP:PORT for a Service named `ductor`.
+    environ = {
+        "DUCTOR_PORT": "tcp://10.0.0.7:7070",
+        "DUCTOR_ROLES": "api,chef",
+        "DUCTOR_HOST": "0.0.0.0",
+        "DUCTOR_DATA_DIR": str(tmp_path / "env"),
+    }
+    settings = Settings.from_env(
+        environ=environ, host="127.0.0.2", port=7203, roles=("api",), data_dir=tmp_path
+    )
+    assert (settings.host, settings.port, settings.roles, settings.data_dir) == (
+        "127.0.0.2",
+        7203,
+        ("api",),
+        tmp_path,
+    )
+    with pytest.raises(ValueError, match="DUCTOR_PORT must be a whole number"):
+        Settings.from_env(environ=environ, roles=("api",))
+    with pytest.raises(ValueError, match="unknown roles"):
+        Settings.from_env(environ=environ, port=7203)
 
 
 def test_an_error_answer_becomes_code_and_message() -> None:
