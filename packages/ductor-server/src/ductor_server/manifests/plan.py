@@ -242,6 +242,13 @@ async def _plan_connections(
                     )
                 )
                 continue
+            if not variable.strip():
+                plan.problems.append(
+                    resource.problem(
+                        at, "'env' must name an environment variable, got an empty string"
+                    )
+                )
+                continue
             if variable in env:
                 if key not in have:
                     secrets[key] = env[variable]
