@@ -207,3 +207,22 @@ def test_numbers_are_read_as_yaml_1_2_and_json_read_them(tmp_path: Path) -> None
         "n": 0,
         "x": 10,
     }
+
+
+def test_an_escaped_surrogate_pair_is_one_character_and_a_lone_one_a_problem(
+    tmp_path: Path,
+) -> None:
+    pair = r'"\ud83d\ude00"'
+    for name, text in (
+        ("e.json", '{"kind": "Worker", "spec": {"id": "w", "attributes": {"e": ' + pair + "}}}"),
+        ("e.yaml", "kind: Worker\nspec:\n  id: w\n  attributes:\n    e: " + pair + "\n"),
+    ):
+        [resource], problems = read_file(write(tmp_path, name, text), name)
+        assert problems == []
+        assert resource.spec["attributes"] == {"e": "\U0001f600"}
+    text = 'kind: Worker\nspec:\n  id: w\n  attributes:\n    e: "a\\ud83d"\n'
+    lone = write(tmp_path, "l.yaml", text)
+    assert [str(p) for p in read_file(lone, "l.yaml")[1]] == [
+        "l.yaml:5:8: /spec/attributes/e: a \\u escape of half a surrogate pair (U+D83D) with"
+        " no other half: not a Unicode character",
+    ]

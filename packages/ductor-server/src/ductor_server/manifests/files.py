@@ -44,6 +44,8 @@ _TOP_FIELDS = ("kind", "spec")
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 _INT_LIMIT = 2**63
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 _JSON_STRING_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)', re.DOTALL)
 
 
@@ -273,7 +275,9 @@ class _Builder:
         except yaml.YAMLError as exc:
             self.fail(pointer, node, f"cannot read the value: {getattr(exc, 'problem', exc)}")
             return None
-        if isinstance(value, bool) or value is None or isinstance(value, str):
+        if isinstance(value, str):
+            return self.text(value, node, pointer)
+        if isinstance(value, bool) or value is None:
             return value
         if isinstance(value, int):
             if not -_INT_LIMIT <= value < _INT_LIMIT:
@@ -285,6 +289,22 @@ class _Builder:
             return value
         self.fail(pointer, node, f"not a JSON value ({node.tag}): quote it to make it a string")
         return None
+
+    def text(self, value: str, node: yaml.ScalarNode, pointer: str) -> str | None:
+        """A string, with each pair of `\\u` escapes of a surrogate pair made the one
+        character it stands for, as JSON reads it (YAML leaves the halves apart)."""
+        if not _SURROGATE.search(value):
+            return value
+        lone = _SURROGATE.search(_PAIR.sub("", value))
+        if lone is not None:
+            self.fail(
+                pointer,
+                node,
+                f"a \\u escape of half a surrogate pair (U+{ord(lone.group()):04X}) with no"
+                " other half: not a Unicode character",
+            )
+            return None
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
 
 
 def read_file(path: Path, name: str) -> tuple[list[Resource], list[Problem]]:
