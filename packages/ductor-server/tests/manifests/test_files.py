@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ductor_server.manifests import read_manifests
@@ -225,4 +226,42 @@ def test_an_escaped_surrogate_pair_is_one_character_and_a_lone_one_a_problem(
     assert [str(p) for p in read_file(lone, "l.yaml")[1]] == [
         "l.yaml:5:8: /spec/attributes/e: a \\u escape of half a surrogate pair (U+D83D) with"
         " no other half: not a Unicode character",
+    ]
+
+
+def test_a_json_file_is_read_as_json_even_where_yaml_would_read_it_otherwise(
+    tmp_path: Path,
+) -> None:
+    text = (
+        '{"kind": "Worker",\n\t"spec": {"id": "w", "attributes": {\n'
+        '  "' + "k" * 1100 + '": 1, "key"\n  : 2,\n'
+        '  "line": "a\u2028b\u0085c", "raw": "x\x7fy\x9f"}}}\n'
+    )
+    path = tmp_path / "w.json"
+    path.write_text(text, newline="")
+    [resource], problems = read_file(path, "w.json")
+    assert problems == []
+    assert resource.spec == json.loads(text)["spec"]
+    assert resource.problem("/attributes/key", "m").line == 4
+
+
+def test_a_json_file_has_the_same_problems_a_yaml_file_has(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "w.json",
+        '{"kind": "Worker", "spec": {"id": "w",\n "id": "x", "n": 9223372036854775808,'
+        ' "f": 1e400, "s": "\\ud800"}}',
+    )
+    assert [str(p) for p in read_file(path, "w.json")[1]] == [
+        "w.json:2:2: /spec/id: duplicate key 'id'",
+        "w.json:2:18: /spec/n: integer outside 64 bits",
+        "w.json:2:44: /spec/f: not a JSON number (NaN or infinity)",
+        "w.json:2:56: /spec/s: a \\u escape of half a surrogate pair (U+D800) with no other"
+        " half: not a Unicode character",
+    ]
+    deep = write(
+        tmp_path, "deep.json", '{"kind": "Worker", "spec": {"a": ' + "[" * 63 + "]" * 63 + "}}"
+    )
+    assert [str(p) for p in read_file(deep, "deep.json")[1]] == [
+        f"deep.json:1:96: /: nested deeper than {MAX_DEPTH} levels"
     ]

@@ -1,4 +1,4 @@
-"""Reading manifest files: YAML (or JSON, which YAML reads too) into resources, every
+"""Reading manifest files: YAML, or strict JSON read as JSON, into resources, every
 problem with its file, line, column and JSON pointer.
 
 Only reads files: no server, no store. Hostile input is bounded: file size, file
@@ -9,10 +9,11 @@ count, nesting depth; YAML aliases (the "billion laughs") and non-JSON values
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,16 +296,137 @@ class _Builder:
         character it stands for, as JSON reads it (YAML leaves the halves apart)."""
         if not _SURROGATE.search(value):
             return value
-        lone = _SURROGATE.search(_PAIR.sub("", value))
+        lone = _lone_surrogate(value)
         if lone is not None:
-            self.fail(
-                pointer,
-                node,
-                f"a \\u escape of half a surrogate pair (U+{ord(lone.group()):04X}) with no"
-                " other half: not a Unicode character",
-            )
+            self.fail(pointer, node, lone)
             return None
         return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+
+
+def _lone_surrogate(value: str) -> str | None:
+    """What is wrong with a string holding half a surrogate pair without the other."""
+    lone = _SURROGATE.search(_PAIR.sub("", value))
+    if lone is None:
+        return None
+    return (
+        f"a \\u escape of half a surrogate pair (U+{ord(lone.group()):04X}) with no"
+        " other half: not a Unicode character"
+    )
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_JSON_WORDS = {"true": True, "false": False, "null": None}
+# The string reader of `json` itself: a string from after its opening quote, and
+# where the string ends (typeshed does not declare it).
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+class _JsonReader:
+    """A `.json` file (already known to be strict JSON) into JSON values, read as JSON
+    and not as YAML (which reads some JSON otherwise: a tab between tokens, a key over
+    1,024 characters, a raw U+2028 in a string), with the position of each pointer."""
+
+    def __init__(self, text: str, name: str) -> None:
+        self.text = text
+        self.name = name
+        self.pos = 0
+        self.marks: dict[str, tuple[int, int]] = {}
+        self.problems: list[Problem] = []
+        self._lines = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def mark(self, pos: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self._lines, pos)
+        return line, pos - self._lines[line - 1] + 1
+
+    def fail(self, pointer: str, pos: int, message: str) -> None:
+        self.problems.append(Problem(self.name, pointer, message, *self.mark(pos)))
+
+    def space(self) -> None:
+        self.pos = _JSON_SPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
+
+    def read(self) -> Any:
+        """The document (None when nested too deep: a problem says so)."""
+        self.space()
+        try:
+            return self.value("", 0)
+        except _TooDeep:
+            return None
+
+    def value(self, pointer: str, depth: int) -> Any:
+        start = self.pos
+        self.marks[pointer] = self.mark(start)
+        char = self.text[start]
+        if char in "{[":
+            if depth + 1 > MAX_DEPTH:
+                self.fail("", start, f"nested deeper than {MAX_DEPTH} levels")
+                raise _TooDeep
+            return (
+                self.mapping(pointer, depth + 1) if char == "{" else self.list(pointer, depth + 1)
+            )
+        if char == '"':
+            value, self.pos = _scanstring(self.text, start + 1)
+            if (lone := _lone_surrogate(value)) is not None:
+                self.fail(pointer, start, lone)
+                return None
+            return value
+        for word, constant in _JSON_WORDS.items():
+            if self.text.startswith(word, start):
+                self.pos = start + len(word)
+                return constant
+        found = _JSON_NUMBER.match(self.text, start)
+        assert found is not None  # the text is strict JSON
+        self.pos = found.end()
+        if found.group(1) is None and found.group(2) is None:
+            number = int(found.group())
+            if not -_INT_LIMIT <= number < _INT_LIMIT:
+                self.fail(pointer, start, "integer outside 64 bits")
+            return number
+        real = float(found.group())
+        if real in (float("inf"), float("-inf")):
+            self.fail(pointer, start, "not a JSON number (NaN or infinity)")
+        return real
+
+    def mapping(self, pointer: str, depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        self.pos += 1
+        self.space()
+        while self.text[self.pos] != "}":
+            key_at = self.pos
+            key, self.pos = _scanstring(self.text, key_at + 1)
+            child = f"{pointer}/{escape(key)}"
+            self.space()
+            self.pos += 1  # the colon
+            self.space()
+            if (lone := _lone_surrogate(key)) is not None:
+                self.fail(pointer, key_at, lone)
+            elif key in out:
+                self.fail(child, key_at, f"duplicate key {key!r}")
+            value = self.value(child, depth)
+            out.setdefault(key, value)
+            self.space()
+            if self.text[self.pos] == ",":
+                self.pos += 1
+                self.space()
+        self.pos += 1
+        return out
+
+    def list(self, pointer: str, depth: int) -> list[Any]:
+        out: list[Any] = []
+        self.pos += 1
+        self.space()
+        while self.text[self.pos] != "]":
+            out.append(self.value(f"{pointer}/{len(out)}", depth))
+            self.space()
+            if self.text[self.pos] == ",":
+                self.pos += 1
+                self.space()
+        self.pos += 1
+        return out
+
+
+class _TooDeep(Exception):
+    """A `.json` file nested deeper than MAX_DEPTH (reported; reading stops)."""
 
 
 def read_file(path: Path, name: str) -> tuple[list[Resource], list[Problem]]:
@@ -331,6 +453,11 @@ def read_file(path: Path, name: str) -> tuple[list[Resource], list[Problem]]:
         strict = _strict_json(text, name)
         if strict is not None:
             return [], [strict]
+        reader = _JsonReader(text, name)
+        document = reader.read()
+        if reader.problems:
+            return [], reader.problems
+        return _resources(document, reader.marks, name)
     screened = _screen(text, name)
     if screened is not None:
         return [], [screened]
@@ -347,7 +474,13 @@ def read_file(path: Path, name: str) -> tuple[list[Resource], list[Problem]]:
         loader.dispose()
     if builder.problems:
         return [], builder.problems
-    marks = builder.marks
+    return _resources(document, builder.marks, name)
+
+
+def _resources(
+    document: Any, marks: dict[str, tuple[int, int]], name: str
+) -> tuple[list[Resource], list[Problem]]:
+    """The resources of a file's document: one resource, or a list of them."""
     if isinstance(document, list):
         entries = [(f"/{i}", item) for i, item in enumerate(document)]
         if not entries:
