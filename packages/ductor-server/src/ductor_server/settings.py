@@ -469,8 +469,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="DUCTOR_DATA_DIR",
         field="data_dir",
-        what="the embedded database, `api_key`, `ductor.pid` and, for `ductor dev` without "
-        "a receipt key set, `receipt_keys`, and without `DUCTOR_SECRET_KEYS`, `secret_keys`; "
+        what="the embedded database, `api_key` and, for `ductor dev`, `ductor.pid` and, "
+        "without a receipt key set, `receipt_keys`, and without `DUCTOR_SECRET_KEYS`, "
+        "`secret_keys`; "
         "also where the client commands look for `api_key`",
     ),
     Variable(
