@@ -118,3 +118,11 @@ def test_consent_must_be_granted_when_required() -> None:
     granted = Routable(id="r", kind="k", consent=Consent(granted=True, scopes=("sms",)))
     assert [p.pointer for p in validate_routable(schema, denied)] == ["/consent"]
     assert validate_routable(schema, granted) == ()
+
+
+def test_a_negative_price_is_invalid_even_when_no_price_is_required() -> None:
+    schema = KindSchema()
+    assert validate_routable(schema, Routable(id="r", kind="k", price=0)) == ()
+    assert validate_routable(schema, Routable(id="r", kind="k")) == ()
+    problems = validate_routable(schema, Routable(id="r", kind="k", price=-5))
+    assert [(p.pointer, p.message) for p in problems] == [("/price", "price must be >= 0")]

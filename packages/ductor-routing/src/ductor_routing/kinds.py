@@ -116,11 +116,12 @@ def validate_routable(schema: KindSchema | None, routable: Routable) -> tuple[Pr
                 )
     if schema.require_consent and (routable.consent is None or not routable.consent.granted):
         problems.append(Problem(pointer="/consent", message="granted consent is required"))
-    if schema.require_price:
-        if routable.price is None:
+    if routable.price is None:
+        if schema.require_price:
             problems.append(Problem(pointer="/price", message="a price is required"))
-        elif routable.price < 0:
-            problems.append(Problem(pointer="/price", message="price must be >= 0"))
+    elif routable.price < 0:
+        # A negative price would charge a member a negative amount; never valid.
+        problems.append(Problem(pointer="/price", message="price must be >= 0"))
     return tuple(problems)
 
 

@@ -245,6 +245,16 @@ async def test_invalid_routable_is_422_with_every_problem_and_stores_nothing(api
         422,
         "routing.routable_invalid",
     )
+    negative = assert_error(
+        await api.call(
+            "POST",
+            "/v1/route",
+            json={"id": "q", "kind": "lead", "attributes": {"state": "CA"}, "price": -5},
+        ),
+        422,
+        "routing.routable_invalid",
+    )
+    assert negative["details"] == [{"pointer": "/price", "message": "price must be >= 0"}]
     assert_error(
         await api.call(
             "POST",
