@@ -219,6 +219,30 @@ async def test_the_setting_is_checked_with_pointers(api: Api) -> None:
         },
     )
     assert [p["pointer"] for p in body["details"]] == ["/minimum_payout", "/returns/min_sample"]
+    # A bad window does not hide the policy's other problems.
+    body = await api.fails(
+        "PUT",
+        "/v1/pools/leads/settlement",
+        422,
+        "settlement.invalid",
+        json={
+            **fixed,
+            "returns": {
+                "window_seconds": 0,
+                "rate_window_seconds": 10**12,
+                "credit_bps": 20_000,
+                "max_return_rate_bps": 20_000,
+                "min_sample": 0,
+            },
+        },
+    )
+    assert [p["pointer"] for p in body["details"]] == [
+        "/returns/window_seconds",
+        "/returns/rate_window_seconds",
+        "/returns/max_return_rate_bps",
+        "/returns/min_sample",
+        "/returns/credit_bps",
+    ]
     await api.fails("PUT", "/v1/pools/nope/settlement", 404, "pool.not_found", json=fixed)
     # Another tenant sees neither the pool nor its setting.
     await api.fails("GET", "/v1/pools/leads/settlement", 404, "pool.not_found", as_b=True)

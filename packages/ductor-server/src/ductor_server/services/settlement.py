@@ -216,14 +216,16 @@ async def check_settlement(
         add("/wallet_prefix", "must be 1 to 64 characters without spaces")
     if body.returns is not None:
         returns = body.returns
+        windows: dict[str, int] = {}
         for name in ("window_seconds", "rate_window_seconds"):
             seconds = getattr(returns, name)
             if isinstance(seconds, bool) or not 1 <= seconds <= MAX_SECONDS:
                 add(f"/returns/{name}", f"must be between 1 and {MAX_SECONDS}")
-        if not any(p["pointer"].startswith("/returns/") for p in problems):
-            for reason in returns.policy().problems():
-                field = _pointer_of(reason, _POLICY_FIELDS, "/window").removeprefix("/")
-                add(f"/returns/{_POLICY_FIELDS.get(field, field)}", reason)
+                windows[name] = 1  # reported; a stand-in so the other fields are checked too
+        checked = msgspec.structs.replace(returns, **windows) if windows else returns
+        for reason in checked.policy().problems():
+            field = _pointer_of(reason, _POLICY_FIELDS, "/window").removeprefix("/")
+            add(f"/returns/{_POLICY_FIELDS.get(field, field)}", reason)
     store = LedgerTx(tx)
     for field in ("seller_account", "platform_account"):
         code = getattr(body, field)
