@@ -771,7 +771,7 @@ class RoutingService:
 
         Raises:
             RoutingObjectNotFound: no such worker or pool.
-            ConfigError: a pool or rule still refers to it.
+            RoutingObjectInUse: a pool or rule still refers to it.
         """
 
         async def apply(rtx: RoutingTx) -> Answer[None]:

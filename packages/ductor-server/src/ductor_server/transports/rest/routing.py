@@ -87,7 +87,7 @@ class WorkersController(Controller):
         tenant_id: NamedDependency[str],
         routing: NamedDependency[RoutingService],
     ) -> None:
-        """Delete a worker no pool lists any more (422 `routing.config` otherwise)."""
+        """Delete a worker no pool lists any more (409 `routing.in_use` otherwise)."""
         await routing.delete_entity(tenant_id, "worker", worker_id)
 
 
@@ -134,7 +134,7 @@ class PoolsController(Controller):
         tenant_id: NamedDependency[str],
         routing: NamedDependency[RoutingService],
     ) -> None:
-        """Delete a pool no rule uses any more (422 `routing.config` otherwise)."""
+        """Delete a pool no rule uses any more (409 `routing.in_use` otherwise)."""
         await routing.delete_entity(tenant_id, "pool", pool_id)
 
     @put(
