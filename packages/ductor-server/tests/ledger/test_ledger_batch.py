@@ -142,6 +142,13 @@ async def test_malformed_batches_are_refused_with_a_pointer(api: Api) -> None:
         assert answer.status_code == 422, answer.text
         assert answer.json()["code"] == "request.invalid"
         assert answer.json()["details"]["pointer"] == pointer
+    # The batch's key names its entries (`<key>#<index>`), so it may not take the
+    # ledger's own prefixes either.
+    for reserved in ("hold:h1", "topup:t1"):
+        answer = await _batch(api, _charge(USD), key=reserved)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["code"] == "request.invalid"
+        assert answer.json()["details"] == {"key": reserved}
     other = await _batch(api, _charge(USD), as_b=True)
     assert other.status_code == 422
     assert other.json()["code"] == "ledger.unknown_account"

@@ -61,6 +61,17 @@ MAX_HOLD_SECONDS = 366 * 24 * 3600
 # top-up's `topup:<id>`); a caller's key may not take them.
 _RESERVED_KEY_PREFIXES = ("hold:", "topup:")
 
+
+def _refuse_reserved_key(idempotency_key: str | None) -> None:
+    """Raise `RequestInvalid` when a caller's key starts with one of the ledger's prefixes."""
+    if idempotency_key is not None and idempotency_key.startswith(_RESERVED_KEY_PREFIXES):
+        prefix = next(p for p in _RESERVED_KEY_PREFIXES if idempotency_key.startswith(p))
+        raise RequestInvalid(
+            f"idempotency keys starting with {prefix!r} are the ledger's own",
+            details={"key": idempotency_key},
+        )
+
+
 # --- bodies and views ---------------------------------------------------------------
 
 
@@ -419,12 +430,7 @@ class LedgerService:
                 every problem in its details; nothing is written.
             IdempotencyConflict: the key was used with another body.
         """
-        if idempotency_key is not None and idempotency_key.startswith(_RESERVED_KEY_PREFIXES):
-            prefix = next(p for p in _RESERVED_KEY_PREFIXES if idempotency_key.startswith(p))
-            raise RequestInvalid(
-                f"idempotency keys starting with {prefix!r} are the ledger's own",
-                details={"key": idempotency_key},
-            )
+        _refuse_reserved_key(idempotency_key)
         return await self.record_entry(tenant_id, body, idempotency_key=idempotency_key)
 
     async def record_entry(
@@ -514,6 +520,7 @@ class LedgerService:
                 is in details, each with the `pointer` of its entry (``/entries/3``).
             IdempotencyConflict: the batch's key was used with another body.
         """
+        _refuse_reserved_key(idempotency_key)  # its entries' keys are `<key>#<index>`
         count = len(body.entries)
         if not 1 <= count <= MAX_BATCH:
             raise RequestInvalid(
