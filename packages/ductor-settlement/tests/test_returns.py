@@ -228,6 +228,11 @@ def test_a_bad_partial_amount_is_refused() -> None:
         refused = refusal(decide(ledger, entry, amount=amount))
         assert refused.code == "return.invalid_amount"
         assert isinstance(refused.error(), InvalidReturnAmount)
+        # Money in details is integer micros, like `remaining`.
+        assert (refused.details["requested"], refused.details["remaining"]) == (
+            amount,
+            10_000_000,
+        )
 
 
 def test_nothing_left_is_refused_before_anything_else() -> None:

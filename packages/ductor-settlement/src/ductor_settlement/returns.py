@@ -362,7 +362,14 @@ def decide_return(
             return ReturnRefusal(
                 code=InvalidReturnAmount.code,
                 message=f"cannot credit assignment {facts.assignment_id}: {problem}",
-                details={**base, "requested": repr(amount), "remaining": remaining},
+                details={
+                    **base,
+                    # integer micros; anything else (a bool, a float) as written
+                    "requested": amount
+                    if isinstance(amount, int) and not isinstance(amount, bool)
+                    else repr(amount),
+                    "remaining": remaining,
+                },
             )
         credit = amount
     entry = reverse(
