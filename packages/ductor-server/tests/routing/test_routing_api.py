@@ -124,6 +124,21 @@ async def test_assignment_lifecycle_releases_load_and_caps(api: Api) -> None:
     )
     assert done["status"] == "completed"
     assert done["result"] == {"won": True}
+    listed = await api.ok("GET", "/v1/assignments", params={"status": "completed"})
+    assert [a["id"] for a in listed] == [d["assignment_id"]]
+    unknown = assert_error(
+        await api.call("GET", "/v1/assignments", params={"status": "done"}),
+        422,
+        "request.invalid",
+    )
+    assert unknown["details"]["allowed"] == [
+        "assigned",
+        "accepted",
+        "completed",
+        "rejected",
+        "expired",
+        "returned",
+    ]
     assert_error(
         await api.call("POST", f"/v1/assignments/{d['assignment_id']}/reject"),
         409,

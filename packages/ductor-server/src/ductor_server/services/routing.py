@@ -277,6 +277,7 @@ ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED, RETURNED = (
     "returned",
 )
 OPEN_STATUSES = (ASSIGNED, ACCEPTED)
+STATUSES = (ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED, RETURNED)
 
 
 def counter_text(key: CounterKey) -> str:
@@ -1710,7 +1711,16 @@ class RoutingService:
         status: str | None = None,
         limit: int = 100,
     ) -> list[AssignmentView]:
-        """Assignments by routable, worker (an assignee's inbox) and status, oldest first."""
+        """Assignments by routable, worker (an assignee's inbox) and status, oldest first.
+
+        Raises:
+            RequestInvalid: `status` is not an assignment status.
+        """
+        if status is not None and status not in STATUSES:
+            raise RequestInvalid(
+                f"unknown assignment status {status!r}",
+                details={"path": "status", "value": status, "allowed": list(STATUSES)},
+            )
         async with self.store.transaction() as tx:
             records = await RoutingTx(tx).list_assignments(
                 tenant_id, routable_id=routable_id, worker=worker, status=status, limit=limit
