@@ -94,6 +94,22 @@ def test_negative_money_and_limits_are_config_errors() -> None:
     ]
 
 
+def test_worker_skills_weight_and_capacity_out_of_range_are_config_errors() -> None:
+    pool = Pool(id="p", members=(Member(worker="a"), Member(worker="b")))
+    workers = [
+        Worker(id="a", skills={"python": 101, "sql": 100, "go": 0}, weight=-1),
+        Worker(id="b", skills={"ops": -1}, capacity={"leads": -1, "calls": 0}),
+    ]
+    with pytest.raises(ConfigError) as err:
+        build(pool, workers)
+    assert [(p.pointer, p.message) for p in err.value.details] == [
+        ("/workers/0/skills/python", "must be from 0 to 100"),
+        ("/workers/0/weight", "must be >= 0"),
+        ("/workers/1/skills/ops", "must be from 0 to 100"),
+        ("/workers/1/capacity/leads", "must be >= 0"),
+    ]
+
+
 def test_now_is_a_timestamp_in_rules() -> None:
     workers = [Worker(id="day"), Worker(id="night")]
     pools = [

@@ -56,7 +56,7 @@ from ductor_routing.state import (
 )
 from ductor_routing.strategies.base import Candidate, Selection, SelectionContext, Strategy
 from ductor_routing.strategies.registry import StrategyRegistry
-from ductor_routing.workers import Availability, Worker
+from ductor_routing.workers import MAX_PROFICIENCY, Availability, Worker
 
 
 class _Rule:
@@ -348,6 +348,24 @@ class Router:
             if w.id in workers_by_id:
                 problems.append(Problem(pointer=f"/workers/{i}/id", message="duplicate worker"))
             workers_by_id[w.id] = w
+            for skill, level in w.skills.items():
+                if not 0 <= level <= MAX_PROFICIENCY:
+                    problems.append(
+                        Problem(
+                            pointer=f"/workers/{i}/skills/{_pointer_part(skill)}",
+                            message=f"must be from 0 to {MAX_PROFICIENCY}",
+                        )
+                    )
+            if w.weight < 0:
+                problems.append(Problem(pointer=f"/workers/{i}/weight", message="must be >= 0"))
+            for channel, slots in w.capacity.items():
+                if slots < 0:
+                    problems.append(
+                        Problem(
+                            pointer=f"/workers/{i}/capacity/{_pointer_part(channel)}",
+                            message="must be >= 0",
+                        )
+                    )
         self.workers = workers_by_id
 
         self._enrichers: list[Enricher] = []
@@ -899,6 +917,11 @@ class Router:
             marks=marks,
             shadow_marks=shadow_marks,
         )
+
+
+def _pointer_part(name: str) -> str:
+    """`name` as one JSON pointer segment (RFC 6901: ``~`` and ``/`` escaped)."""
+    return name.replace("~", "~0").replace("/", "~1")
 
 
 def encode_decision(decision: Decision) -> bytes:

@@ -10,6 +10,9 @@ from typing import Any
 
 import msgspec
 
+MAX_PROFICIENCY = 100
+"""The highest skill level; proficiencies run from 0 to this."""
+
 
 class WorkerKind(enum.StrEnum):
     """What a worker is; routing treats all kinds the same way."""

@@ -203,6 +203,22 @@ async def test_bad_configuration_is_refused_and_nothing_changes(api: Api) -> Non
     )
     # Pointers lead into the request body, not into the assembled configuration.
     assert [p["pointer"] for p in body["details"]] == ["/members/0/worker"]
+    # A worker's skills are 0 to 100; its weight and capacities are not negative.
+    body = assert_error(
+        await api.call(
+            "POST",
+            "/v1/workers",
+            json={"id": "ana", "skills": {"sql": 150}, "weight": -1, "capacity": {"leads": -1}},
+        ),
+        422,
+        "routing.config",
+    )
+    assert [p["pointer"] for p in body["details"]] == [
+        "/skills/sql",
+        "/weight",
+        "/capacity/leads",
+    ]
+    assert (await api.ok("GET", "/v1/workers/ana"))["skills"] == {}
     body = assert_error(
         await api.call(
             "POST",
