@@ -110,6 +110,23 @@ def test_worker_skills_weight_and_capacity_out_of_range_are_config_errors() -> N
     ]
 
 
+def test_bad_skills_match_options_are_config_errors() -> None:
+    for options in (
+        {"required": {"python": "high"}},
+        {"required": {"python": 101}},
+        {"required": {"python": True}},
+        {"attribute": 3},
+    ):
+        pool = Pool(
+            id="p",
+            members=(Member(worker="a"),),
+            strategy=StrategySpec(name="skills_match", options=options),
+        )
+        with pytest.raises(ConfigError) as err:
+            build(pool, [Worker(id="a")])
+        assert [p.pointer for p in err.value.details] == ["/pools/0/strategy"]
+
+
 def test_now_is_a_timestamp_in_rules() -> None:
     workers = [Worker(id="day"), Worker(id="night")]
     pools = [

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ductor_routing.errors import ConfigError
 from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.workers import MAX_PROFICIENCY
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -78,4 +79,14 @@ def skills_match(options: Mapping[str, Any], registry: StrategyRegistry) -> Skil
     required = options.get("required", {})
     if not isinstance(attribute, str) or not isinstance(required, dict):
         raise ConfigError("skills_match: 'attribute' must be a string, 'required' an object")
-    return SkillsMatch(attribute=attribute, required={str(k): int(v) for k, v in required.items()})
+    for skill, level in required.items():
+        if (
+            isinstance(level, bool)
+            or not isinstance(level, int)
+            or not 0 <= level <= MAX_PROFICIENCY
+        ):
+            raise ConfigError(
+                f"skills_match: 'required' level of {skill!r} must be an integer "
+                f"from 0 to {MAX_PROFICIENCY}, not {level!r}"
+            )
+    return SkillsMatch(attribute=attribute, required={str(k): v for k, v in required.items()})
