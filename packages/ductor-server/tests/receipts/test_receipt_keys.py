@@ -59,6 +59,14 @@ def test_a_bad_key_file_says_where_without_the_key(text: str, message: str) -> N
         assert _b64(seed) not in str(refused.value)
 
 
+def test_a_hash_starts_a_comment_anywhere_on_a_line() -> None:
+    text = f"old {_b64(SEED_A)}  # retired in July\nnew {_b64(SEED_B)}# signs now\n"
+    ring = parse_key_file(text)
+    assert ring.active.kid == "new"
+    assert ring.active.seed() == SEED_B
+    assert set(ring.public_keys()) == {"old", "new"}
+
+
 def test_an_inline_key_is_a_line_a_bare_seed_or_a_pem() -> None:
     assert parse_inline_key(f"main {_b64(SEED_A)}").kid == "main"
     bare = parse_inline_key(_b64(SEED_A))

@@ -79,8 +79,9 @@ def parse_key_file(text: str, *, source: str = "key file") -> KeyRing:
     """
     keys: list[SigningKey] = []
     for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+        # `#` starts a comment wherever it is: neither base64 nor a key id has one.
+        stripped = line.split("#", 1)[0].strip()
+        if not stripped:
             continue
         key = _key_line(stripped, f"{source}, line {number}")
         if any(k.kid == key.kid for k in keys):
