@@ -72,6 +72,17 @@ def test_bad_config_is_reported_with_its_pointer(
     assert rc == 2
 
 
+def test_an_unwritable_out_file_is_an_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", "--config", str(EXAMPLE / "routing.json"), str(EXAMPLE / "events.jsonl")]
+    rc = cli_routing.main([*argv, "--out", str(tmp_path / "missing-dir" / "decisions.jsonl")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "missing-dir" in err
+
+
 def test_register_adds_the_routing_group() -> None:
     parser = argparse.ArgumentParser(prog="ductor")
     cli_routing.register(parser.add_subparsers(dest="command"))

@@ -90,12 +90,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 print(f"  {problem.pointer}: {problem.message}", file=sys.stderr)
         return 2
 
+    to_stdout = args.out == "-"
+    try:
+        out: IO[bytes] = sys.stdout.buffer if to_stdout else Path(args.out).open("wb")  # noqa: SIM115
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     show = args.progress == "always" or (args.progress == "auto" and total >= PROGRESS_THRESHOLD)
     bar = ProgressBar(total, sys.stderr) if show else None
-    to_stdout = args.out == "-"
     table_stream = sys.stderr if to_stdout else sys.stdout
     simulation = Simulation(router)
-    out: IO[bytes] = sys.stdout.buffer if to_stdout else Path(args.out).open("wb")  # noqa: SIM115
     done = 0
     try:
         with events_path.open("rb") as fh:
