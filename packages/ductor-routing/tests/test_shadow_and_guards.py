@@ -127,6 +127,34 @@ def test_bad_skills_match_options_are_config_errors() -> None:
         assert [p.pointer for p in err.value.details] == ["/pools/0/strategy"]
 
 
+@pytest.mark.parametrize(
+    ("name", "options", "unknown"),
+    [
+        ("auction", {"reservee": 5_000_000}, "'reservee'"),
+        ("round_robin", {"start": "b"}, "'start'"),
+        ("weighted_random", {"seed": 3}, "'seed'"),
+        ("least_loaded", {"channel": "x"}, "'channel'"),
+        ("longest_idle", {"x": 1}, "'x'"),
+        ("waterfall", {"x": 1}, "'x'"),
+        ("skills_match", {"requried": {"a": 1}}, "'requried'"),
+        ("sticky", {"key": "customer", "fallbak": {"name": "waterfall"}}, "'fallbak'"),
+    ],
+)
+def test_an_unknown_strategy_option_is_a_config_error(
+    name: str, options: dict[str, Any], unknown: str
+) -> None:
+    pool = Pool(
+        id="p",
+        members=(Member(worker="a"),),
+        strategy=StrategySpec(name=name, options=options),
+    )
+    with pytest.raises(ConfigError) as err:
+        build(pool, [Worker(id="a")])
+    [problem] = err.value.details
+    assert problem.pointer == "/pools/0/strategy"
+    assert f"unknown option {unknown}" in problem.message
+
+
 def test_now_is_a_timestamp_in_rules() -> None:
     workers = [Worker(id="day"), Worker(id="night")]
     pools = [

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ductor_routing.errors import ConfigError
-from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.strategies.base import Score, Selection, SelectionContext, check_options
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -105,6 +105,7 @@ class Auction:
 
 def auction(options: Mapping[str, Any], registry: StrategyRegistry) -> Auction:
     """Factory: options `reserve` (int micros, on the raw bid) and `pricing` ("first"/"second")."""
+    check_options("auction", options, ("reserve", "pricing"))
     reserve = options.get("reserve", 0)
     pricing = options.get("pricing", "first")
     if not isinstance(reserve, int) or isinstance(reserve, bool) or reserve < 0:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ductor_routing.errors import ConfigError
 from ductor_routing.pools import Member
 from ductor_routing.routables import Routable
 from ductor_routing.state import Mark, RoutingState
@@ -20,6 +21,15 @@ from ductor_routing.workers import Worker
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
+
+
+def check_options(strategy: str, options: Mapping[str, Any], known: Collection[str]) -> None:
+    """Raise `ConfigError` naming the first option of `options` the strategy does not take
+    (a misspelt option would otherwise be ignored, e.g. an auction without its reserve)."""
+    for name in options:
+        if name not in known:
+            takes = ", ".join(repr(k) for k in known) if known else "no options"
+            raise ConfigError(f"{strategy}: unknown option {name!r}; it takes {takes}")
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,6 +13,7 @@ from ductor_routing.strategies.base import (
     Score,
     Selection,
     SelectionContext,
+    check_options,
     select_lowest,
 )
 
@@ -38,4 +39,5 @@ class LeastLoaded:
 
 def least_loaded(options: Mapping[str, Any], registry: StrategyRegistry) -> LeastLoaded:
     """Factory for the registry; takes no options."""
+    check_options("least_loaded", options, ())
     return LeastLoaded()

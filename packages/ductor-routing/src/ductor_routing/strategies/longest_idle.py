@@ -15,6 +15,7 @@ from ductor_routing.strategies.base import (
     Score,
     Selection,
     SelectionContext,
+    check_options,
     select_lowest,
 )
 
@@ -42,4 +43,5 @@ class LongestIdle:
 
 def longest_idle(options: Mapping[str, Any], registry: StrategyRegistry) -> LongestIdle:
     """Factory for the registry; takes no options."""
+    check_options("longest_idle", options, ())
     return LongestIdle()

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ductor_routing.state import Mark, MarkKind
-from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.strategies.base import Score, Selection, SelectionContext, check_options
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -44,4 +44,5 @@ class RoundRobin:
 
 def round_robin(options: Mapping[str, Any], registry: StrategyRegistry) -> RoundRobin:
     """Factory for the registry; takes no options."""
+    check_options("round_robin", options, ())
     return RoundRobin()

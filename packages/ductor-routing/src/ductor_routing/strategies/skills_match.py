@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ductor_routing.errors import ConfigError
-from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.strategies.base import Score, Selection, SelectionContext, check_options
 from ductor_routing.workers import MAX_PROFICIENCY
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class SkillsMatch:
 
 def skills_match(options: Mapping[str, Any], registry: StrategyRegistry) -> SkillsMatch:
     """Factory: options `attribute` (str) and `required` (skill to minimum level)."""
+    check_options("skills_match", options, ("attribute", "required"))
     attribute = options.get("attribute", "skills")
     required = options.get("required", {})
     if not isinstance(attribute, str) or not isinstance(required, dict):

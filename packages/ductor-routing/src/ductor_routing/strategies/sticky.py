@@ -15,7 +15,13 @@ from ductor_routing.errors import ConfigError
 from ductor_routing.filters import MISSING, attribute_getter
 from ductor_routing.pools import StrategySpec
 from ductor_routing.state import Mark, MarkKind
-from ductor_routing.strategies.base import Score, Selection, SelectionContext, Strategy
+from ductor_routing.strategies.base import (
+    Score,
+    Selection,
+    SelectionContext,
+    Strategy,
+    check_options,
+)
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -64,6 +70,7 @@ class Sticky:
 
 def sticky(options: Mapping[str, Any], registry: StrategyRegistry) -> Sticky:
     """Factory: options `key` (attribute path) and `fallback` (a strategy spec)."""
+    check_options("sticky", options, ("key", "fallback"))
     key = options.get("key")
     if not isinstance(key, str) or not key:
         raise ConfigError("sticky: 'key' must name an attribute")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.strategies.base import Score, Selection, SelectionContext, check_options
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -33,4 +33,5 @@ class Waterfall:
 
 def waterfall(options: Mapping[str, Any], registry: StrategyRegistry) -> Waterfall:
     """Factory for the registry; takes no options."""
+    check_options("waterfall", options, ())
     return Waterfall()

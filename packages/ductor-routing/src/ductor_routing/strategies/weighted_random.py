@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ductor_routing.strategies.base import Score, Selection, SelectionContext
+from ductor_routing.strategies.base import Score, Selection, SelectionContext, check_options
 
 if TYPE_CHECKING:
     from ductor_routing.strategies.registry import StrategyRegistry
@@ -60,4 +60,5 @@ class WeightedRandom:
 
 def weighted_random(options: Mapping[str, Any], registry: StrategyRegistry) -> WeightedRandom:
     """Factory for the registry; takes no options."""
+    check_options("weighted_random", options, ())
     return WeightedRandom()
