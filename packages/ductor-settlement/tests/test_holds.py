@@ -106,6 +106,7 @@ def hold(
         ({"expires_at": NOW}, "not after now"),
         ({"id": ""}, "id must be 1 to 256 characters"),
         ({"id": "h" * 257}, "id must be 1 to 256 characters"),
+        ({"id": "orders/42"}, "may not contain '/'"),
     ],
 )
 def test_a_malformed_hold_is_invalid(kwargs: dict[str, object], fragment: str) -> None:

@@ -519,3 +519,36 @@ async def test_an_entry_key_outlives_its_remembered_answer(api: Api) -> None:
     )
     assert (await api.balance("wallet"))["balance"] == 0
     assert await _rows(api) == (2, 4)
+
+
+async def test_an_account_whose_code_holds_a_slash_is_read_with_it_encoded(api: Api) -> None:
+    # A member's wallet is named after its worker id, which may hold a `/`; the
+    # client sends it as `%2F` and the server receives it decoded.
+    code = "wallet:team/ana"
+    await api.ok(
+        "POST", "/v1/accounts", json={"code": code, "currency": "USD", "kind": "liability"}
+    )
+    account = await api.ok("GET", "/v1/accounts/wallet:team%2Fana")
+    assert account["code"] == code
+    await api.fails("GET", "/v1/accounts/wallet:team%2Fnobody", 404, "account.not_found")
+
+
+async def test_a_hold_id_with_a_slash_is_refused(api: Api) -> None:
+    # Its own paths (/v1/holds/{id}/post) could not reach it.
+    await api.ok("POST", "/v1/accounts", json={"code": "w", "currency": "USD", "kind": "asset"})
+    await api.ok("POST", "/v1/accounts", json={"code": "p", "currency": "USD", "kind": "liability"})
+    refused = await api.call(
+        "POST",
+        "/v1/holds",
+        json={
+            "id": "orders/42",
+            "debit_account": "w",
+            "credit_account": "p",
+            "amount": 5,
+            "currency": "USD",
+            "timeout_seconds": 60,
+        },
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["code"] == "hold.invalid"
+    assert "may not contain '/'" in str(refused.json()["details"]["reasons"])

@@ -410,3 +410,16 @@ async def test_tenants_with_the_same_ids_have_their_own_caps(api: Api) -> None:
     assert b[0]["explanation"]["rule_set"] == "default"
     for d in a:
         assert (await api.call("GET", f"/v1/decisions/{d['id']}", as_b=True)).status_code == 404
+
+
+async def test_a_worker_whose_id_holds_a_slash_is_read_and_deleted_with_it_encoded(
+    api: Api,
+) -> None:
+    await api.ok("POST", "/v1/workers", json={"id": "team/ana"})
+    worker = await api.ok("GET", "/v1/workers/team%2Fana")
+    assert worker["id"] == "team/ana"
+    deleted = await api.call("DELETE", "/v1/workers/team%2Fana")
+    assert deleted.status_code == 204, deleted.text
+    gone = await api.call("GET", "/v1/workers/team%2Fana")
+    assert gone.status_code == 404, gone.text
+    assert gone.json()["code"] == "worker.not_found"

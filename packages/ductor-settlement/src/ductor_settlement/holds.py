@@ -121,15 +121,18 @@ def new_hold(
     """A pending hold, checked for shape (accounts, funds and floors are the book's job).
 
     Raises:
-        HoldInvalid: an empty or over-long id (over 256 characters) or description
-            (over 1,000), the same account on both sides, a bad amount or
-            currency, or an expiry not after `now`.
+        HoldInvalid: an empty or over-long id (over 256 characters), an id with a
+            `/`, an over-long description (over 1,000), the same account on both
+            sides, a bad amount or currency, or an expiry not after `now`.
     """
     now = aware(now, "now")
     expires_at = aware(expires_at, "expires_at")
     reasons: list[str] = []
     if not id or len(id) > _MAX_ID:
         reasons.append(f"the hold id must be 1 to {_MAX_ID} characters")
+    elif "/" in id:
+        # The id is a segment of the hold's own paths (/v1/holds/{id}/post).
+        reasons.append("the hold id may not contain '/'")
     if len(description) > _MAX_DESCRIPTION:
         reasons.append(f"the description must be at most {_MAX_DESCRIPTION} characters")
     if not debit_account or not credit_account:

@@ -68,7 +68,9 @@ class AccountsController(Controller):
         """Every account, by code, with `balance`, `pending` and `available`."""
         return await ledger.list_accounts(tenant_id)
 
-    @get("/{code:str}", responses=V1_ERRORS)
+    # `path`, not `str`: a code may hold a `/` (a member's wallet is named after its
+    # worker id), which a client sends as `%2F` and the server receives decoded.
+    @get("/{code:path}", responses=V1_ERRORS)
     async def get_account(
         self,
         code: FromPath[str],
@@ -76,7 +78,7 @@ class AccountsController(Controller):
         ledger: NamedDependency[LedgerService],
     ) -> AccountView:
         """One account with `balance`, `pending` and `available` (micros, normal direction)."""
-        return await ledger.get_account(tenant_id, code)
+        return await ledger.get_account(tenant_id, code.removeprefix("/"))
 
 
 class EntriesController(Controller):

@@ -70,7 +70,9 @@ class WorkersController(Controller):
         """Every worker, by id."""
         return await routing.list_workers(tenant_id)
 
-    @get("/{worker_id:str}", responses=V1_ERRORS)
+    # `path`, not `str`: a worker id may hold a `/`, which a client sends as `%2F`
+    # and the server receives decoded, as a second segment.
+    @get("/{worker_id:path}", responses=V1_ERRORS)
     async def get_worker(
         self,
         worker_id: FromPath[str],
@@ -78,9 +80,9 @@ class WorkersController(Controller):
         routing: NamedDependency[RoutingService],
     ) -> Worker:
         """One worker."""
-        return await routing.get_worker(tenant_id, worker_id)
+        return await routing.get_worker(tenant_id, worker_id.removeprefix("/"))
 
-    @delete("/{worker_id:str}", status_code=204, responses=V1_ERRORS)
+    @delete("/{worker_id:path}", status_code=204, responses=V1_ERRORS)
     async def delete_worker(
         self,
         worker_id: FromPath[str],
@@ -88,7 +90,7 @@ class WorkersController(Controller):
         routing: NamedDependency[RoutingService],
     ) -> None:
         """Delete a worker no pool lists any more (409 `routing.in_use` otherwise)."""
-        await routing.delete_entity(tenant_id, "worker", worker_id)
+        await routing.delete_entity(tenant_id, "worker", worker_id.removeprefix("/"))
 
 
 class PoolsController(Controller):
