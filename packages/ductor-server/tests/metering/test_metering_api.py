@@ -5,8 +5,12 @@ entitlement check, bad input and tenancy."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import timedelta
 from typing import Any
+
+import psycopg
+import pytest
 
 from ductor_server.transports.rest.errors import STATUS_BY_CODE
 
@@ -201,6 +205,49 @@ async def test_twenty_concurrent_triggers_never_pass_a_budget_of_ten(api: Api) -
     assert await usage_of(api, "runs", "month") == 10
     # 100% is recorded once however the race went.
     assert await api.count("SELECT COUNT(*) FROM budget_alerts WHERE percent = 100") == 1
+
+
+def _budget_committed_later(url: str, meter: str, limit: int) -> threading.Timer:
+    """Another writer's budget on `meter`: inserted now, committed half a second later
+    (from a thread, whatever the event loop is doing)."""
+    conn = psycopg.connect(url)
+    conn.execute(
+        "INSERT INTO budgets (tenant_id, meter, win, lim, alert_percents, block, created_at,"
+        " updated_at) VALUES ('tenant-a', %s, 'month', %s, '[50, 80, 100]', true, now(), now())",
+        (meter, limit),
+    )
+
+    def commit() -> None:
+        conn.commit()
+        conn.close()
+
+    timer = threading.Timer(0.5, commit)
+    timer.start()
+    return timer
+
+
+async def test_a_budget_created_meanwhile_is_a_conflict_not_replaced(
+    api: Api, request: pytest.FixtureRequest
+) -> None:
+    if api.backend != "postgres":
+        pytest.skip("needs two writers at once, which Postgres has")
+    url = request.getfixturevalue("postgres_url")
+    await api.ok("POST", "/v1/meters", json={"name": "calls", "unit": "call"})
+    # Another request's budget is written but not committed while this create looks:
+    # once it commits, the create must neither overwrite it nor answer 201.
+    timer = _budget_committed_later(url, "calls", 7)
+    response = await api.call("POST", "/v1/budgets", json={"meter": "calls", "limit": 100})
+    timer.join()
+    assert response.status_code == 409, response.text
+    assert response.json()["code"] == "budget.conflict"
+    assert (await api.ok("GET", "/v1/budgets/calls"))["limit"] == 7
+    # The same budget committed meanwhile is found: 200, not a second 201.
+    await api.ok("POST", "/v1/meters", json={"name": "calls2", "unit": "call"})
+    timer = _budget_committed_later(url, "calls2", 5)
+    response = await api.call("POST", "/v1/budgets", json={"meter": "calls2", "limit": 5})
+    timer.join()
+    assert response.status_code == 200, response.text
+    assert response.json()["limit"] == 5
 
 
 async def test_a_batch_that_would_pass_the_budget_starts_none(api: Api) -> None:

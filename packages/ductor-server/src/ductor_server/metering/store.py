@@ -172,16 +172,14 @@ class MeteringTx:
 
     # --- budgets -------------------------------------------------------------------
 
-    async def put_budget(self, policy: BudgetPolicy, now: datetime) -> bool:
-        """Create or replace the budget of `policy.meter`; True when created."""
+    async def insert_budget(self, policy: BudgetPolicy, now: datetime) -> bool:
+        """Store the budget of `policy.meter`; False (nothing written) when the meter
+        has one already, however recently another transaction committed it."""
         stamp = self._db.to_timestamp(now)
-        existed = await self.get_budget(policy.tenant_id, policy.meter) is not None
-        await self._db.execute(
+        count = await self._db.execute(
             "INSERT INTO budgets (tenant_id, meter, win, lim, alert_percents, block, created_at,"
             " updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (tenant_id, meter) DO UPDATE SET win = excluded.win,"
-            " lim = excluded.lim, alert_percents = excluded.alert_percents,"
-            " block = excluded.block, updated_at = excluded.updated_at",
+            " ON CONFLICT (tenant_id, meter) DO NOTHING",
             (
                 policy.tenant_id,
                 policy.meter,
@@ -193,7 +191,26 @@ class MeteringTx:
                 stamp,
             ),
         )
-        return not existed
+        return count > 0
+
+    async def put_budget(self, policy: BudgetPolicy, now: datetime) -> bool:
+        """Create or replace the budget of `policy.meter`; True when created."""
+        if await self.insert_budget(policy, now):
+            return True
+        await self._db.execute(
+            "UPDATE budgets SET win = %s, lim = %s, alert_percents = %s, block = %s,"
+            " updated_at = %s WHERE tenant_id = %s AND meter = %s",
+            (
+                policy.window.value,
+                policy.limit,
+                self._db.to_json(list(policy.alert_percents)),
+                policy.block,
+                self._db.to_timestamp(now),
+                policy.tenant_id,
+                policy.meter,
+            ),
+        )
+        return False
 
     async def get_budget(self, tenant_id: str, meter: str) -> BudgetRecord | None:
         """The budget on `meter`, or None."""

@@ -607,15 +607,13 @@ class MeteringService:
         async def effect(tx: Tx) -> Answer[BudgetView]:
             store = MeteringTx(tx)
             await self._meter(store, tenant_id, meter)
-            existing = await store.get_budget(tenant_id, meter)
-            if existing is not None:
-                if existing.policy != policy:
-                    raise MeteringConflict("budget", meter)
-                return Answer(await self._budget_view(store, existing, now), Outcome.OK)
-            await store.put_budget(policy, now)
+            created = await store.insert_budget(policy, now)
             record = await store.get_budget(tenant_id, meter)
             assert record is not None
-            return Answer(await self._budget_view(store, record, now), Outcome.CREATED)
+            if not created and record.policy != policy:
+                raise MeteringConflict("budget", meter)
+            view = await self._budget_view(store, record, now)
+            return Answer(view, Outcome.CREATED if created else Outcome.OK)
 
         return await once(self._store, claim, BudgetView, effect)
 
