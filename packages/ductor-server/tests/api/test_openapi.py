@@ -106,6 +106,10 @@ async def test_every_v1_operation_lists_every_status_it_can_answer(tmp_path: Pat
     for method, path, op in operations:
         missing = errors - set(op["responses"])
         assert not missing, f"{method.upper()} {path} does not list {sorted(missing)}"
+    # 415 is listed as reserved: a REST body is read as JSON whatever its Content-Type.
+    trigger = doc["paths"]["/v1/runs"]["post"]["responses"]
+    assert trigger["415"]["description"].startswith("Reserved"), trigger["415"]
+    assert "run.wait_limit" in trigger["429"]["description"], trigger["429"]
     # A put that replaces, or a publish of known content, answers 200 besides 201.
     for path in ("/v1/workers", "/v1/pools", "/v1/workflows"):
         assert {"200", "201"} <= set(doc["paths"][path]["post"]["responses"]), path

@@ -56,9 +56,11 @@ V1_ERRORS: dict[int, ResponseSpec] = {
         404: "Not found for this tenant (`*.not_found`)",
         409: "The object's state forbids this (`run.not_cancellable`, `run.ended`, ...)",
         413: "Body over the size limit (`request.too_large`)",
-        415: "The body is not JSON (`request.unsupported_media_type`)",
+        415: "Reserved (`request.unsupported_media_type`): no call answers it today, as a"
+        " body is read as JSON whatever its Content-Type",
         422: "Invalid request (`request.invalid`, `definition.invalid`, `idempotency.conflict`)",
-        429: "A blocking budget would be passed (`budget.exceeded`)",
+        429: "A blocking budget would be passed (`budget.exceeded`), or too many requests"
+        " wait for runs (`run.wait_limit`)",
         502: "The AI upstream answered an error or could not be reached (`ai.upstream_error`)",
         504: "The AI upstream did not answer in time (`ai.upstream_timeout`)",
         503: "Cannot answer right now; retry (`service.unavailable`, `storage.unavailable`)",
