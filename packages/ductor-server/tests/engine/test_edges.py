@@ -152,3 +152,34 @@ async def test_history_tells_the_story_in_order(engine: Engine) -> None:
         ("run.succeeded", None),
     ]
     assert [h.seq for h in history] == sorted(h.seq for h in history)
+
+
+async def test_a_failed_steps_history_entry_carries_the_errors_details(engine: Engine) -> None:
+    await engine.publish(
+        {
+            "family_slug": "answers-404",
+            "steps": [
+                {
+                    "ref": "a",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": {"action": "http", "params": {"url": '"http://10.0.0.1/"'}},
+                }
+            ],
+        }
+    )
+    run = await engine.trigger("answers-404", {})
+    done = await engine.wait_run(run.id)
+    assert done.status == FAILED
+    failed = step(done, "a").error
+    assert failed is not None
+    assert failed.details, failed
+    history = {h.kind: h.data for h in await engine.services.runs.history(TENANT, run.id)}
+    # The step.failed entry has the error as the run shows it, details included.
+    assert history["step.failed"]["error"] == {
+        "code": failed.code,
+        "message": failed.message,
+        "retryable": failed.retryable,
+        "details": failed.details,
+    }
+    assert history["run.failed"]["error"]["code"] == "run.step_failed"
+    assert history["run.failed"]["error"]["details"] == {"step_ref": "a", "error": failed.code}

@@ -33,7 +33,12 @@ def _status_word(status: StepStatus) -> str:
 def _error(error: ErrorInfo | None) -> dict[str, Any] | None:
     if error is None:
         return None
-    return {"code": error.code, "message": error.message, "retryable": error.retryable}
+    return {
+        "code": error.code,
+        "message": error.message,
+        "retryable": error.retryable,
+        "details": error.details,
+    }
 
 
 def _step_entries(old: StepState | None, new: StepState) -> list[tuple[str, dict[str, Any]]]:
