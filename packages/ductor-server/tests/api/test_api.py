@@ -478,6 +478,13 @@ async def test_events_are_deduplicated_by_id(api: Api) -> None:
         kept = await tx.get_event("tenant-a", "e2")
     assert kept is not None
     assert (kept.name, kept.data) == ("n", data)
+    # An id taken from the Idempotency-Key is named by that header instead.
+    keyed = await api.call(
+        "POST", "/v1/events", json={"name": "other"}, headers={"Idempotency-Key": "e2"}
+    )
+    error = assert_error(keyed, 422, "event.invalid")
+    assert error["details"]["header"] == "Idempotency-Key", error
+    assert error["details"]["id"] == "e2", error
 
 
 # --- OpenAPI -----------------------------------------------------------------------

@@ -95,6 +95,8 @@ class EventsService:
                 details: dict[str, Any] = {"id": eid, "reason": reason}
                 if event_id is not None:
                     details["path"] = "$.id"
+                else:
+                    details["header"] = "Idempotency-Key"
                 raise EventInvalid(reason, details=details)
             await effects.flush(tx)
             refuse_over_budget(effects.budgeted)  # the runs it started, on `runs`
