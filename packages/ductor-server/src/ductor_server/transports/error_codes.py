@@ -76,6 +76,11 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "routing.config_conflict": _(409, ABORTED),
     "routing.assignment_state": _(409, FAILED_PRECONDITION),
     "routing.in_use": _(409, FAILED_PRECONDITION),
+    "worker.not_found": _(404, NOT_FOUND),
+    "pool.not_found": _(404, NOT_FOUND),
+    "rule_set.not_found": _(404, NOT_FOUND),
+    "decision.not_found": _(404, NOT_FOUND),
+    "assignment.not_found": _(404, NOT_FOUND),
     # the ledger (ductor_settlement's codes: every problem is in details.problems)
     "account.not_found": _(404, NOT_FOUND),
     "entry.not_found": _(404, NOT_FOUND),
@@ -159,6 +164,10 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "agent.conversation_too_long": _(409, FAILED_PRECONDITION),
     "agent.confirmation_required": _(409, FAILED_PRECONDITION),
     "agent.tool_call_not_pending": _(409, FAILED_PRECONDITION),
+    # bridge apps
+    "app.not_found": _(404, NOT_FOUND),
+    "app_key.not_found": _(404, NOT_FOUND),
+    "bridge.not_configured": _(503, UNAVAILABLE),
     # the server
     "outbound.forbidden": _(422, PERMISSION_DENIED),
     "service.unavailable": _(503, UNAVAILABLE),
