@@ -374,7 +374,12 @@ async def test_providers_are_listed_with_schemas(api: Api) -> None:
 
 async def test_connection_test_answers_check_result(api: Api, sink: HttpSink) -> None:
     await api.ok("POST", "/v1/connections", json=echo())
-    result = await api.ok("POST", "/v1/connections/crm/test")
+    # The test takes no body: a field in one is refused, not ignored.
+    refused = await api.fails(
+        "POST", "/v1/connections/crm/test", 422, "request.invalid", json={"timeout": 1}
+    )
+    assert refused["details"]["path"] == "$.timeout", refused
+    result = await api.ok("POST", "/v1/connections/crm/test", json={})
     assert result["ok"] is True
     assert TOKEN not in str(result)
     assert "••••" in result["message"]

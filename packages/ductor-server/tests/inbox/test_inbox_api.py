@@ -108,6 +108,12 @@ async def test_a_subscriber_reads_only_its_own_feed(api: Inbox) -> None:
     await api.fails(
         "DELETE", f"/v1/inbox/notifications/{mine['id']}", 404, "notification.not_found", as_b=True
     )
+    # Rotating takes no body: a field in one is refused and the secret is kept.
+    refused = await api.fails(
+        "POST", "/v1/inbox/secret/rotate", 422, "request.invalid", json={"secret": "mine"}
+    )
+    assert refused["details"]["path"] == "$.secret", refused
+    assert (await api.as_me(ann, "GET", "/v1/inbox/me/counts")).status_code == 200
     # Rotating the secret retires every token.
     await api.ok("POST", "/v1/inbox/secret/rotate")
     assert (await api.as_me(ann, "GET", "/v1/inbox/me/counts")).status_code == 404

@@ -435,7 +435,13 @@ async def test_a_voided_hold_releases_its_reservation(api: Api) -> None:
         },
     )
     assert (await api.balance("wallet"))["available"] == 0
-    voided = await api.ok("POST", f"/v1/holds/{hold['id']}/void")
+    # Void takes no body: a field in one is refused, not ignored, and nothing moves.
+    refused = await api.fails(
+        "POST", f"/v1/holds/{hold['id']}/void", 422, "request.invalid", json={"amount": 1}
+    )
+    assert refused["details"]["path"] == "$.amount", refused
+    assert (await api.ok("GET", f"/v1/holds/{hold['id']}"))["status"] == "pending"
+    voided = await api.ok("POST", f"/v1/holds/{hold['id']}/void", json={})
     assert voided["status"] == "voided"
     wallet = await api.balance("wallet")
     assert (wallet["balance"], wallet["available"]) == (10 * USD, 10 * USD)

@@ -86,6 +86,11 @@ class _In(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Base of request bodies: unknown fields are an error, not ignored."""
 
 
+class EmptyBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The body of a call that takes none, if one is sent: `{}`, as any field in it
+    is unknown (refused, not ignored, as in every other body)."""
+
+
 class TriggerRunBody(_In, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """`POST /v1/runs`: start a run of a published family (latest version if none)."""
 
@@ -351,6 +356,7 @@ __all__ = [
     "AppUrlBody",
     "CancelRunBody",
     "DocumentedAs",
+    "EmptyBody",
     "EventBody",
     "JsonBody",
     "NoBody",

@@ -22,7 +22,7 @@ from ductor_server.services.connections import (
     ConnectionView,
     ProviderView,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, NoBody, required
+from ductor_server.transports.rest.bodies import NO_BODY, EmptyBody, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
@@ -116,10 +116,11 @@ class ConnectionsController(Controller):
         name: FromPath[str],
         tenant_id: NamedDependency[str],
         connections: NamedDependency[ConnectionsService],
+        data: JSONBody[EmptyBody | NoBody] = NO_BODY,
     ) -> CheckResult:
         """Check the connection through the outbound guard: `{ok, message, latency_ms,
         details}`; a failure (a refused address included) is `ok: false` with
-        `details.code`."""
+        `details.code`. It takes no body (`{}` at most)."""
         return await connections.test(tenant_id, name)
 
 

@@ -44,7 +44,7 @@ from ductor_server.services.inbox_email import (
     SubscriberBody,
     SubscriberView,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, JsonBody, NoBody, required
+from ductor_server.transports.rest.bodies import NO_BODY, EmptyBody, JsonBody, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS, status_for
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
@@ -234,9 +234,13 @@ class InboxController(Controller):
 
     @post("/secret/rotate", status_code=200, responses=V1_ERRORS)
     async def rotate_secret(
-        self, tenant_id: NamedDependency[str], inbox: NamedDependency[InboxService]
+        self,
+        tenant_id: NamedDependency[str],
+        inbox: NamedDependency[InboxService],
+        data: JSONBody[EmptyBody | NoBody] = NO_BODY,
     ) -> SecretView:
-        """Replace the inbox secret; every earlier subscriber token stops working."""
+        """Replace the inbox secret; every earlier subscriber token stops working.
+        It takes no body (`{}` at most)."""
         return await inbox.rotate_secret(tenant_id)
 
 

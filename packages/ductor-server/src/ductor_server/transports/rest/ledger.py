@@ -26,7 +26,13 @@ from ductor_server.services.ledger import (
     HoldView,
     LedgerService,
 )
-from ductor_server.transports.rest.bodies import NO_BODY, NoBody, or_default, required
+from ductor_server.transports.rest.bodies import (
+    NO_BODY,
+    EmptyBody,
+    NoBody,
+    or_default,
+    required,
+)
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
@@ -205,9 +211,11 @@ class HoldsController(Controller):
         hold_id: FromPath[str],
         tenant_id: NamedDependency[str],
         ledger: NamedDependency[LedgerService],
+        data: JSONBody[EmptyBody | NoBody] = NO_BODY,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[HoldView]:
-        """Void the hold: nothing moves, the reservation is released."""
+        """Void the hold: nothing moves, the reservation is released. It takes no
+        body (`{}` at most)."""
         key = checked_key(idempotency_key)
         return answered(await ledger.void_hold(tenant_id, hold_id, idempotency_key=key))
 
