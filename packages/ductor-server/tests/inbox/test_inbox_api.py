@@ -271,6 +271,10 @@ async def test_a_clicked_action_resumes_the_waiting_run_once(api: Inbox) -> None
     ann = await api.me("tenant-a", "ann")
     bob = await api.me("tenant-a", "bob")
     path = f"/v1/inbox/me/notifications/{ann_note['id']}/ctas/0/click"
+    # A click takes no body: a field in one is refused, and that click does nothing.
+    refused = await api.as_me(ann, "POST", path, json={"action": "reject"})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["details"]["path"] == "$.action"
     clicks = await asyncio.gather(*(api.as_me(ann, "POST", path) for _ in range(3)))
     assert sorted(c.json()["duplicate"] for c in clicks) == [False, True, True]
     assert [c.json()["resumed"] for c in clicks].count(True) == 1

@@ -302,6 +302,7 @@ class MyInboxController(Controller):
         index: FromPath[int],
         me: NamedDependency[Subscriber],
         inbox: NamedDependency[InboxService],
+        data: JSONBody[EmptyBody | NoBody] = NO_BODY,
     ) -> ClickResult:
         """Click action CTA `index` (0 or 1): sent back to the run once, however
         often it is clicked."""
