@@ -355,6 +355,27 @@ async def test_the_return_rate_threshold_refuses(api: Api) -> None:
     assert body["details"]["max_rate_bps"] == 2500
 
 
+async def test_an_assignment_returned_in_parts_counts_once_toward_the_rate(api: Api) -> None:
+    policy = {"window_seconds": 3600, "max_return_rate_bps": 5000, "min_sample": 4}
+    await _market(api, {"a": 50 * USD}, returns=policy, pricing="first")
+    decisions = [await _route(api, f"l{n}") for n in range(4)]
+    first, second, third = (d["assignment_id"] for d in decisions[:3])
+    for _ in range(3):  # one assignment, returned in three parts
+        await api.ok(
+            "POST", f"/v1/assignments/{first}/return", json={"reason": "bad", "amount": USD}
+        )
+    # Two of four assignments returned: 50 %, the limit.
+    await api.ok("POST", f"/v1/assignments/{second}/return", json={"reason": "bad"})
+    body = await api.fails(
+        "POST",
+        f"/v1/assignments/{third}/return",
+        422,
+        "return.rate_exceeded",
+        json={"reason": "bad"},
+    )
+    assert "returned 3 of 4" in body["message"]
+
+
 async def test_housekeeping_marks_expired_holds(api: Api) -> None:
     await _market(api, {"a": 10 * USD})
     hold = {

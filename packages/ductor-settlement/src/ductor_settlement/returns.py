@@ -185,7 +185,8 @@ class ReturnStats(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         assignments: assignments delivered to the buyer in the window.
-        returns: returns of the buyer accepted in the window.
+        returns: the buyer's assignments returned in the window, other than the
+            one returned now (an assignment returned in parts counts once).
     """
 
     assignments: int

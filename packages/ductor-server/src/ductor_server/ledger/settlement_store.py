@@ -161,9 +161,11 @@ class SettlementTx:
         return None if row is None else str(row[0])
 
     async def buyer_stats(
-        self, tenant_id: str, pool: str, buyer: str, since: datetime
+        self, tenant_id: str, pool: str, buyer: str, since: datetime, *, excluding: str
     ) -> tuple[int, int]:
-        """(assignments, returns) of `buyer` in `pool` created at or after `since`."""
+        """(assignments, returned assignments) of `buyer` in `pool` since `since`: an
+        assignment returned in parts counts once, and assignment `excluding` (the
+        one being returned now) not at all."""
         stamp = self._db.to_timestamp(since)
         assigned = await self._db.fetch_one(
             "SELECT COUNT(*) FROM routing_assignments"
@@ -171,9 +173,10 @@ class SettlementTx:
             (tenant_id, pool, buyer, stamp),
         )
         returned = await self._db.fetch_one(
-            "SELECT COUNT(*) FROM settlement_returns"
-            " WHERE tenant_id = %s AND pool = %s AND buyer = %s AND created_at >= %s",
-            (tenant_id, pool, buyer, stamp),
+            "SELECT COUNT(DISTINCT assignment_id) FROM settlement_returns"
+            " WHERE tenant_id = %s AND pool = %s AND buyer = %s AND created_at >= %s"
+            " AND assignment_id <> %s",
+            (tenant_id, pool, buyer, stamp, excluding),
         )
         return (
             int(assigned[0]) if assigned is not None else 0,

@@ -1617,7 +1617,7 @@ class RoutingService:
         routed: RouteBody = _decode(charge.routable, RouteBody)
         since = now - (policy.rate_window if policy is not None else timedelta(0))
         assigned, returned = await settlement.buyer_stats(
-            tenant_id, record.pool, record.worker, since
+            tenant_id, record.pool, record.worker, since, excluding=assignment_id
         )
         facts = AssignmentFacts(
             assignment_id=assignment_id,
