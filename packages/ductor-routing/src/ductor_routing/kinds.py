@@ -92,7 +92,7 @@ def validate_routable(schema: KindSchema | None, routable: Routable) -> tuple[Pr
     problems: list[Problem] = []
     attrs = routable.attributes
     for name, spec in schema.attributes.items():
-        pointer = f"/attributes/{_escape(name)}"
+        pointer = f"/attributes/{pointer_token(name)}"
         if name not in attrs:
             if spec.required:
                 problems.append(Problem(pointer=pointer, message="required attribute is missing"))
@@ -112,7 +112,9 @@ def validate_routable(schema: KindSchema | None, routable: Routable) -> tuple[Pr
         for name in sorted(attrs):
             if name not in schema.attributes:
                 problems.append(
-                    Problem(pointer=f"/attributes/{_escape(name)}", message="unknown attribute")
+                    Problem(
+                        pointer=f"/attributes/{pointer_token(name)}", message="unknown attribute"
+                    )
                 )
     if schema.require_consent and (routable.consent is None or not routable.consent.granted):
         problems.append(Problem(pointer="/consent", message="granted consent is required"))
@@ -125,5 +127,6 @@ def validate_routable(schema: KindSchema | None, routable: Routable) -> tuple[Pr
     return tuple(problems)
 
 
-def _escape(name: str) -> str:
+def pointer_token(name: str) -> str:
+    """`name` as one JSON pointer segment of a `Problem` (RFC 6901: `~` and `/` escaped)."""
     return name.replace("~", "~0").replace("/", "~1")

@@ -39,7 +39,7 @@ from ductor_routing.filters import (
     index_values,
     is_indexable,
 )
-from ductor_routing.kinds import KindSchema, Problem, validate_routable
+from ductor_routing.kinds import KindSchema, Problem, pointer_token, validate_routable
 from ductor_routing.pools import Member, Pool, Window
 from ductor_routing.routables import Routable
 from ductor_routing.rules import Rule, RuleSet
@@ -352,7 +352,7 @@ class Router:
                 if not 0 <= level <= MAX_PROFICIENCY:
                     problems.append(
                         Problem(
-                            pointer=f"/workers/{i}/skills/{_pointer_part(skill)}",
+                            pointer=f"/workers/{i}/skills/{pointer_token(skill)}",
                             message=f"must be from 0 to {MAX_PROFICIENCY}",
                         )
                     )
@@ -362,7 +362,7 @@ class Router:
                 if slots < 0:
                     problems.append(
                         Problem(
-                            pointer=f"/workers/{i}/capacity/{_pointer_part(channel)}",
+                            pointer=f"/workers/{i}/capacity/{pointer_token(channel)}",
                             message="must be >= 0",
                         )
                     )
@@ -917,11 +917,6 @@ class Router:
             marks=marks,
             shadow_marks=shadow_marks,
         )
-
-
-def _pointer_part(name: str) -> str:
-    """`name` as one JSON pointer segment (RFC 6901: ``~`` and ``/`` escaped)."""
-    return name.replace("~", "~0").replace("/", "~1")
 
 
 def encode_decision(decision: Decision) -> bytes:
