@@ -47,6 +47,13 @@ VersionPath = Annotated[
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
+def path_id(text: str) -> str:
+    """What a `{name:path}` parameter names, without the slash Litestar starts it
+    with: an id or name that may hold a `/`, which a client sends as `%2F` and the
+    server receives decoded, as more segments."""
+    return text.removeprefix("/")
+
+
 def path_version(text: str) -> int:
     """The version a `{version}` path parameter names: plain decimal digits, 1 up to
     the largest 64-bit integer (no sign, space, fraction or exponent).
@@ -371,6 +378,7 @@ __all__ = [
     "malformed",
     "nesting_depth",
     "or_default",
+    "path_id",
     "path_version",
     "required",
     "too_deep",

@@ -31,6 +31,7 @@ from ductor_server.transports.rest.bodies import (
     EmptyBody,
     NoBody,
     or_default,
+    path_id,
     required,
 )
 from ductor_server.transports.rest.dependencies import services_of
@@ -75,7 +76,7 @@ class AccountsController(Controller):
         return await ledger.list_accounts(tenant_id)
 
     # `path`, not `str`: a code may hold a `/` (a member's wallet is named after its
-    # worker id), which a client sends as `%2F` and the server receives decoded.
+    # worker id; see `path_id`).
     @get("/{code:path}", responses=V1_ERRORS)
     async def get_account(
         self,
@@ -84,7 +85,7 @@ class AccountsController(Controller):
         ledger: NamedDependency[LedgerService],
     ) -> AccountView:
         """One account with `balance`, `pending` and `available` (micros, normal direction)."""
-        return await ledger.get_account(tenant_id, code.removeprefix("/"))
+        return await ledger.get_account(tenant_id, path_id(code))
 
 
 class EntriesController(Controller):

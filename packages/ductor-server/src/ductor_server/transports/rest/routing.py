@@ -37,6 +37,7 @@ from ductor_server.transports.rest.bodies import (
     NoBody,
     VersionPath,
     or_default,
+    path_id,
     path_version,
     required,
 )
@@ -70,8 +71,7 @@ class WorkersController(Controller):
         """Every worker, by id."""
         return await routing.list_workers(tenant_id)
 
-    # `path`, not `str`: a worker id may hold a `/`, which a client sends as `%2F`
-    # and the server receives decoded, as a second segment.
+    # `path`, not `str`: a worker id may hold a `/` (see `path_id`).
     @get("/{worker_id:path}", responses=V1_ERRORS)
     async def get_worker(
         self,
@@ -80,7 +80,7 @@ class WorkersController(Controller):
         routing: NamedDependency[RoutingService],
     ) -> Worker:
         """One worker."""
-        return await routing.get_worker(tenant_id, worker_id.removeprefix("/"))
+        return await routing.get_worker(tenant_id, path_id(worker_id))
 
     @delete("/{worker_id:path}", status_code=204, responses=V1_ERRORS)
     async def delete_worker(
@@ -90,7 +90,7 @@ class WorkersController(Controller):
         routing: NamedDependency[RoutingService],
     ) -> None:
         """Delete a worker no pool lists any more (409 `routing.in_use` otherwise)."""
-        await routing.delete_entity(tenant_id, "worker", worker_id.removeprefix("/"))
+        await routing.delete_entity(tenant_id, "worker", path_id(worker_id))
 
 
 class PoolsController(Controller):

@@ -20,6 +20,7 @@ from ductor_server.transports.rest.bodies import (
     TriggerRunBody,
     TriggerRunsBody,
     or_default,
+    path_id,
     required,
 )
 from ductor_server.transports.rest.errors import V1_ERRORS
@@ -134,8 +135,7 @@ class RunsController(Controller):
             await runs.rerun(tenant_id, run_id, latest=body.latest, idempotency_key=key)
         )
 
-    # `path`, not `str`: a signal name may hold a `/`, which a client sends as
-    # `%2F` and the server receives decoded, as a second segment.
+    # `path`, not `str`: a signal name may hold a `/` (see `path_id`).
     @post("/{run_id:str}/signals/{name:path}", status_code=202, responses=V1_ERRORS)
     async def signal(
         self,
@@ -148,7 +148,7 @@ class RunsController(Controller):
     ) -> Response[SignalAccepted]:
         """Send the signal `name` to a run: `{payload?, id?}` (optional body); 202.
         Without an `id`, the Idempotency-Key names the signal."""
-        name = name.removeprefix("/")  # a `path` parameter starts with its slash
+        name = path_id(name)
         # The name is a path parameter here (the service names the body field).
         check_name("signal name", name, RequestInvalid, path="name")
         body = or_default(data, SignalBody())
