@@ -26,13 +26,8 @@ CEL_ENGINES: tuple[str, ...] = ("cel-rust", "cel-python")
 """The names `DUCTOR_CEL_ENGINE` may hold (`ductor_core.expressions.ENGINE_NAMES`)."""
 MAX_PORT = 65535
 
-_FLAG_VARIABLES = {
-    "host": "DUCTOR_HOST",
-    "port": "DUCTOR_PORT",
-    "data_dir": "DUCTOR_DATA_DIR",
-    "roles": "DUCTOR_ROLES",
-}
-"""The settings a `ductor` flag sets (`--host`, ...), and the variable each flag wins over."""
+_FLAG_FIELDS = ("host", "port", "data_dir", "roles")
+"""The settings a `ductor` flag sets (`--host`, ...): each wins over its variable."""
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 IDLE_POLL_INTERVAL = 5.0
 """Seconds between an idle loop's looks when every write wakes it: a safety net only."""
@@ -306,9 +301,9 @@ class Settings:
         # A flag wins over its variable, which is then not read at all (a value that
         # does not parse, such as Kubernetes' DUCTOR_PORT=tcp://..., is no error then).
         flagged = {
-            _FLAG_VARIABLES[k]
-            for k, v in overrides.items()
-            if v is not None and k in _FLAG_VARIABLES
+            variable.name
+            for variable in VARIABLES
+            if variable.field in _FLAG_FIELDS and overrides.get(variable.field) is not None
         }
         if flagged:
             env = {k: v for k, v in env.items() if k not in flagged}

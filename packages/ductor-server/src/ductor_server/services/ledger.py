@@ -64,12 +64,14 @@ _RESERVED_KEY_PREFIXES = ("hold:", "topup:")
 
 def _refuse_reserved_key(idempotency_key: str | None) -> None:
     """Raise `RequestInvalid` when a caller's key starts with one of the ledger's prefixes."""
-    if idempotency_key is not None and idempotency_key.startswith(_RESERVED_KEY_PREFIXES):
-        prefix = next(p for p in _RESERVED_KEY_PREFIXES if idempotency_key.startswith(p))
-        raise RequestInvalid(
-            f"idempotency keys starting with {prefix!r} are the ledger's own",
-            details={"key": idempotency_key},
-        )
+    if idempotency_key is None:
+        return
+    for prefix in _RESERVED_KEY_PREFIXES:
+        if idempotency_key.startswith(prefix):
+            raise RequestInvalid(
+                f"idempotency keys starting with {prefix!r} are the ledger's own",
+                details={"key": idempotency_key},
+            )
 
 
 # --- bodies and views ---------------------------------------------------------------

@@ -268,16 +268,9 @@ class ReturnView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 #: Assignment statuses.
-ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED, RETURNED = (
-    "assigned",
-    "accepted",
-    "completed",
-    "rejected",
-    "expired",
-    "returned",
-)
+STATUSES = ("assigned", "accepted", "completed", "rejected", "expired", "returned")
+ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED, RETURNED = STATUSES
 OPEN_STATUSES = (ASSIGNED, ACCEPTED)
-STATUSES = (ASSIGNED, ACCEPTED, COMPLETED, REJECTED, EXPIRED, RETURNED)
 
 
 def counter_text(key: CounterKey) -> str:
