@@ -404,10 +404,7 @@ class _JsonReader:
                 self.fail(child, key_at, f"duplicate key {key!r}")
             value = self.value(child, depth)
             out.setdefault(key, value)
-            self.space()
-            if self.text[self.pos] == ",":
-                self.pos += 1
-                self.space()
+            self.after_item()
         self.pos += 1
         return out
 
@@ -417,12 +414,16 @@ class _JsonReader:
         self.space()
         while self.text[self.pos] != "]":
             out.append(self.value(f"{pointer}/{len(out)}", depth))
-            self.space()
-            if self.text[self.pos] == ",":
-                self.pos += 1
-                self.space()
+            self.after_item()
         self.pos += 1
         return out
+
+    def after_item(self) -> None:
+        """Past the space and the comma (if any) after an item of an object or array."""
+        self.space()
+        if self.text[self.pos] == ",":
+            self.pos += 1
+            self.space()
 
 
 class _TooDeep(Exception):
