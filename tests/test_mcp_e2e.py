@@ -442,6 +442,25 @@ async def _malformed(server: ServerProcess) -> None:
         assert nested["details"]["argument"] == "routable"
         too_big_int = await refused(client, "send_event", name="n", data={"n": 2**70})
         assert too_big_int["code"] == "request.invalid"
+        assert too_big_int["details"]["argument"] == "data"
+        assert too_big_int["details"]["path"] == "$.data.n"
+        nul = await refused(client, "get_run", run_id="r\x00")
+        assert nul["details"] == {
+            "argument": "run_id",
+            "path": "$.run_id",
+            "reason": "string contains a NUL character",
+        }
+        assert nul["message"].startswith("invalid argument `run_id`")
+        deepest: object = 1
+        for _ in range(63):  # 64 levels with the arguments' own object: the limit
+            deepest = [deepest]
+        too_deep = await refused(client, "send_event", name="n", data=[deepest])
+        assert too_deep["details"] == {
+            "argument": "data",
+            "path": "$.data",
+            "reason": "nested more than 64 levels deep",
+        }
+        assert (await call(client, "send_event", name="n", data=deepest))["name"] == "n"
         unknown_tool = await refused(client, "drop_tables")
         assert unknown_tool["code"] == "request.invalid"
         assert "list_workflows" in unknown_tool["details"]["tools"]

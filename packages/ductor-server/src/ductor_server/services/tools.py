@@ -24,7 +24,9 @@ from ductor_core.errors import DuctorError
 from ductor_server.errors import RequestInvalid
 from ductor_server.services.idempotency import MAX_KEY_LENGTH, Answer
 from ductor_server.services.json_limits import (
+    MAX_DEPTH,
     check_json_limits,
+    nesting_depth,
     too_deep_message,
     validation_path,
 )
@@ -574,7 +576,7 @@ def decode_arguments(arguments: dict[str, Any] | None, into: type[Any]) -> Any:
     try:
         raw = msgspec.json.encode(arguments or {})
     except RecursionError:
-        raise _too_deep() from None
+        raise _too_deep(arguments) from None
     return decode_arguments_json(raw, into)
 
 
@@ -587,18 +589,14 @@ def decode_arguments_json(raw: bytes, into: type[Any]) -> Any:
     try:
         value = msgspec.json.decode(raw, type=into)
     except RecursionError:
-        raise _too_deep() from None
+        raise _too_deep(_generic(raw)) from None
     except msgspec.ValidationError as exc:
         path, reason = validation_path(exc)
-        argument = path[2:].split(".", 1)[0].split("[", 1)[0] if path.startswith("$.") else None
+        argument = _argument_at(path)
         if argument is None:
             named = _FIELD.search(reason)
             argument = named.group(1) if named else None
-        where = f"argument `{argument}`" if argument else "the arguments"
-        raise ToolError(
-            f"invalid {where}: {reason}" + (f" (at {path})" if path != "$" else ""),
-            details={"argument": argument, "path": path, "reason": reason},
-        ) from None
+        raise _refused(argument, path, reason) from None
     except msgspec.DecodeError as exc:
         raise ToolError(
             f"the arguments are not a JSON object: {exc}",
@@ -607,15 +605,50 @@ def decode_arguments_json(raw: bytes, into: type[Any]) -> Any:
     try:
         check_json_limits(raw, value)
     except RequestInvalid as error:
-        raise ToolError(error.message, details=error.details) from None
+        details = error.details if isinstance(error.details, dict) else {}
+        path, reason = str(details.get("path", "$")), str(details.get("reason", error.message))
+        if path == "$" and reason == too_deep_message():
+            raise _too_deep(_generic(raw)) from None
+        raise _refused(_argument_at(path), path, reason) from None
     return value
 
 
-def _too_deep() -> ToolError:
-    reason = too_deep_message()
+def _argument_at(path: str) -> str | None:
+    """The argument a path inside the arguments (`$.input.a[0]`) lies in."""
+    if not path.startswith("$."):
+        return None
+    return path[2:].split(".", 1)[0].split("[", 1)[0]
+
+
+def _refused(argument: str | None, path: str, reason: str) -> ToolError:
+    where = f"argument `{argument}`" if argument else "the arguments"
     return ToolError(
-        f"invalid request body at $: {reason}", details={"path": "$", "reason": reason}
+        f"invalid {where}: {reason}" + (f" (at {path})" if path != "$" else ""),
+        details={"argument": argument, "path": path, "reason": reason},
     )
+
+
+def _generic(raw: bytes) -> Any:
+    """The arguments' JSON as plain values, or None when even that nests too deep."""
+    try:
+        return msgspec.json.decode(raw)
+    except (RecursionError, msgspec.DecodeError):
+        return None
+
+
+def _too_deep(arguments: Any) -> ToolError:
+    """Arguments nested deeper than the REST limit, naming the argument that is."""
+    argument = None
+    if isinstance(arguments, dict):
+        for name, value in arguments.items():
+            try:  # as deep as it is inside the arguments: one level down
+                deep = nesting_depth(b"[" + msgspec.json.encode(value) + b"]") > MAX_DEPTH
+            except RecursionError:
+                deep = True
+            if deep:
+                argument = str(name)
+                break
+    return _refused(argument, f"$.{argument}" if argument else "$", too_deep_message())
 
 
 def error_body(error: DuctorError) -> dict[str, Any]:
