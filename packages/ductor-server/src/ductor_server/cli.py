@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -78,8 +79,38 @@ def parse_command(
     return args
 
 
+BROKEN_PIPE = 141
+"""The exit status when the reader of stdout went away (`ductor ... | head -1`):
+128 + SIGPIPE, what a shell shows for a tool that signal ended."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ductor` console script."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            # What is still in stdout's buffer is written here, where a closed
+            # pipe is caught, not by the interpreter's last flush, which can only
+            # print "Exception ignored" about it.
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null, so that the interpreter's last
+    flush of what the failed write left buffered finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parse_command(parser, argv)
     if not getattr(args, "func", None):
