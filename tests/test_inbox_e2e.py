@@ -256,6 +256,7 @@ async def test_a_subscriber_holds_at_most_twenty_live_sockets(sqlite_server: Ser
             assert (refused["type"], refused["status"]) == ("error", 429)
             assert refused["code"] == "inbox.socket_limit"
             assert "20 live inbox sockets" in refused["message"]
+            assert refused["details"] == {"per": "subscriber", "limit": MAX_PER_SUBSCRIBER}
             await asyncio.wait_for(socket.wait_closed(), 10)
             assert socket.close_code == 4429
         # Another subscriber is not held up, and every held socket still works.

@@ -376,10 +376,11 @@ def _frame(kind: str, body: msgspec.Struct | None = None, **fields: Any) -> str:
 
 async def _close_with(socket: WebSocket[Any, Any, Any], error: DuctorError) -> None:
     status = status_for(error.code, retryable=error.retryable)
+    fields: dict[str, Any] = {"status": status, "code": error.code, "message": error.message}
+    if error.details is not None:
+        fields["details"] = msgspec.to_builtins(error.details)
     with contextlib.suppress(Exception):
-        await socket.send_text(
-            _frame("error", status=status, code=error.code, message=error.message)
-        )
+        await socket.send_text(_frame("error", **fields))
         await socket.close(code=4000 + status if 400 <= status < 600 else 4000)
 
 
