@@ -179,16 +179,23 @@ class RunWaitLimit(ServerError):
 
 class InboxSocketLimit(ServerError):
     """A subscriber, or its tenant, holds as many live inbox sockets as one
-    process allows."""
+    process allows, or as many sockets as it allows wait for their `auth`
+    message (`holder` "unauthenticated")."""
 
     code = "inbox.socket_limit"
 
     def __init__(self, holder: str, limit: int) -> None:
-        super().__init__(
-            f"this {holder} already has {limit} live inbox sockets open on this server;"
-            " close one, or read GET /v1/inbox/me/changes instead",
-            details={"limit": limit, "per": holder},
-        )
+        if holder == "unauthenticated":
+            message = (
+                f"{limit} inbox sockets are already waiting for their auth message on this"
+                " server; try again shortly, and send auth as soon as the socket opens"
+            )
+        else:
+            message = (
+                f"this {holder} already has {limit} live inbox sockets open on this server;"
+                " close one, or read GET /v1/inbox/me/changes instead"
+            )
+        super().__init__(message, details={"limit": limit, "per": holder})
 
 
 class RunEnded(ServerError):

@@ -3,8 +3,10 @@
 
 A subscriber's REST calls carry `X-Ductor-Tenant`, `X-Ductor-Subscriber` and
 `X-Ductor-Subscriber-Token`; its WebSocket (`/v1/inbox/me/ws`, which a browser
-cannot give headers) sends them in its first message. Wrong credentials are a
-404 `inbox.not_found`, as another subscriber's notification is a 404.
+cannot give headers) sends them in its first message, within `AUTH_SECONDS`; a
+process lets at most `MAX_WAITING_FOR_AUTH` sockets wait for that message at
+once. Wrong credentials are a 404 `inbox.not_found`, as another subscriber's
+notification is a 404.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ SOCKET_POLL_SECONDS = 5.0
 
 AUTH_SECONDS = 10.0
 """How long a new WebSocket has to send its `auth` message."""
+
+MAX_WAITING_FOR_AUTH = 1_000
+"""WebSockets one server process lets wait for their `auth` message at once:
+each holds a task and memory before any credential is checked, so without a cap
+anyone could hold thousands for `AUTH_SECONDS` each. One more is refused at once."""
 
 
 def provide_inbox(request: Request[Any, Any, Any]) -> InboxService:
@@ -367,6 +374,16 @@ class SocketAuth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     after: int = 0
 
 
+class _WaitingForAuth:
+    """How many of this process's WebSockets are waiting for their `auth` message."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+_WAITING_FOR_AUTH = _WaitingForAuth()
+
+
 def _frame(kind: str, body: msgspec.Struct | None = None, **fields: Any) -> str:
     message: dict[str, Any] = {"type": kind, **fields}
     if body is not None:
@@ -389,9 +406,14 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
     """Live inbox: send `{"type": "auth", "tenant_id", "subscriber_id", "token",
     "after"}` first; receive every change after `after` in order (`change`), then
     counts (`counts`), then each new change as it commits. `ping` gets `pong`."""
-    await socket.accept()
-    inbox = services_of(socket).inbox
+    if _WAITING_FOR_AUTH.count >= MAX_WAITING_FOR_AUTH:
+        await socket.accept()
+        await _close_with(socket, InboxSocketLimit("unauthenticated", MAX_WAITING_FOR_AUTH))
+        return
+    _WAITING_FOR_AUTH.count += 1
     try:
+        await socket.accept()
+        inbox = services_of(socket).inbox
         async with asyncio.timeout(AUTH_SECONDS):
             raw = await socket.receive_data(mode="text")
         auth = msgspec.json.decode(raw, type=SocketAuth)
@@ -406,6 +428,8 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
     except DuctorError as error:
         await _close_with(socket, error)
         return
+    finally:
+        _WAITING_FOR_AUTH.count -= 1
     tenant_id, subscriber_id = auth.tenant_id, auth.subscriber_id
     try:
         listener = inbox.feed.listen(tenant_id, subscriber_id)

@@ -1,0 +1,152 @@
+"""The live inbox WebSocket's cap on sockets still waiting for their `auth`
+message, against a real server (uvicorn on 127.0.0.1, in this process so that
+the cap can be lowered to a few sockets) with the `websockets` library as the
+client: the sockets up to the cap wait, one more is refused at once, and each
+way a wait ends (authenticated, gone, bad credentials, too slow) frees its place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import uvicorn
+from websockets.asyncio.client import ClientConnection, connect
+
+from ductor_server import Settings, create_app
+from ductor_server.composition import build
+from ductor_server.services.inbox import subscriber_token
+from ductor_server.transports.rest import inbox as inbox_routes
+
+pytestmark = pytest.mark.timeout(90)
+
+CAP = 3
+TENANT = "tenant-a"
+
+
+@asynccontextmanager
+async def _served(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+    """Serve the app on a free port of 127.0.0.1; its WebSocket URL and the
+    tenant's inbox secret."""
+    composition = build(Settings(data_dir=tmp_path, poll_interval=0.05))
+    config = uvicorn.Config(
+        create_app(composition=composition),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert not serving.done(), "uvicorn stopped"
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        await asyncio.sleep(0.02)
+    try:
+        port = server.servers[0].sockets[0].getsockname()[1]
+        secret = (await composition.services.inbox.secret(TENANT)).secret
+        yield f"ws://127.0.0.1:{port}/v1/inbox/me/ws", secret
+    finally:
+        server.should_exit = True
+        await serving
+
+
+def _auth(secret: str, *, token: str | None = None) -> str:
+    return msgspec.json.encode(
+        {
+            "type": "auth",
+            "tenant_id": TENANT,
+            "subscriber_id": "ann",
+            "token": subscriber_token(secret, "ann") if token is None else token,
+            "after": 0,
+        }
+    ).decode()
+
+
+async def _frame(socket: ClientConnection) -> dict[str, Any]:
+    message: dict[str, Any] = msgspec.json.decode(await asyncio.wait_for(socket.recv(), 10))
+    return message
+
+
+async def _closed_with(socket: ClientConnection, status: int, code: str) -> dict[str, Any]:
+    """The error frame `socket` got, once the server has closed it with 4000 + status."""
+    refused = await _frame(socket)
+    assert (refused["type"], refused["status"], refused["code"]) == ("error", status, code)
+    await asyncio.wait_for(socket.wait_closed(), 10)
+    assert socket.close_code == 4000 + status
+    return refused
+
+
+async def _refused(url: str) -> None:
+    """A new socket is refused at once, without sending anything."""
+    async with connect(url, open_timeout=10) as socket:
+        refused = await _closed_with(socket, 429, "inbox.socket_limit")
+    assert refused["details"] == {"per": "unauthenticated", "limit": CAP}
+    assert f"{CAP} inbox sockets are already waiting" in refused["message"]
+
+
+async def _room(url: str, secret: str) -> None:
+    """A new socket is let in and authenticates, once the server has seen a
+    waiting socket's wait end (it may see it after the client does)."""
+    deadline = time.monotonic() + 10
+    while True:
+        async with connect(url, open_timeout=10) as socket:
+            await socket.send(_auth(secret))
+            first = await _frame(socket)
+        if first["type"] == "ready":
+            return
+        assert first["code"] == "inbox.socket_limit", first
+        assert time.monotonic() < deadline, "no socket was let in again"
+        await asyncio.sleep(0.05)
+
+
+async def test_sockets_waiting_for_their_auth_message_are_capped_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inbox_routes, "MAX_WAITING_FOR_AUTH", CAP)
+    # Longer than the test: the waiting sockets must not time out on their own.
+    monkeypatch.setattr(inbox_routes, "AUTH_SECONDS", 60.0)
+    async with _served(tmp_path) as (url, secret), AsyncExitStack() as stack:
+
+        async def waiting() -> ClientConnection:
+            return await stack.enter_async_context(connect(url, open_timeout=10))
+
+        held = [await waiting() for _ in range(CAP)]
+        await _refused(url)
+
+        # The waiting sockets were kept: one authenticates, and its place is free.
+        await held[0].send(_auth(secret))
+        assert (await _frame(held[0]))["type"] == "ready"
+        held.append(await waiting())
+        await _refused(url)
+
+        # A client that goes away frees its place.
+        await held[1].close()
+        await _room(url, secret)
+        held.append(await waiting())
+        await _refused(url)
+
+        # So do bad credentials, refused with 4404.
+        await held[2].send(_auth(secret, token="0" * 64))
+        await _closed_with(held[2], 404, "inbox.not_found")
+        await _room(url, secret)
+        held.append(await waiting())
+        await _refused(url)
+
+        # So does a wait that outlasts AUTH_SECONDS.
+        await held[3].close()
+        await _room(url, secret)
+        monkeypatch.setattr(inbox_routes, "AUTH_SECONDS", 0.2)
+        slow = await waiting()
+        await _closed_with(slow, 404, "inbox.not_found")
+        monkeypatch.setattr(inbox_routes, "AUTH_SECONDS", 60.0)
+        await _room(url, secret)
+        held.append(await waiting())
+        await _refused(url)
