@@ -216,6 +216,22 @@ async def test_an_entry_replays_under_its_key_and_conflicts_with_another_body(ap
     )
 
 
+async def test_the_keys_of_routing_charges_and_returns_are_the_ledgers_own(api: Api) -> None:
+    # The server posts an assignment's charge under `assign:<id>` and a return's
+    # credit under `return:<id>`; a caller's entry under such a key would stand in for them.
+    await _wallet(api)
+    before = (*await _rows(api), await api.count("SELECT COUNT(*) FROM idempotency_keys"))
+    body = {"postings": [_leg("wallet", USD), _leg("revenue", -USD)], "description": "lead 7"}
+    for reserved in ("assign:x", "return:x"):
+        refused = await api.fails(
+            "POST", "/v1/ledger/entries", 422, "request.invalid", json=body, key=reserved
+        )
+        assert refused["details"] == {"key": reserved}
+    after = (*await _rows(api), await api.count("SELECT COUNT(*) FROM idempotency_keys"))
+    assert after == before
+    assert (await api.balance("wallet"))["balance"] == 10 * USD
+
+
 async def test_accounts_open_once_and_refuse_other_attributes(api: Api) -> None:
     created = await api.call(
         "POST", "/v1/accounts", json={"code": "w", "currency": "USD", "kind": "liability"}

@@ -155,6 +155,26 @@ async def test_malformed_batches_are_refused_with_a_pointer(api: Api) -> None:
     assert await api.count("SELECT COUNT(*) FROM ledger_entries") == 1
 
 
+async def test_a_batch_refuses_the_keys_of_routing_charges_and_returns(api: Api) -> None:
+    # `assign:<id>` and `return:<id>` are the keys of the server's own charge and
+    # credit entries, for an entry of a batch and for the batch's key alike.
+    await _funded(api, 10 * USD)
+    count = "SELECT COUNT(*) FROM ledger_entries"
+    before = (await api.count(count), await api.count("SELECT COUNT(*) FROM idempotency_keys"))
+    for reserved in ("assign:x", "return:x"):
+        entry = await _batch(api, _charge(USD), _charge(USD, key=reserved))
+        assert entry.status_code == 422, entry.text
+        assert entry.json()["code"] == "request.invalid"
+        assert entry.json()["details"] == {"pointer": "/entries/1/key"}
+        batch = await _batch(api, _charge(USD), key=reserved)
+        assert batch.status_code == 422, batch.text
+        assert batch.json()["code"] == "request.invalid"
+        assert batch.json()["details"] == {"key": reserved}
+    after = (await api.count(count), await api.count("SELECT COUNT(*) FROM idempotency_keys"))
+    assert after == before
+    assert (await api.balance("wallet"))["balance"] == 10 * USD
+
+
 async def test_concurrent_batches_never_overdraw(api: Api) -> None:
     await _funded(api, 20 * USD)
     answers = await asyncio.gather(

@@ -58,8 +58,9 @@ MAX_HOLD_SECONDS = 366 * 24 * 3600
 """The longest a hold may reserve funds (a year and a day)."""
 
 # Keys the server gives the entries it writes itself (`hold:<id>:post`, a wallet
-# top-up's `topup:<id>`); a caller's key may not take them.
-_RESERVED_KEY_PREFIXES = ("hold:", "topup:")
+# top-up's `topup:<id>`, an assignment's charge `assign:<id>`, a return's credit
+# `return:<id>`); a caller's key may not take them, or it would stand in for them.
+_RESERVED_KEY_PREFIXES = ("hold:", "topup:", "assign:", "return:")
 
 
 def _refuse_reserved_key(idempotency_key: str | None) -> None:
