@@ -559,3 +559,26 @@ def test_deeply_nested_values_are_refused_not_crashed_on(engine: ExpressionEngin
         assert "nested deeper" in str(info.value)
     with pytest.raises(ExpressionError, match="nested deeper"):
         engine.bind({"v": nest(MAX_VALUE_DEPTH + 1)})
+
+
+@pytest.mark.parametrize("value", ["a\ud800", {"k": ["\udfff"]}, {"\ud800": 1}])
+def test_strings_that_are_not_unicode_text_are_refused(
+    engine: ExpressionEngine, value: Any
+) -> None:
+    # A lone surrogate has no UTF-8 form: cel-rust cannot take it, and no JSON
+    # encoder can write it back out. It is a value with no CEL form.
+    for attempt in (lambda: engine.evaluate("v", {"v": value}), lambda: engine.bind({"v": value})):
+        with pytest.raises(ExpressionError) as info:
+            attempt()
+        assert info.value.code == "expression.evaluation"
+        assert "lone surrogate" in str(info.value)
+
+
+def test_a_function_returning_a_lone_surrogate_fails_the_evaluation(
+    factory: EngineFactory,
+) -> None:
+    registry = builtin_registry()
+    registry.register("broken", lambda: "\ud800")
+    with pytest.raises(ExpressionError) as info:
+        factory(registry).evaluate("broken()", {})
+    assert info.value.code == "expression.evaluation"

@@ -166,7 +166,12 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
             variables = {name: to_plain(value, 0, sizes) for name, value in activation.items()}
         except ValueConversionError as exc:
             raise evaluation_error(source, str(exc)) from exc
-        context = _cel().Context(variables=variables, functions=self._functions)
+        try:
+            context = _cel().Context(variables=variables, functions=self._functions)
+        except (ValueError, TypeError, OverflowError) as exc:
+            # to_plain checks what cel-rust is known to refuse; anything else it
+            # refuses is still the caller's value, not a crash.
+            raise evaluation_error(source, clip_message(str(exc))) from exc
         return context, sizes.pair()
 
     def _compile(self, source: str, analysis: CostAnalysis | None) -> CelRustProgram:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +40,24 @@ _TYPE_NAMES = {
 
 class ValueConversionError(ValueError):
     """A value that has no lossless CEL or JSON form (the engines wrap it)."""
+
+
+# A lone surrogate (U+D800..U+DFFF) is not Unicode text: it has no UTF-8 form,
+# cel-rust cannot take it and no JSON encoder can write it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(value: str) -> str:
+    """Return `value` if it is Unicode text (no lone surrogate), else raise."""
+    # isascii() is O(1) in CPython: the common case costs no scan.
+    if not value.isascii():
+        found = _SURROGATE.search(value)
+        if found is not None:
+            raise ValueConversionError(
+                f"string holds a lone surrogate (U+{ord(found.group()):04X} at index"
+                f" {found.start()}), which is not Unicode text"
+            )
+    return value
 
 
 def check_int(value: int) -> int:
@@ -86,7 +105,7 @@ def format_duration_seconds(value: datetime.timedelta) -> str:
 def map_key(value: Any) -> str:
     """A CEL map key (string, int, uint or bool) as a JSON object key."""
     if isinstance(value, str):
-        return str(value)
+        return check_text(str(value))
     if isinstance(value, bool) or type(value).__name__ == "BoolType":
         return "true" if value else "false"
     if isinstance(value, int):
@@ -112,7 +131,7 @@ def to_json(value: Any) -> Any:
     if isinstance(value, bool) or type(value).__name__ == "BoolType":
         return bool(value)
     if isinstance(value, str):
-        return str(value)
+        return check_text(str(value))
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -171,14 +190,14 @@ def to_plain(value: Any, depth: int = 0, sizes: Sizes | None = None) -> Any:
 
     Raises:
         ValueConversionError: for an int out of range, a naive datetime, a
-            value that is not JSON, or lists and maps nested deeper than
-            MAX_VALUE_DEPTH.
+            string with a lone surrogate, a value that is not JSON, or lists
+            and maps nested deeper than MAX_VALUE_DEPTH.
     """
     kind = type(value)
     if kind is str:
         if sizes is not None and len(value) > sizes.chars:
             sizes.chars = len(value)
-        return value
+        return check_text(value)
     if kind is bool or kind is float or value is None:
         return value
     if kind is int:
@@ -193,10 +212,14 @@ def to_plain(value: Any, depth: int = 0, sizes: Sizes | None = None) -> Any:
         copy: dict[Any, Any] | None = None
         for key, item in value.items():
             plain = to_plain(item, depth + 1, sizes)
-            if type(key) is not str:
+            if type(key) is str:
+                check_text(key)
+            else:
                 if not isinstance(key, str | int):
                     raise ValueConversionError(f"map key {key!r} is not a string, int or bool")
-                if isinstance(key, int) and not isinstance(key, bool):
+                if isinstance(key, str):
+                    check_text(key)
+                elif not isinstance(key, bool):
                     check_int(key)
             if sizes is not None and isinstance(key, str) and len(key) > sizes.chars:
                 sizes.chars = len(key)
@@ -224,7 +247,7 @@ def _to_plain_other(value: Any, depth: int, sizes: Sizes | None) -> Any:
     if isinstance(value, str | bytes):
         if sizes is not None and len(value) > sizes.chars:
             sizes.chars = len(value)
-        return value
+        return check_text(value) if isinstance(value, str) else value
     if isinstance(value, bool | float):
         return value
     if isinstance(value, int):
