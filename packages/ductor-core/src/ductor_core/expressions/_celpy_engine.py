@@ -41,6 +41,7 @@ from ductor_core.expressions._functions import (
     FunctionRegistry,
 )
 from ductor_core.expressions._limits import CostLimits
+from ductor_core.expressions._literals import LiteralError, decode_double, decode_string
 from ductor_core.expressions._values import Sizes, ValueConversionError, to_json, to_plain
 
 # ---------------------------------------------------------------- values in
@@ -557,6 +558,18 @@ class _SpecEvaluator(celpy.Evaluator):  # type: ignore[misc]
     # Set by `_SpecRunner` (and passed on to every sub-evaluator) before use.
     budget: _Budget
 
+    def literal(self, tree: Tree[Any]) -> Any:
+        # celpy's own decoding keeps unknown escapes and drops none of `\?`,
+        # `\``, `\X41`; `_check_literals` has refused what the spec refuses.
+        token = tree.children[0]
+        kind = getattr(token, "type", "")
+        if kind in _TEXT_LITERALS:
+            value = decode_string(str(token))
+            if isinstance(value, bytes):
+                return celtypes.BytesType(value)
+            return celtypes.StringType(value)
+        return super().literal(tree)
+
     def _visit_tree(self, tree: Tree[Any]) -> Any:
         # Every node visit of lark's Interpreter passes here (`visit` and
         # `visit_children` both call it): the one place to count steps.
@@ -681,6 +694,26 @@ def _wrap(function: CustomFunction, limits: CostLimits) -> Callable[..., Any]:
             )
 
     return call
+
+
+_TEXT_LITERALS = frozenset({"STRING_LIT", "MLSTRING_LIT", "BYTES_LIT"})
+
+
+def _check_literals(source: str, ast: Tree[Any]) -> None:
+    """Raise `expression.syntax` for a literal the spec refuses (as cel-rust does)."""
+    for node in ast.iter_subtrees():
+        if node.data != "literal" or not node.children:
+            continue
+        token = node.children[0]
+        kind = getattr(token, "type", "")
+        try:
+            if kind in _TEXT_LITERALS:
+                decode_string(str(token))
+            elif kind == "FLOAT_LIT":
+                decode_double(str(token))
+        except LiteralError as exc:
+            where = f"line {token.line} column {token.column}"
+            raise syntax_error(source, f"{where}: {exc}") from None
 
 
 def _called_functions(ast: Tree[Any]) -> set[str]:
@@ -840,6 +873,7 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
                 and (len(node.children) < 2 or _has_selection(node.children[1]) is None)
             ):
                 raise invalid_has_error(source)
+        _check_literals(source, ast)
         check_functions(source, _called_functions(ast), self._registry)
         runner = self._env.program(ast, functions=self._functions)
         runner.max_steps = self._limits.step_limit
