@@ -368,6 +368,26 @@ def test_a_bad_key_is_refused_before_any_mcp_work(server: ServerProcess) -> None
     asyncio.run(with_a_bad_key())
 
 
+def test_only_post_is_served_a_stream_or_a_session_end_is_refused_at_once(
+    server: ServerProcess,
+) -> None:
+    """Stateless: a GET (a client asking for a server stream) or a DELETE (ending a
+    session) is a 405 answered at once, not a connection held open."""
+    server.start()
+    headers = {"Authorization": f"Bearer {server.api_key}", "Accept": "text/event-stream"}
+    for method in ("GET", "DELETE", "PUT"):
+        answer = httpx.request(method, f"{server.url}/mcp", headers=headers, timeout=10)
+        assert answer.status_code == 405, (method, answer.text)
+        assert answer.headers["allow"] == "POST"
+        data = answer.json()["error"]["data"]
+        assert data["code"] == "route.method_not_allowed"
+        assert data["details"] == {"allowed": ["POST"]}
+        assert method in data["message"]
+    # A bad key is still refused first.
+    answer = httpx.get(f"{server.url}/mcp", headers={"Authorization": "Bearer dk_nope"})
+    assert answer.status_code == 401
+
+
 def test_another_tenant_finds_nothing(server: ServerProcess) -> None:
     server.start()
     other = other_tenant_key(server, "other")

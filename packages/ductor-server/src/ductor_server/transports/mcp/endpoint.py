@@ -4,7 +4,9 @@ Every request is checked before any MCP work: the API key (the same
 `Authorization: Bearer` as REST; 401 `auth.unauthenticated` or
 `auth.key_expired` otherwise; each tool then needs the scope of the REST call it
 mirrors, see `server.py`), then
-the body size (413 `request.too_large` over `max_body_bytes`). Both refusals
+the method (405 `route.method_not_allowed` but for POST: stateless, the server
+opens no stream for a GET and keeps no session for a DELETE to end), then the
+body size (413 `request.too_large` over `max_body_bytes`). These refusals
 are JSON-RPC error bodies whose `error.data` is the REST error body, so an MCP
 client shows the reason. The session manager runs stateless with JSON answers:
 any `ductor serve` process can answer any request, no session is kept.
@@ -163,6 +165,14 @@ class McpEndpoint:
                     "the MCP server is not running", code="service.unavailable", retryable=True
                 )
             caller = await services.keys.authenticate(key)
+            if scope.get("method") != "POST":
+                # Stateless: no stream to open (GET) and no session to end (DELETE).
+                raise ApiError(
+                    f"{scope.get('method')} is not served at {MCP_PATH}: the server is"
+                    " stateless and opens no stream; send each JSON-RPC message with POST",
+                    code="route.method_not_allowed",
+                    details={"allowed": ["POST"]},
+                )
             body = await self._read_body(scope, receive)
             manager = await self._ready()
         except DuctorError as error:
@@ -239,6 +249,8 @@ async def _refuse(send: Send, error: DuctorError) -> None:
     headers = [(b"content-type", b"application/json")]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="ductor"'))
+    if status == 405:
+        headers.append((b"allow", b"POST"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
 
