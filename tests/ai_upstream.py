@@ -10,6 +10,13 @@ Models (chat):
     `slow`     answers after 5 s.
     `fail`     answers 500 with an OpenAI error body.
     `limited`  answers 429 with an OpenAI error body.
+    `deep`     answers 200 with a JSON object nested 100,000 levels deep (`deep_error`:
+               the same as a 500's body).
+    `endless`  (streams) sends 64 KiB chunk events until the caller goes;
+               `endless_sent` counts the bytes sent.
+    `linger`   (streams) the usual stream, then 2 s before its body ends.
+    `crlf`     (streams) the usual stream, its lines ended with CRLF and each event's
+               last LF sent in a write of its own.
     `operator` plays a model with tools, for the chat agent (see `operator_answer`);
                usage 100 in, 20 out.
     `looper`   asks for `list_workflows` every time (it never answers).
@@ -163,6 +170,7 @@ class ScriptedUpstream:
         self.holding: str | None = None
         self.held = threading.Event()
         self.gone = threading.Event()
+        self.endless_sent = 0
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -196,6 +204,16 @@ class ScriptedUpstream:
                     return self._json(
                         429, {"error": {"message": "slow down", "code": "rate_limit_exceeded"}}
                     )
+                if model in ("deep", "deep_error"):
+                    data = b'{"error": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+                    self.send_response(200 if model == "deep" else 500)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return None
+                if model == "endless" and body.get("stream"):
+                    return self._endless()
                 if model in ("operator", "looper"):
                     return self._agent(model, body)
                 if model == "slow":
@@ -282,14 +300,37 @@ class ScriptedUpstream:
                     },
                 )
 
-            def _event(self, value: Any) -> None:
+            def _event(self, value: Any, *, crlf: bool = False) -> None:
                 data = value if isinstance(value, str) else json.dumps(value)
                 frame = f"data: {data}\n\n".encode()
-                self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
-                self.wfile.flush()
+                parts = [frame]
+                if crlf:
+                    frame = frame.replace(b"\n", b"\r\n")
+                    parts = [frame[:-1], frame[-1:]]
+                for n, part in enumerate(parts):
+                    if n:
+                        time.sleep(0.05)  # so the two parts arrive apart
+                    self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    self.wfile.flush()
+
+            def _endless(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                delta = {"choices": [{"index": 0, "delta": {"content": "x" * 65_000}}]}
+                frame = f"data: {json.dumps(delta)}\n\n".encode()
+                try:
+                    while True:
+                        self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+                        self.wfile.flush()
+                        upstream.endless_sent += len(frame)
+                except OSError:
+                    return
 
             def _stream(self, body: dict[str, Any]) -> None:
                 model = body.get("model")
+                crlf = model == "crlf"
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -304,7 +345,8 @@ class ScriptedUpstream:
                             "choices": [
                                 {"index": 0, "delta": {"content": piece}, "finish_reason": None}
                             ],
-                        }
+                        },
+                        crlf=crlf,
                     )
                     if i == 0 and model == "gated":
                         upstream.gate_released_by_caller = upstream.gate.wait(10)
@@ -321,9 +363,12 @@ class ScriptedUpstream:
                             "model": model,
                             "choices": [],
                             "usage": STREAM_USAGE,
-                        }
+                        },
+                        crlf=crlf,
                     )
-                self._event("[DONE]")
+                self._event("[DONE]", crlf=crlf)
+                if model == "linger":
+                    time.sleep(2)
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 

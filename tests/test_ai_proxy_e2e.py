@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -475,3 +476,90 @@ def test_an_action_on_an_openai_connection_is_metered(
     assert usage["ai.requests"] == 1
     assert usage["ai.tokens"] == 18
     assert usage["ai.cost"] == 25
+
+
+def test_a_hostile_upstream_is_cut_and_read_safely(
+    server: ServerProcess, upstream: ScriptedUpstream
+) -> None:
+    server = _start(server)
+    with server.client() as http:
+        _setup(http, upstream)
+    hi = [{"role": "user", "content": "hi"}]
+
+    # A stream that never ends is cut once 16 MiB have been relayed, with an error event.
+    relayed = bytearray()
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as http,
+        http.stream(
+            "POST",
+            "/v1/ai/chat/completions",
+            json={"model": "endless", "messages": hi, "stream": True},
+            headers={"Authorization": f"Bearer {server.api_key}"},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        stream_id = response.headers["ductor-request-id"]
+        for chunk in response.iter_bytes():
+            relayed += chunk
+            assert len(relayed) < 20 * 1024 * 1024, "the stream was not cut"
+    assert len(relayed) <= 16 * 1024 * 1024 + 1024
+    assert len(relayed) > 15 * 1024 * 1024
+    head, _, last = bytes(relayed).rstrip(b"\n").rpartition(b"\n\n")
+    assert head.endswith(b'"}}]}')  # whole events only before the error
+    event, data = last.split(b"\n")
+    assert event == b"event: error"
+    error = json.loads(data.removeprefix(b"data: "))["error"]
+    assert error["code"] == "ai.upstream_error"
+    assert "16777216 bytes" in error["message"]
+    with server.client() as http:
+        deadline = time.monotonic() + 10
+        while (answer := http.get(f"/v1/ai/requests/{stream_id}")).status_code == 404:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    record = answer.json()
+    assert (record["status"], record["http_status"]) == ("upstream_error", 200)
+    assert record["error_code"] == "ai.upstream_error"
+
+    # A stream whose lines end with CRLF, split between two reads, is read event by event.
+    client = _client(server)
+    with client.chat.completions.with_streaming_response.create(
+        model="crlf", messages=hi, stream=True
+    ) as response:
+        crlf_id = response.headers["ductor-request-id"]
+        pieces = [c.choices[0].delta.content for c in response.parse() if c.choices]
+    assert pieces == PIECES
+    with server.client() as http:
+        deadline = time.monotonic() + 10
+        while (answer := http.get(f"/v1/ai/requests/{crlf_id}")).status_code == 404:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    record = answer.json()
+    assert (record["status"], record["usage_source"]) == ("ok", "upstream")
+    assert (record["tokens_in"], record["tokens_out"]) == (11, STREAM_USAGE["completion_tokens"])
+
+    # A caller that hangs up once it has `[DONE]` got the whole answer: its record is ok.
+    with client.chat.completions.with_streaming_response.create(
+        model="linger", messages=hi, stream=True
+    ) as response:
+        linger_id = response.headers["ductor-request-id"]
+        pieces = [c.choices[0].delta.content for c in response.parse() if c.choices]
+    assert pieces == PIECES
+    with server.client() as http:
+        deadline = time.monotonic() + 10
+        while (answer := http.get(f"/v1/ai/requests/{linger_id}")).status_code == 404:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert answer.json()["status"] == "ok"
+
+    # JSON nested too deep to read is a 502, in an answer and in an error's body.
+    with server.client() as http:
+        answer = http.post("/v1/ai/chat/completions", json={"model": "deep", "messages": hi})
+        assert answer.status_code == 502, answer.text
+        assert answer.json()["code"] == "ai.upstream_error"
+        assert answer.json()["details"]["upstream_status"] == 200
+        answer = http.post("/v1/ai/chat/completions", json={"model": "deep_error", "messages": hi})
+        assert answer.status_code == 502, answer.text
+        assert answer.json()["details"]["upstream_status"] == 500
+        statuses = [(i["model"], i["status"]) for i in http.get("/v1/ai/requests").json()["items"]]
+    assert ("deep", "upstream_error") in statuses
+    assert ("deep_error", "upstream_error") in statuses

@@ -527,7 +527,7 @@ def _model_message(content: bytes | None) -> dict[str, Any]:
     """
     try:
         answer = json.loads(content or b"")
-    except ValueError:
+    except (ValueError, RecursionError):
         answer = None
     choices = answer.get("choices") if isinstance(answer, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None

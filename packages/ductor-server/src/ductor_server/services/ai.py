@@ -81,6 +81,9 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024
 MAX_EVENT_BYTES = 1024 * 1024
 """The longest one server-sent event of a stream may be."""
 
+MAX_STREAM_BYTES = MAX_ANSWER_BYTES
+"""The most of a streamed upstream answer relayed; past it the stream ends with an error."""
+
 MAX_PRICES = 1000
 """The most prices one tenant may set."""
 
@@ -224,6 +227,15 @@ def _text_chars(value: Any) -> int:
     return 0
 
 
+def _decode_json(content: bytes | str) -> Any:
+    """The JSON value of an upstream's `content`, or None when it is not JSON or nests
+    too deep for the decoder (a hostile upstream must not crash the request)."""
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _problem(pointer: str, message: str) -> dict[str, str]:
     return {"pointer": pointer, "message": message}
 
@@ -260,6 +272,8 @@ class _Call:
     error_code: str | None = None
     recorded: bool = False
     counted: bool = False
+    ended: bool = False  # the stream's `[DONE]` was read
+    delivered: bool = False  # ... and passed on: a hang-up after it is no failure
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -382,10 +396,7 @@ def _known_model(model: str) -> None:
 def _upstream_error(answer_status: int, content: bytes | None, opened: Opened) -> AiUpstreamError:
     error: Any = None
     if content:
-        try:
-            decoded = json.loads(content)
-        except ValueError:
-            decoded = None
+        decoded = _decode_json(content)
         if isinstance(decoded, dict):
             error = decoded.get("error", decoded)
         if error is None:
@@ -786,13 +797,11 @@ class AiService:
             raise await self._failed(call, error)
         if not 200 <= status < 300:
             raise await self._failed(call, _upstream_error(status, content, opened))
-        try:
-            answer = json.loads(content)
-        except ValueError:
-            answer = None
+        answer = _decode_json(content)
         if not isinstance(answer, dict):
             error = AiUpstreamError(
-                "the upstream answered something other than a JSON object",
+                "the upstream answered something other than a JSON object "
+                "(or one nested too deep to read)",
                 {"upstream_status": status, "connection": call.connection},
             )
             raise await self._failed(call, error)
@@ -859,8 +868,12 @@ class AiService:
         *,
         asked_usage: bool,
     ) -> AsyncIterator[bytes]:
-        """The upstream's events as they arrive; an error event when it fails midway."""
-        buffer = b""
+        """The upstream's events as they arrive; an error event when it fails midway or
+        sends more than `MAX_STREAM_BYTES` in all."""
+        buffer = bytearray()
+        scanned = 0  # where the search for the next event's end goes on from
+        cr = False  # the last chunk ended with a CR (maybe the half of a CRLF)
+        received = 0
         chunks = response.aiter_bytes()
         try:
             while True:
@@ -869,18 +882,36 @@ class AiService:
                         chunk = await anext(chunks)
                 except StopAsyncIteration:
                     break
-                buffer += chunk.replace(b"\r\n", b"\n")
+                received += len(chunk)
+                if received > MAX_STREAM_BYTES:
+                    raise _StreamBroken(
+                        "ai.upstream_error",
+                        f"the upstream's stream passed {MAX_STREAM_BYTES} bytes; it was cut there",
+                    )
+                # A line ends with CRLF, LF or CR (the SSE rules): all become LF.
+                if cr:
+                    chunk = b"\r" + chunk
+                cr = chunk.endswith(b"\r")
+                if cr:
+                    chunk = chunk[:-1]
+                buffer += chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
                 out: list[bytes] = []
-                while (end := buffer.find(b"\n\n")) >= 0:
-                    event, buffer = buffer[: end + 2], buffer[end + 2 :]
+                start = 0
+                while (end := buffer.find(b"\n\n", max(scanned - 1, start))) >= 0:
+                    event = bytes(buffer[start : end + 2])
+                    start = scanned = end + 2
                     if self._keep(call, event, asked_usage=asked_usage):
                         out.append(event)
+                del buffer[:start]
+                scanned = len(buffer)
                 if len(buffer) > MAX_EVENT_BYTES:
                     raise _StreamBroken("ai.upstream_error", "an event of the stream is too long")
                 if out:
                     yield b"".join(out)
-            if buffer.strip() and self._keep(call, buffer + b"\n\n", asked_usage=asked_usage):
-                yield buffer + b"\n\n"
+                    call.delivered = call.ended
+            tail = bytes(buffer) + (b"\n" if cr else b"")
+            if tail.strip() and self._keep(call, tail + b"\n\n", asked_usage=asked_usage):
+                yield tail + b"\n\n"
         except (_StreamBroken, TimeoutError, httpx.HTTPError) as exc:
             if isinstance(exc, _StreamBroken):
                 code, message = exc.code, exc.message
@@ -893,7 +924,8 @@ class AiService:
             error = {"error": {"code": code, "type": code, "message": message}}
             yield b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"
         except (asyncio.CancelledError, GeneratorExit):
-            call.status, call.error_code = "client_closed", "ai.client_closed"
+            if not call.delivered:
+                call.status, call.error_code = "client_closed", "ai.client_closed"
             raise
         finally:
             await stack.aclose()
@@ -908,12 +940,11 @@ class AiService:
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
+            if data == b"[DONE]":
+                call.ended = True
             if not data.startswith(b"{"):
                 continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                continue
+            chunk = _decode_json(data)
             if not isinstance(chunk, dict):
                 continue
             usage = chunk.get("usage")
