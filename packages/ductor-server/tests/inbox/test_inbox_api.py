@@ -354,3 +354,14 @@ async def test_an_action_cta_sends_its_signal_to_the_run_and_its_event(api: Inbo
     assert done["output"]["wait"]["subscriber_id"] == "ann"
     audits = await api.ok("GET", "/v1/runs", params={"family_slug": "audit"})
     assert len(audits["items"]) == 1
+
+
+async def test_a_cursor_past_64_bits_is_a_clear_422(api: Inbox) -> None:
+    ann = await api.me("tenant-a", "ann")
+    await _send(api, "ann", "one")
+    for after in (2**63, 2**64, 10**30):
+        refused = await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": str(after)})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["code"] == "request.invalid"
+    last = await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": str(2**63 - 1)})
+    assert last.json() == {"changes": [], "cursor": 2**63 - 1, "more": False}

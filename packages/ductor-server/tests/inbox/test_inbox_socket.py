@@ -150,3 +150,18 @@ async def test_sockets_waiting_for_their_auth_message_are_capped_per_process(
         await _room(url, secret)
         held.append(await waiting())
         await _refused(url)
+
+
+async def test_an_auth_cursor_past_64_bits_is_refused_like_bad_credentials(
+    tmp_path: Path,
+) -> None:
+    async with _served(tmp_path) as (url, secret):
+        for after in (2**63, 10**30):
+            auth = msgspec.json.decode(_auth(secret))
+            async with connect(url, open_timeout=10) as socket:
+                await socket.send(msgspec.json.encode({**auth, "after": after}).decode())
+                await _closed_with(socket, 404, "inbox.not_found")
+        async with connect(url, open_timeout=10) as socket:
+            auth = msgspec.json.decode(_auth(secret))
+            await socket.send(msgspec.json.encode({**auth, "after": 2**63 - 1}).decode())
+            assert (await _frame(socket)) == {"type": "ready", "cursor": 2**63 - 1}

@@ -48,6 +48,7 @@ from ductor_server.services.inbox_email import (
     queue_api_email,
     require_email_connection,
 )
+from ductor_server.services.json_limits import INT64_MAX
 from ductor_server.storage.notifications import (
     Change,
     FeedCounts,
@@ -682,11 +683,11 @@ class InboxService:
         """The subscriber's changes after sequence number `after`, in order.
 
         Raises:
-            RequestInvalid: a negative cursor or a limit out of 1..MAX_PAGE.
+            RequestInvalid: a cursor out of 0..INT64_MAX or a limit out of 1..MAX_PAGE.
         """
-        if after < 0:
+        if not 0 <= after <= INT64_MAX:
             raise RequestInvalid(
-                "after is a sequence number, 0 or more", details={"pointer": "after"}
+                f"after is a sequence number, 0 to {INT64_MAX}", details={"pointer": "after"}
             )
         if not 1 <= limit <= MAX_PAGE:
             raise RequestInvalid(f"limit is 1 to {MAX_PAGE}", details={"pointer": "limit"})

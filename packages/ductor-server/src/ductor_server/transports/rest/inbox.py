@@ -46,6 +46,7 @@ from ductor_server.services.inbox_email import (
     SubscriberBody,
     SubscriberView,
 )
+from ductor_server.services.json_limits import INT64_MAX
 from ductor_server.transports.rest.bodies import NO_BODY, EmptyBody, JsonBody, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS, status_for
@@ -337,7 +338,7 @@ class MyInboxController(Controller):
         self,
         me: NamedDependency[Subscriber],
         inbox: NamedDependency[InboxService],
-        after: Annotated[int, QueryParameter(ge=0)] = 0,
+        after: Annotated[int, QueryParameter(ge=0, le=INT64_MAX)] = 0,
         limit: Annotated[int, QueryParameter(ge=1, le=200)] = 200,
     ) -> ChangesPage:
         """The polling fallback of the WebSocket: my changes after sequence `after`."""
@@ -417,7 +418,7 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
         async with asyncio.timeout(AUTH_SECONDS):
             raw = await socket.receive_data(mode="text")
         auth = msgspec.json.decode(raw, type=SocketAuth)
-        if auth.type != "auth" or auth.after < 0:
+        if auth.type != "auth" or not 0 <= auth.after <= INT64_MAX:
             raise msgspec.ValidationError("the first message must be an auth message")
         await inbox.authenticate(auth.tenant_id, auth.subscriber_id, auth.token)
     except (TimeoutError, msgspec.DecodeError, msgspec.ValidationError):
