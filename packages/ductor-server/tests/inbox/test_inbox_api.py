@@ -365,3 +365,22 @@ async def test_a_cursor_past_64_bits_is_a_clear_422(api: Inbox) -> None:
         assert refused.json()["code"] == "request.invalid"
     last = await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": str(2**63 - 1)})
     assert last.json() == {"changes": [], "cursor": 2**63 - 1, "more": False}
+
+
+async def test_bulk_actions_leave_snoozed_notifications_alone(api: Inbox) -> None:
+    ann = await api.me("tenant-a", "ann")
+    shown = await _send(api, "ann", "shown")
+    hidden = await _send(api, "ann", "hidden")
+    snoozed = await api.as_me(
+        ann, "PATCH", f"/v1/inbox/me/notifications/{hidden['id']}", json={"snooze": "1h"}
+    )
+    assert snoozed.status_code == 200, snoozed.text
+    for action in ("seen", "read", "archive"):
+        bulk = await api.as_me(ann, "POST", "/v1/inbox/me/bulk", json={"action": action})
+        assert bulk.json() == {"changed": 1, "more": False}, (action, bulk.text)
+    after = (await api.as_me(ann, "GET", f"/v1/inbox/me/notifications/{hidden['id']}")).json()
+    assert (after["seen"], after["read"], after["archived"]) == (False, False, False)
+    assert after["snoozed_until"] is not None
+    assert (await api.as_me(ann, "GET", f"/v1/inbox/me/notifications/{shown['id']}")).json()[
+        "archived"
+    ]

@@ -103,8 +103,11 @@ async def test_counts_and_filters_leave_out_archived_and_snoozed(store: Store) -
             before=(page[-1].created_at, page[-1].id),
         )
         assert [n.id for n in rest] == ["n3", "n1"]
-        assert await inbox.ids_where("t1", "ann", feed="a", read=True, limit=10) == ["n1"]
-        assert await inbox.ids_where("t1", "ann", feed=None, unseen=True, limit=2) == ["n3", "n4"]
+        assert await inbox.ids_where("t1", "ann", feed="a", read=True, now=NOW, limit=10) == ["n1"]
+        unseen = await inbox.ids_where("t1", "ann", feed=None, now=NOW, unseen=True, limit=10)
+        assert unseen == ["n3", "n4", "n6"]  # n5 is snoozed
+        woken = await inbox.ids_where("t1", "ann", feed="b", now=later, unseen=True, limit=10)
+        assert woken == ["n4", "n5", "n6"]
 
 
 async def test_snoozes_come_due_in_order_for_every_tenant(store: Store) -> None:

@@ -628,7 +628,8 @@ class InboxService:
         return until
 
     async def bulk(self, tenant_id: str, subscriber_id: str, body: BulkBody) -> BulkResult:
-        """Mark all seen or read, or archive all (read) notifications, in one feed or all."""
+        """Mark all seen or read, or archive all (read) notifications, in one feed or
+        all; snoozed notifications, hidden from the lists, are left alone."""
         if body.feed is not None:
             _check_name("feed", body.feed, "/feed")
         now = self._now()
@@ -639,6 +640,7 @@ class InboxService:
                 tenant_id,
                 subscriber_id,
                 feed=body.feed,
+                now=now,
                 unseen=body.action == "seen",
                 unread=body.action == "read",
                 read=body.action == "archive_read",

@@ -249,15 +249,21 @@ class InboxTx:
         subscriber_id: str,
         *,
         feed: str | None,
+        now: datetime,
         unseen: bool = False,
         unread: bool = False,
         read: bool = False,
         limit: int,
     ) -> list[str]:
-        """Ids of a subscriber's live (not archived) notifications matching the
-        filters, oldest first, for a bulk action."""
-        where = ["tenant_id = %s", "subscriber_id = %s", "archived_at IS NULL"]
-        params: list[Any] = [tenant_id, subscriber_id]
+        """Ids of a subscriber's live (neither archived nor snoozed past `now`)
+        notifications matching the filters, oldest first, for a bulk action."""
+        where = [
+            "tenant_id = %s",
+            "subscriber_id = %s",
+            "archived_at IS NULL",
+            "(snoozed_until IS NULL OR snoozed_until <= %s)",
+        ]
+        params: list[Any] = [tenant_id, subscriber_id, self._db.to_timestamp(now)]
         if feed is not None:
             where.append("feed = %s")
             params.append(feed)
