@@ -384,3 +384,18 @@ async def test_bulk_actions_leave_snoozed_notifications_alone(api: Inbox) -> Non
     assert (await api.as_me(ann, "GET", f"/v1/inbox/me/notifications/{shown['id']}")).json()[
         "archived"
     ]
+
+
+async def test_a_snooze_with_unsnooze_is_refused_and_changes_nothing(api: Inbox) -> None:
+    ann = await api.me("tenant-a", "ann")
+    made = await _send(api, "ann", "x")
+    path = f"/v1/inbox/me/notifications/{made['id']}"
+    for body in (
+        {"snooze": "1h", "unsnooze": True},
+        {"snoozed_until": "2999-01-01T00:00:00Z", "unsnooze": True},
+    ):
+        refused = await api.as_me(ann, "PATCH", path, json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["details"] == {"pointer": "/unsnooze"}
+    after = (await api.as_me(ann, "GET", path)).json()
+    assert (after["snoozed_until"], after["seq"]) == (None, made["seq"])

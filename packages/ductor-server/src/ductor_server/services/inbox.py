@@ -587,7 +587,8 @@ class InboxService:
 
         Raises:
             NotificationNotFound: not this subscriber's notification.
-            RequestInvalid: a snooze in the past, too long, or both forms at once.
+            RequestInvalid: a snooze in the past, too long, both forms at once, or
+                a snooze with `unsnooze`.
         """
         now = self._now()
         until = self._snooze_until(body, now)
@@ -607,6 +608,11 @@ class InboxService:
         if body.snooze is not None and body.snoozed_until is not None:
             raise RequestInvalid(
                 "give 'snooze' or 'snoozed_until', not both", details={"pointer": "/snooze"}
+            )
+        if body.unsnooze and (body.snooze is not None or body.snoozed_until is not None):
+            raise RequestInvalid(
+                "'unsnooze' ends a snooze: give it without 'snooze' or 'snoozed_until'",
+                details={"pointer": "/unsnooze"},
             )
         until = body.snoozed_until
         if body.snooze is not None:
