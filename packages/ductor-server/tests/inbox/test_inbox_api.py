@@ -399,3 +399,26 @@ async def test_a_snooze_with_unsnooze_is_refused_and_changes_nothing(api: Inbox)
         assert refused.json()["details"] == {"pointer": "/unsnooze"}
     after = (await api.as_me(ann, "GET", path)).json()
     assert (after["snoozed_until"], after["seq"]) == (None, made["seq"])
+
+
+async def test_preference_rules_name_real_workflows_once(api: Inbox) -> None:
+    path = "/v1/inbox/subscribers/ann/preferences"
+    await api.ok("PUT", path, json={"rules": [{"feed": "digest", "in_app": False}]})
+    for rules, pointer in (
+        ([{"workflow": ""}], "/rules/0/workflow"),
+        ([{"feed": "a"}, {"workflow": "Not A Slug!"}], "/rules/1/workflow"),
+        ([{"workflow": "x" * 100_000}], "/rules/0/workflow"),
+        ([{"feed": "d", "in_app": False}, {"feed": "d", "in_app": True}], "/rules/1"),
+        (
+            [{"workflow": "w", "feed": "d"}, {"workflow": "w"}, {"feed": "d", "workflow": "w"}],
+            "/rules/2",
+        ),
+    ):
+        refused = await api.fails("PUT", path, 422, "request.invalid", json={"rules": rules})
+        assert refused["details"] == {"pointer": pointer}, refused
+    # Nothing was written: the earlier rules stand.
+    assert (await api.ok("GET", path))["rules"] == [
+        {"workflow": None, "feed": "digest", "in_app": False, "email": True}
+    ]
+    rules = [{"workflow": "approval"}, {"workflow": "approval", "feed": "d"}, {"feed": "d"}]
+    assert len((await api.ok("PUT", path, json={"rules": rules}))["rules"]) == 3

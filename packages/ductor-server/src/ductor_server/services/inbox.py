@@ -26,6 +26,7 @@ from ductor_core.errors import DurationError
 from ductor_core.runs import SignalReceived
 from ductor_core.tick import notify_signal
 from ductor_core.timestamps import utc_text
+from ductor_core.validation import SLUG_PATTERN
 from ductor_server.engine.inboxfeed import InboxFeed, LocalInboxFeed
 from ductor_server.engine.notify import channels
 from ductor_server.engine.queue import Topic
@@ -557,21 +558,37 @@ class InboxService:
         """Replace a subscriber's preference rules.
 
         Raises:
-            RequestInvalid: too many rules, or a rule names neither workflow nor feed.
+            RequestInvalid: too many rules, a rule that names neither workflow nor
+                feed, a bad workflow slug or feed name, or two rules for the same
+                workflow and feed.
         """
         _check_id("subscriber id", subscriber_id, "subscriber_id")
         if len(preferences.rules) > MAX_RULES:
             raise RequestInvalid(
                 f"at most {MAX_RULES} preference rules", details={"pointer": "/rules"}
             )
+        seen: dict[tuple[str | None, str | None], int] = {}
         for index, rule in enumerate(preferences.rules):
             if rule.workflow is None and rule.feed is None:
                 raise RequestInvalid(
                     "a rule names a workflow, a feed or both",
                     details={"pointer": f"/rules/{index}"},
                 )
+            if rule.workflow is not None and not SLUG_PATTERN.fullmatch(rule.workflow):
+                raise RequestInvalid(
+                    "workflow must be a workflow's family_slug (1-63 lowercase letters,"
+                    f" digits or -, starting with a letter or digit), got {rule.workflow!r:.80}",
+                    details={"pointer": f"/rules/{index}/workflow"},
+                )
             if rule.feed is not None:
                 _check_name("feed", rule.feed, f"/rules/{index}/feed")
+            earlier = seen.setdefault((rule.workflow, rule.feed), index)
+            if earlier != index:
+                raise RequestInvalid(
+                    f"rules {earlier} and {index} name the same workflow and feed;"
+                    " keep one rule for each",
+                    details={"pointer": f"/rules/{index}"},
+                )
         async with self._context.store.transaction() as tx:
             await InboxTx(tx).set_preferences(
                 tenant_id, subscriber_id, msgspec.to_builtins(preferences.rules)
