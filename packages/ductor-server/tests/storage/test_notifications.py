@@ -3,10 +3,15 @@ sequence numbers, the change log, counts, filters, snoozes, groups, secrets."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+import psycopg
 
+from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.queue import InProcessWakeUp
+from ductor_server.engine.timers import Timers
 from ductor_server.storage import Store
 from ductor_server.storage.notifications import ChangeKind, Group, InboxTx, Notification
 
@@ -152,3 +157,60 @@ async def test_a_group_takes_one_answer_and_secrets_and_preferences_keep(store: 
         assert await inbox.preferences("t2", "ann") == []
         # Preferences set before anything was sent keep the sequence at zero.
         assert await inbox.last_seq("t1", "ann") == 0
+
+
+async def _someone_waits_for_a_lock(postgres_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+        for _ in range(500):
+            row = await (
+                await db.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).fetchone()
+            if row is not None and row[0] > 0:
+                return
+            await asyncio.sleep(0.02)
+    raise AssertionError("nobody waited for the subscriber's lock")
+
+
+# Postgres only: it needs two writers at once, which SQLite never has.
+async def test_a_snooze_ending_keeps_what_the_subscriber_did_meanwhile(
+    pg_store: Store, postgres_url: str
+) -> None:
+    """The timer loop ends a snooze on the notification as it is once it holds the
+    subscriber's lock, not as it was before: a click or an archive committed
+    meanwhile stays, and a snooze moved later is not ended."""
+    ends = NOW + timedelta(minutes=1)
+    async with pg_store.transaction() as tx:
+        inbox = InboxTx(tx)
+        await inbox.insert([_n(1), _n(2)], now=NOW)
+        for notification_id in ("n1", "n2"):
+            item = await inbox.get("t1", notification_id)
+            assert item is not None
+            await inbox.update(msgspec.structs.replace(item, snoozed_until=ends), now=NOW)
+    clock = ManualClock(ends + timedelta(seconds=1))
+    timers = Timers(pg_store, clock=clock, wake=InProcessWakeUp())
+    later = ends + timedelta(hours=1)
+    acted = {"action": "go", "cta": 0, "subscriber_id": "ann", "at": "2026-01-02T03:05:00Z"}
+    async with pg_store.transaction() as tx:
+        inbox = InboxTx(tx)
+        await inbox.take_seqs("t1", "ann", 0)  # the subscriber's lock, as a PATCH takes it
+        one, two = await inbox.get("t1", "n1"), await inbox.get("t1", "n2")
+        assert one is not None
+        assert two is not None
+        await inbox.update(msgspec.structs.replace(one, archived_at=NOW, acted=acted), now=NOW)
+        await inbox.update(msgspec.structs.replace(two, snoozed_until=later), now=NOW)
+        firing = asyncio.create_task(timers.fire_due())
+        await _someone_waits_for_a_lock(postgres_url)
+    await firing
+    async with pg_store.transaction() as tx:
+        inbox = InboxTx(tx)
+        one, two = await inbox.get("t1", "n1"), await inbox.get("t1", "n2")
+        changes = await inbox.changes_after("t1", "ann", 0, limit=100)
+    assert one is not None
+    assert two is not None
+    assert (one.archived_at, one.acted, one.snoozed_until) == (NOW, acted, None)
+    assert two.snoozed_until == later
+    assert [c.seq for c in changes] == list(range(1, len(changes) + 1))
+    assert changes[-1].notification == one

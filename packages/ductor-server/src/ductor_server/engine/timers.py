@@ -183,6 +183,12 @@ class Timers:
             item = await inbox.get(tenant_id, notification_id)
             if item is None:
                 continue
+            # Take the subscriber's lock, then read again: a change committed
+            # meanwhile (a click, an archive, a new snooze) is kept, not overwritten.
+            await inbox.take_seqs(tenant_id, item.subscriber_id, 0)
+            item = await inbox.get(tenant_id, notification_id)
+            if item is None or item.snoozed_until is None or item.snoozed_until > now:
+                continue
             await inbox.update(
                 msgspec.structs.replace(item, snoozed_until=None, seen_at=None), now=now
             )
