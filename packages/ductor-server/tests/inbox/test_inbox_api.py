@@ -422,3 +422,22 @@ async def test_preference_rules_name_real_workflows_once(api: Inbox) -> None:
     ]
     rules = [{"workflow": "approval"}, {"workflow": "approval", "feed": "d"}, {"feed": "d"}]
     assert len((await api.ok("PUT", path, json={"rules": rules}))["rules"]) == 3
+
+
+async def test_a_subscriber_id_beyond_ascii_authenticates_in_its_headers(api: Inbox) -> None:
+    for subscriber in ("日本", "josé", "ann👋"):
+        made = await _send(api, subscriber, "hi")
+        headers = await api.me("tenant-a", subscriber)
+        # A server or app client sends the id's UTF-8 bytes.
+        utf8 = {name: value.encode() for name, value in headers.items()}
+        mine = await api.client.get("/v1/inbox/me/notifications", headers=utf8)
+        assert mine.status_code == 200, (subscriber, mine.text)
+        assert [n["id"] for n in mine.json()["notifications"]] == [made["id"]]
+    # A browser can send only Latin-1 characters, each as one byte.
+    latin1 = {k: v.encode("latin-1") for k, v in (await api.me("tenant-a", "josé")).items()}
+    assert (await api.client.get("/v1/inbox/me/counts", headers=latin1)).status_code == 200
+    # Another subscriber's token still fails, whatever the encoding.
+    forged = dict(utf8, **{"X-Ductor-Subscriber": "josé".encode()})
+    refused = await api.client.get("/v1/inbox/me/counts", headers=forged)
+    assert refused.status_code == 404
+    assert refused.json()["code"] == "inbox.not_found"

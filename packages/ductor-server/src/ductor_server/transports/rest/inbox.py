@@ -77,6 +77,17 @@ class Subscriber(msgspec.Struct, frozen=True):
     subscriber_id: str
 
 
+def _header_text(value: str) -> str:
+    """A header value as its sender meant it: UTF-8 when its bytes are UTF-8 (a
+    server or app client sending any subscriber id), else Latin-1, as the server
+    decoded it (a browser can send only Latin-1 characters in a header)."""
+    raw = value.encode("latin-1")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+
+
 async def require_subscriber(
     connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
 ) -> None:
@@ -87,7 +98,7 @@ async def require_subscriber(
     """
     headers = connection.headers
     tenant_id = headers.get("x-ductor-tenant") or ""
-    subscriber_id = headers.get("x-ductor-subscriber") or ""
+    subscriber_id = _header_text(headers.get("x-ductor-subscriber") or "")
     token = headers.get("x-ductor-subscriber-token") or ""
     await services_of(connection).inbox.authenticate(tenant_id, subscriber_id, token)
     connection.state.subscriber = Subscriber(tenant_id, subscriber_id)
