@@ -393,3 +393,22 @@ async def test_a_tenant_cannot_flood_meters_or_plans(api: Api) -> None:
     ).status_code == 200
     await api.ok("POST", "/v1/meters", json={"name": "m100", "unit": "u"}, as_b=True)
     assert len(await api.ok("GET", "/v1/meters")) == 106  # 100 own, 6 built in
+
+
+async def test_a_sum_stops_at_the_largest_usage_instead_of_overflowing(api: Api) -> None:
+    """Usage of 2^53-1 again and again: the counters stay at 2^53-1 (exact in any JSON
+    reader), never pass the column's 64 bits, and the meter goes on taking usage."""
+    most = 2**53 - 1
+    await api.ok("POST", "/v1/meters", json={"name": "bytes", "unit": "byte"})
+    first = await api.ok("POST", "/v1/usage", json={"meter": "bytes", "amount": most})
+    assert {row["value"] for row in first["usage"]} == {most}
+    for _ in range(3):
+        again = await api.ok("POST", "/v1/usage", json={"meter": "bytes", "amount": most})
+        assert {row["value"] for row in again["usage"]} == {most}
+    assert await usage_of(api, "bytes", "month") == most
+    # A budget at the largest limit still sees the counter at it, not past it.
+    await api.ok("POST", "/v1/budgets", json={"meter": "bytes", "limit": most, "block": False})
+    assert (await api.ok("GET", "/v1/budgets/bytes"))["usage"] == most
+    assert (await api.ok("POST", "/v1/usage", json={"meter": "bytes", "amount": 1}))["usage"][0][
+        "value"
+    ] == most

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ductor_server.storage.protocol import Row, Session
-from ductor_settlement import UsageWindow, window_start
+from ductor_settlement import MAX_USAGE, UsageWindow, window_start
 
 WINDOWS: tuple[UsageWindow, ...] = (UsageWindow.HOUR, UsageWindow.DAY, UsageWindow.MONTH)
 """Every window a usage counter is kept for."""
@@ -96,15 +96,19 @@ def _merged(increments: Iterable[UsageIncrement]) -> list[UsageIncrement]:
         else:
             adds[key] = max(adds.get(key, 0), inc.amount)
     return [
-        UsageIncrement(tenant, meter, amount, fold)
+        UsageIncrement(tenant, meter, min(amount, MAX_USAGE), fold)
         for (tenant, meter, fold), amount in sorted(adds.items(), key=lambda kv: kv[0][:2])
     ]
 
 
 def _folded(fold: Fold) -> str:
-    """A counter's new value in the upsert (`c` the stored row)."""
+    """A counter's new value in the upsert (`c` the stored row). A sum stops at
+    `MAX_USAGE` (exact in any JSON reader) rather than overflowing the column."""
     if fold is Fold.ADD:
-        return "c.value + excluded.value"
+        return (
+            f"CASE WHEN c.value > {MAX_USAGE} - excluded.value THEN {MAX_USAGE}"
+            " ELSE c.value + excluded.value END"
+        )
     return "CASE WHEN excluded.value > c.value THEN excluded.value ELSE c.value END"
 
 
