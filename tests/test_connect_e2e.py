@@ -692,6 +692,42 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
         assert _rpc(http, "WorkflowService/ListWorkflows", {}).status_code == 200
 
 
+def test_only_connects_unary_json_is_served(sqlite: ServerProcess) -> None:
+    # A POST whose Content-Type is not application/json, or a GET without
+    # encoding=json, is a bare 415 before the key is read: gRPC and gRPC-web are
+    # not served, and the library would take `json` alone as the JSON codec.
+    path = "/ductor.v1.WorkflowService/ListWorkflows"
+    with httpx.Client(base_url=sqlite.url, timeout=30) as anyone:
+        for content_type in (
+            "application/grpc",
+            "application/grpc+json",
+            "application/grpc-web+json",
+            "application/connect+json",
+            "application/proto",
+            "json",
+            "text/plain",
+            "",
+        ):
+            refused = anyone.post(path, content=b"{}", headers={"Content-Type": content_type})
+            assert refused.status_code == 415, (content_type, refused.status_code)
+            assert refused.content == b""
+            assert refused.headers["Accept-Post"] == "application/json"
+        for params in ({"message": "{}"}, {"encoding": "proto", "message": "{}"}):
+            refused = anyone.get(path, params=params)
+            assert refused.status_code == 415, params
+            assert refused.content == b""
+    assert "Traceback" not in sqlite.log()
+    with sqlite.client() as http:
+        listed = http.post(path, json={}, headers={"Content-Type": "application/json"}).json()
+        for content_type in ("application/json; charset=utf-8", "Application/JSON"):
+            answer = http.post(path, content=b"{}", headers={"Content-Type": content_type})
+            assert answer.status_code == 200, content_type
+            assert answer.json() == listed
+        by_get = http.get(path, params={"encoding": "json", "message": "{}"})
+        assert by_get.status_code == 200
+        assert by_get.json() == listed
+
+
 # --- docs/connect.md -------------------------------------------------------------------
 
 

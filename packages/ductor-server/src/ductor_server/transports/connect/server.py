@@ -12,6 +12,7 @@ import base64
 import logging
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qs
 
 import msgspec
 from connectrpc.code import Code
@@ -245,12 +246,33 @@ class _Gzip(GzipCompression):
             raise connect_error(body_too_large(read_max_bytes)) from None
 
 
+def _unsupported_media(scope: Any, read_only: bool) -> bool:
+    """The request is in a form other than Connect's unary JSON: a POST whose
+    `Content-Type` is not `application/json` (the library would take `json` alone,
+    and `application/grpc...` as gRPC or gRPC-web), or a GET of a read-only method
+    without `encoding=json`. Other HTTP methods are left to the library (405)."""
+    if scope["method"] == "POST":
+        headers = dict(scope.get("headers") or ())
+        media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
+        return media != b"application/json"
+    if scope["method"] == "GET" and read_only:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        return query.get("encoding", [""])[0] != "json"
+    return False
+
+
+async def _send_empty(send: Any, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
 def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
     """The ASGI application serving every method of `endpoint`."""
     endpoints = {
         spec.path: Endpoint.unary(_method_info(spec), _function(endpoint, spec))
         for spec in endpoint.methods
     }
+    read_only = {spec.path: spec.read_only for spec in endpoint.methods}
     application = _Application(
         service=endpoint,
         endpoints=lambda _: endpoints,
@@ -275,6 +297,10 @@ def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
             ]
             await send({"type": "http.response.start", "status": 404, "headers": headers})
             await send({"type": "http.response.body", "body": body})
+            return
+        if _unsupported_media(scope, read_only[scope["path"]]):
+            # Only the JSON codec is served (the library's own 415 offers proto too).
+            await _send_empty(send, 415, [(b"accept-post", b"application/json")])
             return
         await application(scope, _limited(scope, receive, max_body_bytes), send)
 
