@@ -728,6 +728,46 @@ def test_only_connects_unary_json_is_served(sqlite: ServerProcess) -> None:
         assert by_get.json() == listed
 
 
+def test_a_long_id_is_found_or_refused_as_on_rest(sqlite: ServerProcess) -> None:
+    # Ids and names are 1 to 256 characters: one that long is reached over
+    # Connect too, and a longer one is answered as REST answers it.
+    worker_id = "w" * 256
+    with sqlite.client() as http:
+        made = http.post("/v1/workers", json={"id": worker_id})
+        assert made.status_code in (200, 201), made.text
+        got = _rpc(http, "RoutingService/GetWorker", {"worker_id": worker_id})
+        assert got.status_code == 200, got.text
+        assert got.json() == http.get(f"/v1/workers/{worker_id}").json()
+        assert _rpc(http, "RoutingService/DeleteWorker", {"worker_id": worker_id}).json() == {}
+        assert http.get(f"/v1/workers/{worker_id}").status_code == 404
+
+        long_run = "run_" + "x" * 300
+        missing = _rpc(http, "RunService/GetRun", {"run_id": long_run})
+        rest = http.get(f"/v1/runs/{long_run}").json()
+        assert missing.status_code == 404
+        assert missing.json()["message"] == rest["message"]
+        assert missing.json()["details"][0]["debug"] == {
+            "code": rest["code"],
+            "details": rest["details"],
+        }
+
+        http.post("/v1/workflows", json=GATE)
+        run = http.post("/v1/runs", json={"family_slug": "gate"}).json()
+        name = "s" * 257
+        refused = _rpc(http, "RunService/SignalRun", {"run_id": run["id"], "name": name})
+        rest = http.post(f"/v1/runs/{run['id']}/signals/{name}", json={}).json()
+        assert refused.status_code == 400
+        assert refused.json()["message"] == rest["message"]
+        # REST names the path parameter, Connect the request's field.
+        assert rest["details"]["path"] == "name"
+        assert refused.json()["details"][0]["debug"]["details"] == {
+            **rest["details"],
+            "path": "$.name",
+        }
+        signalled = _rpc(http, "RunService/SignalRun", {"run_id": run["id"], "name": "s" * 256})
+        assert signalled.status_code == 200, signalled.text
+
+
 # --- docs/connect.md -------------------------------------------------------------------
 
 

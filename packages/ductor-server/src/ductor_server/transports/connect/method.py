@@ -30,7 +30,11 @@ CallerCall = Callable[[Services, Caller, Any, "str | None"], Awaitable[Any]]
 """The body of a method that needs the calling key itself, not only its tenant
 (`CreateKey` refuses a scope the key lacks): the `Caller` in place of the tenant."""
 
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
+Id = Annotated[str, msgspec.Meta(min_length=1)]
+"""An id or name a REST call takes in its path. No length is checked here: the
+service checks it as it does for REST (an id longer than any stored is not found,
+a name too long to store is refused with the service's message), so that an object
+made with a 256-character id is reached the same way over both transports."""
 Version = Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
 Cursor = Annotated[str, msgspec.Meta(max_length=1024)]
 Limit200 = Annotated[int, msgspec.Meta(ge=1, le=200)]
