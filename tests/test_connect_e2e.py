@@ -612,6 +612,27 @@ def test_ten_concurrent_duplicates_start_one_run(postgres: ServerProcess) -> Non
         assert sum(r["id"] == run_id for r in mine) == 1
 
 
+def test_a_budget_put_over_rest_is_replayed_over_connect(sqlite: ServerProcess) -> None:
+    # PutBudget names its meter in the request, REST in the path: one key is one
+    # request whichever way the meter is named.
+    budget = {"limit": 10, "window": "month"}
+    with sqlite.client() as http:
+        assert http.post("/v1/meters", json={"name": "replayed", "unit": "call"}).is_success
+        once = {"Idempotency-Key": "budget-1"}
+        first = http.put("/v1/budgets/replayed", json=budget, headers=once)
+        assert first.status_code == 201, first.text
+        again = _rpc(http, "MeteringService/PutBudget", {"meter": "replayed", **budget}, **once)
+        assert again.status_code == 200, again.text
+        assert again.headers["Idempotency-Replayed"] == "true"
+        assert again.json() == first.json()
+        named = http.put("/v1/budgets/replayed", json={"meter": "replayed", **budget}, headers=once)
+        assert named.headers["Idempotency-Replayed"] == "true"
+        other = _rpc(
+            http, "MeteringService/PutBudget", {"meter": "replayed", "limit": 11}, **once
+        ).json()
+        assert other["details"][0]["debug"]["code"] == "idempotency.conflict"
+
+
 def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess) -> None:
     with sqlite.client() as http:
 

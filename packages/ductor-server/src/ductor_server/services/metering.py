@@ -636,7 +636,10 @@ class MeteringService:
             raise _invalid("the body's meter differs from the path's", "$.meter")
         policy = self._policy(tenant_id, meter, body)
         now = self._clock.now()
-        claim = Claim.of(tenant_id, "budgets.put", idempotency_key, body, now=now, target=meter)
+        # The meter is the claim's target; whether the body names it too (as Connect's
+        # request does, and REST's may) does not make it another request.
+        claimed = msgspec.structs.replace(body, meter=None)
+        claim = Claim.of(tenant_id, "budgets.put", idempotency_key, claimed, now=now, target=meter)
 
         async def effect(tx: Tx) -> Answer[BudgetView]:
             store = MeteringTx(tx)
