@@ -252,12 +252,13 @@ def _unsupported_media(scope: Any, read_only: bool) -> bool:
     and `application/grpc...` as gRPC or gRPC-web), or a GET of a read-only method
     without `encoding=json`. Other HTTP methods are left to the library (405)."""
     if scope["method"] == "POST":
-        headers = dict(scope.get("headers") or ())
+        headers: dict[bytes, bytes] = dict(scope.get("headers") or ())
         media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
         return media != b"application/json"
     if scope["method"] == "GET" and read_only:
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        return query.get("encoding", [""])[0] != "json"
+        query_string: bytes = scope.get("query_string", b"")
+        encoding = parse_qs(query_string.decode("latin-1")).get("encoding", [""])[0]
+        return encoding != "json"
     return False
 
 
