@@ -151,3 +151,17 @@ def test_every_malformed_request_is_a_documented_4xx(server: Any) -> None:
             wrong.append((method, path[:80], response.status_code, response.text[:200]))
     assert not wrong, "\n".join(map(str, wrong)) + "\n" + server.log()[-3000:]
     assert row_counts(server) == before
+
+
+def test_a_bad_query_parameter_is_named_in_the_message(server: Any) -> None:
+    server.start()
+    with server.client() as http:
+        for path, name, reason in (
+            ("/v1/runs?limit=x", "limit", "Expected `int`, got `str`"),
+            ("/v1/assignments?limit=0", "limit", "Expected `int` >= 1"),
+            ("/v1/runs/r?wait=-1", "wait", "Expected `float` > 0.0"),
+        ):
+            body = http.get(path).json()
+            assert body["code"] == "request.invalid", body
+            assert body["message"] == f"invalid query parameter `{name}`: {reason}", body
+            assert body["details"] == [{"message": reason, "key": name, "source": "query"}]

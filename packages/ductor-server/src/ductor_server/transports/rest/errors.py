@@ -128,10 +128,28 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     # Litestar's own validation (query and path parameters, headers).
     return error_response(
         "request.invalid",
-        str(exc.detail),
+        _parameter_problems(exc.extra) or str(exc.detail),
         exc.extra or None,
         status=STATUS_BY_CODE["request.invalid"] if status == 400 else status,
     )
+
+
+def _parameter_problems(extra: Any) -> str | None:
+    """The message of the framework's parameter problems (`[{"key", "message",
+    "source"}]`), naming each parameter and what is wrong with it."""
+    if not isinstance(extra, list) or not extra:
+        return None
+    parts = []
+    for problem in extra:
+        if not isinstance(problem, dict) or "key" not in problem:
+            return None
+        where = problem.get("source")
+        where = str(getattr(where, "value", where) or "")  # a ParamType, or its text
+        source = {"query": "query parameter", "path": "path parameter"}.get(
+            where, f"{where} parameter" if where else "parameter"
+        )
+        parts.append(f"invalid {source} `{problem['key']}`: {problem.get('message', '')}")
+    return "; ".join(parts)
 
 
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
