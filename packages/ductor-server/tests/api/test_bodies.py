@@ -107,6 +107,27 @@ def test_invalid_utf8_inside_a_string_is_malformed_json_at_its_byte() -> None:
     assert error.details == {"line": 2, "column": 11, "byte": raw.index(b"\xff")}
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"name": "a\\ud800"}',
+        b'{"name": "e", "data": {"k": "x\\uDBFFy"}}',
+        b'{"name": "e", "data": {"k": "\\\\\\ud800"}}',  # an escaped backslash, then the escape
+    ],
+)
+def test_a_lone_high_surrogate_escape_is_named_where_it_is(raw: bytes) -> None:
+    error = _refused(raw, EventBody)
+    assert error.code == "request.malformed_json"
+    assert "high surrogate" in error.message, error.message
+    at = raw.lower().rindex(b"\\ud")
+    assert error.details == {"line": 1, "column": at + 1, "byte": at}
+
+
+def test_an_escaped_backslash_before_u_is_text_and_a_pair_is_one_character() -> None:
+    decoded = decode_body(b'{"name": "a\\\\ud800", "id": "\\ud83d\\ude00"}', EventBody)
+    assert (decoded.name, decoded.id) == ("a\\ud800", "\U0001f600")
+
+
 @pytest.mark.parametrize("depth", [65, 1000, 100_000])
 def test_a_body_nested_over_64_deep_is_refused(depth: int) -> None:
     error = _refused(b'{"name": "e", "data": ' + b"[" * depth + b"]" * depth + b"}", EventBody)

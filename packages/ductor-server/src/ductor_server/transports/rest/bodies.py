@@ -252,9 +252,23 @@ def decode_body(raw: bytes, into: type[T], *, optional: bool = False, strict: bo
         text = str(exc)
         found = _BYTE_AT.search(text)
         offset = int(found.group(1)) if found else len(raw)
+        lone = _lone_high_surrogate(raw) if found is None else None
+        if lone is not None:  # the decoder calls it truncated input
+            offset, text = lone, "a \\u escape of a high surrogate (D800-DBFF) must be"
+            text += " followed by one of a low surrogate (DC00-DFFF)"
         raise malformed(raw, offset, text) from None
     check_limits(raw, value)
     return value
+
+
+_HIGH_SURROGATE = re.compile(rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])")
+
+
+def _lone_high_surrogate(raw: bytes) -> int | None:
+    """The byte offset of the first escaped high surrogate that no escaped low
+    surrogate follows (`"\\ud800x"`), if there is one."""
+    found = _HIGH_SURROGATE.search(raw)
+    return None if found is None else found.end() - 6
 
 
 def required(data: T | NoBody) -> T:
