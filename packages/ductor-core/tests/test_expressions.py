@@ -36,6 +36,7 @@ from ductor_core.expressions import (
     default_registry,
     engine_by_name,
     make_activation,
+    string_literal,
     to_json,
 )
 
@@ -416,6 +417,19 @@ def test_values_pass_unchanged_through_lists_and_maps(a: int, b: Any) -> None:
     for engine in ROUND_TRIP_ENGINES:
         got = engine.evaluate("{'a': [a, b], 'b': {'x': b}}", {"a": a, "b": b})
         assert strictly_equal(got, {"a": [a, b], "b": {"x": b}})
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(st.characters(exclude_categories=("Cs",)), max_size=40))
+def test_a_string_literal_is_read_as_every_engine_evaluates_it(text: str) -> None:
+    literal = json.dumps(text, ensure_ascii=False)  # JSON's escapes are CEL's too
+    for source in (literal, f" {literal} // a comment\n"):
+        assert string_literal(source) == text
+        for engine in ROUND_TRIP_ENGINES:
+            assert engine.evaluate(source, {}) == text, (engine.name, source)
+    # Anything more than one string literal is an expression, not a literal.
+    for source in (f"{literal} + ''", f"({literal})", f"b{literal}", "input.x"):
+        assert string_literal(source) is None, source
 
 
 @pytest.mark.parametrize("value", [2**64, -(2**63) - 1, {"deep": [2**100]}])

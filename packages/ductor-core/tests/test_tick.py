@@ -1339,6 +1339,67 @@ def test_notify_with_bad_recipients_fails_the_step() -> None:
     assert error.code == "notify.bad_recipients"
 
 
+BAD_LINKS = [
+    "javascript:alert(document.cookie)",
+    "JavaScript:alert(1)",
+    " https://example.com/",
+    "data:text/html,<script>alert(1)</script>",
+    "vbscript:msgbox(1)",
+    "/relative/path",
+    "//evil.example/x",
+    "https:evil.example",
+    "https://example.com/a b",
+    "https://example.com/\x00",
+    "https://example.com/" + "x" * 2029,
+    "",
+]
+BAD_LABELS = ["", "x" * 201, "Open\nnow", "Open\x1b[31m", "Open\x85"]
+
+
+def _failed_notify(extra: dict[str, Any], value: str) -> ErrorInfo:
+    data = {"to": "a", "what": "x", "value": value}
+    first = start_run(_notify_wf(**extra), run_id="r", input=data, now=NOW)
+    assert of(first, SendNotifications) == []
+    assert first.state.status is RunStatus.FAILED
+    error = first.state.steps["ask"].error
+    assert error is not None
+    return error
+
+
+@pytest.mark.parametrize("link", BAD_LINKS)
+def test_notify_fails_on_a_url_or_avatar_a_client_could_not_render_safely(link: str) -> None:
+    approve = {"label": "'Approve'", "action": "approve"}
+    for extra, pointer in (
+        ({"ctas": [approve, {"label": "'Open'", "url": "input.value"}]}, "/args/ctas/1/url"),
+        ({"avatar": "input.value"}, "/args/avatar"),
+    ):
+        error = _failed_notify(extra, link)
+        assert (error.code, error.details) == ("notify.bad_value", {"pointer": pointer}), error
+        assert "absolute http or https URL" in error.message
+
+
+@pytest.mark.parametrize("label", BAD_LABELS)
+def test_notify_fails_on_an_empty_long_or_control_character_label(label: str) -> None:
+    error = _failed_notify({"ctas": [{"label": "input.value", "action": "go"}]}, label)
+    assert (error.code, error.details) == ("notify.bad_value", {"pointer": "/args/ctas/0/label"})
+    assert "1 to 200 characters" in error.message
+
+
+def test_notify_takes_http_links_and_a_printable_label_up_to_their_limits() -> None:
+    link = "HTTPS://[::1]:8443/" + "x" * (2048 - 19)
+    extra = {
+        "avatar": "input.avatar",
+        "ctas": [{"label": "input.label", "url": "input.link"}],
+    }
+    label = "Öffnen ✓" * 25
+    data = {"to": "a", "what": "x", "link": link, "label": label, "avatar": "http://i.example/a"}
+    first = start_run(_notify_wf(**extra), run_id="r", input=data, now=NOW)
+    [sent] = of(first, SendNotifications)
+    assert sent.avatar == "http://i.example/a"
+    assert sent.ctas == [{"label": label, "url": link}]
+    assert first.state.status is RunStatus.SUCCEEDED
+
+
 def test_terminal_statuses_are_exactly_the_ended_runs_and_decided_steps() -> None:
     ended = {s for s in RunStatus if s.terminal}
     assert ended == {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}

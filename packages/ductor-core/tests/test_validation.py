@@ -270,3 +270,37 @@ def test_a_notify_feed_is_1_to_64_letters_digits_or_punctuation_as_the_inbox_api
         assert feed_problems(feed) == [], feed
     for feed in ("", "no spaces", "a" * 65, "é"):
         assert feed_problems(feed) == [("definition.bad_args", "/steps/1/args/feed")], feed
+
+
+def test_a_notify_literal_link_or_label_a_client_cannot_render_safely_is_refused() -> None:
+    def problems(avatar: str, label: str, url: str) -> list[tuple[str, str]]:
+        raw = _hello()
+        ctas = [{"label": label, "url": url}]
+        args = {"recipients": "'ann'", "title": "'hi'", "avatar": avatar, "ctas": ctas}
+        raw["steps"][1] = {"ref": "pause", "type": "STEP_TYPE_NOTIFY", "args": args}
+        return _codes(validate_definition(raw))
+
+    avatar, label, url = "'https://img.example/a.png'", "'Open'", '"http://shop.example/o/1"'
+    assert problems(avatar, label, url) == []
+    # An expression is judged when the step runs; a string literal already now.
+    assert problems("input.avatar", "input.label", "'javascript:' + input.x") == []
+    at = "/steps/1/args"
+    for bad in ("'javascript:alert(1)'", "r'data:text/html,x'", "'/o/1'", "'https://a b'"):
+        assert problems(bad, label, url) == [("definition.bad_args", f"{at}/avatar")], bad
+        assert problems(avatar, label, bad) == [("definition.bad_args", f"{at}/ctas/0/url")], bad
+    too_long = "'https://shop.example/" + "x" * 2028 + "'"
+    assert problems(avatar, label, too_long) == [("definition.bad_args", f"{at}/ctas/0/url")]
+    for bad in ("''", "'" + "x" * 201 + "'", r"'Open\nnow'", "'''two\nlines'''"):
+        assert problems(avatar, bad, url) == [("definition.bad_args", f"{at}/ctas/0/label")], bad
+    raw = _hello()
+    args = {
+        "recipients": "'ann'",
+        "title": "'hi'",
+        "ctas": [{"label": "'Go'", "url": "'vbscript:x'"}],
+    }
+    raw["steps"][1] = {"ref": "pause", "type": "STEP_TYPE_NOTIFY", "args": args}
+    (problem,) = validate_definition(raw).problems
+    assert problem.message == (
+        "step 'pause': 'args.ctas[0].url' must be an absolute http or https URL of at most"
+        " 2048 characters without whitespace or control characters, got 'vbscript:x'"
+    )

@@ -196,7 +196,7 @@ _ARGS: dict[str, list[dict[str, Any]]] = {
             "feed": "approvals",
             "ctas": [
                 {"label": "'Approve'", "action": "approve"},
-                {"label": "'Open'", "url": "'u'"},
+                {"label": "'Open'", "url": "'https://shop.example/o'"},
             ],
             "await_action": True,
             "timeout": "1h",

@@ -8,10 +8,13 @@ validation corpus. Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from ductor_core.expressions import string_literal
+from ductor_core.notification_fields import LABEL_RULE, URL_RULE, is_label, is_link
 from ductor_core.step_args import (
     ActionArgs,
     BridgeArgs,
@@ -355,6 +358,9 @@ def _check_notify(a: ArgsCheck) -> None:
         a.problem(
             f"'{a.prefix}feed' must be 1-64 letters, digits or _.:-, got {_show(feed)}", "feed"
         )
+    avatar = a.text("avatar")
+    if avatar is not None:
+        _check_literal(a, avatar, is_link, URL_RULE, "avatar")
     ctas = a.fields.get("ctas")
     actions = 0
     if isinstance(ctas, list):
@@ -385,10 +391,12 @@ def _check_cta(a: ArgsCheck, j: int, cta: dict[str, Any]) -> int:
     label, url, action = cta.get("label"), cta.get("url"), cta.get("action")
     if isinstance(label, str):
         a.expression(label, "ctas", j, "label")
+        _check_literal(a, label, is_label, LABEL_RULE, "ctas", j, "label")
     if (url is None) == (action is None):
         a.problem(f"'{a.prefix}ctas[{j}]' needs exactly one of 'url' or 'action'", "ctas", j)
     if isinstance(url, str):
         a.expression(url, "ctas", j, "url")
+        _check_literal(a, url, is_link, URL_RULE, "ctas", j, "url")
     for name in ("action", "signal", "event"):
         value = cta.get(name)
         if isinstance(value, str) and not NAME_PATTERN.fullmatch(value):
@@ -402,6 +410,17 @@ def _check_cta(a: ArgsCheck, j: int, cta: dict[str, Any]) -> int:
         if name != "action" and value is not None and action is None:
             a.problem(f"'{a.prefix}ctas[{j}].{name}' only applies to an action CTA", "ctas", j)
     return 1 if isinstance(action, str) else 0
+
+
+def _check_literal(
+    a: ArgsCheck, source: str, ok: Callable[[str], bool], rule: str, *parts: str | int
+) -> None:
+    # A string literal is judged now; any other expression's value when the step
+    # runs (notify.bad_value), by the same rule.
+    value = string_literal(source)
+    if value is not None and not ok(value):
+        name = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)[1:]
+        a.problem(f"'{a.prefix}{name}' {rule}, got {_show(value)}", *parts)
 
 
 NOTIFY: StepSpec[NotifyArgs] = StepSpec(

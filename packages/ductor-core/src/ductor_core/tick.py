@@ -99,6 +99,7 @@ from ductor_core.definitions import (
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_core.notification_fields import LABEL_RULE, URL_RULE, is_label, is_link
 from ductor_core.runs import (
     AttemptResult,
     BufferedSignal,
@@ -598,11 +599,29 @@ class _Tick:
                 f"NOTIFY data must evaluate to a map, got {type(data).__name__}",
                 code="notify.bad_value",
             )
+
+        def checked(value: str, ok: bool, rule: str, what: str, pointer: str) -> None:
+            # A client renders these as links, images and buttons (see notification_fields).
+            if not ok:
+                raise DuctorError(
+                    f"NOTIFY {what} {rule}, got {value!r:.80}",
+                    code="notify.bad_value",
+                    details={"pointer": pointer},
+                )
+
+        avatar = text(args.avatar, "avatar")
+        if avatar is not None:
+            checked(avatar, is_link(avatar), URL_RULE, "avatar", "/args/avatar")
         ctas: list[dict[str, Any]] = []
-        for cta in args.ctas:
-            resolved: dict[str, Any] = {"label": text(cta.label, "CTA label") or ""}
+        for j, cta in enumerate(args.ctas):
+            label = text(cta.label, "CTA label") or ""
+            at = f"/args/ctas/{j}"
+            checked(label, is_label(label), LABEL_RULE, f"ctas[{j}].label", f"{at}/label")
+            resolved: dict[str, Any] = {"label": label}
             if cta.url is not None:
-                resolved["url"] = text(cta.url, "CTA url") or ""
+                url = text(cta.url, "CTA url") or ""
+                checked(url, is_link(url), URL_RULE, f"ctas[{j}].url", f"{at}/url")
+                resolved["url"] = url
             for name in ("action", "signal", "event"):
                 value = getattr(cta, name)
                 if value is not None:
@@ -624,7 +643,7 @@ class _Tick:
                 title=text(args.title, "title") or "",
                 body=text(args.body, "body") or "",
                 data=data,
-                avatar=text(args.avatar, "avatar"),
+                avatar=avatar,
                 ctas=ctas,
                 await_action=args.await_action,
                 email=email,

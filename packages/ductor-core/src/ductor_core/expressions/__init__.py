@@ -46,6 +46,7 @@ from ductor_core.expressions._limits import (
     MAX_VALUE_DEPTH,
     CostLimits,
 )
+from ductor_core.expressions._literals import string_literal
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json
 
@@ -89,6 +90,7 @@ __all__ = [
     "engine_by_name",
     "estimate_cost",
     "make_activation",
+    "string_literal",
     "to_json",
 ]
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import re
 
+from ductor_core.expressions._syntax import LimitExceeded, Unreadable, tokenize
+
 _ESCAPE = re.compile(
     r"\\(?:(?P<simple>[abfnrtv\\'\"`?])|[xX](?P<hex>[0-9a-fA-F]{2})"
     r"|(?P<octal>[0-3][0-7]{2})|u(?P<u4>[0-9a-fA-F]{4})|U(?P<u8>[0-9a-fA-F]{8})|(?P<bad>.?))",
@@ -99,3 +101,18 @@ def decode_double(text: str) -> float:
     if not math.isfinite(value):
         raise LiteralError(f"invalid double literal {text}: out of range")
     return value
+
+
+def string_literal(source: str) -> str | None:
+    """The value of `source` when it is a single CEL string literal (blanks and
+    comments aside), so a check can judge it before any run; else None (an
+    expression, a bytes literal, or a literal the spec refuses).
+    """
+    try:
+        tokens = tokenize(source, max_tokens=1, max_nesting=0)
+        if len(tokens) != 1 or tokens[0].kind != "string":
+            return None
+        value = decode_string(tokens[0].text)
+    except (LimitExceeded, Unreadable, LiteralError):
+        return None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,59 @@
+"""What a notification's avatar, CTA URLs and CTA labels may hold: the one set of
+rules the NOTIFY step (when validated and when it runs) and the inbox's send API
+apply. Pure checks: nothing here evaluates CEL or knows HTTP.
+
+A subscriber's client renders a CTA's `url` as a link and the `avatar` as an
+image, so both are absolute `http`/`https` URLs: a `javascript:`, `data:` or
+`vbscript:` URL would run script in the subscriber's page. A label is shown on
+a button, so it is short, one line and printable.
+
+    url, avatar   absolute http:// or https:// URL with a host, at most
+                  MAX_URL characters, no whitespace, no control character
+    label         1 to MAX_LABEL characters, no control character
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from urllib.parse import urlsplit
+
+MAX_URL = 2048
+"""The longest CTA `url` or `avatar`, in characters."""
+
+MAX_LABEL = 200
+"""The longest CTA `label`, in characters."""
+
+URL_RULE = (
+    f"must be an absolute http or https URL of at most {MAX_URL} characters "
+    "without whitespace or control characters"
+)
+"""How a refusal of a `url` or an `avatar` says what is wanted."""
+
+LABEL_RULE = f"must be 1 to {MAX_LABEL} characters without control characters"
+"""How a refusal of a `label` says what is wanted."""
+
+
+def _control(ch: str) -> bool:
+    # Cc: U+0000-U+001F, U+007F and the C1 controls U+0080-U+009F.
+    return unicodedata.category(ch) == "Cc"
+
+
+def is_link(value: str) -> bool:
+    """Whether `value` is an acceptable CTA `url` or `avatar` (see the module rules)."""
+    if not value or len(value) > MAX_URL:
+        return False
+    if any(ch.isspace() or _control(ch) for ch in value):
+        return False
+    scheme, _, rest = value.partition(":")
+    if scheme.lower() not in ("http", "https") or not rest.startswith("//"):
+        return False
+    try:
+        host = urlsplit(value).hostname
+    except ValueError:  # an unbalanced [IPv6] host
+        return False
+    return bool(host)
+
+
+def is_label(value: str) -> bool:
+    """Whether `value` is an acceptable CTA `label` (see the module rules)."""
+    return 0 < len(value) <= MAX_LABEL and not any(_control(ch) for ch in value)
