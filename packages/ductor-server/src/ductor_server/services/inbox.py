@@ -23,6 +23,7 @@ import msgspec
 from ductor_core.builtin_steps import NAME_PATTERN
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DurationError
+from ductor_core.notification_fields import LABEL_RULE, URL_RULE, is_label, is_link
 from ductor_core.runs import SignalReceived
 from ductor_core.tick import notify_signal
 from ductor_core.timestamps import utc_text
@@ -307,6 +308,12 @@ def _check_name(what: str, value: str, pointer: str) -> str:
     return value
 
 
+def _check_link(what: str, value: str, pointer: str) -> str:
+    if not is_link(value):
+        raise RequestInvalid(f"{what} {URL_RULE}, got {value!r:.80}", details={"pointer": pointer})
+    return value
+
+
 def _cursor(n: Notification) -> str:
     return time_cursor(n.created_at, n.id)
 
@@ -392,14 +399,23 @@ class InboxService:
                 f"title and body are at most {MAX_TEXT} characters",
                 details={"pointer": "/title" if len(body.title) > MAX_TEXT else "/body"},
             )
+        if body.avatar is not None:
+            _check_link("avatar", body.avatar, "/avatar")
         if len(body.ctas) > 2:
             raise RequestInvalid("a notification has at most 2 CTAs", details={"pointer": "/ctas"})
         for index, cta in enumerate(body.ctas):
+            if not is_label(cta.label):
+                raise RequestInvalid(
+                    f"a CTA's label {LABEL_RULE}, got {cta.label!r:.80}",
+                    details={"pointer": f"/ctas/{index}/label"},
+                )
             if (cta.url is None) == (cta.action is None):
                 raise RequestInvalid(
                     "a CTA needs exactly one of 'url' or 'action'",
                     details={"pointer": f"/ctas/{index}"},
                 )
+            if cta.url is not None:
+                _check_link("a CTA's url", cta.url, f"/ctas/{index}/url")
             if cta.action is not None:
                 _check_name("action", cta.action, f"/ctas/{index}/action")
         if body.email is not None:
