@@ -170,7 +170,9 @@ class RouteArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 class NotifyCta(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A call to action on a notification: a link (`url`, CEL) or an `action` (a
-    name) whose click is sent back to the run; `label` is CEL.
+    name) whose click is sent back to the run; `label` is CEL. The url must come
+    out an absolute http(s) URL and the label 1-200 printable characters
+    (`ductor_core.notification_fields`), else the step fails (`notify.bad_value`).
 
     A clicked action resumes the NOTIFY step when it has `await_action`, and also
     sends the signal `signal` to the run or the event `event` when they are named.
@@ -195,8 +197,9 @@ class NotifyArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fie
     """Create an inbox notification for each recipient, in the coordinator's commit.
 
     `recipients` (CEL: a subscriber id or a list of them), `title`, `body`, `data`
-    (a map) and `avatar` are CEL; `feed` is a name. With `await_action` the step
-    waits (a durable wait) until a recipient clicks an action CTA, or `timeout`.
+    (a map) and `avatar` (an absolute http(s) URL, as a CTA's `url`) are CEL;
+    `feed` is a name. With `await_action` the step waits (a durable wait) until
+    a recipient clicks an action CTA, or `timeout`.
     """
 
     recipients: str
