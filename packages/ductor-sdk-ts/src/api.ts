@@ -2,13 +2,16 @@
  * A small typed client of the Ductor REST API: trigger runs, send events and
  * signals, read, cancel and wait for runs. Every call sends `Authorization:
  * Bearer <api key>`; an error answer (`{"code", "message", "details"}`)
- * throws {@link ApiError} with its code and status. Answers are read
+ * throws {@link ApiError} with its code and status; `waitForResult` that
+ * gives up throws {@link WaitTimeoutError}. Answers are read
  * leniently (unknown fields kept) so a newer server works.
  */
 
-import { ApiError } from "./errors.js";
+import { ApiError, WaitTimeoutError } from "./errors.js";
 import { type Json, type Jsonify, parseJson, stringifyJson, toJson } from "./json.js";
 import type { WorkflowTarget } from "./replay.js";
+
+export { ApiError, WaitTimeoutError } from "./errors.js";
 
 /** Where `ductor dev` serves by default. */
 export const DEFAULT_BASE_URL = "http://127.0.0.1:7070";
@@ -182,7 +185,8 @@ export class ApiClient {
    * /v1/runs/{id}?wait=`, up to `LONG_POLL_SECONDS` at a time); `intervalMs` is
    * the pause between requests only for a server that answers at once.
    *
-   * @throws Error the run is still going after `timeoutMs` (default 60 s).
+   * @throws WaitTimeoutError the run is still going after `timeoutMs` (default 60 s).
+   * @throws ApiError a request failed or was answered with an error.
    */
   async waitForResult<Output = Json>(
     runId: string,
@@ -196,7 +200,7 @@ export class ApiClient {
       const path = `${runPath(runId)}?wait=${waitMs / 1000}`;
       const run = (await this.#send("GET", path, undefined, undefined, waitMs)) as unknown as Run<Output>;
       if (TERMINAL_STATUSES.has(run.status)) return run;
-      if (Date.now() >= deadline) throw new Error(`run '${runId}' still ${run.status} after ${timeoutMs}ms`);
+      if (Date.now() >= deadline) throw new WaitTimeoutError(run, timeoutMs);
       // Answered much sooner than asked, the run not done: a server that does not hold requests.
       if (Date.now() - asked < waitMs / 2) await new Promise((resolve) => setTimeout(resolve, intervalMs));
     }

@@ -11,11 +11,13 @@
  *      ├── ProtocolError           a bridge message that does not decode or make sense
  *      ├── WorkflowNotFoundError   an execute/cancel for a workflow this app does not serve
  *      ├── DurationError           a duration string that does not parse
- *      └── ApiError                an error answer from the Ductor REST API (with `status`)
+ *      ├── ApiError                an error answer from the Ductor REST API (with `status`)
+ *      └── WaitTimeoutError        `ApiClient.waitForResult` gave up on a run still going
  *
  * Nothing here does I/O.
  */
 
+import type { Run } from "./api.js";
 import { canonicalDuration, type Duration } from "./durations.js";
 
 /** Options every SDK error takes besides its message. */
@@ -150,5 +152,30 @@ export class ApiError extends DuctorError {
   constructor(message: string, options: ErrorOptions & { readonly status: number }) {
     super(message, options);
     this.status = options.status;
+  }
+}
+
+/**
+ * `ApiClient.waitForResult` gave up: the run had not reached a terminal status
+ * after `timeoutMs`. The run goes on, so waiting again may see it end
+ * (`retryable`); `run` is the run as last read.
+ */
+export class WaitTimeoutError extends DuctorError {
+  static override readonly code: string = "run.wait_timeout";
+  static override readonly retryable: boolean = true;
+  /** The run waited for. */
+  readonly runId: string;
+  /** How long the caller waited, in milliseconds. */
+  readonly timeoutMs: number;
+  /** The run as last read, still going. */
+  readonly run: Run<unknown>;
+
+  constructor(run: Run<unknown>, timeoutMs: number) {
+    super(`run '${run.id}' still ${run.status} after ${timeoutMs}ms`, {
+      details: { run_id: run.id, status: run.status, timeout_ms: timeoutMs },
+    });
+    this.runId = run.id;
+    this.timeoutMs = timeoutMs;
+    this.run = run;
   }
 }

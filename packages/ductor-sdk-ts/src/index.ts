@@ -46,6 +46,7 @@ export {
   type RetryAfterOptions,
   SignatureError,
   StepFailedError,
+  WaitTimeoutError,
   WorkflowNotFoundError,
 } from "./errors.js";
 export { type Duration, type DurationString, canonicalDuration, formatDuration, parseDuration } from "./durations.js";

@@ -10,6 +10,7 @@ import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
 import { ApiClient, LONG_POLL_SECONDS } from "../src/api.js";
+import { DuctorError, WaitTimeoutError } from "../src/index.js";
 
 interface Seen {
   readonly path: string;
@@ -104,5 +105,24 @@ describe("waitForResult", () => {
     await assert.rejects(api.waitForResult("run-1", { timeoutMs: 150, intervalMs: 20 }), /run 'run-1' still RUN_STATUS_RUNNING after 150ms/);
     assert.ok(seen.length >= 2);
     assert.ok(seen.every((s) => s.wait !== null && s.wait > 0 && s.wait <= 0.15));
+  });
+
+  test("throws a WaitTimeoutError a caller can tell from a failed request", async () => {
+    seen.length = 0;
+    answer = () => ({ status: "RUN_STATUS_RUNNING", holdMs: 0 });
+    const api = new ApiClient({ baseUrl });
+    const err: unknown = await api.waitForResult("run-1", { timeoutMs: 100, intervalMs: 20 }).then(
+      () => assert.fail("resolved though the run never ended"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof WaitTimeoutError, `threw ${String(err)}`);
+    assert.ok(err instanceof DuctorError);
+    assert.equal(err.name, "WaitTimeoutError");
+    assert.equal(err.code, "run.wait_timeout");
+    assert.equal(err.retryable, true);
+    assert.equal(err.runId, "run-1");
+    assert.equal(err.timeoutMs, 100);
+    assert.equal(err.run.status, "RUN_STATUS_RUNNING");
+    assert.deepEqual(err.details, { run_id: "run-1", status: "RUN_STATUS_RUNNING", timeout_ms: 100 });
   });
 });

@@ -6,7 +6,7 @@
 
 /* eslint-disable @typescript-eslint/no-unnecessary-type-parameters -- type-level helpers */
 
-import { ApiClient, type Run } from "../../src/api.js";
+import { ApiClient, ApiError, type Run, WaitTimeoutError } from "../../src/api.js";
 import { Ductor, type Json, NonRetriableError, RetryAfterError, StepFailedError, workflowRef } from "../../src/index.js";
 import { ExecuteRequest, type Infer, type Input, decode, encode } from "../../src/protocol.js";
 
@@ -102,6 +102,12 @@ export function typing(): void {
     expectType<Json | null>(byName.output);
     await api.sendEvent("order.shipped", { order_id: 7 }, { id: "evt-7" });
     await api.signal(run.id, "approve", { by: "ops" });
+    try {
+      await api.waitForResult(run.id, { timeoutMs: 1000 });
+    } catch (err) {
+      if (err instanceof WaitTimeoutError) expectType<[string, number, string]>([err.runId, err.timeoutMs, err.run.status]);
+      if (err instanceof ApiError) expectType<[number, string, boolean]>([err.status, err.code, err.retryable]);
+    }
   })();
 
   // Wire messages: decoded types have every field; the written form may leave defaults out.
