@@ -530,7 +530,7 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
 
 function toJsonLoose(value: unknown): Json {
   try {
-    return toJson(value);
+    return toJson(value, { replace: true });
   } catch {
     return String(value);
   }

@@ -13,6 +13,9 @@
  * control characters), integers as digits, other numbers with the shortest
  * round-trip digits in positional notation for exponents -5..15 (with `.0`
  * when integral) and `1.5e300`-style otherwise, `NaN` and infinities as null.
+ * A lone surrogate, which msgspec refuses to write and every reader here
+ * refuses, is written as U+FFFD, so nothing written fails to read back;
+ * {@link toJson} refuses values holding one before they get that far.
  *
  * Two differences are JavaScript's own and keep the JSON value the same: a
  * number read as `1.0` is written `1` (JavaScript has one number type), and
@@ -432,12 +435,26 @@ export function stringifyJson(value: Json): string {
   return out.join("");
 }
 
+// A high surrogate not followed by a low one, or a low one not after a high one.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, "g");
+
+/** Whether `text` holds a lone surrogate (a UTF-16 string that is not valid Unicode). */
+export function hasLoneSurrogate(text: string): boolean {
+  return LONE_SURROGATE.test(text);
+}
+
+/** `text` with each lone surrogate replaced by U+FFFD. */
+export function wellFormed(text: string): string {
+  return hasLoneSurrogate(text) ? text.replace(LONE_SURROGATES, "\uFFFD") : text;
+}
+
 /** Append the text of `value` to `out`. */
 export function write(value: Json, out: string[]): void {
   if (value === null) {
     out.push("null");
   } else if (typeof value === "string") {
-    out.push(JSON.stringify(value));
+    out.push(JSON.stringify(wellFormed(value)));
   } else if (typeof value === "number" || typeof value === "bigint") {
     out.push(formatNumber(value));
   } else if (typeof value === "boolean") {
@@ -455,7 +472,7 @@ export function write(value: Json, out: string[]): void {
     for (const key of Object.keys(value)) {
       if (!first) out.push(",");
       first = false;
-      out.push(JSON.stringify(key), ":");
+      out.push(JSON.stringify(wellFormed(key)), ":");
       write(value[key] ?? null, out);
     }
     out.push("}");
@@ -468,15 +485,24 @@ export function write(value: Json, out: string[]): void {
  * The JSON form of a JavaScript value, as `JSON.stringify` would see it
  * (`toJSON` is called, `undefined`, functions and symbols are dropped from
  * objects and become null in arrays, non-finite numbers become null), except
- * that a `bigint` stays a `bigint`. A top-level `undefined` is null.
+ * that a `bigint` stays a `bigint`. A top-level `undefined` is null. A
+ * string or key holding a lone surrogate is not JSON (msgspec refuses to
+ * write it) unless `replace` asks for U+FFFD in its place.
  *
- * @throws TypeError on a cycle.
+ * @throws TypeError on a cycle, nesting deeper than {@link MAX_DEPTH}, or a
+ *   lone surrogate.
  */
-export function toJson(value: unknown): Json {
-  return convert(value, "", new Set(), 0) ?? null;
+export function toJson(value: unknown, options: { readonly replace?: boolean } = {}): Json {
+  return convert(value, "", new Set(), 0, options.replace === true) ?? null;
 }
 
-function convert(value: unknown, key: string, seen: Set<object>, depth: number): Json | undefined {
+function text(value: string, replace: boolean): string {
+  if (!hasLoneSurrogate(value)) return value;
+  if (replace) return wellFormed(value);
+  throw new TypeError(`value holds a lone surrogate (not valid Unicode): ${JSON.stringify(value.slice(0, 40))}`);
+}
+
+function convert(value: unknown, key: string, seen: Set<object>, depth: number, replace: boolean): Json | undefined {
   if (depth > MAX_DEPTH) throw new TypeError(`value is nested deeper than ${MAX_DEPTH}`);
   if (value !== null && (typeof value === "object" || typeof value === "bigint")) {
     const toJSON = (value as { toJSON?: unknown }).toJSON;
@@ -485,6 +511,7 @@ function convert(value: unknown, key: string, seen: Set<object>, depth: number):
   if (value === null) return null;
   switch (typeof value) {
     case "string":
+      return text(value, replace);
     case "boolean":
     case "bigint":
       return value;
@@ -499,19 +526,20 @@ function convert(value: unknown, key: string, seen: Set<object>, depth: number):
   }
   const obj = value;
   if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) {
-    return convert(obj.valueOf(), key, seen, depth);
+    return convert(obj.valueOf(), key, seen, depth, replace);
   }
   if (seen.has(obj)) throw new TypeError("value contains a cycle");
   seen.add(obj);
   try {
     if (Array.isArray(obj)) {
       const items: unknown[] = obj;
-      return items.map((item, i) => convert(item, String(i), seen, depth + 1) ?? null);
+      return items.map((item, i) => convert(item, String(i), seen, depth + 1, replace) ?? null);
     }
     const out: JsonObject = {};
-    for (const name of Object.keys(obj)) {
-      const item = convert((obj as Record<string, unknown>)[name], name, seen, depth + 1);
+    for (const given of Object.keys(obj)) {
+      const item = convert((obj as Record<string, unknown>)[given], given, seen, depth + 1, replace);
       if (item === undefined) continue;
+      const name = text(given, replace);
       if (name === "__proto__") {
         Object.defineProperty(out, name, {
           value: item,

@@ -558,7 +558,7 @@ export function errorInfo(error: unknown, defaultCode: string, retryable: boolea
 
 function detailsOf(details: unknown): Json {
   try {
-    return toJson(details);
+    return toJson(details, { replace: true });
   } catch {
     return String(details);
   }

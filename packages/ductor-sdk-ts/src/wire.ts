@@ -7,7 +7,7 @@
  * No I/O.
  */
 
-import { type Json, JsonError, JsonReader, kindOf, numberValue, toJson, write } from "./json.js";
+import { type Json, JsonError, JsonReader, kindOf, numberValue, toJson, wellFormed, write } from "./json.js";
 
 /** How one field (or value) is read and written. */
 export interface Kind<Out, In = Out, HasDefault extends boolean = boolean> {
@@ -96,7 +96,7 @@ export const str: Kind<string, string, false> = {
   },
   write(value, out) {
     if (typeof value !== "string") throw new TypeError(`expected a string, got ${typeof value}`);
-    out.push(JSON.stringify(value));
+    out.push(JSON.stringify(wellFormed(value)));
   },
 };
 
@@ -199,7 +199,7 @@ export function oneOf<const V extends readonly string[]>(values: V): Kind<V[numb
   };
 }
 
-/** Any JSON value (default null). Written through {@link toJson}. */
+/** Any JSON value (default null). Written through {@link toJson}, a lone surrogate as U+FFFD. */
 export const any: Kind<Json, unknown, true> = {
   label: "any",
   hasDefault: true,
@@ -208,7 +208,7 @@ export const any: Kind<Json, unknown, true> = {
     return reader.value(depth);
   },
   write(value, out) {
-    write(toJson(value), out);
+    write(toJson(value, { replace: true }), out);
   },
 };
 

@@ -126,3 +126,15 @@ describe("waitForResult", () => {
     assert.deepEqual(err.details, { run_id: "run-1", status: "RUN_STATUS_RUNNING", timeout_ms: 100 });
   });
 });
+
+describe("request bodies", () => {
+  test("an input, payload or event data holding a lone surrogate is refused before anything is sent", async () => {
+    seen.length = 0;
+    const api = new ApiClient({ baseUrl });
+    const half = "😀".slice(0, 1);
+    await assert.rejects(api.trigger("family", { text: half }), /lone surrogate/);
+    await assert.rejects(api.signal("run-1", "approve", { [half]: 1 }), TypeError);
+    await assert.rejects(api.sendEvent("order.shipped", [half]), TypeError);
+    assert.equal(seen.length, 0);
+  });
+});

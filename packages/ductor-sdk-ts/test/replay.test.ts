@@ -14,6 +14,7 @@ import {
 import {
   ErrorResponse,
   ExecuteRequest,
+  ExecuteResponse,
   type Input,
   SIGNATURE_HEADER,
   SigningKeys,
@@ -149,6 +150,46 @@ test("a result that is not JSON fails the step; an output that is not JSON fails
   });
   const [op] = await execute(ductor, "cyclic");
   assert.equal(op?.op === "STEP_FAILED" && op.error.code, "step.result_invalid");
+});
+
+test("a lone surrogate is not JSON: a result or output holding one fails cleanly, and every answer reads back", async () => {
+  const half = "😀".slice(0, 1); // a string cut inside a surrogate pair
+  const ductor = app();
+  ductor.workflow({ id: "result" }, async (ctx) => ctx.step.run("cut", () => ({ text: `a${half}` })));
+  ductor.workflow({ id: "key" }, async (ctx) => ctx.step.run("cut", () => ({ [half]: 1 })));
+  ductor.workflow({ id: "output" }, () => Promise.resolve([half]));
+  ductor.workflow({ id: "message" }, async (ctx) =>
+    ctx.step.run("cut", () => {
+      throw new NonRetriableError(`declined ${half}`, { code: `card${half}`, details: { why: half } });
+    }),
+  );
+  ductor.workflow({ id: "name" }, async (ctx) => ctx.step.run(`cut${half}`, () => 1));
+  const keys = new SigningKeys("unit-key");
+  // Through the endpoint, read back as the engine reads it (the strict reader refuses lone surrogates).
+  const answer = async (workflowId: string) => {
+    const body = encode(ExecuteRequest, { action: "execute", run_id: "run-1", workflow_id: workflowId });
+    const now = Math.floor(Date.now() / 1000);
+    const res = await ductor.handle({ method: "POST", headers: { [SIGNATURE_HEADER]: keys.requestHeader(body, now) }, body });
+    assert.equal(res.status, 200, new TextDecoder().decode(res.body));
+    const [op] = decode(ExecuteResponse, res.body).opcodes;
+    return op;
+  };
+  for (const id of ["result", "key"]) {
+    const op = await answer(id);
+    assert.equal(op?.op === "STEP_FAILED" && op.error.code, "step.result_invalid", JSON.stringify(op));
+  }
+  const output = await answer("output");
+  assert.equal(output?.op === "RUN_FAILED" && output.error.code, "workflow.output_invalid", JSON.stringify(output));
+  // Text the SDK writes from an error or a name carries U+FFFD in the surrogate's place.
+  const failed = await answer("message");
+  assert.ok(failed?.op === "STEP_FAILED", JSON.stringify(failed));
+  assert.deepEqual(
+    [failed.error.message, failed.error.code, failed.error.details],
+    ["declined \ufffd", "card\ufffd", { why: "\ufffd" }],
+  );
+  const named = await answer("name");
+  assert.ok(named?.op === "STEP_RUN", JSON.stringify(named));
+  assert.deepEqual([named.name, named.id], ["cut\ufffd", stepId("cut\ufffd")]);
 });
 
 test("input is parsed by parseInput; a refusal fails the run with workflow.input_invalid", async () => {
