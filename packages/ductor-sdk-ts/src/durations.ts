@@ -56,7 +56,8 @@ export function parseDuration(text: string): number {
 }
 
 /**
- * Format milliseconds as the canonical duration string (`"1h30m"`, `"250ms"`).
+ * Format milliseconds as the canonical duration string (`"1h30m"`, `"250ms"`),
+ * rounded to the millisecond as the Python SDK rounds (half to even).
  *
  * @throws DurationError the value is negative or not finite.
  */
@@ -64,7 +65,7 @@ export function formatDuration(milliseconds: number): string {
   if (!Number.isFinite(milliseconds) || milliseconds > MAX_MS) {
     throw new DurationError(`duration must be at most 100 years, got ${milliseconds}ms`);
   }
-  let millis = Math.round(milliseconds);
+  let millis = roundHalfEven(milliseconds);
   if (millis < 0) throw new DurationError(`duration must not be negative, got ${milliseconds}ms`);
   if (millis === 0) return "0s";
   let out = "";
@@ -76,6 +77,14 @@ export function formatDuration(milliseconds: number): string {
   }
   if (millis) out += `${millis}ms`;
   return out;
+}
+
+/** Round to an integer, a half to the even neighbour, as Python's `round()` does. */
+function roundHalfEven(value: number): number {
+  const floor = Math.floor(value);
+  const fraction = value - floor;
+  if (fraction !== 0.5) return Math.round(value);
+  return floor % 2 === 0 ? floor : floor + 1;
 }
 
 /** Normalize a duration (text or milliseconds) to its canonical string. */

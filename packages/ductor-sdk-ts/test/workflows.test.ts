@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Ductor, type Trigger } from "../src/index.js";
+import { Ductor, type Trigger, canonicalDuration } from "../src/index.js";
 import { DescribeResponse, decode, encode } from "../src/protocol.js";
 
 const app = () => new Ductor({ appId: "unit", signingKey: "unit-key" });
@@ -50,4 +50,28 @@ test("a concurrency rate's period travels in its canonical form; its burst is at
     () => ductor.workflow({ id: "burst", concurrency: { rate: { limit: 2, period: "1m", burst: 3 } } }, body),
     RangeError,
   );
+});
+
+test("a duration travels as the Python SDK writes it: half a millisecond rounds to the even one", () => {
+  // ductor.durations.canonical_duration's answers (Python's round() goes half to even).
+  const python: [string | number, string][] = [
+    ["0.5ms", "0s"],
+    ["1.5ms", "2ms"],
+    ["2.5ms", "2ms"],
+    ["3.5ms", "4ms"],
+    ["1s0.5ms", "1s"],
+    ["0.0025s", "2ms"],
+    [0.5, "0s"],
+    [2.5, "2ms"],
+    [1500.5, "1s500ms"],
+    [0.4999, "0s"],
+    ["90s", "1m30s"],
+  ];
+  assert.deepEqual(
+    python.map(([given]) => [given, canonicalDuration(given)]),
+    python,
+  );
+  const ductor = app();
+  ductor.workflow({ id: "half", timeout: 2.5 }, body);
+  assert.equal(described(ductor, "half").timeout, "2ms");
 });
