@@ -58,17 +58,26 @@ export type Infer<S> = OutOf<S>;
 export type Input<S> = InOf<S>;
 
 function mismatch(expected: string, reader: JsonReader, path: string): never {
-  throw new JsonError(`Expected \`${expected}\`, got \`${ahead(reader)}\` - at \`${path}\``);
+  const got = ahead(reader);
+  // Not a JSON value at all (`nope`, `nul`, `+1`): malformed, as msgspec says, not a wrong type.
+  if (got === "invalid") reader.fail(Number.isNaN(reader.peek()) ? "unexpected end of input" : "invalid character");
+  throw new JsonError(`Expected \`${expected}\`, got \`${got}\` - at \`${path}\``);
 }
 
-/** The kind of the value the reader is on, without consuming it. */
+const LITERALS: Readonly<Record<number, readonly [string, string]>> = {
+  0x74: ["true", "bool"],
+  0x66: ["false", "bool"],
+  0x6e: ["null", "null"],
+};
+
+/** The kind of the value the reader is on, without consuming it ("invalid" for no value). */
 function ahead(reader: JsonReader): string {
   const c = reader.peek();
   if (c === 0x7b) return "object";
   if (c === 0x5b) return "array";
   if (c === 0x22) return "str";
-  if (c === 0x74 || c === 0x66) return "bool";
-  if (c === 0x6e) return "null";
+  const literal = LITERALS[c];
+  if (literal !== undefined) return reader.text.startsWith(literal[0], reader.pos) ? literal[1] : "invalid";
   const start = reader.pos;
   try {
     return reader.number().integer ? "int" : "float";

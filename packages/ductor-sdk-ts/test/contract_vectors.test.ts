@@ -97,6 +97,24 @@ describe("invalid bodies are rejected", () => {
   }
 });
 
+test("a body that is no JSON value is malformed JSON, not a value of the wrong type (msgspec's words)", () => {
+  const refusal = (wire: string): string => {
+    try {
+      decodeRequest(bytes(wire));
+    } catch (err) {
+      assert.ok(err instanceof ProtocolError && err.code === "protocol.invalid");
+      return err.message;
+    }
+    return assert.fail(`${wire} was accepted`);
+  };
+  for (const wire of ["not json", "nul", "tru", "01", "+1", "", '{"action":nul}', '{"action":"execute","run_id":"r","workflow_id":"w","attempt":nope}']) {
+    assert.match(refusal(wire), /^invalid bridge request: JSON is malformed: /, wire);
+  }
+  assert.equal(refusal("null"), "invalid bridge request: Expected `object`, got `null` - at `$`");
+  assert.equal(refusal('{"action":null}'), "invalid bridge request: Expected `str`, got `null` - at `$.action`");
+  assert.equal(refusal('{"action":true}'), "invalid bridge request: Expected `str`, got `bool` - at `$.action`");
+});
+
 interface SignVector {
   name: string;
   keys: string[];
