@@ -15,6 +15,7 @@ import pytest
 from ductor import (
     Client,
     Context,
+    DuctorError,
     Event,
     NonRetriableError,
     RetryAfterError,
@@ -400,6 +401,46 @@ async def test_unserializable_step_result_fails_the_step() -> None:
     assert outcome.status == "RUN_STATUS_FAILED"
     assert outcome.error is not None
     assert outcome.error.code == "step.result_invalid"
+
+
+async def test_a_lone_surrogate_fails_the_step_or_run_and_an_error_holding_one_is_kept() -> None:
+    """Text no JSON reader takes ("\\ud800") is not JSON: a step result or a workflow
+    output holding it fails cleanly, and an error message holding it is recorded with
+    U+FFFD in its place rather than breaking the answer."""
+    client = make_client()
+    tries = Counter[str]()
+
+    @client.workflow("step-text")
+    async def step_text(ctx: Context, _: None) -> Any:
+        return await ctx.step.run("s", lambda: {"k": "a\ud800b"})
+
+    @client.workflow("output-text")
+    async def output_text(ctx: Context, _: None) -> Any:
+        return ["\udfff"]
+
+    @client.workflow("error-text", retries=1)
+    async def error_text(ctx: Context, _: None) -> Any:
+        def fails() -> None:
+            tries["e"] += 1
+            raise DuctorError("boom \ud800!", code="app.failed", details={"why": "\udc00"})
+
+        return await ctx.step.run("e", fails)
+
+    engine = LocalEngine(direct(client))
+    failed = await engine.run("step-text", None)
+    assert failed.status == "RUN_STATUS_FAILED"
+    assert failed.error is not None
+    assert failed.error.code == "step.result_invalid"
+    output = await engine.run("output-text", None)
+    assert output.status == "RUN_STATUS_FAILED"
+    assert output.error is not None
+    assert output.error.code == "workflow.output_invalid"
+    errored = await engine.run("error-text", None)
+    assert errored.status == "RUN_STATUS_FAILED"
+    assert tries["e"] == 2  # recorded and retried like any error
+    assert errored.error is not None
+    assert "boom \ufffd!" in errored.error.message
+    msgspec.json.encode(errored.error)  # all of it is JSON
 
 
 # ---------------------------------------------------------------- changed code

@@ -429,31 +429,52 @@ class Context:
         self.traceparent = traceparent
 
 
+_NOT_JSON = (TypeError, msgspec.EncodeError, UnicodeEncodeError)
+"""What encoding a value that has no JSON form raises (an object, a lone surrogate)."""
+
+
 def _to_json(value: Any) -> Any:
-    """The JSON form of a value, exactly as a replay would return it."""
+    """The JSON form of a value, exactly as a replay would return it.
+
+    Raises:
+        TypeError, msgspec.EncodeError, UnicodeEncodeError: (`_NOT_JSON`) the value
+            has no JSON form, e.g. an object, or a string holding a lone surrogate.
+    """
     return msgspec.json.decode(msgspec.json.encode(value))
 
 
+def _text(text: str) -> str:
+    """`text` with each lone surrogate, which no JSON reader takes, as U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def error_info(exc: BaseException, *, default_code: str, retryable: bool) -> ErrorInfo:
-    """The wire form of an exception raised by user code."""
+    """The wire form of an exception raised by user code (its texts made JSON-safe,
+    so the error itself is always recorded)."""
     if isinstance(exc, DuctorError):
         return ErrorInfo(
-            code=exc.code,
-            message=exc.message,
+            code=_text(exc.code),
+            message=_text(exc.message),
             name=type(exc).__name__,
             retryable=retryable,
             details=_details(exc.details),
         )
     return ErrorInfo(
-        code=default_code, message=str(exc), name=type(exc).__name__, retryable=retryable
+        code=default_code, message=_text(str(exc)), name=type(exc).__name__, retryable=retryable
     )
 
 
 def _details(details: Any) -> Any:
     try:
         return _to_json(details)
-    except (TypeError, msgspec.EncodeError):
-        return repr(details)
+    except _NOT_JSON:
+        return _text(repr(details))
 
 
 def _retry_after(exc: BaseException) -> str | None:
@@ -503,13 +524,13 @@ async def _call_step(
         )
     try:
         result = _to_json(value)
-    except (TypeError, msgspec.EncodeError) as exc:
+    except _NOT_JSON as exc:
         return StepFailedOp(
             id=pending.id,
             name=pending.name,
             error=ErrorInfo(
                 code="step.result_invalid",
-                message=f"step {pending.name!r} returned a value that is not JSON: {exc}",
+                message=_text(f"step {pending.name!r} returned a value that is not JSON: {exc}"),
                 name=type(exc).__name__,
             ),
         )
@@ -662,11 +683,11 @@ def _outcome(replay: _Replay, task: asyncio.Task[Any], attempt: int, retries: in
             )
         try:
             return RunCompleteOp(output=_to_json(task.result()))
-        except (TypeError, msgspec.EncodeError) as err:
+        except _NOT_JSON as err:
             return RunFailedOp(
                 error=ErrorInfo(
                     code="workflow.output_invalid",
-                    message=f"the workflow returned a value that is not JSON: {err}",
+                    message=_text(f"the workflow returned a value that is not JSON: {err}"),
                     name=type(err).__name__,
                 )
             )
