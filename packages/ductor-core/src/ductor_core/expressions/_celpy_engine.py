@@ -685,8 +685,12 @@ def _wrap(function: CustomFunction, limits: CostLimits) -> Callable[..., Any]:
             result = function.impl(*(to_json(arg) for arg in args))
             _check_size(result, limits)
             return _to_cel(to_plain(result))
-        except Exception as exc:
-            # An error value, not a raise: CEL's `||`/`&&` may still absorb it.
+        except (_OverLimit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            # SystemExit too: a function's exit fails its call, as on cel-rust, and
+            # never the process. An error value, not a raise: CEL's `||`/`&&` may
+            # still absorb it.
             return celpy.CELEvalError(
                 f"function {function.name!r} failed: {type(exc).__name__}: {exc}",
                 type(exc),

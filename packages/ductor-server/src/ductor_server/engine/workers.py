@@ -533,7 +533,8 @@ class Workers:
                 message=f"attempt did not finish within {task.timeout_seconds:g}s",
                 retryable=True,
             )
-        except Exception as exc:  # a handler bug fails the attempt, not the worker
+        except (Exception, SystemExit) as exc:
+            # A handler's bug (or its sys.exit()) fails the attempt, not the worker's process.
             log.exception("handler %s crashed on task %s", task.handler, task.id)
             error = ErrorInfo(
                 code="handler.crashed", message=f"{type(exc).__name__}: {exc}", retryable=True
