@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ductor_core.errors import DuctorError
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
 from ductor_routing._plugin_registry import PluginRegistry
 from ductor_routing.activations import Activations
@@ -92,9 +93,23 @@ class EnricherRegistry(PluginRegistry[EnricherFactory]):
     entry_point_group = ENRICHER_ENTRY_POINT_GROUP
 
     def create(self, name: str, options: Mapping[str, Any]) -> Enricher:
-        """Build the plugin `name` with `options` (ConfigError if unknown)."""
+        """Build the plugin `name` with `options` (ConfigError if unknown, if the factory
+        raises, or if it answers something without `enrich`)."""
         factory = self._factories.get(name)
         if factory is None:
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"unknown enricher plugin {name!r}; registered: {known}")
-        return factory(options)
+        try:
+            enricher = factory(options)
+        except DuctorError:
+            raise
+        except Exception as exc:  # a plugin's bug is a problem of this rule set, not a crash
+            raise ConfigError(
+                f"enricher plugin {name!r} could not be built: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not callable(getattr(enricher, "enrich", None)):
+            raise ConfigError(
+                f"enricher plugin {name!r}: its factory answered {type(enricher).__name__},"
+                " not an enricher with enrich(routable, now)"
+            )
+        return enricher

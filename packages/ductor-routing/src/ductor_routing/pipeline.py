@@ -295,6 +295,28 @@ def _decision_id(routable: Routable, now_text: str) -> str:
     return "dec_" + hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
 
 
+STRATEGY_FAILED = "routing.strategy_failed"
+"""The code of a decision whose strategy raised or answered something not a Selection."""
+
+
+def _select(strategy: Strategy, name: str, ctx: SelectionContext) -> Selection:
+    """`strategy.select(ctx)`, a plugin's exception or wrong answer made a RoutingError."""
+    try:
+        selection = strategy.select(ctx)
+    except DuctorError:
+        raise
+    except Exception as exc:  # a plugin's bug fails this decision, not the process
+        raise RoutingError(
+            f"strategy {name!r} failed: {type(exc).__name__}: {exc}", code=STRATEGY_FAILED
+        ) from exc
+    if not isinstance(selection, Selection):
+        raise RoutingError(
+            f"strategy {name!r} answered {type(selection).__name__}, not a Selection",
+            code=STRATEGY_FAILED,
+        )
+    return selection
+
+
 class Router:
     """The compiled routing configuration; `route` runs the five stages.
 
@@ -599,7 +621,7 @@ class Router:
             now_text=now_text,
             seed=self.seed,
         )
-        selection = cp.strategy.select(ctx)
+        selection = _select(cp.strategy, pool.strategy.display, ctx)
         shadow_picks, shadow_marks = self._shadows(cp, ctx, selection)
         explanation = msgspec.structs.replace(
             base,
@@ -661,10 +683,19 @@ class Router:
             except Exception as exc:  # a plugin's bug must not take the pipeline down
                 message = f"{type(exc).__name__}: {exc}"
             else:
-                if added:
-                    enriched.update(added)
-                    routable = routable.with_attributes(dict(added))
-                continue
+                if not added:
+                    continue
+                try:
+                    # What a plugin answers is stored with the decision: JSON, by name.
+                    if not isinstance(added, Mapping):
+                        raise TypeError(f"it answered {type(added).__name__}, not a mapping")
+                    attributes = msgspec.json.decode(msgspec.json.encode(dict(added)))
+                except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+                    message = f"{type(exc).__name__}: {exc}"
+                else:
+                    enriched.update(attributes)
+                    routable = routable.with_attributes(attributes)
+                    continue
             return (
                 routable,
                 enriched,
@@ -852,7 +883,7 @@ class Router:
         picks: list[ShadowPick] = []
         marks: list[Mark] = []
         for name, shadow in cp.shadows:
-            sel = shadow.select(ctx.with_scope(f"{cp.pool.id}#shadow:{name}"))
+            sel = _select(shadow, name, ctx.with_scope(f"{cp.pool.id}#shadow:{name}"))
             picks.append(
                 ShadowPick(
                     strategy=name,

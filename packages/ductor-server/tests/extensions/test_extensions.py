@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +28,7 @@ from ductor_server import Settings, create_app
 from ductor_server.cli import main as cli_main
 from ductor_server.cli_server import create_key
 from ductor_server.composition import build
+from ductor_server.engine.offload import VALIDATION
 from ductor_server.extensions import (
     HookDispatcher,
     HookEvent,
@@ -415,3 +416,235 @@ def test_the_cli_refuses_what_the_server_refuses(tmp_path: Path) -> None:
         ("ductor.middleware", "raising"): "extension.contract",
         ("ductor.middleware", "none"): "extension.contract",
     }
+
+
+MISBEHAVING_SOURCE = """
+    import sys
+
+    from ductor_core.step_args import DefinitionStruct
+    from ductor_core.step_specs import OnWorker, StepSpec
+    from ductor_routing import Selection
+    from ductor_server.extensions import StepExtension
+
+    class Picky:
+        name = "picky"
+
+        def __init__(self, mode):
+            self.mode = mode
+
+        def select(self, ctx):
+            if self.mode == "raise":
+                raise RuntimeError("select broke")
+            if self.mode == "garbage":
+                return "ana"
+            return Selection(pick=ctx.candidates[0].worker.id)
+
+    def strategy(options, registry):
+        if options.get("build") == "raise":
+            raise RuntimeError("factory broke")
+        if options.get("build") == "none":
+            return None
+        return Picky(options.get("mode", "ok"))
+
+    class Adds:
+        name = "adds"
+
+        def __init__(self, mode):
+            self.mode = mode
+
+        def enrich(self, routable, now):
+            if self.mode == "list":
+                return [1, 2]
+            if self.mode == "object":
+                return {"x": object()}
+            return {"x": 1}
+
+    def enricher(options):
+        if options.get("build") == "raise":
+            raise RuntimeError("factory broke")
+        return Adds(options.get("mode", "ok"))
+
+    def leaves(x):
+        sys.exit(3)
+
+    class Args(DefinitionStruct, frozen=True, kw_only=True):
+        pass
+
+    async def exits(call):
+        sys.exit(2)
+
+    EXITS = StepExtension(
+        spec=StepSpec(type="STEP_TYPE_EXITS", args=Args, start=OnWorker(handler="exits")),
+        handler=exits,
+    )
+"""
+
+MISBEHAVING_ENTRY_POINTS = """
+    [ductor.routing.strategies]
+    picky = misbehaving_plugin:strategy
+
+    [ductor.routing.enrichers]
+    adds = misbehaving_plugin:enricher
+
+    [ductor.cel.functions]
+    leaves = misbehaving_plugin:leaves
+
+    [ductor.steps]
+    exits = misbehaving_plugin:EXITS
+"""
+
+
+@pytest.fixture
+def misbehaving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The loaded extensions of `misbehaving-plugin 1.0`, whose plugins raise, exit and
+    answer garbage."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    _dist(
+        plugins,
+        "misbehaving-plugin",
+        "misbehaving_plugin",
+        MISBEHAVING_SOURCE,
+        MISBEHAVING_ENTRY_POINTS,
+    )
+    monkeypatch.syspath_prepend(str(plugins))
+    # Decisions may be made in the routing lane's processes, which import the plugin too.
+    paths = [str(plugins), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+    monkeypatch.delitem(sys.modules, "misbehaving_plugin", raising=False)
+    VALIDATION.close()  # its next processes start with the plugin's path
+    extensions = load_extensions(metadata.distribution("misbehaving-plugin").entry_points)
+    assert extensions.failures == []
+    yield extensions
+    VALIDATION.close()
+
+
+async def test_a_failing_strategy_or_enricher_fails_only_its_call_with_a_code(
+    misbehaving: Any, tmp_path: Path
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", poll_interval=0.05)
+    composition = build(settings, extensions=misbehaving)
+    async with AsyncTestClient(app=create_app(composition=composition)) as client:
+        store = open_store(settings.store_target)
+        await store.open()
+        try:
+            key = await create_key(store, "t-bad", name="bad")
+        finally:
+            await store.close()
+        auth = {"Authorization": f"Bearer {key}"}
+        for worker in ("ana", "ben"):
+            assert (await client.post("/v1/workers", json={"id": worker}, headers=auth)).is_success
+
+        async def pool(**options: str) -> httpx.Response:
+            body = {
+                "id": "desk",
+                "strategy": {"name": "picky", "options": options},
+                "members": [{"worker": "ana"}, {"worker": "ben"}],
+            }
+            return await client.post("/v1/pools", json=body, headers=auth)
+
+        async def rules(**options: str) -> httpx.Response:
+            body = {
+                "id": "r",
+                "default_pool": "desk",
+                "kinds": {"lead": {}},
+                "enrichers": [{"plugin": "adds", "options": options}] if options else [],
+            }
+            return await client.post("/v1/rules", json=body, headers=auth)
+
+        async def route(n: int) -> httpx.Response:
+            body = {"id": f"lead-{n}", "kind": "lead", "attributes": {}}
+            return await client.post("/v1/route", json=body, headers=auth)
+
+        # A factory that raises or answers no strategy is a problem of the pool.
+        for build_mode, said in (("raise", "RuntimeError: factory broke"), ("none", "NoneType")):
+            refused = await pool(build=build_mode)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["code"] == "routing.config"
+            [problem] = refused.json()["details"]
+            assert problem["pointer"] == "/strategy"
+            assert said in problem["message"]
+        assert (await pool()).status_code == 201
+        assert (await rules()).status_code == 201
+        assert (await route(1)).status_code == 201
+
+        # A select that raises or answers no Selection fails that decision, with a code.
+        for n, (mode, said) in enumerate(
+            (("raise", "RuntimeError: select broke"), ("garbage", "str")), 2
+        ):
+            assert (await pool(mode=mode)).status_code == 200
+            failed = await route(n)
+            assert failed.status_code == 422, failed.text
+            assert failed.json()["code"] == "routing.strategy_failed"
+            assert said in failed.json()["message"]
+        assert (await pool()).status_code == 200
+
+        # An enricher factory that raises is a problem of the rule set.
+        refused = await rules(build="raise")
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["code"] == "routing.config"
+        assert refused.json()["details"][0]["pointer"] == "/enrichers/0/plugin"
+
+        # An enricher that answers no mapping, or a value that is not JSON, refuses the
+        # routable as one that raises does.
+        for n, mode in enumerate(("list", "object"), 10):
+            assert (await rules(mode=mode)).status_code == 201
+            invalid = await route(n)
+            assert invalid.status_code == 422, invalid.text
+            assert invalid.json()["code"] == "routing.routable_invalid"
+            assert invalid.json()["details"][0]["pointer"] == "/enrich/adds"
+        assert (await rules(mode="ok")).status_code == 201
+        routed = await route(20)
+        assert routed.status_code == 201, routed.text
+
+
+def test_a_cel_function_that_exits_is_an_evaluation_error_on_both_engines(
+    misbehaving: Any,
+) -> None:
+    from ductor_core.errors import DuctorError
+    from ductor_core.expressions import CelPyEngine, CelRustEngine, FunctionRegistry
+    from ductor_server.extensions import register_cel_functions
+
+    registry = FunctionRegistry()
+    register_cel_functions(misbehaving, registry)
+    for engine in (CelPyEngine(functions=registry), CelRustEngine(functions=registry)):
+        with pytest.raises(DuctorError) as failed:
+            engine.evaluate("leaves(1)", {})
+        assert failed.value.code == "expression.evaluation", engine.name
+        assert "SystemExit" in failed.value.message
+
+
+async def test_a_step_handler_that_exits_fails_its_attempt_not_the_server(
+    misbehaving: Any, tmp_path: Path
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", poll_interval=0.05)
+    composition = build(settings, extensions=misbehaving)
+    async with AsyncTestClient(app=create_app(composition=composition)) as client:
+        store = open_store(settings.store_target)
+        await store.open()
+        try:
+            key = await create_key(store, "t-exit", name="exit")
+        finally:
+            await store.close()
+        auth = {"Authorization": f"Bearer {key}"}
+        flow = {
+            "family_slug": "exits",
+            "steps": [
+                {"ref": "s", "type": "STEP_TYPE_EXITS", "args": {}, "retry": {"max_attempts": 1}}
+            ],
+            "edges": [],
+        }
+        assert (await client.post("/v1/workflows", json=flow, headers=auth)).status_code == 201
+        started = await client.post(
+            "/v1/runs", json={"family_slug": "exits", "input": {}}, headers=auth
+        )
+        run_id = started.json()["id"]
+        for _ in range(300):
+            run = (await client.get(f"/v1/runs/{run_id}", headers=auth)).json()
+            if run["status"] not in ("RUN_STATUS_PENDING", "RUN_STATUS_RUNNING"):
+                break
+            await asyncio.sleep(0.05)
+        assert run["status"] == "RUN_STATUS_FAILED", run
+        assert run["error"]["details"]["error"] == "handler.crashed"
+        assert "SystemExit" in run["error"]["message"]
+        assert (await client.get("/v1/extensions", headers=auth)).status_code == 200

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ductor_core.errors import DuctorError
 from ductor_routing._plugin_registry import PluginRegistry
-from ductor_routing.errors import UnknownStrategy
+from ductor_routing.errors import ConfigError, UnknownStrategy
 from ductor_routing.pools import StrategySpec
 from ductor_routing.strategies.auction import auction
 from ductor_routing.strategies.base import Strategy, StrategyFactory
@@ -51,11 +52,25 @@ class StrategyRegistry(PluginRegistry[StrategyFactory]):
 
         Raises:
             UnknownStrategy: no factory is registered under the name.
-            ConfigError: the factory rejected the options.
+            ConfigError: the factory rejected the options, raised, or answered
+                something without `select`.
         """
         factory = self._factories.get(spec.name)
         if factory is None:
             raise UnknownStrategy(
                 f"unknown strategy {spec.name!r}; registered: {', '.join(self.names())}"
             )
-        return factory(spec.options, self)
+        try:
+            strategy = factory(spec.options, self)
+        except DuctorError:
+            raise
+        except Exception as exc:  # a plugin's bug is a problem of this pool, not a crash
+            raise ConfigError(
+                f"strategy {spec.name!r} could not be built: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not callable(getattr(strategy, "select", None)):
+            raise ConfigError(
+                f"strategy {spec.name!r}: its factory answered {type(strategy).__name__},"
+                " not a strategy with select(ctx)"
+            )
+        return strategy

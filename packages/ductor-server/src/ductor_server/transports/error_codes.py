@@ -72,6 +72,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     # routing
     "routing.config": _(422, INVALID_ARGUMENT),
     "routing.routable_invalid": _(422, INVALID_ARGUMENT),
+    "routing.strategy_failed": _(422, FAILED_PRECONDITION),
     "routing.assign_conflict": _(409, ABORTED),
     "routing.config_conflict": _(409, ABORTED),
     "routing.assignment_state": _(409, FAILED_PRECONDITION),
