@@ -883,7 +883,13 @@ class Router:
         picks: list[ShadowPick] = []
         marks: list[Mark] = []
         for name, shadow in cp.shadows:
-            sel = _select(shadow, name, ctx.with_scope(f"{cp.pool.id}#shadow:{name}"))
+            try:
+                sel = _select(shadow, name, ctx.with_scope(f"{cp.pool.id}#shadow:{name}"))
+            except DuctorError as error:
+                # A shadow is only watched: its failure is its pick's note, and the
+                # live decision stands.
+                picks.append(ShadowPick(strategy=name, pick=None, agrees=False, note=error.message))
+                continue
             picks.append(
                 ShadowPick(
                     strategy=name,

@@ -579,6 +579,22 @@ async def test_a_failing_strategy_or_enricher_fails_only_its_call_with_a_code(
             assert said in failed.json()["message"]
         assert (await pool()).status_code == 200
 
+        # As a shadow, a failing strategy is a note on its pick: the live decision stands.
+        shadowed = {
+            "id": "desk",
+            "strategy": {"name": "round_robin"},
+            "shadows": [{"name": "picky", "options": {"mode": "raise"}}],
+            "members": [{"worker": "ana"}, {"worker": "ben"}],
+        }
+        assert (await client.post("/v1/pools", json=shadowed, headers=auth)).status_code == 200
+        kept = await route(5)
+        assert kept.status_code == 201, kept.text
+        assert kept.json()["outcome"] == "assigned", kept.json()
+        [shadow] = kept.json()["explanation"]["shadows"]
+        assert (shadow["pick"], shadow["agrees"]) == (None, False)
+        assert "RuntimeError: select broke" in shadow["note"]
+        assert (await pool()).status_code == 200
+
         # An enricher factory that raises is a problem of the rule set.
         refused = await rules(build="raise")
         assert refused.status_code == 422, refused.text
