@@ -834,3 +834,17 @@ def test_another_tenants_key_sees_none_of_this_tenants_data(dash: Dashboard) -> 
     expect(page.get_by_role("heading", name="Decisions")).to_be_visible()
     expect(page.locator("main")).to_contain_text("No assignments yet.")
     context.close()
+
+
+def test_an_address_with_a_broken_escape_is_a_page_not_found(dash: Dashboard) -> None:
+    context = dash.context()
+    page = dash.sign_in(context, start="#/ai")
+    expect(page.get_by_role("heading", name="AI requests")).to_be_visible()
+    # Edited by hand, the address no longer decodes: the page says so, instead of
+    # leaving the previous page on the screen under the new address.
+    page.goto(f"{dash.server.url}/ui/#/runs/%E0%A4%A")
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    expect(page.get_by_role("heading", name="AI requests")).to_have_count(0)
+    assert not [e for e in page.errors if "Failed to load resource" not in e]  # type: ignore[attr-defined]
+    context.close()
+

@@ -71,6 +71,14 @@ function parseHash() {
   return { path, query: new URLSearchParams(query), raw };
 }
 
+function decodeParam(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return null;
+  }
+}
+
 export function navigate(hash) {
   if (window.location.hash === hash) route();
   else window.location.hash = hash;
@@ -125,7 +133,10 @@ async function route() {
   for (const [pattern, page, section] of ROUTES) {
     const m = pattern.exec(path);
     if (m) {
-      match = { page, section, params: m.slice(1).map(decodeURIComponent) };
+      // An address with a broken %-escape names no object: it is a page not found,
+      // not an error that leaves the previous page on the screen.
+      const params = m.slice(1).map(decodeParam);
+      if (!params.includes(null)) match = { page, section, params };
       break;
     }
   }
