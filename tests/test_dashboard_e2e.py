@@ -848,3 +848,36 @@ def test_an_address_with_a_broken_escape_is_a_page_not_found(dash: Dashboard) ->
     assert not [e for e in page.errors if "Failed to load resource" not in e]  # type: ignore[attr-defined]
     context.close()
 
+
+def test_a_live_run_page_keeps_the_readers_text_selection_through_its_refreshes(
+    dash: Dashboard,
+) -> None:
+    with dash.http() as http:
+        run = _ok(
+            http.post("/v1/runs", json={"family_slug": "approval", "input": {"note": "copy me"}})
+        )
+    context = dash.context()
+    page = dash.sign_in(context, start=f"#/runs/{run['id']}")
+    expect(page.locator("#run-history")).to_contain_text("step.waiting")
+    select = """(selector) => {
+        const range = document.createRange();
+        range.selectNodeContents(document.querySelector(selector));
+        const selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+    }"""
+    history = f"/v1/runs/{run['id']}/history"
+    for selector, text in (
+        ('[aria-label="Run input"]', "copy me"),
+        ("#run-history tbody", "step.waiting"),
+    ):
+        page.evaluate(select, selector)
+        assert text in page.evaluate("window.getSelection().toString()")
+        # The run waits for a signal, so the page polls it; polls do not overlap, so
+        # once a second one has started, a whole refresh has been drawn since the
+        # text was selected (to copy it), and it is still selected.
+        for _ in range(2):
+            with page.expect_request(lambda request: request.url.endswith(history)):
+                pass
+        assert text in page.evaluate("window.getSelection().toString()"), selector
+    context.close()

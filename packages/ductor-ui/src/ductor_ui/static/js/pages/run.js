@@ -241,10 +241,20 @@ export async function render(main, ctx) {
 
   let lastStatus = run.status;
   let history = [];
+  // What each part was last drawn from: a part whose data has not changed is left as
+  // it is, so a poll neither undoes a reader's text selection nor rebuilds a long
+  // history every second.
+  const drawnFrom = new Map();
+  const redraw = (el, data, paint) => {
+    const key = JSON.stringify(data);
+    if (drawnFrom.get(el) === key) return;
+    drawnFrom.set(el, key);
+    keepFocus(el, paint);
+  };
 
   function draw() {
     fill(statusEl, badge(run.status), run.cancel_requested && !isTerminal(run.status) ? h("span", { class: "hint" }, " cancel requested") : "");
-    keepFocus(headerMeta, () => fill(
+    redraw(headerMeta, [run.family_slug, run.version, run.created_at, run.finished_at, run.parent_run_id], () => fill(
       headerMeta,
       h("dt", {}, "Workflow"), h("dd", {}, link(`#/workflows/${encodeURIComponent(run.family_slug)}`, run.family_slug), ` version ${run.version}`),
       h("dt", {}, "Started"), h("dd", {}, timeEl(run.created_at)),
@@ -261,11 +271,13 @@ export async function render(main, ctx) {
     signalForm.hidden = ended;
     const waiting = run.steps.find((s) => s.waiting_for && s.waiting_for.startsWith("signal "));
     if (waiting && !signalName.value && document.activeElement !== signalName) signalName.value = waiting.waiting_for.slice(7);
-    keepFocus(graphEl, () => fill(graphEl, dagSvg(definition, run, { onStep: focusStep, label: `Graph of run ${runId}` })));
-    keepFocus(stepsEl, () => fill(stepsEl, stepsTable(run)));
+    redraw(graphEl, run.steps, () => fill(graphEl, dagSvg(definition, run, { onStep: focusStep, label: `Graph of run ${runId}` })));
+    redraw(stepsEl, run.steps, () => fill(stepsEl, stepsTable(run)));
     keepFocus(timelineEl, () => fill(timelineEl, timeline(run)));
+    // The history is append-only: its length and last entry say whether it grew.
+    const historyKey = [history.length, history.length ? history[history.length - 1].seq : null];
     const stepRows = history.filter((e) => !e.kind.startsWith("run.") || e.kind === "run.cancel_requested");
-    keepFocus(eventsEl, () =>
+    redraw(eventsEl, historyKey, () =>
       fill(
         eventsEl,
         table(
@@ -280,13 +292,13 @@ export async function render(main, ctx) {
         ),
       ),
     );
-    keepFocus(ioEl, () => fill(
+    redraw(ioEl, [run.input, run.output, run.error, ended], () => fill(
       ioEl,
       h("div", {}, h("h3", {}, "Input"), jsonBlock(run.input, "Run input")),
       h("div", {}, h("h3", {}, "Output"), run.output === null && !ended ? h("p", { class: "empty" }, "Not finished yet.") : jsonBlock(run.output, "Run output")),
       run.error ? h("div", {}, h("h3", {}, "Error"), jsonBlock(run.error, "Run error")) : null,
     ));
-    keepFocus(historyEl, () =>
+    redraw(historyEl, historyKey, () =>
       fill(
         historyEl,
         table(
