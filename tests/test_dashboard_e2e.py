@@ -881,3 +881,30 @@ def test_a_live_run_page_keeps_the_readers_text_selection_through_its_refreshes(
                 pass
         assert text in page.evaluate("window.getSelection().toString()"), selector
     context.close()
+
+
+def test_the_live_runs_list_keeps_the_readers_text_selection_through_its_refreshes(
+    dash: Dashboard,
+) -> None:
+    with dash.http() as http:
+        _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {}}))
+    context = dash.context()
+    page = dash.sign_in(context)
+    first = page.locator("#runs-list tbody tr").first.get_by_role("link")
+    expect(first).to_be_visible()
+    run_id = first.inner_text()
+    first.evaluate(
+        """(link) => {
+            const range = document.createRange();
+            range.selectNodeContents(link);
+            window.getSelection().removeAllRanges();
+            window.getSelection().addRange(range);
+        }"""
+    )
+    # Polls do not overlap: once a second one has started, a whole refresh has been
+    # drawn since the run id was selected (to copy it), and it is still selected.
+    for _ in range(2):
+        with page.expect_request(lambda request: "/v1/runs?" in request.url):
+            pass
+    assert page.evaluate("window.getSelection().toString()") == run_id
+    context.close()

@@ -86,6 +86,10 @@ export async function render(main, ctx) {
   };
   for (const el of [status, family, since]) el.addEventListener("change", onFilter);
 
+  // The rows last drawn: a refresh that brings the same rows leaves the table as it is,
+  // so a reader's text selection (a run id being copied) survives it.
+  let drawn = null;
+
   async function load() {
     let page;
     try {
@@ -93,6 +97,7 @@ export async function render(main, ctx) {
         query: { status: status.value, family_slug: family.value, cursor: pager.cursor, limit: PAGE_SIZE },
       });
     } catch (err) {
+      drawn = null;
       fill(listEl, errorBox(err));
       return;
     }
@@ -107,16 +112,20 @@ export async function render(main, ctx) {
       if (kept.length < items.length) next = null;
       items = kept;
     }
-    keepFocus(listEl, () =>
-      fill(
-        listEl,
-        table(runColumns(), items, {
-          caption: "Runs, newest first",
-          empty: "No runs match these filters.",
-          rowKey: (r) => r.id,
-        }),
-      ),
-    );
+    const rows = JSON.stringify(items);
+    if (rows !== drawn) {
+      drawn = rows;
+      keepFocus(listEl, () =>
+        fill(
+          listEl,
+          table(runColumns(), items, {
+            caption: "Runs, newest first",
+            empty: "No runs match these filters.",
+            rowKey: (r) => r.id,
+          }),
+        ),
+      );
+    }
     listEl.setAttribute("aria-busy", "false");
     pager.shown(next, items.length);
   }
