@@ -908,3 +908,89 @@ def test_the_live_runs_list_keeps_the_readers_text_selection_through_its_refresh
             pass
     assert page.evaluate("window.getSelection().toString()") == run_id
     context.close()
+
+
+MARKUP = "<img src=x onerror=alert(1)>"
+
+
+def test_markup_a_tenant_stored_is_shown_as_text_and_never_runs(dash: Dashboard) -> None:
+    hostile = {
+        "family_slug": "hostile",
+        "title": MARKUP,
+        "steps": [
+            {
+                "ref": "read",
+                "type": "STEP_TYPE_DATAFLOW",
+                "title": "<script>alert(2)</script>",
+                "args": {"operation": "project", "project": {"v": f"input['{MARKUP}']"}},
+            }
+        ],
+        "edges": [],
+    }
+    with dash.http() as http:
+        _ok(http.post("/v1/workflows", json=hostile))
+        failed = _ok(http.post("/v1/runs", json={"family_slug": "hostile", "input": {"a": MARKUP}}))
+        waiting = _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {}}))
+        _ok(http.post(f"/v1/runs/{waiting['id']}/signals/{MARKUP}", json={"payload": MARKUP}))
+        _ok(http.post(f"/v1/runs/{waiting['id']}/cancel", json={"reason": MARKUP}))
+        _ok(
+            http.post(
+                "/v1/inbox/notifications",
+                json={
+                    "subscriber_id": MARKUP,
+                    "title": MARKUP,
+                    "body": MARKUP,
+                    "ctas": [{"label": MARKUP, "url": "https://example.com/"}],
+                },
+            )
+        )
+        _ok(http.post("/v1/workers", json={"id": "hostile", "kind": "system", "name": MARKUP}))
+        decision = _ok(
+            http.post(
+                "/v1/route", json={"id": MARKUP, "kind": "lead", "attributes": {"state": MARKUP}}
+            )
+        )
+        _ok(
+            http.post(
+                "/v1/accounts",
+                json={"code": "hostile", "currency": "USD", "kind": "asset", "name": MARKUP},
+            )
+        )
+        _ok(
+            http.post(
+                "/v1/ledger/entries",
+                json={
+                    "description": MARKUP,
+                    "postings": [
+                        {"account": "hostile", "amount": 1, "currency": "USD"},
+                        {"account": "revenue", "amount": -1, "currency": "USD"},
+                    ],
+                },
+            )
+        )
+        _ok(
+            http.put(
+                f"/v1/ai/prices/{MARKUP}", json={"input_per_million": 1, "output_per_million": 1}
+            )
+        )
+    context = dash.context()
+    page = dash.sign_in(context)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    subscriber = MARKUP.replace(" ", "%20")
+    for address in (
+        f"#/runs/{failed['id']}",
+        f"#/runs/{waiting['id']}",
+        "#/workflows",
+        "#/workflows/hostile",
+        "#/routing",
+        f"#/decisions/{decision['id']}",
+        f"#/inbox?subscriber={subscriber}",
+        "#/ledger",
+        "#/ai",
+    ):
+        page.goto(f"{dash.server.url}/ui/{address}")
+        expect(page.locator("main")).to_contain_text(MARKUP)
+        assert page.locator("main img, main script, main [onerror]").count() == 0, address
+    assert not dialogs
+    context.close()
