@@ -292,6 +292,21 @@ async def test_a_clicked_action_resumes_the_waiting_run_once(api: Inbox) -> None
     assert sent[0]["data"]["in_app"] == ["ann", "bob"]
 
 
+async def test_a_later_click_on_another_cta_answers_the_first_clicks_action(api: Inbox) -> None:
+    ctas = [{"label": "Approve", "action": "approve"}, {"label": "Reject", "action": "reject"}]
+    sent = await api.ok(
+        "POST", "/v1/inbox/notifications", json={"subscriber_id": "ann", "title": "t", "ctas": ctas}
+    )
+    note = sent["notification"]["id"]
+    ann = await api.me("tenant-a", "ann")
+    first = await api.as_me(ann, "POST", f"/v1/inbox/me/notifications/{note}/ctas/0/click")
+    assert (first.json()["action"], first.json()["duplicate"]) == ("approve", False)
+    later = await api.as_me(ann, "POST", f"/v1/inbox/me/notifications/{note}/ctas/1/click")
+    assert later.status_code == 200, later.text
+    assert (later.json()["action"], later.json()["duplicate"]) == ("approve", True)
+    assert later.json()["notification"]["acted"]["action"] == "approve"
+
+
 async def test_a_repeated_send_with_one_idempotency_key_sends_once(api: Inbox) -> None:
     body = {"subscriber_id": "ann", "title": "once"}
     first = await api.ok("POST", "/v1/inbox/notifications", json=body, key="k-1")

@@ -771,7 +771,8 @@ class InboxService:
             cta = item.ctas[index]
             action = str(cta["action"])
             if item.acted is not None:
-                duplicate = True
+                # Whichever CTA a later click names, the first click's action stands.
+                duplicate, action = True, str(item.acted.get("action", action))
             else:
                 acted = {
                     "action": action,
