@@ -73,6 +73,17 @@ def _only_ductors_headers(headers: dict[str, str]) -> None:
     assert "openai" not in headers.get("user-agent", "").lower()
 
 
+def _record(server: ServerProcess, request_id: str) -> dict[str, Any]:
+    """The AI request record of `request_id`, once written (a stream's, at its end)."""
+    with server.client() as http:
+        deadline = time.monotonic() + 10
+        while (answer := http.get(f"/v1/ai/requests/{request_id}")).status_code == 404:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    record: dict[str, Any] = answer.json()
+    return record
+
+
 def _start(server: ServerProcess) -> ServerProcess:
     if server.database_url:  # `ductor dev` makes its own secret key; `serve` is given one
         server.extra_env["DUCTOR_SECRET_KEYS"] = new_secret_key("k1")
@@ -157,12 +168,7 @@ def test_chat_stream_embeddings_cost_and_records(
         chunks = list(response.parse())
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 3
-    with server.client() as http:
-        deadline = time.monotonic() + 10
-        while (answer := http.get(f"/v1/ai/requests/{stream_id}")).status_code == 404:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        record = answer.json()
+    record = _record(server, stream_id)
     assert record["stream"] is True
     assert record["status"] == "ok"
     assert (record["tokens_in"], record["tokens_out"]) == (11, STREAM_USAGE["completion_tokens"])
@@ -511,12 +517,7 @@ def test_a_hostile_upstream_is_cut_and_read_safely(
     error = json.loads(data.removeprefix(b"data: "))["error"]
     assert error["code"] == "ai.upstream_error"
     assert "16777216 bytes" in error["message"]
-    with server.client() as http:
-        deadline = time.monotonic() + 10
-        while (answer := http.get(f"/v1/ai/requests/{stream_id}")).status_code == 404:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    record = answer.json()
+    record = _record(server, stream_id)
     assert (record["status"], record["http_status"]) == ("upstream_error", 200)
     assert record["error_code"] == "ai.upstream_error"
 
@@ -528,12 +529,7 @@ def test_a_hostile_upstream_is_cut_and_read_safely(
         crlf_id = response.headers["ductor-request-id"]
         pieces = [c.choices[0].delta.content for c in response.parse() if c.choices]
     assert pieces == PIECES
-    with server.client() as http:
-        deadline = time.monotonic() + 10
-        while (answer := http.get(f"/v1/ai/requests/{crlf_id}")).status_code == 404:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    record = answer.json()
+    record = _record(server, crlf_id)
     assert (record["status"], record["usage_source"]) == ("ok", "upstream")
     assert (record["tokens_in"], record["tokens_out"]) == (11, STREAM_USAGE["completion_tokens"])
 
@@ -544,12 +540,7 @@ def test_a_hostile_upstream_is_cut_and_read_safely(
         linger_id = response.headers["ductor-request-id"]
         pieces = [c.choices[0].delta.content for c in response.parse() if c.choices]
     assert pieces == PIECES
-    with server.client() as http:
-        deadline = time.monotonic() + 10
-        while (answer := http.get(f"/v1/ai/requests/{linger_id}")).status_code == 404:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    assert answer.json()["status"] == "ok"
+    assert _record(server, linger_id)["status"] == "ok"
 
     # JSON nested too deep to read is a 502, in an answer and in an error's body.
     with server.client() as http:

@@ -6,10 +6,11 @@ on its own — `discover()` reads installed package metadata only when called.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ductor_core.errors import DuctorError
 from ductor_routing.errors import ConfigError
 
 F = TypeVar("F")
@@ -51,3 +52,22 @@ class PluginRegistry(Generic[F]):
     def discover(self) -> tuple[str, ...]:
         """Register every factory installed under the entry-point group; return the names added."""
         return self.load_entry_points(metadata.entry_points(group=self.entry_point_group))
+
+
+def build_plugin(what: str, build: Callable[[], Any], method: str, shape: str) -> Any:
+    """`build()`, a factory's call, whose answer must have a callable `method`.
+
+    Raises:
+        ConfigError: the factory raised (a plugin's bug is a problem of the
+            configuration naming it, not a crash) or answered something without
+            `method`; `what` names it and `shape` says what was wanted.
+    """
+    try:
+        built = build()
+    except DuctorError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{what} could not be built: {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(built, method, None)):
+        raise ConfigError(f"{what}: its factory answered {type(built).__name__}, not {shape}")
+    return built

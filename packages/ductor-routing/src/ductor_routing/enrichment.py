@@ -11,9 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ductor_core.errors import DuctorError
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
-from ductor_routing._plugin_registry import PluginRegistry
+from ductor_routing._plugin_registry import PluginRegistry, build_plugin
 from ductor_routing.activations import Activations
 from ductor_routing.errors import ConfigError
 from ductor_routing.routables import Routable
@@ -99,17 +98,10 @@ class EnricherRegistry(PluginRegistry[EnricherFactory]):
         if factory is None:
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"unknown enricher plugin {name!r}; registered: {known}")
-        try:
-            enricher = factory(options)
-        except DuctorError:
-            raise
-        except Exception as exc:  # a plugin's bug is a problem of this rule set, not a crash
-            raise ConfigError(
-                f"enricher plugin {name!r} could not be built: {type(exc).__name__}: {exc}"
-            ) from exc
-        if not callable(getattr(enricher, "enrich", None)):
-            raise ConfigError(
-                f"enricher plugin {name!r}: its factory answered {type(enricher).__name__},"
-                " not an enricher with enrich(routable, now)"
-            )
+        enricher: Enricher = build_plugin(
+            f"enricher plugin {name!r}",
+            lambda: factory(options),
+            "enrich",
+            "an enricher with enrich(routable, now)",
+        )
         return enricher

@@ -7,6 +7,7 @@ decisions and entries after commit while raising and hanging hooks change nothin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -178,22 +179,31 @@ FLOW = {
 }
 
 
+@contextlib.asynccontextmanager
+async def _served(
+    extensions: Any, tmp_path: Path, tenant: str, **build_options: Any
+) -> AsyncIterator[tuple[AsyncTestClient[Any], dict[str, str]]]:
+    """An in-process server with `extensions` on SQLite, and a key of `tenant`'s."""
+    settings = Settings(data_dir=tmp_path / "data", poll_interval=0.05)
+    composition = build(settings, extensions=extensions, **build_options)
+    async with AsyncTestClient(app=create_app(composition=composition)) as client:
+        store = open_store(settings.store_target)
+        await store.open()
+        try:
+            key = await create_key(store, tenant, name=tenant)
+        finally:
+            await store.close()
+        yield client, {"Authorization": f"Bearer {key}"}
+
+
 @pytest.fixture
 async def api(
     plugin: Any, tmp_path: Path
 ) -> AsyncIterator[tuple[AsyncTestClient[Any], dict[str, str], list[HookEvent]]]:
     extensions, module = plugin
     module.SEEN.clear()
-    settings = Settings(data_dir=tmp_path / "data", poll_interval=0.05)
-    composition = build(settings, extensions=extensions, hook_timeout=0.5)
-    async with AsyncTestClient(app=create_app(composition=composition)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            key = await create_key(store, "t-ext", name="ext")
-        finally:
-            await store.close()
-        yield client, {"Authorization": f"Bearer {key}"}, module.SEEN
+    async with _served(extensions, tmp_path, "t-ext", hook_timeout=0.5) as (client, auth):
+        yield client, auth, module.SEEN
 
 
 async def _until(seen: list[HookEvent], name: str) -> HookEvent:
@@ -522,16 +532,7 @@ def misbehaving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any
 async def test_a_failing_strategy_or_enricher_fails_only_its_call_with_a_code(
     misbehaving: Any, tmp_path: Path
 ) -> None:
-    settings = Settings(data_dir=tmp_path / "data", poll_interval=0.05)
-    composition = build(settings, extensions=misbehaving)
-    async with AsyncTestClient(app=create_app(composition=composition)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            key = await create_key(store, "t-bad", name="bad")
-        finally:
-            await store.close()
-        auth = {"Authorization": f"Bearer {key}"}
+    async with _served(misbehaving, tmp_path, "t-bad") as (client, auth):
         for worker in ("ana", "ben"):
             assert (await client.post("/v1/workers", json={"id": worker}, headers=auth)).is_success
 
@@ -633,16 +634,7 @@ def test_a_cel_function_that_exits_is_an_evaluation_error_on_both_engines(
 async def test_a_step_handler_that_exits_fails_its_attempt_not_the_server(
     misbehaving: Any, tmp_path: Path
 ) -> None:
-    settings = Settings(data_dir=tmp_path / "data", poll_interval=0.05)
-    composition = build(settings, extensions=misbehaving)
-    async with AsyncTestClient(app=create_app(composition=composition)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            key = await create_key(store, "t-exit", name="exit")
-        finally:
-            await store.close()
-        auth = {"Authorization": f"Bearer {key}"}
+    async with _served(misbehaving, tmp_path, "t-exit") as (client, auth):
         flow = {
             "family_slug": "exits",
             "steps": [

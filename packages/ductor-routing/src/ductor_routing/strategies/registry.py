@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ductor_core.errors import DuctorError
-from ductor_routing._plugin_registry import PluginRegistry
-from ductor_routing.errors import ConfigError, UnknownStrategy
+from ductor_routing._plugin_registry import PluginRegistry, build_plugin
+from ductor_routing.errors import UnknownStrategy
 from ductor_routing.pools import StrategySpec
 from ductor_routing.strategies.auction import auction
 from ductor_routing.strategies.base import Strategy, StrategyFactory
@@ -60,17 +59,10 @@ class StrategyRegistry(PluginRegistry[StrategyFactory]):
             raise UnknownStrategy(
                 f"unknown strategy {spec.name!r}; registered: {', '.join(self.names())}"
             )
-        try:
-            strategy = factory(spec.options, self)
-        except DuctorError:
-            raise
-        except Exception as exc:  # a plugin's bug is a problem of this pool, not a crash
-            raise ConfigError(
-                f"strategy {spec.name!r} could not be built: {type(exc).__name__}: {exc}"
-            ) from exc
-        if not callable(getattr(strategy, "select", None)):
-            raise ConfigError(
-                f"strategy {spec.name!r}: its factory answered {type(strategy).__name__},"
-                " not a strategy with select(ctx)"
-            )
+        strategy: Strategy = build_plugin(
+            f"strategy {spec.name!r}",
+            lambda: factory(spec.options, self),
+            "select",
+            "a strategy with select(ctx)",
+        )
         return strategy
