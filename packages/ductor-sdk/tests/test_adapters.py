@@ -31,6 +31,7 @@ from ductor.protocol import (
     InvokeOp,
     SigningKeys,
     SyncResponse,
+    WaitForEventOp,
     encode,
     sign,
     sign_v2,
@@ -379,3 +380,22 @@ async def test_asgi_lifespan_closes_the_server_pool(fake_server: Any) -> None:
     await app({"type": "lifespan"}, receive, send)
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert client._http is None
+
+
+async def test_text_with_a_lone_surrogate_still_gets_an_answer_that_reads_back() -> None:
+    """An event name holding half a surrogate pair has no JSON form: the signed answer
+    carries U+FFFD in its place instead of failing to be written."""
+    client = Client("odd", signing_key=KEY)
+
+    @client.workflow("odd-event")
+    async def odd_event(ctx: Context, _: Any) -> Any:
+        return await ctx.step.wait_for_event("w", event="half \ud83d", timeout="1h")
+
+    body = encode(ExecuteRequest(run_id="run-odd", workflow_id="odd-event", input=None))
+    now, nonce = int(time.time()), "n" * 16
+    header = f"t={now},n={nonce},v2={sign_v2(body, KEY, now, nonce)}"
+    answer = await client.handle("POST", {SIGNATURE_HEADER: header}, body)
+    assert answer.status == 200, answer.body
+    [op] = msgspec.json.decode(answer.body, type=ExecuteResponse).opcodes
+    assert isinstance(op, WaitForEventOp)
+    assert op.event == "half \ufffd"

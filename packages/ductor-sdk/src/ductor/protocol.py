@@ -592,8 +592,23 @@ _REQUEST_DECODER: msgspec.json.Decoder[BridgeRequest] = msgspec.json.Decoder(Bri
 
 
 def encode(value: msgspec.Struct) -> bytes:
-    """Encode a wire struct to its canonical JSON bytes."""
-    return _ENCODER.encode(value)
+    """Encode a wire struct to its canonical JSON bytes. Text holding a lone
+    surrogate (a step's name, say), which has no JSON form, is sent with U+FFFD in
+    the surrogate's place, so every message still reads back."""
+    try:
+        return _ENCODER.encode(value)
+    except UnicodeEncodeError:
+        return _ENCODER.encode(_replace_surrogates(msgspec.to_builtins(value)))
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(item) for item in value]
+    return value
 
 
 def decode(body: bytes, type_: type[_T]) -> _T:
