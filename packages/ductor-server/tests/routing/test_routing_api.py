@@ -85,6 +85,35 @@ async def test_route_assigns_explains_and_enforces_caps(api: Api) -> None:
     }
 
 
+async def test_assignments_page_on_with_after(api: Api) -> None:
+    await setup_desk(api, cap=10)
+    for i in range(5):
+        lead = {"id": f"p{i}", "kind": "lead", "attributes": {"state": "CA"}}
+        assert (await api.ok("POST", "/v1/route", json=lead))["outcome"] == "assigned"
+    everything = await api.ok("GET", "/v1/assignments?limit=1000")
+    assert [a["routable_id"] for a in everything] == [f"p{i}" for i in range(5)]
+    pages, after = [], None
+    while True:
+        query = "/v1/assignments?limit=2" + (f"&after={after}" if after else "")
+        page = await api.ok("GET", query)
+        if not page:
+            break
+        pages.append([a["routable_id"] for a in page])
+        after = page[-1]["id"]
+    assert pages == [["p0", "p1"], ["p2", "p3"], ["p4"]]
+    # Filters hold across pages: ana's inbox, one at a time.
+    ana = [a["id"] for a in everything if a["worker"] == "ana"]
+    page = await api.ok("GET", f"/v1/assignments?worker=ana&limit=1&after={ana[0]}")
+    assert [a["id"] for a in page] == ana[1:2]
+    # An id that names no assignment of the tenant is refused, not taken as the start.
+    unknown = await api.call("GET", "/v1/assignments?after=asg_nope")
+    assert_error(unknown, 422, "request.invalid")
+    assert unknown.json()["details"]["path"] == "after"
+    assert_error(
+        await api.call("GET", f"/v1/assignments?after={ana[0]}", as_b=True), 422, "request.invalid"
+    )
+
+
 async def test_unmatched_routable_is_unassigned_with_the_rules_that_missed(api: Api) -> None:
     await setup_desk(api)
     decision = await api.ok(

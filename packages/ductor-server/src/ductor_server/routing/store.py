@@ -381,15 +381,21 @@ class RoutingTx:
         routable_id: str | None = None,
         worker: str | None = None,
         status: str | None = None,
+        after: AssignmentRecord | None = None,
         limit: int = 100,
     ) -> list[AssignmentRecord]:
-        """Assignments matching every filter given, oldest first, at most `limit`."""
+        """Assignments matching every filter given, oldest first, at most `limit`;
+        with `after`, those that come after it in that order."""
         where = ["tenant_id = %s"]
         params: list[Any] = [tenant_id]
         for column, value in (("routable_id", routable_id), ("worker", worker), ("status", status)):
             if value is not None:
                 where.append(f"{column} = %s")
                 params.append(value)
+        if after is not None:
+            where.append("(created_at > %s OR created_at = %s AND id > %s)")
+            stamp = self._db.to_timestamp(after.created_at)
+            params += [stamp, stamp, after.id]
         rows = await self._db.fetch_all(
             f"SELECT {_ASSIGNMENT_COLS} FROM routing_assignments WHERE {' AND '.join(where)}"
             " ORDER BY created_at, id LIMIT %s",

@@ -1702,12 +1702,15 @@ class RoutingService:
         routable_id: str | None = None,
         worker: str | None = None,
         status: str | None = None,
+        after: str | None = None,
         limit: int = 100,
     ) -> list[AssignmentView]:
-        """Assignments by routable, worker (an assignee's inbox) and status, oldest first.
+        """Assignments by routable, worker (an assignee's inbox) and status, oldest first;
+        with `after` (an assignment id, the last of the previous page), those after it.
 
         Raises:
-            RequestInvalid: `status` is not an assignment status.
+            RequestInvalid: `status` is not an assignment status, or `after` names no
+                assignment of the tenant.
         """
         if status is not None and status not in STATUSES:
             raise RequestInvalid(
@@ -1715,8 +1718,22 @@ class RoutingService:
                 details={"path": "status", "value": status, "allowed": list(STATUSES)},
             )
         async with self.store.transaction() as tx:
-            records = await RoutingTx(tx).list_assignments(
-                tenant_id, routable_id=routable_id, worker=worker, status=status, limit=limit
+            store = RoutingTx(tx)
+            last = None
+            if after is not None:
+                last = await store.get_assignment(tenant_id, after)
+                if last is None:
+                    raise RequestInvalid(
+                        f"after names no assignment: {after!r:.300}",
+                        details={"path": "after", "value": after[:300]},
+                    )
+            records = await store.list_assignments(
+                tenant_id,
+                routable_id=routable_id,
+                worker=worker,
+                status=status,
+                after=last,
+                limit=limit,
             )
         return [assignment_view(r) for r in records]
 

@@ -206,6 +206,7 @@ class ListAssignmentsArgs(_Args, frozen=True, kw_only=True, forbid_unknown_field
     routable_id: Id | None = None
     worker: Id | None = None
     status: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    after: Id | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
 
 
@@ -354,6 +355,7 @@ async def _list_assignments(services: Services, tenant_id: str, args: ListAssign
             routable_id=args.routable_id,
             worker=args.worker,
             status=args.status,
+            after=args.after,
             limit=args.limit,
         )
     )

@@ -81,6 +81,7 @@ class ListAssignmentsRequest(Req, frozen=True, kw_only=True, forbid_unknown_fiel
     worker: str | None = None
     status: str | None = None
     limit: Limit1000 = 100
+    after: str | None = None
 
 
 class AssignmentRequest(Req, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -286,7 +287,12 @@ METHODS: tuple[Method, ...] = (
         ListAssignmentsRequest,
         list[AssignmentView],
         lambda s, t, r, k: s.routing.list_assignments(
-            t, routable_id=r.routable_id, worker=r.worker, status=r.status, limit=r.limit
+            t,
+            routable_id=r.routable_id,
+            worker=r.worker,
+            status=r.status,
+            after=r.after,
+            limit=r.limit,
         ),
         rest="GET /v1/assignments",
         doc="Assignments by routable, worker and status.",

@@ -281,11 +281,18 @@ class RouteController(Controller):
         routable_id: FromQuery[str | None] = None,
         worker: FromQuery[str | None] = None,
         status: FromQuery[str | None] = None,
+        after: FromQuery[str | None] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
     ) -> list[AssignmentView]:
-        """Assignments by `routable_id`, `worker` (an assignee's inbox) and `status`."""
+        """Assignments by `routable_id`, `worker` (an assignee's inbox) and `status`,
+        oldest first; `after` an assignment id continues past it (the next page)."""
         return await routing.list_assignments(
-            tenant_id, routable_id=routable_id, worker=worker, status=status, limit=limit
+            tenant_id,
+            routable_id=routable_id,
+            worker=worker,
+            status=status,
+            after=after,
+            limit=limit,
         )
 
     @get("/assignments/{assignment_id:str}", responses=V1_ERRORS)
