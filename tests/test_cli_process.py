@@ -216,9 +216,20 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         "DUCTOR_SECRET_KEYS": "bad",
         "DUCTOR_RECEIPTS_FOR_RUNS": "on",
         "DUCTOR_OTEL": "maybe",
+        "DUCTOR_FAIRNESS": '{"default": {"weight": 0}}',
+        "DUCTOR_REDIS_URL": "localhost:6379",
+        "DUCTOR_RECEIPT_KEYS": str(tmp_path / "missing"),
     }
     # `dev` makes its own receipt key: DUCTOR_RECEIPTS_FOR_RUNS=on is fine there.
-    dev_too = {"DUCTOR_PORT", "DUCTOR_CEL_ENGINE", "DUCTOR_SECRET_KEYS", "DUCTOR_OTEL"}
+    dev_too = {
+        "DUCTOR_PORT",
+        "DUCTOR_CEL_ENGINE",
+        "DUCTOR_SECRET_KEYS",
+        "DUCTOR_OTEL",
+        "DUCTOR_FAIRNESS",
+        "DUCTOR_REDIS_URL",
+        "DUCTOR_RECEIPT_KEYS",
+    }
     data = str(tmp_path / "data")
     for name, value in cases.items():
         commands = [["serve", "--data-dir", data]]

@@ -63,7 +63,7 @@ from ductor_server.extensions.wiring import (
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.payments import PaymentGateway
 from ductor_server.providers import ProviderRegistry, builtin_providers
-from ductor_server.receipts.keys import ReceiptKeyError, load_keys
+from ductor_server.receipts.keys import KEYS_FILE_ENV, ReceiptKeyError, load_keys
 from ductor_server.sandbox import SandboxedEngine, SandboxLimits, SandboxPool
 from ductor_server.services import (
     AgentService,
@@ -437,7 +437,14 @@ def build(
     install_bridge(runtime, keys=keys, policy=policy)
     runtime.housekeeping.add_sweep("holds", expire_due_holds)
     if receipt_keys is None:
-        receipt_keys = load_keys(settings.receipt_keys_file, settings.receipt_key)
+        try:
+            receipt_keys = load_keys(settings.receipt_keys_file, settings.receipt_key)
+        except ReceiptKeyError as exc:
+            # A file the operator named (not the one `ductor dev` keeps): say which setting.
+            named = settings.receipt_keys_file not in (None, settings.dev_receipt_keys_file)
+            if named and not str(exc).startswith("DUCTOR_"):
+                raise ReceiptKeyError(f"{KEYS_FILE_ENV}: {exc}") from None
+            raise
     if settings.receipts_for_runs and receipt_keys is None:
         raise ReceiptKeyError(
             "DUCTOR_RECEIPTS_FOR_RUNS is on but no receipt signing key is set"

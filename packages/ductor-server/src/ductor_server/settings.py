@@ -124,6 +124,27 @@ def parse_choice(name: str, text: str, choices: tuple[str, ...]) -> str:
     raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
 
 
+REDIS_SCHEMES: tuple[str, ...] = ("redis", "rediss", "unix")
+"""The schemes `DUCTOR_REDIS_URL` may have (those redis-py opens)."""
+
+
+def parse_redis_url(text: str) -> str:
+    """Check that `DUCTOR_REDIS_URL` is a redis://, rediss:// or unix:// URL.
+
+    Raises:
+        ValueError: any other text; the message shows the scheme only, since the
+            rest of the URL may hold a password.
+    """
+    scheme, separator, _ = text.strip().partition("://")
+    if separator and scheme.lower() in REDIS_SCHEMES:
+        return text.strip()
+    shown = f"{scheme}://..." if separator else "a value without scheme://"
+    raise ValueError(
+        "DUCTOR_REDIS_URL must be a redis://, rediss:// or unix:// URL"
+        f" (redis://[:password@]host:port/db), got {shown}"
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """How one `ductor` process is configured.
@@ -317,11 +338,14 @@ class Settings:
                 )
             values["database_url"] = url
         if url := env.get("DUCTOR_REDIS_URL"):
-            values["redis_url"] = url
+            values["redis_url"] = parse_redis_url(url)
         if prefix := env.get("DUCTOR_REDIS_PREFIX"):
             values["redis_prefix"] = prefix
         if fairness := env.get("DUCTOR_FAIRNESS"):
-            values["fairness"] = _fair_policy(fairness)
+            try:
+                values["fairness"] = _fair_policy(fairness)
+            except ValueError as exc:
+                raise ValueError(f"DUCTOR_FAIRNESS: {exc}") from None
         if data_dir := env.get("DUCTOR_DATA_DIR"):
             values["data_dir"] = Path(data_dir)
         if host := env.get("DUCTOR_HOST"):
