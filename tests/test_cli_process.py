@@ -119,6 +119,42 @@ def _serve_until_ready(env: dict[str, str], cwd: Path) -> str:
     return proc.stdout.read().decode()
 
 
+def test_an_ipv6_listen_address_is_written_in_brackets(tmp_path: Path) -> None:
+    """DUCTOR_HOST may be an IPv6 address (docs/deploy.md: "or the address to
+    listen on"): the start line shows a URL that works, and the client commands,
+    which build theirs from DUCTOR_HOST and DUCTOR_PORT, reach the server."""
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    env = {"DUCTOR_HOST": "::1", "DUCTOR_PORT": str(port)}
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ductor_server.cli", "dev", "--data-dir", str(data)],
+        env=_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().decode()
+        assert f" on http://[::1]:{port}" in first, first
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://[::1]:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "ductor dev did not start in 30s"
+            time.sleep(0.1)
+        listed = _ductor("runs", "list", env={**env, "DUCTOR_DATA_DIR": str(data)})
+        assert listed.returncode == 0, listed.stderr
+        assert "Traceback" not in listed.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def test_serve_refuses_an_unmigrated_database_until_migrated(
     postgres_url: str, tmp_path: Path
 ) -> None:

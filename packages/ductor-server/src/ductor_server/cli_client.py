@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 import httpx
 
+from ductor_server.netaddr import http_url
+
 TERMINAL_RUN_STATUSES = frozenset(
     {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
 )
@@ -40,7 +42,7 @@ def default_url() -> str:
         return url
     host = os.environ.get("DUCTOR_HOST", "127.0.0.1")
     port = os.environ.get("DUCTOR_PORT", "7070")
-    return f"http://{host}:{port}"
+    return http_url(host, port)
 
 
 def find_api_key(flag: str | None, data_dir: str | None) -> str | None:

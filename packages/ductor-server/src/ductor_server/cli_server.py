@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ductor_server import __version__
+from ductor_server.netaddr import http_url
 from ductor_server.settings import (
     ALL_ROLES,
     MAX_PORT,
@@ -276,7 +277,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if args.seed is not None and seed(settings, args.seed, DEV_TENANT) != 0:
         return 1
     _write_private(settings.pid_file, f"{os.getpid()}\n")
-    where = f"http://{settings.host}:{settings.port}"
+    where = http_url(settings.host, settings.port)
     announce = [
         f"ductor {__version__} (embedded) on {where}",
         f"data dir: {settings.data_dir.resolve()}",
@@ -391,7 +392,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _serve(
         settings,
         [
-            f"ductor {__version__} serve on http://{settings.host}:{settings.port} "
+            f"ductor {__version__} serve on {http_url(settings.host, settings.port)} "
             f"({backend}; roles {','.join(settings.roles)})"
         ],
     )

@@ -1,5 +1,6 @@
-"""IP networks as settings name them: parsed from "127.0.0.0/8, ::1" text. A leaf
-module (the standard library only), shared by the settings and the outbound guard."""
+"""IP networks as settings name them: parsed from "127.0.0.0/8, ::1" text, and a
+listen address as a URL writes it. A leaf module (the standard library only),
+shared by the settings, the outbound guard and the commands."""
 
 from __future__ import annotations
 
@@ -26,4 +27,12 @@ def parse_networks(text: str) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
-__all__ = ["IPNetwork", "parse_networks"]
+def http_url(host: str, port: int | str) -> str:
+    """The `http://` URL of `host` and `port`, an IPv6 address in brackets
+    ("::1" is `http://[::1]:7070`: unbracketed, its colons read as the port's)."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+__all__ = ["IPNetwork", "http_url", "parse_networks"]
