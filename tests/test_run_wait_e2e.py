@@ -173,3 +173,39 @@ def test_the_cli_trigger_wait_ends_when_its_run_does(tmp_path: Path) -> None:
         assert time.monotonic() - signalled < BOUND
         ended = json.loads(out)
         assert (ended["id"], ended["status"]) == (run["id"], "RUN_STATUS_SUCCEEDED")
+
+
+def test_a_stopping_server_answers_its_long_polls_at_once(postgres_server: Any) -> None:
+    """SIGTERM answers every waiting `GET /v1/runs/{id}?wait=` with the run as it
+    stands (the client asks again, behind a load balancer another api process),
+    instead of holding it until uvicorn's drain gives up and cutting it with a 500."""
+    server = postgres_server
+    server.start()
+    definition = {
+        "family_slug": "long",
+        "steps": [{"ref": "pause", "type": "STEP_TYPE_WAIT", "args": {"duration": "60s"}}],
+        "edges": [],
+    }
+    with server.client() as http:
+        assert http.post("/v1/workflows", json=definition).status_code in (200, 201)
+        created = http.post("/v1/runs", json={"family_slug": "long"})
+        assert created.status_code == 201, created.text
+        run_id = created.json()["id"]
+
+    async def wait_then_stop() -> tuple[httpx.Response, float]:
+        headers = {"Authorization": f"Bearer {server.api_key}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as http:
+            poll = asyncio.create_task(http.get(f"/v1/runs/{run_id}", params={"wait": 30}))
+            await asyncio.sleep(1)  # the request is waiting
+            assert not poll.done()
+            stopped = time.monotonic()
+            server.proc.terminate()
+            response = await poll
+            return response, time.monotonic() - stopped
+
+    response, took = asyncio.run(wait_then_stop())
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "RUN_STATUS_RUNNING"
+    assert took < 3, took  # not held for the 5 s connection drain
+    assert server.proc.wait(timeout=30) == 0
+    assert "Traceback" not in server.log()

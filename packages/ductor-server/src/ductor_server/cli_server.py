@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -158,6 +158,27 @@ class _StopOnSigterm:
             self.server.should_exit = True
 
 
+def _server(config: uvicorn.Config, *, on_exit: Callable[[], None]) -> uvicorn.Server:
+    """A uvicorn server that also calls `on_exit` when a stop is asked."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which also tells the app when a stop is asked: long
+        polls are answered then, not cut once the connection drain times out."""
+
+        def __init__(self, config: uvicorn.Config, *, on_exit: Callable[[], None]) -> None:
+            super().__init__(config)
+            self._on_exit = on_exit
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            # A signal handler: hand the call to the event loop, which runs the app.
+            with contextlib.suppress(RuntimeError):  # no loop running yet
+                asyncio.get_running_loop().call_soon_threadsafe(self._on_exit)
+
+    return Server(config, on_exit=on_exit)
+
+
 def _serve(settings: Settings, announce: Sequence[str]) -> int:
     """Serve until stopped; print the `announce` lines once everything is built,
     so that a bad setting stops the start before anything claims to be serving."""
@@ -187,7 +208,8 @@ def _serve(settings: Settings, announce: Sequence[str]) -> int:
     # signal; this handler makes that, and a SIGTERM before it serves, a normal exit.
     stop = _StopOnSigterm()
     signal.signal(signal.SIGTERM, stop)
-    app = HeadAsGet(create_app(composition=build(settings)))
+    composition = build(settings)
+    app = HeadAsGet(create_app(composition=composition))
     for line in announce:
         print(line, flush=True)
     # Everything is imported and built: keep the collector off it for good.
@@ -199,7 +221,7 @@ def _serve(settings: Settings, announce: Sequence[str]) -> int:
         log_level="warning",
         timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    server = _server(config, on_exit=composition.runtime.endings.stop_waiting)
     stop.server = server
     if stop.asked:  # stopped while starting: start nothing
         return 0

@@ -6,8 +6,8 @@ Runs ended by other processes are learned from the store: while requests
 wait, one loop reads the status of every run they wait for, in one statement,
 when another process wakes `Topic.ENDED` (a wake-up shared through Redis), and
 every `poll` seconds in any case. Nothing is kept but the waiting requests
-themselves: a restart answers them (their connections close), and nothing is
-lost.
+themselves: a stopping process answers them at once with their runs as they
+stand (`stop_waiting`), so that their clients ask again, and nothing is lost.
 
 A tenant may have `per_tenant` requests waiting in a process at once; one
 more is refused (`RunWaitLimit`) rather than left to hold a connection.
@@ -56,6 +56,7 @@ class RunEndings:
         self._waiters: dict[tuple[str, str], set[asyncio.Future[None]]] = {}
         self._by_tenant: dict[str, int] = {}
         self._loop: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def waiting(self) -> int:
@@ -74,6 +75,8 @@ class RunEndings:
         if self._by_tenant.get(tenant_id, 0) >= self.per_tenant:
             raise RunWaitLimit(self.per_tenant)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._stopping:
+            future.set_result(None)
         key = (tenant_id, run_id)
         self._waiters.setdefault(key, set()).add(future)
         self._by_tenant[tenant_id] = self._by_tenant.get(tenant_id, 0) + 1
@@ -107,6 +110,13 @@ class RunEndings:
         for future in self._waiters.get(key, ()):
             if not future.done():
                 future.set_result(None)
+
+    def stop_waiting(self) -> None:
+        """The process is stopping: answer every waiting request now, and every
+        later one at once, rather than hold connections the stop would cut."""
+        self._stopping = True
+        for key in list(self._waiters):
+            self._answer(key)
 
     async def close(self) -> None:
         """Stop the loop (the waiting requests time out on their own)."""
