@@ -50,6 +50,7 @@ from ductor.protocol import (
     WaitForSignalOp,
     step_id,
 )
+from ductor.protocol import json_safe_text as _text
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -441,17 +442,6 @@ def _to_json(value: Any) -> Any:
             has no JSON form, e.g. an object, or a string holding a lone surrogate.
     """
     return msgspec.json.decode(msgspec.json.encode(value))
-
-
-def _text(text: str) -> str:
-    """`text` with each lone surrogate, which no JSON reader takes, as U+FFFD."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
 
 
 def error_info(exc: BaseException, *, default_code: str, retryable: bool) -> ErrorInfo:

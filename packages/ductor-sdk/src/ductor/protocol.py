@@ -601,9 +601,20 @@ def encode(value: msgspec.Struct) -> bytes:
         return _ENCODER.encode(_replace_surrogates(msgspec.to_builtins(value)))
 
 
+def json_safe_text(text: str) -> str:
+    """`text` with each lone surrogate, which no JSON reader takes, as U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def _replace_surrogates(value: Any) -> Any:
     if isinstance(value, str):
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return json_safe_text(value)
     if isinstance(value, dict):
         return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
     if isinstance(value, list):
