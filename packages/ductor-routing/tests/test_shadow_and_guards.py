@@ -220,7 +220,8 @@ def test_a_strategy_cannot_charge_past_the_budget_check_or_pick_a_stranger() -> 
     stranger = build(pool, workers, registry=greedy_registry(price=None, pick="zed"))
     with pytest.raises(RoutingError) as err:
         stranger.route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
-    assert err.value.code == "routing.strategy_bad_pick"
+    assert err.value.code == "routing.strategy_failed"
+    assert "'zed', not a candidate" in str(err.value)
 
 
 def test_shadows_of_a_pool_need_distinct_labels() -> None:

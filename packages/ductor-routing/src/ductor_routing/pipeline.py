@@ -643,7 +643,7 @@ class Router:
         if picked is None:
             raise RoutingError(
                 f"strategy {pool.strategy.display!r} picked {selection.pick!r}, not a candidate",
-                code="routing.strategy_bad_pick",
+                code=STRATEGY_FAILED,
             )
         charge = selection.price if selection.price is not None else picked.charge
         if charge < 0 or (charge > picked.charge and picked.member.budget is not None):
