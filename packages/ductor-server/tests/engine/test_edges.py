@@ -79,6 +79,62 @@ async def test_scatter_over_child_workflows_gathers_their_outputs(engine: Engine
     assert {c.parent_run_id for c in children.items} == {run.id}
 
 
+async def test_a_scatter_whose_items_fail_names_them(engine: Engine) -> None:
+    await engine.publish(
+        {
+            "family_slug": "invert",
+            "steps": [
+                {
+                    "ref": "inv",
+                    "type": "STEP_TYPE_DATAFLOW",
+                    "args": {"operation": "project", "project": {"v": "10 / (input.n - 2)"}},
+                }
+            ],
+        }
+    )
+    await engine.publish(
+        {
+            "family_slug": "inverts",
+            "steps": [
+                {
+                    "ref": "each",
+                    "type": "STEP_TYPE_SCATTER",
+                    "args": {
+                        "items": "input.ns",
+                        "workflow": {"family_slug": "invert"},
+                        "input": "{'n': item}",
+                    },
+                }
+            ],
+        }
+    )
+    run = await engine.trigger("inverts", {"ns": [1, 2, 3, 2]})
+    done = await engine.wait_run(run.id)
+    assert done.status == FAILED
+    error = step(done, "each").error
+    assert error.code == "scatter.items_failed"
+    assert error.details == {"failed": [1, 3]}
+    assert not error.retryable
+    assert done.error is not None
+    assert done.error.code == "run.step_failed"
+
+
+async def test_a_cancel_without_a_reason_says_so(engine: Engine) -> None:
+    await engine.publish(
+        {
+            "family_slug": "idle",
+            "steps": [{"ref": "h", "type": "STEP_TYPE_WAIT", "args": {"duration": "1h"}}],
+        }
+    )
+    run = await engine.trigger("idle", {})
+    await engine.wait_step(run.id, "h", "waiting")
+    await engine.services.runs.cancel(TENANT, run.id)
+    done = await engine.wait_run(run.id)
+    assert done.status == CANCELLED
+    assert done.error is not None
+    assert (done.error.code, done.error.message) == ("run.cancelled", "cancel requested")
+
+
 async def test_wait_until_an_absolute_time(engine: Engine) -> None:
     await engine.publish(
         {
