@@ -364,3 +364,19 @@ async def test_a_short_secret_is_hidden_only_where_it_stands_alone(
         "headers": {"content-type": "application/json", "content-length": "119"},
         "body": {"key": "***", "said": "***, twice: ***", "note": "see the readme", "***": "***"},
     }
+
+
+async def test_json_nested_too_deeply_is_kept_as_text(
+    sink: HttpSink, make_context: MakeContext
+) -> None:
+    """An answer that says JSON but nests deeper than a request body may (64 levels)
+    is the body as text, as one that does not parse: not a crash that is retried."""
+    provider = HttpProvider()
+    for depth in (65, 600, 5000):
+        deep = "[" * depth + "]" * depth
+        sink.answer(200, deep.encode(), Content_Type="application/json")
+        out = await provider.call("request", settings(sink), secrets(), request(), make_context())
+        assert out["body"] == deep
+    sink.answer(200, ("[" * 64 + "]" * 64).encode(), Content_Type="application/json")
+    out = await provider.call("request", settings(sink), secrets(), request(), make_context())
+    assert isinstance(out["body"], list)

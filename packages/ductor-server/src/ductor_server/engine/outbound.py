@@ -31,6 +31,7 @@ import httpx
 import msgspec
 from opentelemetry.trace import SpanKind, StatusCode
 
+from ductor_server.json_depth import MAX_DEPTH, nesting_depth
 from ductor_server.netaddr import IPNetwork, parse_networks
 from ductor_server.telemetry import has_client_span, inject_headers, tracer
 
@@ -278,11 +279,13 @@ def retry_after(response: httpx.Response) -> float | None:
 
 
 def response_body(response: httpx.Response, content: bytes) -> Any:
-    """`content` as JSON when the response says it is JSON (and it parses), else as
-    text; None when empty."""
+    """`content` as JSON when the response says it is JSON (and it parses, nested at
+    most `MAX_DEPTH` levels deep, as a request body may be), else as text; None when
+    empty. A deeper value would crash what walks it later (the redaction of secrets,
+    CEL, the store), on every retry."""
     if not content:
         return None
-    if "json" in response.headers.get("content-type", ""):
+    if "json" in response.headers.get("content-type", "") and nesting_depth(content) <= MAX_DEPTH:
         try:
             return msgspec.json.decode(content)
         except msgspec.DecodeError:

@@ -9,38 +9,22 @@ refuses is refused the other ways too. Pure functions; no transport here.
 from __future__ import annotations
 
 import re
-from itertools import accumulate
 from typing import Any
 
 import msgspec
 
 from ductor_server.errors import RequestInvalid
-
-MAX_DEPTH = 64
-"""How deeply arrays and objects may nest in a request body."""
+from ductor_server.json_depth import MAX_DEPTH, nesting_depth
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """The range of every integer in a request body (what the stores and CEL can hold)."""
 
-# A JSON string (valid JSON only: possessive, so it never backtracks).
-_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
-_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 # 19 digits or more may not fit in 64 bits; a NUL escape may not be stored.
 # Digits to 1 and every other byte to 0, so a run of 19 digits (an integer that
 # may not fit in 64 bits) is found by bytes.find at C speed; a regex took ~15 ms
 # on a digit-dense 1 MiB body, on the event loop.
 _DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
 _LONG_DIGIT_RUN = b"1" * 19
-
-
-def nesting_depth(raw: bytes) -> int:
-    """How deeply arrays and objects nest in `raw`, a valid JSON document (brackets
-    inside strings do not count). Runs at C speed: no Python loop per byte."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
-        return MAX_DEPTH  # cannot be deeper than the number of openings
-    brackets = _STRING.sub(b"", raw).translate(_OPEN_CLOSE, _NOT_BRACKET)
-    return max(accumulate(memoryview(brackets).cast("b")), default=0)
 
 
 def unstorable(value: Any) -> tuple[str, str] | None:
