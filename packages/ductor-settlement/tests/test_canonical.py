@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ductor_settlement.canonical import canonical_hash, canonical_json, is_canonical, parse_json
+from ductor_settlement.canonical import (
+    canonical_hash,
+    canonical_json,
+    document_hash,
+    is_canonical,
+    parse_json,
+)
 from ductor_settlement.errors import NotCanonical
 
 
@@ -150,3 +156,18 @@ def test_canonical_form_is_stable_under_reparsing_and_key_order(value: Any, rng:
         return node
 
     assert canonical_json(shuffled(value)) == encoded
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_a_document_hash_is_the_canonical_hash_where_that_one_answers(value: Any) -> None:
+    assert document_hash(value) == canonical_hash(value)
+
+
+def test_a_document_hash_reads_a_64_bit_integer_as_a_json_reader_does() -> None:
+    document = {"uid": 2**62 + 1, "n": 1}
+    with pytest.raises(NotCanonical):
+        canonical_hash(document)
+    # What an RFC 8785 library hashes after parsing the JSON text: the nearest double.
+    assert document_hash(document) == canonical_hash({"uid": float(2**62 + 1), "n": 1})
+    assert document_hash(document) == canonical_hash(parse_json(json.dumps(document)))

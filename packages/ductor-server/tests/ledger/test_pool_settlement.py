@@ -15,7 +15,13 @@ from ductor_core.expressions import default_engine
 from ductor_server.engine.housekeeping import Housekeeping
 from ductor_server.ledger.store import expire_due_holds
 from ductor_server.services.routing import ReturnBody, RouteBody, RoutingService
-from ductor_settlement import canonical_hash, decode_envelope, load_public_keys, verify_receipt
+from ductor_settlement import (
+    canonical_hash,
+    decode_envelope,
+    load_public_keys,
+    parse_json,
+    verify_receipt,
+)
 from ductor_settlement.errors import AlreadyReturned, SettlementError
 
 from .conftest import Api
@@ -132,6 +138,31 @@ async def test_a_settled_assignment_has_a_signed_receipt(api: Api) -> None:
     # An unsettled decision gets none; another tenant sees none.
     other = await api.ok("GET", "/v1/receipts", as_b=True)
     assert other["items"] == []
+
+
+async def test_an_explanation_holding_a_64_bit_integer_still_gets_its_receipt(api: Api) -> None:
+    await _market(api, {"a": 20 * USD}, pricing="first")
+    # The lead's 64-bit id is copied into the explanation by an enricher.
+    await api.ok(
+        "POST",
+        "/v1/rules",
+        json={
+            "kinds": {"lead": {}},
+            "default_pool": "leads",
+            "enrichers": [{"attribute": "lead_uid", "expr": "attributes.uid"}],
+        },
+    )
+    decision = await _route(api, "l1", attributes={"uid": 2**62 + 1})
+    assert decision["outcome"] == "assigned", decision
+    assert decision["explanation"]["enriched"] == {"lead_uid": 2**62 + 1}
+    found = await api.ok(
+        "GET", "/v1/receipts", params={"subject": f"assignment:{decision['assignment_id']}"}
+    )
+    (receipt,) = found["items"]
+    # As any RFC 8785 library hashes the explanation it reads from the API.
+    stored = await api.call("GET", f"/v1/decisions/{decision['id']}")
+    explanation = parse_json(stored.content)["explanation"]
+    assert receipt["receipt"]["decision"]["explanation_hash"] == canonical_hash(explanation)
 
 
 async def test_an_unsettled_pool_charges_nothing(api: Api) -> None:

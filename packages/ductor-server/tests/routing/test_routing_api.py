@@ -452,3 +452,19 @@ async def test_a_worker_whose_id_holds_a_slash_is_read_and_deleted_with_it_encod
     gone = await api.call("GET", "/v1/workers/team%2Fana")
     assert gone.status_code == 404, gone.text
     assert gone.json()["code"] == "worker.not_found"
+
+
+async def test_integers_past_two_to_the_53_in_the_configuration_still_route(api: Api) -> None:
+    # A 64-bit id among a worker's attributes, and a seed as large: JSON readers keep
+    # them as doubles, and the configuration's hash reads them so too.
+    snowflake = 1_541_815_603_606_036_480
+    await api.ok("POST", "/v1/workers", json={"id": "ana", "attributes": {"uid": snowflake}})
+    await api.ok("POST", "/v1/pools", json={"id": "desk", "members": [{"worker": "ana"}]})
+    await api.ok(
+        "POST", "/v1/rules", json={"kinds": LEAD_KIND, "default_pool": "desk", "seed": 2**62}
+    )
+    decision = await api.ok(
+        "POST", "/v1/route", json={"id": "l1", "kind": "lead", "attributes": {"state": "CA"}}
+    )
+    assert (decision["outcome"], decision["worker"]) == ("assigned", "ana")
+    assert (await api.ok("GET", "/v1/workers/ana"))["attributes"] == {"uid": snowflake}

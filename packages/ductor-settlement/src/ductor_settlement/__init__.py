@@ -72,7 +72,13 @@ Errors (`errors`)
 
 from __future__ import annotations
 
-from ductor_settlement.canonical import canonical_hash, canonical_json, is_canonical, parse_json
+from ductor_settlement.canonical import (
+    canonical_hash,
+    canonical_json,
+    document_hash,
+    is_canonical,
+    parse_json,
+)
 from ductor_settlement.dsse import (
     Envelope,
     KeyRing,
@@ -300,6 +306,7 @@ __all__ = [  # noqa: RUF022 - grouped by area, sorted within each group
     # Canonical JSON (RFC 8785)
     "canonical_hash",
     "canonical_json",
+    "document_hash",
     "is_canonical",
     "parse_json",
     # Signed envelopes (DSSE v1, Ed25519) and keys

@@ -11,7 +11,8 @@ numbers in the shortest ECMAScript form (``1.0`` is ``1``, ``1e21`` is
 lone surrogates cannot be canonicalized and raise ``receipt.not_canonical``;
 amounts stay inside that range by construction (`MAX_MICROS`). To check a
 document, parse it with `parse_json` (which reads large integers as doubles,
-as RFC 8785 does) or ask `is_canonical`.
+as RFC 8785 does) or ask `is_canonical`; to hash one whatever integers a
+tenant put in it, `document_hash`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import rfc8785
 
 from ductor_settlement.errors import NotCanonical
 
-__all__ = ["canonical_hash", "canonical_json", "is_canonical", "parse_json"]
+__all__ = ["canonical_hash", "canonical_json", "document_hash", "is_canonical", "parse_json"]
 
 
 def canonical_json(value: object) -> bytes:
@@ -72,6 +73,19 @@ def parse_json(data: bytes | str) -> Any:
         ValueError: `data` is not JSON (NaN and Infinity literals included).
     """
     return json.loads(data, parse_int=_number, parse_constant=_no_constants)
+
+
+def document_hash(value: object) -> str:
+    """`canonical_hash` of `value` as a JSON reader sees it once it is written out.
+
+    The same hash as `canonical_hash` wherever that one answers; an integer past
+    2**53 - 1 (a 64-bit id among a tenant's attributes) is read as a double, as
+    RFC 8785 and `parse_json` read it from the JSON text, instead of raising. So
+    anyone holding the document as JSON recomputes the hash with any RFC 8785
+    library. For what a tenant wrote (a routing configuration, an explanation),
+    never for a signed payload, whose integers must stay exact.
+    """
+    return canonical_hash(parse_json(msgspec.json.encode(value)))
 
 
 def is_canonical(data: bytes) -> bool:

@@ -34,7 +34,7 @@ from ductor_settlement import (
     Receipt,
     Subject,
     SubjectKind,
-    canonical_hash,
+    document_hash,
     export_public_keys,
     issue_receipt,
     receipt_digest,
@@ -106,8 +106,10 @@ def receipt_id_for(tenant_id: str, subject: Subject) -> str:
 def decision_ref(decision_id: str, explanation: object) -> DecisionRef:
     """A receipt's reference to a routing decision: its id and ``sha256:<hex>`` of its
     explanation's canonical JSON (RFC 8785), so anyone holding the explanation
-    (``GET /v1/decisions/{id}``) can check it is the one the receipt names."""
-    return DecisionRef(id=decision_id, explanation_hash=canonical_hash(explanation))
+    (``GET /v1/decisions/{id}``) can check it is the one the receipt names. An integer
+    past 2**53 - 1 in it (an enriched 64-bit id) is hashed as the double a JSON reader
+    takes it for."""
+    return DecisionRef(id=decision_id, explanation_hash=document_hash(explanation))
 
 
 def receipt_view(stored: StoredReceipt) -> ReceiptView:

@@ -96,7 +96,7 @@ from ductor_settlement import (
     LedgerSnapshot,
     Subject,
     SubjectKind,
-    canonical_hash,
+    document_hash,
     quote,
 )
 from ductor_settlement.errors import AlreadyReturned, NotReturnable
@@ -388,8 +388,9 @@ class _Compiled:
     def __init__(self, router: Router, cost: int, config: _Config) -> None:
         self.router = router
         self.cost = cost
-        # What a receipt names as the configuration the decision was made under.
-        self.config_hash = canonical_hash(msgspec.to_builtins(config))
+        # What a receipt names as the configuration the decision was made under. A
+        # tenant's attributes may hold 64-bit integers: hashed as JSON readers see them.
+        self.config_hash = document_hash(config)
         # The enabled settlement of each pool the router may pick, with its members.
         self.settled: dict[str, tuple[PoolSettlement, tuple[str, ...]]] = {
             p.id: (config.settlement[p.id], tuple(m.worker for m in p.members))
