@@ -34,6 +34,7 @@ from ductor_routing.kinds import (
 )
 from ductor_routing.pipeline import Router, encode_decision
 from ductor_routing.pools import (
+    MAX_MICROS,
     Budget,
     Cap,
     Filter,
@@ -92,6 +93,7 @@ __all__ = [
     "BUILTIN_STRATEGIES",
     "ENRICHER_ENTRY_POINT_GROUP",
     "ENTRY_POINT_GROUP",
+    "MAX_MICROS",
     "AssignConflict",
     "AssignIntent",
     "AttributeSpec",

@@ -40,7 +40,7 @@ from ductor_routing.filters import (
     is_indexable,
 )
 from ductor_routing.kinds import KindSchema, Problem, pointer_token, validate_routable
-from ductor_routing.pools import Member, Pool, Window
+from ductor_routing.pools import MAX_MICROS, Member, Pool, Window
 from ductor_routing.routables import Routable
 from ductor_routing.rules import Rule, RuleSet
 from ductor_routing.state import (
@@ -445,6 +445,17 @@ class Router:
                 ):
                     if value is not None and value < 0:
                         problems.append(Problem(pointer=f"{mp}/{field}", message="must be >= 0"))
+                for field, value in (
+                    ("bid", m.bid),
+                    ("budget/limit", m.budget.limit if m.budget is not None else None),
+                ):
+                    if value is not None and value > MAX_MICROS:
+                        problems.append(
+                            Problem(
+                                pointer=f"{mp}/{field}",
+                                message="must be at most 10^15 micros",
+                            )
+                        )
                 program = compile_cel(m.when, f"{mp}/when")
                 if worker is None:
                     continue

@@ -11,6 +11,11 @@ from typing import Any
 
 import msgspec
 
+MAX_MICROS = 10**15
+"""The largest amount of money routing takes, in micros (a billion units): a
+routable's price, a member's bid and budget, an auction's reserve. Sums of many
+such amounts stay far inside 64 bits and exact in any JSON reader."""
+
 
 class FilterOp(enum.StrEnum):
     """The operators a structured filter can apply to one attribute."""

@@ -468,3 +468,36 @@ async def test_integers_past_two_to_the_53_in_the_configuration_still_route(api:
     )
     assert (decision["outcome"], decision["worker"]) == ("assigned", "ana")
     assert (await api.ok("GET", "/v1/workers/ana"))["attributes"] == {"uid": snowflake}
+
+
+async def test_a_bid_budget_or_reserve_past_10_to_the_15_micros_is_refused(api: Api) -> None:
+    # A routable's price is at most 10^15 micros; so is every amount a pool names.
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    body = assert_error(
+        await api.call(
+            "POST",
+            "/v1/pools",
+            json={
+                "id": "desk",
+                "strategy": {"name": "auction", "options": {"reserve": 10**15 + 1}},
+                "members": [
+                    {"worker": "ana", "bid": 2**62, "budget": {"limit": 2**63 - 1}},
+                ],
+            },
+        ),
+        422,
+        "routing.config",
+    )
+    assert [p["pointer"] for p in body["details"]] == [
+        "/members/0/bid",
+        "/members/0/budget/limit",
+        "/strategy",
+    ]
+    assert "10^15" in body["details"][0]["message"], body
+    assert (await api.call("GET", "/v1/pools/desk")).status_code == 404
+    pool = {
+        "id": "desk",
+        "strategy": {"name": "auction", "options": {"reserve": 10**15}},
+        "members": [{"worker": "ana", "bid": 10**15, "budget": {"limit": 10**15}}],
+    }
+    await api.ok("POST", "/v1/pools", json=pool)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ductor_routing.errors import ConfigError
+from ductor_routing.pools import MAX_MICROS
 from ductor_routing.strategies.base import Score, Selection, SelectionContext, check_options
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ def auction(options: Mapping[str, Any], registry: StrategyRegistry) -> Auction:
     pricing = options.get("pricing", "first")
     if not isinstance(reserve, int) or isinstance(reserve, bool) or reserve < 0:
         raise ConfigError("auction: 'reserve' must be a non-negative integer of micros")
+    if reserve > MAX_MICROS:
+        raise ConfigError("auction: 'reserve' must be at most 10^15 micros")
     if pricing not in ("first", "second"):
         raise ConfigError("auction: 'pricing' must be 'first' or 'second'")
     return Auction(reserve=reserve, pricing=pricing)

@@ -28,6 +28,7 @@ import msgspec
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine, estimate_cost
 from ductor_routing import (
+    MAX_MICROS,
     AssignConflict,
     ConfigError,
     Consent,
@@ -105,9 +106,6 @@ from ductor_settlement.returns import AssignmentFacts, ReturnRefusal, ReturnStat
 T = TypeVar("T")
 _S = TypeVar("_S", bound=msgspec.Struct)
 
-MAX_MICROS = 10**15
-"""The largest amount a request may name, in micros (a billion units): sums of many
-such amounts stay far inside 64 bits."""
 
 # --- bodies and views ---------------------------------------------------------------
 
