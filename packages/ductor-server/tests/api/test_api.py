@@ -562,6 +562,17 @@ async def test_a_signal_completes_a_waiting_run_and_a_late_one_is_refused(api: A
     assert run["steps"][0]["output"] == {"by": "ada"}
     late = await api.call("POST", path, json={"payload": {"by": "eve"}})
     assert_error(late, 409, "run.ended")
+    # A retry of a delivered signal is still its duplicate once the run has ended.
+    again = await api.call("POST", f"/v1/runs/{run_id}/signals/ship", json={"id": "s2"})
+    assert_error(again, 409, "run.ended")
+    retried = await api.call("POST", path, json={"payload": {"by": "ada"}, "id": "s1"})
+    assert retried.status_code == 202, retried.text
+    assert retried.json() == {
+        "run_id": run_id,
+        "signal_id": "s1",
+        "name": "approve",
+        "duplicate": True,
+    }
     for bad in ("a" * 257, "a%01b"):
         refused = await api.call("POST", f"/v1/runs/{run_id}/signals/{bad}", json={})
         error = assert_error(refused, 422, "request.invalid")

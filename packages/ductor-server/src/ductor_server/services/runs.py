@@ -987,13 +987,19 @@ class RunsService:
             run = await tx.get_run(tenant_id, run_id)
             if run is None:
                 raise RunNotFound(run_id)
+            scope = f"signal:{run_id}"
             if run.status.terminal:
-                raise RunEnded(run_id, run.status.value)
+                # A signal sent again after it ended the run (a retry whose
+                # first answer was lost) is the duplicate it is, not a refusal.
+                if await tx.get_idempotency(tenant_id, scope, sid) is None:
+                    raise RunEnded(run_id, run.status.value)
+                accepted = SignalAccepted(run_id=run_id, signal_id=sid, name=name, duplicate=True)
+                return Answer(accepted, Outcome.ACCEPTED)
             # A signal id is delivered once per run, whoever sends it again.
             fresh = await tx.put_idempotency(
                 IdempotencyRecord(
                     tenant_id=tenant_id,
-                    scope=f"signal:{run_id}",
+                    scope=scope,
                     key=sid,
                     request_hash=fingerprint(name, payload),
                     status_code=int(Outcome.ACCEPTED),
