@@ -47,3 +47,20 @@ def test_every_documented_resource_is_routed() -> None:
     assert documented
     for method, path in documented:
         assert (method, path) in routed, (method, path)
+
+
+def test_every_documented_success_status_is_in_the_openapi_document() -> None:
+    from ductor_server import Settings, create_app
+
+    paths = create_app(Settings()).openapi_schema.to_schema()["paths"]
+    rows = re.findall(
+        r"^\| `(GET|POST|PUT|PATCH|DELETE) (/[^`?]*)[^`]*` \|[^|]*\|(.*)$", DOC, re.MULTILINE
+    )
+    assert len(rows) > 50
+    missing = []
+    for method, path, answer in rows:
+        operation = paths[path][method.lower()]
+        documented = set(re.findall(r"`(2\d\d)\b", answer))
+        if documented - set(operation["responses"]):
+            missing.append((method, path, sorted(documented), sorted(operation["responses"])))
+    assert not missing

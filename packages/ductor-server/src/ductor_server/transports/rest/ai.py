@@ -29,7 +29,7 @@ from ductor_server.services.ai import (
 )
 from ductor_server.transports.rest.bodies import NO_BODY, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
-from ductor_server.transports.rest.errors import V1_ERRORS, ApiError
+from ductor_server.transports.rest.errors import V1_ERRORS, ApiError, also_ok
 from ductor_server.transports.rest.idempotency import answered
 
 _FORWARDED = (
@@ -167,7 +167,11 @@ class AiController(Controller):
         """The tenant's price table, by model."""
         return await ai.list_prices(tenant_id)
 
-    @put("/prices/{model:path}", status_code=201, responses=V1_ERRORS)
+    @put(
+        "/prices/{model:path}",
+        status_code=201,
+        responses=also_ok(PriceView, "The model's earlier price was replaced"),
+    )
     async def put_price(
         self,
         model: FromPath[str],

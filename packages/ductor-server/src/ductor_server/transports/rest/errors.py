@@ -74,6 +74,12 @@ def also_ok(model: type[Any], description: str) -> dict[int, ResponseSpec]:
     return {**V1_ERRORS, 200: ResponseSpec(data_container=model, description=description)}
 
 
+def also_created(model: type[Any], description: str) -> dict[int, ResponseSpec]:
+    """`V1_ERRORS` plus a 201 answer, for a replacing mutation (200) that answers
+    201 when there was nothing to replace."""
+    return {**V1_ERRORS, 201: ResponseSpec(data_container=model, description=description)}
+
+
 def error_response(code: str, message: str, details: Any = None, *, status: int) -> Response[Any]:
     """Build the one error response shape."""
     body = msgspec.to_builtins(ErrorBody(code=code, message=message, details=details))

@@ -49,7 +49,7 @@ from ductor_server.services.inbox_email import (
 from ductor_server.services.json_limits import INT64_MAX
 from ductor_server.transports.rest.bodies import NO_BODY, EmptyBody, JsonBody, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
-from ductor_server.transports.rest.errors import V1_ERRORS, status_for
+from ductor_server.transports.rest.errors import V1_ERRORS, also_ok, status_for
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
 SOCKET_POLL_SECONDS = 5.0
@@ -120,7 +120,11 @@ class InboxController(Controller):
     tags = ("inbox",)
     dependencies = {"inbox": Provide(provide_inbox, sync_to_thread=False)}  # noqa: RUF012
 
-    @post("/notifications", status_code=201, responses=V1_ERRORS)
+    @post(
+        "/notifications",
+        status_code=201,
+        responses=also_ok(SendResult, "Suppressed by the subscriber's preferences: nothing stored"),
+    )
     async def send(
         self,
         tenant_id: NamedDependency[str],

@@ -35,7 +35,7 @@ from ductor_server.transports.rest.bodies import (
     required,
 )
 from ductor_server.transports.rest.dependencies import services_of
-from ductor_server.transports.rest.errors import V1_ERRORS
+from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 
 
@@ -54,7 +54,11 @@ class AccountsController(Controller):
     tags = ("ledger",)
     dependencies = _LEDGER
 
-    @post("/", status_code=201, responses=V1_ERRORS)
+    @post(
+        "/",
+        status_code=201,
+        responses=also_ok(AccountView, "The same account was already open"),
+    )
     async def open_account(
         self,
         tenant_id: NamedDependency[str],
@@ -154,7 +158,7 @@ class HoldsController(Controller):
     tags = ("ledger",)
     dependencies = _LEDGER
 
-    @post("/", status_code=201, responses=V1_ERRORS)
+    @post("/", status_code=201, responses=also_ok(HoldView, "The same hold was already placed"))
     async def place_hold(
         self,
         tenant_id: NamedDependency[str],

@@ -30,7 +30,7 @@ from ductor_server.services.metering import (
 )
 from ductor_server.transports.rest.bodies import NO_BODY, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
-from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
+from ductor_server.transports.rest.errors import V1_ERRORS, also_created, also_ok
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
 from ductor_settlement import UsageWindow
 
@@ -198,7 +198,11 @@ class BudgetsController(Controller):
         """The budget on a meter, its current window's usage and recent alerts."""
         return await metering.get_budget(tenant_id, meter)
 
-    @put("/{meter:str}", status_code=200, responses=also_ok(BudgetView, "Replaced"))
+    @put(
+        "/{meter:str}",
+        status_code=200,
+        responses=also_created(BudgetView, "The meter had no budget: created"),
+    )
     async def put_budget(
         self,
         meter: FromPath[str],
