@@ -1,0 +1,169 @@
+"""docs/workflows.md agrees with the product: every definition on the page is
+published to a real `ductor dev` and run (or refused) as the page says, and the
+defaults, limits, codes and names it states are read from the code."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ductor_core import builtin_steps, concurrency, durations
+from ductor_core._retry import JITTER_FRACTION
+from ductor_core.definitions import EdgeType, RetryPolicy, ScatterArgs, StepType
+from ductor_core.tick import MAX_RECIPIENTS
+from ductor_core.validation import PROBLEM_CODES, REF_PATTERN, SCATTER_STEP_TYPES, SLUG_PATTERN
+from ductor_server.engine.actions import HttpAction
+from ductor_server.engine.effects import MAX_START_DEPTH
+from ductor_server.engine.outbound import MAX_RESPONSE_BYTES
+
+from .conftest import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "workflows.md").read_text()
+BLOCKS: list[Any] = [json.loads(b) for b in re.findall(r"^```json\n(.*?)^```", DOC, re.S | re.M)]
+
+# The inputs the page runs its examples with (each is quoted in the page).
+RUNS: dict[str, Any] = {
+    "review-or-not": {"amount": 250},
+    "call-or-fallback": None,
+    "approval-window": None,
+    "call-double": {"n": 21},
+    "greet-all": {"names": ["ada", "bo"]},
+}
+EVENT = {"id": "o-1", "total": 250, "customer": "c-9"}
+
+
+def _definitions() -> dict[str, tuple[dict[str, Any], Any]]:
+    """Each definition on the page by slug, with the output block after it (None when
+    the next block is another definition)."""
+    found: dict[str, tuple[dict[str, Any], Any]] = {}
+    for i, block in enumerate(BLOCKS):
+        if isinstance(block, dict) and "steps" in block:
+            after = BLOCKS[i + 1] if i + 1 < len(BLOCKS) else None
+            output = None if isinstance(after, dict) and "steps" in after else after
+            found[block["family_slug"]] = (block, output)
+    return found
+
+
+DEFINITIONS = _definitions()
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    server = ServerProcess(data_dir=tmp_path_factory.mktemp("workflows") / "data")
+    try:
+        server.start()
+        with server.client() as client:
+            yield client
+    finally:
+        server.stop()
+
+
+def _ended(http: httpx.Client, run_id: str) -> dict[str, Any]:
+    for _ in range(20):
+        run: dict[str, Any] = http.get(f"/v1/runs/{run_id}", params={"wait": 5}).json()
+        if run["status"] not in ("RUN_STATUS_PENDING", "RUN_STATUS_RUNNING"):
+            return run
+    raise AssertionError(f"run {run_id} did not end: {run}")
+
+
+def test_the_examples_run_as_the_page_says(http: httpx.Client) -> None:
+    valid = [d for slug, (d, _) in DEFINITIONS.items() if slug != "Bad Slug"]
+    assert {d["family_slug"] for d in valid} == {*RUNS, "double", "big-orders"}
+    for definition in valid:  # `double` before `call-double`, as on the page
+        answer = http.post("/v1/workflows", json=definition)
+        assert answer.status_code == 201, answer.text
+    started = {}
+    for slug, given in RUNS.items():
+        if given is not None:
+            assert f"`{json.dumps(given)}`" in DOC, slug
+        answer = http.post("/v1/runs", json={"family_slug": slug, "input": given})
+        assert answer.status_code == 201, answer.text
+        started[slug] = answer.json()["id"]
+    event = http.post("/v1/events", json={"name": "order.created", "data": EVENT})
+    assert json.dumps({"name": "order.created", "data": EVENT}) in DOC.replace("\n", " ")
+    [started["big-orders"]] = event.json()["runs_started"]
+    for slug, run_id in started.items():
+        run = _ended(http, run_id)
+        assert run["status"] == "RUN_STATUS_SUCCEEDED", (slug, run["error"])
+        assert run["output"] == DEFINITIONS[slug][1], slug
+    call = next(s for s in _ended(http, started["call-or-fallback"])["steps"] if s["ref"] == "call")
+    assert (call["attempt"], call["error"]["code"]) == (2, "http.connection")
+
+
+def test_the_refused_definition_gets_the_answer_shown(http: httpx.Client) -> None:
+    bad, answer = DEFINITIONS["Bad Slug"]
+    report = http.post("/v1/workflows/validate", json=bad).json()
+    refused = http.post("/v1/workflows", json=bad)
+    assert refused.status_code == 422
+    body = refused.json()
+    assert (body["code"], body["message"]) == (answer["code"], answer["message"])
+    for problems in (report["problems"], body["details"]):
+        assert [(p["code"], p["pointer"]) for p in problems] == [
+            (p["code"], p["pointer"]) for p in answer["details"]
+        ]
+        for real, shown in zip(problems, answer["details"], strict=True):
+            head, _, tail = shown["message"].partition("...")
+            assert real["message"].startswith(head), real
+            assert real["message"].endswith(tail), real
+
+
+def test_the_codes_and_names_are_the_codes() -> None:
+    listed = re.findall(r"^\| `(definition\.[a-z_]+)` \|", DOC, re.M)
+    server = {
+        "definition.unknown_connection",
+        "definition.unknown_operation",
+        "definition.bad_input",
+        "definition.not_email_connection",
+    }
+    assert listed[: len(PROBLEM_CODES)] == list(PROBLEM_CODES)
+    assert sorted(listed[len(PROBLEM_CODES) :]) == sorted(server)
+    assert re.findall(r"^\| `(EDGE_TYPE_[A-Z]+)` \|", DOC, re.M) == [t.value for t in EdgeType]
+    for step_type in StepType:
+        assert re.search(rf"^### .*{step_type.value}\b", DOC, re.M), step_type
+    scatterable = sorted(t.name for t in SCATTER_STEP_TYPES)
+    assert "a DATAFLOW, ACTION, BRIDGE or ROUTE;" in DOC
+    assert scatterable == sorted(["DATAFLOW", "ACTION", "BRIDGE", "ROUTE"])
+    assert "a built-in action: `noop` or `http`" in DOC
+
+
+def test_the_defaults_and_limits_are_the_codes() -> None:
+    retry = RetryPolicy()
+    for name, value in (
+        ("max_attempts", "`3`"),
+        ("initial_interval", '`"1s"`'),
+        ("backoff_coefficient", "`2.0`"),
+        ("max_interval", '`"5m"`'),
+        ("non_retryable_codes", "`[]`"),
+    ):
+        assert re.search(rf"^\| `{name}` \| [^|]+ \| {re.escape(value)} \|", DOC, re.M), name
+        assert json.dumps(getattr(retry, name)) == value.strip("`"), name
+    limits: list[tuple[object, object, str]] = [
+        (JITTER_FRACTION, 0.1, "±10%"),
+        (ScatterArgs(items="[]").max_concurrency, 10, "| `max_concurrency` | integer | `10` |"),
+        (concurrency.MAX_LIMIT, 100_000, "1 to 100,000"),
+        (concurrency.MAX_PERIOD, timedelta(days=30), "at most `30d`"),
+        (concurrency.MAX_KEY_SOURCE, 1_000, "at most 1,000 characters"),
+        (durations.MAX_DURATION, timedelta(days=36_500), "at most `36500d`"),
+        (durations._MAX_TEXT_LENGTH, 64, "most 64 characters long"),
+        (SLUG_PATTERN.pattern, "[a-z0-9][a-z0-9-]{0,62}", "1 to 63 lowercase"),
+        (REF_PATTERN.pattern, "[A-Za-z_][A-Za-z0-9_-]{0,63}", "at most 64 characters"),
+        (MAX_START_DEPTH, 16, "nest 16 deep"),
+        (MAX_RECIPIENTS, 1000, "a list of 1 to 1,000"),
+        (builtin_steps.MAX_CTAS, 2, "up to 2 `ctas`"),
+        (HttpAction()._timeout, 30.0, "else 30 seconds"),
+        (MAX_RESPONSE_BYTES, 10 * 1024 * 1024, "over 10 MiB"),
+    ]
+    for actual, expected, phrase in limits:
+        assert actual == expected, phrase
+        assert phrase in DOC, phrase
+    for value in ("250ms", "1.5s", "1h30m", "7d"):
+        assert durations.parse_duration(value) > timedelta(0)
