@@ -265,3 +265,51 @@ def test_a_json_file_has_the_same_problems_a_yaml_file_has(tmp_path: Path) -> No
     assert [str(p) for p in read_file(deep, "deep.json")[1]] == [
         f"deep.json:1:96: /: nested deeper than {MAX_DEPTH} levels"
     ]
+
+
+def test_an_explicit_tag_on_a_value_it_cannot_read_is_a_problem_at_its_place(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        "t.yaml",
+        "kind: Worker\nspec:\n  id: w\n  attributes:\n    f: !!float abc\n    h: !!float 0x1F\n"
+        "    e: !!float ''\n    b: !!bool maybe\n    y: !!bool yes\n    d: !!timestamp soon\n"
+        "    m: !!timestamp 2024-13-45\n    ok: !!float 2\n    t: !!bool TRUE\n",
+    )
+    problems = [str(p) for p in read_file(path, "t.yaml")[1]]
+    assert problems == [
+        "t.yaml:5:8: /spec/attributes/f: cannot read the value: 'abc' is not a float",
+        "t.yaml:6:8: /spec/attributes/h: cannot read the value: '0x1F' is not a float",
+        "t.yaml:7:8: /spec/attributes/e: cannot read the value: '' is not a float",
+        "t.yaml:8:8: /spec/attributes/b: cannot read the value: 'maybe' is not a boolean"
+        " (true or false)",
+        "t.yaml:9:8: /spec/attributes/y: cannot read the value: 'yes' is not a boolean"
+        " (true or false)",
+        "t.yaml:10:8: /spec/attributes/d: not a JSON value (tag:yaml.org,2002:timestamp):"
+        " quote it to make it a string",
+        "t.yaml:11:8: /spec/attributes/m: not a JSON value (tag:yaml.org,2002:timestamp):"
+        " quote it to make it a string",
+    ]
+    fine = write(tmp_path, "f.yaml", "kind: Worker\nspec: {id: w, a: !!float 2, b: !!bool TRUE}\n")
+    [resource], problems = read_file(fine, "f.yaml")
+    assert problems == []
+    assert resource.spec == {"id": "w", "a": 2.0, "b": True}
+
+
+def test_an_integer_of_thousands_of_digits_is_outside_64_bits(tmp_path: Path) -> None:
+    digits = "1" + "0" * 5000
+    yaml_file = write(tmp_path, "n.yaml", f"kind: Worker\nspec: {{id: w, n: {digits}}}\n")
+    assert [str(p) for p in read_file(yaml_file, "n.yaml")[1]] == [
+        "n.yaml:2:18: /spec/n: integer outside 64 bits"
+    ]
+    padded = write(tmp_path, "z.yaml", f"kind: Worker\nspec: {{id: w, n: {'0' * 5000}7}}\n")
+    [resource], problems = read_file(padded, "z.yaml")
+    assert problems == []
+    assert resource.spec == {"id": "w", "n": 7}
+    json_file = write(
+        tmp_path, "n.json", f'{{"kind": "Worker", "spec": {{"id": "w", "n": -{digits}}}}}'
+    )
+    assert [str(p) for p in read_file(json_file, "n.json")[1]] == [
+        "n.json:1:45: /spec/n: integer outside 64 bits"
+    ]

@@ -141,6 +141,18 @@ _Loader.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))
 _Loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+.0123456789"))
 
 
+def _decimal(text: str) -> int:
+    """A decimal integer, or one just outside 64 bits for a text of more digits than
+    64 bits hold (Python refuses to convert thousands of digits: a ValueError)."""
+    negative = text.startswith("-")
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(_INT_LIMIT)):
+        return -_INT_LIMIT - 1 if negative else _INT_LIMIT
+    # Leading zeros count towards Python's limit too.
+    number = int(digits or "0", 10)
+    return -number if negative else number
+
+
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     """A YAML 1.2 integer: decimal (leading zeros and all), `0o` octal or `0x` hex."""
     text = str(loader.construct_scalar(node))
@@ -152,10 +164,48 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
         return int(text[2:], 8)
     if text.startswith("0x"):
         return int(text[2:], 16)
-    return int(text, 10)
+    return _decimal(text)
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    """A YAML 1.2 float (an explicit `!!float` too: PyYAML's own raises a bare
+    ValueError on text that is no number)."""
+    text = str(loader.construct_scalar(node))
+    if not _FLOAT.match(text):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a float", node.start_mark
+        )
+    if text.lower().lstrip("+-") == ".inf":
+        return float("-inf") if text.startswith("-") else float("inf")
+    if text.lower() == ".nan":
+        return float("nan")
+    return float(text)
+
+
+def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
+    """A YAML 1.2 boolean (an explicit `!!bool yes` too, which YAML 1.1 read as true)."""
+    text = str(loader.construct_scalar(node))
+    if not _BOOL.match(text):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not a boolean (true or false)", node.start_mark
+        )
+    return text.lower() == "true"
+
+
+def _construct_timestamp(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> _NotJson:
+    """An explicit `!!timestamp`, refused as not JSON whatever its text (PyYAML's own
+    raises a bare error on a text that is no time)."""
+    return _NotJson()
+
+
+class _NotJson:
+    """A value no JSON document holds (the builder reports it)."""
 
 
 _Loader.add_constructor(_INT_TAG, _construct_int)
+_Loader.add_constructor(_FLOAT_TAG, _construct_float)
+_Loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
 
 
 def _mark(mark: Any) -> tuple[int, int]:
@@ -213,7 +263,9 @@ def _strict_json(text: str, name: str) -> Problem | None:
     Python's `json`, which reads NaN and Infinity)."""
     constants: list[str] = []
     try:
-        json.loads(text, parse_constant=constants.append)
+        # No int(): thousands of digits would raise a ValueError (the reader, next,
+        # reports an integer outside 64 bits).
+        json.loads(text, parse_constant=constants.append, parse_int=len)
     except json.JSONDecodeError as exc:
         return Problem(name, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)
     except RecursionError:
@@ -378,7 +430,7 @@ class _JsonReader:
         assert found is not None  # the text is strict JSON
         self.pos = found.end()
         if found.group(1) is None and found.group(2) is None:
-            number = int(found.group())
+            number = _decimal(found.group())
             if not -_INT_LIMIT <= number < _INT_LIMIT:
                 self.fail(pointer, start, "integer outside 64 bits")
             return number
