@@ -81,6 +81,11 @@ def run_keys_create(args: argparse.Namespace) -> int:
     if args.tenant is None:
         return run_client_command(args)
     from ductor_server.cli_server import create_key, open_migrated
+    from ductor_server.services.tenants import tenant_id_problem
+
+    if (wrong := tenant_id_problem(args.tenant)) is not None:
+        sys.stderr.write(f"error: tenant.invalid: --tenant {args.tenant!r}: {wrong}\n")
+        return 1
 
     settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
     if settings.embedded:

@@ -394,6 +394,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         roles=roles,
         migrate_on_start=args.migrate,
     )
+    seed_tenant = None
+    if args.seed is not None:
+        from ductor_server.services.tenants import tenant_id_problem
+
+        seed_tenant = args.seed_tenant or os.environ.get("DUCTOR_SEED_TENANT")
+        if not seed_tenant:
+            sys.stderr.write("error: --seed needs --seed-tenant (or $DUCTOR_SEED_TENANT)\n")
+            return 2
+        if (wrong := tenant_id_problem(seed_tenant)) is not None:
+            sys.stderr.write(f"error: --seed-tenant {seed_tenant!r}: {wrong}\n")
+            return 2
     if settings.embedded:
         # Nobody else migrates an embedded store: do it at start, as `dev` does.
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -403,13 +414,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         sys.stderr.write(f"error: {problem}\n")
         return 1
-    if args.seed is not None:
-        tenant = args.seed_tenant or os.environ.get("DUCTOR_SEED_TENANT")
-        if not tenant:
-            sys.stderr.write("error: --seed needs --seed-tenant (or $DUCTOR_SEED_TENANT)\n")
-            return 2
-        if seed(settings, args.seed, tenant) != 0:
-            return 1
+    if seed_tenant is not None and seed(settings, args.seed, seed_tenant) != 0:
+        return 1
     backend = "postgres" if settings.sqlite_file is None else f"sqlite at {settings.sqlite_file}"
     return _serve(
         settings,

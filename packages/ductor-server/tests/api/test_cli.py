@@ -325,3 +325,27 @@ def test_sdk_workflows_are_listed_as_bridge_slugs(capsys: pytest.CaptureFixture[
     assert cmd_apps_list(_lists([app], []), args, out) == 0
     assert out.getvalue().splitlines()[1] == "  bridge:shop:fulfil-order"
     assert capsys.readouterr().err == ""
+
+
+def test_a_tenant_id_given_to_the_operators_commands_is_checked_before_anything_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A database nobody can reach: a command that got past the check would fail there.
+    monkeypatch.setenv("DUCTOR_DATABASE_URL", "postgresql://postgres@127.0.0.1:1/none")
+    monkeypatch.delenv("DUCTOR_SEED_TENANT", raising=False)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    for tenant in ("bad tenant", "évil/../x", "-dash", "t" * 65):
+        assert main(["serve", "--seed", str(seed), f"--seed-tenant={tenant}"]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"error: --seed-tenant {tenant!r}: a tenant id is 1 to 64 letters, digits,"
+            " '.', '_' or '-', starting with a letter or digit\n"
+        )
+        monkeypatch.setenv("DUCTOR_SEED_TENANT", tenant)
+        assert main(["serve", "--seed", str(seed)]) == 2
+        assert "error: --seed-tenant" in capsys.readouterr().err
+        monkeypatch.delenv("DUCTOR_SEED_TENANT")
+        assert main(["keys", "create", f"--tenant={tenant}"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: tenant.invalid: --tenant {tenant!r}: a tenant id is"), err

@@ -99,6 +99,15 @@ def _after(cursor: str) -> str:
     return after
 
 
+def tenant_id_problem(tenant_id: str) -> str | None:
+    """Why `tenant_id` cannot name a tenant, or None when it can."""
+    if TENANT_ID.fullmatch(tenant_id):
+        return None
+    return (
+        "a tenant id is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    )
+
+
 def check_tenant(body: TenantBody) -> tuple[str, str]:
     """The new tenant's id and name, checked whole.
 
@@ -106,14 +115,8 @@ def check_tenant(body: TenantBody) -> tuple[str, str]:
         TenantInvalid: `tenant.invalid`, every problem with its pointer.
     """
     problems: list[dict[str, str]] = []
-    if not TENANT_ID.fullmatch(body.id):
-        problems.append(
-            {
-                "pointer": "/id",
-                "message": "a tenant id is 1 to 64 letters, digits, '.', '_' or '-',"
-                " starting with a letter or digit",
-            }
-        )
+    if (wrong := tenant_id_problem(body.id)) is not None:
+        problems.append({"pointer": "/id", "message": wrong})
     name = body.id if body.name is None else body.name
     if not name.strip() or len(name) > MAX_TENANT_NAME or any(ord(c) < 32 for c in name):
         problems.append(
@@ -233,4 +236,5 @@ __all__ = [
     "TenantView",
     "TenantsService",
     "check_tenant",
+    "tenant_id_problem",
 ]
