@@ -61,6 +61,60 @@ def test_ductor_dev_serves_healthz(tmp_path: Path) -> None:
     assert not (tmp_path / "data" / "ductor.pid").exists(), "a clean stop removes the pid file"
 
 
+def test_a_second_dev_on_the_same_data_dir_is_refused_and_a_stale_pid_file_is_not(
+    tmp_path: Path,
+) -> None:
+    """The pid file is the one docs/getting-started.md kills with `kill -9`: a second
+    `ductor dev` on the data dir (on the same port, or another) must neither take it
+    over nor remove it; after kill -9, the file left behind does not stop a start."""
+    data = tmp_path / "data"
+    pid_file = data / "ductor.pid"
+
+    def dev(port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ductor_server.cli", "dev", "--port", str(port)],
+            env=_env({"DUCTOR_DATA_DIR": str(data)}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    port = _free_port()
+    first = dev(port)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        assert _ready(port, first) == 200
+        for again in (port, _free_port()):
+            done = subprocess.run(
+                [sys.executable, "-m", "ductor_server.cli", "dev", "--port", str(again)],
+                env=_env({"DUCTOR_DATA_DIR": str(data)}),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert done.stderr == (
+                f"error: ductor dev is already running on {data.resolve()} (pid {first.pid}):"
+                " stop it first, or give this one another --data-dir\n"
+            )
+            assert done.stdout == ""
+            assert pid_file.read_text() == f"{first.pid}\n"
+        first.kill()
+        first.wait(timeout=10)
+        assert pid_file.read_text() == f"{first.pid}\n"  # kill -9 leaves it behind
+        port = _free_port()
+        second = dev(port)
+        assert _ready(port, second) == 200
+        assert pid_file.read_text() == f"{second.pid}\n"
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)
+    assert second is not None
+    assert second.returncode == 0
+    assert not pid_file.exists()
+
+
 def _env(env: dict[str, str] | None) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
     base.update(env or {})

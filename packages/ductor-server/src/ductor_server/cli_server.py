@@ -81,6 +81,43 @@ def _write_private(path: Path, text: str) -> None:
     path.chmod(0o600)
 
 
+class _DataDirBusy(Exception):
+    """Another live `ductor dev` holds the data dir's pid file (its text: that pid)."""
+
+
+def _hold_pid_file(path: Path) -> int:
+    """Lock `path` for this process's life and write its pid there; the open file,
+    to close at exit. The lock, not the text, says who runs: it goes with its process,
+    by kill -9 too, so a stale pid file never stops a start.
+
+    Raises:
+        _DataDirBusy: another live process holds the lock.
+    """
+    for _ in range(10):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        if sys.platform != "win32":
+            import fcntl
+
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                other = os.read(fd, 64).decode(errors="replace").strip()
+                os.close(fd)
+                raise _DataDirBusy(other or "unknown") from None
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the holder removed the file as we opened it: open anew
+                os.close(fd)
+                continue
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.chmod(path, 0o600)
+        return fd
+    raise _DataDirBusy("unknown")
+
+
 async def ensure_dev_key(settings: Settings) -> tuple[str, bool]:
     """Migrate the embedded store and make sure the dev tenant has the key in
     `<data-dir>/api_key` (minting and writing one on first start).
@@ -293,12 +330,32 @@ def cmd_dev(args: argparse.Namespace) -> int:
         # On a developer's machine the app under development listens on loopback.
         settings = dataclasses.replace(settings, outbound_allow=("127.0.0.0/8", "::1/128"))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Two servers on one data dir would share its SQLite file and its pid file: the
+    # second would answer for, and on its exit remove, the first's pid.
+    try:
+        pid_fd = _hold_pid_file(settings.pid_file)
+    except _DataDirBusy as busy:
+        sys.stderr.write(
+            f"error: ductor dev is already running on {settings.data_dir.resolve()}"
+            f" (pid {busy}): stop it first, or give this one another --data-dir\n"
+        )
+        return 1
+    try:
+        return _dev(args, settings)
+    finally:
+        # A clean exit removes the pid file; after kill -9 it stays, naming a dead process.
+        with contextlib.suppress(OSError):
+            settings.pid_file.unlink()
+        os.close(pid_fd)
+
+
+def _dev(args: argparse.Namespace, settings: Settings) -> int:
+    """`ductor dev` once it holds its data dir."""
     key, created = asyncio.run(ensure_dev_key(settings))
     settings, receipt_kid, receipt_created = ensure_dev_receipt_keys(settings)
     settings, secret_kid, secret_created = ensure_dev_secret_keys(settings)
     if args.seed is not None and seed(settings, args.seed, DEV_TENANT) != 0:
         return 1
-    _write_private(settings.pid_file, f"{os.getpid()}\n")
     where = http_url(settings.host, settings.port)
     announce = [
         f"ductor {__version__} (embedded) on {where}",
@@ -325,13 +382,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         announce.append(
             f"connection secret key {secret_kid} ({made} {settings.dev_secret_keys_file})"
         )
-    try:
-        return _serve(settings, announce)
-    finally:
-        # A clean exit removes the pid file; after kill -9 it stays, naming a dead process.
-        with contextlib.suppress(OSError):
-            if settings.pid_file.read_text().strip() == str(os.getpid()):
-                settings.pid_file.unlink()
+    return _serve(settings, announce)
 
 
 def _where(settings: Settings) -> str:
