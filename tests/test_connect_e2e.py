@@ -495,6 +495,17 @@ def test_another_tenant_finds_nothing(postgres: ServerProcess) -> None:
         assert trigger.json()["details"][0]["debug"]["code"] == "workflow.not_found"
 
 
+def test_an_error_repeats_at_most_a_bounded_part_of_the_request(sqlite: ServerProcess) -> None:
+    with sqlite.client() as http:
+        missing = _rpc(http, "RunService/TriggerRun", {"family_slug": "s" * 100_000})
+    assert missing.status_code == 404
+    assert len(missing.content) < 5_000
+    assert missing.json()["message"].endswith("more characters)")
+    debug = missing.json()["details"][0]["debug"]
+    assert debug["code"] == "workflow.not_found"
+    assert debug["details"]["family_slug"] == "s" * 1_000 + "… (99000 more characters)"
+
+
 def test_get_run_waits_for_the_run_to_end(postgres: ServerProcess) -> None:
     # GetRun's `wait` is REST's long poll: held until the run ends (a signal
     # sent meanwhile), or answered as it stands once the time is up.

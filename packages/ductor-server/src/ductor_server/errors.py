@@ -37,6 +37,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from ductor_core.errors import DuctorError
 from ductor_core.timestamps import utc_text
 
@@ -318,7 +320,43 @@ class BridgeNotConfigured(ServerError):
         super().__init__("the server has no bridge signing key: set DUCTOR_BRIDGE_SIGNING_KEY")
 
 
+MAX_MESSAGE_CHARS = 2_000
+"""The longest `message` an error answer carries; the rest is cut (see `shown`)."""
+MAX_DETAIL_CHARS = 1_000
+"""The longest text among an error answer's `details` (an id or slug it repeats)."""
+
+
+def _clipped(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def _clipped_details(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return _clipped(value, MAX_DETAIL_CHARS)
+    if depth >= 32:  # deeper than any details the server builds
+        return value
+    if isinstance(value, dict):
+        return {key: _clipped_details(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clipped_details(item, depth + 1) for item in value]
+    return value
+
+
+def shown(error: DuctorError) -> tuple[str, Any]:
+    """The message and the plain-JSON details of `error` as every transport answers
+    them: what a request sent and an error repeats (a 100 KB slug, a long id) is
+    cut, so an answer is never a multiple of its request."""
+    details = error.details
+    if details is not None:
+        details = _clipped_details(msgspec.to_builtins(details))
+    return _clipped(error.message, MAX_MESSAGE_CHARS), details
+
+
 __all__ = [
+    "MAX_DETAIL_CHARS",
+    "MAX_MESSAGE_CHARS",
     "BridgeNotConfigured",
     "DefinitionInvalid",
     "EmailNotFound",
@@ -346,4 +384,5 @@ __all__ = [
     "Unauthenticated",
     "WorkflowNotFound",
     "WorkflowVersionNotFound",
+    "shown",
 ]

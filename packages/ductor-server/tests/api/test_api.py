@@ -238,6 +238,25 @@ async def test_unknown_things_are_404(api: Api) -> None:
     assert (await api.call("GET", "/v1/runs")).json()["items"] == []
 
 
+async def test_an_error_repeats_at_most_a_bounded_part_of_the_request(api: Api) -> None:
+    slug = "s" * 3_500  # within this server's 4 KiB body limit
+    missing = await api.call("POST", "/v1/runs", json={"family_slug": slug})
+    error = assert_error(missing, 404, "workflow.not_found")
+    assert len(missing.content) < 3_500
+    assert error["details"]["family_slug"] == "s" * 1_000 + "… (2500 more characters)"
+    assert error["message"].startswith("workflow 'sss")
+    assert error["message"].endswith("more characters)")
+    run_id = "r" * 7_000
+    assert len((await api.call("GET", f"/v1/runs/{run_id}")).content) < 5_000
+    short = assert_error(await api.call("GET", "/v1/runs/nope"), 404, "run.not_found")
+    assert short["details"] == {"run_id": "nope"}
+    zero = await api.call("POST", "/v1/runs", json={"family_slug": "x", "version": 0})
+    assert assert_error(zero, 422, "request.invalid")["details"] == {
+        "path": "$.version",
+        "reason": "must be a positive integer",
+    }
+
+
 # --- workflows and runs ----------------------------------------------------------
 
 

@@ -406,7 +406,10 @@ class RunsService:
             BudgetExceeded: `budget.exceeded`, a blocking budget on `runs`.
         """
         if version is not None and (isinstance(version, bool) or version < 1):
-            raise RequestInvalid("version must be a positive integer")
+            raise RequestInvalid(
+                "version must be a positive integer",
+                details={"path": "$.version", "reason": "must be a positive integer"},
+            )
         now = self._context.clock.now()
         claim = Claim.of(
             tenant_id,

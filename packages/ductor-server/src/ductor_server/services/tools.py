@@ -21,7 +21,7 @@ import msgspec
 
 from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
-from ductor_server.errors import RequestInvalid
+from ductor_server.errors import RequestInvalid, shown
 from ductor_server.services.idempotency import MAX_KEY_LENGTH, Answer
 from ductor_server.services.json_limits import (
     MAX_DEPTH,
@@ -655,10 +655,8 @@ def _too_deep(arguments: Any) -> ToolError:
 
 def error_body(error: DuctorError) -> dict[str, Any]:
     """The REST error body of `error`: `{code, message, details}`."""
-    details = error.details
-    if details is not None:
-        details = msgspec.to_builtins(details)
-    return {"code": error.code, "message": error.message, "details": details}
+    message, details = shown(error)
+    return {"code": error.code, "message": message, "details": details}
 
 
 def builtins(value: Any) -> Any:

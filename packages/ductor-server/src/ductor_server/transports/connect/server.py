@@ -25,6 +25,7 @@ from protobuf import Oneof
 from protobuf.wkt import ListValue, Struct, Value
 
 from ductor_core.errors import DuctorError
+from ductor_server.errors import shown
 from ductor_server.services import Answer
 from ductor_server.services.keys import Caller, Scope
 from ductor_server.transports.connect.method import PACKAGE, Method
@@ -66,10 +67,7 @@ def _value(data: Any) -> Value:
 
 
 def _detail(error: DuctorError) -> dict[str, Any]:
-    details = error.details
-    if details is not None:
-        details = msgspec.to_builtins(details)
-    return {"code": error.code, "details": details}
+    return {"code": error.code, "details": shown(error)[1]}
 
 
 def connect_error(error: DuctorError) -> ConnectError:
@@ -78,7 +76,7 @@ def connect_error(error: DuctorError) -> ConnectError:
     REST error's `details`)."""
     detail = Struct(fields={k: _value(v) for k, v in _detail(error).items()})
     mapped = error_code(error.code, retryable=error.retryable)
-    return ConnectError(Code(mapped.connect), error.message, [detail])
+    return ConnectError(Code(mapped.connect), shown(error)[0], [detail])
 
 
 def _error_json(error: DuctorError) -> bytes:

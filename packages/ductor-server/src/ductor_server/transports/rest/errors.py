@@ -18,6 +18,7 @@ from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
 
 from ductor_core.errors import DuctorError
+from ductor_server.errors import shown
 from ductor_server.transports.error_codes import ERROR_CODES, error_code
 
 log = logging.getLogger("ductor_server.transports.rest")
@@ -98,14 +99,9 @@ def body_too_large(max_body_bytes: int) -> ApiError:
 
 def handle_ductor_error(_: Request[Any, Any, Any], exc: DuctorError) -> Response[Any]:
     """Map any `DuctorError` through the table."""
-    details = exc.details
-    if details is not None:
-        details = msgspec.to_builtins(details)
+    message, details = shown(exc)
     return error_response(
-        exc.code,
-        exc.message,
-        details,
-        status=status_for(exc.code, retryable=exc.retryable),
+        exc.code, message, details, status=status_for(exc.code, retryable=exc.retryable)
     )
 
 
