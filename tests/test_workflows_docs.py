@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ductor_core import builtin_steps, concurrency, durations
+from ductor_core import builtin_steps, concurrency, durations, input_schemas
 from ductor_core._retry import JITTER_FRACTION
 from ductor_core.definitions import EdgeType, RetryPolicy, ScatterArgs, StepType
 from ductor_core.tick import MAX_RECIPIENTS
@@ -77,7 +77,7 @@ def _ended(http: httpx.Client, run_id: str) -> dict[str, Any]:
 
 def test_the_examples_run_as_the_page_says(http: httpx.Client) -> None:
     valid = [d for slug, (d, _) in DEFINITIONS.items() if slug != "Bad Slug"]
-    assert {d["family_slug"] for d in valid} == {*RUNS, "double", "big-orders"}
+    assert {d["family_slug"] for d in valid} == {*RUNS, "double", "big-orders", "checked-orders"}
     for definition in valid:  # `double` before `call-double`, as on the page
         answer = http.post("/v1/workflows", json=definition)
         assert answer.status_code == 201, answer.text
@@ -114,6 +114,18 @@ def test_the_refused_definition_gets_the_answer_shown(http: httpx.Client) -> Non
             head, _, tail = shown["message"].partition("...")
             assert real["message"].startswith(head), real
             assert real["message"].endswith(tail), real
+
+
+def test_an_input_that_fails_the_schema_gets_the_answer_shown(http: httpx.Client) -> None:
+    definition, shown = DEFINITIONS["checked-orders"]
+    assert http.post("/v1/workflows", json=definition).status_code in (200, 201)
+    given = {"total": "250"}
+    assert f"`{json.dumps(given)}`" in DOC
+    refused = http.post("/v1/runs", json={"family_slug": "checked-orders", "input": given})
+    assert refused.status_code == 422
+    assert refused.json() == shown
+    good = {"id": "o-1", "total": 250, "tags": ["gift"]}
+    assert http.post("/v1/runs", json={"family_slug": "checked-orders", "input": good}).is_success
 
 
 def test_the_codes_and_names_are_the_codes() -> None:
@@ -161,6 +173,13 @@ def test_the_defaults_and_limits_are_the_codes() -> None:
         (builtin_steps.MAX_CTAS, 2, "up to 2 `ctas`"),
         (HttpAction()._timeout, 30.0, "else 30 seconds"),
         (MAX_RESPONSE_BYTES, 10 * 1024 * 1024, "over 10 MiB"),
+        (input_schemas.MAX_SCHEMA_BYTES, 64 * 1024, "at most 64 KiB of JSON"),
+        (input_schemas.MAX_SCHEMA_DEPTH, 32, "nested at most 32 deep"),
+        (input_schemas.MAX_PATTERN_CHARS, 1000, "at most 1,000 characters; matched"),
+        (input_schemas.MAX_PROBLEMS, 20, "lists at most 20 problems"),
+        (input_schemas.MAX_MESSAGE_CHARS, 200, "cut at 200 characters"),
+        (input_schemas.MIN_STEPS, 10_000, "may take 10,000 steps"),
+        (input_schemas.STEPS_PER_VALUE, 25, "plus 25 per value"),
     ]
     for actual, expected, phrase in limits:
         assert actual == expected, phrase

@@ -63,6 +63,7 @@ from ductor_core.durations import parse_duration
 from ductor_core.errors import DefinitionError, DurationError, ExpressionError
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.graph import Graph
+from ductor_core.input_schemas import schema_problems
 from ductor_core.step_specs import StepSpec, StepSpecs
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -100,7 +101,10 @@ PROBLEM_CODES: dict[str, str] = {
     "definition.condition_unexpected": "a condition on an edge that is not a CONDITION edge",
     "definition.bad_trigger": "a trigger without an event name",
     "definition.bad_output": "an output that is not a CEL string or an object of them",
-    "definition.bad_input_schema": "an input schema that is not a JSON Schema object",
+    "definition.bad_input_schema": (
+        "an input schema that is not a JSON Schema, or that reaches outside itself,"
+        " uses a pattern RE2 cannot run or is too large"
+    ),
     "definition.bad_concurrency": "a concurrency option with no limit, or a limit that cannot work",
 }
 """Every problem code validation reports, with what it means."""
@@ -872,15 +876,28 @@ class _Walker:
             return
         kind = value.get("type")
         names = kind if isinstance(kind, list) else [kind]
-        if "type" in value and not all(
+        bad_type = "type" in value and not all(
             isinstance(n, str) and n in _JSON_SCHEMA_TYPES for n in names
-        ):
+        )
+        if bad_type:
             self.add(
                 "definition.bad_input_schema",
                 "/input_schema/type",
                 "'input_schema.type' must be a JSON Schema type ("
                 + ", ".join(sorted(_JSON_SCHEMA_TYPES))
                 + f") or an array of them, got {_show(kind)}",
+            )
+        # The rest of JSON Schema, and Ductor's bounds on it (`input_schemas`).
+        for problem in schema_problems(value):
+            if bad_type and problem.pointer == "/type":
+                continue  # said above, better
+            where = (
+                "'input_schema'" if not problem.pointer else "'input_schema' at " + problem.pointer
+            )
+            self.add(
+                "definition.bad_input_schema",
+                "/input_schema" + problem.pointer,
+                f"{where} {problem.message}",
             )
 
     def output(self, value: Any) -> None:

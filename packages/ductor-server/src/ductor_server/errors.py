@@ -18,6 +18,7 @@
           ├── RunNotCancellable                run.not_cancellable
           ├── RunNotEnded                      run.not_ended (a re-run of a run still going)
           ├── RunEnded                         run.ended (a signal to a finished run)
+          ├── RunInputInvalid                  run.input_invalid (details: problems)
           ├── Unauthenticated                  auth.unauthenticated
           │    └── KeyExpired                  auth.key_expired
           ├── Forbidden                        auth.forbidden (the key lacks a scope)
@@ -212,6 +213,34 @@ class RunEnded(ServerError):
         )
 
 
+class RunInputInvalid(ServerError):
+    """A run's input does not satisfy its workflow version's `input_schema`.
+
+    `details` holds `pointer` (the first problem's), `problems` (each
+    `{"pointer", "message"}`, pointers from the request's root: `/input/total`)
+    and the `family_slug` refused."""
+
+    code = "run.input_invalid"
+    retryable = False
+
+    def __init__(self, family_slug: str, problems: list[dict[str, str]]) -> None:
+        first = problems[0] if problems else {"pointer": "/input", "message": "is invalid"}
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(
+            f"the input does not satisfy the input_schema of {family_slug}: "
+            f"{first['pointer']} {first['message']}{more}",
+            details={"pointer": first["pointer"], "problems": problems, "family_slug": family_slug},
+        )
+        self.family_slug = family_slug
+        self.problems = problems
+        self.start_index = 0  # which of a batch of starts it refused (`create_runs`)
+
+    def under(self, prefix: str) -> RunInputInvalid:
+        """The same refusal with every pointer under `prefix` ("/runs/3")."""
+        moved = [{**p, "pointer": prefix + p["pointer"]} for p in self.problems]
+        return RunInputInvalid(self.family_slug, moved)
+
+
 class Unauthenticated(ServerError):
     """No valid API key was presented."""
 
@@ -374,6 +403,7 @@ __all__ = [
     "NotificationNotFound",
     "RequestInvalid",
     "RunEnded",
+    "RunInputInvalid",
     "RunNotCancellable",
     "RunNotEnded",
     "RunNotFound",

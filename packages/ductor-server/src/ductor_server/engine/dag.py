@@ -21,9 +21,15 @@ from ductor_core.step_specs import StepSpecs
 from ductor_core.tick import tick
 from ductor_server.engine.cheap import cheap, tick_binds
 from ductor_server.engine.effects import MAX_START_DEPTH, Effects, EngineParts, create_run
-from ductor_server.engine.events import match_candidates, start_matched, triggered_candidates
+from ductor_server.engine.events import (
+    match_candidates,
+    refused_runs,
+    start_matched,
+    triggered_candidates,
+)
 from ductor_server.engine.kinds import Computation, KindTick, failed_tick
 from ductor_server.engine.offload import ENGINE, resolve_engine, resolve_specs
+from ductor_server.errors import RunInputInvalid
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import DAG_KIND, RunRecord
 
@@ -194,21 +200,34 @@ class DagKind:
                 retryable=False,
             )
         record, definition = resolved
-        await create_run(
-            tx,
-            parts,
-            effects,
-            tenant_id=parent.tenant_id,
-            record=record,
-            definition=definition,
-            input=command.input,
-            now=now,
-            parent=parent,
-            parent_step_ref=command.step_ref,
-            parent_item_index=command.item_index,
-            child_key=command.child_key,
-            depth=depth + 1,
-        )
+        try:
+            await create_run(
+                tx,
+                parts,
+                effects,
+                tenant_id=parent.tenant_id,
+                record=record,
+                definition=definition,
+                input=command.input,
+                now=now,
+                parent=parent,
+                parent_step_ref=command.step_ref,
+                parent_item_index=command.item_index,
+                child_key=command.child_key,
+                depth=depth + 1,
+            )
+        except RunInputInvalid as error:
+            # The child is not started; the step (or the SCATTER item) fails.
+            return ErrorInfo(
+                code=error.code,
+                message=error.message,
+                retryable=False,
+                details={
+                    "family_slug": record.family_slug,
+                    "version": record.version,
+                    "problems": error.problems,
+                },
+            )
         return None
 
     async def start_triggered(
@@ -233,6 +252,7 @@ class DagKind:
         triggered = await match_candidates(
             parts, candidates, event_id=event_id, name=name, data=data, now=now
         )
+        refused_runs(triggered)  # logged: this caller has no answer to carry them
         return await start_matched(
             tx,
             parts,

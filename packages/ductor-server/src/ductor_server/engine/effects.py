@@ -8,6 +8,7 @@ other kinds are reached through `EngineParts.kinds`, never imported.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.cheap import cheap
 from ductor_server.engine.history import transition_entries
 from ductor_server.engine.inboxfeed import InboxFeed
+from ductor_server.engine.inputs import refuse_bad_input
 from ductor_server.engine.kinds import RunKinds
 from ductor_server.engine.notify import write_notifications
 from ductor_server.engine.offload import (
@@ -50,6 +52,7 @@ from ductor_server.engine.offload import (
     resolve_specs,
 )
 from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.errors import RunInputInvalid
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import (
     NewHistoryEntry,
@@ -296,10 +299,20 @@ def first_tick(
 
 
 async def compute_first_tick(
-    parts: EngineParts, definition: WorkflowDefinition, *, input: Any, now: datetime
+    parts: EngineParts,
+    definition: WorkflowDefinition,
+    *,
+    input: Any,
+    now: datetime,
+    tenant_id: str,
 ) -> FirstTick:
     """A new run's first tick: on the loop when it is cheap (`engine.cheap`: the
-    root steps' CEL is cheap over `input`), else in the engine lane."""
+    root steps' CEL is cheap over `input`), else in the engine lane.
+
+    Raises:
+        RunInputInvalid: `input` does not satisfy the version's `input_schema`.
+    """
+    await refuse_bad_input(definition, input, tenant_id=tenant_id)
     engine, specs = parts.portable()
     if cheap(definition, parts.specs, parts.expressions(), [input]):
         return first_tick(definition, input=input, now=now, engine=engine, specs=specs)
@@ -376,13 +389,47 @@ async def create_runs(
     now: datetime,
     depth: int = 0,
 ) -> list[RunInsert]:
-    """`create_run` for many runs with one insert, in order."""
-    firsts = [
-        start.first
-        if start.first is not None
-        else await compute_first_tick(parts, start.definition, input=start.input, now=now)
-        for start in starts
-    ]
+    """`create_run` for many runs with one insert, in order.
+
+    A start without its first tick whose idempotency key already names a run
+    gets that run, whatever its input; any other start's input is checked
+    against its version's `input_schema` first.
+
+    Raises:
+        RunInputInvalid: a start's input does not satisfy the schema
+            (`start_index` says which); nothing is written.
+    """
+    found: dict[int, RunRecord] = {}
+    firsts: list[FirstTick] = []
+    for index, start in enumerate(starts):
+        if start.first is not None:
+            firsts.append(start.first)
+            continue
+        if start.idempotency_key is not None:
+            existing = await tx.find_run_by_idempotency_key(start.tenant_id, start.idempotency_key)
+            if existing is not None:
+                found[index] = existing
+                continue
+        try:
+            first = await compute_first_tick(
+                parts, start.definition, input=start.input, now=now, tenant_id=start.tenant_id
+            )
+        except RunInputInvalid as error:
+            error.start_index = index
+            raise
+        firsts.append(first)
+    if found:
+        ready = iter(firsts)
+        fresh = [
+            dataclasses.replace(start, first=next(ready))
+            for index, start in enumerate(starts)
+            if index not in found
+        ]
+        made = iter(await create_runs(tx, parts, effects, fresh, now=now, depth=depth))
+        return [
+            RunInsert(run=found[index], created=False) if index in found else next(made)
+            for index in range(len(starts))
+        ]
     inserted = await tx.insert_runs(
         [
             NewRun(

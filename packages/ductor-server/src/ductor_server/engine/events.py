@@ -22,10 +22,12 @@ import msgspec
 from ductor_core.definitions import WorkflowDefinition
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
+from ductor_core.input_schemas import InputProblem
 from ductor_core.runs import EventReceived
 from ductor_core.step_specs import StepSpecs
 from ductor_server.engine.cheap import cheap
 from ductor_server.engine.effects import Effects, EngineParts, FirstTick, create_run, first_tick
+from ductor_server.engine.inputs import input_check
 from ductor_server.engine.offload import ENGINE, resolve_engine
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import EventRecord, NewInboxItem, WorkflowVersionRecord
@@ -37,6 +39,25 @@ INLINE_CANDIDATES = 16
 more go to the engine lane, however cheap each is."""
 
 
+class RefusedRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A run an event's trigger matched but did not start, and why.
+
+    `code` "run.input_invalid": the event's data does not satisfy the version's
+    `input_schema`.
+
+    Attributes:
+        family_slug: the family whose trigger matched.
+        version: the version the run would have pinned (the family's latest).
+        code: why it was not started.
+        problems: each `{"pointer", "message"}`, pointers from the event (`/data/total`).
+    """
+
+    family_slug: str
+    version: int
+    code: str
+    problems: list[InputProblem]
+
+
 @dataclass
 class IngestedEvent:
     """What storing one event did."""
@@ -46,6 +67,7 @@ class IngestedEvent:
     duplicate: bool
     other_content: bool = False  # a duplicate id whose stored event has another name or data
     runs_started: list[str] = field(default_factory=list)
+    runs_refused: list[RefusedRun] = field(default_factory=list)
     runs_notified: list[str] = field(default_factory=list)
 
 
@@ -71,11 +93,13 @@ def trigger_matches(engine: ExpressionEngine, filter_source: str | None, event: 
 @dataclass(frozen=True)
 class TriggeredRun:
     """A DAG run an event starts: the latest version of a family whose trigger
-    filter held, and the run's first tick."""
+    filter held, and the run's first tick; `problems` when the event's data does
+    not satisfy the version's `input_schema` (the run is then not started)."""
 
     record: WorkflowVersionRecord
     definition: WorkflowDefinition
     first: FirstTick
+    problems: tuple[InputProblem, ...] = ()
 
 
 Candidates = list[tuple[WorkflowVersionRecord, WorkflowDefinition]]
@@ -145,10 +169,24 @@ async def match_candidates(
         specs=specs,
     )
     # In the lane, on the tenant's turn: its flood leaves a slot to the others.
-    matched = match() if inline else await ENGINE.run_for(candidates[0][0].tenant_id, match)
-    return [
-        TriggeredRun(candidates[index][0], candidates[index][1], first) for index, first in matched
-    ]
+    tenant_id = candidates[0][0].tenant_id
+    matched = match() if inline else await ENGINE.run_for(tenant_id, match)
+    triggered: list[TriggeredRun] = []
+    for index, first in matched:
+        record, definition = candidates[index]
+        # Only a matched trigger's schema is checked (the data as `/data`).
+        found = await input_check(definition, data, tenant_id=tenant_id)
+        problems = () if found.valid else _under_data(found.problems)
+        triggered.append(TriggeredRun(record, definition, first, problems))
+    return triggered
+
+
+def _under_data(problems: Sequence[InputProblem]) -> tuple[InputProblem, ...]:
+    # A run's input is the event's data: point into the event.
+    return tuple(
+        InputProblem(pointer="/data" + p.pointer.removeprefix("/input"), message=p.message)
+        for p in problems
+    )
 
 
 async def prepare_triggered(
@@ -181,10 +219,12 @@ async def start_matched(
     triggered: Sequence[TriggeredRun],
     now: datetime,
 ) -> list[str]:
-    """Insert the runs an event triggered (once per event id and family); the ids
-    of those this call created."""
+    """Insert the runs an event triggered (once per event id and family), but
+    those whose input was refused; the ids of those this call created."""
     started: list[str] = []
     for run in triggered:
+        if run.problems:
+            continue
         inserted = await create_run(
             tx,
             parts,
@@ -200,6 +240,29 @@ async def start_matched(
         if inserted.created:
             started.append(inserted.run.id)
     return started
+
+
+def refused_runs(triggered: Sequence[TriggeredRun]) -> list[RefusedRun]:
+    """The matched runs not started because the event's data fails their schema."""
+    refused: list[RefusedRun] = []
+    for run in triggered:
+        if run.problems:
+            log.info(
+                "event data does not satisfy the input_schema of %s v%d: %s %s",
+                run.record.family_slug,
+                run.record.version,
+                run.problems[0].pointer,
+                run.problems[0].message,
+            )
+            refused.append(
+                RefusedRun(
+                    family_slug=run.record.family_slug,
+                    version=run.record.version,
+                    code="run.input_invalid",
+                    problems=list(run.problems),
+                )
+            )
+    return refused
 
 
 async def ingest_event(
@@ -241,6 +304,7 @@ async def ingest_event(
     # the kinds registered after it, e.g. SDK workflows over the bridge).
     for kind in parts.kinds:
         if triggered is not None and kind is parts.kinds.default:
+            outcome.runs_refused.extend(refused_runs(triggered))
             outcome.runs_started.extend(
                 await start_matched(
                     tx,

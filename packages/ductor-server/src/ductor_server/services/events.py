@@ -11,7 +11,7 @@ import msgspec
 from opentelemetry import trace
 
 from ductor_server.engine.effects import Effects
-from ductor_server.engine.events import ingest_event, prepare_triggered
+from ductor_server.engine.events import RefusedRun, ingest_event, prepare_triggered
 from ductor_server.errors import EventInvalid
 from ductor_server.services.context import ServiceContext, start_taking
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -22,13 +22,16 @@ from ductor_server.telemetry import traced
 
 
 class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
-    """An event was stored; which runs it started and how many waiting runs it reached."""
+    """An event was stored; which runs it started, which waiting runs it reached,
+    and the runs a trigger matched but did not start (`runs_refused`: the event's
+    data does not satisfy the workflow's `input_schema`)."""
 
     id: str
     name: str
     duplicate: bool
     runs_started: list[str] = []
     runs_notified: list[str] = []
+    runs_refused: list[RefusedRun] = []
 
 
 class EventsService:
@@ -106,6 +109,7 @@ class EventsService:
                 duplicate=outcome.duplicate,
                 runs_started=outcome.runs_started,
                 runs_notified=outcome.runs_notified,
+                runs_refused=outcome.runs_refused,
             )
             return Answer(accepted, Outcome.ACCEPTED)
 
@@ -121,4 +125,4 @@ class EventsService:
         return answer
 
 
-__all__ = ["EventAccepted", "EventsService"]
+__all__ = ["EventAccepted", "EventsService", "RefusedRun"]

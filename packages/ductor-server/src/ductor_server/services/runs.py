@@ -19,6 +19,7 @@ import msgspec
 from opentelemetry import trace
 
 from ductor_core.definitions import StepType, WorkflowDefinition
+from ductor_core.input_schemas import MAX_PROBLEMS
 from ductor_core.runs import (
     CancelRequested,
     ErrorInfo,
@@ -41,6 +42,7 @@ from ductor_server.engine.queue import Topic
 from ductor_server.errors import (
     RequestInvalid,
     RunEnded,
+    RunInputInvalid,
     RunNotCancellable,
     RunNotEnded,
     RunNotFound,
@@ -404,6 +406,8 @@ class RunsService:
             WorkflowNotFound, WorkflowVersionNotFound, RequestInvalid
             IdempotencyConflict: the key was used with other arguments.
             BudgetExceeded: `budget.exceeded`, a blocking budget on `runs`.
+            RunInputInvalid: `run.input_invalid`, the input does not satisfy the
+                version's `input_schema` (nothing is stored).
         """
         if version is not None and (isinstance(version, bool) or version < 1):
             raise RequestInvalid(
@@ -438,6 +442,8 @@ class RunsService:
             WorkflowNotFound, WorkflowVersionNotFound: the family (or version) is gone.
             IdempotencyConflict: the key was used with other arguments.
             BudgetExceeded: `budget.exceeded`, a blocking budget on `runs`.
+            RunInputInvalid: `run.input_invalid`, the input does not satisfy the
+                `input_schema` of the version the new run would pin.
         """
         context = self._context
         async with context.store.transaction() as tx:
@@ -544,6 +550,9 @@ class RunsService:
             IdempotencyConflict: the batch's key was used with other runs.
             BudgetExceeded: `budget.exceeded`, the batch would pass a blocking
                 budget on `runs` (none is started).
+            RunInputInvalid: `run.input_invalid`, runs whose input does not satisfy
+                their version's `input_schema`, each problem's pointer under its
+                run (`/runs/3/input/total`); none is started.
         """
         count = len(requests)
         if not 1 <= count <= MAX_RUNS_PER_BATCH:
@@ -577,7 +586,7 @@ class RunsService:
                     details={"pointer": f"/runs/{index}/key"},
                 )
             keys.append(stored)
-        firsts = await self._first_ticks(tenant_id, requests, keys, now)
+        firsts = await self._first_ticks(tenant_id, requests, keys, now, batch=True)
         effects = Effects()
 
         async def effect(tx: Tx) -> Answer[RunsStarted]:
@@ -633,9 +642,12 @@ class RunsService:
                         ),
                     )
                 )
-            inserted = await create_runs(
-                tx, context.parts, effects, [start for _, start in dag], now=now
-            )
+            try:
+                inserted = await create_runs(
+                    tx, context.parts, effects, [start for _, start in dag], now=now
+                )
+            except RunInputInvalid as error:
+                raise error.under(f"/runs/{dag[error.start_index][0]}") from None
             for (index, start), one in zip(dag, inserted, strict=True):
                 views[index] = await self._inserted_view(tx, tenant_id, start.definition, one)
             started: list[StartedRun] = []
@@ -689,9 +701,16 @@ class RunsService:
         requests: Sequence[RunRequest],
         stored_keys: Sequence[str | None],
         now: datetime,
+        *,
+        batch: bool = False,
     ) -> list[_Ready | None]:
         """`_first_tick` for each request of a batch, read together: the run keys
-        already taken in one round trip, each named version once."""
+        already taken in one round trip, each named version once.
+
+        Raises:
+            RunInputInvalid: inputs that do not satisfy their version's
+                `input_schema` (in a `batch`, pointers start with `/runs/<index>`).
+        """
         context = self._context
         kinds = context.parts.kinds
         ours = [i for i, r in enumerate(requests) if kinds.for_slug(r.family_slug) is kinds.default]
@@ -714,15 +733,25 @@ class RunsService:
                         requests[i].family_slug, requests[i].version
                     )
         firsts: list[_Ready | None] = []
-        for request, found in zip(requests, resolved, strict=True):
+        refused: list[RunInputInvalid] = []
+        for index, (request, found) in enumerate(zip(requests, resolved, strict=True)):
             if found is None:
                 firsts.append(None)
                 continue
             record, definition = found
-            first = await compute_first_tick(
-                context.parts, definition, input=request.input, now=now
-            )
+            try:
+                first = await compute_first_tick(
+                    context.parts, definition, input=request.input, now=now, tenant_id=tenant_id
+                )
+            except RunInputInvalid as error:
+                # A batch names the run; every refused run's problems are listed.
+                refused.append(error.under(f"/runs/{index}") if batch else error)
+                firsts.append(None)
+                continue
             firsts.append(_Ready(record, definition, first))
+        if refused:
+            problems = [p for error in refused for p in error.problems][:MAX_PROBLEMS]
+            raise RunInputInvalid(refused[0].family_slug, problems)
         return firsts
 
     async def _create(

@@ -67,6 +67,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "run.not_cancellable": _(409, FAILED_PRECONDITION),
     "run.ended": _(409, FAILED_PRECONDITION),
     "run.not_ended": _(409, FAILED_PRECONDITION),
+    "run.input_invalid": _(422, INVALID_ARGUMENT),
     "run.wait_limit": _(429, RESOURCE_EXHAUSTED),
     "event.invalid": _(422, INVALID_ARGUMENT),
     # routing

@@ -1,0 +1,157 @@
+"""Input schemas: what a definition's `input_schema` may hold, and checking a
+run's input against it within a bounded number of steps."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jsonschema
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ductor_core.input_schemas import (
+    MAX_PROBLEMS,
+    MAX_SCHEMA_DEPTH,
+    check_input,
+    input_steps,
+    schema_problems,
+)
+from ductor_core.validation import validate_definition
+
+ORDER = {
+    "type": "object",
+    "required": ["id", "total"],
+    "properties": {
+        "id": {"type": "string"},
+        "total": {"type": "number", "minimum": 0},
+        "tags": {"type": "array", "uniqueItems": True, "items": {"type": "string"}},
+    },
+}
+
+
+def pointers(schema: Any) -> list[str]:
+    return [p.pointer for p in schema_problems(schema)]
+
+
+def test_a_valid_schema_has_no_problem() -> None:
+    assert schema_problems(ORDER) == []
+    local = {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#"}
+    assert schema_problems(local) == []
+    assert schema_problems({"$schema": "http://json-schema.org/draft-07/schema#"}) == []
+
+
+def test_a_schema_is_checked_against_its_meta_schema() -> None:
+    assert pointers({"properties": {"a": {"type": "text"}}}) == ["/properties/a/type"]
+    assert pointers({"required": "id"}) == ["/required"]
+
+
+def test_nothing_may_reach_outside_the_schema() -> None:
+    assert pointers({"$ref": "https://example.com/x.json"}) == ["/$ref"]
+    assert pointers({"$ref": "other.json#/a"}) == ["/$ref"]
+    assert pointers({"$ref": "#/$defs/missing"}) == ["/$ref"]
+    assert pointers({"$id": "https://example.com/"}) == ["/$id"]
+    assert pointers({"$defs": {"a": {"$dynamicRef": "#x"}}}) == ["/$defs/a/$dynamicRef"]
+    # A property named like a keyword is a property, not a keyword.
+    assert pointers({"properties": {"$id": {"type": "string"}}}) == []
+
+
+def test_patterns_are_re2_and_bounded() -> None:
+    assert pointers({"pattern": "^(a+)+$"}) == []
+    assert pointers({"pattern": "(?=a)"}) == ["/pattern"]
+    assert pointers({"pattern": r"(a)\1"}) == ["/pattern"]
+    assert pointers({"pattern": "a" * 1001}) == ["/pattern"]
+    assert pointers({"patternProperties": {"^a": {}}}) == ["/patternProperties"]
+
+
+def test_a_schema_is_bounded_in_size_and_depth() -> None:
+    assert pointers({"enum": ["x" * 1000] * 70}) == [""]
+    deep: dict[str, Any] = {}
+    for _ in range(MAX_SCHEMA_DEPTH):
+        deep = {"not": deep}
+    assert pointers(deep) == [""]
+
+
+def test_definition_validation_reports_schema_problems_with_pointers() -> None:
+    definition = {
+        "family_slug": "f",
+        "input_schema": {"type": "object", "properties": {"a": {"$ref": "http://x/"}}},
+        "steps": [{"ref": "a", "type": "STEP_TYPE_WAIT", "args": {"duration": "1s"}}],
+    }
+    problems = validate_definition(definition).problems
+    assert [(p.code, p.pointer) for p in problems] == [
+        ("definition.bad_input_schema", "/input_schema/properties/a/$ref")
+    ]
+
+
+def test_an_input_is_checked_with_a_pointer_per_problem() -> None:
+    found = check_input(ORDER, {"total": "x", "tags": ["a", "b", "a"]})
+    assert not found.valid
+    assert [p.pointer for p in found.problems] == ["/input/id", "/input/total", "/input/tags/2"]
+    assert check_input(ORDER, {"id": "o", "total": 1.5}).valid
+
+
+def test_unique_items_follows_json_equality() -> None:
+    schema = {"uniqueItems": True}
+    assert not check_input(schema, [1, 1.0]).valid
+    assert check_input(schema, [1, True]).valid
+    assert not check_input(schema, [{"a": [1]}, {"a": [1]}]).valid
+    # Linear: a large array of objects is checked at once.
+    began = time.perf_counter()
+    assert check_input(schema, [{"n": i} for i in range(50_000)]).valid
+    assert time.perf_counter() - began < 5
+
+
+def test_problems_and_messages_are_bounded() -> None:
+    found = check_input({"items": {"type": "integer"}}, ["x" * 10_000] * 100)
+    assert len(found.problems) == MAX_PROBLEMS
+    assert all(len(p.message) <= 200 for p in found.problems)
+
+
+def test_an_exponential_check_stops_after_its_steps() -> None:
+    branch = {"type": "array", "items": {"$ref": "#/$defs/n"}}
+    bomb = {"$defs": {"n": {"anyOf": [branch, branch, {"type": "string"}]}}, "$ref": "#/$defs/n"}
+    assert schema_problems(bomb) == []
+    nested: Any = True
+    for _ in range(60):
+        nested = [nested]
+    found = check_input(bomb, nested)
+    assert not found.complete
+    assert not found.valid
+    assert "steps" in found.problems[-1].message
+    assert input_steps(nested) < 12_000
+
+
+def test_a_reference_loop_is_refused_not_crashed() -> None:
+    loop = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    found = check_input(loop, 1)
+    assert not found.valid
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-5, 5) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+SCHEMAS = st.sampled_from(
+    [
+        ORDER,
+        {"type": "array", "items": {"type": ["string", "null"]}, "maxItems": 3},
+        {"anyOf": [{"type": "integer"}, {"type": "object", "required": [""]}]},
+        {"oneOf": [{"type": "number"}, {"minimum": 0}]},
+        {"not": {"type": "boolean"}, "const": None},
+        {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[a-c]*$"}},
+        {"type": "array", "uniqueItems": True},
+        {"propertyNames": {"maxLength": 1}, "minProperties": 1},
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SCHEMAS, JSON)
+def test_the_check_agrees_with_the_library(schema: dict[str, Any], value: Any) -> None:
+    assert check_input(schema, value).valid == jsonschema.Draft202012Validator(schema).is_valid(
+        value
+    )
