@@ -282,7 +282,10 @@ def input_steps(value: Any) -> int:
 def check_input(
     schema: Mapping[str, Any], value: Any, *, steps: int | None = None, root: str = "/input"
 ) -> InputCheck:
-    """Check `value` against `schema` (one `schema_problems` found nothing in).
+    """Check `value` against `schema`.
+
+    A schema `schema_problems` refuses (one a version published before these
+    checks may hold) is not run: the value is taken as valid.
 
     Args:
         schema: the input schema.
@@ -290,8 +293,10 @@ def check_input(
         steps: the most steps the check may take (`input_steps(value)` if None).
         root: the pointer of `value` itself; each problem's pointer starts with it.
     """
-    budget = input_steps(value) if steps is None else steps
     validator = _compiled(schema)
+    if validator is None:
+        return InputCheck()  # published before these checks, and not safe to run
+    budget = input_steps(value) if steps is None else steps
     problems: list[InputProblem] = []
     _state.left = budget
     try:
@@ -465,21 +470,23 @@ _NO_REMOTE: Registry[Any] = Registry()
 itself does not hold is an error, never a fetch."""
 
 _CACHE_SIZE = 256
-_compiled_cache: OrderedDict[bytes, Validator] = OrderedDict()
+_compiled_cache: OrderedDict[bytes, Validator | None] = OrderedDict()
 _compiled_lock = threading.Lock()
 
 
-def _compiled(schema: Mapping[str, Any]) -> Validator:
+def _compiled(schema: Mapping[str, Any]) -> Validator | None:
     """The validator for `schema`, built once per distinct schema (its canonical
-    JSON): every version publishing the same schema shares it."""
+    JSON): every version publishing the same schema shares it. None for a
+    schema `schema_problems` refuses."""
     key = msgspec.json.encode(schema, order="sorted")
     with _compiled_lock:
-        found = _compiled_cache.get(key)
-        if found is not None:
+        if key in _compiled_cache:
             _compiled_cache.move_to_end(key)
-            return found
-    cls, _ = _dialect(schema)
-    validator = _counting(cls)(schema, registry=_NO_REMOTE)
+            return _compiled_cache[key]
+    validator: Validator | None = None
+    if not schema_problems(schema):
+        cls, _ = _dialect(schema)
+        validator = _counting(cls)(schema, registry=_NO_REMOTE)
     with _compiled_lock:
         _compiled_cache[key] = validator
         while len(_compiled_cache) > _CACHE_SIZE:
