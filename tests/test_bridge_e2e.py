@@ -185,12 +185,28 @@ def test_an_event_runs_a_workflow_using_every_primitive(bridge: tuple[Any, AppPr
         assert "fulfil-order" in apps[0]["workflows"]
         assert apps[0]["stale"] is False
 
+        # A DAG workflow on the same event whose input schema the event fails.
+        strict = {
+            "family_slug": "strict-orders",
+            "triggers": [{"event": "order.created"}],
+            "input_schema": {"type": "object", "required": ["customer"]},
+            "steps": [{"ref": "n", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}],
+        }
+        assert http.post("/v1/workflows", json=strict).status_code == 201
+
         # The SDK's own REST client, against the real server's bodies and answers.
         with ApiClient(server.url, api_key=server.api_key) as api:
             sent = api.send_event("order.created", {"id": 7, "total": 500})
         assert sent.name == "order.created"
         assert sent.duplicate is False
         [run_id] = sent.runs_started
+        [refused] = sent.runs_refused
+        assert (refused.family_slug, refused.version, refused.code) == (
+            "strict-orders",
+            1,
+            "run.input_invalid",
+        )
+        assert [p["pointer"] for p in refused.problems] == ["/data/customer"]
 
         _wait(http, run_id, _waiting_for("event order.shipped"))
         other = {"name": "order.shipped", "data": {"order_id": 8, "carrier": "dhl"}}

@@ -64,6 +64,16 @@ export interface Run<Output = Json> {
   readonly [field: string]: unknown;
 }
 
+/** A run an event's trigger matched but did not start, and why: `code`
+ * `run.input_invalid` when the event's data does not satisfy the workflow's
+ * `input_schema`, each problem pointing into the event (`/data/total`). */
+export interface RefusedRun {
+  readonly family_slug: string;
+  readonly version: number;
+  readonly code: string;
+  readonly problems: readonly { readonly pointer: string; readonly message: string }[];
+}
+
 /** The answer to `POST /v1/events`. */
 export interface EventAccepted {
   readonly id: string;
@@ -73,6 +83,8 @@ export interface EventAccepted {
   readonly runs_started: readonly string[];
   /** Runs waiting for it that it reached. */
   readonly runs_notified: readonly string[];
+  /** Runs its triggers matched but did not start. */
+  readonly runs_refused: readonly RefusedRun[];
 }
 
 /** The answer to `POST /v1/runs/{id}/signals/{name}`. */

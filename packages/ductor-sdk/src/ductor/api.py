@@ -29,6 +29,7 @@ __all__ = [
     "ApiClient",
     "AsyncApiClient",
     "EventAccepted",
+    "RefusedRun",
     "Run",
     "RunStatus",
 ]
@@ -81,15 +82,28 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
         return self.status == RunStatus.SUCCEEDED
 
 
+class RefusedRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A run an event's trigger matched but did not start: `code` says why
+    (`run.input_invalid`: the event's data does not satisfy the workflow's
+    `input_schema`), `problems` each `{"pointer", "message"}` into the event."""
+
+    family_slug: str
+    version: int
+    code: str
+    problems: list[dict[str, Any]] = []
+
+
 class EventAccepted(msgspec.Struct, frozen=True, kw_only=True):
     """The answer to `POST /v1/events`: the event's id, whether it repeated one
-    already stored, the runs it started and the waiting runs it reached."""
+    already stored, the runs it started, the waiting runs it reached and the
+    runs its triggers matched but did not start."""
 
     id: str | None = None
     name: str | None = None
     duplicate: bool = False
     runs_started: list[str] = []
     runs_notified: list[str] = []
+    runs_refused: list[RefusedRun] = []
 
 
 class _Call(msgspec.Struct, frozen=True, kw_only=True):
