@@ -186,3 +186,18 @@ def test_the_defaults_and_limits_are_the_codes() -> None:
         assert phrase in DOC, phrase
     for value in ("250ms", "1.5s", "1h30m", "7d"):
         assert durations.parse_duration(value) > timedelta(0)
+
+
+def test_the_timeout_and_retry_table_is_what_each_type_uses() -> None:
+    table = DOC.split("| step types | `timeout` | `retry` |\n|---|---|---|\n", 1)[1]
+    rows = re.findall(r"^\| (.+?) \| (.+?) \| (.+?) \|$", table.split("\n\n", 1)[0], re.M)
+    used: dict[str, set[str]] = {}
+    for types, timeout, retry in rows:
+        for name in types.removesuffix(" (run by a worker)").split(", "):
+            assert f"STEP_TYPE_{name}" not in used, name
+            used[f"STEP_TYPE_{name}"] = {
+                option
+                for option, cell in (("timeout", timeout), ("retry", retry))
+                if not cell.startswith("refused")
+            }
+    assert used == {spec.type: set(spec.options) for spec in builtin_steps.BUILTIN_STEP_SPECS}

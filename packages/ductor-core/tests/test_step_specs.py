@@ -301,6 +301,28 @@ def test_the_built_in_set_is_the_step_type_enum_and_args_table() -> None:
     assert "STEP_TYPE_ECHO" not in BUILTIN_STEP_SPECS
 
 
+def test_a_worker_run_type_uses_timeout_and_retry_and_the_coordinator_ones_what_they_read() -> None:
+    raw = echo_definition()
+    raw["steps"][1] |= {"timeout": "5s", "retry": {"max_attempts": 2}}
+    assert problems(raw) == []
+    assert ECHO.options == {"timeout", "retry"}
+    # What the tick reads of each built-in step's own `timeout` and `retry`.
+    none: frozenset[str] = frozenset()
+    assert {spec.type: spec.options for spec in BUILTIN_STEP_SPECS} == {
+        "STEP_TYPE_ACTION": {"timeout", "retry"},
+        "STEP_TYPE_BRIDGE": {"timeout", "retry"},
+        "STEP_TYPE_ROUTE": {"timeout", "retry"},
+        "STEP_TYPE_SUBWORKFLOW": {"timeout"},
+        "STEP_TYPE_WAIT_FOR_EVENT": {"timeout"},
+        "STEP_TYPE_WAIT_FOR_SIGNAL": {"timeout"},
+        "STEP_TYPE_NOTIFY": {"timeout"},
+        "STEP_TYPE_DATAFLOW": none,
+        "STEP_TYPE_WAIT": none,
+        "STEP_TYPE_SCATTER": none,
+        "STEP_TYPE_GATHER": none,
+    }
+
+
 def test_a_type_cannot_be_specified_twice() -> None:
     with pytest.raises(ValueError, match="twice"):
         SPECS.with_specs(ECHO)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ductor_core import (
+    BUILTIN_STEP_SPECS,
     DefinitionError,
     StepType,
     decode_args,
@@ -207,7 +208,15 @@ _ARGS: dict[str, list[dict[str, Any]]] = {
         {"items": "input.xs", "workflow": {"family_slug": "per-item"}, "max_concurrency": 3},
     ],
 }
+# The step options each built-in type uses (NOTIFY's `timeout` only with `await_action`).
+_OPTIONS = {spec.type: spec.options for spec in BUILTIN_STEP_SPECS}
 _EDGE_TYPES = ["EDGE_TYPE_SUCCESS", "EDGE_TYPE_FAILURE", "EDGE_TYPE_ALWAYS", "EDGE_TYPE_CONDITION"]
+
+
+def _uses(step: dict[str, Any], option: str) -> bool:
+    if option not in _OPTIONS[step["type"]]:
+        return False
+    return step["type"] != "STEP_TYPE_NOTIFY" or step["args"].get("await_action") is True
 
 
 @st.composite
@@ -233,8 +242,10 @@ def _valid_dag(draw: st.DrawFn) -> dict[str, Any]:
         if kind == "STEP_TYPE_SCATTER":
             scatters.append(i)
         step: dict[str, Any] = {"ref": ref, "type": kind, "args": args}
-        if draw(st.booleans()):
+        if _uses(step, "retry") and draw(st.booleans()):
             step["retry"] = {"max_attempts": draw(st.integers(1, 5)), "max_interval": "10m"}
+        if _uses(step, "timeout") and draw(st.booleans()):
+            step["timeout"] = "1h"
         steps.append(step)
     # edges only go forward in creation order, so the graph is acyclic
     for j in range(1, n):
@@ -291,10 +302,28 @@ def test_reading_a_step_that_is_not_before_is_the_one_problem(
     reader, other = data.draw(st.sampled_from(choices))
     step = definition["steps"][position[reader]]
     step["type"], step["args"] = "STEP_TYPE_NOTIFY", {"recipients": "'a'", "title": "'t'"}
+    step.pop("retry", None)
+    step.pop("timeout", None)
     step["args"]["body"] = f"string(steps['{other}'].output)"
     pointer = f"/steps/{position[reader]}/args/body"
     got = [(p.code, p.pointer) for p in validate_definition(definition).problems]
     assert got == [("definition.bad_step_reference", pointer)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(definition=_valid_dag(), data=st.data())
+def test_a_step_option_its_type_ignores_is_the_one_problem(
+    definition: dict[str, Any], data: st.DataObject
+) -> None:
+    k = data.draw(st.integers(0, len(definition["steps"]) - 1))
+    option = data.draw(st.sampled_from(["retry", "timeout"]))
+    step = definition["steps"][k]
+    step[option] = {"max_attempts": 2} if option == "retry" else "30s"
+    got = [(p.code, p.pointer) for p in validate_definition(definition).problems]
+    if _uses(step, option):
+        assert got == []
+    else:
+        assert got == [("definition.bad_step_option", f"/steps/{k}/{option}")]
 
 
 _cel_words = st.sampled_from(["steps", ".", "a", "b_1", " ", "[", "]", "x", "(", ")", "+", "_"])

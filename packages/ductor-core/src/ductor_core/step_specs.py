@@ -42,6 +42,7 @@ from ductor_core.step_args import (
 )
 
 __all__ = [
+    "STEP_OPTIONS",
     "ArgsCheck",
     "Evaluate",
     "InCoordinator",
@@ -81,6 +82,22 @@ _BEHAVIOUR_ARGS: dict[InCoordinator, type[msgspec.Struct]] = {
     InCoordinator.SCATTER: ScatterArgs,
     InCoordinator.NOTIFY: NotifyArgs,
 }
+
+# The step options (a step's own `timeout` and `retry`) each behaviour reads; the
+# tick ignores the others. A worker-run type reads both.
+_BEHAVIOUR_OPTIONS: dict[InCoordinator, frozenset[str]] = {
+    InCoordinator.DATAFLOW: frozenset(),  # done at once, never retried
+    InCoordinator.GATHER: frozenset(),
+    InCoordinator.WAIT: frozenset(),  # its args say how long
+    InCoordinator.WAIT_FOR_EVENT: frozenset({"timeout"}),  # when its args have none
+    InCoordinator.WAIT_FOR_SIGNAL: frozenset({"timeout"}),
+    InCoordinator.SUBWORKFLOW: frozenset({"timeout"}),  # bounds the child; a failed one ends it
+    InCoordinator.SCATTER: frozenset(),  # its `step` template's apply per item
+    InCoordinator.NOTIFY: frozenset({"timeout"}),  # only while it awaits a click
+}
+
+STEP_OPTIONS: tuple[str, ...] = ("retry", "timeout")
+"""The fields of a step (and of a SCATTER's template) whose effect depends on its type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +272,15 @@ class StepSpec(Generic[A]):
                 )
         elif not self.start.handler:
             raise ValueError(f"{self.type}: a worker-run type needs a handler name")
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The `STEP_OPTIONS` a step of this type uses: both for a worker-run type,
+        for a coordinator one those its behaviour reads (NOTIFY's `timeout` only
+        with `await_action`)."""
+        if isinstance(self.start, InCoordinator):
+            return _BEHAVIOUR_OPTIONS[self.start]
+        return frozenset(STEP_OPTIONS)
 
     @property
     def worker(self) -> OnWorker[A] | None:

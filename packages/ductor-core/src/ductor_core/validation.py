@@ -64,7 +64,7 @@ from ductor_core.errors import DefinitionError, DurationError, ExpressionError
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.graph import Graph
 from ductor_core.input_schemas import schema_problems
-from ductor_core.step_specs import StepSpec, StepSpecs
+from ductor_core.step_specs import STEP_OPTIONS, InCoordinator, StepSpec, StepSpecs
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """What a `family_slug` must fully match."""
@@ -89,6 +89,7 @@ PROBLEM_CODES: dict[str, str] = {
     "definition.bad_args": "step args that are missing, unknown, wrongly typed or inconsistent",
     "definition.bad_duration": "a duration string that does not parse, or a zero timeout",
     "definition.bad_retry": "a retry policy that cannot work",
+    "definition.bad_step_option": "a step's timeout or retry on a step type that does not use it",
     "definition.bad_expression": "a CEL expression that does not compile",
     "definition.expression_too_costly": "a CEL expression over the engine's cost limits",
     "definition.bad_step_reference": "an expression reading a missing step or one not before it",
@@ -116,6 +117,7 @@ _BAD_EXPRESSION = "definition.bad_expression"
 _TOO_COSTLY = "definition.expression_too_costly"
 _BAD_DURATION = "definition.bad_duration"
 _BAD_RETRY = "definition.bad_retry"
+_BAD_STEP_OPTION = "definition.bad_step_option"
 _BAD_SLUG = "definition.bad_slug"
 _BAD_CONCURRENCY = "definition.bad_concurrency"
 
@@ -643,13 +645,14 @@ class _Walker:
         )
         self.reader_sees_itself = False
         kind = fields.get("type")
+        spec = None
         if isinstance(kind, str):
             spec = self.step_spec(kind, _ptr(pointer, "type"), where, "type")
             if spec is not None and ("args" in fields or "args" not in raw):
                 own = ref if isinstance(ref, str) else None
                 args = fields.get("args")
                 self.args(spec, args, _ptr(pointer, "args"), where, "args.", own)
-        self.retry_and_timeout(fields, pointer, where, "")
+        self.retry_and_timeout(fields, pointer, where, "", spec)
         self.reader = None
 
     def step_spec(self, kind: str, pointer: str, where: str, label: str) -> StepSpec[Any] | None:
@@ -665,8 +668,27 @@ class _Walker:
         return spec
 
     def retry_and_timeout(
-        self, fields: dict[str, Any], pointer: str, where: str, prefix: str
+        self,
+        fields: dict[str, Any],
+        pointer: str,
+        where: str,
+        prefix: str,
+        spec: StepSpec[Any] | None,
     ) -> None:
+        """Check a step's (or a SCATTER template's) `retry` and `timeout`: one its
+        type does not use is refused as such, and its value is not judged."""
+        if spec is not None:
+            for name in STEP_OPTIONS:
+                if fields.get(name) is None:
+                    continue
+                unused = _unused_option(spec, name, fields.get("args"), prefix)
+                if unused is not None:
+                    self.add(
+                        _BAD_STEP_OPTION,
+                        _ptr(pointer, name),
+                        f"{where}: '{prefix}{name}' has no effect on a {spec.type} step{unused}",
+                    )
+                    fields = {k: v for k, v in fields.items() if k != name}
         retry = fields.get("retry")
         if isinstance(retry, dict):
             self.retry(retry, _ptr(pointer, "retry"), where, prefix + "retry.")
@@ -1082,10 +1104,28 @@ class _Args:
         template = self.fields.get(name)
         if isinstance(template, dict):
             prefix = f"{self.prefix}{name}."
-            self._walker.retry_and_timeout(template, self.at(name), self.where, prefix)
+            kind = template.get("type")
+            spec = self._walker.specs.get(kind) if isinstance(kind, str) else None
+            if spec is not None and not spec.scatterable:
+                spec = None  # the type is refused; its options are beside the point
+            self._walker.retry_and_timeout(template, self.at(name), self.where, prefix, spec)
 
 
 # --- leaves -----------------------------------------------------------------------
+
+
+def _unused_option(spec: StepSpec[Any], name: str, args: Any, prefix: str) -> str | None:
+    """None if a step of `spec`'s type with `args` uses its option `name`; else
+    the end of the sentence saying it does not ("" or a hint)."""
+    if name not in spec.options:
+        if spec.start is InCoordinator.SCATTER:
+            return f" (set it in '{prefix}args.step', which runs per item)"
+        return ""
+    if spec.start is InCoordinator.NOTIFY and not (
+        isinstance(args, dict) and args.get("await_action") is True
+    ):
+        return f" without '{prefix}args.await_action': true"
+    return None
 
 
 def _conforms(value: Any, t: mi.Type) -> bool:
