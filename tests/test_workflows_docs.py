@@ -131,6 +131,7 @@ def test_an_input_that_fails_the_schema_gets_the_answer_shown(http: httpx.Client
 def test_the_codes_and_names_are_the_codes() -> None:
     listed = re.findall(r"^\| `(definition\.[a-z_]+)` \|", DOC, re.M)
     server = {
+        "definition.unknown_action",
         "definition.unknown_connection",
         "definition.unknown_operation",
         "definition.bad_input",

@@ -244,7 +244,7 @@ def build_services(
         lease=timedelta(seconds=runtime.config.lease_seconds),
     )
     services = Services(
-        workflows=WorkflowsService(context, connections=connections),
+        workflows=WorkflowsService(context, connections=connections, actions=runtime.actions),
         runs=RunsService(context),
         events=events,
         routing=RoutingService(

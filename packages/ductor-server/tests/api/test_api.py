@@ -214,6 +214,34 @@ async def test_invalid_definition_lists_every_problem_and_publishes_nothing(api:
     assert (await api.call("GET", "/v1/workflows")).json() == []
 
 
+async def test_an_action_the_server_does_not_have_is_refused_with_the_nearest(api: Api) -> None:
+    typo = {
+        "family_slug": "typo",
+        "steps": [
+            {
+                "ref": "call",
+                "type": "STEP_TYPE_ACTION",
+                "args": {"action": "htp", "params": {"url": "'https://example.com/'"}},
+            }
+        ],
+    }
+    problem = {
+        "code": "definition.unknown_action",
+        "message": "step 'call': 'args.action' names no action this server has: 'htp'"
+        " (did you mean 'http'?)",
+        "pointer": "/steps/0/args/action",
+    }
+    report = (await api.call("POST", "/v1/workflows/validate", json=typo)).json()
+    assert report == {"valid": False, "problems": [problem]}
+    error = assert_error(
+        await api.call("POST", "/v1/workflows", json=typo), 422, "definition.invalid"
+    )
+    assert error["details"] == [problem]
+    assert (await api.call("GET", "/v1/workflows")).json() == []
+    typo["steps"][0]["args"]["action"] = "http"
+    assert (await api.call("POST", "/v1/workflows", json=typo)).status_code == 201
+
+
 async def test_a_valid_definition_validates(api: Api) -> None:
     report = (await api.call("POST", "/v1/workflows/validate", json=HELLO)).json()
     assert report == {"valid": True, "problems": []}

@@ -114,7 +114,9 @@ async def test_a_redelivered_task_is_applied_once(store: Store) -> None:
     registry = default_registry()
     registry.register_action("slowpoke", slowpoke)
     roles = [Role.COORDINATOR, Role.TIMER]
-    async with Runtime.start(store, roles=roles, config=TEST_CONFIG, clock=clock) as runtime:
+    async with Runtime.start(
+        store, roles=roles, config=TEST_CONFIG, clock=clock, actions=registry
+    ) as runtime:
         services = build_services(runtime)
         await services.workflows.publish(
             TENANT,
@@ -189,7 +191,9 @@ async def test_a_finished_task_awaiting_its_report_keeps_its_lease(store: Store)
     registry = default_registry()
     registry.register_action("effect", effect)
     roles = [Role.COORDINATOR, Role.TIMER]
-    async with Runtime.start(store, roles=roles, config=TEST_CONFIG, clock=clock) as runtime:
+    async with Runtime.start(
+        store, roles=roles, config=TEST_CONFIG, clock=clock, actions=registry
+    ) as runtime:
         services, run = await _one_step_run(runtime, "reported-late", "effect")
         wake = InProcessWakeUp()
         # A short lease, so the heartbeat beats every 0.1 s (on the manual clock).
@@ -248,7 +252,9 @@ async def test_a_worker_does_not_rerun_its_own_task_whose_lease_ran_out(store: S
     registry = default_registry()
     registry.register_action("effect", effect)
     roles = [Role.COORDINATOR, Role.TIMER]
-    async with Runtime.start(store, roles=roles, config=TEST_CONFIG, clock=clock) as runtime:
+    async with Runtime.start(
+        store, roles=roles, config=TEST_CONFIG, clock=clock, actions=registry
+    ) as runtime:
         services, run = await _one_step_run(runtime, "stalled", "effect")
         a = Workers(
             store, registry, clock=clock, wake=InProcessWakeUp(), lease_seconds=10, owner="a"

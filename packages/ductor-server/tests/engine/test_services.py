@@ -164,3 +164,45 @@ async def test_notify_and_unavailable_handlers_in_a_run(engine: Engine) -> None:
     assert tell == {"group_id": f"{done.id}:tell", "recipients": ["ops"]}
     assert step(done, "bridge").error.code == "handler.unavailable"
     assert done.status == FAILED
+
+
+async def test_an_action_is_checked_against_the_handlers_the_runtime_serves(
+    engine: Engine,
+) -> None:
+    def calling(name: str) -> dict[str, Any]:
+        return {
+            "family_slug": "calls",
+            "steps": [
+                {"ref": "call", "type": "STEP_TYPE_ACTION", "args": {"action": name}},
+                {
+                    "ref": "each",
+                    "type": "STEP_TYPE_SCATTER",
+                    "args": {
+                        "items": "[1, 2]",
+                        "step": {"type": "STEP_TYPE_ACTION", "args": {"action": name}},
+                    },
+                },
+            ],
+        }
+
+    s = engine.services
+    report = await s.workflows.validate(TENANT, calling("sumarize"))
+    assert [(p.code, p.pointer) for p in report.problems] == [
+        ("definition.unknown_action", "/steps/0/args/action"),
+        ("definition.unknown_action", "/steps/1/args/step/args/action"),
+    ]
+    assert report.problems[0].message == (
+        "step 'call': 'args.action' names no action this server has: 'sumarize' (known: http, noop)"
+    )
+    with pytest.raises(DefinitionInvalid) as refused:
+        await s.workflows.publish(TENANT, calling("sumarize"))
+    assert [p["code"] for p in refused.value.details] == ["definition.unknown_action"] * 2
+
+    async def summarize(call: ActionCall) -> Any:
+        return {"summary": "short"}
+
+    # One registered after the services were built is known from then on.
+    engine.actions.register_action("summarize", summarize)
+    report = await s.workflows.validate(TENANT, calling("sumarize"))
+    assert report.problems[0].message.endswith("'sumarize' (did you mean 'summarize'?)")
+    assert (await s.workflows.publish(TENANT, calling("summarize"))).value.version == 1

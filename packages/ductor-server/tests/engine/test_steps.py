@@ -7,8 +7,10 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
+from ductor_core.definitions import content_hash, definition_from_obj
 from ductor_core.runs import ErrorInfo
 from ductor_server.engine.actions import ActionCall, ActionFailed
 from ductor_server.errors import RunEnded, RunNotCancellable
@@ -122,13 +124,24 @@ async def test_non_retryable_failure_takes_the_failure_edge(engine: Engine) -> N
 
 
 async def test_unhandled_failure_fails_the_run(engine: Engine) -> None:
-    await engine.publish(
+    # Publishing refuses an action the server does not have; a version stored
+    # before that check (or one whose action has since gone) fails at run time.
+    definition = definition_from_obj(
         {
             "family_slug": "unhandled",
             "steps": [action("send", "missing-action"), project("after", x="1")],
             "edges": [edge("send", "after")],
         }
     )
+    async with engine.store.transaction() as tx:
+        await tx.insert_workflow_version(
+            TENANT,
+            family_slug="unhandled",
+            hash=content_hash(definition),
+            definition=msgspec.to_builtins(definition),
+            trigger_events=[],
+            now=engine.clock.now(),
+        )
     run = await engine.trigger("unhandled", {})
     done = await engine.wait_run(run.id)
     assert done.status == FAILED

@@ -60,6 +60,8 @@ def failure(code: str, message: str, *, retryable: bool, **extra: Any) -> Action
     return ActionFailed(ErrorInfo(code=code, message=message, retryable=retryable, **extra))
 
 
+_ACTION_PREFIX = "action:"  # an ACTION step's `action: <name>` runs handler "action:<name>"
+
 Handler = Callable[[ActionCall], Awaitable[Any]]
 """A step handler: takes the call, returns the output (JSON value) or raises ActionFailed."""
 
@@ -104,7 +106,7 @@ class ActionRegistry:
         Raises:
             DuplicateHandler: as `register`.
         """
-        self.register(f"action:{name}", fn, replace=replace)
+        self.register(_ACTION_PREFIX + name, fn, replace=replace)
 
     def get(self, handler_name: str) -> Handler | None:
         """The handler for `handler_name`, or None."""
@@ -120,6 +122,14 @@ class ActionRegistry:
     def names(self) -> list[str]:
         """Every registered handler name, sorted."""
         return sorted(self._handlers)
+
+    def action_names(self) -> list[str]:
+        """The actions an ACTION step may name (`action: <name>`), sorted."""
+        return sorted(
+            name.removeprefix(_ACTION_PREFIX)
+            for name in self._handlers
+            if name.startswith(_ACTION_PREFIX)
+        )
 
     async def run(self, call: ActionCall) -> Any:
         """Run the handler for `call.handler`.

@@ -5,16 +5,24 @@ It speaks in tenants, views and `ServerError`s; it never mentions a transport.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
-from ductor_core.definitions import WorkflowDefinition, content_hash, definition_from_obj
+from ductor_core.definitions import (
+    StepType,
+    WorkflowDefinition,
+    content_hash,
+    definition_from_obj,
+)
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.step_specs import StepSpecs
 from ductor_core.validation import Problem, ValidationReport, validate_definition
+from ductor_server.engine.actions import ActionRegistry
 from ductor_server.engine.offload import (
     VALIDATION,
     portable_engine,
@@ -122,6 +130,54 @@ def _checked(
     return _Checked(report=report, parsed=parsed, hash=content_hash(parsed))
 
 
+# --- what only the server knows ---------------------------------------------------
+
+
+def _action_uses(definition: Any) -> list[tuple[str, str, str]]:
+    """(pointer to `action`, how to name the step, action) of every ACTION step that
+    names an action, SCATTER templates included."""
+    found: list[tuple[str, str, str]] = []
+    steps = definition.get("steps") if isinstance(definition, Mapping) else None
+    if not isinstance(steps, list):
+        return found
+
+    def visit(step: Any, at: str, where: str, prefix: str) -> None:
+        args = step.get("args") if isinstance(step, Mapping) else None
+        if not isinstance(args, Mapping):
+            return
+        if step.get("type") == StepType.ACTION:
+            name = args.get("action")
+            if isinstance(name, str) and name.strip():  # core reports a blank one
+                found.append((at + "/args/action", f"{where}: '{prefix}args.action'", name))
+        elif step.get("type") == StepType.SCATTER:
+            visit(args.get("step"), at + "/args/step", where, prefix + "args.step.")
+
+    for index, step in enumerate(steps):
+        ref = step.get("ref") if isinstance(step, Mapping) else None
+        where = f"step '{ref}'" if isinstance(ref, str) else f"steps[{index}]"
+        visit(step, f"/steps/{index}", where, "")
+    return found
+
+
+def action_problems(definition: Any, known: list[str]) -> list[Problem]:
+    """`definition.unknown_action` for every ACTION step naming an action not in
+    `known` (the actions the server's step handlers serve)."""
+    problems = []
+    for at, what, name in _action_uses(definition):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
+        problems.append(
+            Problem(
+                code="definition.unknown_action",
+                message=f"{what} names no action this server has: {name[:64]!r} ({hint})",
+                pointer=at,
+            )
+        )
+    return problems
+
+
 # --- the service -----------------------------------------------------------------
 
 
@@ -129,24 +185,34 @@ class WorkflowsService:
     """Definitions of every tenant: draft -> validate -> publish; every call takes the tenant."""
 
     def __init__(
-        self, context: ServiceContext, *, connections: ConnectionsService | None = None
+        self,
+        context: ServiceContext,
+        *,
+        connections: ConnectionsService | None = None,
+        actions: ActionRegistry | None = None,
     ) -> None:
         self._context = context
         self._connections = connections
+        self._actions = actions
 
-    async def _connection_problems(self, tenant_id: str, definition: Any) -> list[Problem]:
-        """The problems of ACTION steps naming the tenant's connections (none without
-        a connections service)."""
-        if self._connections is None:
-            return []
-        return await self._connections.definition_problems(tenant_id, definition)
+    async def _server_problems(self, tenant_id: str, definition: Any) -> list[Problem]:
+        """The problems only the server can see: ACTION steps naming an action its
+        step handlers do not serve (not checked without a registry), and steps
+        naming the tenant's connections (none without a connections service)."""
+        problems = []
+        if self._actions is not None:
+            problems += action_problems(definition, self._actions.action_names())
+        if self._connections is not None:
+            problems += await self._connections.definition_problems(tenant_id, definition)
+        return problems
 
     async def validate(self, tenant_id: str, definition: Any) -> ValidationReport:
         """Validate a definition (parsed JSON); report every problem with a pointer.
 
         Validation compiles every expression, so it runs in a worker thread of
-        the validation lane, never on the event loop. ACTION steps that name a
-        connection are checked against the tenant's connections too.
+        the validation lane, never on the event loop. ACTION steps are checked
+        against the actions this server serves, and those that name a connection
+        against the tenant's connections.
         """
         report = await VALIDATION.run_for(
             tenant_id,
@@ -155,7 +221,7 @@ class WorkflowsService:
             engine=portable_engine(self._context.expressions),
             specs=portable_specs(self._context.parts.specs),
         )
-        extra = await self._connection_problems(tenant_id, definition)
+        extra = await self._server_problems(tenant_id, definition)
         if not extra:
             return report
         return ValidationReport(valid=False, problems=[*report.problems, *extra])
@@ -189,7 +255,7 @@ class WorkflowsService:
         )
         problems = [
             *checked.report.problems,
-            *await self._connection_problems(tenant_id, definition),
+            *await self._server_problems(tenant_id, definition),
         ]
         if problems:
             raise DefinitionInvalid(
