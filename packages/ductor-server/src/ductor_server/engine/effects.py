@@ -380,6 +380,22 @@ async def create_run(
     return inserted
 
 
+async def _keyed_runs(tx: Tx, starts: Sequence[RunStart]) -> dict[int, RunRecord]:
+    """The runs already named by the idempotency keys of the `starts` whose input
+    is still to be checked against a schema, by index (one read per tenant; none
+    at all when no such start has a key)."""
+    asked: dict[str, list[tuple[int, str]]] = {}
+    for index, start in enumerate(starts):
+        key = start.idempotency_key
+        if start.first is None and key is not None and start.definition.input_schema is not None:
+            asked.setdefault(start.tenant_id, []).append((index, key))
+    found: dict[int, RunRecord] = {}
+    for tenant_id, wanted in asked.items():
+        runs = await tx.find_runs_by_idempotency_keys(tenant_id, [key for _, key in wanted])
+        found.update({index: run for (index, _), run in zip(wanted, runs, strict=True) if run})
+    return found
+
+
 async def create_runs(
     tx: Tx,
     parts: EngineParts,
@@ -399,17 +415,14 @@ async def create_runs(
         RunInputInvalid: a start's input does not satisfy the schema
             (`start_index` says which); nothing is written.
     """
-    found: dict[int, RunRecord] = {}
+    found = await _keyed_runs(tx, starts)
     firsts: list[FirstTick] = []
     for index, start in enumerate(starts):
         if start.first is not None:
             firsts.append(start.first)
             continue
-        if start.idempotency_key is not None:
-            existing = await tx.find_run_by_idempotency_key(start.tenant_id, start.idempotency_key)
-            if existing is not None:
-                found[index] = existing
-                continue
+        if index in found:
+            continue
         try:
             first = await compute_first_tick(
                 parts, start.definition, input=start.input, now=now, tenant_id=start.tenant_id
