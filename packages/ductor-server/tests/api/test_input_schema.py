@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from ductor_server import Settings, create_app
 from ductor_server.cli_server import create_key
-from ductor_server.storage import open_store
+from ductor_server.storage import Store
 
 ORDER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -93,20 +90,13 @@ class Api:
         raise AssertionError(f"run {run_id} did not end")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Api]:
-    database_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    settings = Settings(data_dir=tmp_path, database_url=database_url, poll_interval=0.05)
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            made = Api(client, await create_key(store, "tenant-a", name="a"), store)
-            published = await made.publish(ORDERS)
-            assert published.status_code == 201, published.text
-            yield made
-        finally:
-            await store.close()
+@pytest.fixture
+async def api(served: tuple[AsyncTestClient[Any], Store]) -> Api:
+    client, store = served
+    made = Api(client, await create_key(store, "tenant-a", name="a"), store)
+    published = await made.publish(ORDERS)
+    assert published.status_code == 201, published.text
+    return made
 
 
 async def test_a_trigger_whose_input_fails_the_schema_is_refused(api: Api) -> None:

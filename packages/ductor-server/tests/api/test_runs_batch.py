@@ -5,16 +5,13 @@ twice; refusals point at the run; runs started together all complete."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from ductor_server import Settings, create_app
 from ductor_server.cli_server import create_key
-from ductor_server.storage import open_store
+from ductor_server.storage import Store
 
 DOUBLE: dict[str, Any] = {
     "family_slug": "double",
@@ -52,24 +49,17 @@ class Client:
         return int(row[0])
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Client]:
-    database_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    settings = Settings(data_dir=tmp_path, database_url=database_url, poll_interval=0.05)
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            keys = (
-                await create_key(store, "tenant-a", name="a"),
-                await create_key(store, "tenant-b", name="b"),
-            )
-            made = Client(client, keys, store)
-            published = await client.post("/v1/workflows", json=DOUBLE, headers=made.a)
-            assert published.status_code == 201, published.text
-            yield made
-        finally:
-            await store.close()
+@pytest.fixture
+async def api(served: tuple[AsyncTestClient[Any], Store]) -> Client:
+    client, store = served
+    keys = (
+        await create_key(store, "tenant-a", name="a"),
+        await create_key(store, "tenant-b", name="b"),
+    )
+    made = Client(client, keys, store)
+    published = await client.post("/v1/workflows", json=DOUBLE, headers=made.a)
+    assert published.status_code == 201, published.text
+    return made
 
 
 async def test_a_batch_starts_every_run_and_they_complete(api: Client) -> None:

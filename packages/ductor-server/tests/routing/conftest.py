@@ -14,7 +14,6 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from ductor_core.expressions import engine_by_name
-from ductor_server import Settings, create_app
 from ductor_server.cli_server import create_key
 from ductor_server.composition import build_services
 from ductor_server.engine.actions import default_registry
@@ -53,19 +52,12 @@ class Api:
         return response.json() if response.content else None
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def api(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Api]:
-    database_url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    settings = Settings(data_dir=tmp_path, database_url=database_url, poll_interval=0.05)
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        store = open_store(settings.store_target)
-        await store.open()
-        try:
-            key_a = await create_key(store, "tenant-a", name="a")
-            key_b = await create_key(store, "tenant-b", name="b")
-            yield Api(client, key_a, key_b, store)
-        finally:
-            await store.close()
+@pytest.fixture
+async def api(served: tuple[AsyncTestClient[Any], Store]) -> Api:
+    client, store = served
+    key_a = await create_key(store, "tenant-a", name="a")
+    key_b = await create_key(store, "tenant-b", name="b")
+    return Api(client, key_a, key_b, store)
 
 
 TENANT = "t_route"
