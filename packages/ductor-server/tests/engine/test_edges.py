@@ -37,78 +37,57 @@ async def test_a_workflow_that_starts_itself_stops_at_the_nesting_cap(engine: En
     assert step(leaf_view, "again").error.code == "run.nesting_too_deep"
 
 
-async def test_scatter_over_child_workflows_gathers_their_outputs(engine: Engine) -> None:
+async def _publish_scatter(engine: Engine, child: str, value: str, *, gather: bool) -> str:
+    """Publish `child`, one DATAFLOW step `calc` giving `{"v": value}` over
+    `input.n`, and `<child>s`, which scatters it over `input.ns` two at a time
+    (then gathers it, with `gather`); the parent's slug."""
     await engine.publish(
         {
-            "family_slug": "square",
+            "family_slug": child,
             "steps": [
                 {
-                    "ref": "sq",
+                    "ref": "calc",
                     "type": "STEP_TYPE_DATAFLOW",
-                    "args": {"operation": "project", "project": {"v": "input.n * input.n"}},
+                    "args": {"operation": "project", "project": {"v": value}},
                 }
             ],
         }
     )
-    await engine.publish(
-        {
-            "family_slug": "squares",
-            "steps": [
-                {
-                    "ref": "each",
-                    "type": "STEP_TYPE_SCATTER",
-                    "args": {
-                        "items": "input.ns",
-                        "workflow": {"family_slug": "square"},
-                        "input": "{'n': item}",
-                        "max_concurrency": 2,
-                    },
-                },
-                {"ref": "all", "type": "STEP_TYPE_GATHER", "args": {"scatter": "each"}},
-            ],
-            "edges": [{"source_ref": "each", "target_ref": "all"}],
-        }
-    )
-    run = await engine.trigger("squares", {"ns": [1, 2, 3, 4]})
+    scatter = {
+        "ref": "each",
+        "type": "STEP_TYPE_SCATTER",
+        "args": {
+            "items": "input.ns",
+            "workflow": {"family_slug": child},
+            "input": "{'n': item}",
+            "max_concurrency": 2,
+        },
+    }
+    parent: dict[str, Any] = {"family_slug": f"{child}s", "steps": [scatter]}
+    if gather:
+        parent["steps"].append(
+            {"ref": "all", "type": "STEP_TYPE_GATHER", "args": {"scatter": "each"}}
+        )
+        parent["edges"] = [{"source_ref": "each", "target_ref": "all"}]
+    await engine.publish(parent)
+    return f"{child}s"
+
+
+async def test_scatter_over_child_workflows_gathers_their_outputs(engine: Engine) -> None:
+    parent = await _publish_scatter(engine, "square", "input.n * input.n", gather=True)
+    run = await engine.trigger(parent, {"ns": [1, 2, 3, 4]})
     done = await engine.wait_run(run.id)
     assert done.status == SUCCEEDED
     items = done.output["all"]["items"]
-    assert [i["sq"]["v"] for i in items] == [1, 4, 9, 16]
+    assert [i["calc"]["v"] for i in items] == [1, 4, 9, 16]
     children = await engine.services.runs.page(TENANT, family_slug="square", limit=10)
     assert len(children.items) == 4
     assert {c.parent_run_id for c in children.items} == {run.id}
 
 
 async def test_a_scatter_whose_items_fail_names_them(engine: Engine) -> None:
-    await engine.publish(
-        {
-            "family_slug": "invert",
-            "steps": [
-                {
-                    "ref": "inv",
-                    "type": "STEP_TYPE_DATAFLOW",
-                    "args": {"operation": "project", "project": {"v": "10 / (input.n - 2)"}},
-                }
-            ],
-        }
-    )
-    await engine.publish(
-        {
-            "family_slug": "inverts",
-            "steps": [
-                {
-                    "ref": "each",
-                    "type": "STEP_TYPE_SCATTER",
-                    "args": {
-                        "items": "input.ns",
-                        "workflow": {"family_slug": "invert"},
-                        "input": "{'n': item}",
-                    },
-                }
-            ],
-        }
-    )
-    run = await engine.trigger("inverts", {"ns": [1, 2, 3, 2]})
+    parent = await _publish_scatter(engine, "invert", "10 / (input.n - 2)", gather=False)
+    run = await engine.trigger(parent, {"ns": [1, 2, 3, 2]})
     done = await engine.wait_run(run.id)
     assert done.status == FAILED
     error = step(done, "each").error
