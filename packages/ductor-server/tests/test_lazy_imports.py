@@ -1,6 +1,6 @@
 """The idle server holds no library it has not used: cel-python, Redis, Connect-RPC,
-pydantic and (without receipt or secret keys) cryptography load on first use, and
-then work.
+jsonschema, pydantic and (without receipt or secret keys) cryptography load on
+first use, and then work.
 
 Each check runs in a fresh interpreter (this test process has imported
 everything already): it builds the app as `ductor dev` does, on the embedded
@@ -29,6 +29,8 @@ DEFERRED = {
     "cryptography": "receipt signing and connection secret keys",
     "pydantic": "the mcp library's models: the first MCP request",
     "pydantic_core": "pydantic's core",
+    "jsonschema": "the first workflow with an input_schema",
+    "referencing": "jsonschema's references",
 }
 
 IDLE_SERVER = """
@@ -72,6 +74,13 @@ with TestClient(create_app(composition=build(settings))) as client:
     assert answer.status_code == 201, answer.text
     report["idle"] = held()
 
+    typed = {**workflow, "family_slug": "typed", "input_schema": {"type": "object"}}
+    answer = client.post("/v1/workflows", json=typed, headers=auth)
+    assert answer.status_code == 201, answer.text
+    refused = client.post("/v1/runs", json={"family_slug": "typed", "input": 1}, headers=auth)
+    report["schema_status"] = refused.status_code
+    report["after_input_schema"] = held()
+
     answer = client.post("/ductor.v1.RunService/ListRuns", json={}, headers=auth)
     report["connect_status"] = answer.status_code
     report["after_connect"] = held()
@@ -104,6 +113,8 @@ class Report(TypedDict):
 
     idle_without_keys: list[str]
     idle: list[str]
+    schema_status: int
+    after_input_schema: list[str]
     connect_status: int
     after_connect: list[str]
     mcp_status: int
@@ -140,6 +151,11 @@ def test_the_idle_server_holds_none_of_the_deferred_libraries(report: Report) ->
 def test_with_the_dev_keys_only_cryptography_is_loaded(report: Report) -> None:
     # `ductor dev` reads its receipt and secret keys at start: they need cryptography.
     assert report["idle"] == ["cryptography"]
+
+
+def test_a_workflow_with_an_input_schema_loads_jsonschema_and_is_checked(report: Report) -> None:
+    assert report["schema_status"] == 422
+    assert {"jsonschema", "referencing"} <= set(report["after_input_schema"])
 
 
 def test_a_connect_call_loads_connect_rpc_and_is_answered(report: Report) -> None:
