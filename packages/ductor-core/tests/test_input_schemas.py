@@ -4,6 +4,7 @@ run's input against it within a bounded number of steps."""
 from __future__ import annotations
 
 import time
+import tracemalloc
 from typing import Any
 
 import jsonschema
@@ -120,6 +121,22 @@ def test_an_exponential_check_stops_after_its_steps() -> None:
     assert not found.valid
     assert "steps" in found.problems[-1].message
     assert input_steps(nested) < 12_000
+
+
+def test_messages_quoting_a_large_input_are_paid_for_as_they_are_made() -> None:
+    # Each branch's "is not of type" quotes the whole input; the branches' errors
+    # used to be made and kept unpaid: 300 copies of the input here, 3,000 (and
+    # gigabytes, for seconds) with a schema at its size limit.
+    schema = {"anyOf": [{"type": "integer"}] * 300}
+    tracemalloc.start()
+    try:
+        found = check_input(schema, "x" * 200_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not found.valid
+    assert "steps" in found.problems[-1].message
+    assert peak < 10 * 200_000
 
 
 def test_a_reference_loop_is_refused_not_crashed() -> None:

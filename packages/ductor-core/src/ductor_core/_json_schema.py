@@ -264,13 +264,27 @@ def _spend(steps: int) -> None:
 Keyword = Callable[[Any, Any, Any, Any], Any]
 
 
+def _paid(keyword: Keyword) -> Keyword:
+    """`keyword`, each error it makes paid for as soon as it is made: a message
+    quotes the value (the whole input, for a `type` at the root), and an
+    applicator (`anyOf`, `oneOf`...) keeps its branches' errors. The message is
+    cut once paid for, so what is kept stays small."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+        for error in keyword(validator, value, instance, schema) or ():
+            _spend(1 + len(error.message) // 64)
+            error.message = _cut(error.message)
+            yield error
+
+    return check
+
+
 def _counted(keyword: Keyword) -> Keyword:
+    paid = _paid(keyword)
+
     def check(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
         _spend(1 + (len(value) if isinstance(value, list | dict) else 0))
-        for error in keyword(validator, value, instance, schema) or ():
-            # Messages quote the value: pay for long ones.
-            _spend(1 + len(error.message) // 64)
-            yield error
+        yield from paid(validator, value, instance, schema)
 
     return check
 
@@ -335,7 +349,8 @@ _OURS: Mapping[str, Keyword] = {
 
 # The keywords that apply subschemas (where work multiplies) or loop over their
 # value: counted. The others do a bounded amount of work per call, bounded by the
-# schema's size, and are paid for by the applicator that reached them.
+# schema's size, and are paid for by the applicator that reached them; the errors
+# of every keyword are paid for (`_paid`).
 _COUNTED = frozenset(
     {
         "$ref",
@@ -367,12 +382,13 @@ _counting_classes: dict[type[Validator], type[Validator]] = {}
 
 
 def _counting(cls: type[Validator]) -> type[Validator]:
-    """`cls` with the keywords that multiply work counted, and `required`,
-    `pattern` and `uniqueItems` our own (these two count their own work)."""
+    """`cls` with the keywords that multiply work counted, every error paid for,
+    and `required`, `pattern` and `uniqueItems` our own (these two count their
+    own work)."""
     found = _counting_classes.get(cls)
     if found is None:
         keywords = {
-            name: _counted(ours) if name in _COUNTED else ours
+            name: _counted(ours) if name in _COUNTED else _paid(ours)
             for name, keyword in cls.VALIDATORS.items()
             for ours in [_OURS.get(name, keyword)]
         }
