@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
@@ -9,6 +10,7 @@ from ductor_core.definitions import definition_from_obj
 from ductor_core.runs import RunStatus
 from ductor_server.engine.cheap import INLINE_BYTES, definition_cost, small
 from ductor_server.engine.events import INLINE_CANDIDATES
+from ductor_server.engine.inputs import input_check
 from ductor_server.engine.offload import ENGINE
 
 from .conftest import TENANT, Engine, step
@@ -114,3 +116,30 @@ async def test_an_event_starting_many_runs_is_matched_off_the_loop(engine: Engin
     assert ENGINE.calls == calls + 1  # in the engine lane, in one call
     for run_id in many.runs_started:
         assert (await engine.wait_run(run_id)).status == RunStatus.SUCCEEDED
+
+
+async def test_an_input_checked_on_the_loop_gives_the_loop_a_turn() -> None:
+    # A batch (or an event's triggers) checks its inputs one after another, each
+    # on the loop when small: 200 such checks, at up to 20 ms each against a
+    # schema that uses its steps, held the loop for seconds without a turn.
+    definition = definition_from_obj(
+        {**chain("checked", 1), "input_schema": {"type": "array", "items": {"type": "string"}}}
+    )
+    turns = 0
+    stop = asyncio.Event()
+
+    async def count() -> None:
+        nonlocal turns
+        while not stop.is_set():
+            turns += 1
+            await asyncio.sleep(0)
+
+    counting = asyncio.create_task(count())
+    await asyncio.sleep(0)
+    before = turns
+    for _ in range(50):
+        assert (await input_check(definition, ["a"] * 100, tenant_id=TENANT)).valid
+    during = turns - before
+    stop.set()
+    await counting
+    assert during >= 50
