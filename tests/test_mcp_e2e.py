@@ -453,6 +453,10 @@ async def _malformed(server: ServerProcess) -> None:
             "path": "$.version",
             "reason": "Expected `int | null`, got `str`",
         }
+        nameless = await refused(client, "t" * 20_000)
+        assert nameless["code"] == "request.invalid"
+        assert len(nameless["message"]) <= 2_000
+        assert nameless["details"]["tool"] == "t" * 975 + "… (19025 more characters)"
         unknown = await refused(client, "get_run", run_id="r", colour="blue")
         assert unknown["details"]["argument"] == "colour"
         blank_key = await refused(client, "trigger_run", family_slug="gate", idempotency_key=" ")

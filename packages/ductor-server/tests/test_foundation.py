@@ -46,19 +46,21 @@ def test_redis_prefix_is_private(redis_url: str, redis_prefix: str) -> None:
 
 
 def test_an_error_body_repeats_at_most_a_bounded_part_of_what_was_sent() -> None:
-    from ductor_server.errors import RequestInvalid, WorkflowNotFound
+    from ductor_server.errors import RequestInvalid, WorkflowNotFound, bounded
     from ductor_server.services.tools import error_body
 
     body = error_body(WorkflowNotFound("s" * 100_000))
     assert body["code"] == "workflow.not_found"
-    assert body["details"] == {"family_slug": "s" * 1_000 + "… (99000 more characters)"}
-    assert body["message"] == "workflow '" + "s" * 1_990 + "… (98021 more characters)"
+    assert body["details"] == {"family_slug": "s" * 974 + "… (99026 more characters)"}
+    assert body["message"] == "workflow '" + "s" * 1_964 + "… (98047 more characters)"
+    assert len(body["message"]) <= 2_000
     nested = RequestInvalid("x", details=[{"pointer": "/a", "message": "m" * 1_001}, 7, None])
     assert error_body(nested)["details"] == [
-        {"pointer": "/a", "message": "m" * 1_000 + "… (1 more characters)"},
+        {"pointer": "/a", "message": "m" * 976 + "… (25 more characters)"},
         7,
         None,
     ]
+    assert bounded(body["message"], body["details"]) == (body["message"], body["details"])
     short = error_body(WorkflowNotFound("hello"))
     assert short == {
         "code": "workflow.not_found",

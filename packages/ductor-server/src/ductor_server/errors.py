@@ -350,15 +350,18 @@ class BridgeNotConfigured(ServerError):
 
 
 MAX_MESSAGE_CHARS = 2_000
-"""The longest `message` an error answer carries; the rest is cut (see `shown`)."""
+"""The longest `message` an error answer carries, cut included (see `bounded`)."""
 MAX_DETAIL_CHARS = 1_000
 """The longest text among an error answer's `details` (an id or slug it repeats)."""
 
 
 def _clipped(text: str, limit: int) -> str:
+    """`text`, or its start and how much was cut, in at most `limit` characters
+    (so cutting twice cuts once)."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+    keep = limit - len(f"… ({len(text)} more characters)")
+    return f"{text[:keep]}… ({len(text) - keep} more characters)"
 
 
 def _clipped_details(value: Any, depth: int = 0) -> Any:
@@ -373,14 +376,18 @@ def _clipped_details(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def shown(error: DuctorError) -> tuple[str, Any]:
-    """The message and the plain-JSON details of `error` as every transport answers
-    them: what a request sent and an error repeats (a 100 KB slug, a long id) is
-    cut, so an answer is never a multiple of its request."""
-    details = error.details
+def bounded(message: str, details: Any) -> tuple[str, Any]:
+    """An error answer's message and plain-JSON details as every transport sends
+    them: what a request sent and an error repeats (a 100 KB slug, a long path)
+    is cut, so an answer is never a multiple of its request."""
     if details is not None:
         details = _clipped_details(msgspec.to_builtins(details))
-    return _clipped(error.message, MAX_MESSAGE_CHARS), details
+    return _clipped(message, MAX_MESSAGE_CHARS), details
+
+
+def shown(error: DuctorError) -> tuple[str, Any]:
+    """`bounded`, for `error`."""
+    return bounded(error.message, error.details)
 
 
 __all__ = [
@@ -414,5 +421,6 @@ __all__ = [
     "Unauthenticated",
     "WorkflowNotFound",
     "WorkflowVersionNotFound",
+    "bounded",
     "shown",
 ]

@@ -42,6 +42,7 @@ from mcp_types import (
 )
 
 from ductor_core.errors import DuctorError
+from ductor_server.errors import bounded
 from ductor_server.services import Answer, Services
 from ductor_server.services.keys import Caller, Scope
 from ductor_server.services.tools import (
@@ -75,7 +76,12 @@ def _text(value: Any) -> list[ContentBlock]:
 
 
 def tool_error(body: dict[str, Any]) -> CallToolResult:
-    """A tool result that failed with the REST error body `body`."""
+    """A tool result that failed with the REST error body `body` (its message and
+    details `bounded`)."""
+    message, details = bounded(body["message"], body.get("details"))
+    body = {**body, "message": message}
+    if details is not None:
+        body["details"] = details
     return CallToolResult(content=_text(body), structured_content=body, is_error=True)
 
 

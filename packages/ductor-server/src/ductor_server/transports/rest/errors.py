@@ -18,7 +18,7 @@ from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
 
 from ductor_core.errors import DuctorError
-from ductor_server.errors import shown
+from ductor_server.errors import bounded
 from ductor_server.transports.error_codes import ERROR_CODES, error_code
 
 log = logging.getLogger("ductor_server.transports.rest")
@@ -82,7 +82,8 @@ def also_created(model: type[Any], description: str) -> dict[int, ResponseSpec]:
 
 
 def error_response(code: str, message: str, details: Any = None, *, status: int) -> Response[Any]:
-    """Build the one error response shape."""
+    """Build the one error response shape (the message and details `bounded`)."""
+    message, details = bounded(message, details)
     body = msgspec.to_builtins(ErrorBody(code=code, message=message, details=details))
     return Response(content=body, status_code=status, media_type=MediaType.JSON)
 
@@ -99,9 +100,8 @@ def body_too_large(max_body_bytes: int) -> ApiError:
 
 def handle_ductor_error(_: Request[Any, Any, Any], exc: DuctorError) -> Response[Any]:
     """Map any `DuctorError` through the table."""
-    message, details = shown(exc)
     return error_response(
-        exc.code, message, details, status=status_for(exc.code, retryable=exc.retryable)
+        exc.code, exc.message, exc.details, status=status_for(exc.code, retryable=exc.retryable)
     )
 
 
