@@ -237,6 +237,21 @@ async def test_pages_follow_their_cursor(store: Store) -> None:
     assert seen == ["k5", "k4", "k3", "k2", "k1", "k0", "root"]
 
 
+async def test_an_empty_cursor_is_the_first_page(store: Store) -> None:
+    # `GET /v1/keys?cursor=&limit=`, as the docs write it, lists from the start (as
+    # `GET /v1/runs` does); a cursor the API never gave is still refused.
+    clock = ManualClock()
+    keys = KeysService(store, clock=clock)
+    tenants = TenantsService(store, clock=clock, operator_key=OPERATOR_KEY)
+    await _admin(keys)
+    await tenants.create(TenantBody(id="acme"))
+    assert [k.name for k in (await keys.list("t1", cursor="", limit=5)).items] == ["root"]
+    assert [t.id for t in (await tenants.list(cursor="", limit=5)).items] == ["acme", "t1"]
+    for listing in (keys.list("t1", cursor="zz"), tenants.list(cursor="~")):
+        with pytest.raises(RequestInvalid):
+            await listing
+
+
 async def test_concurrent_creates_with_one_idempotency_key_make_one_key(store: Store) -> None:
     keys = KeysService(store, clock=ManualClock())
     admin = await _admin(keys)

@@ -475,8 +475,9 @@ class KeysService:
         return await create_once(self._store, claim, caller.tenant_id, new, now)
 
     async def list(self, tenant_id: str, *, cursor: str | None = None, limit: int = 50) -> KeyPage:
-        """The tenant's keys, newest first, `limit` at a time (revoked and expired too)."""
-        before = None if cursor is None else parse_time_cursor(cursor)
+        """The tenant's keys, newest first, `limit` at a time (revoked and expired too);
+        an empty `cursor` is the first page."""
+        before = parse_time_cursor(cursor) if cursor else None
         async with self._store.transaction() as tx:
             records = await tx.page_api_keys(tenant_id, before=before, limit=limit + 1)
         now = self._clock.now()

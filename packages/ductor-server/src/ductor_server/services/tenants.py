@@ -195,8 +195,8 @@ class TenantsService:
         return Answer(created, Outcome.CREATED)
 
     async def list(self, *, cursor: str | None = None, limit: int = 100) -> TenantPage:
-        """Every tenant by id, `limit` at a time."""
-        after = None if cursor is None else _after(cursor)
+        """Every tenant by id, `limit` at a time; an empty `cursor` is the first page."""
+        after = _after(cursor) if cursor else None
         async with self._store.transaction() as tx:
             records = await tx.page_tenants(after=after, limit=limit + 1)
         page = records[:limit]
