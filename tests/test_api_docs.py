@@ -64,3 +64,26 @@ def test_every_documented_success_status_is_in_the_openapi_document() -> None:
         if documented - set(operation["responses"]):
             missing.append((method, path, sorted(documented), sorted(operation["responses"])))
     assert not missing
+
+
+def test_an_optional_body_is_not_required_in_the_openapi_document() -> None:
+    from ductor_server import Settings, create_app
+
+    paths = create_app(Settings()).openapi_schema.to_schema()["paths"]
+    rows = re.findall(r"^\| `POST (/[^`?]*)` \| [^|]*\(optional body\) \|", DOC, re.MULTILINE)
+    assert len(rows) >= 4
+    for path in rows:
+        body = paths[path]["post"]["requestBody"]
+        assert not body.get("required"), path
+        assert body["content"]["application/json"]["schema"], path
+    # A body a call cannot do without stays required.
+    assert paths["/v1/runs"]["post"]["requestBody"]["required"] is True
+
+
+def test_the_long_poll_bounds_are_in_the_openapi_document() -> None:
+    from ductor_server import Settings, create_app
+
+    operation = create_app(Settings()).openapi_schema.to_schema()["paths"]["/v1/runs/{run_id}"]
+    (wait,) = [p for p in operation["get"]["parameters"] if p["name"] == "wait"]
+    assert wait["schema"]["exclusiveMinimum"] == 0
+    assert wait["schema"]["maximum"] == 60

@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
-from litestar.openapi.spec import Reference, Schema
+from litestar.openapi.spec import Operation, Reference, RequestBody, Schema
 from litestar.params import PathParameter
 from litestar.typing import FieldDefinition
 
@@ -287,6 +287,17 @@ def or_default(data: T | NoBody, default: T) -> T:
     return default if isinstance(data, NoBody) else data
 
 
+@dataclass
+class OptionalBody(Operation):
+    """The OpenAPI operation of a handler whose body may be left out (one that reads it
+    with `or_default`): pass it as the handler's `operation_class`, so the document
+    does not call the body required."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.request_body, RequestBody):
+            self.request_body.required = False
+
+
 def declared_type(field: FieldDefinition) -> Any:
     """The type a `data: X | NoBody` parameter is decoded as (X)."""
     if field.is_union:
@@ -381,6 +392,7 @@ __all__ = [
     "EventBody",
     "JsonBody",
     "NoBody",
+    "OptionalBody",
     "RerunBody",
     "SignalBody",
     "TriggerRunBody",

@@ -30,6 +30,7 @@ from ductor_server.transports.rest.bodies import (
     NO_BODY,
     EmptyBody,
     NoBody,
+    OptionalBody,
     or_default,
     path_id,
     required,
@@ -193,7 +194,12 @@ class HoldsController(Controller):
         """One hold (a pending hold past its expiry is marked `expired`)."""
         return await ledger.get_hold(tenant_id, hold_id)
 
-    @post("/{hold_id:str}/post", status_code=200, responses=V1_ERRORS)
+    @post(
+        "/{hold_id:str}/post",
+        status_code=200,
+        responses=V1_ERRORS,
+        operation_class=OptionalBody,
+    )
     async def post_hold(
         self,
         hold_id: FromPath[str],

@@ -15,6 +15,7 @@ from ductor_server.transports.rest.bodies import (
     NO_BODY,
     CancelRunBody,
     NoBody,
+    OptionalBody,
     RerunBody,
     SignalBody,
     TriggerRunBody,
@@ -86,7 +87,11 @@ class RunsController(Controller):
         run_id: FromPath[str],
         tenant_id: NamedDependency[str],
         runs: NamedDependency[RunsService],
-        wait: Annotated[float | None, QueryParameter(gt=0, le=MAX_WAIT_SECONDS)] = None,
+        # Litestar leaves a falsy bound out of the OpenAPI document: `gt=0` is restated.
+        wait: Annotated[
+            float | None,
+            QueryParameter(gt=0, le=MAX_WAIT_SECONDS, schema_extra={"exclusive_minimum": 0}),
+        ] = None,
     ) -> RunView:
         """A run: status, input, output, error and every step's state. With `wait`
         (seconds, up to 60), answered once the run has ended or the time is up,
@@ -103,7 +108,12 @@ class RunsController(Controller):
         """The run's append-only history, oldest first."""
         return await runs.history(tenant_id, run_id)
 
-    @post("/{run_id:str}/cancel", status_code=202, responses=V1_ERRORS)
+    @post(
+        "/{run_id:str}/cancel",
+        status_code=202,
+        responses=V1_ERRORS,
+        operation_class=OptionalBody,
+    )
     async def cancel(
         self,
         run_id: FromPath[str],
@@ -118,7 +128,12 @@ class RunsController(Controller):
         key = checked_key(idempotency_key)
         return answered(await runs.cancel(tenant_id, run_id, body.reason, idempotency_key=key))
 
-    @post("/{run_id:str}/rerun", status_code=201, responses=V1_ERRORS)
+    @post(
+        "/{run_id:str}/rerun",
+        status_code=201,
+        responses=V1_ERRORS,
+        operation_class=OptionalBody,
+    )
     async def rerun(
         self,
         run_id: FromPath[str],
@@ -136,7 +151,12 @@ class RunsController(Controller):
         )
 
     # `path`, not `str`: a signal name may hold a `/` (see `path_id`).
-    @post("/{run_id:str}/signals/{name:path}", status_code=202, responses=V1_ERRORS)
+    @post(
+        "/{run_id:str}/signals/{name:path}",
+        status_code=202,
+        responses=V1_ERRORS,
+        operation_class=OptionalBody,
+    )
     async def signal(
         self,
         run_id: FromPath[str],
