@@ -92,6 +92,19 @@ def test_an_input_is_checked_with_a_pointer_per_problem() -> None:
     assert check_input(ORDER, {"id": "o", "total": 1.5}).valid
 
 
+def test_messages_name_json_values_as_json_spells_them() -> None:
+    # A caller sent JSON: null, true and false, not Python's None, True and False.
+    found = check_input(ORDER, None)
+    assert [p.message for p in found.problems] == ["null is not of type 'object'"]
+    found = check_input(ORDER, {"id": True, "total": False})
+    assert [p.message for p in found.problems] == [
+        "true is not of type 'string'",
+        "false is not of type 'number'",
+    ]
+    found = check_input({"type": "object"}, "None")
+    assert [p.message for p in found.problems] == ["'None' is not of type 'object'"]
+
+
 def test_unique_items_follows_json_equality() -> None:
     schema = {"uniqueItems": True}
     assert not check_input(schema, [1, 1.0]).valid

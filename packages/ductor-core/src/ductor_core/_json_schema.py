@@ -218,7 +218,8 @@ def check_input(schema: Mapping[str, Any], value: Any, *, steps: int, root: str)
         for error in validator.iter_errors(value):
             problems.append(
                 InputProblem(
-                    pointer=root + _pointer(error.absolute_path), message=_cut(error.message)
+                    pointer=root + _pointer(error.absolute_path),
+                    message=_cut(_json_spelled(error)),
                 )
             )
             if len(problems) >= MAX_PROBLEMS:
@@ -434,6 +435,18 @@ def _escape(token: str) -> str:
 
 def _pointer(path: Any) -> str:
     return "".join(f"/{_escape(str(token))}" for token in path)
+
+
+def _json_spelled(error: ValidationError) -> str:
+    """The library's message about an input value, with a null, true or false that it
+    opens with written as JSON writes it, not as Python's None, True or False."""
+    message = str(error.message)
+    instance = error.instance
+    if instance is None or isinstance(instance, bool):
+        python = repr(instance)
+        if message.startswith(python + " "):
+            return msgspec.json.encode(instance).decode() + message[len(python) :]
+    return message
 
 
 def _cut(message: str) -> str:
