@@ -48,6 +48,7 @@ from ductor_server.transports.rest.auth import (
 from ductor_server.transports.rest.bodies import JsonBody
 from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
 from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
+from ductor_server.transports.rest.parameters import refuse_nul_parameters
 from ductor_server.transports.rest.telemetry import TelemetryMiddleware
 
 API_VERSION = "0.1.0"
@@ -131,7 +132,7 @@ def create_app(
             Router(
                 "/",
                 route_handlers=list(V1_CONTROLLERS),
-                guards=[require_api_key],
+                guards=[require_api_key, refuse_nul_parameters],
                 middleware=middleware,
                 dependencies={
                     "tenant_id": Provide(provide_tenant_id, sync_to_thread=False),
@@ -146,7 +147,7 @@ def create_app(
             Router(
                 "/",
                 route_handlers=list(OPERATOR_CONTROLLERS),
-                guards=[require_operator_key],
+                guards=[require_operator_key, refuse_nul_parameters],
                 dto=JsonBody,
                 return_dto=None,
             )

@@ -266,6 +266,22 @@ async def test_unknown_things_are_404(api: Api) -> None:
     assert (await api.call("GET", "/v1/runs")).json()["items"] == []
 
 
+async def test_a_nul_in_a_path_or_query_parameter_is_refused_naming_it(api: Api) -> None:
+    # Refused alike on both backends (PostgreSQL text cannot hold a NUL at all).
+    for method, path, name in [
+        ("GET", "/v1/runs/run%00x", "run_id"),
+        ("GET", "/v1/runs/run%00x/history", "run_id"),
+        ("POST", "/v1/runs/run%00x/cancel", "run_id"),
+        ("GET", "/v1/keys/key%00x", "key_id"),
+        ("GET", "/v1/workflows/a%00b", "slug"),
+        ("GET", "/v1/runs?family_slug=a%00b", "family_slug"),
+        ("GET", "/v1/runs?status=%00", "status"),
+    ]:
+        body = assert_error(await api.call(method, path), 422, "request.invalid")
+        assert body["details"]["path"] == name, (path, body)
+    assert (await api.call("GET", "/v1/runs?family_slug=nope")).json()["items"] == []
+
+
 async def test_an_error_repeats_at_most_a_bounded_part_of_the_request(api: Api) -> None:
     slug = "s" * 3_500  # within this server's 4 KiB body limit
     missing = await api.call("POST", "/v1/runs", json={"family_slug": slug})
