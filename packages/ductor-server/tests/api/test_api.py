@@ -407,7 +407,8 @@ async def test_run_list_pages_with_a_cursor(api: Api) -> None:
     assert sorted(seen) == sorted(ids)
     assert len(seen) == 5
     bad = await api.call("GET", "/v1/runs", params={"cursor": "garbage!"})
-    assert_error(bad, 422, "request.invalid")
+    # Named as every other list names a cursor it never gave.
+    assert assert_error(bad, 422, "request.invalid")["details"]["pointer"] == "cursor"
 
 
 # --- idempotency -------------------------------------------------------------------

@@ -908,7 +908,9 @@ class RunsService:
                     limit=limit,
                 )
         except InvalidCursor as exc:
-            raise RequestInvalid(exc.message, details={"cursor": cursor}) from exc
+            raise RequestInvalid(
+                exc.message, details={"pointer": "cursor", "cursor": cursor}
+            ) from exc
         return RunPage(items=[_summary(r) for r in page.items], next_cursor=page.next_cursor)
 
     async def history(self, tenant_id: str, run_id: str) -> list[HistoryEntry]:
