@@ -418,7 +418,7 @@ def test_upstream_failures_and_bad_input(server: ServerProcess, upstream: Script
         assert answer.status_code == 422
         assert http.get("/v1/ai/requests", params={"cursor": "bogus"}).status_code == 422
         assert http.get("/v1/ai/prices/nope").json()["code"] == "ai.price_not_found"
-        assert http.get("/v1/ai/requests/air_x%00").status_code == 404
+        assert http.get("/v1/ai/requests/air_x%00").status_code == 422  # docs/api.md
         assert http.put("/v1/ai/prices/a%00b", json={"input_per_million": 1}).status_code == 422
         items = http.get("/v1/ai/requests").json()["items"]
         statuses = [(i["model"], i["status"], i["http_status"]) for i in items]
