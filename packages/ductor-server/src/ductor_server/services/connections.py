@@ -43,6 +43,7 @@ from ductor_server.connections.store import ConnectionRecord, ConnectionsTx
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.notify import EMAIL_PROVIDER
 from ductor_server.providers.base import CheckResult, ProviderRegistry, Redactor
+from ductor_server.services.action_steps import action_steps
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
 from ductor_server.storage.protocol import Store, Tx
 
@@ -58,8 +59,6 @@ MAX_SECRETS_BYTES = 16 * 1024
 MAX_DESCRIPTION = 1000
 """The longest description, in characters."""
 
-_ACTION = "STEP_TYPE_ACTION"
-_SCATTER = "STEP_TYPE_SCATTER"
 _NOTIFY = "STEP_TYPE_NOTIFY"
 
 # --- bodies and views -----------------------------------------------------------------
@@ -674,29 +673,13 @@ def _connection_uses(
     """(pointer to the args, connection, operation, input keys) of every ACTION that
     names a connection, SCATTER templates included."""
     found: list[tuple[str, str, Any, list[str] | None]] = []
-    if not isinstance(definition, Mapping):
-        return found
-    steps = definition.get("steps")
-    if not isinstance(steps, list):
-        return found
-
-    def visit(step: Any, at: str) -> None:
-        if not isinstance(step, Mapping):
-            return
-        args = step.get("args")
-        if not isinstance(args, Mapping):
-            return
-        if step.get("type") == _ACTION:
-            name = args.get("connection")
-            if isinstance(name, str) and name.strip() and args.get("action") is None:
-                raw_input = args.get("input", {})
-                keys = [str(k) for k in raw_input] if isinstance(raw_input, Mapping) else None
-                found.append((at + "/args", name, args.get("operation"), keys))
-        elif step.get("type") == _SCATTER:
-            visit(args.get("step"), at + "/args/step")
-
-    for index, step in enumerate(steps):
-        visit(step, f"/steps/{index}")
+    for step in action_steps(definition):
+        args = step.args
+        name = args.get("connection")
+        if isinstance(name, str) and name.strip() and args.get("action") is None:
+            raw_input = args.get("input", {})
+            keys = [str(k) for k in raw_input] if isinstance(raw_input, Mapping) else None
+            found.append((step.pointer + "/args", name, args.get("operation"), keys))
     return found
 
 

@@ -6,14 +6,12 @@ It speaks in tenants, views and `ServerError`s; it never mentions a transport.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from ductor_core.definitions import (
-    StepType,
     WorkflowDefinition,
     content_hash,
     definition_from_obj,
@@ -31,6 +29,7 @@ from ductor_server.engine.offload import (
     resolve_specs,
 )
 from ductor_server.errors import DefinitionInvalid, WorkflowNotFound, WorkflowVersionNotFound
+from ductor_server.services.action_steps import action_steps
 from ductor_server.services.connections import ConnectionsService
 from ductor_server.services.context import ServiceContext
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
@@ -133,46 +132,22 @@ def _checked(
 # --- what only the server knows ---------------------------------------------------
 
 
-def _action_uses(definition: Any) -> list[tuple[str, str, str]]:
-    """(pointer to `action`, how to name the step, action) of every ACTION step that
-    names an action, SCATTER templates included."""
-    found: list[tuple[str, str, str]] = []
-    steps = definition.get("steps") if isinstance(definition, Mapping) else None
-    if not isinstance(steps, list):
-        return found
-
-    def visit(step: Any, at: str, where: str, prefix: str) -> None:
-        args = step.get("args") if isinstance(step, Mapping) else None
-        if not isinstance(args, Mapping):
-            return
-        if step.get("type") == StepType.ACTION:
-            name = args.get("action")
-            if isinstance(name, str) and name.strip():  # core reports a blank one
-                found.append((at + "/args/action", f"{where}: '{prefix}args.action'", name))
-        elif step.get("type") == StepType.SCATTER:
-            visit(args.get("step"), at + "/args/step", where, prefix + "args.step.")
-
-    for index, step in enumerate(steps):
-        ref = step.get("ref") if isinstance(step, Mapping) else None
-        where = f"step '{ref}'" if isinstance(ref, str) else f"steps[{index}]"
-        visit(step, f"/steps/{index}", where, "")
-    return found
-
-
 def action_problems(definition: Any, known: list[str]) -> list[Problem]:
     """`definition.unknown_action` for every ACTION step naming an action not in
     `known` (the actions the server's step handlers serve)."""
     problems = []
-    for at, what, name in _action_uses(definition):
-        if name in known:
-            continue
+    for step in action_steps(definition):
+        name = step.args.get("action")
+        if not isinstance(name, str) or not name.strip() or name in known:
+            continue  # core reports a missing or blank one
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
         problems.append(
             Problem(
                 code="definition.unknown_action",
-                message=f"{what} names no action this server has: {name[:64]!r} ({hint})",
-                pointer=at,
+                message=f"{step.name}: '{step.prefix}args.action' names no action this server"
+                f" has: {name[:64]!r} ({hint})",
+                pointer=step.pointer + "/args/action",
             )
         )
     return problems
