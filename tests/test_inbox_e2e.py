@@ -236,6 +236,22 @@ async def test_other_subscribers_and_tenants_see_nothing_over_the_websocket(
         theirs = await _send(other, "ann", "other tenant's ann")
         assert (await other_ann.change())["notification"]["id"] == theirs["id"]
         await ann.quiet(0.5)
+    # A NUL in a subscriber call's parameter is refused naming it, as in any /v1
+    # call (PostgreSQL text cannot hold one).
+    me = {
+        "X-Ductor-Tenant": tenant,
+        "X-Ductor-Subscriber": "ann",
+        "X-Ductor-Subscriber-Token": subscriber_token(secret, "ann"),
+    }
+    async with httpx.AsyncClient(base_url=server.url, headers=me, timeout=30) as subscriber:
+        for path, name in (
+            ("/v1/inbox/me/notifications/n%00x", "notification_id"),
+            ("/v1/inbox/me/notifications?feed=a%00b", "feed"),
+        ):
+            refused = await subscriber.get(path)
+            assert refused.status_code == 422, (path, refused.text)
+            assert refused.json()["code"] == "request.invalid"
+            assert refused.json()["details"]["path"] == name
 
 
 async def test_a_subscriber_holds_at_most_twenty_live_sockets(sqlite_server: ServerProcess) -> None:

@@ -114,6 +114,9 @@ def _check(
     )
     assert huge.status_code == 413
     assert admin.put(f"/v1/admin/tenants/{'t' * 201}/queue-policy", json={}).status_code == 422
+    nul = admin.put("/v1/admin/tenants/t%00x/queue-policy", json={})
+    assert nul.status_code == 422
+    assert nul.json()["details"]["path"] == "tenant"
     assert admin.get(policy_url).json()["source"] == "default"  # nothing was stored
     assert admin.get("/v1/admin/queue-policies").json()["tenants"] == []
 

@@ -97,3 +97,17 @@ def test_every_mcp_tool_needs_the_scope_of_its_rest_call() -> None:
         "rerun_run",
         "route",
     }
+
+
+def test_every_v1_route_refuses_a_nul_in_its_parameters() -> None:
+    # docs/api.md: a NUL in any path or query parameter under /v1 is 422
+    # request.invalid naming it, whoever the caller is (tenant, operator,
+    # subscriber or bridge app).
+    unguarded = sorted(
+        route
+        for route, guards in _routes().items()
+        if route.split(" ", 1)[1].startswith("/v1/")
+        and not route.startswith("WS ")  # a socket's credentials come in its first message
+        and "refuse_nul_parameters" not in guards
+    )
+    assert unguarded == []

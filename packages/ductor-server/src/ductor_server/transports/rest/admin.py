@@ -20,6 +20,7 @@ from ductor_server.transports.rest.bodies import NO_BODY, JsonBody, NoBody, requ
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS, also_ok
 from ductor_server.transports.rest.idempotency import answered
+from ductor_server.transports.rest.parameters import refuse_nul_parameters
 
 
 def provide_queue(request: Request[Any, Any, Any]) -> QueueService:
@@ -73,7 +74,7 @@ class AdminController(Controller):
 ADMIN_ROUTER = Router(
     "/",
     route_handlers=[AdminController],
-    guards=[require_operator_key],
+    guards=[require_operator_key, refuse_nul_parameters],
     dependencies={"queue": Provide(provide_queue, sync_to_thread=False)},
     dto=JsonBody,
     return_dto=None,

@@ -51,6 +51,7 @@ from ductor_server.transports.rest.bodies import NO_BODY, EmptyBody, JsonBody, N
 from ductor_server.transports.rest.dependencies import services_of
 from ductor_server.transports.rest.errors import V1_ERRORS, also_ok, status_for
 from ductor_server.transports.rest.idempotency import IdempotencyKey, answered, checked_key
+from ductor_server.transports.rest.parameters import refuse_nul_parameters
 
 SOCKET_POLL_SECONDS = 5.0
 """How long an idle WebSocket waits for a push before reading the store anyway
@@ -492,7 +493,7 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
 SUBSCRIBER_ROUTER = Router(
     "/",
     route_handlers=[MyInboxController],
-    guards=[require_subscriber],
+    guards=[require_subscriber, refuse_nul_parameters],
     dependencies={
         "me": Provide(provide_subscriber, sync_to_thread=False),
         "inbox": Provide(provide_inbox, sync_to_thread=False),
