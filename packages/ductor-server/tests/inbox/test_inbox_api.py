@@ -549,3 +549,18 @@ async def test_a_notify_step_with_a_script_link_fails_and_sends_nothing(api: Inb
     assert (await _wait_run(api, run["id"]))["status"] == "RUN_STATUS_SUCCEEDED"
     note = await _notification_of(api, "ann")
     assert (note["avatar"], note["ctas"][0]["url"]) == (good["avatar"], good["url"])
+
+
+async def test_a_profile_address_with_a_line_break_is_refused_and_changes_nothing(
+    api: Inbox,
+) -> None:
+    # An address ends up in an email's To header, so a trailing line break is not
+    # a "plain local@domain address" however it is written.
+    await api.ok("PUT", "/v1/inbox/subscribers/ann", json={"email": "ann@example.com"})
+    for address in ("ann@example.org\n", "ann@example.org\r\n", "ann@example.org\nBcc: x@y.z"):
+        body = await api.fails(
+            "PUT", "/v1/inbox/subscribers/ann", 422, "request.invalid", json={"email": address}
+        )
+        assert body["details"] == {"pointer": "/email"}
+    profile = await api.ok("GET", "/v1/inbox/subscribers/ann")
+    assert profile == {"subscriber_id": "ann", "email": "ann@example.com"}

@@ -47,10 +47,11 @@ T = TypeVar("T")
 Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
 Timeout = Annotated[float, msgspec.Meta(gt=0, le=600)]
 
-# An ASCII address `local@domain` (the WHATWG form's rule, no display name).
+# An ASCII address `local@domain` (the WHATWG form's rule, no display name), matched
+# whole: `$` would let a trailing line break through into a header.
 _ADDRESS = re.compile(
-    r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-:\[\]]+$")
 _OWN_HEADERS = frozenset(
@@ -74,7 +75,7 @@ _OWN_HEADERS = frozenset(
 
 def is_address(value: str) -> bool:
     """Whether `value` is a plain ASCII email address (`local@domain`, at most 254)."""
-    return len(value) <= 254 and _ADDRESS.match(value) is not None
+    return len(value) <= 254 and _ADDRESS.fullmatch(value) is not None
 
 
 def message_id(idempotency_key: str) -> str:
