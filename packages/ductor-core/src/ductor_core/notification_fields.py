@@ -10,18 +10,39 @@ a button, so it is short, one line and printable.
     url, avatar   absolute http:// or https:// URL with a host, at most
                   MAX_URL characters, no whitespace, no control character
     label         1 to MAX_LABEL characters, no control character
+    title, body   at most MAX_TEXT characters each
+    data          at most MAX_DATA_BYTES of JSON
+
+The sizes matter most for a NOTIFY step, which copies one notification to up
+to 1,000 recipients (and each into their change log): without them one run's
+input of a megabyte would be written a thousand times over.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from typing import Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 MAX_URL = 2048
 """The longest CTA `url` or `avatar`, in characters."""
 
 MAX_LABEL = 200
 """The longest CTA `label`, in characters."""
+
+MAX_TEXT = 10_000
+"""The longest `title` or `body`, in characters."""
+
+MAX_DATA_BYTES = 65_536
+"""The most bytes of JSON a notification's `data` takes (64 KiB)."""
+
+TEXT_RULE = f"must be at most {MAX_TEXT} characters"
+"""How a refusal of a `title` or `body` says what is wanted."""
+
+DATA_RULE = f"must be at most {MAX_DATA_BYTES // 1024} KiB of JSON"
+"""How a refusal of `data` says what is wanted."""
 
 URL_RULE = (
     f"must be an absolute http or https URL of at most {MAX_URL} characters "
@@ -57,3 +78,13 @@ def is_link(value: str) -> bool:
 def is_label(value: str) -> bool:
     """Whether `value` is an acceptable CTA `label` (see the module rules)."""
     return 0 < len(value) <= MAX_LABEL and not any(_control(ch) for ch in value)
+
+
+def is_text(value: str) -> bool:
+    """Whether `value` is an acceptable `title` or `body` (see the module rules)."""
+    return len(value) <= MAX_TEXT
+
+
+def is_data(value: dict[str, Any]) -> bool:
+    """Whether `value` is an acceptable `data` (see the module rules)."""
+    return len(msgspec.json.encode(value)) <= MAX_DATA_BYTES

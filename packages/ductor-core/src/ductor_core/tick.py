@@ -99,7 +99,16 @@ from ductor_core.definitions import (
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import ExpressionEngine, default_engine
-from ductor_core.notification_fields import LABEL_RULE, URL_RULE, is_label, is_link
+from ductor_core.notification_fields import (
+    DATA_RULE,
+    LABEL_RULE,
+    TEXT_RULE,
+    URL_RULE,
+    is_data,
+    is_label,
+    is_link,
+    is_text,
+)
 from ductor_core.runs import (
     AttemptResult,
     BufferedSignal,
@@ -609,6 +618,16 @@ class _Tick:
                     details={"pointer": pointer},
                 )
 
+        title = text(args.title, "title") or ""
+        checked(title, is_text(title), TEXT_RULE, "title", "/args/title")
+        body = text(args.body, "body") or ""
+        checked(body, is_text(body), TEXT_RULE, "body", "/args/body")
+        if data is not None and not is_data(data):
+            raise DuctorError(
+                f"NOTIFY data {DATA_RULE}",
+                code="notify.bad_value",
+                details={"pointer": "/args/data"},
+            )
         avatar = text(args.avatar, "avatar")
         if avatar is not None:
             checked(avatar, is_link(avatar), URL_RULE, "avatar", "/args/avatar")
@@ -640,8 +659,8 @@ class _Tick:
                 group_id=group_id,
                 recipients=recipients,
                 feed=args.feed,
-                title=text(args.title, "title") or "",
-                body=text(args.body, "body") or "",
+                title=title,
+                body=body,
                 data=data,
                 avatar=avatar,
                 ctas=ctas,

@@ -564,3 +564,48 @@ async def test_a_profile_address_with_a_line_break_is_refused_and_changes_nothin
         assert body["details"] == {"pointer": "/email"}
     profile = await api.ok("GET", "/v1/inbox/subscribers/ann")
     assert profile == {"subscriber_id": "ann", "email": "ann@example.com"}
+
+
+async def test_a_notify_step_holds_a_notification_to_the_sizes_the_api_takes(api: Inbox) -> None:
+    # A step copies its title, body and data to every recipient (and to each
+    # change), so one run's input must not become up to 1000 copies of a megabyte.
+    args = {"recipients": "input.to", "title": "input.title", "data": "input.data"}
+    step = {"ref": "tell", "type": "STEP_TYPE_NOTIFY", "args": {**args, "body": "input.body"}}
+    await api.ok("POST", "/v1/workflows", json={"family_slug": "big", "steps": [step], "edges": []})
+    small = {"to": ["ann", "bob"], "title": "t", "body": "", "data": {}}
+    for given, pointer in (
+        ({"title": "x" * 10_001}, "/args/title"),
+        ({"body": "é" * 10_001}, "/args/body"),
+        ({"data": {"blob": "x" * 65_536}}, "/args/data"),
+    ):
+        run = await api.ok(
+            "POST", "/v1/runs", json={"family_slug": "big", "input": {**small, **given}}
+        )
+        done = await _wait_run(api, run["id"])
+        assert done["status"] == "RUN_STATUS_FAILED"
+        (failed,) = done["steps"]
+        assert failed["error"]["code"] == "notify.bad_value", failed
+        assert failed["error"]["details"] == {"pointer": pointer}
+    for who in ("ann", "bob"):
+        page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": who})
+        assert page["notifications"] == []
+    largest = {"title": "x" * 10_000, "body": "é" * 10_000, "data": {"blob": "x" * 65_000}}
+    run = await api.ok(
+        "POST", "/v1/runs", json={"family_slug": "big", "input": {**small, **largest}}
+    )
+    assert (await _wait_run(api, run["id"]))["status"] == "RUN_STATUS_SUCCEEDED"
+    note = await _notification_of(api, "bob")
+    assert (len(note["title"]), len(note["body"]), note["data"]) == (
+        10_000,
+        10_000,
+        largest["data"],
+    )
+
+
+async def test_sent_data_over_64_kib_is_a_clear_422(api: Inbox) -> None:
+    sent = {"subscriber_id": "ann", "title": "t", "data": {"blob": "x" * 65_536}}
+    body = await api.fails("POST", "/v1/inbox/notifications", 422, "request.invalid", json=sent)
+    assert body["details"] == {"pointer": "/data"}
+    page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": "ann"})
+    assert page["notifications"] == []
+    await _send(api, "ann", "t", data={"blob": "x" * 65_000})

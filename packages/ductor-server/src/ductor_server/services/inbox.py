@@ -23,7 +23,15 @@ import msgspec
 from ductor_core.builtin_steps import NAME_PATTERN
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DurationError
-from ductor_core.notification_fields import LABEL_RULE, URL_RULE, is_label, is_link
+from ductor_core.notification_fields import (
+    DATA_RULE,
+    LABEL_RULE,
+    MAX_TEXT,
+    URL_RULE,
+    is_data,
+    is_label,
+    is_link,
+)
 from ductor_core.runs import SignalReceived
 from ductor_core.tick import notify_signal
 from ductor_core.timestamps import utc_text
@@ -68,9 +76,6 @@ MAX_BULK = 1000
 
 MAX_RULES = 100
 """The most preference rules a subscriber keeps."""
-
-MAX_TEXT = 10_000
-"""The longest title or body a tenant may send, in characters."""
 
 MAX_SNOOZE = timedelta(days=365)
 """The longest snooze."""
@@ -399,6 +404,8 @@ class InboxService:
                 f"title and body are at most {MAX_TEXT} characters",
                 details={"pointer": "/title" if len(body.title) > MAX_TEXT else "/body"},
             )
+        if body.data is not None and not is_data(body.data):
+            raise RequestInvalid(f"data {DATA_RULE}", details={"pointer": "/data"})
         if body.avatar is not None:
             _check_link("avatar", body.avatar, "/avatar")
         if len(body.ctas) > 2:
