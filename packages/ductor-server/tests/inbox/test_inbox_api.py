@@ -609,3 +609,25 @@ async def test_sent_data_over_64_kib_is_a_clear_422(api: Inbox) -> None:
     page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": "ann"})
     assert page["notifications"] == []
     await _send(api, "ann", "t", data={"blob": "x" * 65_000})
+
+
+async def test_empty_query_values_list_from_the_start(api: Inbox) -> None:
+    # `?feed=&status=&cursor=&limit=` as docs/inbox.md writes the lists: a blank
+    # value is the parameter left out (as GET /v1/runs takes it); a cursor the API
+    # never gave is still refused.
+    ann = await api.me("tenant-a", "ann")
+    made = await _send(api, "ann", "hello", feed="alerts")
+    mine = await api.as_me(ann, "GET", "/v1/inbox/me/notifications?feed=&status=&cursor=")
+    assert mine.status_code == 200, mine.text
+    assert [n["id"] for n in mine.json()["notifications"]] == [made["id"]]
+    listed = await api.ok("GET", "/v1/inbox/notifications?subscriber_id=ann&feed=&cursor=")
+    assert [n["id"] for n in listed["notifications"]] == [made["id"]]
+    emails = await api.ok("GET", "/v1/inbox/emails?run_id=&subscriber_id=&status=&cursor=")
+    assert emails == {"emails": [], "next_cursor": None}
+    for path, pointer in (
+        ("/v1/inbox/emails?cursor=zz", "cursor"),
+        ("/v1/inbox/notifications?subscriber_id=a&cursor=zz", "cursor"),
+        ("/v1/inbox/notifications?subscriber_id=a&feed=no%20spaces", "feed"),
+    ):
+        body = await api.fails("GET", path, 422, "request.invalid")
+        assert body["details"] == {"pointer": pointer}

@@ -628,7 +628,7 @@ class AgentService:
     async def list(
         self, tenant_id: str, *, cursor: str | None = None, limit: int = 50
     ) -> ConversationPage:
-        """The tenant's conversations, newest first.
+        """The tenant's conversations, newest first; an empty `cursor` is the first page.
 
         Raises:
             RequestInvalid: a cursor this API did not give, a limit out of 1..200.
@@ -638,7 +638,7 @@ class AgentService:
                 f"limit must be from 1 to {MAX_PAGE}", details={"pointer": "limit"}
             )
         before = None
-        if cursor is not None:
+        if cursor:
             before = parse_time_cursor(cursor)
             if not _CONVERSATION_ID.fullmatch(before[1]):
                 raise RequestInvalid(

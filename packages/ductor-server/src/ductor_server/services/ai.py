@@ -590,7 +590,7 @@ class AiService:
     async def list_requests(
         self, tenant_id: str, *, cursor: str | None = None, limit: int = 50
     ) -> AiRequestPage:
-        """The tenant's model calls, newest first.
+        """The tenant's model calls, newest first; an empty `cursor` is the first page.
 
         Raises:
             RequestInvalid: a cursor this API did not give, a limit out of 1..500.
@@ -599,7 +599,7 @@ class AiService:
             raise RequestInvalid(
                 f"limit must be from 1 to {MAX_PAGE}", details={"pointer": "limit"}
             )
-        before = None if cursor is None else _parse_cursor(cursor)
+        before = _parse_cursor(cursor) if cursor else None
         async with self._store.transaction() as tx:
             records = await AiTx(tx).list_requests(tenant_id, before=before, limit=limit + 1)
         more = len(records) > limit

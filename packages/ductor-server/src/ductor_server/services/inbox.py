@@ -496,18 +496,22 @@ class InboxService:
         cursor: str | None = None,
         limit: int = 50,
     ) -> NotificationPage:
-        """A subscriber's notifications, newest first.
+        """A subscriber's notifications, newest first; an empty `feed`, `status` or
+        `cursor` is the same as none.
 
         Raises:
-            RequestInvalid: unknown status, bad cursor or limit.
+            RequestInvalid: a feed that is not a feed name, unknown status, bad
+                cursor or limit.
         """
+        feed = _check_name("feed", feed, "feed") if feed else None
+        status = status or "all"
         if status not in STATUSES:
             raise RequestInvalid(
                 f"status must be one of {', '.join(STATUSES)}", details={"pointer": "status"}
             )
         if not 1 <= limit <= MAX_PAGE:
             raise RequestInvalid(f"limit is 1 to {MAX_PAGE}", details={"pointer": "limit"})
-        before = None if cursor is None else parse_time_cursor(cursor)
+        before = parse_time_cursor(cursor) if cursor else None
         async with self._context.store.transaction() as tx:
             items = await InboxTx(tx).list_notifications(
                 tenant_id,

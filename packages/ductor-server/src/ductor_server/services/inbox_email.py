@@ -220,18 +220,20 @@ class InboxEmail:
         cursor: str | None = None,
         limit: int = 50,
     ) -> EmailPage:
-        """The tenant's outbox emails, oldest first.
+        """The tenant's outbox emails, oldest first; an empty filter or `cursor` is
+        the same as none.
 
         Raises:
             RequestInvalid: unknown status, bad cursor or limit.
         """
+        run_id, subscriber_id, status = run_id or None, subscriber_id or None, status or None
         if status is not None and status not in STATUSES:
             raise RequestInvalid(
                 f"status must be one of {', '.join(STATUSES)}", details={"pointer": "status"}
             )
         if not 1 <= limit <= self._max_page:
             raise RequestInvalid(f"limit is 1 to {self._max_page}", details={"pointer": "limit"})
-        after = None if cursor is None else parse_time_cursor(cursor)
+        after = parse_time_cursor(cursor) if cursor else None
         async with self._store.transaction() as tx:
             rows = await EmailsTx(tx).list_emails(
                 tenant_id,
