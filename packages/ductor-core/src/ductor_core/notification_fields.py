@@ -10,6 +10,7 @@ a button, so it is short, one line and printable.
     url, avatar   absolute http:// or https:// URL with a host, at most
                   MAX_URL characters, no whitespace, no control character
     label         1 to MAX_LABEL characters, no control character
+    subscriber    1 to MAX_SUBSCRIBER_ID characters, no control character
     title, body   at most MAX_TEXT characters each
     data          at most MAX_DATA_BYTES of JSON
 
@@ -31,6 +32,12 @@ MAX_URL = 2048
 
 MAX_LABEL = 200
 """The longest CTA `label`, in characters."""
+
+MAX_SUBSCRIBER_ID = 200
+"""The longest subscriber id, in characters."""
+
+SUBSCRIBER_ID_RULE = f"must be 1 to {MAX_SUBSCRIBER_ID} characters without control characters"
+"""How a refusal of a subscriber id says what is wanted."""
 
 MAX_TEXT = 10_000
 """The longest `title` or `body`, in characters."""
@@ -88,3 +95,8 @@ def is_text(value: str) -> bool:
 def is_data(value: dict[str, Any]) -> bool:
     """Whether `value` is an acceptable `data` (see the module rules)."""
     return len(msgspec.json.encode(value)) <= MAX_DATA_BYTES
+
+
+def is_subscriber_id(value: str) -> bool:
+    """Whether `value` is an acceptable subscriber id (see the module rules)."""
+    return 0 < len(value) <= MAX_SUBSCRIBER_ID and not any(_control(ch) for ch in value)

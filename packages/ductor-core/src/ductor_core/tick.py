@@ -102,11 +102,13 @@ from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_core.notification_fields import (
     DATA_RULE,
     LABEL_RULE,
+    SUBSCRIBER_ID_RULE,
     TEXT_RULE,
     URL_RULE,
     is_data,
     is_label,
     is_link,
+    is_subscriber_id,
     is_text,
 )
 from ductor_core.runs import (
@@ -162,9 +164,6 @@ def _parse_instant(value: Any, source: str) -> datetime:
 MAX_RECIPIENTS = 1000
 """The most subscribers one NOTIFY step may notify."""
 
-MAX_SUBSCRIBER_ID = 200
-"""The longest subscriber id, in characters."""
-
 
 def notify_signal(ref: str) -> str:
     """The signal name a clicked action sends to resume NOTIFY step `ref`."""
@@ -180,9 +179,9 @@ def _recipients(value: Any) -> list[str]:
         )
     seen: dict[str, None] = {}
     for item in items:
-        if not isinstance(item, str) or not item or len(item) > MAX_SUBSCRIBER_ID:
+        if not isinstance(item, str) or not is_subscriber_id(item):
             raise DuctorError(
-                f"each NOTIFY recipient must be a string of 1-{MAX_SUBSCRIBER_ID} characters,"
+                f"each NOTIFY recipient is a subscriber id, a string that {SUBSCRIBER_ID_RULE},"
                 f" got {item!r:.80}",
                 code="notify.bad_recipients",
             )

@@ -631,3 +631,33 @@ async def test_empty_query_values_list_from_the_start(api: Inbox) -> None:
     ):
         body = await api.fails("GET", path, 422, "request.invalid")
         assert body["details"] == {"pointer": pointer}
+
+
+async def test_a_subscriber_id_with_a_control_character_is_refused_everywhere(
+    api: Inbox,
+) -> None:
+    # One rule for every way an id comes in: 1 to 200 characters, none of them a
+    # control character (U+0000-U+001F, U+007F-U+009F), as a CTA label's.
+    step = {"ref": "tell", "type": "STEP_TYPE_NOTIFY", "args": {"recipients": "input.to"}}
+    step["args"]["title"] = "'t'"
+    await api.ok("POST", "/v1/workflows", json={"family_slug": "ids", "steps": [step], "edges": []})
+    for bad in ("a\nb", "a\x7fb", "a\x85b"):
+        run = await api.ok("POST", "/v1/runs", json={"family_slug": "ids", "input": {"to": bad}})
+        done = await _wait_run(api, run["id"])
+        assert done["status"] == "RUN_STATUS_FAILED", done
+        assert done["steps"][0]["error"]["code"] == "notify.bad_recipients"
+        body = {"subscriber_id": bad, "title": "t"}
+        refused = await api.fails(
+            "POST", "/v1/inbox/notifications", 422, "request.invalid", json=body
+        )
+        assert refused["details"] == {"pointer": "/subscriber_id"}
+    for listed in ("", "x" * 201, "a\x85b"):
+        refused = await api.fails(
+            "GET",
+            "/v1/inbox/notifications",
+            422,
+            "request.invalid",
+            params={"subscriber_id": listed},
+        )
+        assert refused["details"] == {"pointer": "subscriber_id"}
+    assert await api.count("SELECT count(*) FROM inbox_notifications") == 0

@@ -27,10 +27,12 @@ from ductor_core.notification_fields import (
     DATA_RULE,
     LABEL_RULE,
     MAX_TEXT,
+    SUBSCRIBER_ID_RULE,
     URL_RULE,
     is_data,
     is_label,
     is_link,
+    is_subscriber_id,
 )
 from ductor_core.runs import SignalReceived
 from ductor_core.tick import notify_signal
@@ -296,11 +298,8 @@ def change_view(change: Change) -> ChangeView:
 
 
 def _check_id(what: str, value: str, pointer: str) -> str:
-    if not value or len(value) > 200 or any(ord(ch) < 32 for ch in value):
-        raise RequestInvalid(
-            f"{what} must be 1-200 characters without control characters",
-            details={"pointer": pointer},
-        )
+    if not is_subscriber_id(value):
+        raise RequestInvalid(f"{what} {SUBSCRIBER_ID_RULE}", details={"pointer": pointer})
     return value
 
 
@@ -500,9 +499,10 @@ class InboxService:
         `cursor` is the same as none.
 
         Raises:
-            RequestInvalid: a feed that is not a feed name, unknown status, bad
-                cursor or limit.
+            RequestInvalid: a subscriber id or feed that is not one, unknown
+                status, bad cursor or limit.
         """
+        _check_id("subscriber_id", subscriber_id, "subscriber_id")
         feed = _check_name("feed", feed, "feed") if feed else None
         status = status or "all"
         if status not in STATUSES:
