@@ -20,8 +20,8 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
 from ductor_server import Settings, create_app
-from ductor_server.composition import build
-from ductor_server.services.inbox import subscriber_token
+from ductor_server.composition import Composition, build
+from ductor_server.services.inbox import SendBody, subscriber_token
 from ductor_server.transports.rest import inbox as inbox_routes
 
 pytestmark = pytest.mark.timeout(90)
@@ -34,6 +34,13 @@ TENANT = "tenant-a"
 async def _served(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
     """Serve the app on a free port of 127.0.0.1; its WebSocket URL and the
     tenant's inbox secret."""
+    async with _served_with(tmp_path) as (url, secret, _):
+        yield url, secret
+
+
+@asynccontextmanager
+async def _served_with(tmp_path: Path) -> AsyncIterator[tuple[str, str, Composition]]:
+    """As `_served`, with the app's services too."""
     composition = build(Settings(data_dir=tmp_path, poll_interval=0.05))
     config = uvicorn.Config(
         create_app(composition=composition),
@@ -52,7 +59,7 @@ async def _served(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
     try:
         port = server.servers[0].sockets[0].getsockname()[1]
         secret = (await composition.services.inbox.secret(TENANT)).secret
-        yield f"ws://127.0.0.1:{port}/v1/inbox/me/ws", secret
+        yield f"ws://127.0.0.1:{port}/v1/inbox/me/ws", secret, composition
     finally:
         server.should_exit = True
         await serving
@@ -165,3 +172,20 @@ async def test_an_auth_cursor_past_64_bits_is_refused_like_bad_credentials(
             auth = msgspec.json.decode(_auth(secret))
             await socket.send(msgspec.json.encode({**auth, "after": 2**63 - 1}).decode())
             assert (await _frame(socket)) == {"type": "ready", "cursor": 2**63 - 1}
+
+
+async def test_a_rotated_secret_closes_the_sockets_its_old_tokens_opened(tmp_path: Path) -> None:
+    # "Every token made with the old one stops working at once": a socket that
+    # authenticated before the rotation gets nothing sent after it.
+    async with _served_with(tmp_path) as (url, secret, composition):
+        inbox = composition.services.inbox
+        async with connect(url, open_timeout=10) as socket:
+            await socket.send(_auth(secret))
+            assert (await _frame(socket))["type"] == "ready"
+            assert (await _frame(socket))["type"] == "counts"
+            await inbox.rotate_secret(TENANT)
+            await inbox.send(TENANT, SendBody(subscriber_id="ann", title="after the rotation"))
+            await _closed_with(socket, 404, "inbox.not_found")
+        async with connect(url, open_timeout=10) as socket:
+            await socket.send(_auth(secret))
+            await _closed_with(socket, 404, "inbox.not_found")

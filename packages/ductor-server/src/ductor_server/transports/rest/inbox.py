@@ -6,7 +6,9 @@ A subscriber's REST calls carry `X-Ductor-Tenant`, `X-Ductor-Subscriber` and
 cannot give headers) sends them in its first message, within `AUTH_SECONDS`; a
 process lets at most `MAX_WAITING_FOR_AUTH` sockets wait for that message at
 once. Wrong credentials are a 404 `inbox.not_found`, as another subscriber's
-notification is a 404.
+notification is a 404. A live socket checks its token again before each read of
+the store, so rotating the inbox secret closes the sockets the old tokens opened
+(at their next change, or their next idle read, within `SOCKET_POLL_SECONDS`).
 """
 
 from __future__ import annotations
@@ -459,6 +461,13 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
         await socket.send_text(_frame("ready", cursor=cursor))
         await socket.send_text(_frame("counts", await inbox.counts(tenant_id, subscriber_id)))
         while True:
+            # The token is checked again before each read: once the tenant rotates
+            # its secret, a socket the old token opened gets nothing more.
+            try:
+                await inbox.authenticate(tenant_id, subscriber_id, auth.token)
+            except InboxNotFound as error:
+                await _close_with(socket, error)
+                return
             page = await inbox.changes(tenant_id, subscriber_id, after=cursor)
             for change in page.changes:
                 await socket.send_text(_frame("change", change))
