@@ -378,8 +378,11 @@ async def test_a_cursor_past_64_bits_is_a_clear_422(api: Inbox) -> None:
         refused = await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": str(after)})
         assert refused.status_code == 422, refused.text
         assert refused.json()["code"] == "request.invalid"
+    # The largest 64-bit cursor is a sequence number, refused only for being past
+    # the subscriber's last change.
     last = await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": str(2**63 - 1)})
-    assert last.json() == {"changes": [], "cursor": 2**63 - 1, "more": False}
+    assert last.status_code == 422, last.text
+    assert last.json()["details"] == {"pointer": "after", "cursor": 1}
 
 
 async def test_bulk_actions_leave_snoozed_notifications_alone(api: Inbox) -> None:
@@ -661,3 +664,21 @@ async def test_a_subscriber_id_with_a_control_character_is_refused_everywhere(
         )
         assert refused["details"] == {"pointer": "subscriber_id"}
     assert await api.count("SELECT count(*) FROM inbox_notifications") == 0
+
+
+async def test_a_cursor_past_the_last_change_is_a_clear_422(api: Inbox) -> None:
+    # A cursor ahead of the subscriber's changes (another subscriber's, one kept
+    # from before a restore) would otherwise skip every change up to it, silently.
+    ann = await api.me("tenant-a", "ann")
+    await _send(api, "ann", "one")
+    await _send(api, "ann", "two")
+    caught_up = await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": 2})
+    assert caught_up.json() == {"changes": [], "cursor": 2, "more": False}
+    ahead = await api.as_me(ann, "GET", "/v1/inbox/me/changes", params={"after": 3})
+    assert ahead.status_code == 422, ahead.text
+    assert ahead.json()["code"] == "request.invalid"
+    assert ahead.json()["details"] == {"pointer": "after", "cursor": 2}
+    bob = await api.me("tenant-a", "bob")
+    fresh = await api.as_me(bob, "GET", "/v1/inbox/me/changes", params={"after": 1})
+    assert fresh.status_code == 422
+    assert fresh.json()["details"] == {"pointer": "after", "cursor": 0}

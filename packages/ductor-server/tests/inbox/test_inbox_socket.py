@@ -189,3 +189,18 @@ async def test_a_rotated_secret_closes_the_sockets_its_old_tokens_opened(tmp_pat
         async with connect(url, open_timeout=10) as socket:
             await socket.send(_auth(secret))
             await _closed_with(socket, 404, "inbox.not_found")
+
+
+async def test_an_auth_cursor_past_the_last_change_is_refused(tmp_path: Path) -> None:
+    async with _served_with(tmp_path) as (url, secret, composition):
+        await composition.services.inbox.send(TENANT, SendBody(subscriber_id="ann", title="one"))
+        auth = msgspec.json.decode(_auth(secret))
+        async with connect(url, open_timeout=10) as socket:
+            await socket.send(msgspec.json.encode({**auth, "after": 2}).decode())
+            assert (await _frame(socket)) == {"type": "ready", "cursor": 2}
+            assert (await _frame(socket))["type"] == "counts"
+            refused = await _closed_with(socket, 422, "request.invalid")
+            assert refused["details"] == {"pointer": "after", "cursor": 1}
+        async with connect(url, open_timeout=10) as socket:
+            await socket.send(msgspec.json.encode({**auth, "after": 1}).decode())
+            assert (await _frame(socket)) == {"type": "ready", "cursor": 1}

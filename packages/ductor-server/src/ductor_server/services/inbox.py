@@ -735,7 +735,9 @@ class InboxService:
         """The subscriber's changes after sequence number `after`, in order.
 
         Raises:
-            RequestInvalid: a cursor out of 0..INT64_MAX or a limit out of 1..MAX_PAGE.
+            RequestInvalid: a cursor out of 0..INT64_MAX, or past the subscriber's
+                last change (`details.cursor` is that change's number, so nothing
+                up to `after` is skipped silently), or a limit out of 1..MAX_PAGE.
         """
         if not 0 <= after <= INT64_MAX:
             raise RequestInvalid(
@@ -746,6 +748,13 @@ class InboxService:
         async with self._context.store.transaction() as tx:
             found = await InboxTx(tx).changes_after(
                 tenant_id, subscriber_id, after, limit=limit + 1
+            )
+            last = await InboxTx(tx).last_seq(tenant_id, subscriber_id) if not found else after
+        if last < after:
+            raise RequestInvalid(
+                f"after {after} is past this subscriber's last change, {last}:"
+                " a cursor is the seq of a change this subscriber got (0 for everything)",
+                details={"pointer": "after", "cursor": last},
             )
         more = len(found) > limit
         found = found[:limit]

@@ -26,7 +26,7 @@ from litestar.handlers import BaseRouteHandler, websocket
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from ductor_core.errors import DuctorError
-from ductor_server.errors import InboxNotFound, InboxSocketLimit
+from ductor_server.errors import InboxNotFound, InboxSocketLimit, RequestInvalid
 from ductor_server.services.inbox import (
     BulkBody,
     BulkResult,
@@ -462,13 +462,14 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
         await socket.send_text(_frame("counts", await inbox.counts(tenant_id, subscriber_id)))
         while True:
             # The token is checked again before each read: once the tenant rotates
-            # its secret, a socket the old token opened gets nothing more.
+            # its secret, a socket the old token opened gets nothing more. A cursor
+            # past the subscriber's last change is refused rather than waited on.
             try:
                 await inbox.authenticate(tenant_id, subscriber_id, auth.token)
-            except InboxNotFound as error:
+                page = await inbox.changes(tenant_id, subscriber_id, after=cursor)
+            except (InboxNotFound, RequestInvalid) as error:
                 await _close_with(socket, error)
                 return
-            page = await inbox.changes(tenant_id, subscriber_id, after=cursor)
             for change in page.changes:
                 await socket.send_text(_frame("change", change))
             cursor = page.cursor
