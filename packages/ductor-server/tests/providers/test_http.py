@@ -192,13 +192,20 @@ async def test_bad_headers_refused_with_pointers(sink: HttpSink, make_context: M
             "request",
             settings(sink),
             secrets(),
-            request(headers={"X-Ok": "a\r\nInjected: 1", "Bad Name": "v", "Host": "x"}),
+            request(
+                headers={
+                    "X-Ok": "a\r\nInjected: 1",
+                    "Bad Name": "v",
+                    "Host": "x",
+                    "X-Line\n": "v",  # a name is a token whole, a trailing line break too
+                }
+            ),
             make_context(),
         )
     )
     assert failed.error.code == "http.bad_input"
     pointers = {p["pointer"] for p in failed.error.details["problems"]}
-    assert pointers == {"/headers/X-Ok", "/headers/Bad Name", "/headers/Host"}
+    assert pointers == {"/headers/X-Ok", "/headers/Bad Name", "/headers/Host", "/headers/X-Line\n"}
     assert sink.seen == []
 
 

@@ -283,6 +283,7 @@ def test_settings_validation() -> None:
     for bad in (
         {"host": "", "from_address": "a@b.test"},
         {"host": "smtp.example.test\r\n", "from_address": "a@b.test"},
+        {"host": "smtp.example.test\n", "from_address": "a@b.test"},
         {"host": "smtp.example.test", "from_address": "nobody"},
         {"host": "smtp.example.test", "from_address": "a@b.test", "port": 0},
         {"host": "smtp.example.test", "from_address": "a@b.test", "password": "x"},

@@ -108,6 +108,9 @@ def test_adding_a_key_rotates_and_keeps_the_old_ones(tmp_path: Path) -> None:
     assert ring.public_keys()[first.kid] == first.public_key
     with pytest.raises(ReceiptKeyError, match="already in"):
         add_key(path, "2030-07")
+    with pytest.raises(ReceiptKeyError, match="must be 1-64"):
+        add_key(path, "2031-01\n")  # would have split the file's line
+    assert load_keys(path, None) is not None
 
 
 def test_the_settings_never_show_an_inline_key(tmp_path: Path) -> None:

@@ -156,7 +156,7 @@ def _decimal(text: str) -> int:
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     """A YAML 1.2 integer: decimal (leading zeros and all), `0o` octal or `0x` hex."""
     text = str(loader.construct_scalar(node))
-    if not _INT.match(text):
+    if not _INT.fullmatch(text):
         raise yaml.constructor.ConstructorError(
             None, None, f"{text!r} is not an integer", node.start_mark
         )
@@ -171,7 +171,7 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
     """A YAML 1.2 float (an explicit `!!float` too: PyYAML's own raises a bare
     ValueError on text that is no number)."""
     text = str(loader.construct_scalar(node))
-    if not _FLOAT.match(text):
+    if not _FLOAT.fullmatch(text):
         raise yaml.constructor.ConstructorError(
             None, None, f"{text!r} is not a float", node.start_mark
         )
@@ -185,7 +185,7 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
 def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
     """A YAML 1.2 boolean (an explicit `!!bool yes` too, which YAML 1.1 read as true)."""
     text = str(loader.construct_scalar(node))
-    if not _BOOL.match(text):
+    if not _BOOL.fullmatch(text):
         raise yaml.constructor.ConstructorError(
             None, None, f"{text!r} is not a boolean (true or false)", node.start_mark
         )

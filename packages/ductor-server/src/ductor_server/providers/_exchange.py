@@ -104,7 +104,7 @@ def header_problems(headers: Mapping[str, str], pointer: str) -> list[dict[str, 
     problems: list[dict[str, str]] = []
     for name, value in headers.items():
         where = f"{pointer}/{_escape(name)}"
-        if not _TOKEN.match(name):
+        if not _TOKEN.fullmatch(name):
             problems.append({"pointer": where, "message": "not a valid header name"})
         elif name.lower() in _FORBIDDEN_HEADERS:
             problems.append({"pointer": where, "message": f"{name} is set by the provider"})

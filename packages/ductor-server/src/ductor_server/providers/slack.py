@@ -159,12 +159,12 @@ async def _post(secrets: SlackSecrets, payload: dict[str, Any], context: CallCon
 
 def _failure(answer: Answer) -> ProviderFailed:
     word = answer.body.strip() if isinstance(answer.body, str) else ""
-    code = f"slack.{word}" if _ERROR_WORD.match(word) else f"slack.{answer.status}"
+    code = f"slack.{word}" if _ERROR_WORD.fullmatch(word) else f"slack.{answer.status}"
     return ProviderFailed(
         ErrorInfo(
             code=code,
             message=f"{_WHAT} answered {answer.status}"
-            + (f": {word}" if _ERROR_WORD.match(word) else ""),
+            + (f": {word}" if _ERROR_WORD.fullmatch(word) else ""),
             retryable=is_retryable_status(answer.status),
             retry_after_seconds=answer.retry_after_seconds,
             details={"status": answer.status},

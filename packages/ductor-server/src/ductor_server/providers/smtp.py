@@ -107,7 +107,7 @@ class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     timeout: Timeout = 30.0
 
     def __post_init__(self) -> None:
-        if not self.host or not _HOST.match(self.host):
+        if not self.host or not _HOST.fullmatch(self.host):
             raise ValueError("host must be a host name or an IP address")
         if not is_address(self.from_address):
             raise ValueError("from_address must be an email address (local@domain)")

@@ -64,7 +64,7 @@ def _key_line(line: str, where: str) -> SigningKey:
     if len(parts) != 2:
         raise ReceiptKeyError(f"{where}: expected 'KEY_ID BASE64_SEED'")
     kid, seed = parts
-    if not _KID.match(kid):
+    if not _KID.fullmatch(kid):
         raise ReceiptKeyError(
             f"{where}: key id {kid!r} must be 1-64 of letters, digits and . _ : -"
         )
@@ -147,7 +147,7 @@ def add_key(path: Path, kid: str | None = None) -> SigningKey:
     existing: KeyRing | None = None
     if path.exists():
         existing = load_keys(path, None)
-    if kid is not None and not _KID.match(kid):
+    if kid is not None and not _KID.fullmatch(kid):
         raise ReceiptKeyError(f"key id {kid!r} must be 1-64 of letters, digits and . _ : -")
     key = SigningKey.generate(kid)
     if existing is not None and key.kid in existing.key_ids:
