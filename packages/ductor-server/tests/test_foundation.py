@@ -67,3 +67,24 @@ def test_an_error_body_repeats_at_most_a_bounded_part_of_what_was_sent() -> None
         "message": "workflow 'hello' not found",
         "details": {"family_slug": "hello"},
     }
+
+
+async def test_readyz_names_a_check_that_does_not_answer_in_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from ductor_server.transports.rest import health
+
+    monkeypatch.setattr(health, "READY_TIMEOUT_SECONDS", 0.05)
+    app = create_app(Settings(data_dir=tmp_path))
+    async with AsyncTestClient(app=app) as client:
+
+        async def hangs() -> None:
+            await asyncio.sleep(10)
+
+        monkeypatch.setattr(app.state.composition.store, "ping", hangs)
+        ready = await client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["status"] == "unavailable"
+    assert ready.json()["checks"]["store"] == "error: no answer within 0.05 s"

@@ -27,6 +27,10 @@ def healthz() -> dict[str, str]:
 async def _check(probe: Any) -> str:
     try:
         await asyncio.wait_for(probe(), READY_TIMEOUT_SECONDS)
+    except TimeoutError:
+        # A dependency that hangs (a dropped connection, a full pool) says nothing
+        # of itself: name the wait, not an empty exception.
+        return f"error: no answer within {READY_TIMEOUT_SECONDS:g} s"
     except Exception as exc:
         return f"error: {type(exc).__name__}: {exc}"
     return "ok"
