@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ductor_server.cli_client import default_url, find_api_key
+from ductor_server.cli_client import ClientError, find_api_key, server_url, usage_error
 
 
 def _write(stream: TextIO, lines: list[str]) -> None:
@@ -44,13 +44,17 @@ def cmd_apply(args: argparse.Namespace) -> int:
             "(it writes .ductor/api_key)\n"
         )
         return 1
+    try:
+        url = server_url(args.url)
+    except ClientError as exc:
+        return usage_error(exc)
     resources, problems = read_manifests(Path(args.source))
     if not resources:
         _write(sys.stderr, [*problem_lines(problems), failure(problems)])
         return 1
 
     async def run() -> int:
-        target = RestTarget(args.url or default_url(), key)
+        target = RestTarget(url, key)
         try:
             # The files that read well are checked by the server even when others did
             # not, so one run lists every problem.

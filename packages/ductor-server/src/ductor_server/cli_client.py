@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import httpx
 
 from ductor_server.netaddr import http_url
+from ductor_server.settings import MAX_PORT, parse_whole
 
 TERMINAL_RUN_STATUSES = frozenset(
     {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
@@ -40,9 +41,48 @@ def default_url() -> str:
     """`DUCTOR_URL`, else built from `DUCTOR_HOST` / `DUCTOR_PORT` (127.0.0.1:7070)."""
     if url := os.environ.get("DUCTOR_URL"):
         return url
-    host = os.environ.get("DUCTOR_HOST", "127.0.0.1")
-    port = os.environ.get("DUCTOR_PORT", "7070")
+    # Empty is unset, as for the server (`Settings.from_env`).
+    host = os.environ.get("DUCTOR_HOST") or "127.0.0.1"
+    port = os.environ.get("DUCTOR_PORT") or "7070"
     return http_url(host, port)
+
+
+def server_url(flag: str | None) -> str:
+    """The server a client command talks to: `--url`, else `default_url()`, checked.
+
+    Raises:
+        ClientError: `client.usage`, naming the flag or variable whose value makes no
+            http(s) URL (`DUCTOR_PORT=abc`, `--url ftp://...`), before any call.
+    """
+    if flag:
+        source, url = "--url", flag
+    elif os.environ.get("DUCTOR_URL"):
+        source, url = "DUCTOR_URL", default_url()
+    else:
+        try:
+            parse_whole(
+                "DUCTOR_PORT", os.environ.get("DUCTOR_PORT") or "7070", low=0, high=MAX_PORT
+            )
+        except ValueError as exc:
+            raise ClientError("client.usage", str(exc)) from None
+        source, url = "DUCTOR_HOST", default_url()
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ClientError("client.usage", f"{source}: {url!r} is not a URL ({exc})") from None
+    if parsed.port is not None and parsed.port > MAX_PORT:
+        raise ClientError("client.usage", f"{source}: {url!r} has no port {parsed.port}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host or parsed.port == 0:
+        raise ClientError(
+            "client.usage", f"{source} must be an http:// or https:// URL, got {url!r}"
+        )
+    return url
+
+
+def usage_error(exc: ClientError) -> int:
+    """Print a `client.usage` error as its one line; the exit status of one (2)."""
+    sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
+    return 2
 
 
 def find_api_key(flag: str | None, data_dir: str | None) -> str | None:
@@ -512,7 +552,11 @@ def run_client_command(args: argparse.Namespace) -> int:
             "(it writes .ductor/api_key)\n"
         )
         return 1
-    client = ApiClient(args.url or default_url(), key)
+    try:
+        url = server_url(args.url)
+    except ClientError as exc:
+        return usage_error(exc)
+    client = ApiClient(url, key)
     try:
         result: int = args.client_func(client, args, sys.stdout)
         return result

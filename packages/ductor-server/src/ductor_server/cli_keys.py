@@ -26,8 +26,9 @@ from ductor_server.cli_client import (
     ApiClient,
     ClientError,
     command,
-    default_url,
     run_client_command,
+    server_url,
+    usage_error,
 )
 from ductor_server.settings import Settings
 
@@ -159,7 +160,11 @@ def _run_operator(
                     "no operator key: pass --operator-key or set DUCTOR_OPERATOR_KEY"
                     " (or use --database to work on the database directly)",
                 )
-            client = ApiClient(args.url or default_url(), key)
+            try:
+                url = server_url(args.url)
+            except ClientError as exc:
+                return usage_error(exc)
+            client = ApiClient(url, key)
             try:
                 answer = api(client)
             finally:

@@ -101,6 +101,43 @@ def test_cli_prints_the_error_and_exits_1(
     assert capsys.readouterr().err.startswith("error: client.unreachable: cannot reach")
 
 
+@pytest.mark.parametrize(
+    ("env", "flags", "said"),
+    [
+        (
+            {"DUCTOR_PORT": "abc"},
+            [],
+            "DUCTOR_PORT must be a whole number from 0 to 65535, got 'abc'",
+        ),
+        ({"DUCTOR_PORT": "tcp://10.0.0.1:80"}, [], "DUCTOR_PORT must be a whole number"),
+        ({"DUCTOR_URL": "http://127.0.0.1:abc"}, [], "DUCTOR_URL: 'http://127.0.0.1:abc' is not"),
+        ({"DUCTOR_URL": "garbage"}, [], "DUCTOR_URL must be an http:// or https:// URL"),
+        ({}, ["--url", "http://[::1"], "--url: 'http://[::1' is not"),
+        ({}, ["--url", "ftp://host"], "--url must be an http:// or https:// URL, got 'ftp://host'"),
+        ({}, ["--url", "https://host:99999"], "--url: 'https://host:99999' has no port 99999"),
+    ],
+)
+def test_a_server_address_that_is_no_url_is_one_error_line_and_status_2(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    env: dict[str, str],
+    flags: list[str],
+    said: str,
+) -> None:
+    for name in ("DUCTOR_URL", "DUCTOR_HOST", "DUCTOR_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    manifest = tmp_path / "worker.yaml"
+    manifest.write_text("kind: Worker\nspec:\n  id: ada\n")
+    for command in (["runs", "get", "x"], ["keys", "list"], ["apply", str(manifest)]):
+        assert main([*command, "--api-key", "k", *flags]) == 2, command
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: client.usage: {said}"), (command, err)
+        assert err.count("\n") == 1, err
+
+
 def test_bad_json_flags_are_reported_before_any_call(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
