@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -349,6 +351,26 @@ def test_bad_flags_are_refused_before_the_start(tmp_path: Path) -> None:
         assert result.returncode == 2, (flags, result)
         assert message in result.stderr, result.stderr
         assert "serve on" not in result.stdout
+
+
+def test_a_database_a_newer_version_migrated_is_refused_by_every_command(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    env = {"DUCTOR_DATA_DIR": str(data)}
+    assert _ductor("migrate", env=env).returncode == 0
+    with contextlib.closing(sqlite3.connect(data / "ductor.db")) as db, db:
+        db.execute("INSERT INTO schema_migrations (name, applied_at) VALUES ('9999_future', 'now')")
+    port = ["--port", str(_free_port())]
+    for command in (["serve", *port], ["serve", "--migrate", *port], ["dev", *port], ["migrate"]):
+        refused = _ductor(*command, env=env)
+        assert refused.returncode == 1, (command, refused)
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1, (command, refused.stderr)
+        assert lines[0].startswith("error: "), lines[0]
+        assert "a newer version of Ductor migrated it" in lines[0], lines[0]
+        assert "(9999_future)" in lines[0], lines[0]
+        assert " on http" not in refused.stdout, refused.stdout
 
 
 def test_a_sqlite_url_is_called_sqlite(tmp_path: Path) -> None:

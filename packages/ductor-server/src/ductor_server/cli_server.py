@@ -351,7 +351,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def _dev(args: argparse.Namespace, settings: Settings) -> int:
     """`ductor dev` once it holds its data dir."""
-    key, created = asyncio.run(ensure_dev_key(settings))
+    from ductor_server.storage import SchemaTooNew
+
+    try:
+        key, created = asyncio.run(ensure_dev_key(settings))
+    except SchemaTooNew as exc:
+        sys.stderr.write(
+            f"error: the database ({_where(settings)}) is too new for ductor {__version__}: {exc}\n"
+        )
+        return 1
     settings, receipt_kid, receipt_created = ensure_dev_receipt_keys(settings)
     settings, secret_kid, secret_created = ensure_dev_secret_keys(settings)
     if args.seed is not None and seed(settings, args.seed, DEV_TENANT) != 0:
@@ -411,7 +419,7 @@ def _quiet_pool() -> Iterator[None]:
 async def _check_database(settings: Settings) -> str | None:
     """Why `serve` cannot start on this database (unreachable, or not migrated when
     it will not migrate at start); None when it can."""
-    from ductor_server.storage import StoreError, open_store
+    from ductor_server.storage import SchemaTooNew, StoreError, open_store
 
     store = open_store(settings.store_target)
     try:
@@ -419,14 +427,16 @@ async def _check_database(settings: Settings) -> str | None:
     except StoreError as exc:
         return f"cannot reach the database ({_where(settings)}): {exc}"
     try:
-        if settings.migrate_on_start:
-            return None
+        # Read even when migrating at start: a database a newer version migrated is
+        # refused either way, before this version's code runs against its schema.
         pending = await store.pending_migrations()
+    except SchemaTooNew as exc:
+        return f"the database ({_where(settings)}) is too new for ductor {__version__}: {exc}"
     except StoreError as exc:
         return f"cannot read the database ({_where(settings)}): {exc}"
     finally:
         await store.close()
-    if pending:
+    if pending and not settings.migrate_on_start:
         return (
             f"the database ({_where(settings)}) is not migrated ({len(pending)} "
             "migration(s) pending): run `ductor migrate` first, or start with "

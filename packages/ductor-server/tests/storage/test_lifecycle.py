@@ -52,6 +52,37 @@ async def test_pending_migrations_lists_what_migrate_would_apply(store_target: s
         await store.close()
 
 
+async def test_a_database_a_newer_version_migrated_is_refused_and_left_alone(
+    store_target: str,
+) -> None:
+    store = open_store(store_target)
+    await store.open()
+    try:
+        every = [name for name, _ in migration_files(store.backend)]
+        assert await store.migrate() == every
+        async with store.transaction() as tx:
+            await tx.session.execute("DELETE FROM schema_migrations WHERE name = %s", (every[-1],))
+            await tx.session.execute(
+                "INSERT INTO schema_migrations (name, applied_at) VALUES (%s, %s)",
+                ("9999_from_the_future", NOW.isoformat()),
+            )
+        for read in (store.pending_migrations, store.migrate):
+            with pytest.raises(StoreError) as refused:
+                await read()
+            assert refused.value.code == "storage.schema_too_new"
+            assert refused.value.retryable is False
+            assert "9999_from_the_future" in refused.value.message
+            assert refused.value.details == {"unknown_migrations": ["9999_from_the_future"]}
+        # Nothing was applied: the missing file is still missing.
+        async with store.transaction() as tx:
+            rows = await tx.session.fetch_all(
+                "SELECT name FROM schema_migrations WHERE name = %s", (every[-1],)
+            )
+        assert rows == []
+    finally:
+        await store.close()
+
+
 async def test_concurrent_migrations_apply_each_file_once(store_target: str) -> None:
     stores = [open_store(store_target) for _ in range(3)]
     for s in stores:

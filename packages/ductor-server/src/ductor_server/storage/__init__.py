@@ -10,7 +10,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ductor_server.storage.errors import InvalidCursor, StoreError, StoreUnavailable
+from ductor_server.storage.errors import (
+    InvalidCursor,
+    SchemaTooNew,
+    StoreError,
+    StoreUnavailable,
+)
 from ductor_server.storage.protocol import BeforeCommit, Params, Row, Session, Store, Tx
 from ductor_server.storage.records import (
     ApiKeyRecord,
@@ -115,6 +120,7 @@ __all__ = [
     "RunRecord",
     "RunRef",
     "RunUpdate",
+    "SchemaTooNew",
     "Session",
     "Store",
     "StoreError",

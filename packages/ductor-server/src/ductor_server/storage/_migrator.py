@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from importlib import resources
 
+from ductor_server.storage.errors import SchemaTooNew
+
 
 def split_statements(script: str) -> list[str]:
     """Split a migration script into statements at semicolons that end a line.
@@ -40,3 +42,16 @@ def migration_files(backend: str) -> list[tuple[str, list[str]]]:
         if entry.name.endswith(".sql")
     )
     return [(name.removesuffix(".sql"), split_statements(text)) for name, text in found]
+
+
+def refuse_unknown(backend: str, recorded: set[str]) -> None:
+    """Raise `SchemaTooNew` when `recorded` (the names in `schema_migrations`) holds
+    a migration that is not among the backend's files: a newer version applied it.
+
+    Raises:
+        SchemaTooNew: naming the unknown migrations, in order.
+    """
+    known = {name for name, _ in migration_files(backend)}
+    unknown = sorted(recorded - known)
+    if unknown:
+        raise SchemaTooNew(unknown)

@@ -28,7 +28,7 @@ from psycopg.adapt import Loader
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ductor_server.storage._migrator import migration_files
+from ductor_server.storage._migrator import migration_files, refuse_unknown
 from ductor_server.storage._sql_tx import (
     BATCHES_PG,
     CLAIM_RUNS_PG,
@@ -466,6 +466,7 @@ class PostgresStore:
                     )
                     cur = await conn.execute("SELECT name FROM schema_migrations")
                     done = {r[0] for r in await cur.fetchall()}
+                    refuse_unknown("postgres", done)
                     for name, statements in files:
                         if name in done:
                             continue
@@ -499,6 +500,7 @@ class PostgresStore:
             raise StoreUnavailable(f"postgres: {exc}") from exc
         except psycopg.Error as exc:
             raise store_error(exc) from exc
+        refuse_unknown("postgres", done)
         return [name for name in names if name not in done]
 
     @asynccontextmanager

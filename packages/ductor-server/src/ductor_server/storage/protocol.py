@@ -728,12 +728,14 @@ class Store(Protocol):
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations in order; returns the names applied (empty if
-        none). Idempotent and safe when several processes start at once."""
+        none). Idempotent and safe when several processes start at once. Raises
+        `SchemaTooNew`, applying nothing, when the database records a migration
+        this version does not have."""
         ...
 
     async def pending_migrations(self) -> list[str]:
         """The names of the migrations `migrate` would apply now (all of them on an
-        empty database), without applying any."""
+        empty database), without applying any; `SchemaTooNew` as `migrate`."""
         ...
 
     async def ping(self) -> None:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ductor_server.storage._migrator import migration_files
+from ductor_server.storage._migrator import migration_files, refuse_unknown
 from ductor_server.storage._sql_tx import SqlTx, utc
 from ductor_server.storage.errors import StoreError, StoreUnavailable
 from ductor_server.storage.protocol import Params, Row, Tx
@@ -186,6 +186,7 @@ class SqliteStore:
                     " (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
                 )
                 done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+                refuse_unknown("sqlite", done)
                 applied: list[str] = []
                 for name, statements in files:
                     if name in done:
@@ -221,6 +222,7 @@ class SqliteStore:
 
         async with self._lock:
             done = await self._call(read)
+        refuse_unknown("sqlite", done)
         return [name for name in names if name not in done]
 
     def _refuse_nested(self, what: str) -> asyncio.Task[Any] | None:
