@@ -530,6 +530,8 @@ def test_setup_keeps_providers_already_set_and_refuses_what_it_cannot_honour() -
     assert (kept.traces, kept.metrics, kept.service_name) == ("kept", "kept", "shop")
     for bad, message in [
         ({"DUCTOR_OTEL": "maybe"}, "DUCTOR_OTEL must be on or off"),
+        # A bad switch is refused even when the SDK is disabled anyway.
+        ({"DUCTOR_OTEL": "maybe", "OTEL_SDK_DISABLED": "true"}, "DUCTOR_OTEL must be on or off"),
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER='zipkin'"),
         ({"OTEL_METRICS_EXPORTER": "otlp,console"}, "name one exporter"),
         ({"DUCTOR_OTEL": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "http/json"),

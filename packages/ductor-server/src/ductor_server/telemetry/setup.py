@@ -64,16 +64,15 @@ def wanted(environ: Mapping[str, str]) -> bool:
     Raises:
         ValueError: `DUCTOR_OTEL` is neither on nor off.
     """
+    switch = environ.get("DUCTOR_OTEL", "").strip()
+    value = switch.lower()
+    # The switch is checked first: a bad value is refused whatever else is set.
+    if switch and value not in {"on", "true", "1", "yes", "off", "false", "0", "no"}:
+        raise ValueError(f"DUCTOR_OTEL must be on or off, got {switch!r}")
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
-    switch = environ.get("DUCTOR_OTEL", "").strip()
     if switch:
-        value = switch.lower()
-        if value in {"on", "true", "1", "yes"}:
-            return True
-        if value in {"off", "false", "0", "no"}:
-            return False
-        raise ValueError(f"DUCTOR_OTEL must be on or off, got {switch!r}")
+        return value in {"on", "true", "1", "yes"}
     return any(environ.get(name, "").strip() for name in TRIGGERS)
 
 
