@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from ductor import ApiError
@@ -83,3 +84,21 @@ async def test_async_client_does_the_same(fake_server: Any) -> None:
             await api.cancel("missing")
         assert info.value.code == "run.not_found"
     assert fake_server.signals == [("run-1", "go", [1, 2])]
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+_UNREADABLE_ANSWERS = {  # read as a run (200) and as an error (502)
+    "invalid UTF-8": b'{"code":"\xff","id":"\xff"}',
+    "nested too deep": b'{"details":' + _DEEP + b',"input":' + _DEEP + b"}",
+}
+
+
+@pytest.mark.parametrize("status", [200, 502])
+@pytest.mark.parametrize("body", _UNREADABLE_ANSWERS.values(), ids=list(_UNREADABLE_ANSWERS))
+def test_an_answer_that_is_not_json_text_is_an_api_error(body: bytes, status: int) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, content=body))
+    api = ApiClient("http://ductor.test", api_key=API_KEY, transport=transport)
+    with api, pytest.raises(ApiError) as info:
+        api.get_run("run-1")
+    assert info.value.status == status
+    assert info.value.code == ("api.bad_response" if status == 200 else "api.error")

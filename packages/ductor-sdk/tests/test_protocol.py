@@ -176,6 +176,45 @@ def test_decode_of_a_union_type_reports_a_protocol_error() -> None:
     assert "invalid" in str(info.value)
 
 
+_EXECUTE = b'{"action":"execute","run_id":"r","workflow_id":"w","input":'
+_UNREADABLE_BODIES = {
+    "invalid UTF-8": _EXECUTE + b'"\xff"}',
+    "invalid UTF-8 in a key": _EXECUTE + b'{"\xff":1}}',
+    "nested too deep": _EXECUTE + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("body", _UNREADABLE_BODIES.values(), ids=list(_UNREADABLE_BODIES))
+def test_a_body_that_is_not_json_text_is_a_protocol_error(body: bytes) -> None:
+    from ductor.protocol import ExecuteRequest, decode, decode_request
+
+    with pytest.raises(ProtocolError):
+        decode_request(body)
+    with pytest.raises(ProtocolError):
+        decode(body, ExecuteRequest)
+
+
+@pytest.mark.parametrize("body", _UNREADABLE_BODIES.values(), ids=list(_UNREADABLE_BODIES))
+async def test_the_bridge_answers_400_for_a_body_that_is_not_json_text(body: bytes) -> None:
+    import time
+
+    import msgspec
+
+    from ductor import Client
+    from ductor.protocol import SIGNATURE_HEADER, ErrorResponse
+
+    client = Client("app", signing_key="k")
+
+    @client.workflow("w")
+    async def w(ctx: object, value: object) -> object:
+        return value
+
+    header = SigningKeys("k").request_header(body, now=int(time.time()))
+    answer = await client.handle("POST", {SIGNATURE_HEADER: header}, body)
+    assert answer.status == 400, answer.body
+    assert msgspec.json.decode(answer.body, type=ErrorResponse).code == "protocol.invalid"
+
+
 def test_seen_nonces_refuse_a_second_use_until_the_window_has_passed() -> None:
     seen = SeenNonces(capacity=2, window=300)
     seen.first_use("n" * 16, timestamp=1000, now=1000)

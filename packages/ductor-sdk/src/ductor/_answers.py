@@ -11,6 +11,7 @@ import httpx
 import msgspec
 
 from ductor.errors import ApiError
+from ductor.protocol import UNREADABLE_JSON
 
 T = TypeVar("T")
 
@@ -31,7 +32,7 @@ def decode_answer(method: str, path: str, response: httpx.Response, type_: type[
     """
     try:
         return msgspec.json.decode(response.content, type=type_)
-    except msgspec.DecodeError as exc:
+    except UNREADABLE_JSON as exc:
         raise ApiError(
             f"{method} {path}: unexpected answer: {exc}",
             status=response.status_code,

@@ -22,6 +22,7 @@ import msgspec
 from ductor import _telemetry
 from ductor._answers import ErrorBody, decode_answer
 from ductor.errors import ApiError
+from ductor.protocol import UNREADABLE_JSON
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -183,7 +184,7 @@ def _raise_for(call: _Call, response: httpx.Response) -> None:
     retryable = response.status_code >= 500 or response.status_code == 429
     try:
         err = msgspec.json.decode(response.content, type=ErrorBody)
-    except msgspec.DecodeError:
+    except UNREADABLE_JSON:
         raise ApiError(
             f"{call.method} {call.path} answered {response.status_code}: {response.text[:200]}",
             status=response.status_code,

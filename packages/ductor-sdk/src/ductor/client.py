@@ -38,6 +38,7 @@ from ductor.protocol import (
     PAYLOAD_PATH,
     SIGNATURE_HEADER,
     SYNC_PATH,
+    UNREADABLE_JSON,
     CancelRequest,
     CancelResponse,
     CheckpointAck,
@@ -687,7 +688,7 @@ def _triggers(trigger: str | Trigger | Sequence[str | Trigger] | None) -> tuple[
 def _api_error(method: str, path: str, response: httpx.Response) -> ApiError:
     try:
         err = msgspec.json.decode(response.content, type=ErrorBody)
-    except msgspec.DecodeError:
+    except UNREADABLE_JSON:
         return ApiError(
             f"{method} {path} answered {response.status_code}: {response.text[:200]}",
             status=response.status_code,

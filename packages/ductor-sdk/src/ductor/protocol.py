@@ -62,6 +62,7 @@ __all__ = [
     "REPLAY_WINDOW_SECONDS",
     "SIGNATURE_HEADER",
     "SYNC_PATH",
+    "UNREADABLE_JSON",
     "BridgeRequest",
     "CancelRequest",
     "CancelResponse",
@@ -591,6 +592,12 @@ _ENCODER = msgspec.json.Encoder()
 _REQUEST_DECODER: msgspec.json.Decoder[BridgeRequest] = msgspec.json.Decoder(BridgeRequest)
 
 
+UNREADABLE_JSON: Final = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+"""What msgspec raises for a body that is no JSON value of the type asked for: a
+`DecodeError`, and also a `UnicodeDecodeError` for text that is not UTF-8 and a
+`RecursionError` for values nested deeper than the interpreter's recursion limit."""
+
+
 def encode(value: msgspec.Struct) -> bytes:
     """Encode a wire struct to its canonical JSON bytes. Text holding a lone
     surrogate (a step's name, say), which has no JSON form, is sent with U+FFFD in
@@ -630,7 +637,7 @@ def decode(body: bytes, type_: type[_T]) -> _T:
     """
     try:
         return msgspec.json.decode(body, type=type_)
-    except msgspec.DecodeError as exc:
+    except UNREADABLE_JSON as exc:
         # A union such as `Opcode` has no __name__; name it by its text instead.
         name = getattr(type_, "__name__", None) or str(type_)
         raise ProtocolError(f"invalid {name}: {exc}") from None
@@ -644,7 +651,7 @@ def decode_request(body: bytes) -> BridgeRequest:
     """
     try:
         return _REQUEST_DECODER.decode(body)
-    except msgspec.DecodeError as exc:
+    except UNREADABLE_JSON as exc:
         raise ProtocolError(f"invalid bridge request: {exc}") from None
 
 
