@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,13 +24,16 @@ from ductor import (
     StepFailed,
 )
 from ductor.protocol import (
+    SIGNATURE_HEADER,
     ErrorInfo,
     ExecuteRequest,
+    ExecuteResponse,
     InvokeOp,
     OpcodeName,
     RunCompleteOp,
     RunErrorOp,
     RunFailedOp,
+    SigningKeys,
     SleepOp,
     StepErrorOp,
     StepFailedOp,
@@ -39,6 +43,8 @@ from ductor.protocol import (
     StepRunOp,
     WaitForEventOp,
     WaitForSignalOp,
+    decode,
+    encode,
     step_id,
 )
 from ductor.testing import ChildFailed, LocalEngine, direct
@@ -662,3 +668,64 @@ async def test_context_carries_the_run_and_the_trace() -> None:
         ExecuteRequest(run_id="run-7", workflow_id="ctx", attempt=2, traceparent=trace)
     )
     assert response.opcodes == [RunCompleteOp(output=["run-7", "ctx", 2, trace])]
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_a_value_nested_too_deep_for_json_fails_the_step_or_run_not_the_answer() -> None:
+    """A result, output or error details nested deeper than the encoder goes has no
+    JSON form: the step fails with step.result_invalid (the run with
+    workflow.output_invalid), the error is recorded, and the answer is still a 200."""
+    client = make_client()
+    tries = Counter[str]()
+
+    @client.workflow("deep-step")
+    async def deep_step(ctx: Context, _: None) -> Any:
+        def deep() -> list[Any]:
+            tries["deep"] += 1
+            return _nested(5000)
+
+        return await ctx.step.run("s", deep)
+
+    @client.workflow("deep-output")
+    async def deep_output(ctx: Context, _: None) -> Any:
+        return _nested(5000)
+
+    @client.workflow("deep-details", retries=0)
+    async def deep_details(ctx: Context, _: None) -> Any:
+        def fails() -> None:
+            raise NonRetriableError("boom", code="app.failed", details=_nested(5000))
+
+        return await ctx.step.run("e", fails)
+
+    engine = LocalEngine(direct(client))
+    failed = await engine.run("deep-step", None)
+    assert (failed.status, failed.error and failed.error.code) == (
+        "RUN_STATUS_FAILED",
+        "step.result_invalid",
+    )
+    assert tries["deep"] == 1  # not run again: the failure is recorded
+    output = await engine.run("deep-output", None)
+    assert (output.status, output.error and output.error.code) == (
+        "RUN_STATUS_FAILED",
+        "workflow.output_invalid",
+    )
+    errored = await engine.run("deep-details", None)
+    assert (errored.status, errored.error and errored.error.code) == (
+        "RUN_STATUS_FAILED",
+        "app.failed",
+    )
+    assert isinstance(errored.error.details, str)  # its text, as for any value not JSON
+
+    body = encode(ExecuteRequest(run_id="r", workflow_id="deep-output"))
+    header = SigningKeys("signkey-test-0001").request_header(body, now=int(time.time()))
+    answer = await client.handle("POST", {SIGNATURE_HEADER: header}, body)
+    assert answer.status == 200, answer.body
+    (op,) = decode(answer.body, ExecuteResponse).opcodes
+    assert isinstance(op, RunFailedOp)
+    assert op.error.code == "workflow.output_invalid"

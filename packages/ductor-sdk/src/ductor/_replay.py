@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import reprlib
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -430,16 +431,18 @@ class Context:
         self.traceparent = traceparent
 
 
-_NOT_JSON = (TypeError, msgspec.EncodeError, UnicodeEncodeError)
-"""What encoding a value that has no JSON form raises (an object, a lone surrogate)."""
+_NOT_JSON = (TypeError, msgspec.EncodeError, UnicodeEncodeError, RecursionError)
+"""What encoding a value that has no JSON form raises (an object, a lone surrogate,
+values nested deeper than the interpreter's recursion limit)."""
 
 
 def _to_json(value: Any) -> Any:
     """The JSON form of a value, exactly as a replay would return it.
 
     Raises:
-        TypeError, msgspec.EncodeError, UnicodeEncodeError: (`_NOT_JSON`) the value
-            has no JSON form, e.g. an object, or a string holding a lone surrogate.
+        TypeError, msgspec.EncodeError, UnicodeEncodeError, RecursionError:
+            (`_NOT_JSON`) the value has no JSON form, e.g. an object, a string
+            holding a lone surrogate, or lists nested thousands deep.
     """
     return msgspec.json.decode(msgspec.json.encode(value))
 
@@ -464,7 +467,10 @@ def _details(details: Any) -> Any:
     try:
         return _to_json(details)
     except _NOT_JSON:
-        return _text(repr(details))
+        try:
+            return _text(repr(details))
+        except RecursionError:  # reprlib stops at a few levels, where repr() overflows
+            return _text(reprlib.repr(details))
 
 
 def _retry_after(exc: BaseException) -> str | None:
