@@ -729,3 +729,50 @@ async def test_a_value_nested_too_deep_for_json_fails_the_step_or_run_not_the_an
     (op,) = decode(answer.body, ExecuteResponse).opcodes
     assert isinstance(op, RunFailedOp)
     assert op.error.code == "workflow.output_invalid"
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this error")
+
+
+async def test_an_error_whose_text_cannot_be_read_is_still_recorded() -> None:
+    """An exception whose str() raises, or overflows on a deep value, fails the step
+    (and the body) like any error, under a text naming its type, instead of making
+    the whole answer a 500 that the engine retries by running the step again."""
+    client = make_client()
+    tries = Counter[str]()
+
+    def raiser(exc: Exception) -> Any:
+        def fail() -> None:
+            tries[type(exc).__name__] += 1
+            raise exc
+
+        return fail
+
+    @client.workflow("unprintable-step", retries=1)
+    async def unprintable_step(ctx: Context, _: None) -> Any:
+        return await ctx.step.run("s", raiser(_Unprintable()))
+
+    @client.workflow("deep-message", retries=0)
+    async def deep_message(ctx: Context, _: None) -> Any:
+        return await ctx.step.run("s", raiser(ValueError(_nested(5000))))
+
+    @client.workflow("unprintable-body", retries=0)
+    async def unprintable_body(ctx: Context, _: None) -> Any:
+        raise _Unprintable()
+
+    engine = LocalEngine(direct(client))
+    step = await engine.run("unprintable-step", None)
+    assert step.status == "RUN_STATUS_FAILED"
+    assert step.error is not None
+    assert step.error.code == "step.error"  # the step's failure fails the run
+    assert "_Unprintable (its message could not be read" in step.error.message
+    assert tries["_Unprintable"] == 2  # retried, then recorded as failed
+    deep = await engine.run("deep-message", None)
+    assert deep.error is not None
+    assert deep.error.code == "step.error"
+    assert "ValueError (its message could not be read" in deep.error.message
+    body = await engine.run("unprintable-body", None)
+    assert body.error is not None
+    assert (body.error.code, body.error.name) == ("workflow.error", "_Unprintable")

@@ -459,8 +459,17 @@ def error_info(exc: BaseException, *, default_code: str, retryable: bool) -> Err
             details=_details(exc.details),
         )
     return ErrorInfo(
-        code=default_code, message=_text(str(exc)), name=type(exc).__name__, retryable=retryable
+        code=default_code, message=_message(exc), name=type(exc).__name__, retryable=retryable
     )
+
+
+def _message(exc: BaseException) -> str:
+    """The exception's text; a `__str__` that raises (or overflows on a deep value)
+    still leaves an error to record, named by its type."""
+    try:
+        return _text(str(exc))
+    except Exception as err:
+        return f"{type(exc).__name__} (its message could not be read: {type(err).__name__})"
 
 
 def _details(details: Any) -> Any:
