@@ -548,19 +548,51 @@ function choose(pending: readonly Pending[], target: string | null): Pending | n
 /** The wire form of an error thrown by user code. */
 export function errorInfo(error: unknown, defaultCode: string, retryable: boolean): ErrorInfo {
   if (error instanceof DuctorError) {
-    return { code: error.code, message: error.message, name: error.name, retryable, details: detailsOf(error.details) };
+    return { code: error.code, message: messageOf(error), name: nameOf(error), retryable, details: detailsOf(error.details) };
   }
   if (error instanceof Error) {
-    return { code: defaultCode, message: error.message, name: error.name, retryable, details: null };
+    return { code: defaultCode, message: messageOf(error), name: nameOf(error), retryable, details: null };
   }
-  return { code: defaultCode, message: String(error), name: null, retryable, details: null };
+  return { code: defaultCode, message: textOf(error), name: null, retryable, details: null };
+}
+
+/**
+ * The text of any thrown value. Reading it runs user code (`toString`, a
+ * `message` getter) that may throw, or overflow the stack on a deep array: the
+ * error is then recorded under a text naming what it was, never lost in a 500.
+ */
+function textOf(value: unknown): string {
+  try {
+    return String(value);
+  } catch (err) {
+    return `${typeof value} (its text could not be read: ${nameOf(err) ?? typeof err})`;
+  }
+}
+
+function messageOf(error: Error): string {
+  try {
+    const { message } = error;
+    return typeof message === "string" ? message : textOf(message);
+  } catch (err) {
+    return `${nameOf(error) ?? "Error"} (its message could not be read: ${nameOf(err) ?? typeof err})`;
+  }
+}
+
+function nameOf(error: unknown): string | null {
+  try {
+    if (!(error instanceof Error)) return null;
+    const { name } = error;
+    return typeof name === "string" ? name : null;
+  } catch {
+    return null;
+  }
 }
 
 function detailsOf(details: unknown): Json {
   try {
     return toJson(details, { replace: true });
   } catch {
-    return String(details);
+    return textOf(details);
   }
 }
 
@@ -598,8 +630,8 @@ async function runStep(pending: Pending, attempt: number, retries: number): Prom
       name,
       error: {
         code: "step.result_invalid",
-        message: `step '${name}' returned a value that is not JSON: ${(error as Error).message}`,
-        name: (error as Error).name,
+        message: `step '${name}' returned a value that is not JSON: ${error instanceof Error ? messageOf(error) : textOf(error)}`,
+        name: nameOf(error),
         retryable: false,
         details: null,
       },
@@ -636,8 +668,8 @@ function finished(
         op: "RUN_FAILED",
         error: {
           code: "workflow.output_invalid",
-          message: `the workflow returned a value that is not JSON: ${(error as Error).message}`,
-          name: (error as Error).name,
+          message: `the workflow returned a value that is not JSON: ${error instanceof Error ? messageOf(error) : textOf(error)}`,
+          name: nameOf(error),
           retryable: false,
           details: null,
         },

@@ -330,3 +330,69 @@ test("a slower parallel branch gets its grace before new steps are called a chan
   const opcodes = await execute(ductor, "slow-branch", { steps: [recorded("a-1"), recorded("b-1")] });
   assert.deepEqual(opcodes, [{ op: "STEP_RUN", id: stepId("a-2"), name: "a-2", result: "a2" }]);
 });
+
+test("an error whose text cannot be read still fails its step or body, never the answer", async () => {
+  const nested = (depth: number): unknown[] => {
+    let value: unknown[] = [];
+    for (let i = 0; i < depth; i++) value = [value];
+    return value;
+  };
+  const unprintable = {
+    toString(): string {
+      throw new Error("no text for this value");
+    },
+  };
+  const badMessage = new Error("hidden");
+  Object.defineProperty(badMessage, "message", {
+    get(): string {
+      throw new Error("no message");
+    },
+  });
+  const ductor = app();
+  const thrower = (id: string, value: () => unknown) =>
+    ductor.workflow({ id, retries: 0 }, async (ctx) =>
+      ctx.step.run("s", () => {
+        throw value();
+      }),
+    );
+  thrower("deep-value", () => nested(100_000));
+  thrower("unprintable-value", () => unprintable);
+  thrower("getter-message", () => badMessage);
+  thrower("deep-details", () => new NonRetriableError("declined", { code: "card.declined", details: nested(100_000) }));
+  thrower("unprintable-details", () => new NonRetriableError("declined", { code: "card.declined", details: unprintable }));
+  ductor.workflow({ id: "throwing-result" }, async (ctx) =>
+    ctx.step.run("s", () => ({
+      get field(): string {
+        throw unprintable; // eslint-disable-line @typescript-eslint/only-throw-error
+      },
+    })),
+  );
+  ductor.workflow({ id: "body", retries: 0 }, () => Promise.reject(unprintable)); // eslint-disable-line @typescript-eslint/prefer-promise-reject-errors
+  const keys = new SigningKeys("unit-key");
+  const answer = async (workflowId: string) => {
+    const body = encode(ExecuteRequest, { action: "execute", run_id: "run-1", workflow_id: workflowId });
+    const now = Math.floor(Date.now() / 1000);
+    const res = await ductor.handle({ method: "POST", headers: { [SIGNATURE_HEADER]: keys.requestHeader(body, now) }, body });
+    assert.equal(res.status, 200, `${workflowId}: ${new TextDecoder().decode(res.body)}`);
+    const [op] = decode(ExecuteResponse, res.body).opcodes;
+    return op;
+  };
+  for (const [id, code] of [
+    ["deep-value", "step.error"],
+    ["unprintable-value", "step.error"],
+    ["getter-message", "step.error"],
+    ["deep-details", "card.declined"],
+    ["unprintable-details", "card.declined"],
+    ["throwing-result", "step.result_invalid"],
+  ] as const) {
+    const op = await answer(id);
+    assert.ok(op?.op === "STEP_FAILED", `${id}: ${JSON.stringify(op)}`);
+    assert.equal(op.error.code, code, id);
+  }
+  const [getter] = await execute(ductor, "getter-message");
+  assert.ok(getter?.op === "STEP_FAILED");
+  assert.equal(getter.error.name, "Error");
+  assert.match(getter.error.message, /could not be read/);
+  const body = await answer("body");
+  assert.equal(body?.op === "RUN_FAILED" && body.error.code, "workflow.error", JSON.stringify(body));
+});
