@@ -22,7 +22,7 @@ from ductor import _telemetry
 from ductor._answers import ErrorBody, decode_answer
 from ductor._replay import Context, ExecuteParams, execute_workflow
 from ductor._version import __version__
-from ductor.durations import canonical_duration
+from ductor.durations import canonical_duration, parse_duration
 from ductor.errors import (
     ApiError,
     DuctorError,
@@ -90,6 +90,9 @@ class Trigger:
     def __post_init__(self) -> None:
         if (self.event is None) == (self.cron is None):
             raise ValueError("a Trigger needs exactly one of event= or cron=")
+        _check_text("trigger event", self.event, empty=False)
+        _check_text("trigger cron", self.cron)
+        _check_text("trigger match", self.match)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,13 +105,13 @@ class Rate:
     burst: int = 1
 
     def __post_init__(self) -> None:
-        if self.limit < 1:
-            raise ValueError(f"rate limit must be at least 1, got {self.limit}")
-        if not 1 <= self.burst <= self.limit:
+        _check_int("rate limit", self.limit, minimum=1)
+        _check_int("rate burst", self.burst, minimum=1)
+        if self.burst > self.limit:
             raise ValueError(f"rate burst must be 1 to the limit ({self.limit}), got {self.burst}")
-        if isinstance(self.period, timedelta) and self.period <= timedelta(0):
-            raise ValueError("rate period must be longer than zero")
-        canonical_duration(self.period)  # raises for a period that does not parse
+        # canonical_duration raises for a period that does not parse
+        if parse_duration(canonical_duration(self.period)) <= timedelta(0):
+            raise ValueError(f"rate period must be longer than zero, got {self.period!r}")
 
     def info(self) -> RateInfo:
         """The wire form."""
@@ -128,8 +131,11 @@ class Concurrency:
     def __post_init__(self) -> None:
         if self.limit is None and self.rate is None:
             raise ValueError("a Concurrency needs a limit=, a rate= or both")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"concurrency limit must be at least 1, got {self.limit}")
+        if self.limit is not None:
+            _check_int("concurrency limit", self.limit, minimum=1)
+        _check_text("concurrency key", self.key)
+        if self.rate is not None and not isinstance(self.rate, Rate):
+            raise TypeError(f"concurrency rate must be a Rate, got {self.rate!r}")
 
     def info(self) -> ConcurrencyInfo:
         """The wire form."""
@@ -341,10 +347,15 @@ class Client:
             raise ValueError("workflow id must not be empty")
         if id in self._workflows:
             raise ValueError(f"workflow {id!r} is already registered on app {self.app_id!r}")
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
+        _check_int("retries", retries, minimum=0)
+        _check_text("name", name)
         triggers = _triggers(trigger)
-        limit = Concurrency(limit=concurrency) if isinstance(concurrency, int) else concurrency
+        if concurrency is None or isinstance(concurrency, Concurrency):
+            limit = concurrency
+        elif isinstance(concurrency, int) and not isinstance(concurrency, bool):
+            limit = Concurrency(limit=concurrency)
+        else:
+            raise TypeError(f"concurrency must be an int or a Concurrency, got {concurrency!r}")
         text = None if timeout is None else canonical_duration(timeout)
 
         def register(fn: WorkflowFn[InputT, OutputT]) -> Workflow[InputT, OutputT]:
@@ -681,8 +692,38 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 def _triggers(trigger: str | Trigger | Sequence[str | Trigger] | None) -> tuple[Trigger, ...]:
     if trigger is None:
         return ()
-    items: Sequence[str | Trigger] = [trigger] if isinstance(trigger, str | Trigger) else trigger
-    return tuple(Trigger(event=t) if isinstance(t, str) else t for t in items)
+    items = [trigger] if isinstance(trigger, str | Trigger) else trigger
+    if not isinstance(items, Sequence):
+        raise TypeError(
+            f"trigger must be an event name, a Trigger or a list of them, got {items!r}"
+        )
+    triggers = []
+    for item in items:
+        if isinstance(item, str):
+            triggers.append(Trigger(event=item))
+        elif isinstance(item, Trigger):
+            triggers.append(item)
+        else:
+            raise TypeError(f"a trigger must be an event name or a Trigger, got {item!r}")
+    return tuple(triggers)
+
+
+def _check_int(what: str, value: object, *, minimum: int) -> None:
+    """Refuse what is not an int (a bool is none) of at least `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{what} must be at least {minimum}, got {value}")
+
+
+def _check_text(what: str, value: object, *, empty: bool = True) -> None:
+    """Refuse what is neither None nor a string (nor an empty one, unless `empty`)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {value!r}")
+    if not value and not empty:
+        raise ValueError(f"{what} must not be empty")
 
 
 def _api_error(method: str, path: str, response: httpx.Response) -> ApiError:
