@@ -6,7 +6,7 @@
  * Framework-free: adapters turn HTTP into `ductor.handle(...)` and back.
  */
 
-import { canonicalDuration, type Duration } from "./durations.js";
+import { canonicalDuration, type Duration, parseDuration } from "./durations.js";
 import {
   ApiError,
   DuctorError,
@@ -263,11 +263,18 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     if (!id) throw new TypeError("workflow id must not be empty");
     if (this.#workflows.has(id)) throw new TypeError(`workflow '${id}' is already registered on app '${this.appId}'`);
     if (!Number.isInteger(retries) || retries < 0) throw new RangeError(`retries must be an integer >= 0, got ${retries}`);
+    checkText("name", options.name);
     for (const t of options.trigger === undefined ? [] : [options.trigger].flat()) {
-      const given = typeof t === "string" ? null : (t as { event?: unknown; cron?: unknown });
-      if (given !== null && (given.event == null) === (given.cron == null)) {
+      const given = typeof t === "string" ? { event: t } : (t as { event?: unknown; cron?: unknown; match?: unknown });
+      if (typeof given !== "object" || given === null || (given.event == null) === (given.cron == null)) {
         throw new TypeError(`a trigger needs exactly one of event and cron, got ${JSON.stringify(t)}`);
       }
+      checkText("trigger event", given.event, { empty: false });
+      checkText("trigger cron", given.cron);
+      checkText("trigger match", given.match);
+    }
+    if (concurrency !== undefined && typeof concurrency !== "number" && (typeof concurrency !== "object" || concurrency === null)) {
+      throw new TypeError(`concurrency must be a number or { limit?, key?, rate? }, got ${JSON.stringify(concurrency)}`);
     }
     const limit = typeof concurrency === "number" ? concurrency : concurrency?.limit;
     if (limit !== undefined && (!Number.isInteger(limit) || limit < 1)) {
@@ -285,8 +292,11 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
         if (rate.burst !== undefined && (!Number.isInteger(rate.burst) || rate.burst < 1 || rate.burst > rate.limit)) {
           throw new RangeError(`concurrency rate burst must be an integer from 1 to the limit (${rate.limit}), got ${rate.burst}`);
         }
-        canonicalDuration(rate.period);
+        if (parseDuration(canonicalDuration(rate.period)) <= 0) {
+          throw new RangeError(`concurrency rate period must be longer than zero, got ${JSON.stringify(rate.period)}`);
+        }
       }
+      checkText("concurrency key", concurrency.key);
     }
     if (timeout !== undefined) canonicalDuration(timeout);
     const wf = new Workflow(this.appId, options, fn as unknown as WorkflowFn<Input, Output, never>);
@@ -570,4 +580,11 @@ function errorAnswer(method: string, path: string, status: number, raw: Uint8Arr
   }
   const text = new TextDecoder().decode(raw.slice(0, 200));
   return new ApiError(`${method} ${path} answered ${status}: ${text}`, { status, retryable });
+}
+
+/** Refuse what is neither absent nor a string (nor an empty one, unless `empty`), for untyped callers. */
+function checkText(what: string, value: unknown, { empty = true }: { empty?: boolean } = {}): void {
+  if (value === undefined || value === null) return;
+  if (typeof value !== "string") throw new TypeError(`${what} must be a string, got ${JSON.stringify(value)}`);
+  if (!empty && value === "") throw new TypeError(`${what} must not be empty`);
 }

@@ -75,3 +75,19 @@ test("a duration travels as the Python SDK writes it: half a millisecond rounds 
   ductor.workflow({ id: "half", timeout: 2.5 }, body);
   assert.equal(described(ductor, "half").timeout, "2ms");
 });
+
+test("options of the wrong type (from untyped JavaScript) are refused at registration, not at sync", () => {
+  const ductor = app();
+  const bad = (options: Record<string, unknown>) => () => ductor.workflow({ id: "bad", ...options }, body);
+  assert.throws(bad({ trigger: "" }), /trigger event must not be empty/);
+  assert.throws(bad({ trigger: { event: "" } }), /trigger event must not be empty/);
+  assert.throws(bad({ trigger: { event: "a", match: 5 } }), /trigger match must be a string/);
+  assert.throws(bad({ trigger: { cron: 5 } }), /trigger cron must be a string/);
+  assert.throws(bad({ name: 5 }), /name must be a string/);
+  assert.throws(bad({ concurrency: { limit: 1, key: 5 } }), /concurrency key must be a string/);
+  assert.throws(bad({ concurrency: { rate: { limit: 1, period: 0 } } }), /rate period must be longer than zero/);
+  assert.throws(bad({ concurrency: { rate: { limit: 1, period: "0s" } } }), /rate period must be longer than zero/);
+  assert.throws(bad({ concurrency: "3" }), /concurrency must be a number or/);
+  assert.equal(ductor.workflows.size, 0);
+  encode(DescribeResponse, ductor.describe()); // nothing half-registered
+});
