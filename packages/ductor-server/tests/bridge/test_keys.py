@@ -470,3 +470,27 @@ def test_require_nonce_is_on_or_off_and_refuses_anything_else() -> None:
         assert require_nonce_from_env({"DUCTOR_BRIDGE_REQUIRE_NONCE": off}) is False
     with pytest.raises(ValueError, match="DUCTOR_BRIDGE_REQUIRE_NONCE must be on or off"):
         require_nonce_from_env({"DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe"})
+
+
+async def test_a_grace_too_long_for_a_date_is_refused_and_creates_no_key(server: Server) -> None:
+    for body in ({"grace_seconds": 9_999_999_999_999}, {"grace_seconds": 2**62}):
+        refused = await server.client.post(
+            "/v1/bridge/apps/shop/keys", json=body, headers=server.auth(T1)
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["code"] == "request.invalid"
+        assert "grace_seconds" in refused.json()["message"]
+    at_most = await server.new_key("shop", grace_seconds=10 * 365 * 86_400)
+    assert at_most["previous_keys_expire_at"] is None  # the first key: nothing to expire
+    listed = await server.client.get("/v1/bridge/apps/shop/keys", headers=server.auth(T1))
+    assert len(listed.json()) == 1
+
+
+async def test_a_bridge_slug_that_names_no_workflow_is_not_found(server: Server) -> None:
+    for slug in ("bridge:", "bridge:shop", "bridge:shop:", "bridge::wf"):
+        answer = await server.client.post(
+            "/v1/runs", json={"family_slug": slug, "input": None}, headers=server.auth(T1)
+        )
+        assert answer.status_code == 404, (slug, answer.text)
+        assert answer.json()["code"] == "workflow.not_found"
+    assert await server.count_runs() == 0

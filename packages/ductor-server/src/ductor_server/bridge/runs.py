@@ -226,7 +226,10 @@ async def trigger_bridge_run(
         existing = await tx.find_run_by_idempotency_key(tenant_id, idempotency_key)
         if existing is not None:
             return existing
-    app_id, workflow_id = parse_bridge_slug(family_slug)
+    try:
+        app_id, workflow_id = parse_bridge_slug(family_slug)
+    except ValueError:  # "bridge:" without an app or a workflow names none
+        return None
     workflow = await get_workflow(tx, tenant_id, app_id, workflow_id)
     if workflow is None:
         return None

@@ -73,6 +73,26 @@ from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import NewInboxItem
 
 STALE_AFTER = timedelta(minutes=10)
+
+MAX_GRACE = timedelta(days=3650)
+"""The longest an app's other keys stay valid after a new key is created."""
+
+
+def grace_period(seconds: int) -> timedelta:
+    """A request's `grace_seconds` as a timedelta.
+
+    Raises:
+        RequestInvalid: negative, or longer than `MAX_GRACE` (far beyond, no
+            date could hold the expiry).
+    """
+    if not 0 <= seconds <= MAX_GRACE.total_seconds():
+        raise RequestInvalid(
+            f"grace_seconds must be 0 to {int(MAX_GRACE.total_seconds())} (ten years),"
+            f" got {seconds}"
+        )
+    return timedelta(seconds=seconds)
+
+
 """An app that has neither synced nor answered for this long is reported stale."""
 
 
@@ -299,8 +319,7 @@ class BridgeService:
         """
         if not app_id or ":" in app_id:
             raise RequestInvalid("app_id must be non-empty and must not contain ':'")
-        if grace < timedelta(0):
-            raise RequestInvalid("grace_seconds must not be negative")
+        grace_period(int(grace.total_seconds()))  # raises for a negative or too long grace
         now = self._context.clock.now()
         async with self._context.store.transaction() as tx:
             created: NewAppKey = await create_app_key(tx, tenant_id, app_id, now=now, grace=grace)

@@ -5,7 +5,6 @@ service function its REST route calls."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TypeVar
 
 from ductor.protocol import HealthResponse, SyncResponse
@@ -19,7 +18,7 @@ from ductor_server.services.ai import (
     PriceBody,
     PriceView,
 )
-from ductor_server.services.bridge import AppKeyView, CreatedAppKey
+from ductor_server.services.bridge import AppKeyView, CreatedAppKey, grace_period
 from ductor_server.services.connections import (
     ConnectionBody,
     ConnectionCheck,
@@ -458,9 +457,7 @@ METHODS: tuple[Method, ...] = (
         "CreateAppKey",
         CreateAppKeyRequest,
         CreatedAppKey,
-        lambda s, t, r, k: s.bridge.create_key(
-            t, r.app_id, grace=timedelta(seconds=r.grace_seconds)
-        ),
+        lambda s, t, r, k: s.bridge.create_key(t, r.app_id, grace=grace_period(r.grace_seconds)),
         rest="POST /v1/bridge/apps/{app_id}/keys",
         doc="Create a signing key for an app.",
     ),

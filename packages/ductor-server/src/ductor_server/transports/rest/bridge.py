@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import msgspec
@@ -48,7 +47,7 @@ from ductor_core.errors import DuctorError
 from ductor_server.bridge.keys import DEFAULT_GRACE, Signer
 from ductor_server.errors import BridgeNotConfigured
 from ductor_server.services import Answer, AppView, BridgeService
-from ductor_server.services.bridge import AppKeyView, BridgeCaller, CreatedAppKey
+from ductor_server.services.bridge import AppKeyView, BridgeCaller, CreatedAppKey, grace_period
 from ductor_server.transports.rest.bodies import (
     NO_BODY,
     JsonBody,
@@ -359,9 +358,7 @@ class BridgeController(Controller):
         valid for `grace_seconds` (default a day) or until revoked.
         """
         grace = NewKeyBody() if isinstance(data, NoBody) else data
-        return await bridge.create_key(
-            tenant_id, app_id, grace=timedelta(seconds=grace.grace_seconds)
-        )
+        return await bridge.create_key(tenant_id, app_id, grace=grace_period(grace.grace_seconds))
 
     @get("/apps/{app_id:str}/keys", responses=V1_ERRORS)
     async def list_keys(
