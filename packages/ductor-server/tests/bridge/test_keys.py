@@ -26,6 +26,7 @@ from ductor.protocol import (
     InlineRunRequest,
     SigningKeys,
     StepRunOp,
+    TriggerInfo,
     WorkflowInfo,
     encode,
     sign,
@@ -494,3 +495,49 @@ async def test_a_bridge_slug_that_names_no_workflow_is_not_found(server: Server)
         assert answer.status_code == 404, (slug, answer.text)
         assert answer.json()["code"] == "workflow.not_found"
     assert await server.count_runs() == 0
+
+
+async def test_a_sync_whose_names_cannot_make_a_slug_is_refused_and_records_nothing(
+    server: Server,
+) -> None:
+    def describe(app: str, *workflows: WorkflowInfo) -> bytes:
+        return encode(
+            DescribeResponse(app_id=app, sdk="test", sdk_version="1", workflows=list(workflows))
+        )
+
+    refused = await server.signed(
+        "/v1/bridge/sync",
+        describe("a:b", WorkflowInfo(id="wf", retries=0)),
+        key=SERVER_KEY,
+        app="a:b",
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["details"]["pointer"] == "/app_id"
+    refused = await server.signed(
+        "/v1/bridge/sync",
+        describe(
+            "shop",
+            WorkflowInfo(id="wf", retries=0),
+            WorkflowInfo(id="", retries=0),
+            WorkflowInfo(id="wf", retries=1),
+            WorkflowInfo(id="neg", retries=-1),
+            WorkflowInfo(id="blank", retries=0, triggers=[TriggerInfo(event="")]),
+            WorkflowInfo(id="none", retries=0, triggers=[TriggerInfo(match="true")]),
+            WorkflowInfo(id="both", retries=0, triggers=[TriggerInfo(event="e", cron="* * * * *")]),
+        ),
+        key=SERVER_KEY,
+        app="shop",
+    )
+    assert refused.status_code == 422, refused.text
+    error = refused.json()
+    assert error["code"] == "request.invalid"
+    assert [p["pointer"] for p in error["details"]["problems"]] == [
+        "/workflows/1/id",
+        "/workflows/2/id",
+        "/workflows/3/retries",
+        "/workflows/4/triggers/0/event",
+        "/workflows/5/triggers/0",
+        "/workflows/6/triggers/0",
+    ]
+    apps = await server.client.get("/v1/bridge/apps", headers=server.auth(T1))
+    assert apps.json() == []

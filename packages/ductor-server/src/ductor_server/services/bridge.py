@@ -595,6 +595,29 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
             `details.problems` all of them.
     """
     problems: list[dict[str, str]] = []
+    if ":" in describe.app_id:  # bridge:<app_id>:<workflow_id> must split one way only
+        problems.append({"pointer": "/app_id", "message": "an app id must not contain ':'"})
+    first_at: dict[str, int] = {}
+    for i, info in enumerate(describe.workflows):
+        if not info.id:
+            problems.append({"pointer": f"/workflows/{i}/id", "message": "must not be empty"})
+        elif info.id in first_at:
+            message = (
+                f"workflow {info.id!r} is described twice (first at /workflows/{first_at[info.id]})"
+            )
+            problems.append({"pointer": f"/workflows/{i}/id", "message": message})
+        else:
+            first_at[info.id] = i
+        if info.retries < 0:
+            message = f"must be at least 0, got {info.retries}"
+            problems.append({"pointer": f"/workflows/{i}/retries", "message": message})
+        for j, trigger in enumerate(info.triggers):
+            pointer = f"/workflows/{i}/triggers/{j}"
+            if trigger.event is None and trigger.cron is None:
+                message = "a trigger needs exactly one of event and cron"
+                problems.append({"pointer": pointer, "message": message})
+            elif trigger.event == "":
+                problems.append({"pointer": pointer + "/event", "message": "must not be empty"})
     crons = sum(1 for info in describe.workflows for t in info.triggers if t.cron is not None)
     crons_checked = crons <= MAX_CRONS_PER_APP  # else one problem, not one per cron
     if not crons_checked:
