@@ -236,6 +236,8 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
 
   constructor(options: DuctorOptions) {
     if (!options.appId) throw new TypeError("appId must not be empty");
+    // Its runs' family slug is bridge:<appId>:<workflow id>.
+    if (options.appId.includes(":")) throw new TypeError(`appId must not contain ':', got '${options.appId}'`);
     this.appId = options.appId;
     this.keys = new SigningKeys(options.signingKey, options.fallbackSigningKey ?? null);
     this.serverUrl = (options.serverUrl ?? "http://127.0.0.1:7070").replace(/\/+$/, "");

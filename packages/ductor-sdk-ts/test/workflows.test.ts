@@ -91,3 +91,8 @@ test("options of the wrong type (from untyped JavaScript) are refused at registr
   assert.equal(ductor.workflows.size, 0);
   encode(DescribeResponse, ductor.describe()); // nothing half-registered
 });
+
+test("an app id that cannot make a slug (bridge:<appId>:<id>) is refused", () => {
+  assert.throws(() => new Ductor({ appId: "", signingKey: "k" }), /appId must not be empty/);
+  assert.throws(() => new Ductor({ appId: "a:b", signingKey: "k" }), /appId must not contain ':'/);
+});

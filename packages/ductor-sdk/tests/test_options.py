@@ -90,3 +90,9 @@ def test_a_bad_option_value_is_refused_where_it_is_made(
 ) -> None:
     with pytest.raises(error, match=names):
         make()
+
+
+@pytest.mark.parametrize("app_id", ["", "a:b"])
+def test_an_app_id_that_cannot_make_a_slug_is_refused(app_id: str) -> None:
+    with pytest.raises(ValueError, match="app_id"):
+        Client(app_id, signing_key="k")

@@ -304,6 +304,8 @@ class Client:
     ) -> None:
         if not app_id:
             raise ValueError("app_id must not be empty")
+        if ":" in app_id:  # its runs' family slug is bridge:<app_id>:<workflow_id>
+            raise ValueError(f"app_id must not contain ':', got {app_id!r}")
         self.app_id = app_id
         self.keys = SigningKeys(signing_key, fallback_signing_key)
         self.server_url = server_url.rstrip("/")
