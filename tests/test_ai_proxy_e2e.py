@@ -341,12 +341,24 @@ def test_upstream_failures_and_bad_input(server: ServerProcess, upstream: Script
         body = failed.value.body
         assert body["code"] == "ai.upstream_error"  # type: ignore[index]
         assert body["details"]["upstream_status"] == status  # type: ignore[index]
+        # The failure names the record it kept, in details and in the header.
+        kept = body["details"]["request_id"]  # type: ignore[index]
+        assert failed.value.response.headers["Ductor-Request-Id"] == kept
+        record = _record(server, kept)
+        assert (record["model"], record["status"], record["http_status"]) == (
+            model,
+            "upstream_error",
+            502,
+        )
     started = time.monotonic()
     with pytest.raises(openai.APIStatusError) as slow:
         client.chat.completions.create(model="slow", messages=hi)
     assert slow.value.status_code == 504
     assert time.monotonic() - started < 4
     assert slow.value.body["code"] == "ai.upstream_timeout"  # type: ignore[index]
+    timed_out = _record(server, slow.value.response.headers["Ductor-Request-Id"])
+    assert timed_out["status"] == "upstream_timeout"
+    assert slow.value.body["details"]["request_id"] == timed_out["id"]  # type: ignore[index]
     # A stream that goes silent midway ends with an error event.
     got: list[str] = []
     with pytest.raises(openai.APIError) as broken:  # noqa: PT012

@@ -756,6 +756,9 @@ class AiService:
         )
         call.error_code = error.code
         await self._finish(call)
+        # The answer names the record it kept, as a success's Ductor-Request-Id does.
+        if error.details is None or isinstance(error.details, dict):
+            error.details = {**(error.details or {}), "request_id": call.id}
         return error
 
     def _transport_error(self, exc: BaseException, call: _Call, timeout: float) -> ServerError:

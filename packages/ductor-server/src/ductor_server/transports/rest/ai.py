@@ -9,6 +9,7 @@ with `Ductor-Request-Id` (its cost is on its record once it ends).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 from litestar import Controller, MediaType, Request, Response, delete, get, post, put
@@ -17,6 +18,7 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 
+from ductor_core.errors import DuctorError
 from ductor_server.services.ai import (
     AiRequestPage,
     AiRequestView,
@@ -29,7 +31,13 @@ from ductor_server.services.ai import (
 )
 from ductor_server.transports.rest.bodies import NO_BODY, NoBody, required
 from ductor_server.transports.rest.dependencies import services_of
-from ductor_server.transports.rest.errors import V1_ERRORS, ApiError, also_ok
+from ductor_server.transports.rest.errors import (
+    V1_ERRORS,
+    ApiError,
+    also_ok,
+    error_response,
+    status_for,
+)
 from ductor_server.transports.rest.idempotency import answered
 
 _FORWARDED = (
@@ -98,6 +106,22 @@ def _body(data: dict[str, Any] | NoBody) -> dict[str, Any]:
     return data
 
 
+async def _proxied(call: Awaitable[ProxyAnswer]) -> Response[Any]:
+    """The proxy's answer; a failure that kept a record says its id in the
+    `Ductor-Request-Id` header too, as a success does."""
+    try:
+        answer = await call
+    except DuctorError as exc:
+        record = exc.details.get("request_id") if isinstance(exc.details, dict) else None
+        if not isinstance(record, str):
+            raise
+        status = status_for(exc.code, retryable=exc.retryable)
+        refused = error_response(exc.code, exc.message, exc.details, status=status)
+        refused.headers["Ductor-Request-Id"] = record
+        return refused
+    return _respond(answer)
+
+
 def _respond(answer: ProxyAnswer) -> Response[Any]:
     if answer.stream is not None:
         return Stream(
@@ -130,7 +154,7 @@ class AiController(Controller):
         """An OpenAI chat completion from the tenant's upstream (`stream: true` for
         server-sent events). 502 `ai.upstream_error`, 504 `ai.upstream_timeout`,
         429 `budget.exceeded` (nothing sent upstream)."""
-        return _respond(await ai.proxy(tenant_id, "chat", _body(data), connection=connection))
+        return await _proxied(ai.proxy(tenant_id, "chat", _body(data), connection=connection))
 
     @post("/embeddings", status_code=200, responses=V1_ERRORS)
     async def embeddings(
@@ -141,7 +165,7 @@ class AiController(Controller):
         data: EmbeddingsBody = NO_BODY,
     ) -> Response[Any]:
         """OpenAI embeddings from the tenant's upstream."""
-        return _respond(await ai.proxy(tenant_id, "embeddings", _body(data), connection=connection))
+        return await _proxied(ai.proxy(tenant_id, "embeddings", _body(data), connection=connection))
 
     @get("/settings", responses=V1_ERRORS)
     async def get_settings(
