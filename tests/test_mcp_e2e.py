@@ -497,3 +497,37 @@ async def _malformed(server: ServerProcess) -> None:
         # Still serving, on the same client.
         assert len((await client.list_tools()).tools) == len(TOOLS)
         assert await call(client, "list_workflows") == {"items": []}
+
+
+def test_a_bad_resource_parameter_is_refused_naming_it(server: ServerProcess) -> None:
+    """A version that is no 64-bit integer from 1 up, or a NUL in any parameter, is
+    `request.invalid` naming the parameter on both backends, as REST's path
+    parameters are (named as the URI template names them); nothing reaches the store,
+    which cannot look either up."""
+    server.start()
+    asyncio.run(_bad_resource_parameters(server))
+    assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+async def _bad_resource_parameters(server: ServerProcess) -> None:
+    async with rest(server) as http, connect(server) as client:
+        for uri, parameter, rest_path in (
+            ("ductor://workflows/gate/versions/9999999999999999999", "version", None),
+            ("ductor://workflows/gate/versions/0", "version", "/v1/workflows/gate/versions/0"),
+            ("ductor://workflows/gate/versions/1.5", "version", "/v1/workflows/gate/versions/1.5"),
+            ("ductor://workflows/ga\x00te", "family_slug", "/v1/workflows/ga%00te"),
+            ("ductor://workflows/ga\x00te/versions/1", "family_slug", None),
+            ("ductor://runs/run\x00x/history", "run_id", "/v1/runs/run%00x/history"),
+        ):
+            with pytest.raises(MCPError) as refusal:
+                await client.read_resource(uri)
+            data = refusal.value.error.data
+            assert data["code"] == "request.invalid", (uri, data)
+            assert data["details"]["path"] == parameter, (uri, data)
+            assert refusal.value.error.message.startswith("request.invalid: "), uri
+            if rest_path is not None:
+                answer = await http.get(rest_path)
+                assert answer.status_code == 422, (rest_path, answer.text)
+                assert answer.json()["code"] == "request.invalid"
+        # Still serving, on the same client.
+        assert (await client.list_resources()).resources == []

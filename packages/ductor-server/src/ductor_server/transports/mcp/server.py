@@ -42,7 +42,7 @@ from mcp_types import (
 )
 
 from ductor_core.errors import DuctorError
-from ductor_server.errors import bounded
+from ductor_server.errors import RequestInvalid, bounded
 from ductor_server.services import Answer, Services
 from ductor_server.services.keys import Caller, Scope
 from ductor_server.services.tools import (
@@ -55,6 +55,7 @@ from ductor_server.services.tools import (
     input_schema,
 )
 from ductor_server.transports.mcp.endpoint import CALLER_KEY
+from ductor_server.transports.rest.bodies import path_version
 from ductor_server.transports.rest.errors import ApiError
 from ductor_server.transports.rest.scopes import scope_for
 
@@ -67,7 +68,7 @@ WORKFLOW_URI = "ductor://workflows/{family_slug}"
 VERSION_URI = "ductor://workflows/{family_slug}/versions/{version}"
 HISTORY_URI = "ductor://runs/{run_id}/history"
 _WORKFLOW = re.compile(r"ductor://workflows/([^/]+)")
-_VERSION = re.compile(r"ductor://workflows/([^/]+)/versions/([0-9]{1,19})")
+_VERSION = re.compile(r"ductor://workflows/([^/]+)/versions/([^/]+)")
 _HISTORY = re.compile(r"ductor://runs/([^/]+)/history")
 
 
@@ -147,6 +148,21 @@ def reader_of(ctx: ServerRequestContext[Services, Any]) -> str:
         body = error_body(error)
         raise MCPError(INVALID_PARAMS, f"{body['code']}: {body['message']}", body) from None
     return caller.tenant_id
+
+
+def resource_parameter(name: str, value: str) -> str:
+    """A parameter of a resource URI, refused as REST refuses a path parameter
+    holding a NUL character (no store can look it up).
+
+    Raises:
+        RequestInvalid: `details.path` names the parameter.
+    """
+    if "\x00" in value:
+        reason = "contains a NUL character"
+        raise RequestInvalid(
+            f"parameter {name!r} {reason}", details={"path": name, "reason": reason}
+        )
+    return value
 
 
 def build_server(
@@ -246,13 +262,15 @@ def build_server(
         value: Any
         try:
             if match := _VERSION.fullmatch(uri):
-                value = await services.workflows.version(
-                    tenant_id, match.group(1), int(match.group(2))
-                )
+                slug = resource_parameter("family_slug", match.group(1))
+                version = path_version(resource_parameter("version", match.group(2)))
+                value = await services.workflows.version(tenant_id, slug, version)
             elif match := _WORKFLOW.fullmatch(uri):
-                value = await services.workflows.family(tenant_id, match.group(1))
+                slug = resource_parameter("family_slug", match.group(1))
+                value = await services.workflows.family(tenant_id, slug)
             elif match := _HISTORY.fullmatch(uri):
-                value = {"items": await services.runs.history(tenant_id, match.group(1))}
+                run_id = resource_parameter("run_id", match.group(1))
+                value = {"items": await services.runs.history(tenant_id, run_id)}
             else:
                 raise ApiError(
                     f"no resource at {uri!r}",
@@ -296,6 +314,7 @@ __all__ = [
     "build_server",
     "caller_of",
     "decode_arguments",
+    "resource_parameter",
     "tool_definition",
     "tool_error",
     "tool_result",
