@@ -531,3 +531,75 @@ async def _bad_resource_parameters(server: ServerProcess) -> None:
                 assert answer.json()["code"] == "request.invalid"
         # Still serving, on the same client.
         assert (await client.list_resources()).resources == []
+
+
+def test_an_argument_nested_past_what_json_rpc_parses_is_still_a_tool_error(
+    sqlite_server: ServerProcess,
+) -> None:
+    """However deep an argument nests, however long an integer in it (here far past the
+    ~200 levels and ~4,300 digits the MCP library's JSON parsers take), the call is
+    the tool error `request.invalid` naming it, as at 65 levels or 2^64: not a
+    JSON-RPC parse error."""
+    sqlite_server.start()
+    asyncio.run(_far_too_deep(sqlite_server))
+
+
+async def _call_as_text(server: ServerProcess, arguments: str) -> Any:
+    """The result of `send_event` called with `arguments` (JSON text) in a message
+    written by hand, as a client of protocol 2025-11-25 sends it."""
+    message = (
+        '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": '
+        '{"name": "send_event", "arguments": ' + arguments + "}}"
+    )
+    headers = {
+        "Authorization": f"Bearer {server.api_key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(f"{server.url}/mcp", content=message, headers=headers)
+    assert answer.status_code == 200, answer.text[:500]
+    assert answer.json()["id"] == 7
+    return answer.json()["result"]
+
+
+async def _far_too_deep(server: ServerProcess) -> None:
+    async with connect(server) as client:
+        deepest: object = 1
+        for _ in range(250):
+            deepest = [deepest]
+        body = await refused(client, "send_event", name="n", data=deepest)
+        assert body["details"] == {
+            "argument": "data",
+            "path": "$.data",
+            "reason": "nested more than 64 levels deep",
+        }
+        # Deeper or longer than the client itself can write: sent as text.
+        levels = 100_000
+        for data, where, reason in (
+            ("[" * levels + "]" * levels, "$.data", "nested more than 64 levels deep"),
+            ('{"n": -' + "9" * 5_000 + "}", "$.data.n", "integer does not fit in 64 bits"),
+        ):
+            result = await _call_as_text(server, '{"name": "n", "data": ' + data + "}")
+            assert result["isError"] is True
+            assert result["structuredContent"]["details"] == {
+                "argument": "data",
+                "path": where,
+                "reason": reason,
+            }
+        # Digits in a string, or a long fraction, are no integer.
+        text = '{"name": "n", "data": ["' + "9" * 5_000 + '", 0.' + "5" * 5_000 + "]}"
+        assert (await _call_as_text(server, text))["structuredContent"]["name"] == "n"
+        # The same in a nested body, an object this time.
+        routable: dict[str, Any] = {"id": "x", "kind": "t", "attributes": {}}
+        inner = routable["attributes"]
+        for _ in range(230):
+            inner["a"] = {}
+            inner = inner["a"]
+        body = await refused(client, "route", routable=routable)
+        assert body["code"] == "request.invalid"
+        assert body["details"]["argument"] == "routable"
+        # A string full of brackets is no nesting at all.
+        assert (await call(client, "send_event", name="n", data="[{" * 1000))["name"] == "n"
+        assert await call(client, "list_workflows") == {"items": []}

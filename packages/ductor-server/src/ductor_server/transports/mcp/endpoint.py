@@ -10,12 +10,20 @@ body size (413 `request.too_large` over `max_body_bytes`). These refusals
 are JSON-RPC error bodies whose `error.data` is the REST error body, so an MCP
 client shows the reason. The session manager runs stateless with JSON answers:
 any `ductor serve` process can answer any request, no session is kept.
+
+The `mcp` library's JSON parsers give up on arrays and objects nested ~200 (or
+~1,000) levels deep and on integers of thousands of digits, answering a bare
+JSON-RPC parse error. Such a value is refused by the tool anyway (deeper than
+`MAX_DEPTH`, outside 64 bits), so `parseable` first cuts what nests deeper than
+`PARSED_DEPTH` down to `[]` and shortens a long integer to 20 digits: the tool then
+refuses the argument by name, as it refuses one nested 65 levels deep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
@@ -24,6 +32,7 @@ from litestar import types as asgi_types
 from litestar.handlers import ASGIRouteHandler, asgi
 
 from ductor_core.errors import DuctorError
+from ductor_server.json_depth import MAX_DEPTH, nesting_depth
 from ductor_server.services import Services
 from ductor_server.services.tools import error_body
 from ductor_server.transports.rest.auth import bearer_token
@@ -48,6 +57,57 @@ TENANT_KEY = "ductor.tenant_id"
 
 CALLER_KEY = "ductor.caller"
 """Where `handle` leaves the caller (tenant, key, scopes) in the request scope's `state`."""
+
+PARSED_DEPTH = 2 * MAX_DEPTH
+"""How deeply a message may nest as the `mcp` library receives it: deep enough that
+a cut value is still too deep for any tool (arguments start 3 levels down), well
+within what its parsers take."""
+
+LONG_INTEGER = 100
+"""Digits past which an integer literal is shortened (what the parsers take is ~4,300)."""
+
+# A JSON string (valid JSON only: possessive, so it never backtracks), a bracket, or
+# an integer literal of more than LONG_INTEGER digits (not part of a float).
+_TOKEN = re.compile(
+    rb'"(?:[^"\\]++|\\.)*+"|[\[{]|[\]}]|(?<![0-9.eE+-])(-?)[0-9]{%d,}(?![0-9.eE])'
+    % (LONG_INTEGER + 1),
+    re.DOTALL,
+)
+_LONG_DIGITS = re.compile(rb"[0-9]{%d}" % (LONG_INTEGER + 1))
+
+
+def unparseable(raw: bytes) -> bool:
+    """Whether `raw` may nest deeper than `PARSED_DEPTH` or hold an integer longer than
+    `LONG_INTEGER` digits: `parseable` changes nothing when not. At C speed."""
+    return nesting_depth(raw) > PARSED_DEPTH or _LONG_DIGITS.search(raw) is not None
+
+
+def parseable(raw: bytes) -> bytes:
+    """`raw`, a JSON-RPC message, as the `mcp` library can parse it: each array or
+    object opening deeper than `PARSED_DEPTH` replaced by `[]`, each integer of more
+    than `LONG_INTEGER` digits by 20 nines (same sign). Either was outside what a tool
+    takes and still is, at the same place. A loop per token: call it when
+    `unparseable`, off the event loop."""
+    out: list[bytes] = []
+    depth, kept, cut_from = 0, 0, -1
+    for token in _TOKEN.finditer(raw):
+        first = token.group()[:1]
+        if first in (b"[", b"{"):
+            depth += 1
+            if depth == PARSED_DEPTH + 1:
+                out.append(raw[kept : token.start()])
+                cut_from = token.start()
+        elif first in (b"]", b"}"):
+            if depth == PARSED_DEPTH + 1 and cut_from >= 0:
+                out.append(b"[]")
+                kept, cut_from = token.end(), -1
+            depth -= 1
+        elif first != b'"' and cut_from < 0:
+            out.append(raw[kept : token.start()])
+            out.append(token.group(1) + b"9" * 20)
+            kept = token.end()
+    out.append(raw[cut_from if cut_from >= 0 else kept :])
+    return b"".join(out)
 
 
 class McpEndpoint:
@@ -174,6 +234,8 @@ class McpEndpoint:
                     details={"allowed": ["POST"]},
                 )
             body = await self._read_body(scope, receive)
+            if unparseable(body):
+                body = await asyncio.to_thread(parseable, body)
             manager = await self._ready()
         except DuctorError as error:
             await _refuse(send, error)
@@ -255,4 +317,13 @@ async def _refuse(send: Send, error: DuctorError) -> None:
     await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
 
 
-__all__ = ["CALLER_KEY", "MCP_PATH", "TENANT_KEY", "McpEndpoint", "error_body"]
+__all__ = [
+    "CALLER_KEY",
+    "MCP_PATH",
+    "PARSED_DEPTH",
+    "TENANT_KEY",
+    "McpEndpoint",
+    "error_body",
+    "parseable",
+    "unparseable",
+]
