@@ -603,3 +603,33 @@ async def _far_too_deep(server: ServerProcess) -> None:
         # A string full of brackets is no nesting at all.
         assert (await call(client, "send_event", name="n", data="[{" * 1000))["name"] == "n"
         assert await call(client, "list_workflows") == {"items": []}
+
+
+def test_a_name_as_long_as_rest_takes_is_taken_by_the_tools(sqlite_server: ServerProcess) -> None:
+    """REST keeps names and ids of up to 256 characters (an account code, an event's
+    name and id, a signal's name, a worker): a tool takes each as long, so what REST
+    made a tool reaches; one character more is refused by both."""
+    sqlite_server.start()
+    asyncio.run(_longest_names(sqlite_server))
+
+
+async def _longest_names(server: ServerProcess) -> None:
+    longest, too_long = "a" * 256, "a" * 257
+    code = "wallet:" + "a" * 249
+    async with rest(server) as http, connect(server) as client:
+        opened = await http.post(
+            "/v1/accounts", json={"code": code, "currency": "USD", "kind": "liability"}
+        )
+        assert opened.is_success, opened.text
+        assert (await call(client, "get_account", code=code))["code"] == code
+        sent = await call(client, "send_event", name=longest, id=longest)
+        assert (sent["name"], sent["id"]) == (longest, longest)
+        assert (await http.post("/v1/events", json={"name": too_long})).status_code == 422
+        refusal = await refused(client, "send_event", name=too_long)
+        assert refusal["code"] == "request.invalid"
+        assert refusal["details"]["argument"] == "name"
+        await call(client, "publish_workflow", definition=GATE)
+        run = await call(client, "trigger_run", family_slug="gate")
+        signal = await call(client, "send_signal", run_id=run["id"], name=longest, id=longest)
+        assert (signal["name"], signal["signal_id"]) == (longest, longest)
+        assert await call(client, "list_assignments", worker=longest) == {"items": []}

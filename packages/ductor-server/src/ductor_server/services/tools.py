@@ -31,6 +31,7 @@ from ductor_server.services.json_limits import (
     validation_path,
 )
 from ductor_server.services.routing import RouteBody
+from ductor_server.services.runs import MAX_NAME_LENGTH
 
 if TYPE_CHECKING:
     # The table is called with the process's `Services`, which holds the agent that
@@ -49,7 +50,9 @@ IdempotencyKey = Annotated[
         "gets the first answer again (as REST's Idempotency-Key header).",
     ),
 ]
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+"""An id or name: as long as any REST keeps (an account code, an event's name and id,
+a signal's name, a worker), so a tool reaches whatever REST made."""
 Slug = Annotated[str, msgspec.Meta(min_length=1, max_length=255, description="The family slug.")]
 Version = Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
 
