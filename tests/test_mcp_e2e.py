@@ -544,19 +544,32 @@ def test_an_argument_nested_past_what_json_rpc_parses_is_still_a_tool_error(
     asyncio.run(_far_too_deep(sqlite_server))
 
 
-async def _call_as_text(server: ServerProcess, arguments: str) -> Any:
+MODERN = "2026-07-28"
+MODERN_META = (
+    '{"io.modelcontextprotocol/protocolVersion": "2026-07-28", '
+    '"io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"}, '
+    '"io.modelcontextprotocol/clientCapabilities": {}}'
+)
+
+
+async def _call_as_text(
+    server: ServerProcess, arguments: str, *, protocol: str = "2025-11-25"
+) -> Any:
     """The result of `send_event` called with `arguments` (JSON text) in a message
-    written by hand, as a client of protocol 2025-11-25 sends it."""
+    written by hand, as a client of `protocol` sends it."""
+    meta = f', "_meta": {MODERN_META}' if protocol == MODERN else ""
     message = (
         '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": '
-        '{"name": "send_event", "arguments": ' + arguments + "}}"
+        '{"name": "send_event", "arguments": ' + arguments + meta + "}}"
     )
     headers = {
         "Authorization": f"Bearer {server.api_key}",
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
-        "MCP-Protocol-Version": "2025-11-25",
+        "MCP-Protocol-Version": protocol,
     }
+    if protocol == MODERN:
+        headers |= {"Mcp-Method": "tools/call", "Mcp-Name": "send_event"}
     async with httpx.AsyncClient(timeout=60) as http:
         answer = await http.post(f"{server.url}/mcp", content=message, headers=headers)
     assert answer.status_code == 200, answer.text[:500]
@@ -633,3 +646,42 @@ async def _longest_names(server: ServerProcess) -> None:
         signal = await call(client, "send_signal", run_id=run["id"], name=longest, id=longest)
         assert (signal["name"], signal["signal_id"]) == (longest, longest)
         assert await call(client, "list_assignments", worker=longest) == {"items": []}
+
+
+def test_a_number_or_string_json_cannot_hold_is_refused_naming_it(
+    sqlite_server: ServerProcess,
+) -> None:
+    """NaN, an infinity (1e999 too) or a lone surrogate, which the MCP library's
+    parsers let through and REST refuses, is `request.invalid` at its path; it was
+    stored as null (the numbers) or answered `internal` (the surrogate)."""
+    sqlite_server.start()
+    asyncio.run(_not_json(sqlite_server))
+
+
+async def _not_json(server: ServerProcess) -> None:
+    # (The `mcp` client itself writes NaN as null: these messages are written by hand.)
+    async with connect(server) as client:
+        for protocol in ("2025-11-25", MODERN):
+            for text, where in (
+                ('{"x": NaN}', "$.data.x"),
+                ('{"x": -Infinity}', "$.data.x"),
+                ('{"x": 1e999}', "$.data.x"),
+            ):
+                arguments = '{"name": "n", "data": ' + text + "}"
+                result = await _call_as_text(server, arguments, protocol=protocol)
+                assert result["isError"] is True, (protocol, text, result)
+                details = result["structuredContent"]["details"]
+                assert (details["argument"], details["path"]) == ("data", where), details
+        for text, where in (
+            ('{"name": "n", "data": ["\\ud800"]}', "$.data[0]"),
+            ('{"name": "n", "data": {"\\udfff": 1}}', "$.data"),
+            ('{"name": "n\\ud800"}', "$.name"),
+        ):
+            result = await _call_as_text(server, text, protocol=MODERN)
+            assert result["isError"] is True, (text, result)
+            body = result["structuredContent"]
+            assert body["code"] == "request.invalid", (text, body)
+            assert body["details"]["path"] == where, (text, body)
+        # A finite float and a null are JSON like any other.
+        sent = await call(client, "send_event", name="n", data={"x": 1.5, "y": None})
+        assert sent["name"] == "n"

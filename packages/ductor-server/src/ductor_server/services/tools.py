@@ -12,6 +12,7 @@ REST body. Nothing here knows about HTTP, sessions or MCP messages.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -564,6 +565,7 @@ def input_schema(tool: ToolSpec) -> dict[str, Any]:
 
 
 _FIELD = re.compile(r"field `([^`]*)`")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ToolError(RequestInvalid):
@@ -582,7 +584,36 @@ def decode_arguments(arguments: dict[str, Any] | None, into: type[Any]) -> Any:
         raw = msgspec.json.encode(arguments or {})
     except RecursionError:
         raise _too_deep(arguments) from None
+    except UnicodeEncodeError:
+        raw = b""  # a lone surrogate: `_not_json` finds where
+    # Encoding writes NaN and the infinities as null: look where a null was written.
+    if (not raw or b"null" in raw) and (found := _not_json(arguments or {})) is not None:
+        path, reason = found
+        raise _refused(_argument_at(path), path, reason)
     return decode_arguments_json(raw, into)
+
+
+def _not_json(value: Any) -> tuple[str, str] | None:
+    """The path of the first number or string in `value` (arguments a JSON-RPC parser
+    decoded) that JSON text cannot hold, and why: NaN, an infinity (also what a
+    literal like 1e999 became), a lone surrogate. None if there is none. Iterative."""
+    stack: list[tuple[Any, str]] = [(value, "$")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path, "number out of range (NaN or infinite)"
+        elif isinstance(item, str):
+            if _SURROGATE.search(item):
+                return path, "string holds a lone surrogate (not valid Unicode)"
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return path, "key holds a lone surrogate (not valid Unicode)"
+                stack.append((inner, f"{path}.{key}"))
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, f"{path}[{i}]") for i, inner in reversed(list(enumerate(item))))
+    return None
 
 
 def decode_arguments_json(raw: bytes, into: type[Any]) -> Any:
