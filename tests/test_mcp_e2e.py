@@ -685,3 +685,27 @@ async def _not_json(server: ServerProcess) -> None:
         # A finite float and a null are JSON like any other.
         sent = await call(client, "send_event", name="n", data={"x": 1.5, "y": None})
         assert sent["name"] == "n"
+
+
+def test_a_path_under_mcp_is_no_route(sqlite_server: ServerProcess) -> None:
+    """The MCP server answers at /mcp (and /mcp/) only: a path under it is answered
+    as REST answers an unknown route, before the key is checked, in the shape of the
+    endpoint's other refusals."""
+    sqlite_server.start()
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {
+        "Authorization": f"Bearer {sqlite_server.api_key}",
+        "Accept": "application/json, text/event-stream",
+    }
+    for path in ("/mcp", "/mcp/"):
+        answer = httpx.post(f"{sqlite_server.url}{path}", json=message, headers=headers)
+        assert answer.status_code == 200, (path, answer.text)
+        assert len(answer.json()["result"]["tools"]) == len(TOOLS)
+    for path, key in (("/mcp/tools", headers), ("/mcp/x/y", headers), ("/mcp/x", {})):
+        answer = httpx.post(f"{sqlite_server.url}{path}", json=message, headers=key)
+        assert answer.status_code == 404, (path, answer.text)
+        assert answer.json()["error"]["data"] == {
+            "code": "route.not_found",
+            "message": "no such route",
+            "details": {"method": "POST", "path": path},
+        }

@@ -217,6 +217,18 @@ class McpEndpoint:
         """Authenticate, bound the body, then let the session manager answer."""
         if scope["type"] != "http":
             return
+        under = str(scope.get("path", ""))  # what follows MCP_PATH (the mount strips it)
+        if under not in ("", "/"):
+            # A path under the mount: no route, as REST answers one (before the key).
+            await _refuse(
+                send,
+                ApiError(
+                    "no such route",
+                    code="route.not_found",
+                    details={"method": scope.get("method"), "path": _requested_path(scope)},
+                ),
+            )
+            return
         try:
             key = bearer_token(_header(scope, b"authorization"))
             services = self._services
@@ -285,6 +297,14 @@ async def _first(wanted: asyncio.Event, stop: asyncio.Event) -> bool:
     for wait in waits:
         wait.cancel()
     return wanted.is_set() and not stop.is_set()
+
+
+def _requested_path(scope: Scope) -> str:
+    """The path the client asked for, as it sent it (the mount rewrites `path`)."""
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        return raw.decode("latin-1")[:1000]
+    return MCP_PATH + str(scope.get("path", ""))[:1000]
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
