@@ -66,10 +66,11 @@ within what its parsers take."""
 LONG_INTEGER = 100
 """Digits past which an integer literal is shortened (what the parsers take is ~4,300)."""
 
-# A JSON string (valid JSON only: possessive, so it never backtracks), a bracket, or
-# an integer literal of more than LONG_INTEGER digits (not part of a float).
+# A JSON string (valid JSON only: possessive, so it never backtracks), a run of
+# opening or of closing brackets, or an integer literal of more than LONG_INTEGER
+# digits (not part of a float).
 _TOKEN = re.compile(
-    rb'"(?:[^"\\]++|\\.)*+"|[\[{]|[\]}]|(?<![0-9.eE+-])(-?)[0-9]{%d,}(?![0-9.eE])'
+    rb'"(?:[^"\\]++|\\.)*+"|([\[{]++)|([\]}]++)|(?<![0-9.eE+-])(-?)[0-9]{%d,}(?![0-9.eE])'
     % (LONG_INTEGER + 1),
     re.DOTALL,
 )
@@ -86,27 +87,30 @@ def parseable(raw: bytes) -> bytes:
     """`raw`, a JSON-RPC message, as the `mcp` library can parse it: each array or
     object opening deeper than `PARSED_DEPTH` replaced by `[]`, each integer of more
     than `LONG_INTEGER` digits by 20 nines (same sign). Either was outside what a tool
-    takes and still is, at the same place. A loop per token: call it when
-    `unparseable`, off the event loop."""
+    takes and still is, at the same place. A loop per token (a run of brackets is
+    one): call it when `unparseable`, off the event loop."""
     out: list[bytes] = []
-    depth, kept, cut_from = 0, 0, -1
+    depth, kept, cutting = 0, 0, False
     for token in _TOKEN.finditer(raw):
-        first = token.group()[:1]
-        if first in (b"[", b"{"):
-            depth += 1
-            if depth == PARSED_DEPTH + 1:
-                out.append(raw[kept : token.start()])
-                cut_from = token.start()
-        elif first in (b"]", b"}"):
-            if depth == PARSED_DEPTH + 1 and cut_from >= 0:
+        opens, closes, sign = token.group(1, 2, 3)
+        if opens is not None:
+            if not cutting and depth + len(opens) > PARSED_DEPTH:
+                at = token.start() + PARSED_DEPTH - depth  # opens PARSED_DEPTH + 1
+                out.append(raw[kept:at])
+                cutting = True
+            depth += len(opens)
+        elif closes is not None:
+            if cutting and depth - len(closes) <= PARSED_DEPTH:
+                at = token.start() + depth - PARSED_DEPTH - 1  # closes PARSED_DEPTH + 1
                 out.append(b"[]")
-                kept, cut_from = token.end(), -1
-            depth -= 1
-        elif first != b'"' and cut_from < 0:
+                kept, cutting = at + 1, False
+            depth -= len(closes)
+        elif sign is not None and not cutting:
             out.append(raw[kept : token.start()])
-            out.append(token.group(1) + b"9" * 20)
+            out.append(sign + b"9" * 20)
             kept = token.end()
-    out.append(raw[cut_from if cut_from >= 0 else kept :])
+    if not cutting:
+        out.append(raw[kept:])
     return b"".join(out)
 
 
