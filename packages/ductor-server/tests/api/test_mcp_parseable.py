@@ -34,7 +34,7 @@ def test_deep_values_are_cut_to_an_empty_array_still_too_deep() -> None:
 
 def test_long_integers_are_shortened_but_not_strings_or_floats() -> None:
     long = b"7" * 5_000
-    raw = (
+    arguments = (
         b'{"i": -'
         + long
         + b', "s": "'
@@ -47,10 +47,18 @@ def test_long_integers_are_shortened_but_not_strings_or_floats() -> None:
         + long
         + b"]}"
     )
+    raw = b'{"params": {"arguments": ' + arguments + b"}}"
     assert unparseable(raw)
-    value = pydantic_core.from_json(parseable(raw))
+    value = pydantic_core.from_json(parseable(raw))["params"]["arguments"]
     assert value["i"] == -(10**20 - 1)
     assert value["a"] == [10**20 - 1]
     assert value["s"] == long.decode()
     assert value["f"] == 0.7777777777777778
     assert value["e"] == 0.0
+
+
+def test_the_messages_own_id_is_never_rewritten() -> None:
+    """A JSON-RPC id of thousands of digits stays the parse error it is: rewritten, the
+    call would run and be answered under an id the client never sent."""
+    raw = b'{"jsonrpc": "2.0", "id": ' + b"1" * 5_000 + b', "params": {"a": {"n": 1}}}'
+    assert parseable(raw) == raw

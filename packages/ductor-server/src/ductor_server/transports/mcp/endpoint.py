@@ -66,6 +66,10 @@ within what its parsers take."""
 LONG_INTEGER = 100
 """Digits past which an integer literal is shortened (what the parsers take is ~4,300)."""
 
+ARGUMENTS_DEPTH = 3
+"""How deep a tool's arguments lie in a message (`{"params": {"arguments": {...`): a
+long integer is shortened there or deeper only, never the message's own `id`."""
+
 # A JSON string (valid JSON only: possessive, so it never backtracks), a run of
 # opening or of closing brackets, or an integer literal of more than LONG_INTEGER
 # digits (not part of a float).
@@ -86,7 +90,8 @@ def unparseable(raw: bytes) -> bool:
 def parseable(raw: bytes) -> bytes:
     """`raw`, a JSON-RPC message, as the `mcp` library can parse it: each array or
     object opening deeper than `PARSED_DEPTH` replaced by `[]`, each integer of more
-    than `LONG_INTEGER` digits by 20 nines (same sign). Either was outside what a tool
+    than `LONG_INTEGER` digits at least `ARGUMENTS_DEPTH` deep by 20 nines (same
+    sign). Either was outside what a tool
     takes and still is, at the same place. A loop per token (a run of brackets is
     one): call it when `unparseable`, off the event loop."""
     out: list[bytes] = []
@@ -105,7 +110,7 @@ def parseable(raw: bytes) -> bytes:
                 out.append(b"[]")
                 kept, cutting = at + 1, False
             depth -= len(closes)
-        elif sign is not None and not cutting:
+        elif sign is not None and not cutting and depth >= ARGUMENTS_DEPTH:
             out.append(raw[kept : token.start()])
             out.append(sign + b"9" * 20)
             kept = token.end()
