@@ -541,3 +541,51 @@ async def test_a_sync_whose_names_cannot_make_a_slug_is_refused_and_records_noth
     ]
     apps = await server.client.get("/v1/bridge/apps", headers=server.auth(T1))
     assert apps.json() == []
+
+
+async def test_a_sync_past_its_sizes_or_with_a_filter_that_cannot_compile_is_refused(
+    server: Server,
+) -> None:
+    def describe(app: str, *workflows: WorkflowInfo) -> bytes:
+        return encode(
+            DescribeResponse(app_id=app, sdk="test", sdk_version="1", workflows=list(workflows))
+        )
+
+    long_app = "a" * 257
+    refused = await server.signed(
+        "/v1/bridge/sync",
+        describe(long_app, WorkflowInfo(id="wf", retries=0)),
+        key=SERVER_KEY,
+        app=long_app,
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["details"]["pointer"] == "/app_id"
+    many = [WorkflowInfo(id=f"w{i}", retries=0) for i in range(1_001)]
+    refused = await server.signed(
+        "/v1/bridge/sync", describe("shop", *many), key=SERVER_KEY, app="shop"
+    )
+    assert refused.status_code == 422, refused.text
+    assert [p["pointer"] for p in refused.json()["details"]["problems"]] == ["/workflows"]
+    triggers = [TriggerInfo(event=f"e{i}") for i in range(101)]
+    refused = await server.signed(
+        "/v1/bridge/sync",
+        describe(
+            "shop",
+            WorkflowInfo(id="w" * 257, retries=0),
+            WorkflowInfo(id="busy", retries=0, triggers=triggers),
+            WorkflowInfo(id="bad", retries=0, triggers=[TriggerInfo(event="e", match="((")]),
+            WorkflowInfo(id="long", retries=0, triggers=[TriggerInfo(event="e" * 257)]),
+            WorkflowInfo(id="ok", retries=0, triggers=[TriggerInfo(event="e", match="true")]),
+        ),
+        key=SERVER_KEY,
+        app="shop",
+    )
+    assert refused.status_code == 422, refused.text
+    assert [p["pointer"] for p in refused.json()["details"]["problems"]] == [
+        "/workflows/0/id",
+        "/workflows/1/triggers",
+        "/workflows/2/triggers/0/match",
+        "/workflows/3/triggers/0/event",
+    ]
+    apps = await server.client.get("/v1/bridge/apps", headers=server.auth(T1))
+    assert apps.json() == []

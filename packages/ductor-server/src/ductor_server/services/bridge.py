@@ -14,7 +14,7 @@ types here.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -35,7 +35,7 @@ from ductor.protocol import (
     SyncResponse,
 )
 from ductor_core.durations import parse_duration
-from ductor_core.errors import DuctorError, DurationError
+from ductor_core.errors import DuctorError, DurationError, ExpressionError
 from ductor_core.expressions import ExpressionEngine, default_engine
 from ductor_server.bridge.concurrency import option_problems
 from ductor_server.bridge.cron import cron_problem
@@ -585,6 +585,15 @@ def _key_view(key: AppKey, now: datetime, primary: str | None) -> AppKeyView:
 MAX_CRONS_PER_APP = 100
 """The most cron triggers one app's workflows may declare (a sync with more is refused)."""
 
+MAX_WORKFLOWS_PER_APP = 1_000
+"""The most workflows one app may describe."""
+
+MAX_TRIGGERS_PER_WORKFLOW = 100
+"""The most triggers one workflow may declare."""
+
+MAX_BRIDGE_ID_LENGTH = 256
+"""The longest app id or workflow id a sync takes (as the API's other names)."""
+
 
 def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None:
     """Refuse a sync whose workflows' options cannot work, naming every problem
@@ -597,10 +606,23 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
     problems: list[dict[str, str]] = []
     if ":" in describe.app_id:  # bridge:<app_id>:<workflow_id> must split one way only
         problems.append({"pointer": "/app_id", "message": "an app id must not contain ':'"})
+    if len(describe.app_id) > MAX_BRIDGE_ID_LENGTH:
+        message = f"an app id is at most {MAX_BRIDGE_ID_LENGTH} characters"
+        problems.append({"pointer": "/app_id", "message": message})
+    if len(describe.workflows) > MAX_WORKFLOWS_PER_APP:
+        message = (
+            f"{len(describe.workflows)} workflows: an app may describe at most"
+            f" {MAX_WORKFLOWS_PER_APP}"
+        )
+        problems.append({"pointer": "/workflows", "message": message})
+        _refuse(problems)  # one problem, not one per workflow
     first_at: dict[str, int] = {}
     for i, info in enumerate(describe.workflows):
         if not info.id:
             problems.append({"pointer": f"/workflows/{i}/id", "message": "must not be empty"})
+        elif len(info.id) > MAX_BRIDGE_ID_LENGTH:
+            message = f"a workflow id is at most {MAX_BRIDGE_ID_LENGTH} characters"
+            problems.append({"pointer": f"/workflows/{i}/id", "message": message})
         elif info.id in first_at:
             message = (
                 f"workflow {info.id!r} is described twice (first at /workflows/{first_at[info.id]})"
@@ -611,6 +633,10 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
         if info.retries < 0:
             message = f"must be at least 0, got {info.retries}"
             problems.append({"pointer": f"/workflows/{i}/retries", "message": message})
+        if len(info.triggers) > MAX_TRIGGERS_PER_WORKFLOW:
+            message = f"a workflow may declare at most {MAX_TRIGGERS_PER_WORKFLOW} triggers"
+            problems.append({"pointer": f"/workflows/{i}/triggers", "message": message})
+            continue
         for j, trigger in enumerate(info.triggers):
             pointer = f"/workflows/{i}/triggers/{j}"
             if trigger.event is None and trigger.cron is None:
@@ -618,6 +644,16 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
                 problems.append({"pointer": pointer, "message": message})
             elif trigger.event == "":
                 problems.append({"pointer": pointer + "/event", "message": "must not be empty"})
+            elif trigger.event is not None and len(trigger.event) > MAX_BRIDGE_ID_LENGTH:
+                message = f"an event name is at most {MAX_BRIDGE_ID_LENGTH} characters"
+                problems.append({"pointer": pointer + "/event", "message": message})
+            if trigger.match is not None and trigger.cron is None and trigger.match.strip():
+                # Compiled as the events' filters are: within the engine's cost limits.
+                try:
+                    engine.compile(trigger.match)
+                except ExpressionError as exc:
+                    message = exc.message.split("\n", 1)[0]
+                    problems.append({"pointer": pointer + "/match", "message": message})
     crons = sum(1 for info in describe.workflows for t in info.triggers if t.cron is not None)
     crons_checked = crons <= MAX_CRONS_PER_APP  # else one problem, not one per cron
     if not crons_checked:
@@ -646,16 +682,24 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
             if problem is not None:
                 problems.append({"pointer": pointer + "/cron", "message": problem})
     if problems:
-        first = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise RequestInvalid(
-            f"{first['pointer']}: {first['message']}{more}",
-            details={"pointer": first["pointer"], "problems": problems},
-        )
+        _refuse(problems)
+
+
+def _refuse(problems: list[dict[str, str]]) -> NoReturn:
+    """Raise the sync's refusal naming every problem (`details.problems`)."""
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    raise RequestInvalid(
+        f"{first['pointer']}: {first['message']}{more}",
+        details={"pointer": first["pointer"], "problems": problems},
+    )
 
 
 __all__ = [
+    "MAX_BRIDGE_ID_LENGTH",
     "MAX_CRONS_PER_APP",
+    "MAX_TRIGGERS_PER_WORKFLOW",
+    "MAX_WORKFLOWS_PER_APP",
     "STALE_AFTER",
     "AppKeyNotFound",
     "AppKeyView",
