@@ -216,6 +216,8 @@ _STATUS_ALIASES = {status.name.lower(): status for status in RunStatus} | {
 }
 MAX_PAGE = 500
 MAX_NAME_LENGTH = 256
+MAX_CANCEL_REASON = 10_000
+"""The longest reason a cancel takes (kept in the run's history and its error)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -949,8 +951,14 @@ class RunsService:
 
         Raises:
             RunNotFound, RunNotCancellable
+            RequestInvalid: `reason` is over `MAX_CANCEL_REASON` characters.
             IdempotencyConflict: the key was used with another reason.
         """
+        if len(reason) > MAX_CANCEL_REASON:
+            problem = f"is longer than {MAX_CANCEL_REASON:,} characters"
+            raise RequestInvalid(
+                f"reason {problem}", details={"path": "$.reason", "reason": f"reason {problem}"}
+            )
         context = self._context
         now = context.clock.now()
         claim = Claim.of(
@@ -1062,6 +1070,7 @@ class RunsService:
 
 
 __all__ = [
+    "MAX_CANCEL_REASON",
     "MAX_NAME_LENGTH",
     "MAX_PAGE",
     "HistoryEntry",

@@ -32,7 +32,7 @@ from ductor_server.services.json_limits import (
     validation_path,
 )
 from ductor_server.services.routing import RouteBody
-from ductor_server.services.runs import MAX_NAME_LENGTH
+from ductor_server.services.runs import MAX_CANCEL_REASON, MAX_NAME_LENGTH
 
 if TYPE_CHECKING:
     # The table is called with the process's `Services`, which holds the agent that
@@ -118,7 +118,7 @@ class CancelRunArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True
     """`cancel_run`: the run and an optional reason, kept in its history."""
 
     run_id: Id
-    reason: Annotated[str, msgspec.Meta(max_length=10_000)] = ""
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_CANCEL_REASON)] = ""
     idempotency_key: IdempotencyKey | None = None
 
 
