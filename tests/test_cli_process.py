@@ -305,6 +305,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         "DUCTOR_DATABASE_URL": str(tmp_path / "x.db"),
         # These are read while the server is built: still before the start line.
         "DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe",
+        "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK": "old-key-without-a-new-one",
         "DUCTOR_SECRET_KEYS": "bad",
         "DUCTOR_RECEIPTS_FOR_RUNS": "on",
         "DUCTOR_OTEL": "maybe",
@@ -315,6 +316,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
     # `dev` makes its own receipt key: DUCTOR_RECEIPTS_FOR_RUNS=on is fine there.
     dev_too = {
         "DUCTOR_PORT",
+        "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK",
         "DUCTOR_CEL_ENGINE",
         "DUCTOR_SECRET_KEYS",
         "DUCTOR_OTEL",

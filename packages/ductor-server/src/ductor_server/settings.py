@@ -667,7 +667,8 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         name="DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK",
-        what="the previous server-wide bridge key, still accepted while apps move to the new one",
+        what="the previous server-wide bridge key, still accepted while apps move to the new one "
+        "(set without `DUCTOR_BRIDGE_SIGNING_KEY`, it stops the start)",
     ),
     Variable(
         name="DUCTOR_BRIDGE_REQUIRE_NONCE",

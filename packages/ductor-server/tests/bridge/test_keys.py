@@ -33,7 +33,7 @@ from ductor.protocol import (
 )
 from ductor_core.runs import RunStatus
 from ductor_server import Settings, create_app
-from ductor_server.bridge.keys import create_app_key, require_nonce_from_env
+from ductor_server.bridge.keys import create_app_key, require_nonce_from_env, signing_keys_from_env
 from ductor_server.cli import build_parser
 from ductor_server.cli_client import ApiClient
 from ductor_server.cli_server import create_key
@@ -471,6 +471,16 @@ def test_require_nonce_is_on_or_off_and_refuses_anything_else() -> None:
         assert require_nonce_from_env({"DUCTOR_BRIDGE_REQUIRE_NONCE": off}) is False
     with pytest.raises(ValueError, match="DUCTOR_BRIDGE_REQUIRE_NONCE must be on or off"):
         require_nonce_from_env({"DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe"})
+
+
+def test_the_previous_server_wide_key_alone_is_refused() -> None:
+    assert signing_keys_from_env({}) is None
+    kept = signing_keys_from_env(
+        {"DUCTOR_BRIDGE_SIGNING_KEY": "new", "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK": "old"}
+    )
+    assert kept is not None
+    with pytest.raises(ValueError, match="DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK is set without"):
+        signing_keys_from_env({"DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK": "old"})
 
 
 async def test_a_grace_too_long_for_a_date_is_refused_and_creates_no_key(server: Server) -> None:

@@ -52,12 +52,20 @@ SIGN_WITH_AT_MOST = 3
 
 
 def signing_keys_from_env(env: Mapping[str, str] | None = None) -> SigningKeys | None:
-    """The server-wide bridge signing keys in `env` (default: the process env), or None."""
+    """The server-wide bridge signing keys in `env` (default: the process env), or None.
+
+    Raises:
+        ValueError: the previous key is set without the key (a rotation half done:
+            nothing would be signed, and what the previous key signs would be refused).
+    """
     values = os.environ if env is None else env
     primary = values.get(KEY_ENV, "").strip()
+    fallback = values.get(FALLBACK_ENV, "").strip() or None
     if not primary:
+        if fallback is not None:
+            raise ValueError(f"{FALLBACK_ENV} is set without {KEY_ENV}: set the new key too")
         return None
-    return SigningKeys(primary, values.get(FALLBACK_ENV, "").strip() or None)
+    return SigningKeys(primary, fallback)
 
 
 def require_nonce_from_env(env: Mapping[str, str] | None = None) -> bool:
