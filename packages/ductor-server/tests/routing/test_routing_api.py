@@ -454,6 +454,22 @@ async def test_a_worker_whose_id_holds_a_slash_is_read_and_deleted_with_it_encod
     assert gone.json()["code"] == "worker.not_found"
 
 
+async def test_a_pool_id_with_a_slash_is_refused_where_its_urls_could_not_reach_it(
+    api: Api,
+) -> None:
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    refused = await api.call("POST", "/v1/pools", json={"id": "east/1", "members": []})
+    body = assert_error(refused, 422, "request.invalid")
+    assert body["details"]["path"] == "$.id"
+    assert "may not contain '/'" in body["message"]
+    assert await api.ok("GET", "/v1/pools") == []
+    checked = await api.ok(
+        "POST", "/v1/routing/validate", json={"pools": [{"id": "east/1", "members": []}]}
+    )
+    assert checked["valid"] is False
+    assert [p["pointer"] for p in checked["problems"]] == ["/pools/0/id"]
+
+
 async def test_integers_past_two_to_the_53_in_the_configuration_still_route(api: Api) -> None:
     # A 64-bit id among a worker's attributes, and a seed as large: JSON readers keep
     # them as doubles, and the configuration's hash reads them so too.

@@ -404,6 +404,14 @@ class _Compiled:
         return self.cost >= 0 and small((routable.attributes, routable.consent))
 
 
+def _slashed_pool_id(pool_id: str) -> str | None:
+    """Why `pool_id` cannot name a pool, or None: a `/` in it would leave the pool
+    out of reach of `/v1/pools/{id}` and its `/settlement` and `/shadow-report`."""
+    if "/" in pool_id:
+        return "pool id may not contain '/' (the pool's own URLs could not reach it)"
+    return None
+
+
 class _Stale(Exception):
     """The configuration changed between the read and the write: build again."""
 
@@ -671,6 +679,9 @@ class RoutingService:
             IdempotencyConflict: the key was used with another pool.
         """
         check_name("pool id", pool.id, RequestInvalid, path="$.id")
+        slashed = _slashed_pool_id(pool.id)
+        if slashed is not None:
+            raise RequestInvalid(slashed, details={"path": "$.id", "reason": slashed})
         # The channel is part of every capacity counter's key: bounded like an id.
         check_name("pool channel", pool.channel, RequestInvalid, path="$.channel")
         return await self._put(tenant_id, "pool", pool, Pool, idempotency_key)
@@ -860,6 +871,10 @@ class RoutingService:
                     check_name(what, name, RequestInvalid)
                 except RequestInvalid as exc:
                     found.append(Problem(pointer=f"{at}/id", message=exc.message))
+                else:
+                    slashed = _slashed_pool_id(str(name)) if into is Pool else None
+                    if slashed is not None:
+                        found.append(Problem(pointer=f"{at}/id", message=slashed))
             if found:
                 problems.extend(found)
                 if isinstance(name, str):
