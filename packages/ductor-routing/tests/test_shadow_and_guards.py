@@ -277,3 +277,24 @@ def test_reroute_excludes_the_given_workers() -> None:
         ("excluded", ("b1",)),
         ("filter", ("b2", "b3")),
     }
+
+
+def test_a_huge_non_boolean_condition_value_is_quoted_cut_short() -> None:
+    # Each rule and member whose condition gives the routable's own value quoted it
+    # whole: a 100,000-character attribute made every such line 100,000 characters.
+    pool = Pool(id="p", members=(Member(worker="ana", when="attributes.s"),))
+    rules = tuple(Rule(id=f"r{i}", pool="p", when="attributes.s") for i in range(3))
+    r = build(pool, [Worker(id="ana")], rule_set=RuleSet(default_pool="p", rules=rules))
+    d = r.route(
+        Routable(id="x", kind="job", attributes={"s": "a" * 100_000}), InMemoryRoutingState(), NOW
+    )
+    assert d.outcome == Outcome.UNASSIGNED
+    details = [t.detail for t in d.explanation.rules_not_matched]
+    assert details == ["condition gave '" + "a" * 79 + "... (100,002 characters), not a bool"] * 3
+    [excluded] = d.explanation.excluded
+    assert excluded.reason == "when"
+    assert excluded.detail == "gave '" + "a" * 79 + "... (100,002 characters)"
+    small = r.route(
+        Routable(id="y", kind="job", attributes={"s": "ok"}), InMemoryRoutingState(), NOW
+    )
+    assert small.explanation.excluded[0].detail == "gave 'ok'"

@@ -290,6 +290,20 @@ def _config_hash(
     return hashlib.blake2b(msgspec.json.encode(document), digest_size=12).hexdigest()
 
 
+SHOWN_VALUE_CHARS = 80
+"""The most characters of a condition's non-boolean value an explanation quotes: the
+value may come from a routable's attributes, and every rule and member that gives
+it would otherwise copy it whole into the stored decision."""
+
+
+def _shown(value: object) -> str:
+    """`repr(value)`, cut to `SHOWN_VALUE_CHARS` (with its length) when longer."""
+    text = repr(value)
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return text
+    return f"{text[:SHOWN_VALUE_CHARS]}... ({len(text):,} characters)"
+
+
 def _decision_id(routable: Routable, now_text: str) -> str:
     text = f"{routable.tenant}\x00{routable.id}\x00{now_text}"
     return "dec_" + hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
@@ -752,7 +766,7 @@ class Router:
                             traces.append(cr.when_false)
                             continue
                         if value is not True:
-                            detail = f"condition gave {value!r}, not a bool"
+                            detail = f"condition gave {_shown(value)}, not a bool"
                 if detail is not None:
                     traces.append(
                         RuleTrace(
@@ -858,7 +872,7 @@ class Router:
                     reason = ("when", f"error: {exc.message}")
                 else:
                     if value is not True:
-                        reason = ("when", "false" if value is False else f"gave {value!r}")
+                        reason = ("when", "false" if value is False else f"gave {_shown(value)}")
             if reason is not None:
                 late.setdefault(reason, []).append(cm.worker.id)
                 continue
