@@ -298,3 +298,19 @@ def test_a_huge_non_boolean_condition_value_is_quoted_cut_short() -> None:
         Routable(id="y", kind="job", attributes={"s": "ok"}), InMemoryRoutingState(), NOW
     )
     assert small.explanation.excluded[0].detail == "gave 'ok'"
+
+
+def test_shadow_marks_are_scoped_by_the_shadows_label() -> None:
+    pool = Pool(
+        id="desk",
+        members=(Member(worker="ana"), Member(worker="ben")),
+        strategy=StrategySpec(name="least_loaded"),
+        shadows=(StrategySpec(name="round_robin"), StrategySpec(name="round_robin", label="rr2")),
+    )
+    r = build(pool, [Worker(id="ana"), Worker(id="ben")])
+    d = r.route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
+    assert {m.scope for m in d.intent.shadow_marks} == {
+        "desk#shadow:round_robin",
+        "desk#shadow:rr2",
+    }
+    assert all(not m.scope.startswith("desk#") for m in d.intent.marks)

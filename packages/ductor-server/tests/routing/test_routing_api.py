@@ -517,3 +517,12 @@ async def test_a_bid_budget_or_reserve_past_10_to_the_15_micros_is_refused(api: 
         "members": [{"worker": "ana", "bid": 10**15, "budget": {"limit": 10**15}}],
     }
     await api.ok("POST", "/v1/pools", json=pool)
+
+
+async def test_delete_ignores_the_idempotency_key_a_second_delete_is_404(api: Api) -> None:
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    key = {"Idempotency-Key": "del-ana"}
+    first = await api.call("DELETE", "/v1/workers/ana", headers=key)
+    assert first.status_code == 204, first.text
+    again = await api.call("DELETE", "/v1/workers/ana", headers=key)
+    assert_error(again, 404, "worker.not_found")
