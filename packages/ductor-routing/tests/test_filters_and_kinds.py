@@ -126,3 +126,23 @@ def test_a_negative_price_is_invalid_even_when_no_price_is_required() -> None:
     assert validate_routable(schema, Routable(id="r", kind="k")) == ()
     problems = validate_routable(schema, Routable(id="r", kind="k", price=-5))
     assert [(p.pointer, p.message) for p in problems] == [("/price", "price must be >= 0")]
+
+
+@pytest.mark.parametrize(
+    ("value", "allowed"),
+    [
+        (True, False),  # Python's True == 1
+        (False, False),  # and False == 0
+        (1, True),
+        (1.0, True),  # a JSON number: 1.0 is 1
+        ([True], False),
+        ([1], True),
+        ({"n": True}, False),
+        ({"n": 1}, True),
+        ("1", False),
+    ],
+)
+def test_an_enum_tells_true_from_1_as_json_does(value: Any, allowed: bool) -> None:
+    schema = KindSchema(attributes={"v": AttributeSpec(enum=(1, 0, [1], {"n": 1}))})
+    problems = validate_routable(schema, Routable(id="r", kind="k", attributes={"v": value}))
+    assert (problems == ()) is allowed, problems

@@ -82,6 +82,20 @@ def _type_ok(kind: AttributeType, value: Any) -> bool:
     return isinstance(value, list)
 
 
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: `true` is not `1` nor `false` `0` (Python says they
+    are), at any depth; numbers compare by value (`1` is `1.0`)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a is b
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple | dict) or isinstance(b, list | tuple | dict):
+        return False
+    return bool(a == b)
+
+
 def validate_routable(schema: KindSchema | None, routable: Routable) -> tuple[Problem, ...]:
     """Check `routable` against its kind's schema; return every problem (none if valid).
 
@@ -101,7 +115,7 @@ def validate_routable(schema: KindSchema | None, routable: Routable) -> tuple[Pr
         if not _type_ok(spec.type, value):
             problems.append(Problem(pointer=pointer, message=f"must be of type {spec.type.value}"))
             continue
-        if spec.enum is not None and value not in spec.enum:
+        if spec.enum is not None and not any(_json_equal(value, v) for v in spec.enum):
             problems.append(Problem(pointer=pointer, message=f"must be one of {list(spec.enum)!r}"))
         if isinstance(value, int | float) and not isinstance(value, bool):
             if spec.minimum is not None and value < spec.minimum:
