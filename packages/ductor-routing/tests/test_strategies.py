@@ -132,6 +132,35 @@ def test_skills_match_by_proficiency_and_disqualifies_missing_skills() -> None:
         make("skills_match", members, workers, required="python")
 
 
+@pytest.mark.parametrize(
+    ("skills", "note"),
+    [
+        (
+            "python",
+            "skills is 'python', not a list of skill names or an object of skill name to level",
+        ),
+        (["python", 5], "skills[1] is 5, not a skill name"),
+        ({"python": "high"}, "skills.python is 'high', not an integer level"),
+        ({"python": True}, "skills.python is True, not an integer level"),
+        ({"python": 1.5}, "skills.python is 1.5, not an integer level"),
+    ],
+)
+def test_skills_match_assigns_nobody_on_a_requirement_it_cannot_read(
+    skills: object, note: str
+) -> None:
+    # It used to drop such a requirement and assign anyone, skilled or not.
+    workers = [Worker(id="dba", skills={"sql": 99}), Worker(id="dev", skills={"python": 90})]
+    r = make("skills_match", [Member(worker=w.id) for w in workers], workers)
+    d = r.route(job("x", skills=skills), InMemoryRoutingState(), NOW)
+    assert d.outcome is Outcome.UNASSIGNED
+    assert d.explanation.note == note
+    assert {(s.worker, s.value, s.note) for s in d.explanation.scores} == {
+        ("dba", None, note),
+        ("dev", None, note),
+    }
+    assert r.route(job("y"), InMemoryRoutingState(), NOW).worker == "dba"  # no requirement
+
+
 def test_auction_first_and_second_price_with_reserve() -> None:
     members = [
         Member(worker="low", bid=9_000_000),

@@ -31,21 +31,41 @@ class SkillsMatch:
         self.attribute = attribute
         self.required = dict(required or {})
 
-    def _requirements(self, attrs: Mapping[str, Any]) -> dict[str, int]:
+    def _requirements(self, attrs: Mapping[str, Any]) -> tuple[dict[str, int], str]:
+        """The skills the routable needs, and what is wrong with its requirement
+        (empty if nothing): a requirement it states badly is never dropped, since
+        whoever got the work might then lack the skill."""
         needed = dict(self.required)
         raw = attrs.get(self.attribute)
+        if raw is None:
+            return needed, ""
         if isinstance(raw, list):
-            for skill in raw:
-                needed.setdefault(str(skill), 0)
-        elif isinstance(raw, dict):
+            for i, skill in enumerate(raw):
+                if not isinstance(skill, str):
+                    return needed, f"{self.attribute}[{i}] is {_shown(skill)}, not a skill name"
+                needed.setdefault(skill, 0)
+            return needed, ""
+        if isinstance(raw, dict):
             for skill, level in raw.items():
-                lvl = level if isinstance(level, int) and not isinstance(level, bool) else 0
-                needed[str(skill)] = max(needed.get(str(skill), 0), lvl)
-        return needed
+                if isinstance(level, bool) or not isinstance(level, int):
+                    return needed, (
+                        f"{self.attribute}.{skill} is {_shown(level)}, not an integer level"
+                    )
+                needed[str(skill)] = max(needed.get(str(skill), 0), level)
+            return needed, ""
+        return needed, (
+            f"{self.attribute} is {_shown(raw)}, not a list of skill names"
+            " or an object of skill name to level"
+        )
 
     def select(self, ctx: SelectionContext) -> Selection:
         """Rank qualified candidates by mean then total proficiency, then position."""
-        needed = self._requirements(ctx.routable.attributes)
+        needed, bad = self._requirements(ctx.routable.attributes)
+        if bad:
+            unscored = tuple(
+                Score(worker=c.worker.id, value=None, note=bad) for c in ctx.candidates
+            )
+            return Selection(pick=None, scores=unscored, note=bad)
         scores: list[Score] = []
         best: tuple[float, int, int, str] | None = None
         for c in ctx.candidates:
@@ -71,6 +91,11 @@ class SkillsMatch:
         if best is None:
             return Selection(pick=None, scores=tuple(scores), note="no candidate has the skills")
         return Selection(pick=best[3], scores=tuple(scores))
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def skills_match(options: Mapping[str, Any], registry: StrategyRegistry) -> SkillsMatch:
