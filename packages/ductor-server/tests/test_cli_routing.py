@@ -156,3 +156,23 @@ def test_replays_are_identical_across_processes(tmp_path: Path) -> None:
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     assert outputs[0].count(b"\n") == 39
+
+
+def test_an_events_file_that_fails_half_way_leaves_no_partial_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It used to stop at the bad line with the decisions before it written over
+    # the previous output; with --out naming the events file, it emptied it.
+    events = tmp_path / "events.jsonl"
+    lines = (EXAMPLE / "events.jsonl").read_text().splitlines()
+    events.write_text("\n".join([*lines[:3], "not json", *lines[3:]]) + "\n")
+    out = tmp_path / "decisions.jsonl"
+    out.write_text("the previous run\n")
+    argv = ["simulate", "--config", str(EXAMPLE / "routing.json"), str(events)]
+    assert cli_routing.main([*argv, "--out", str(out)]) == 2
+    assert "events line 4" in capsys.readouterr().err
+    assert out.read_text() == "the previous run\n"
+    before = events.read_bytes()
+    assert cli_routing.main([*argv, "--out", str(events)]) == 2
+    assert events.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decisions.jsonl", "events.jsonl"]

@@ -7,6 +7,7 @@ pure `ductor_routing` simulation, the same code the server runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -91,16 +92,22 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return 2
 
     to_stdout = args.out == "-"
+    # A file is written beside its target and put in place only once every event
+    # was read: an events file that fails half way leaves an earlier output (or
+    # the events file itself, when --out names it) as it was, and no partial one.
+    target = Path(args.out)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        out: IO[bytes] = sys.stdout.buffer if to_stdout else Path(args.out).open("wb")  # noqa: SIM115
+        out: IO[bytes] = sys.stdout.buffer if to_stdout else partial.open("wb")
     except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     show = args.progress == "always" or (args.progress == "auto" and total >= PROGRESS_THRESHOLD)
     bar = ProgressBar(total, sys.stderr) if show else None
     table_stream = sys.stderr if to_stdout else sys.stdout
     simulation = Simulation(router)
     done = 0
+    finished = False
     try:
         with events_path.open("rb") as fh:
             for line_no, line in enumerate(fh, start=1):
@@ -113,16 +120,22 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 done += 1
                 if bar is not None:
                     bar.update(done)
-    except DuctorError as exc:
+        finished = True
+    except (DuctorError, OSError) as exc:
         if bar is not None:
             bar.close()
-        print(f"error: {exc.message}", file=sys.stderr)
+        message = exc.message if isinstance(exc, DuctorError) else str(exc)
+        print(f"error: {message}", file=sys.stderr)
         return 2
     finally:
         if to_stdout:
             out.flush()
         else:
             out.close()
+            if finished:
+                os.replace(partial, target)
+            else:
+                partial.unlink(missing_ok=True)
     if bar is not None:
         bar.close()
     summary = simulation.summary()
