@@ -146,3 +146,44 @@ def test_an_enum_tells_true_from_1_as_json_does(value: Any, allowed: bool) -> No
     schema = KindSchema(attributes={"v": AttributeSpec(enum=(1, 0, [1], {"n": 1}))})
     problems = validate_routable(schema, Routable(id="r", kind="k", attributes={"v": value}))
     assert (problems == ()) is allowed, problems
+
+
+def test_a_filter_that_could_never_do_what_it_says_is_a_config_error() -> None:
+    # An `in` given a `value` ignored it and matched nothing, silently.
+    from ductor_core.expressions import default_engine
+    from ductor_routing import ConfigError, Member, Pool, Router, Rule, RuleSet, Worker
+
+    member_filters = (
+        Filter(attribute="state", op=FilterOp.IN, value="CA"),
+        Filter(attribute="state", value="CA", values=("CA",)),
+        Filter(attribute="score", op=FilterOp.GT, value=None),
+        Filter(attribute="score", op=FilterOp.GTE, value=True),
+        Filter(attribute="a..b", value=1),
+        Filter(attribute="x", op=FilterOp.EXISTS, value="yes"),
+        Filter(attribute="ok", op=FilterOp.IN, values=("CA",)),
+    )
+    with pytest.raises(ConfigError) as caught:
+        Router(
+            rule_set=RuleSet(
+                rules=(
+                    Rule(
+                        id="r",
+                        pool="p",
+                        match=(Filter(attribute="v", op=FilterOp.NOT_IN, value=["x"]),),
+                    ),
+                )
+            ),
+            pools=[Pool(id="p", members=(Member(worker="w", filters=member_filters),))],
+            workers=[Worker(id="w")],
+            kinds={},
+            engine=default_engine(),
+        )
+    assert [(p.pointer, p.message) for p in caught.value.details] == [
+        ("/pools/0/members/0/filters/0/value", "'in' takes a list in 'values', not a 'value'"),
+        ("/pools/0/members/0/filters/1/values", "'eq' takes one 'value', not 'values'"),
+        ("/pools/0/members/0/filters/2/value", "'gt' compares with a number or a string"),
+        ("/pools/0/members/0/filters/3/value", "'gte' compares with a number or a string"),
+        ("/pools/0/members/0/filters/4/attribute", "must be a dotted path of non-empty names"),
+        ("/pools/0/members/0/filters/5/value", "'exists' takes true, false or no value"),
+        ("/rule_set/rules/0/match/0/value", "'not_in' takes a list in 'values', not a 'value'"),
+    ]

@@ -327,8 +327,18 @@ def test_index_agrees_with_the_predicates(
         assert {p for p in range(len(filters_per_item)) if p in allowed} == expected
 
 
+def _valid_filter(attribute: str, op: FilterOp, value: Any, values: tuple[Any, ...]) -> Filter:
+    """A filter as the configuration check accepts it: `in` with `values` only,
+    the others with `value` only, an ordering against a number or a string."""
+    if op is FilterOp.IN:
+        return Filter(attribute=attribute, op=op, values=values)
+    if op is FilterOp.GTE and (isinstance(value, bool) or not isinstance(value, int | float | str)):
+        value = 0
+    return Filter(attribute=attribute, op=op, value=value)
+
+
 rule_filter_st = st.builds(
-    Filter,
+    _valid_filter,
     attribute=st.sampled_from(["k", "j"]),
     op=st.sampled_from([FilterOp.EQ, FilterOp.IN, FilterOp.NE, FilterOp.GTE]),
     value=scalar_st,

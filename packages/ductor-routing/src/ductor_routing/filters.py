@@ -50,6 +50,32 @@ def _comparable(a: Any, b: Any) -> bool:
     return isinstance(a, str) and isinstance(b, str)
 
 
+_ORDERED = (FilterOp.GT, FilterOp.GTE, FilterOp.LT, FilterOp.LTE)
+_LISTED = (FilterOp.IN, FilterOp.NOT_IN)
+
+
+def filter_problems(spec: Filter) -> list[tuple[str, str]]:
+    """What is wrong with `spec` as (pointer below the filter, message): a filter
+    that could never do what it says (an `in` given a `value`, which it ignores,
+    so it matched nothing) is a configuration problem, not a silent miss."""
+    found: list[tuple[str, str]] = []
+    if not all(part.strip() for part in spec.attribute.split(".")):
+        found.append(("/attribute", "must be a dotted path of non-empty names"))
+    op = spec.op.value
+    if spec.op in _LISTED:
+        if spec.value is not None:
+            found.append(("/value", f"{op!r} takes a list in 'values', not a 'value'"))
+    elif spec.values:
+        found.append(("/values", f"{op!r} takes one 'value', not 'values'"))
+    if spec.op in _ORDERED and (
+        isinstance(spec.value, bool) or not isinstance(spec.value, int | float | str)
+    ):
+        found.append(("/value", f"{op!r} compares with a number or a string"))
+    if spec.op is FilterOp.EXISTS and spec.value is not None and not isinstance(spec.value, bool):
+        found.append(("/value", "'exists' takes true, false or no value"))
+    return found
+
+
 def compile_filter(spec: Filter) -> Predicate:
     """A predicate over attributes that holds when `spec` does.
 

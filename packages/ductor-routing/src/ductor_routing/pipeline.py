@@ -35,6 +35,7 @@ from ductor_routing.filters import (
     attribute_getter,
     compile_filter,
     describe_filter,
+    filter_problems,
     index_key,
     index_values,
     is_indexable,
@@ -450,6 +451,11 @@ class Router:
                     )
                     worker = None
                 seen.add(m.worker)
+                for fi, f in enumerate(m.filters):
+                    for below, message in filter_problems(f):
+                        problems.append(
+                            Problem(pointer=f"{mp}/filters/{fi}{below}", message=message)
+                        )
                 for field, value in (
                     ("bid", m.bid),
                     ("quality", m.quality),
@@ -503,6 +509,9 @@ class Router:
             if rule.id in rule_ids:
                 problems.append(Problem(pointer=f"{rp}/id", message="duplicate rule"))
             rule_ids.add(rule.id)
+            for fi, f in enumerate(rule.match):
+                for below, message in filter_problems(f):
+                    problems.append(Problem(pointer=f"{rp}/match/{fi}{below}", message=message))
             if rule.pool not in defined:
                 problems.append(
                     Problem(pointer=f"{rp}/pool", message=f"unknown pool {rule.pool!r}")

@@ -526,3 +526,21 @@ async def test_delete_ignores_the_idempotency_key_a_second_delete_is_404(api: Ap
     assert first.status_code == 204, first.text
     again = await api.call("DELETE", "/v1/workers/ana", headers=key)
     assert_error(again, 404, "worker.not_found")
+
+
+async def test_an_in_filter_given_a_value_is_refused_at_its_pointer(api: Api) -> None:
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    pool = {
+        "id": "desk",
+        "members": [
+            {"worker": "ana", "filters": [{"attribute": "state", "op": "in", "value": "CA"}]}
+        ],
+    }
+    body = assert_error(await api.call("POST", "/v1/pools", json=pool), 422, "routing.config")
+    assert body["details"] == [
+        {
+            "pointer": "/members/0/filters/0/value",
+            "message": "'in' takes a list in 'values', not a 'value'",
+        }
+    ]
+    assert await api.ok("GET", "/v1/pools") == []
