@@ -544,3 +544,21 @@ async def test_an_in_filter_given_a_value_is_refused_at_its_pointer(api: Api) ->
         }
     ]
     assert await api.ok("GET", "/v1/pools") == []
+
+
+async def test_rule_ids_and_kind_names_are_bounded_like_every_id(api: Api) -> None:
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    await api.ok("POST", "/v1/pools", json={"id": "desk", "members": [{"worker": "ana"}]})
+    for body, path in [
+        ({"rules": [{"id": "ok", "pool": "desk"}, {"id": "", "pool": "desk"}]}, "$.rules[1].id"),
+        ({"rules": [{"id": "r\u0001", "pool": "desk"}]}, "$.rules[0].id"),
+        ({"kinds": {"": {}}}, "$.kinds"),
+        ({"kinds": {"k" * 257: {}}}, "$.kinds"),
+    ]:
+        refused = assert_error(
+            await api.call("POST", "/v1/rules", json=body), 422, "request.invalid"
+        )
+        assert refused["details"]["path"] == path, refused
+        checked = await api.ok("POST", "/v1/routing/validate", json={"rule_set": body})
+        assert checked["valid"] is False, checked
+    assert await api.ok("GET", "/v1/rules/versions") == []

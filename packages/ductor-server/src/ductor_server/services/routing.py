@@ -404,6 +404,18 @@ class _Compiled:
         return self.cost >= 0 and small((routable.attributes, routable.consent))
 
 
+def _rule_set_names(rules: RulesBody) -> list[tuple[str, str, str, str]]:
+    """The rule ids and kind names of `rules` as (JSON path, pointer, what, name), to
+    be bounded like every other id: a kind `POST /v1/route` could never name (empty,
+    over 256 characters, a control character) would be dead configuration."""
+    found = [
+        (f"$.rules[{i}].id", f"/rules/{i}/id", "rule id", rule.id)
+        for i, rule in enumerate(rules.rules)
+    ]
+    found.extend(("$.kinds", "/kinds", "routable kind", kind) for kind in rules.kinds)
+    return found
+
+
 def _slashed_pool_id(pool_id: str) -> str | None:
     """Why `pool_id` cannot name a pool, or None: a `/` in it would leave the pool
     out of reach of `/v1/pools/{id}` and its `/settlement` and `/shadow-report`."""
@@ -840,6 +852,8 @@ class RoutingService:
             IdempotencyConflict: the key was used with another rule set.
         """
         check_name("rule set id", rules.id, RequestInvalid, path="$.id")
+        for path, _, what, name in _rule_set_names(rules):
+            check_name(what, name, RequestInvalid, path=path)
         now = self.clock.now()
         claim = Claim.of(tenant_id, "routing.rules.publish", idempotency_key, rules, now=now)
 
@@ -891,6 +905,11 @@ class RoutingService:
             if body.rule_set is None
             else shaped(body.rule_set, RulesBody, "/rule_set", "rule set id")
         )
+        for _, pointer, what, name in () if rules is None else _rule_set_names(rules):
+            try:
+                check_name(what, name, RequestInvalid)
+            except RequestInvalid as exc:
+                problems.append(Problem(pointer=f"/rule_set{pointer}", message=exc.message))
         for i, worker in enumerate(workers):
             if worker is not None:
                 for channel in worker.capacity:
