@@ -541,3 +541,32 @@ async def test_hold_mode_reserves_at_assignment_and_charges_on_completion(api: A
     assert await _available(api, "wallet:a") == 10 * USD
     await api.ok("POST", f"/v1/assignments/{late['assignment_id']}/complete", json={})
     assert await _available(api, "wallet:a") == 6 * USD
+
+
+async def test_an_assignments_hold_is_ended_by_the_assignment_only(api: Api) -> None:
+    await _market(api, {"a": 10 * USD}, bids={"a": 4 * USD}, pricing="first", mode="hold")
+    assignment = (await _route(api, "l1"))["assignment_id"]
+    hold = f"hold_{assignment}"
+    # Posting or voiding the hold by hand would leave the assignment to charge again
+    # (or from an unreserved wallet) when it completes: refused, nothing moves.
+    for action in ("post", "void"):
+        body = await api.fails("POST", f"/v1/holds/{hold}/{action}", 409, "hold.conflict")
+        assert body["details"] == {"hold": hold, "assignment": assignment}
+    assert (await api.ok("GET", f"/v1/holds/{hold}"))["status"] == "pending"
+    # Another tenant does not learn the hold exists.
+    await api.fails("POST", f"/v1/holds/{hold}/post", 404, "hold.not_found", as_b=True)
+    # Nor can a hold be placed under an assignment's hold id.
+    body = {
+        "debit_account": "wallet:a",
+        "credit_account": "payable:seller",
+        "amount": USD,
+        "currency": "USD",
+        "timeout_seconds": 60,
+    }
+    for taken in (hold, "hold_asg_0123"):
+        await api.fails("POST", "/v1/holds", 422, "hold.invalid", json={**body, "id": taken})
+    # Completing charges the buyer once.
+    await api.ok("POST", f"/v1/assignments/{assignment}/complete", json={})
+    wallet = await api.balance("wallet:a")
+    assert (wallet["balance"], wallet["pending"]) == (6 * USD, 0)
+    assert (await api.ok("GET", f"/v1/holds/{hold}"))["status"] == "voided"

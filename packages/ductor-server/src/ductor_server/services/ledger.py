@@ -25,6 +25,7 @@ from ductor_server.extensions.hooks import ENTRY_POSTED, HookDispatcher, to_data
 from ductor_server.ledger.errors import LedgerObjectNotFound
 from ductor_server.ledger.store import AccountRecord, InvalidLedgerCursor, LedgerTx
 from ductor_server.services.idempotency import Answer, Claim, Outcome, once
+from ductor_server.services.settlement import ASSIGNMENT_HOLD_PREFIX, assignment_of_hold
 from ductor_server.storage.protocol import Store, Tx
 from ductor_settlement import (
     Account,
@@ -33,6 +34,7 @@ from ductor_settlement import (
     EntryDraft,
     Hold,
     HoldAlreadyFinal,
+    HoldConflict,
     HoldInvalid,
     HoldNotFound,
     HoldStatus,
@@ -669,6 +671,12 @@ class LedgerService:
         now = self._clock.now()
         claim = Claim.of(tenant_id, "ledger.holds.place", idempotency_key, body, now=now)
         hold_id = body.id if body.id is not None else _hold_id(tenant_id, idempotency_key)
+        if assignment_of_hold(hold_id) is not None:
+            reason = f"hold ids starting with {ASSIGNMENT_HOLD_PREFIX!r} are the ledger's own"
+            raise HoldInvalid(
+                f"hold {hold_id[:256]!r} is invalid: {reason}",
+                details={"hold": hold_id[:256], "reasons": [reason]},
+            )
         expires_at = _expiry(body, hold_id, now)
         hold = new_hold(
             id=hold_id,
@@ -768,6 +776,7 @@ class LedgerService:
             hold = await store.get_hold(tenant_id, hold_id, lock=True)
             if hold is None:
                 raise _hold_not_found(hold_id)
+            _refuse_assignment_hold(hold, "post")
             records, live = await store.lock_with_holds(
                 tenant_id, (hold.debit_account, hold.credit_account), now
             )
@@ -803,6 +812,7 @@ class LedgerService:
             hold = await store.get_hold(tenant_id, hold_id, lock=True)
             if hold is None:
                 raise _hold_not_found(hold_id)
+            _refuse_assignment_hold(hold, "void")
             book = _book(tenant_id, [], [hold])
             voided = book.void_hold(hold.id, at=now)
             await store.finish_hold(voided)
@@ -871,6 +881,18 @@ def _batch_error(problems: Sequence[tuple[int, LedgerError]]) -> LedgerError:
         ]
     }
     return error
+
+
+def _refuse_assignment_hold(hold: Hold, action: str) -> None:
+    # The assignment ends its hold in the transaction that charges it (or not): a
+    # post by hand would leave completion to charge the buyer a second time.
+    assignment = assignment_of_hold(hold.id)
+    if assignment is not None:
+        raise HoldConflict(
+            f"cannot {action} hold {hold.id!r}: it reserves the charge of assignment "
+            f"{assignment!r}, which ends it (complete or reject the assignment)",
+            details={"hold": hold.id, "assignment": assignment},
+        )
 
 
 def _hold_not_found(hold_id: str) -> HoldNotFound:

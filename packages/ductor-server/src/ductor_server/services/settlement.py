@@ -312,9 +312,21 @@ def charge_key(assignment_id: str) -> str:
     return f"assign:{assignment_id}"
 
 
+ASSIGNMENT_HOLD_PREFIX = "hold_asg_"
+"""How the ids of holds reserving an assignment's charge start: the ledger's own, so
+a caller may neither place a hold under such an id nor post or void one."""
+
+
 def hold_id_for(assignment_id: str) -> str:
     """The id of the hold reserving an assignment's charge (mode hold)."""
     return "hold_" + assignment_id
+
+
+def assignment_of_hold(hold_id: str) -> str | None:
+    """The assignment whose charge the hold `hold_id` reserves, if it is such a hold."""
+    if hold_id.startswith(ASSIGNMENT_HOLD_PREFIX):
+        return hold_id.removeprefix("hold_")
+    return None
 
 
 async def settle_assignment(
@@ -445,11 +457,13 @@ async def finish_held_charge(
 
 
 __all__ = [
+    "ASSIGNMENT_HOLD_PREFIX",
     "PoolSettlement",
     "PoolSettlementView",
     "ReturnPolicyBody",
     "SettlementInvalid",
     "SettlementMode",
+    "assignment_of_hold",
     "charge_key",
     "check_settlement",
     "cover",
