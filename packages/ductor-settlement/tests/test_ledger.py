@@ -144,6 +144,18 @@ def test_opening_the_same_account_twice_is_a_no_op_but_different_attributes_conf
     [
         (Account(tenant_id="other", code="x", currency="USD", kind=AccountKind.ASSET), "tenant"),
         (Account(tenant_id=T, code="", currency="USD", kind=AccountKind.ASSET), "code"),
+        # A code is an id, named in paths and logs, as a worker id (a wallet's suffix).
+        (
+            Account(tenant_id=T, code="   ", currency="USD", kind=AccountKind.ASSET),
+            "account code must not be blank",
+        ),
+        *(
+            (
+                Account(tenant_id=T, code=f"wallet:a{c}b", currency="USD", kind=AccountKind.ASSET),
+                "account code must not hold a control character",
+            )
+            for c in ("\n", "\r", "\t", "\x1b", "\x7f")
+        ),
         (Account(tenant_id=T, code="x", currency="usd", kind=AccountKind.ASSET), "currency"),
         (
             Account(tenant_id=T, code="x", currency="USD", kind=AccountKind.ASSET, floor=2**60),

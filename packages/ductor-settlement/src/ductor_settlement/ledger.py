@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -77,6 +78,9 @@ __all__ = [
 _MAX_TEXT = 256  # account codes, keys and ids are stored in indexed columns
 _MAX_POSTINGS = 100  # Postgres checks each posting's entry at commit: cost grows as n * n
 _MAX_DESCRIPTION = 1000  # descriptions are for people
+# An account code is an id, named in paths, logs and messages: the rule of a worker
+# id, whose wallet code it may be (`wallet:<worker id>`).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class NormalBalance(enum.StrEnum):
@@ -588,6 +592,20 @@ class Ledger:
                 _problem(
                     "ledger.invalid_account",
                     f"account code must be 1 to {_MAX_TEXT} characters",
+                    account=account.code,
+                )
+            )
+        elif not account.code.strip():
+            problems.append(
+                _problem(
+                    "ledger.invalid_account", "account code must not be blank", account=account.code
+                )
+            )
+        elif _CONTROL.search(account.code):
+            problems.append(
+                _problem(
+                    "ledger.invalid_account",
+                    "account code must not hold a control character (U+0000-U+001F, U+007F)",
                     account=account.code,
                 )
             )
