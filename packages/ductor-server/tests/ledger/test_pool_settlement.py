@@ -570,3 +570,30 @@ async def test_an_assignments_hold_is_ended_by_the_assignment_only(api: Api) -> 
     wallet = await api.balance("wallet:a")
     assert (wallet["balance"], wallet["pending"]) == (6 * USD, 0)
     assert (await api.ok("GET", f"/v1/holds/{hold}"))["status"] == "voided"
+
+
+async def test_a_wallet_in_another_currency_or_debit_normal_cannot_pay(api: Api) -> None:
+    # A charge debits the wallet: it lowers a credit-normal wallet (what the platform
+    # owes the buyer) but would raise a debit-normal one however often it is charged.
+    await api.ok("POST", "/v1/workers", json={"id": "eur"})
+    await api.ok("POST", "/v1/workers", json={"id": "asset"})
+    await api.open("wallet:eur", currency="EUR", floor=0)
+    await api.open("wallet:asset", kind="asset", floor=0)
+    await api.open("funding", kind="liability")
+    await api.ok(
+        "POST",
+        "/v1/ledger/entries",
+        json={
+            "postings": [
+                {"account": "wallet:asset", "amount": 50 * USD, "currency": "USD"},
+                {"account": "funding", "amount": -50 * USD, "currency": "USD"},
+            ]
+        },
+    )
+    await _market(api, {"usd": 20 * USD}, bids={"usd": 5 * USD, "eur": 9 * USD, "asset": 8 * USD})
+    decision = await _route(api, "l1")
+    assert decision["worker"] == "usd"
+    assert decision["explanation"]["excluded"] == [
+        {"reason": "funds", "detail": "", "workers": ["eur", "asset"]}
+    ]
+    assert (await api.balance("wallet:asset"))["balance"] == 50 * USD

@@ -30,6 +30,7 @@ from ductor_settlement import (
     Ledger,
     LedgerError,
     LedgerSnapshot,
+    NormalBalance,
     Posting,
     Reference,
     ReferenceKind,
@@ -265,8 +266,14 @@ def _book(tenant_id: str, records: Sequence[AccountRecord], holds: Iterable[Hold
 
 def cover(setting: PoolSettlement, record: AccountRecord | None, available: int) -> int | None:
     """The most routing may charge a member whose wallet is `record` with `available`
-    funds (None: not limited; -1: it can pay nothing)."""
+    funds (None: not limited; -1: it can pay nothing).
+
+    A wallet in another currency pays nothing, nor does a debit-normal one: a charge
+    debits the wallet, which would raise such an account however often it is charged.
+    """
     if record is None or record.account.currency != setting.currency:
+        return -1
+    if record.account.normal_balance is NormalBalance.DEBIT:
         return -1
     floor = record.account.floor
     if floor is None:
