@@ -597,3 +597,15 @@ async def test_a_wallet_in_another_currency_or_debit_normal_cannot_pay(api: Api)
         {"reason": "funds", "detail": "", "workers": ["eur", "asset"]}
     ]
     assert (await api.balance("wallet:asset"))["balance"] == 50 * USD
+
+
+async def test_an_assignment_charged_nothing_has_no_entry_receipt_or_return(api: Api) -> None:
+    await _market(api, {"a": 10 * USD}, bids={"a": 0}, returns={"window_seconds": 60})
+    decision = await _route(api, "l1")
+    assert (decision["worker"], decision["charge"]) == ("a", 0)
+    assignment = decision["assignment_id"]
+    found = await api.ok("GET", "/v1/receipts", params={"subject": f"assignment:{assignment}"})
+    assert found["items"] == []
+    assert await api.count("SELECT COUNT(*) FROM ledger_entries") == 1  # the top-up
+    path = f"/v1/assignments/{assignment}/return"
+    await api.fails("POST", path, 422, "return.not_returnable", json={"reason": "bad"})
