@@ -200,6 +200,13 @@ async def test_huge_and_malformed_input_is_a_4xx_that_says_where_and_writes_noth
     )
     assert refused["details"]["fields"] == ["timeout_seconds"]
     assert str(10**12) in refused["details"]["reasons"][0]
+    # An expiry at the edge of what a time can hold, whose UTC form is not a datetime.
+    timed = {k: v for k, v in hold.items() if k != "timeout_seconds"}
+    for at in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"):
+        refused = await api.fails(
+            "POST", "/v1/holds", 422, "hold.invalid", json={**timed, "expires_at": at}
+        )
+        assert refused["details"]["fields"] == ["expires_at"], refused
     refused = await api.fails(
         "POST",
         "/v1/accounts",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
@@ -863,9 +863,18 @@ def _expiry(body: HoldBody, hold_id: str, now: datetime) -> datetime:
             "expires_at needs a time zone (e.g. a trailing Z)",
             details={"field": "expires_at", "value": body.expires_at.isoformat()},
         )
-    if body.expires_at - now > timedelta(seconds=MAX_HOLD_SECONDS):
+    try:
+        expires_at = body.expires_at.astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T00:00:00+14:00 decodes, but its UTC form is no datetime.
+        raise invalid(
+            f"expires_at {body.expires_at.isoformat()} is out of range: "
+            "in UTC it must fall in the years 1 to 9999",
+            "expires_at",
+        ) from None
+    if expires_at - now > timedelta(seconds=MAX_HOLD_SECONDS):
         raise invalid(f"expires_at is more than {MAX_HOLD_SECONDS} seconds away", "expires_at")
-    return body.expires_at
+    return expires_at
 
 
 def _batch_error(problems: Sequence[tuple[int, LedgerError]]) -> LedgerError:
