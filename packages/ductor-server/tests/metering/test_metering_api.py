@@ -123,6 +123,14 @@ async def test_bad_meter_budget_and_plan_bodies_are_4xx(api: Api) -> None:
     await api.fails(
         "GET", "/v1/usage?from=2030-01-02T00:00:00Z&to=2030-01-01T00:00:00Z", 422, "request.invalid"
     )
+    # A time whose UTC form falls outside the years 1 to 9999 names its parameter.
+    for query, name in (
+        ("from=0001-01-01T00:00:00%2B14:00", "from"),
+        ("to=9999-12-31T23:59:59-14:00", "to"),
+        ("to=0001-01-01T00:00:00Z", "from"),  # 31 days before it, the default from
+    ):
+        body = await api.fails("GET", f"/v1/usage?{query}", 422, "request.invalid")
+        assert body["details"]["path"] == name, body
     await api.fails("GET", "/v1/usage?meter=nope", 404, "meter.not_found")
     await api.fails("GET", "/v1/usage?limit=5000", 422, "request.invalid")
     # Nothing was half-written.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Final
 
 import msgspec
@@ -267,6 +267,21 @@ def _invalid(message: str, path: str, **details: object) -> RequestInvalid:
     return RequestInvalid(message, details={"path": path, **details})
 
 
+_DEFAULT_SPAN = timedelta(days=31)
+"""How far before `to` a usage query starts when it gives no `from`."""
+
+
+def _utc(name: str, value: datetime) -> datetime:
+    """`value` in UTC; `RequestInvalid` at `name` when that falls outside the years
+    1 to 9999 (0001-01-01T00:00:00+14:00, say), which no datetime holds."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise _invalid(
+            f"{name!r} is out of range: in UTC it must fall in the years 1 to 9999", name
+        ) from None
+
+
 def _out_of_range(message: str, path: str, **details: object) -> InvalidUsage:
     """`metering.invalid`: a usage amount or budget value out of range, at `path`."""
     return InvalidUsage(message, details={"path": path, **details})
@@ -506,9 +521,14 @@ class MeteringService:
         for name, value in (("from", start), ("to", end)):
             if value is not None and value.utcoffset() is None:
                 raise _invalid(f"{name!r} needs a UTC offset (e.g. Z)", name)
+        start = None if start is None else _utc("from", start)
+        end = None if end is None else _utc("to", end)
         now = self._clock.now()
         end = end if end is not None else window_end(window, now)
-        start = start if start is not None else end - timedelta(days=31)
+        if start is None:
+            # Clamped, so a `to` in the first month of year 1 is refused, not a crash.
+            earliest = datetime.min.replace(tzinfo=UTC)
+            start = max(end, earliest + _DEFAULT_SPAN) - _DEFAULT_SPAN
         if start >= end:
             raise _invalid("'from' must be before 'to'", "from")
         async with self._store.transaction() as tx:
