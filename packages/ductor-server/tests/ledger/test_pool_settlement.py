@@ -274,6 +274,16 @@ async def test_the_setting_is_checked_with_pointers(api: Api) -> None:
         "/returns/min_sample",
         "/returns/credit_bps",
     ]
+    # A wallet prefix is part of an account code: no space or control character.
+    for prefix in ("", "w" * 65, "w ", "w\x1b", "w\x7f"):
+        body = await api.fails(
+            "PUT",
+            "/v1/pools/leads/settlement",
+            422,
+            "settlement.invalid",
+            json={**fixed, "wallet_prefix": prefix},
+        )
+        assert [p["pointer"] for p in body["details"]] == ["/wallet_prefix"], prefix
     await api.fails("PUT", "/v1/pools/nope/settlement", 404, "pool.not_found", json=fixed)
     # Another tenant sees neither the pool nor its setting.
     await api.fails("GET", "/v1/pools/leads/settlement", 404, "pool.not_found", as_b=True)

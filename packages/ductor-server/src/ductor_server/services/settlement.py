@@ -213,8 +213,9 @@ async def check_settlement(
         else:
             add(_pointer_of(reason, _RULE_FIELDS, "/currency"), reason)
     prefix = body.wallet_prefix
-    if not prefix or len(prefix) > 64 or any(c.isspace() for c in prefix):
-        add("/wallet_prefix", "must be 1 to 64 characters without spaces")
+    # The prefix starts every wallet's account code, which holds no control character.
+    if not prefix or len(prefix) > 64 or any(c.isspace() or c < " " or c == "\x7f" for c in prefix):
+        add("/wallet_prefix", "must be 1 to 64 characters without spaces or control characters")
     if body.returns is not None:
         returns = body.returns
         windows: dict[str, int] = {}
