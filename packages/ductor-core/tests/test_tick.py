@@ -38,6 +38,7 @@ from ductor_core import (
     start_run,
     tick,
 )
+from ductor_core.durations import MAX_DURATION
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 DATA = Path(__file__).parent / "data"
@@ -584,6 +585,17 @@ def test_retry_after_overrides_backoff() -> None:
     state = start_run(definition, run_id="r", input={}, now=NOW)
     result = step_tick(definition, state, err("a", 1, retry_after=42.5))
     assert of(result, SetTimer)[0].fire_at == NOW + timedelta(seconds=42.5)
+
+
+@pytest.mark.parametrize("asked", [float("inf"), 1e20, 4e11])
+def test_a_retry_after_beyond_any_clock_waits_the_longest_duration(asked: float) -> None:
+    # An outside answer may ask for any wait; past 36500d it would overflow the
+    # clock and fail the tick, so it is held to the longest duration a definition takes.
+    definition = wf([action("a")])
+    state = start_run(definition, run_id="r", input={}, now=NOW)
+    result = step_tick(definition, state, err("a", 1, retry_after=asked))
+    assert status(result, "a") is StepStatus.RETRYING
+    assert of(result, SetTimer)[0].fire_at == NOW + MAX_DURATION
 
 
 def test_attempt_timeout_retries_and_ignores_the_late_result() -> None:

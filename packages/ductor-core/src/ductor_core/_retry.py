@@ -10,7 +10,7 @@ import hashlib
 from datetime import timedelta
 
 from ductor_core.definitions import RetryPolicy
-from ductor_core.durations import parse_duration
+from ductor_core.durations import MAX_DURATION, parse_duration
 from ductor_core.runs import ErrorInfo
 
 DEFAULT_RETRY = RetryPolicy()
@@ -47,7 +47,8 @@ def backoff_delay(
 ) -> timedelta:
     """How long to wait before the attempt after `attempt`.
 
-    `error.retry_after_seconds` wins when set (used as is, no jitter). Otherwise
+    `error.retry_after_seconds` wins when set (used as is, no jitter, but never
+    below zero nor above `MAX_DURATION`, which keeps the timer on the clock). Otherwise
     `initial * coefficient ** (attempt - 1)`, capped at `max_interval`, then
     spread by the deterministic jitter (so a capped delay may exceed the cap by
     up to 10%).
@@ -56,7 +57,8 @@ def backoff_delay(
         DurationError: the policy holds an interval that does not parse.
     """
     if error.retry_after_seconds is not None:
-        return timedelta(seconds=max(0.0, error.retry_after_seconds))
+        asked = min(max(0.0, error.retry_after_seconds), MAX_DURATION.total_seconds())
+        return timedelta(seconds=asked)
     initial = parse_duration(policy.initial_interval).total_seconds()
     cap = parse_duration(policy.max_interval).total_seconds()
     exponent = max(0, attempt - 1)

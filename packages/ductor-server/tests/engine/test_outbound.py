@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -17,6 +19,7 @@ from ductor_server.engine.outbound import (
     GuardedTransport,
     OutboundForbidden,
     OutboundPolicy,
+    retry_after,
 )
 from ductor_server.settings import Settings, parse_networks
 
@@ -228,3 +231,29 @@ def test_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings.from_env()
     monkeypatch.delenv("DUCTOR_OUTBOUND_ALLOW")
     assert Settings.from_env().outbound_allow is None
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("120", 120.0),
+        ("1.5", 1.5),
+        ("-3", 0.0),
+        ("1e20", 36_500 * 86_400.0),
+        ("inf", None),
+        ("nan", None),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
+    ],
+)
+def test_retry_after_is_a_finite_wait_on_the_clock(header: str, seconds: float | None) -> None:
+    answer = httpx.Response(503, headers={"Retry-After": header})
+    assert retry_after(answer) == seconds
+
+
+def test_retry_after_as_an_http_date_waits_until_then() -> None:
+    later = datetime.now(UTC) + timedelta(seconds=90)
+    answer = httpx.Response(429, headers={"Retry-After": format_datetime(later, usegmt=True)})
+    waited = retry_after(answer)
+    assert waited is not None
+    assert 80.0 <= waited <= 90.0

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import socket
 import ssl
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpcore
@@ -31,6 +34,7 @@ import httpx
 import msgspec
 from opentelemetry.trace import SpanKind, StatusCode
 
+from ductor_core.durations import MAX_DURATION
 from ductor_server.json_depth import MAX_DEPTH, nesting_depth
 from ductor_server.netaddr import IPNetwork, parse_networks
 from ductor_server.telemetry import has_client_span, inject_headers, tracer
@@ -268,14 +272,25 @@ def kept_headers(response: httpx.Response) -> dict[str, str]:
 
 
 def retry_after(response: httpx.Response) -> float | None:
-    """The response's `Retry-After` in seconds (a number of seconds), or None."""
+    """The response's `Retry-After` in seconds: a number of seconds or an HTTP date
+    (RFC 9110), at least 0 and at most `MAX_DURATION`; None when it is absent or
+    neither (`inf` and `nan` are not a wait: the step's own backoff applies)."""
     value = response.headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if not math.isfinite(seconds):
         return None
+    return min(max(seconds, 0.0), MAX_DURATION.total_seconds())
 
 
 def response_body(response: httpx.Response, content: bytes) -> Any:
