@@ -202,3 +202,58 @@ def test_the_timeout_and_retry_table_is_what_each_type_uses() -> None:
                 if not cell.startswith("refused")
             }
     assert used == {spec.type: set(spec.options) for spec in builtin_steps.BUILTIN_STEP_SPECS}
+
+
+def test_an_unknown_field_gets_the_code_the_page_gives_where_it_is(http: httpx.Client) -> None:
+    assert "Any other field is refused: `definition.unknown_field`" in DOC
+    assert "`args`, at any depth, it is `definition.bad_args`" in DOC
+    step = {"ref": "a", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}
+    late = {"ref": "b", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}
+    scatter = {
+        "ref": "a",
+        "type": "STEP_TYPE_SCATTER",
+        "args": {"items": "[1]", "step": {"type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}},
+    }
+    placed: list[tuple[dict[str, Any], str, str]] = [
+        ({"steps": [step], "zz": 1}, "/zz", "definition.unknown_field"),
+        ({"steps": [{**step, "zz": 1}]}, "/steps/0/zz", "definition.unknown_field"),
+        (
+            {"steps": [step, late], "edges": [{"source_ref": "a", "target_ref": "b", "zz": 1}]},
+            "/edges/0/zz",
+            "definition.unknown_field",
+        ),
+        (
+            {"steps": [step], "triggers": [{"event": "e", "zz": 1}]},
+            "/triggers/0/zz",
+            "definition.unknown_field",
+        ),
+        (
+            {"steps": [{**step, "retry": {"zz": 1}}]},
+            "/steps/0/retry/zz",
+            "definition.unknown_field",
+        ),
+        (
+            {"steps": [step], "concurrency": {"limit": 1, "zz": 1}},
+            "/concurrency/zz",
+            "definition.unknown_field",
+        ),
+        (
+            {"steps": [{**step, "args": {"action": "noop", "zz": 1}}]},
+            "/steps/0/args/zz",
+            "definition.bad_args",
+        ),
+        (
+            {"steps": [{**scatter, "args": {**scatter["args"], "zz": 1}}]},
+            "/steps/0/args/zz",
+            "definition.bad_args",
+        ),
+        (
+            {"steps": [{**scatter, "args": {**scatter["args"], "step": {"zz": 1}}}]},
+            "/steps/0/args/step/zz",
+            "definition.bad_args",
+        ),
+    ]
+    for definition, pointer, code in placed:
+        report = http.post("/v1/workflows/validate", json={"family_slug": "x", **definition})
+        found = [(p["code"], p["pointer"]) for p in report.json()["problems"]]
+        assert (code, pointer) in found, (pointer, found)
