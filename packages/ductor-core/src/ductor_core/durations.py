@@ -7,7 +7,8 @@ from datetime import timedelta
 
 from ductor_core.errors import DurationError
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+# ASCII digits only: `\d` would take any script's digits ("\u0663s"), which float() reads.
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 MAX_DURATION = timedelta(days=36_500)
