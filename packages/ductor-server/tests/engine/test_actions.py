@@ -123,6 +123,11 @@ async def test_http_connection_refused_is_retryable() -> None:
         {"url": "http://127.0.0.1:1/x", "headers": ["nope"]},
         {"url": "http://127.0.0.1:1/x", "timeout": "soon"},
         {"url": "http://127.0.0.1:1/x", "method": 3},
+        # a number of seconds is held to what a duration may be: above zero, at most 36500d
+        *({"url": "http://127.0.0.1:1/x", "timeout": t} for t in (0, -1, 0.0, -0.5)),
+        *({"url": "http://127.0.0.1:1/x", "timeout": t} for t in (float("nan"), float("inf"))),
+        {"url": "http://127.0.0.1:1/x", "timeout": 1e300},
+        {"url": "http://127.0.0.1:1/x", "timeout": "0s"},
     ],
 )
 async def test_http_bad_params_are_not_retryable(params: dict[str, Any]) -> None:

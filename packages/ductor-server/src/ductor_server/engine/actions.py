@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from ductor_core.durations import parse_duration
+from ductor_core.durations import MAX_DURATION, parse_duration
 from ductor_core.errors import DurationError
 from ductor_core.runs import ErrorInfo
 from ductor_server.engine.errors import DuplicateHandler
@@ -162,18 +162,30 @@ def action_params(call: ActionCall) -> Mapping[str, Any]:
 
 
 def _timeout_seconds(value: Any, default: float) -> float:
+    """`params.timeout` in seconds: a number of seconds or a duration, held to what a
+    duration in a definition may be (above zero, at most `MAX_DURATION`), so that
+    0, a negative number, NaN or infinity never reach httpx (which reads 0 and
+    below as a failed connection and NaN or infinity as no timeout at all)."""
     if value is None:
         return default
     if isinstance(value, bool):
         raise failure("action.bad_params", "timeout must be a number or duration", retryable=False)
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+        seconds = float(value)
+    elif isinstance(value, str):
         try:
-            return parse_duration(value).total_seconds()
+            seconds = parse_duration(value).total_seconds()
         except DurationError as exc:
             raise failure("action.bad_params", exc.message, retryable=False) from exc
-    raise failure("action.bad_params", "timeout must be a number or duration", retryable=False)
+    else:
+        raise failure("action.bad_params", "timeout must be a number or duration", retryable=False)
+    if not 0.0 < seconds <= MAX_DURATION.total_seconds():  # also false for NaN
+        raise failure(
+            "action.bad_params",
+            f"timeout must be above zero and at most 36500d, got {value!r}",
+            retryable=False,
+        )
+    return seconds
 
 
 class HttpAction:
