@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -438,6 +438,39 @@ def test_integers_outside_cel_range_are_refused(engine: ExpressionEngine, value:
         engine.evaluate("v", {"v": value})
     assert info.value.code == "expression.evaluation"
     assert "outside the CEL range" in str(info.value)
+
+
+class _Walked(Mapping[str, Any]):
+    """A map that notes when an engine walks it to convert it."""
+
+    walks = 0
+
+    def __init__(self, **values: Any) -> None:
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        type(self).walks += 1
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def test_only_the_variables_an_expression_names_are_converted(engine: ExpressionEngine) -> None:
+    # A SCATTER evaluates its template once per item with the whole run's `input`
+    # in the activation: converting what the template never reads made the run
+    # quadratic in its items. A variable that is not named is neither walked nor checked.
+    _Walked.walks = 0
+    unread = {"input": _Walked(xs=list(range(1000)), big=2**70), "item": 2, "index": 1}
+    assert engine.evaluate("item * 10 + index", unread) == 21
+    assert _Walked.walks == 0
+    assert engine.evaluate("'input' + string(item)", unread) == "input2"
+    with pytest.raises(ExpressionError, match="outside the CEL range"):
+        engine.evaluate("input.xs[item]", unread)
+    assert _Walked.walks == 1
 
 
 def test_large_ints_keep_every_digit(engine: ExpressionEngine) -> None:

@@ -22,6 +22,8 @@ from ductor_core.expressions._engine_base import (
     clip_message,
     evaluation_error,
     invalid_has_error,
+    only_named,
+    read_names,
     result_to_json,
     syntax_error,
     wrong_activation,
@@ -93,7 +95,7 @@ class CelRustProgram:
     check before: the cost estimated again with the sizes of the variables.
     """
 
-    __slots__ = ("_analysis", "_engine", "_program", "source")
+    __slots__ = ("_analysis", "_engine", "_names", "_program", "source")
 
     def __init__(
         self, source: str, program: Any, analysis: CostAnalysis | None, engine: CelRustEngine
@@ -102,6 +104,7 @@ class CelRustProgram:
         self._program = program
         self._analysis = analysis
         self._engine = engine
+        self._names = read_names(source)
 
     def evaluate(self, activation: Mapping[str, Any] | CelRustBoundVariables) -> Any:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
@@ -112,7 +115,7 @@ class CelRustProgram:
                 )
             context, sizes = activation._context, activation._sizes
         elif isinstance(activation, Mapping):
-            context, sizes = self._engine._context(activation, self.source)
+            context, sizes = self._engine._context(only_named(activation, self._names), self.source)
         else:
             raise wrong_activation(CEL_RUST_ENGINE_NAME, activation)
         if self._analysis is not None:

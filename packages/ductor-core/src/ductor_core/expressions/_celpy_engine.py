@@ -31,6 +31,8 @@ from ductor_core.expressions._engine_base import (
     clip_message,
     evaluation_error,
     invalid_has_error,
+    only_named,
+    read_names,
     result_to_json,
     syntax_error,
     wrong_activation,
@@ -771,7 +773,7 @@ class CelPyBoundVariables:
 class CelPyProgram:
     """A compiled celpy program (interpreted runner). Safe to share between threads."""
 
-    __slots__ = ("_analysis", "_engine", "_runner", "source")
+    __slots__ = ("_analysis", "_engine", "_names", "_runner", "source")
 
     def __init__(
         self, source: str, runner: Any, analysis: CostAnalysis | None, engine: CelPyEngine
@@ -780,13 +782,16 @@ class CelPyProgram:
         self._runner = runner
         self._analysis = analysis
         self._engine = engine
+        self._names = read_names(source)
 
     def evaluate(self, activation: Mapping[str, Any] | CelPyBoundVariables) -> Any:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
         if isinstance(activation, CelPyBoundVariables):
             variables, sizes = activation._variables, activation._sizes
         elif isinstance(activation, Mapping):
-            variables, sizes = self._engine._convert(activation, self.source)
+            variables, sizes = self._engine._convert(
+                only_named(activation, self._names), self.source
+            )
         else:
             raise wrong_activation(CELPY_ENGINE_NAME, activation)
         if self._analysis is not None:

@@ -5,6 +5,7 @@ Imports no CEL library; each engine module supplies its own parsing and running.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from ductor_core.errors import ExpressionError
@@ -16,6 +17,7 @@ from ductor_core.expressions._functions import (
 )
 from ductor_core.expressions._limits import DEFAULT_COST_LIMITS, CostLimits, check_source
 from ductor_core.expressions._program_cache import ProgramCache
+from ductor_core.expressions._syntax import LimitExceeded, Unreadable, tokenize
 from ductor_core.expressions._values import ValueConversionError, to_json
 
 P = TypeVar("P")
@@ -29,6 +31,28 @@ _MAX_MESSAGE = 300
 def clip_message(text: str) -> str:
     """`text`, cut to at most 300 characters."""
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def read_names(source: str) -> frozenset[str] | None:
+    """Every name in `source` outside its strings and comments: a superset of the
+    variables it can read. None when the source does not tokenize (read them all)."""
+    try:
+        tokens = tokenize(source, max_tokens=len(source) + 1, max_nesting=len(source) + 1)
+    except (Unreadable, LimitExceeded):
+        return None
+    return frozenset(token.text for token in tokens if token.kind == "ident")
+
+
+def only_named(activation: Mapping[str, Any], names: frozenset[str] | None) -> Mapping[str, Any]:
+    """The variables of `activation` that `names` holds (all of them if None).
+
+    Converting a variable walks its whole value, so one the expression never
+    reads is left out: a SCATTER evaluates its template once per item with the
+    run's whole `input` at hand, which would make the run quadratic in its items.
+    """
+    if names is None:
+        return activation
+    return {name: value for name, value in activation.items() if name in names}
 
 
 def evaluation_error(source: str, message: str) -> ExpressionError:
