@@ -257,3 +257,28 @@ def test_an_unknown_field_gets_the_code_the_page_gives_where_it_is(http: httpx.C
         report = http.post("/v1/workflows/validate", json={"family_slug": "x", **definition})
         found = [(p["code"], p["pointer"]) for p in report.json()["problems"]]
         assert (code, pointer) in found, (pointer, found)
+
+
+def test_a_key_that_names_a_run_returns_it_whatever_the_schema_says(http: httpx.Client) -> None:
+    assert "`Idempotency-Key` with another input\nis `422 idempotency.conflict`" in DOC
+    steps = [{"ref": "d", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}]
+    for required in ("a", "b"):  # version 2 refuses what version 1 took
+        schema = {"type": "object", "required": [required]}
+        answer = http.post(
+            "/v1/workflows", json={"family_slug": "keyed", "input_schema": schema, "steps": steps}
+        )
+        assert answer.status_code == 201, answer.text
+        if required == "a":
+            body = {"family_slug": "keyed", "input": {"a": 1}}
+            first = http.post("/v1/runs", json=body, headers={"Idempotency-Key": "k-1"})
+            assert first.status_code == 201, first.text
+            batch = {"runs": [{"family_slug": "keyed", "input": {"a": 1}, "key": "b-1"}]}
+            assert http.post("/v1/runs/batch", json=batch).status_code == 201
+    again = http.post("/v1/runs", json=body, headers={"Idempotency-Key": "k-1"})
+    assert (again.status_code, again.json()["id"]) == (201, first.json()["id"])
+    other = {"family_slug": "keyed", "input": {"c": 1}}
+    refused = http.post("/v1/runs", json=other, headers={"Idempotency-Key": "k-1"})
+    assert (refused.status_code, refused.json()["code"]) == (422, "idempotency.conflict")
+    batch = {"runs": [{"family_slug": "keyed", "input": {"c": 1}, "key": "b-1"}]}
+    [kept] = http.post("/v1/runs/batch", json=batch).json()["runs"]
+    assert kept["created"] is False
