@@ -219,6 +219,13 @@ ACTION: StepSpec[ActionArgs] = StepSpec(
 def _check_scatter(a: ArgsCheck) -> None:
     _exactly_one(a, "step", "workflow", "SCATTER")
     a.expressions("items", "input")
+    if a.given("input") and a.given("step") and not a.given("workflow"):
+        # a field that does nothing is refused, as an unused timeout or retry is
+        a.problem(
+            f"'{a.prefix}input' is each child run's input, used only with 'workflow'; "
+            "a 'step' template reads 'item' and 'index' itself",
+            "input",
+        )
     concurrency = a.fields.get("max_concurrency")
     if isinstance(concurrency, int) and concurrency < 1:
         a.problem(
