@@ -110,6 +110,9 @@ PROBLEM_CODES: dict[str, str] = {
 }
 """Every problem code validation reports, with what it means."""
 
+MAX_EVENT_NAME = 256
+"""The longest event name the API takes, so the longest a trigger may wait for."""
+
 _MALFORMED = "definition.malformed"
 _UNKNOWN_FIELD = "definition.unknown_field"
 _BAD_ARGS = "definition.bad_args"
@@ -861,6 +864,13 @@ class _Walker:
                 "definition.bad_trigger",
                 _ptr(pointer, "event"),
                 f"{where}: 'event' must name an event, got an empty string",
+            )
+        elif isinstance(event, str) and len(event) > MAX_EVENT_NAME:
+            # No event can carry a longer name: the trigger could never fire.
+            self.add(
+                "definition.bad_trigger",
+                _ptr(pointer, "event"),
+                f"{where}: 'event' is longer than an event name may be ({MAX_EVENT_NAME})",
             )
         if isinstance(fields.get("filter"), str):
             self.cel(fields["filter"], pointer, "filter", where=where, label="filter")
