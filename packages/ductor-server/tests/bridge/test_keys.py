@@ -142,8 +142,9 @@ server = pytest.fixture(params=["sqlite", "postgres"])(_server_fixture(require_n
 strict_server = pytest.fixture(params=["sqlite"])(_server_fixture(require_nonce=True))
 
 
-def _describe(app: str, *workflows: str) -> bytes:
-    infos = [WorkflowInfo(id=wf, retries=0) for wf in workflows]
+def _describe(app: str, *workflows: str | WorkflowInfo) -> bytes:
+    """A sync body for `app`: each workflow an id (no options) or a whole `WorkflowInfo`."""
+    infos = [WorkflowInfo(id=wf, retries=0) if isinstance(wf, str) else wf for wf in workflows]
     return encode(DescribeResponse(app_id=app, sdk="test", sdk_version="1", workflows=infos))
 
 
@@ -510,14 +511,9 @@ async def test_a_bridge_slug_that_names_no_workflow_is_not_found(server: Server)
 async def test_a_sync_whose_names_cannot_make_a_slug_is_refused_and_records_nothing(
     server: Server,
 ) -> None:
-    def describe(app: str, *workflows: WorkflowInfo) -> bytes:
-        return encode(
-            DescribeResponse(app_id=app, sdk="test", sdk_version="1", workflows=list(workflows))
-        )
-
     refused = await server.signed(
         "/v1/bridge/sync",
-        describe("a:b", WorkflowInfo(id="wf", retries=0)),
+        _describe("a:b", WorkflowInfo(id="wf", retries=0)),
         key=SERVER_KEY,
         app="a:b",
     )
@@ -525,7 +521,7 @@ async def test_a_sync_whose_names_cannot_make_a_slug_is_refused_and_records_noth
     assert refused.json()["details"]["pointer"] == "/app_id"
     refused = await server.signed(
         "/v1/bridge/sync",
-        describe(
+        _describe(
             "shop",
             WorkflowInfo(id="wf", retries=0),
             WorkflowInfo(id="", retries=0),
@@ -556,15 +552,10 @@ async def test_a_sync_whose_names_cannot_make_a_slug_is_refused_and_records_noth
 async def test_a_sync_past_its_sizes_or_with_a_filter_that_cannot_compile_is_refused(
     server: Server,
 ) -> None:
-    def describe(app: str, *workflows: WorkflowInfo) -> bytes:
-        return encode(
-            DescribeResponse(app_id=app, sdk="test", sdk_version="1", workflows=list(workflows))
-        )
-
     long_app = "a" * 257
     refused = await server.signed(
         "/v1/bridge/sync",
-        describe(long_app, WorkflowInfo(id="wf", retries=0)),
+        _describe(long_app, WorkflowInfo(id="wf", retries=0)),
         key=SERVER_KEY,
         app=long_app,
     )
@@ -572,14 +563,14 @@ async def test_a_sync_past_its_sizes_or_with_a_filter_that_cannot_compile_is_ref
     assert refused.json()["details"]["pointer"] == "/app_id"
     many = [WorkflowInfo(id=f"w{i}", retries=0) for i in range(1_001)]
     refused = await server.signed(
-        "/v1/bridge/sync", describe("shop", *many), key=SERVER_KEY, app="shop"
+        "/v1/bridge/sync", _describe("shop", *many), key=SERVER_KEY, app="shop"
     )
     assert refused.status_code == 422, refused.text
     assert [p["pointer"] for p in refused.json()["details"]["problems"]] == ["/workflows"]
     triggers = [TriggerInfo(event=f"e{i}") for i in range(101)]
     refused = await server.signed(
         "/v1/bridge/sync",
-        describe(
+        _describe(
             "shop",
             WorkflowInfo(id="w" * 257, retries=0),
             WorkflowInfo(id="busy", retries=0, triggers=triggers),
