@@ -559,7 +559,7 @@ def test_ductor_serve_exports_over_otlp_when_the_environment_asks(tmp_path: Path
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
         with serve_process(tmp_path, tenants=[TENANT], env=env) as served:
-            with httpx.Client(base_url=served.url) as http:
+            with httpx.Client(base_url=served.url, timeout=30) as http:
                 assert http.get("/healthz").status_code == 200
                 key = {"Authorization": f"Bearer {served.keys[TENANT]}"}
                 assert http.get("/v1/runs", headers=key).status_code == 200

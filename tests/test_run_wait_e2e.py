@@ -142,7 +142,10 @@ def test_the_cli_trigger_wait_ends_when_its_run_does(tmp_path: Path) -> None:
     # A pause of 60 s between requests: only a long poll can end within BOUND.
     with serve_process(tmp_path, tenants=[TENANT]) as served:
         key = served.keys[TENANT]
-        with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {key}"}) as http:
+        # A first publish starts the validation worker process (about 1 s on an
+        # idle machine): the default 5 s timeout is too short under a loaded CI.
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=served.url, headers=headers, timeout=BOUND) as http:
             assert http.post("/v1/workflows", json=GATED).status_code in (200, 201)
             env = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
             env.update({"DUCTOR_URL": served.url, "DUCTOR_API_KEY": key})
