@@ -236,6 +236,32 @@ async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
 @pytest.mark.parametrize(
     ("provider", "config", "secrets", "at"),
     [
+        ("http", {"base_url": "https://example.com", "headers": {"X-Team": "café"}}, {}, "/config"),
+        ("http", {"base_url": "https://example.com", "headers": {"X-Bel": "\x07"}}, {}, "/config"),
+        ("http", {"base_url": "https://example.com"}, {"headers": {"X-Key": "clé"}}, "/secrets"),
+        ("http", {"base_url": "https://example.com"}, {"bearer_token": "jeton-é"}, "/secrets"),
+        ("openai", {"organization": "org-ñ"}, {"api_key": TOKEN}, "/config"),
+        ("openai", {}, {"api_key": "sk-ø"}, "/secrets"),
+    ],
+)
+async def test_a_header_value_that_cannot_be_sent_is_refused(
+    api: Api, provider: str, config: dict[str, Any], secrets: dict[str, Any], at: str
+) -> None:
+    # Header values go out as ASCII: one that cannot is refused here, not at every call.
+    body = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={"name": "api", "provider": provider, "config": config, "secrets": secrets},
+    )
+    assert [p["pointer"] for p in body["details"]] == [at], body
+    assert await api.count("SELECT COUNT(*) FROM connections") == 0
+
+
+@pytest.mark.parametrize(
+    ("provider", "config", "secrets", "at"),
+    [
         ("http", {"base_url": "http://127.0.0.1:99999/"}, {}, "/config"),
         ("webhook", {"url": "http://127.0.0.1:0/hooks"}, {"signing_secret": WHSEC}, "/config"),
         ("slack", {}, {"webhook_url": "https://127.0.0.1:65536/services/T0/B0/x"}, "/secrets"),

@@ -209,6 +209,25 @@ async def test_bad_headers_refused_with_pointers(sink: HttpSink, make_context: M
     assert sink.seen == []
 
 
+async def test_a_header_value_that_is_not_ascii_is_bad_input_not_a_crash(
+    sink: HttpSink, make_context: MakeContext
+) -> None:
+    failed = await fail(
+        HttpProvider().call(
+            "request",
+            settings(sink),
+            secrets(),
+            request(headers={"X-Team": "café", "X-Bell": "a\x07b", "X-Tab": "a\tb"}),
+            make_context(),
+        )
+    )
+    assert failed.error.code == "http.bad_input"
+    assert not failed.error.retryable
+    pointers = [p["pointer"] for p in failed.error.details["problems"]]
+    assert pointers == ["/headers/X-Team", "/headers/X-Bell"]
+    assert sink.seen == []
+
+
 async def test_loopback_refused_without_allow(sink: HttpSink, make_context: MakeContext) -> None:
     failed = await fail(
         HttpProvider().call("request", settings(sink), secrets(), request(), make_context(allow=[]))

@@ -97,10 +97,13 @@ def _port_ok(url: str | httpx.URL) -> bool:
     return port is None or 1 <= port <= 65535
 
 
-def header_problems(headers: Mapping[str, str], pointer: str) -> list[dict[str, str]]:
+def header_problems(
+    headers: Mapping[str, str], pointer: str, *, ascii_only: bool = True
+) -> list[dict[str, str]]:
     """What is wrong with `headers` (names that are not HTTP tokens, values with
-    control characters, headers the provider sets itself), each with a JSON pointer
-    under `pointer`; never quoting a value."""
+    control characters or, when `ascii_only` as HTTP needs, anything but printable
+    ASCII, headers the provider sets itself), each with a JSON pointer under
+    `pointer`; never quoting a value."""
     problems: list[dict[str, str]] = []
     for name, value in headers.items():
         where = f"{pointer}/{_escape(name)}"
@@ -108,11 +111,24 @@ def header_problems(headers: Mapping[str, str], pointer: str) -> list[dict[str, 
             problems.append({"pointer": where, "message": "not a valid header name"})
         elif name.lower() in _FORBIDDEN_HEADERS:
             problems.append({"pointer": where, "message": f"{name} is set by the provider"})
-        if any(c in value for c in "\r\n\0"):
-            problems.append(
-                {"pointer": where, "message": "header values may not contain CR, LF or NUL"}
-            )
+        problem: str | None = None
+        if ascii_only:
+            problem = header_value_problem(value)
+        elif any(c in value for c in "\r\n\0"):
+            problem = "header values may not contain CR, LF or NUL"
+        if problem is not None:
+            problems.append({"pointer": where, "message": problem})
     return problems
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why `value` cannot be sent as a header value, or None: a header goes out as
+    ASCII, so it may hold printable ASCII, spaces and tabs only (never quoting it)."""
+    if all(c == "\t" or " " <= c <= "~" for c in value):
+        return None
+    if any(c in value for c in "\r\n\0"):
+        return "header values may not contain CR, LF or NUL"
+    return "header values may hold only printable ASCII characters, spaces and tabs"
 
 
 def bad_input(provider: str, problems: list[dict[str, str]]) -> ProviderFailed:
@@ -213,7 +229,12 @@ async def exchange(
         raise provider_failure(
             f"{provider}.timeout", f"{what} timed out after {seconds:g}s", retryable=True
         ) from None
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol, httpx.LocalProtocolError):
+    except (
+        httpx.InvalidURL,
+        httpx.UnsupportedProtocol,
+        httpx.LocalProtocolError,
+        UnicodeEncodeError,  # a header value that is not ASCII
+    ):
         # The exception's text may quote a header value: it is not repeated.
         raise provider_failure(
             f"{provider}.bad_input", f"{what} could not be sent as given", retryable=False
@@ -249,5 +270,6 @@ __all__ = [
     "exchange",
     "failed_test",
     "header_problems",
+    "header_value_problem",
     "unknown_operation",
 ]

@@ -27,6 +27,7 @@ from ductor_server.providers._exchange import (
     exchange,
     failed_test,
     header_problems,
+    header_value_problem,
     unknown_operation,
 )
 from ductor_server.providers.base import (
@@ -103,6 +104,10 @@ class HttpSecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         for value in (self.bearer_token, self.username, self.password):
             if value is not None and any(c in value for c in "\r\n\0"):
                 raise ValueError("credentials may not contain CR, LF or NUL")
+        if self.bearer_token is not None and header_value_problem(self.bearer_token):
+            raise ValueError(
+                "bearer_token may hold only printable ASCII characters (it goes out in a header)"
+            )
         if self.username is not None and ":" in self.username:
             raise ValueError("a basic-authentication username may not contain ':'")
 

@@ -25,6 +25,7 @@ from ductor_server.providers._exchange import (
     elapsed_ms,
     exchange,
     failed_test,
+    header_value_problem,
     unknown_operation,
 )
 from ductor_server.providers.base import (
@@ -65,6 +66,10 @@ class OpenAISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         check_url(self.base_url, query=False)
         if self.organization is not None and any(c in self.organization for c in "\r\n\0"):
             raise ValueError("organization may not contain CR, LF or NUL")
+        if self.organization is not None and header_value_problem(self.organization):
+            raise ValueError(
+                "organization may hold only printable ASCII characters (it goes out in a header)"
+            )
 
 
 class OpenAISecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -79,6 +84,10 @@ class OpenAISecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def __post_init__(self) -> None:
         if any(c in self.api_key for c in "\r\n\0 "):
             raise ValueError("api_key may not contain spaces, CR, LF or NUL")
+        if header_value_problem(self.api_key):
+            raise ValueError(
+                "api_key may hold only printable ASCII characters (it goes out in a header)"
+            )
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

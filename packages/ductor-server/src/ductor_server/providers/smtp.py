@@ -182,7 +182,8 @@ def input_problems(input: SendEmailInput) -> list[dict[str, str]]:
         problems.append({"pointer": "/reply_to", "message": "not an email address"})
     if any(c in input.subject for c in "\r\n\0"):
         problems.append({"pointer": "/subject", "message": "may not contain CR, LF or NUL"})
-    problems.extend(header_problems(input.headers, "/headers"))
+    # A mail header may hold any text (it is encoded as RFC 2047 says), not a line break.
+    problems.extend(header_problems(input.headers, "/headers", ascii_only=False))
     for name in input.headers:
         if name.lower() in _OWN_HEADERS:
             problems.append(
