@@ -147,7 +147,8 @@ def test_validation() -> None:
     for url in ("ftp://x.example", "https://u:p@x.example", "https://x.example/#f", "hooks"):
         with pytest.raises(msgspec.ValidationError):
             msgspec.convert({"url": url}, WebhookSettings)
-    for type_ in ("", "a b", "a\r\nb", "x" * 201):
+    # A trailing line break too: `$` alone would let one through.
+    for type_ in ("", "a b", "a\r\nb", "x" * 201, "order.paid\n"):
         with pytest.raises(msgspec.ValidationError):
             msgspec.convert({"type": type_}, SendEventInput)
 

@@ -40,8 +40,10 @@ from ductor_server.providers.base import (
 )
 
 SECRET_PREFIX = "whsec_"
+# `(?!\n)`: Python's `$` also matches before a trailing line break (the schema's
+# readers, with ECMAScript regexes, see the same rule).
 EventType = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+$")
+    str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+(?!\n)$")
 ]
 
 
