@@ -203,6 +203,17 @@ async def test_bad_response(sink: HttpSink, make_context: MakeContext) -> None:
         )
     )
     assert (failed.error.code, failed.error.details) == ("openai.bad_response", {"status": 201})
+    # A completion nested deeper than a decoder can follow is a bad answer, not a crash.
+    deep = b'{"choices": [{"message": {"content": "x", "x": ' + b"[" * 100_000
+    sink.script(
+        lambda _: reply(200, deep + b"]" * 100_000 + b"}}]}", Content_Type="application/json")
+    )
+    failed = await fail(
+        OpenAIProvider().call(
+            "chat", settings(sink, default_model="m"), secrets(), chat(), make_context()
+        )
+    )
+    assert (failed.error.code, failed.error.retryable) == ("openai.bad_response", False)
 
 
 async def test_key_never_in_errors_or_outputs(sink: HttpSink, make_context: MakeContext) -> None:

@@ -223,7 +223,7 @@ class OpenAIProvider:
             raise _failure(answer, f"POST {url}")
         try:
             completion = msgspec.json.decode(answer.content, type=_Completion)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested past the decoder's depth
             raise provider_failure(
                 "openai.bad_response",
                 f"POST {url} answered something other than a chat completion: {exc}",
