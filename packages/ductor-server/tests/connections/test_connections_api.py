@@ -236,6 +236,43 @@ async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
 @pytest.mark.parametrize(
     ("provider", "config", "secrets", "at"),
     [
+        ("http", {"base_url": "https://api..example.com/v1"}, {}, "/config"),
+        (
+            "webhook",
+            {"url": f"https://{'a' * 64}.example/hooks"},
+            {"signing_secret": WHSEC},
+            "/config",
+        ),
+        ("slack", {}, {"webhook_url": "https://hooks..slack.com/services/T0/B0/x"}, "/secrets"),
+        ("openai", {"base_url": f"https://{'a.' * 127}ai/v1"}, {"api_key": TOKEN}, "/config"),
+        ("smtp", {"host": "mail..example.com", "from_address": "a@example.com"}, {}, "/config"),
+        (
+            "smtp",
+            {"host": "m" * 64 + ".example.com", "from_address": "a@example.com"},
+            {},
+            "/config",
+        ),
+    ],
+)
+async def test_a_host_name_that_cannot_exist_is_refused(
+    api: Api, provider: str, config: dict[str, Any], secrets: dict[str, Any], at: str
+) -> None:
+    # An empty label, a label over 63 characters or a name over 253: no such host.
+    body = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json={"name": "api", "provider": provider, "config": config, "secrets": secrets},
+    )
+    assert [p["pointer"] for p in body["details"]] == [at], body
+    assert "host" in body["details"][0]["message"]
+    assert await api.count("SELECT COUNT(*) FROM connections") == 0
+
+
+@pytest.mark.parametrize(
+    ("provider", "config", "secrets", "at"),
+    [
         ("http", {"base_url": "https://example.com", "headers": {"X-Team": "café"}}, {}, "/config"),
         ("http", {"base_url": "https://example.com", "headers": {"X-Bel": "\x07"}}, {}, "/config"),
         ("http", {"base_url": "https://example.com"}, {"headers": {"X-Key": "clé"}}, "/secrets"),

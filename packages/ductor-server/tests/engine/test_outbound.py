@@ -139,6 +139,14 @@ async def test_every_spelling_of_loopback_is_resolved_then_refused(host: str) ->
     assert all(ipaddress.ip_address(a).is_loopback for a in allowed)
 
 
+@pytest.mark.parametrize("host", ["a..b.example", "a" * 64 + ".example", "b" * 300])
+async def test_a_host_name_that_cannot_exist_does_not_resolve(host: str) -> None:
+    # An empty label, or one over 63 characters, is no name: it does not resolve
+    # (an OSError, as for any unknown name), and nothing crashes on the way.
+    with pytest.raises(OSError, match="not a valid host name"):
+        await OutboundPolicy().resolve(host, 80)
+
+
 def _call(url: str) -> ActionCall:
     return ActionCall(
         tenant_id="t",

@@ -130,9 +130,12 @@ class OutboundPolicy:
         if not host:
             raise OutboundForbidden(host, None, "no host")
         name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-        )
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
+        except UnicodeError:  # an empty label, or one too long to encode: no such name
+            raise socket.gaierror(socket.EAI_NONAME, "not a valid host name") from None
         addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         for text in addresses:
             address = ipaddress.ip_address(text.split("%", 1)[0])

@@ -33,6 +33,7 @@ from ductor_server.providers._exchange import (
     elapsed_ms,
     failed_test,
     header_problems,
+    host_name_problem,
     unknown_operation,
 )
 from ductor_server.providers.base import (
@@ -109,6 +110,9 @@ class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     def __post_init__(self) -> None:
         if not self.host or not _HOST.fullmatch(self.host):
             raise ValueError("host must be a host name or an IP address")
+        problem = host_name_problem(self.host)
+        if problem is not None:
+            raise ValueError(problem)
         if not is_address(self.from_address):
             raise ValueError("from_address must be an email address (local@domain)")
         if self.username is not None and (
