@@ -197,6 +197,22 @@ async def test_every_problem_has_a_pointer(api: Api) -> None:
     assert await api.count("SELECT COUNT(*) FROM connections") == 0
 
 
+@pytest.mark.parametrize("length", [64, 300, 5000])
+async def test_a_name_or_provider_too_long_is_a_problem_at_its_pointer(
+    api: Api, length: int
+) -> None:
+    body = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json=echo("n" * length) | {"provider": "p" * length},
+    )
+    assert [p["pointer"] for p in body["details"]] == ["/name", "/provider"]
+    assert len(body["message"]) < 500
+    assert await api.count("SELECT COUNT(*) FROM connections") == 0
+
+
 async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
     body = await api.fails(
         "POST",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets as random
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
@@ -63,8 +63,6 @@ _NOTIFY = "STEP_TYPE_NOTIFY"
 
 # --- bodies and views -----------------------------------------------------------------
 
-_Name = Annotated[str, msgspec.Meta(max_length=256)]
-
 
 class ConnectionBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """`POST /v1/connections`: a new connection.
@@ -78,8 +76,10 @@ class ConnectionBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         secrets: the provider's secrets (stored encrypted, never returned).
     """
 
-    name: _Name
-    provider: _Name
+    # Not bounded here: a name or provider that is too long or unknown is a
+    # `connection.invalid` problem at its pointer, as every other bad value is.
+    name: str
+    provider: str
     description: str = ""
     config: dict[str, Any] = {}
     secrets: dict[str, Any] = {}
