@@ -213,6 +213,34 @@ async def test_a_name_or_provider_too_long_is_a_problem_at_its_pointer(
     assert await api.count("SELECT COUNT(*) FROM connections") == 0
 
 
+async def test_secrets_hold_at_most_32_values(api: Api) -> None:
+    # Every value is looked for in every answer and error: their number is bounded.
+    def headers(n: int) -> dict[str, str]:
+        return {f"X-Key-{i}": f"secret-value-{i:04d}" for i in range(n)}
+
+    base = {"name": "api", "provider": "http", "config": {"base_url": "https://example.com"}}
+    body = await api.fails(
+        "POST",
+        "/v1/connections",
+        422,
+        "connection.invalid",
+        json=base | {"secrets": {"headers": headers(33)}},
+    )
+    assert [p["pointer"] for p in body["details"]] == ["/secrets"]
+    assert "32" in body["details"][0]["message"]
+    assert await api.count("SELECT COUNT(*) FROM connections") == 0
+    await api.ok("POST", "/v1/connections", json=base | {"secrets": {"headers": headers(32)}})
+    await api.fails(
+        "PATCH",
+        "/v1/connections/api",
+        422,
+        "connection.invalid",
+        json={"secrets": {"headers": headers(40)}},
+    )
+    shown = await api.ok("GET", "/v1/connections/api")
+    assert shown["secrets"] == {"headers": "••••"}
+
+
 async def test_the_http_provider_checks_its_own_settings(api: Api) -> None:
     body = await api.fails(
         "POST",

@@ -59,6 +59,10 @@ MAX_SECRETS_BYTES = 16 * 1024
 MAX_DESCRIPTION = 1000
 """The longest description, in characters."""
 
+MAX_SECRET_VALUES = 32
+"""The most distinct string values a connection's `secrets` may hold: each one is
+looked for, and masked, in every output and error of its calls."""
+
 _NOTIFY = "STEP_TYPE_NOTIFY"
 
 # --- bodies and views -----------------------------------------------------------------
@@ -289,6 +293,12 @@ class ConnectionsService:
             problems += problems_of(config, provider.settings, "/config")
         if secrets is not None and _size(secrets) > MAX_SECRETS_BYTES:
             problems.append(_problem("/secrets", f"secrets are over {MAX_SECRETS_BYTES} bytes"))
+        elif secrets is not None and len(secret_strings(secrets)) > MAX_SECRET_VALUES:
+            problems.append(
+                _problem(
+                    "/secrets", f"secrets may hold at most {MAX_SECRET_VALUES} distinct values"
+                )
+            )
         elif secrets is not None and provider is not None:
             # A problem's message may quote a value: never a secret one.
             redactor = Redactor(secret_strings(secrets), mask=MASK)
@@ -687,6 +697,7 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_CONNECTIONS",
     "MAX_SECRETS_BYTES",
+    "MAX_SECRET_VALUES",
     "ConnectionBody",
     "ConnectionCheck",
     "ConnectionPatch",
