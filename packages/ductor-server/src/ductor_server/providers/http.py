@@ -183,7 +183,7 @@ def join_url(base_url: str, path: str) -> httpx.URL:
     Raises:
         ValueError: `path` names a scheme or a host, holds a backslash, a
             control character or a `.` or `..` segment (even percent-encoded),
-            or the result leaves the base URL's origin.
+            the result is no valid URL (too long) or leaves the base URL's origin.
     """
     if "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
         raise ValueError("may not contain backslashes or control characters")
@@ -198,10 +198,10 @@ def join_url(base_url: str, path: str) -> httpx.URL:
     if any(segment in (".", "..") for segment in decoded.split("/")):
         raise ValueError("may not hold . or .. segments (it stays under the base URL's path)")
     base = httpx.URL(base_url)
-    if not path:
-        url = base
-    else:
-        url = httpx.URL(base_url.rstrip("/") + "/" + path.lstrip("/"))
+    try:
+        url = base if not path else httpx.URL(base_url.rstrip("/") + "/" + path.lstrip("/"))
+    except httpx.InvalidURL as exc:  # e.g. longer than a URL may be
+        raise ValueError(f"does not make a valid URL: {exc}") from None
     if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):
         raise ValueError("must stay on the base URL's origin")
     return url
