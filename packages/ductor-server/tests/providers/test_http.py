@@ -187,6 +187,23 @@ async def test_path_may_not_leave_the_origin(
     assert sink.seen == []
 
 
+async def test_a_query_too_long_for_a_url_is_bad_input(
+    sink: HttpSink, make_context: MakeContext
+) -> None:
+    failed = await fail(
+        HttpProvider().call(
+            "request",
+            settings(sink),
+            secrets(),
+            request(query={"q": "x" * 70_000}),
+            make_context(),
+        )
+    )
+    assert (failed.error.code, failed.error.retryable) == ("http.bad_input", False)
+    assert failed.error.details["problems"][0]["pointer"] == "/query"
+    assert sink.seen == []
+
+
 async def test_bad_headers_refused_with_pointers(sink: HttpSink, make_context: MakeContext) -> None:
     failed = await fail(
         HttpProvider().call(

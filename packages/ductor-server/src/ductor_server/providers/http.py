@@ -243,7 +243,11 @@ class HttpProvider:
         if problems:
             raise bad_input("http", problems)
         if input.query:
-            url = url.copy_merge_params(_query(input.query))
+            try:
+                url = url.copy_merge_params(_query(input.query))
+            except httpx.InvalidURL as exc:  # e.g. longer than a URL may be
+                message = f"does not make a valid URL: {exc}"
+                raise bad_input("http", [{"pointer": "/query", "message": message}]) from None
         method = input.method or ("GET" if input.body is None else "POST")
         headers = merge_headers(settings.headers, input.headers, secrets.auth_headers())
         content: bytes | None = None
