@@ -478,6 +478,30 @@ async def test_an_oversized_idempotency_key_is_refused(api: Api) -> None:
     assert_error(response, 422, "request.invalid")
 
 
+async def test_an_idempotency_key_with_a_control_character_is_refused(api: Api) -> None:
+    # The key would name the event (and a signal) it sends, and ids hold no control
+    # characters; nothing is stored.
+    for key in ("evt\x01key", "evt\x7fkey"):
+        response = await api.call(
+            "POST", "/v1/events", json={"name": "x"}, headers={"Idempotency-Key": key}
+        )
+        body = assert_error(response, 422, "request.invalid")
+        assert body["details"]["header"] == "Idempotency-Key"
+        assert "control characters" in body["message"]
+    await api.call("POST", "/v1/workflows", json=HELLO)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "hello-world"})).json()["id"]
+    signal = await api.call(
+        "POST", f"/v1/runs/{run_id}/signals/go", headers={"Idempotency-Key": "sig\x1bkey"}
+    )
+    assert_error(signal, 422, "request.invalid")
+    batch = await api.call(
+        "POST", "/v1/runs/batch", json={"runs": [{"family_slug": "hello-world", "key": "r\x01"}]}
+    )
+    assert_error(batch, 422, "request.invalid")
+    listed = await api.call("GET", "/v1/runs")
+    assert [r["id"] for r in listed.json()["items"]] == [run_id]
+
+
 # --- tenancy ---------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +38,13 @@ T = TypeVar("T")
 
 MAX_KEY_LENGTH = 255
 """The longest idempotency key accepted (in characters)."""
+
+KEY_RULE = f"1 to {MAX_KEY_LENGTH} characters, not all blank, without control characters"
+"""What a usable idempotency key is, as error messages say it."""
+
+# A key can name what it makes (an event or signal without an id, a batch's runs),
+# and those names hold no control characters; no HTTP header value holds one either.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 USER_RUN_KEY_PREFIX = "user:"
 """Stored before a caller's run key; engine keys (`event:...`) never start with it."""
@@ -72,16 +80,22 @@ def check_key(key: str | None) -> str | None:
     """`key` if it is a usable idempotency key; None means the call has none.
 
     Raises:
-        RequestInvalid: an empty, blank or oversized key.
+        RequestInvalid: an empty, blank or oversized key, or one holding a
+            control character.
     """
     if key is None:
         return None
-    if not key.strip() or len(key) > MAX_KEY_LENGTH:
+    if not usable_key(key):
         raise RequestInvalid(
-            f"an idempotency key must be 1 to {MAX_KEY_LENGTH} characters",
+            f"an idempotency key must be {KEY_RULE}",
             details={"length": len(key)},
         )
     return key
+
+
+def usable_key(key: str) -> bool:
+    """Whether `key` is an idempotency key a call may use (see `KEY_RULE`)."""
+    return bool(key.strip()) and len(key) <= MAX_KEY_LENGTH and not _CONTROL.search(key)
 
 
 def user_run_key(key: str | None) -> str | None:
@@ -222,6 +236,7 @@ async def once(
 
 
 __all__ = [
+    "KEY_RULE",
     "MAX_KEY_LENGTH",
     "USER_RUN_KEY_PREFIX",
     "Answer",
@@ -231,5 +246,6 @@ __all__ = [
     "fingerprint",
     "once",
     "shown_run_key",
+    "usable_key",
     "user_run_key",
 ]

@@ -13,7 +13,7 @@ from litestar import MediaType, Response
 from litestar.params import HeaderParameter
 
 from ductor_server.services import Answer
-from ductor_server.services.idempotency import MAX_KEY_LENGTH
+from ductor_server.services.idempotency import KEY_RULE, usable_key
 from ductor_server.transports.rest.errors import ApiError
 
 T = TypeVar("T")
@@ -36,13 +36,14 @@ def checked_key(key: str | None) -> str | None:
     """The header's key; None when the request has none.
 
     Raises:
-        ApiError: `request.invalid` for an empty or oversized key.
+        ApiError: `request.invalid` for an empty, blank or oversized key, or
+            one holding a control character.
     """
     if key is None:
         return None
-    if not key.strip() or len(key) > MAX_KEY_LENGTH:
+    if not usable_key(key):
         raise ApiError(
-            f"{HEADER} must be 1 to {MAX_KEY_LENGTH} characters",
+            f"{HEADER} must be {KEY_RULE}",
             code="request.invalid",
             details={"header": HEADER},
         )
