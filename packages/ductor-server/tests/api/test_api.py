@@ -693,6 +693,26 @@ async def test_a_signal_name_with_a_slash_is_sent_encoded(api: Api) -> None:
     assert nameless.status_code == 404, nameless.text
 
 
+async def test_a_signal_name_with_a_slash_at_an_end_is_delivered_as_sent(api: Api) -> None:
+    # `orders/` is not `orders`: the run waiting for `orders` takes only that one.
+    waits = {
+        "family_slug": "waits",
+        "steps": [{"ref": "w", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "orders"}}],
+        "edges": [],
+    }
+    await api.call("POST", "/v1/workflows", json=waits)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "waits"})).json()["id"]
+    for path, name in (("orders%2F", "orders/"), ("%2Forders", "/orders"), ("a%2F%2Fb", "a//b")):
+        sent = await api.call("POST", f"/v1/runs/{run_id}/signals/{path}", json={})
+        assert sent.status_code == 202, sent.text
+        assert sent.json()["name"] == name
+    run = (await api.call("GET", f"/v1/runs/{run_id}")).json()
+    assert run["steps"][0]["status"] == "STEP_STATUS_WAITING", run
+    sent = await api.call("POST", f"/v1/runs/{run_id}/signals/orders", json={})
+    assert sent.json()["name"] == "orders"
+    await _wait_for_status(api, run_id, "RUN_STATUS_SUCCEEDED")
+
+
 async def test_cancel_ends_a_waiting_run(api: Api) -> None:
     await api.call("POST", "/v1/workflows", json=APPROVAL)
     run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "approval"})).json()["id"]

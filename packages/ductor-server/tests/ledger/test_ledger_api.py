@@ -555,6 +555,17 @@ async def test_an_account_whose_code_holds_a_slash_is_read_with_it_encoded(api: 
     await api.fails("GET", "/v1/accounts/wallet:team%2Fnobody", 404, "account.not_found")
 
 
+async def test_a_code_with_a_slash_at_an_end_names_its_own_account(api: Api) -> None:
+    # `w/`, `/w` and `w` are three accounts; a read of one never answers another.
+    for code, currency in (("w", "USD"), ("w/", "EUR"), ("/w", "GBP"), ("w//x", "JPY")):
+        opened = {"code": code, "currency": currency, "kind": "asset"}
+        await api.ok("POST", "/v1/accounts", json=opened)
+    for path, code in (("w%2F", "w/"), ("%2Fw", "/w"), ("w", "w"), ("w%2F%2Fx", "w//x")):
+        account = await api.ok("GET", f"/v1/accounts/{path}")
+        assert account["code"] == code, (path, account)
+    await api.fails("GET", "/v1/accounts/x%2F", 404, "account.not_found")
+
+
 async def test_a_hold_id_with_a_slash_is_refused(api: Api) -> None:
     # Its own paths (/v1/holds/{id}/post) could not reach it.
     await api.ok("POST", "/v1/accounts", json={"code": "w", "currency": "USD", "kind": "asset"})

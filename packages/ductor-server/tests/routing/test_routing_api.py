@@ -454,6 +454,16 @@ async def test_a_worker_whose_id_holds_a_slash_is_read_and_deleted_with_it_encod
     assert gone.json()["code"] == "worker.not_found"
 
 
+async def test_a_worker_id_ending_in_a_slash_is_its_own_worker(api: Api) -> None:
+    await api.ok("POST", "/v1/workers", json={"id": "ana/"})
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    assert (await api.ok("GET", "/v1/workers/ana%2F"))["id"] == "ana/"
+    deleted = await api.call("DELETE", "/v1/workers/ana%2F")
+    assert deleted.status_code == 204, deleted.text
+    assert (await api.call("GET", "/v1/workers/ana%2F")).status_code == 404
+    assert (await api.ok("GET", "/v1/workers/ana"))["id"] == "ana"
+
+
 async def test_a_pool_id_with_a_slash_is_refused_where_its_urls_could_not_reach_it(
     api: Api,
 ) -> None:

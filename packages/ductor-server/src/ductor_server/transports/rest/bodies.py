@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar, cast
+from urllib.parse import unquote
 
 import msgspec
+from litestar.connection import ASGIConnection
 from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
 from litestar.openapi.spec import Operation, Reference, RequestBody, Schema
 from litestar.params import PathParameter
@@ -45,13 +47,39 @@ VersionPath = Annotated[
 `abc` or `1.5` is a bad version, not an unknown route)."""
 
 _DIGITS = re.compile(r"[0-9]{1,19}")
+_SLASHES = re.compile(r"/{2,}")
 
 
-def path_id(text: str) -> str:
-    """What a `{name:path}` parameter names, without the slash Litestar starts it
-    with: an id or name that may hold a `/`, which a client sends as `%2F` and the
-    server receives decoded, as more segments."""
-    return text.removeprefix("/")
+def path_id(connection: ASGIConnection[Any, Any, Any, Any], param: str) -> str:
+    """What the `{param:path}` parameter of a route names: an id or name that may
+    hold a `/`, which a client sends as it is or as `%2F`.
+
+    Litestar hands the parameter over from the decoded path with its slashes
+    normalized (runs squeezed to one, one at the end dropped), so `a%2F` or `a/`
+    would name `a`, another object. The name is read from the raw path instead,
+    where the route's segments before it are counted; a raw path that does not
+    line up with the route (a prefix with doubled slashes) keeps Litestar's value.
+    """
+    routed = str(connection.path_params[param]).removeprefix("/")
+    scope = cast(Mapping[str, Any], connection.scope)  # a server may leave raw_path out
+    template, raw = scope.get("path_template"), scope.get("raw_path")
+    if not isinstance(template, str) or not isinstance(raw, bytes):
+        return routed
+    segments = template.split("/")
+    # The template names the parameter `{param}` (Litestar drops its type there).
+    markers = [
+        i for i, part in enumerate(segments) if part in (f"{{{param}}}", f"{{{param}:path}}")
+    ]
+    if len(markers) != 1:
+        return routed
+    start = markers[0]
+    raw_segments = raw.decode("latin-1").split("/")
+    exact = unquote("/".join(raw_segments[start:]), errors="replace")
+    return exact if _squeezed(exact) == _squeezed(routed) else routed
+
+
+def _squeezed(path: str) -> str:
+    return _SLASHES.sub("/", path).strip("/")
 
 
 def path_version(text: str) -> int:

@@ -88,9 +88,10 @@ class AccountsController(Controller):
         code: FromPath[str],
         tenant_id: NamedDependency[str],
         ledger: NamedDependency[LedgerService],
+        request: Request[Any, Any, Any],
     ) -> AccountView:
         """One account with `balance`, `pending` and `available` (micros, normal direction)."""
-        return await ledger.get_account(tenant_id, path_id(code))
+        return await ledger.get_account(tenant_id, path_id(request, "code"))
 
 
 class EntriesController(Controller):

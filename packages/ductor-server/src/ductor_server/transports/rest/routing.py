@@ -6,9 +6,9 @@ Every mutating call accepts an `Idempotency-Key`; another tenant's objects are 4
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import Controller, Response, delete, get, post, put
+from litestar import Controller, Request, Response, delete, get, post, put
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
@@ -78,9 +78,10 @@ class WorkersController(Controller):
         worker_id: FromPath[str],
         tenant_id: NamedDependency[str],
         routing: NamedDependency[RoutingService],
+        request: Request[Any, Any, Any],
     ) -> Worker:
         """One worker."""
-        return await routing.get_worker(tenant_id, path_id(worker_id))
+        return await routing.get_worker(tenant_id, path_id(request, "worker_id"))
 
     @delete("/{worker_id:path}", status_code=204, responses=V1_ERRORS)
     async def delete_worker(
@@ -88,9 +89,10 @@ class WorkersController(Controller):
         worker_id: FromPath[str],
         tenant_id: NamedDependency[str],
         routing: NamedDependency[RoutingService],
+        request: Request[Any, Any, Any],
     ) -> None:
         """Delete a worker no pool lists any more (409 `routing.in_use` otherwise)."""
-        await routing.delete_entity(tenant_id, "worker", path_id(worker_id))
+        await routing.delete_entity(tenant_id, "worker", path_id(request, "worker_id"))
 
 
 class PoolsController(Controller):

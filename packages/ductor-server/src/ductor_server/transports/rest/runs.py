@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import Controller, Response, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
@@ -163,12 +163,13 @@ class RunsController(Controller):
         name: FromPath[str],
         tenant_id: NamedDependency[str],
         runs: NamedDependency[RunsService],
+        request: Request[Any, Any, Any],
         data: JSONBody[SignalBody | NoBody] = NO_BODY,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[SignalAccepted]:
         """Send the signal `name` to a run: `{payload?, id?}` (optional body); 202.
         Without an `id`, the Idempotency-Key names the signal."""
-        name = path_id(name)
+        name = path_id(request, "name")
         # The name is a path parameter here (the service names the body field).
         check_name("signal name", name, RequestInvalid, path="name")
         body = or_default(data, SignalBody())
