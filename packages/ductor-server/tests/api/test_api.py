@@ -673,6 +673,28 @@ async def test_a_signal_completes_a_waiting_run_and_a_late_one_is_refused(api: A
     assert_error(await api.call("POST", f"/v1/runs/{run_id}/cancel"), 409, "run.not_cancellable")
 
 
+async def test_a_signal_id_sent_again_under_another_name_answers_the_name_it_took(
+    api: Api,
+) -> None:
+    # The id was delivered as `approve`; the repeat as `ship` delivers nothing, and
+    # its answer says under which name the id went, before and after the run ends.
+    await api.call("POST", "/v1/workflows", json=APPROVAL)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "approval"})).json()["id"]
+    first = await api.call("POST", f"/v1/runs/{run_id}/signals/approve", json={"id": "s1"})
+    assert first.json()["name"] == "approve"
+    expected = {"run_id": run_id, "signal_id": "s1", "name": "approve", "duplicate": True}
+    repeat = await api.call("POST", f"/v1/runs/{run_id}/signals/ship", json={"id": "s1"})
+    assert repeat.status_code == 202, repeat.text
+    assert repeat.json() == expected
+    run = (await api.call("GET", f"/v1/runs/{run_id}")).json()
+    assert run["steps"][1]["status"] != "STEP_STATUS_SUCCEEDED", run
+    await api.call("POST", f"/v1/runs/{run_id}/cancel")
+    await _wait_for_status(api, run_id, "RUN_STATUS_CANCELLED")
+    late = await api.call("POST", f"/v1/runs/{run_id}/signals/ship", json={"id": "s1"})
+    assert late.status_code == 202, late.text
+    assert late.json() == expected
+
+
 async def test_a_signal_name_with_a_slash_is_sent_encoded(api: Api) -> None:
     # The SDKs encode a name's `/` as `%2F`; the server receives it decoded.
     slashed = {

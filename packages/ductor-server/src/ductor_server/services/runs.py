@@ -263,6 +263,18 @@ def check_name(what: str, name: Any, error: type[ServerError], *, path: str | No
     return str(name)
 
 
+def _duplicate_signal(
+    run_id: str, signal_id: str, delivered: IdempotencyRecord, name: str
+) -> Answer[SignalAccepted]:
+    """The answer to a signal id the run already took: the name it was delivered
+    under (a repeat under another name delivers nothing under that one)."""
+    response = delivered.response
+    first = response.get("name") if isinstance(response, dict) else None
+    shown = first if isinstance(first, str) else name
+    accepted = SignalAccepted(run_id=run_id, signal_id=signal_id, name=shown, duplicate=True)
+    return Answer(accepted, Outcome.ACCEPTED)
+
+
 def _item_view(item: ItemState) -> ItemView:
     return ItemView(
         index=item.index,
@@ -1033,10 +1045,10 @@ class RunsService:
             if run.status.terminal:
                 # A signal sent again after it ended the run (a retry whose
                 # first answer was lost) is the duplicate it is, not a refusal.
-                if await tx.get_idempotency(tenant_id, scope, sid) is None:
+                delivered = await tx.get_idempotency(tenant_id, scope, sid)
+                if delivered is None:
                     raise RunEnded(run_id, run.status.value)
-                accepted = SignalAccepted(run_id=run_id, signal_id=sid, name=name, duplicate=True)
-                return Answer(accepted, Outcome.ACCEPTED)
+                return _duplicate_signal(run_id, sid, delivered, name)
             # A signal id is delivered once per run, whoever sends it again.
             fresh = await tx.put_idempotency(
                 IdempotencyRecord(
@@ -1049,6 +1061,10 @@ class RunsService:
                     created_at=now,
                 )
             )
+            if not fresh:
+                delivered = await tx.get_idempotency(tenant_id, scope, sid)
+                if delivered is not None:
+                    return _duplicate_signal(run_id, sid, delivered, name)
             if fresh:
                 await tx.enqueue_inbox(
                     [
