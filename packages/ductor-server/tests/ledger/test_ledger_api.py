@@ -491,6 +491,9 @@ async def test_an_expired_hold_voids_by_itself(api: Api) -> None:
         hold["id"]
     ]
     assert await api.count("SELECT COUNT(*) FROM ledger_holds WHERE status = 'pending'") == 0
+    # An empty status filters nothing, as on every list (`?status=&limit=`).
+    listed = await api.ok("GET", "/v1/holds?status=&limit=5")
+    assert [h["id"] for h in listed] == [hold["id"]]
 
 
 async def test_twenty_concurrent_debits_never_overdraw_a_wallet(api: Api) -> None:

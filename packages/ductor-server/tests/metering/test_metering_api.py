@@ -165,6 +165,11 @@ async def test_a_blocking_budget_refuses_triggers_and_alerts_once_per_window(api
     view = await api.ok("GET", "/v1/budgets/runs")
     assert view["usage"] == 4
     assert [(a["percent"], a["value"]) for a in view["alerts"]] == [(50, 2), (100, 4)]
+    # Empty parameters are absent ones, as on every list: every meter, by day.
+    rows = await api.ok("GET", "/v1/usage?meter=&window=&from=&to=&limit=50")
+    assert {(r["meter"], r["window"], r["value"]) for r in rows if r["meter"] == "runs"} == {
+        ("runs", "day", 4)
+    }
     # The next day is a new window: the limit applies afresh and alerts again.
     api.clock.advance(timedelta(days=1))
     for _ in range(2):

@@ -101,6 +101,9 @@ async def test_assignments_page_on_with_after(api: Api) -> None:
         pages.append([a["routable_id"] for a in page])
         after = page[-1]["id"]
     assert pages == [["p0", "p1"], ["p2", "p3"], ["p4"]]
+    # Empty filters are absent ones: the first page of everything.
+    blank = await api.ok("GET", "/v1/assignments?routable_id=&worker=&status=&after=&limit=2")
+    assert [a["routable_id"] for a in blank] == ["p0", "p1"]
     # Filters hold across pages: ana's inbox, one at a time.
     ana = [a["id"] for a in everything if a["worker"] == "ana"]
     page = await api.ok("GET", f"/v1/assignments?worker=ana&limit=1&after={ana[0]}")

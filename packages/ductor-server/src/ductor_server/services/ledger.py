@@ -731,12 +731,14 @@ class LedgerService:
     async def list_holds(
         self, tenant_id: str, *, status: str | None = None, limit: int = 50
     ) -> list[HoldView]:
-        """The tenant's holds newest first, optionally of one status (expired ones marked).
+        """The tenant's holds newest first, optionally of one status (expired ones marked);
+        an empty status is none, as an empty filter is on every list.
 
         Raises:
             RequestInvalid: an unknown status or a bad limit.
         """
         _check_limit(limit)
+        status = status or None
         if status is not None and status not in {s.value for s in HoldStatus}:
             raise RequestInvalid(
                 f"unknown hold status {status!r}",

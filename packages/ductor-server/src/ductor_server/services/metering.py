@@ -510,7 +510,8 @@ class MeteringService:
     ) -> list[UsageView]:
         """The counters of `window` kind whose window starts in [start, end), oldest
         first; `end` defaults to the end of the current window, `start` to 31 days
-        before `end`.
+        before `end`. An empty `meter` is none (every meter), as an empty filter is
+        on every list.
 
         Raises:
             MeteringObjectNotFound: `meter` names no meter of the tenant.
@@ -518,6 +519,7 @@ class MeteringService:
         """
         if isinstance(limit, bool) or not 1 <= limit <= MAX_USAGE_ROWS:
             raise _invalid(f"limit must be from 1 to {MAX_USAGE_ROWS}", "limit", limit=limit)
+        meter = meter or None
         for name, value in (("from", start), ("to", end)):
             if value is not None and value.utcoffset() is None:
                 raise _invalid(f"{name!r} needs a UTC offset (e.g. Z)", name)

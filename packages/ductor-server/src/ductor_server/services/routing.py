@@ -1745,6 +1745,13 @@ class RoutingService:
             RequestInvalid: `status` is not an assignment status, or `after` names no
                 assignment of the tenant.
         """
+        # An empty filter is none, as on every list.
+        routable_id, worker, status, after = (
+            routable_id or None,
+            worker or None,
+            status or None,
+            after or None,
+        )
         if status is not None and status not in STATUSES:
             raise RequestInvalid(
                 f"unknown assignment status {status!r}",

@@ -44,12 +44,12 @@ _METERING = {"metering": Provide(provide_metering, sync_to_thread=False)}
 
 
 def usage_time(name: str, text: str | None) -> datetime | None:
-    """The time of the usage query parameter `name` (None when absent).
+    """The time of the usage query parameter `name` (None when absent or empty).
 
     Raises:
         RequestInvalid: not an RFC 3339 time with an offset.
     """
-    if text is None:
+    if not text:
         return None
     try:
         value = datetime.fromisoformat(text)
@@ -64,11 +64,13 @@ def usage_time(name: str, text: str | None) -> datetime | None:
 
 
 def usage_window(text: str) -> UsageWindow:
-    """The usage window kind `text` names.
+    """The usage window kind `text` names (`day` when it is empty).
 
     Raises:
         RequestInvalid: not hour, day or month.
     """
+    if not text:
+        return UsageWindow.DAY
     try:
         return UsageWindow(text)
     except ValueError:
