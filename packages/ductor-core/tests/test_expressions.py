@@ -629,3 +629,17 @@ def test_a_function_returning_a_lone_surrogate_fails_the_evaluation(
     with pytest.raises(ExpressionError) as info:
         factory(registry).evaluate("broken()", {})
     assert info.value.code == "expression.evaluation"
+
+
+@pytest.mark.parametrize("zone", ["America", "Europe", "Nowhere/Zone", "UTC\x00", "../etc"])
+def test_local_time_calls_a_zone_it_cannot_load_unknown(
+    engine: ExpressionEngine, zone: str
+) -> None:
+    # A name the zone database holds as a directory is no zone either: the error
+    # names the zone, not a file of the server's installation.
+    with pytest.raises(ExpressionError) as caught:
+        engine.evaluate("local_time(now, zone)", {"now": "2024-03-01T12:00:00Z", "zone": zone})
+    assert caught.value.code == "expression.evaluation"
+    assert "unknown time zone" in caught.value.message
+    assert "site-packages" not in caught.value.message
+    assert "Errno" not in caught.value.message

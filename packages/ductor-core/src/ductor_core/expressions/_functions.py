@@ -272,7 +272,9 @@ def _zone(name: str) -> datetime.tzinfo:
         return datetime.timezone(sign * datetime.timedelta(minutes=minutes))
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+    # A name the database holds as a directory ('America') raises an OSError
+    # naming a file of the installation: it is an unknown zone all the same.
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise ValueError(f"local_time(): unknown time zone {name!r}") from exc
 
 
