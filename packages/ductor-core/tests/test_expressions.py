@@ -643,3 +643,32 @@ def test_local_time_calls_a_zone_it_cannot_load_unknown(
     assert "unknown time zone" in caught.value.message
     assert "site-packages" not in caught.value.message
     assert "Errno" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "[1].map(x.y, x)",
+        "[1].filter(1, true)",
+        "[1, 2].all(x + 1, true)",
+        "{'a': 1}.exists(m['a'], true)",
+        "[1, 2, 3].map(x.y, x > 1, x * 10)",
+    ],
+)
+def test_a_macro_variable_must_be_a_simple_name(engine: ExpressionEngine, source: str) -> None:
+    # The variable of all/exists/exists_one/map/filter is a name, not an
+    # expression: the spec and cel-rust refuse anything else when parsing.
+    with pytest.raises(ExpressionError) as caught:
+        engine.compile(source)
+    assert caught.value.code == "expression.syntax"
+
+
+@pytest.mark.parametrize("source", ["-9223372036854775808 % -1", "input.n % -1"])
+def test_the_remainder_of_the_smallest_int_by_minus_one_overflows(
+    engine: ExpressionEngine, source: str
+) -> None:
+    # As its quotient does, and as cel-go and cel-rust have it.
+    with pytest.raises(ExpressionError) as caught:
+        engine.evaluate(source, {"input": {"n": -(2**63)}})
+    assert caught.value.code == "expression.evaluation"
+    assert engine.evaluate("input.n % -1", {"input": {"n": -(2**63) + 1}}) == 0

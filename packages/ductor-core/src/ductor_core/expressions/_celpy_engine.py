@@ -44,7 +44,13 @@ from ductor_core.expressions._functions import (
 )
 from ductor_core.expressions._limits import CostLimits
 from ductor_core.expressions._literals import LiteralError, decode_double, decode_string
-from ductor_core.expressions._values import Sizes, ValueConversionError, to_json, to_plain
+from ductor_core.expressions._values import (
+    INT64_MIN,
+    Sizes,
+    ValueConversionError,
+    to_json,
+    to_plain,
+)
 
 # ---------------------------------------------------------------- values in
 
@@ -322,6 +328,14 @@ def _divide(a: Any, b: Any) -> Any:
     return _strict(celpy.evaluation.base_functions["_/_"], "/")(a, b)
 
 
+def _remainder(a: Any, b: Any) -> Any:
+    # The smallest int64 by -1 overflows, as its quotient does (cel-go and
+    # cel-rust say so); celpy 0.5.0 answers 0.
+    if _kind(a) == "int" and _kind(b) == "int" and int(a) == INT64_MIN and int(b) == -1:
+        raise ValueError("overflow")
+    return _strict(celpy.evaluation.base_functions["_%_"], "%")(a, b)
+
+
 def _format_double(value: float) -> str:
     # Positional notation with the shortest round-trip digits, no trailing
     # ".0" (1.0 -> "1", 1e20 -> "100000000000000000000"), as cel-rust prints.
@@ -493,7 +507,7 @@ def _spec_functions(limits: CostLimits) -> dict[str, Callable[..., Any]]:
         "_-_": _strict(base["_-_"], "-"),
         "_*_": _strict(base["_*_"], "*"),
         "_/_": _divide,
-        "_%_": _strict(base["_%_"], "%"),
+        "_%_": _remainder,
         "size": _size,
         "contains": _string_method("contains"),
         "startsWith": _string_method("startsWith"),
@@ -705,6 +719,27 @@ def _wrap(function: CustomFunction, limits: CostLimits) -> Callable[..., Any]:
 _TEXT_LITERALS = frozenset({"STRING_LIT", "MLSTRING_LIT", "BYTES_LIT"})
 
 
+def _check_macro_variables(source: str, ast: Tree[Any]) -> None:
+    """Raise `expression.syntax` for a macro whose variable is not a name
+    (`[1].map(x.y, x)`), as the spec and cel-rust do; celpy takes the first
+    name it finds in it."""
+    for node in ast.iter_subtrees():
+        if node.data != "member_dot_arg" or str(node.children[1]) not in _MACRO_METHODS:
+            continue
+        arguments = node.children[2] if len(node.children) > 2 else None
+        if not isinstance(arguments, Tree) or len(arguments.children) < 2:
+            continue
+        variable: Any = arguments.children[0]
+        while isinstance(variable, Tree) and variable.data != "ident":
+            if len(variable.children) != 1:
+                break
+            variable = variable.children[0]
+        if not (isinstance(variable, Tree) and variable.data == "ident"):
+            method = node.children[1]
+            where = f"line {method.line} column {method.column}"
+            raise syntax_error(source, f"{where}: the variable of {method}() must be a name")
+
+
 def _check_literals(source: str, ast: Tree[Any]) -> None:
     """Raise `expression.syntax` for a literal the spec refuses (as cel-rust does)."""
     for node in ast.iter_subtrees():
@@ -883,6 +918,7 @@ class CelPyEngine(CachedEngine[CelPyProgram]):
             ):
                 raise invalid_has_error(source)
         _check_literals(source, ast)
+        _check_macro_variables(source, ast)
         check_functions(source, _called_functions(ast), self._registry)
         runner = self._env.program(ast, functions=self._functions)
         runner.max_steps = self._limits.step_limit
