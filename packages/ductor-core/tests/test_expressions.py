@@ -672,3 +672,22 @@ def test_the_remainder_of_the_smallest_int_by_minus_one_overflows(
         engine.evaluate(source, {"input": {"n": -(2**63)}})
     assert caught.value.code == "expression.evaluation"
     assert engine.evaluate("input.n % -1", {"input": {"n": -(2**63) + 1}}) == 0
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["int('0x10')", "uint('0X10')", "int('\u0663')", "int('\uff11')", "double('\u0663.\u0665')"],
+)
+def test_numbers_from_strings_are_ascii_decimal_only(engine: ExpressionEngine, source: str) -> None:
+    with pytest.raises(ExpressionError) as caught:
+        engine.evaluate(source, {})
+    assert caught.value.code == "expression.evaluation"
+
+
+def test_numbers_from_strings_take_signs_and_leading_zeros(engine: ExpressionEngine) -> None:
+    assert engine.evaluate("[int('+5'), int('-010'), uint('7'), double('+.5e-3')]", {}) == [
+        5,
+        -10,
+        7,
+        0.0005,
+    ]

@@ -403,6 +403,13 @@ def _passing_errors(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _LOOSE_NUMBER = re.compile(r"[\s_]")
+_DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+
+
+def _strict_number(name: str, text: str) -> bool:
+    if name == "double":
+        return text.isascii() and not _LOOSE_NUMBER.search(text)
+    return _DECIMAL_INTEGER.match(text) is not None
 
 
 class _TypeConversion:
@@ -433,8 +440,9 @@ class _TypeConversion:
             raise TypeError(f"no such overload: {self.name}({kind})")
         if self.name == "uint" and kind == "double" and float(value) < 0:
             raise ValueError(f"uint({float(value)!r}) is out of range")
-        if kind == "string" and self.name in _NUMBER_KINDS and _LOOSE_NUMBER.search(value):
-            # Python's int()/float() take " 5" and "1_000"; CEL's parsers do not.
+        if kind == "string" and self.name in _NUMBER_KINDS and not _strict_number(self.name, value):
+            # Python's int()/float() take " 5", "1_000" and other scripts' digits
+            # (Arabic-Indic "\u0661"), celpy's int() hex ("0x10"); CEL's parsers take none of them.
             raise ValueError(f"{self.name}({str(value)!r}): not a number")
         return self.convert(value)
 
