@@ -607,3 +607,52 @@ def test_a_runaway_the_estimate_accepts_is_cut_by_the_sandbox(
         f"\n{backend}: runaway run failed in {run_seconds:.1f}s, runaway rule cut in"
         f" {route_seconds:.1f}s, peak rss {process_memory(pid)['peak_rss'] // 1024} MiB"
     )
+
+
+# --- a filter or map whose expression reads the list it walks ---------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_filter_or_map_that_rereads_its_list_is_refused_not_quadratic(
+    backend: str, request: pytest.FixtureRequest, make_server: Callable[..., Any]
+) -> None:
+    # Each item's evaluation converts the variables its expression names again:
+    # 20,000 items reading a 20,000-item input is 400 million values copied,
+    # minutes of CPU before the run was even answered. Refused at once instead.
+    database_url = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+    server = make_server("quadratic", database_url=database_url)
+    server.start()
+    pid = server.proc.pid
+    steps = {
+        "map": {"operation": "map", "items": "input.a", "expression": "item + size(input.a)"},
+        "filter": {"operation": "filter", "items": "input.a", "predicate": "item in input.a"},
+    }
+    with server.client() as http:
+        for operation, args in steps.items():
+            definition = {
+                "family_slug": f"re-{operation}",
+                "title": "Rereads",
+                "steps": [_dataflow("walk", **args)],
+                "edges": [],
+            }
+            published = http.post("/v1/workflows", json=definition)
+            assert published.status_code == 201, published.text
+            started = time.monotonic()
+            run = http.post(
+                "/v1/runs", json={"family_slug": f"re-{operation}", "input": {"a": [0] * 20_000}}
+            )
+            assert run.status_code == 201, run.text
+            ended = server.wait_for_run(run.json()["id"], timeout=60)
+            assert time.monotonic() - started < 20
+            assert ended["status"] == "RUN_STATUS_FAILED", ended
+            (step,) = ended["steps"]
+            assert step["error"]["code"] == "expression.too_costly", step
+            assert step["error"]["details"]["phase"] == "evaluate"
+            assert "each of 20,000 items" in step["error"]["message"]
+            # A list small enough to walk this way still is walked.
+            small = http.post(
+                "/v1/runs", json={"family_slug": f"re-{operation}", "input": {"a": [0] * 300}}
+            )
+            done = server.wait_for_run(small.json()["id"], timeout=60)
+            assert done["status"] == "RUN_STATUS_SUCCEEDED", done
+            assert_alive(server, pid)

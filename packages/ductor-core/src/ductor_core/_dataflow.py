@@ -11,7 +11,21 @@ from typing import Any
 
 from ductor_core.definitions import DataflowArgs
 from ductor_core.errors import DefinitionError, ExpressionError
-from ductor_core.expressions import ExpressionEngine
+from ductor_core.expressions import (
+    DEFAULT_COST_LIMITS,
+    CostLimits,
+    ExpressionEngine,
+    admit_repeated,
+)
+
+# Bound afresh for each item; the rest of the variables are converted again each time.
+_PER_ITEM = frozenset({"item", "index"})
+
+
+def _limits(engine: ExpressionEngine) -> CostLimits:
+    # Every engine of this package holds its limits; one that does not gets the defaults.
+    limits = getattr(engine, "limits", DEFAULT_COST_LIMITS)
+    return limits if isinstance(limits, CostLimits) else DEFAULT_COST_LIMITS
 
 
 def _need(value: Any, field: str, operation: str) -> Any:
@@ -64,6 +78,7 @@ def run_dataflow(
     if op == "filter":
         items = _list(engine, _need(args.items, "items", op), activation)
         predicate: str = _need(args.predicate, "predicate", op)
+        admit_repeated(predicate, activation, len(items), _limits(engine), per_item=_PER_ITEM)
         kept: list[Any] = []
         for index, item in enumerate(items):
             verdict = engine.evaluate(predicate, {**activation, "item": item, "index": index})
@@ -79,6 +94,7 @@ def run_dataflow(
     if op == "map":
         items = _list(engine, _need(args.items, "items", op), activation)
         expression: str = _need(args.expression, "expression", op)
+        admit_repeated(expression, activation, len(items), _limits(engine), per_item=_PER_ITEM)
         return [
             engine.evaluate(expression, {**activation, "item": item, "index": index})
             for index, item in enumerate(items)

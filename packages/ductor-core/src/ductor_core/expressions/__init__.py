@@ -29,7 +29,7 @@ from ductor_core.expressions._cel_rust_engine import (
     CelRustProgram,
 )
 from ductor_core.expressions._cost import CostEstimate, estimate_cost
-from ductor_core.expressions._engine_base import CELPY_ENGINE_NAME
+from ductor_core.expressions._engine_base import CELPY_ENGINE_NAME, admit_repeated
 from ductor_core.expressions._functions import (
     BUILTIN_FUNCTIONS,
     MACROS,
@@ -84,6 +84,7 @@ __all__ = [
     "JsonFunction",
     "ProgramCache",
     "ValueConversionError",
+    "admit_repeated",
     "builtin_registry",
     "default_engine",
     "default_registry",

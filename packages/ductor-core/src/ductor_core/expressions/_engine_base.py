@@ -154,3 +154,61 @@ class CachedEngine(Generic[P]):
     def _compile(self, source: str, analysis: CostAnalysis | None) -> P:
         # Each engine (cel-python, cel-rust) supplies its own compiler.
         raise NotImplementedError(f"{type(self).__name__} must implement _compile")
+
+
+def _copy_units(value: Any, budget: int) -> int:
+    """What copying `value` into an engine costs: 1 per 10 items, entries and
+    characters, as the estimate prices a copy. Stops counting past `budget`."""
+    count = 0
+    stack = [value]
+    while stack and count <= budget * 10:
+        item = stack.pop()
+        if isinstance(item, str):
+            count += len(item)
+        elif isinstance(item, list | tuple):
+            count += len(item)
+            stack.extend(item)
+        elif isinstance(item, Mapping):
+            count += len(item)
+            stack.extend(item.values())
+            stack.extend(k for k in item if isinstance(k, str))
+        elif isinstance(item, bytes):
+            count += len(item)
+    return count // 10
+
+
+def admit_repeated(
+    source: str,
+    activation: Mapping[str, Any],
+    times: int,
+    limits: CostLimits,
+    *,
+    per_item: frozenset[str] = frozenset(),
+) -> None:
+    """Refuse `source` evaluated `times` times against `activation`, when copying
+    the variables it names (those in `per_item` aside, which change each time)
+    that often costs more than `limits.max_cost`.
+
+    Every evaluation converts the variables it names, so a filter or map over a
+    list of n items whose expression also reads the list does n times n work.
+
+    Raises:
+        ExpressionError: `expression.too_costly` (limit `cost`, phase `evaluate`).
+    """
+    if times <= 1:
+        return
+    named = only_named(activation, read_names(source))
+    budget = limits.max_cost // times
+    units = sum(_copy_units(value, budget) for name, value in named.items() if name not in per_item)
+    total = units * times
+    if total > limits.max_cost:
+        raise too_costly_error(
+            source,
+            f"evaluated once for each of {times:,} items, it copies the variables it"
+            f" reads (about {units:,} units) each time: estimated cost {total:,} is over"
+            f" the limit of {limits.max_cost:,}",
+            limit="cost",
+            found=total,
+            maximum=limits.max_cost,
+            phase="evaluate",
+        )
