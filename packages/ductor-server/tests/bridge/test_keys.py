@@ -498,6 +498,24 @@ async def test_a_grace_too_long_for_a_date_is_refused_and_creates_no_key(server:
     assert len(listed.json()) == 1
 
 
+async def test_a_key_for_an_app_id_no_sync_could_register_is_refused_and_creates_none(
+    server: Server,
+) -> None:
+    for app in ("a" * 257, "a%01b", "a%C2%85b", "a:b"):
+        refused = await server.client.post(f"/v1/bridge/apps/{app}/keys", headers=server.auth(T1))
+        assert refused.status_code == 422, (app, refused.text)
+        assert refused.json()["code"] == "request.invalid"
+        assert refused.json()["details"]["path"] == "app_id"
+        listed = await server.client.get(f"/v1/bridge/apps/{app}/keys", headers=server.auth(T1))
+        assert listed.json() == [], app
+    refused = await server.signed(
+        "/v1/bridge/sync", _describe("a\x01b", "wf"), key=SERVER_KEY, app=None
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["details"]["pointer"] == "/app_id"
+    await server.new_key("a" * 256)
+
+
 async def test_a_bridge_slug_that_names_no_workflow_is_not_found(server: Server) -> None:
     for slug in ("bridge:", "bridge:shop", "bridge:shop:", "bridge::wf"):
         answer = await server.client.post(

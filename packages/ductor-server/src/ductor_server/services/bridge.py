@@ -315,10 +315,11 @@ class BridgeService:
         key the server signs with, the app's other keys stay valid for `grace`.
 
         Raises:
-            RequestInvalid: an empty app id or one with ':', or a negative grace.
+            RequestInvalid: an app id a sync would refuse (`app_id_problem`), or a
+                negative grace.
         """
-        if not app_id or ":" in app_id:
-            raise RequestInvalid("app_id must be non-empty and must not contain ':'")
+        if (wrong := app_id_problem(app_id)) is not None:
+            raise RequestInvalid(wrong, details={"path": "app_id", "reason": wrong})
         grace_period(int(grace.total_seconds()))  # raises for a negative or too long grace
         now = self._context.clock.now()
         async with self._context.store.transaction() as tx:
@@ -595,6 +596,17 @@ MAX_BRIDGE_ID_LENGTH = 256
 """The longest app id or workflow id a sync takes (as the API's other names)."""
 
 
+def app_id_problem(app_id: str) -> str | None:
+    """Why `app_id` cannot name an app, or None when it can: an app id is 1 to
+    `MAX_BRIDGE_ID_LENGTH` characters without ':' (its slugs split on it) or
+    control characters (it travels in the `Ductor-App` header)."""
+    if not app_id or len(app_id) > MAX_BRIDGE_ID_LENGTH or ":" in app_id:
+        return f"an app id is 1 to {MAX_BRIDGE_ID_LENGTH} characters without ':'"
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in app_id):
+        return "an app id must not contain control characters"
+    return None
+
+
 def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None:
     """Refuse a sync whose workflows' options cannot work, naming every problem
     with its JSON pointer into the describe body.
@@ -608,6 +620,9 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
         problems.append({"pointer": "/app_id", "message": "an app id must not contain ':'"})
     if len(describe.app_id) > MAX_BRIDGE_ID_LENGTH:
         message = f"an app id is at most {MAX_BRIDGE_ID_LENGTH} characters"
+        problems.append({"pointer": "/app_id", "message": message})
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in describe.app_id):
+        message = "an app id must not contain control characters"
         problems.append({"pointer": "/app_id", "message": message})
     if len(describe.workflows) > MAX_WORKFLOWS_PER_APP:
         message = (
