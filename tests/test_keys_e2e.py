@@ -151,6 +151,11 @@ def test_the_operator_creates_tenants_that_cannot_reach_each_other(
             operator.post("/v1/tenants", json={"id": "-x y", "name": ""}), 422, "tenant.invalid"
         )
         assert [p["pointer"] for p in bad["details"]] == ["/id", "/name"]
+        for wrong in ("", "a" * 257, "a\x01b"):  # no name given: only the id is wrong
+            unnamed = _error(
+                operator.post("/v1/tenants", json={"id": wrong}), 422, "tenant.invalid"
+            )
+            assert [p["pointer"] for p in unnamed["details"]] == ["/id"], wrong
         tenants = operator.get("/v1/tenants", params={"limit": 500}).json()["items"]
         assert {a, b} <= {t["id"] for t in tenants}
         added = operator.post(f"/v1/tenants/{b}/keys", json={"name": "rescue", "scopes": ["admin"]})

@@ -117,8 +117,11 @@ def check_tenant(body: TenantBody) -> tuple[str, str]:
     problems: list[dict[str, str]] = []
     if (wrong := tenant_id_problem(body.id)) is not None:
         problems.append({"pointer": "/id", "message": wrong})
+    # Without a name the id is the name: only a name given can be wrong on its own.
     name = body.id if body.name is None else body.name
-    if not name.strip() or len(name) > MAX_TENANT_NAME or any(ord(c) < 32 for c in name):
+    if body.name is not None and (
+        not name.strip() or len(name) > MAX_TENANT_NAME or any(ord(c) < 32 for c in name)
+    ):
         problems.append(
             {
                 "pointer": "/name",
