@@ -229,6 +229,9 @@ def test_hostile_files_get_one_clear_line_each(server: ServerProcess, tmp_path: 
         " 1: one, big: 99999999999999999999999}\n"
     )
     (hostile / "names.yaml").write_text("kind: Worker\nspec:\n  id: ''\n---\n")
+    (hostile / "shapes.yaml").write_text(
+        "- kind: [Worker]\n  spec: {id: a}\n- kind: {Worker: 1}\n  spec: {id: b}\n"
+    )
     (hostile / "empty.yaml").write_text("# nothing here\n")
     size = (hostile / "huge.yaml").stat().st_size
     done = apply(server, str(hostile))
@@ -242,6 +245,8 @@ def test_hostile_files_get_one_clear_line_each(server: ServerProcess, tmp_path: 
         f"huge.yaml: /: the file is {size} bytes, over the limit of 1000000",
         "laughs.yaml:2:8: /: YAML aliases (*name) are not supported",
         "names.yaml:4:1: /: more than one YAML document",
+        "shapes.yaml:1:9: /0/kind: kind is ['Worker']: one of Connection",
+        "shapes.yaml:3:9: /1/kind: kind is {'Worker': 1}: one of Connection",
         "types.yaml:3:1: /: more than one YAML document",
         "values.yaml:4:11: /spec/weight: not a JSON number (NaN or infinity)",
         "values.yaml:5:22: /spec/attributes/born: not a JSON value (tag:yaml.org,2002:binary)",

@@ -567,7 +567,7 @@ def _resource(
         if key not in _TOP_FIELDS
     ]
     kind = entry.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:  # a list or mapping cannot be looked up
         known = ", ".join(KINDS)
         shown = repr(kind)[:64] if "kind" in entry else "missing"
         problems.append(at(name, marks, f"{base}/kind", f"kind is {shown}: one of {known}"))
