@@ -360,6 +360,11 @@ def test_the_cli_manages_keys_and_tenants(sqlite_served: ServerProcess) -> None:
     assert refused.returncode == 1
     assert "error: key.invalid: unknown scope 'root'" in refused.stderr
     assert '"pointer": "/scopes/0"' in refused.stderr
+    # An id is sent as one path segment, whatever it holds: never a traceback, another
+    # route or a query.
+    odd = served.cli("keys", "revoke", "key_x?y#z\x01%41", "--api-key", admin, check=False)
+    assert odd.returncode == 1
+    assert odd.stderr.startswith("error: key.not_found: API key 'key_x?y#z\\x01%41'"), odd.stderr
     keys = served.cli("keys", "list", "--api-key", admin).stdout.splitlines()
     assert len(keys) == 2
     assert re.fullmatch(

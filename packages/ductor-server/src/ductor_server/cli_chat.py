@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from ductor_server.cli_client import ApiClient, ClientError, command
+from ductor_server.cli_client import ApiClient, ClientError, command, segment
 
 EXIT_WAITING = 3
 """The exit status of a one-shot that left tool calls waiting for confirmation."""
@@ -89,7 +89,7 @@ class _Chat:
             self.conversation = answer["conversation"]["id"]
             self.err.write(f"conversation {self.conversation}\n")
             return answer
-        path = f"/v1/agent/conversations/{self.conversation}/messages"
+        path = f"/v1/agent/conversations/{segment(self.conversation)}/messages"
         result: dict[str, Any] = self.client.call("POST", path, body=body)
         return result
 
@@ -126,7 +126,7 @@ class _Chat:
         """Ask about the calls an earlier session left waiting (the REPL starts so)."""
         if self.conversation is None:
             return
-        found = self.client.call("GET", f"/v1/agent/conversations/{self.conversation}")
+        found = self.client.call("GET", f"/v1/agent/conversations/{segment(self.conversation)}")
         pending = found.get("pending") or []
         if not pending:
             return

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import quote
 
 import httpx
 
@@ -83,6 +84,13 @@ def usage_error(exc: ClientError) -> int:
     """Print a `client.usage` error as its one line; the exit status of one (2)."""
     sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
     return 2
+
+
+def segment(value: str | int) -> str:
+    """`value` as one path segment of a URL: an id given on the command line may
+    hold `/`, `?`, `#`, `%` or control characters, and each must reach the server
+    as part of the id, never as another path or a query."""
+    return quote(str(value), safe="")
 
 
 def find_api_key(flag: str | None, data_dir: str | None) -> str | None:
@@ -266,9 +274,9 @@ def cmd_workflows_list(client: ApiClient, args: argparse.Namespace, out: TextIO)
 def cmd_workflows_get(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Print a family (or one version with --version) as JSON."""
     if args.version is not None:
-        path = f"/v1/workflows/{args.slug}/versions/{args.version}"
+        path = f"/v1/workflows/{segment(args.slug)}/versions/{segment(args.version)}"
     else:
-        path = f"/v1/workflows/{args.slug}"
+        path = f"/v1/workflows/{segment(args.slug)}"
     _print_json(client.call("GET", path), out)
     return 0
 
@@ -301,7 +309,9 @@ def _poll_until_done(
         run: dict[str, Any] | None = None
         problem: str | None = None
         try:
-            run = client.call("GET", f"/v1/runs/{run_id}", params={"wait": wait}, held=wait or 0)
+            run = client.call(
+                "GET", f"/v1/runs/{segment(run_id)}", params={"wait": wait}, held=wait or 0
+            )
         except ClientError as exc:
             if exc.code != "client.unreachable":
                 raise
@@ -340,13 +350,13 @@ def cmd_runs_trigger(client: ApiClient, args: argparse.Namespace, out: TextIO) -
 
 def cmd_runs_get(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Print a run as JSON."""
-    _print_json(client.call("GET", f"/v1/runs/{args.run_id}"), out)
+    _print_json(client.call("GET", f"/v1/runs/{segment(args.run_id)}"), out)
     return 0
 
 
 def cmd_runs_history(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Print a run's history, one entry per line."""
-    entries = client.call("GET", f"/v1/runs/{args.run_id}/history")
+    entries = client.call("GET", f"/v1/runs/{segment(args.run_id)}/history")
     if args.json:
         _print_json(entries, out)
         return 0
@@ -436,7 +446,9 @@ def cmd_runs_watch(client: ApiClient, args: argparse.Namespace, out: TextIO) -> 
 
 def cmd_runs_cancel(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Ask for a run to be cancelled."""
-    run = client.call("POST", f"/v1/runs/{args.run_id}/cancel", body={"reason": args.reason})
+    run = client.call(
+        "POST", f"/v1/runs/{segment(args.run_id)}/cancel", body={"reason": args.reason}
+    )
     out.write(f"cancel requested for run {run['id']} ({_short(run['status'])})\n")
     return 0
 
@@ -445,7 +457,9 @@ def cmd_runs_rerun(client: ApiClient, args: argparse.Namespace, out: TextIO) -> 
     """Start a new run with an ended run's family, version and input."""
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     body = {"latest": True} if args.latest else None
-    answer = client.call("POST", f"/v1/runs/{args.run_id}/rerun", body=body, headers=headers)
+    answer = client.call(
+        "POST", f"/v1/runs/{segment(args.run_id)}/rerun", body=body, headers=headers
+    )
     run = answer["run"]
     if args.quiet:
         out.write(run["id"] + "\n")
@@ -461,7 +475,9 @@ def cmd_runs_signal(client: ApiClient, args: argparse.Namespace, out: TextIO) ->
     body: dict[str, Any] = {"payload": _json_arg(args.payload, "--payload")}
     if args.id:
         body["id"] = args.id
-    accepted = client.call("POST", f"/v1/runs/{args.run_id}/signals/{args.name}", body=body)
+    accepted = client.call(
+        "POST", f"/v1/runs/{segment(args.run_id)}/signals/{segment(args.name)}", body=body
+    )
     _print_json(accepted, out)
     return 0
 
@@ -506,7 +522,7 @@ def cmd_apps_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> i
 def cmd_apps_keys_create(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Create a signing key for a bridge app; print it (shown this once)."""
     body = None if args.grace is None else {"grace_seconds": args.grace}
-    created = client.call("POST", f"/v1/bridge/apps/{args.app_id}/keys", body=body)
+    created = client.call("POST", f"/v1/bridge/apps/{segment(args.app_id)}/keys", body=body)
     if args.json:
         _print_json(created, out)
         return 0
@@ -522,7 +538,7 @@ def cmd_apps_keys_create(client: ApiClient, args: argparse.Namespace, out: TextI
 
 def cmd_apps_keys_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """List a bridge app's signing keys (never their secrets)."""
-    keys = client.call("GET", f"/v1/bridge/apps/{args.app_id}/keys")
+    keys = client.call("GET", f"/v1/bridge/apps/{segment(args.app_id)}/keys")
     if args.json:
         _print_json(keys, out)
         return 0
@@ -535,7 +551,7 @@ def cmd_apps_keys_list(client: ApiClient, args: argparse.Namespace, out: TextIO)
 
 def cmd_apps_keys_revoke(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Revoke one of a bridge app's signing keys at once."""
-    client.call("DELETE", f"/v1/bridge/apps/{args.app_id}/keys/{args.key_id}")
+    client.call("DELETE", f"/v1/bridge/apps/{segment(args.app_id)}/keys/{segment(args.key_id)}")
     out.write(f"revoked key {args.key_id} of app {args.app_id}\n")
     return 0
 

@@ -27,6 +27,7 @@ from ductor_server.cli_client import (
     ClientError,
     command,
     run_client_command,
+    segment,
     server_url,
     usage_error,
 )
@@ -130,7 +131,7 @@ def cmd_keys_list(client: ApiClient, args: argparse.Namespace, out: TextIO) -> i
 
 def cmd_keys_revoke(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Revoke one of the calling tenant's API keys: its next request fails."""
-    client.call("DELETE", f"/v1/keys/{args.key_id}")
+    client.call("DELETE", f"/v1/keys/{segment(args.key_id)}")
     out.write(f"revoked key {args.key_id}\n")
     return 0
 
@@ -262,7 +263,9 @@ def cmd_tenants_add_key(args: argparse.Namespace) -> int:
     body = _key_body(args)
     return _run_operator(
         args,
-        lambda client: client.call("POST", f"/v1/tenants/{args.tenant_id}/keys", body=body),
+        lambda client: client.call(
+            "POST", f"/v1/tenants/{segment(args.tenant_id)}/keys", body=body
+        ),
         lambda tenants: tenants.create_key(args.tenant_id, msgspec.convert(body, CreateKeyBody)),
         lambda created, out: _print_created(created, args, out),
     )

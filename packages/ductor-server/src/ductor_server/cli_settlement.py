@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ductor_server.cli_client import ApiClient, ClientError, command
+from ductor_server.cli_client import ApiClient, ClientError, command, segment
 
 KEYS_PATH = "/.well-known/ductor-keys"
 """Where a server publishes its receipt keys."""
@@ -46,7 +46,7 @@ def _print_json(value: Any, out: TextIO) -> None:
 def cmd_ledger_balance(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Show one account's balances, or every account's."""
     if args.account:
-        accounts = [client.call("GET", f"/v1/accounts/{args.account}")]
+        accounts = [client.call("GET", f"/v1/accounts/{segment(args.account)}")]
     else:
         accounts = client.call("GET", "/v1/accounts")
     if args.json:
@@ -97,7 +97,7 @@ def cmd_ledger_entries(client: ApiClient, args: argparse.Namespace, out: TextIO)
 
 def cmd_receipts_get(client: ApiClient, args: argparse.Namespace, out: TextIO) -> int:
     """Fetch a receipt; write its DSSE envelope (what `verify` checks) to -o or stdout."""
-    view = client.call("GET", f"/v1/receipts/{args.receipt_id}")
+    view = client.call("GET", f"/v1/receipts/{segment(args.receipt_id)}")
     document = view if args.full else view["envelope"]
     text = json.dumps(document, indent=2) + "\n"
     if args.output and args.output != "-":
