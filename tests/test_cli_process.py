@@ -302,6 +302,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         "DUCTOR_POLL_INTERVAL": "fast",
         "DUCTOR_STOP_GRACE": "x",
         "DUCTOR_CEL_ENGINE": "v8",
+        "DUCTOR_HOST": "not a host",
         "DUCTOR_DATABASE_URL": str(tmp_path / "x.db"),
         # These are read while the server is built: still before the start line.
         "DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe",
@@ -316,6 +317,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
     # `dev` makes its own receipt key: DUCTOR_RECEIPTS_FOR_RUNS=on is fine there.
     dev_too = {
         "DUCTOR_PORT",
+        "DUCTOR_HOST",
         "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK",
         "DUCTOR_CEL_ENGINE",
         "DUCTOR_SECRET_KEYS",
@@ -348,6 +350,7 @@ def test_bad_flags_are_refused_before_the_start(tmp_path: Path) -> None:
         (["--port", "99999"], "--port must be a whole number from 0 to 65535, got '99999'"),
         (["--port", "abc"], "--port must be a whole number from 0 to 65535, got 'abc'"),
         (["--roles", ""], "--roles: unknown roles"),
+        (["--host", "http://x"], "--host must be an IP address or a host name, got 'http://x'"),
     ):
         result = _ductor("serve", "--data-dir", str(tmp_path), *flags)
         assert result.returncode == 2, (flags, result)

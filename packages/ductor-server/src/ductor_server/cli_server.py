@@ -27,6 +27,7 @@ from ductor_server.settings import (
     ALL_ROLES,
     MAX_PORT,
     Settings,
+    parse_host,
     parse_roles,
     parse_whole,
     reference_markdown,
@@ -536,6 +537,14 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _host(text: str) -> str:
+    """A `--host` value (argparse shows the message of an `ArgumentTypeError` as is)."""
+    try:
+        return parse_host("--host", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `dev`, `serve`, `migrate` and `config` on the top-level parser."""
     dev = sub.add_parser(
@@ -556,7 +565,7 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     make_data_dir = defaults["data_dir"].default_factory
     data_dir = make_data_dir() if callable(make_data_dir) else defaults["data_dir"].default
     data_dir_help = f"data directory (default $DUCTOR_DATA_DIR, else {data_dir})"
-    dev.add_argument("--host", default=None, help=host_help)
+    dev.add_argument("--host", type=_host, default=None, help=host_help)
     dev.add_argument("--port", type=_port, default=None, help=port_help)
     dev.add_argument("--data-dir", default=None, help=data_dir_help)
     dev.add_argument(
@@ -576,7 +585,7 @@ def add_server_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "cannot be reached, or has migrations pending without --migrate, is refused "
         "with one error line and exit status 1.",
     )
-    serve.add_argument("--host", default=None, help=host_help)
+    serve.add_argument("--host", type=_host, default=None, help=host_help)
     serve.add_argument("--port", type=_port, default=None, help=port_help)
     serve.add_argument(
         "--data-dir", default=None, help=data_dir_help + "; for the embedded store only"

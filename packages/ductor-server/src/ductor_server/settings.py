@@ -8,8 +8,10 @@ docs/deploy.md (`ductor config reference`), and a test holds the two together.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +124,29 @@ def parse_choice(name: str, text: str, choices: tuple[str, ...]) -> str:
     if (value := text.strip().lower()) in choices:
         return value
     raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+
+
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+    r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?"
+)
+
+
+def parse_host(name: str, text: str) -> str:
+    """Parse the address to listen on, given as `name`: an IP address or a host name.
+
+    Raises:
+        ValueError: anything else (a space, a scheme, a port); the message names `name`.
+    """
+    value = text.strip()
+    if value.startswith("[") and value.endswith("]"):  # an IPv6 address as a URL writes it
+        value = value[1:-1]
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(value):
+            raise ValueError(f"{name} must be an IP address or a host name, got {text!r}") from None
+    return value
 
 
 REDIS_SCHEMES: tuple[str, ...] = ("redis", "rediss", "unix")
@@ -349,7 +374,7 @@ class Settings:
         if data_dir := env.get("DUCTOR_DATA_DIR"):
             values["data_dir"] = Path(data_dir)
         if host := env.get("DUCTOR_HOST"):
-            values["host"] = host
+            values["host"] = parse_host("DUCTOR_HOST", host)
         if port := env.get("DUCTOR_PORT"):
             values["port"] = parse_whole("DUCTOR_PORT", port, low=0, high=MAX_PORT)
         if roles := env.get("DUCTOR_ROLES"):
@@ -496,8 +521,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="DUCTOR_HOST",
         field="host",
-        what="the interface the server listens on (`--host`), and where the client "
-        "commands look for it",
+        what="the interface the server listens on (`--host`): an IP address or a host "
+        "name; and where the client commands look for it",
     ),
     Variable(
         name="DUCTOR_PORT",
