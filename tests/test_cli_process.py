@@ -358,6 +358,25 @@ def test_bad_flags_are_refused_before_the_start(tmp_path: Path) -> None:
         assert "serve on" not in result.stdout
 
 
+def test_a_data_dir_that_cannot_be_made_stops_every_command_in_one_line(tmp_path: Path) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    wanted = f"error: the data dir '{taken}' (--data-dir or DUCTOR_DATA_DIR) must be a directory"
+    port = str(_free_port())
+    for args, env in (
+        (["serve", "--port", port], {"DUCTOR_DATA_DIR": str(taken)}),
+        (["dev", "--port", port], {"DUCTOR_DATA_DIR": str(taken)}),
+        (["migrate", "--data-dir", str(taken)], {}),
+        (["tenants", "create", "acme", "--database", "--data-dir", str(taken)], {}),
+    ):
+        result = _ductor(*args, env=env)
+        assert result.returncode == 2, (args, result)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, (args, result.stderr)
+        assert lines[0].startswith(wanted), (args, lines[0])
+        assert " on http" not in result.stdout
+
+
 def test_a_database_a_newer_version_migrated_is_refused_by_every_command(
     tmp_path: Path,
 ) -> None:

@@ -91,7 +91,7 @@ def run_keys_create(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
     if settings.embedded:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.make_data_dir()
 
     async def run() -> str:
         store = await open_migrated(settings)
@@ -186,7 +186,7 @@ async def _locally(args: argparse.Namespace, operation: Operation) -> Any:
 
     settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
     if settings.embedded:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.make_data_dir()
     store = await open_migrated(settings)
     try:
         answer = await operation(TenantsService(store))

@@ -330,7 +330,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if settings.outbound_allow is None:
         # On a developer's machine the app under development listens on loopback.
         settings = dataclasses.replace(settings, outbound_allow=("127.0.0.0/8", "::1/128"))
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.make_data_dir()
     # Two servers on one data dir would share its SQLite file and its pid file: the
     # second would answer for, and on its exit remove, the first's pid.
     try:
@@ -469,7 +469,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
     if settings.embedded:
         # Nobody else migrates an embedded store: do it at start, as `dev` does.
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.make_data_dir()
         settings = dataclasses.replace(settings, migrate_on_start=True)
     with _quiet_pool():
         problem = asyncio.run(_check_database(settings))
@@ -496,7 +496,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         environ=environ, data_dir=Path(args.data_dir) if args.data_dir else None
     )
     if settings.embedded:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.make_data_dir()
 
     async def run() -> list[str]:
         from ductor_server.storage import open_store

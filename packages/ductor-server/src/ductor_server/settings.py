@@ -332,6 +332,21 @@ class Settings:
         """Where a running `ductor dev` writes its process id."""
         return self.data_dir / "ductor.pid"
 
+    def make_data_dir(self) -> None:
+        """Make the data dir (and its parents) unless it exists.
+
+        Raises:
+            ValueError: it cannot be made (a file has its name, a parent is not
+                writable); the message names the directory and why.
+        """
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(
+                f"the data dir {str(self.data_dir)!r} (--data-dir or DUCTOR_DATA_DIR) must be"
+                f" a directory that exists or can be made: {exc.strerror or exc}"
+            ) from None
+
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Build settings from `DUCTOR_*` environment variables, then overrides.
