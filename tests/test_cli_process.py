@@ -255,6 +255,14 @@ def test_unknown_database_schemes_are_refused(tmp_path: Path) -> None:
         assert result.returncode != 0
         assert result.stderr.startswith("error: malformed database URL 'postgres:...'")
         assert "Traceback" not in result.stderr
+        # Nor one whose port or host cannot be read; its password is never shown.
+        for url in ("postgresql://u:secret@127.0.0.1:99999/db", "postgresql://u:secret@[bad/db"):
+            result = _ductor(*command, env={"DUCTOR_DATABASE_URL": url}, cwd=tmp_path)
+            assert result.returncode == 2, (command, url, result)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1, result.stderr
+            assert lines[0].startswith("error: malformed database URL 'postgresql://...'"), lines
+            assert "secret" not in lines[0]
     assert list(tmp_path.iterdir()) == [], "no SQLite file named after the URL"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ductor_server.storage.errors import (
     InvalidCursor,
@@ -64,8 +65,9 @@ def open_store(target: str | Path) -> Store:
     Call `await store.open()` (and `await store.migrate()`) before use.
 
     Raises:
-        ValueError: a URL of any other scheme (e.g. `mysql://`), or one whose `//`
-            is missing (`postgres:/db`).
+        ValueError: a URL of any other scheme (e.g. `mysql://`), one whose `//`
+            is missing (`postgres:/db`), or a Postgres URL whose host or port
+            cannot be read (`:99999`, `[bad`).
     """
     text = str(target)
     scheme, sep, rest = text.partition("://")
@@ -84,6 +86,13 @@ def open_store(target: str | Path) -> Store:
 
         # psycopg (libpq) knows postgresql:// and postgres:// only.
         plain = text if scheme.lower() != "postgresql+psycopg" else f"postgresql://{rest}"
+        try:
+            urlsplit(plain).port  # noqa: B018 (reading it checks the host and the port)
+        except ValueError as exc:  # never the URL itself: it may hold a password
+            raise ValueError(
+                f"malformed database URL {scheme + '://...'!r}: {exc} (a URL is "
+                "scheme://[user@]host[:port]/database)"
+            ) from None
         return PostgresStore(plain)
     if scheme.lower() == "sqlite":
         from ductor_server.storage.sqlite import SqliteStore
