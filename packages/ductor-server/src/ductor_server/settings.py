@@ -507,7 +507,8 @@ VARIABLES: tuple[Variable, ...] = (
         default="unset: SQLite under the data dir",
         what="a `postgresql://` (also `postgres://` or `postgresql+psycopg://`) URL for "
         "`ductor serve`, `ductor migrate` and the `--database` commands, or `sqlite:///path`; "
-        "any other scheme, or a URL without its `//`, is refused",
+        "any other scheme, a URL without its `//`, or one whose host or port cannot be read "
+        "(`:99999`), is refused",
     ),
     Variable(
         name="DUCTOR_REDIS_URL",
