@@ -43,6 +43,10 @@ MAX_COORDINATOR_LOOPS = 16
 DEFAULT_WORKER_CONCURRENCY = 128
 """Step handlers one worker process runs at once unless `DUCTOR_WORKER_CONCURRENCY` says."""
 MAX_WORKER_CONCURRENCY = 4096
+MAX_SECONDS = 365 * 86400
+"""The most seconds a setting may give (a year): more cannot be added to a time."""
+MAX_SANDBOX_MEMORY_MB = 1024 * 1024
+"""The largest sandbox address space (1 TiB): more does not fit an rlimit."""
 POSTGRES_REPORT_LOOPS = 2
 """Worker report loops per process on Postgres (SQLite has one writer: 1)."""
 
@@ -100,7 +104,8 @@ def parse_whole(name: str, text: str, *, low: int, high: int | None = None) -> i
 
 
 def parse_seconds(name: str, text: str, *, zero: bool = False) -> float:
-    """Parse a number of seconds given as `name`: more than 0, or 0 too with `zero`.
+    """Parse a number of seconds given as `name`: more than 0, or 0 too with `zero`,
+    and at most `MAX_SECONDS`.
 
     Raises:
         ValueError: not a finite number, or out of range; the message names `name`.
@@ -109,10 +114,13 @@ def parse_seconds(name: str, text: str, *, zero: bool = False) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if math.isfinite(value) and (value > 0 or (zero and value == 0)):
+    if math.isfinite(value) and (value > 0 or (zero and value == 0)) and value <= MAX_SECONDS:
         return value
     span = "0 or more" if zero else "more than 0"
-    raise ValueError(f"{name} must be a number of seconds, {span}, got {text!r}")
+    raise ValueError(
+        f"{name} must be a number of seconds, {span} and at most {MAX_SECONDS} (a year),"
+        f" got {text!r}"
+    )
 
 
 def parse_choice(name: str, text: str, choices: tuple[str, ...]) -> str:
@@ -425,7 +433,7 @@ class Settings:
             values["cel_sandbox_timeout"] = parse_seconds("DUCTOR_CEL_SANDBOX_TIMEOUT", timeout)
         if memory := env.get("DUCTOR_CEL_SANDBOX_MEMORY_MB"):
             values["cel_sandbox_memory_mb"] = parse_whole(
-                "DUCTOR_CEL_SANDBOX_MEMORY_MB", memory, low=1
+                "DUCTOR_CEL_SANDBOX_MEMORY_MB", memory, low=1, high=MAX_SANDBOX_MEMORY_MB
             )
         if processes := env.get("DUCTOR_CEL_SANDBOX_PROCESSES"):
             values["cel_sandbox_processes"] = parse_whole(
