@@ -151,6 +151,8 @@ def test_the_operator_creates_tenants_that_cannot_reach_each_other(
             operator.post("/v1/tenants", json={"id": "-x y", "name": ""}), 422, "tenant.invalid"
         )
         assert [p["pointer"] for p in bad["details"]] == ["/id", "/name"]
+        named = operator.post("/v1/tenants", json={"id": "ok-name", "name": "a\u0085b"})
+        assert [p["pointer"] for p in _error(named, 422, "tenant.invalid")["details"]] == ["/name"]
         for wrong in ("", "a" * 257, "a\x01b"):  # no name given: only the id is wrong
             unnamed = _error(
                 operator.post("/v1/tenants", json={"id": wrong}), 422, "tenant.invalid"
@@ -278,6 +280,8 @@ def test_malformed_requests_are_refused_whole_with_pointers(served: ServerProces
         cases: list[tuple[dict[str, Any], str]] = [
             ({"name": "x", "scopes": []}, "/scopes"),
             ({"name": "x" * 100_000, "scopes": ["read"]}, "/name"),
+            ({"name": "a\u0085b", "scopes": ["read"]}, "/name"),  # a C1 control
+            ({"name": "a\x7fb", "scopes": ["read"]}, "/name"),
             ({"name": "x", "scopes": ["read"] * 1000}, "/scopes"),
             (
                 {"name": "x", "scopes": ["read"], "expires_at": "2000-01-01T00:00:00Z"},

@@ -225,8 +225,9 @@ class NewKey:
     expires_at: datetime | None
 
 
-def _has_control(text: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control character (C0, DEL or C1: Unicode's Cc)."""
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
 
 
 def check_new_key(body: CreateKeyBody, now: datetime) -> NewKey:
@@ -241,7 +242,7 @@ def check_new_key(body: CreateKeyBody, now: datetime) -> NewKey:
         problems.append({"pointer": pointer, "message": message})
 
     name = body.name
-    if not name.strip() or len(name) > MAX_NAME_LENGTH or _has_control(name):
+    if not name.strip() or len(name) > MAX_NAME_LENGTH or has_control(name):
         problem(
             "/name",
             f"name must be 1 to {MAX_NAME_LENGTH} characters, not blank, without control"
@@ -543,6 +544,7 @@ __all__ = [
     "create_once",
     "display_prefix",
     "granted",
+    "has_control",
     "hash_api_key",
     "key_view",
     "new_api_key",

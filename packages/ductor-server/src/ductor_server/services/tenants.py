@@ -35,6 +35,7 @@ from ductor_server.services.keys import (
     check_new_key,
     create_once,
     created_view,
+    has_control,
     insert_key,
 )
 from ductor_server.storage.protocol import Store, Tx
@@ -120,7 +121,7 @@ def check_tenant(body: TenantBody) -> tuple[str, str]:
     # Without a name the id is the name: only a name given can be wrong on its own.
     name = body.id if body.name is None else body.name
     if body.name is not None and (
-        not name.strip() or len(name) > MAX_TENANT_NAME or any(ord(c) < 32 for c in name)
+        not name.strip() or len(name) > MAX_TENANT_NAME or has_control(name)
     ):
         problems.append(
             {
