@@ -369,6 +369,16 @@ def test_the_cli_manages_keys_and_tenants(sqlite_served: ServerProcess) -> None:
     odd = served.cli("keys", "revoke", "key_x?y#z\x01%41", "--api-key", admin, check=False)
     assert odd.returncode == 1
     assert odd.stderr.startswith("error: key.not_found: API key 'key_x?y#z\\x01%41'"), odd.stderr
+    # A key read from a file keeps its newline there; a key no server made stops at once.
+    assert served.cli("keys", "list", "--api-key", admin + "\n").stdout.count("key_") == 2
+    assert tenant in served.cli("tenants", "list", "--operator-key", OPERATOR_KEY + "\n").stdout
+    for command in (
+        ["keys", "list", "--api-key", "dk_é"],
+        ["tenants", "list", "--operator-key", "é"],
+    ):
+        unusable = served.cli(*command, check=False)
+        assert unusable.returncode == 2, unusable
+        assert unusable.stderr.startswith("error: client.usage: the key given by --"), unusable
     keys = served.cli("keys", "list", "--api-key", admin).stdout.splitlines()
     assert len(keys) == 2
     assert re.fullmatch(

@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ductor_server.cli_client import ClientError, find_api_key, server_url, usage_error
+from ductor_server.cli_client import (
+    API_KEY_SOURCES,
+    ClientError,
+    checked_key,
+    find_api_key,
+    server_url,
+    usage_error,
+)
 
 
 def _write(stream: TextIO, lines: list[str]) -> None:
@@ -45,6 +52,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
         return 1
     try:
+        key = checked_key(key, API_KEY_SOURCES)
         url = server_url(args.url)
     except ClientError as exc:
         return usage_error(exc)

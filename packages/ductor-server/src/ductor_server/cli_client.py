@@ -93,8 +93,31 @@ def segment(value: str | int) -> str:
     return quote(str(value), safe="")
 
 
+API_KEY_SOURCES = "--api-key, DUCTOR_API_KEY or <data dir>/api_key"
+"""Where the client commands find the API key, as an error names them."""
+
+
+def checked_key(key: str, where: str) -> str:
+    """`key` as it is sent, without the whitespace around it (a secret kept in a file
+    often ends with a newline).
+
+    Raises:
+        ClientError: `client.usage`, it holds a character no key has (a key is
+            printable ASCII); the message names `where` it came from, not the key.
+    """
+    key = key.strip()
+    if not key or not all(32 < ord(c) < 127 for c in key):
+        raise ClientError(
+            "client.usage",
+            f"the key given by {where} holds a character no key has (a key is printable"
+            " ASCII without spaces)",
+        )
+    return key
+
+
 def find_api_key(flag: str | None, data_dir: str | None) -> str | None:
-    """The key from the flag, `DUCTOR_API_KEY`, or `<data-dir>/api_key`, in that order."""
+    """The key from the flag, `DUCTOR_API_KEY`, or `<data-dir>/api_key`, in that order
+    (as given: `checked_key` checks it)."""
     if flag:
         return flag
     if key := os.environ.get("DUCTOR_API_KEY"):
@@ -569,6 +592,7 @@ def run_client_command(args: argparse.Namespace) -> int:
         )
         return 1
     try:
+        key = checked_key(key, API_KEY_SOURCES)
         url = server_url(args.url)
     except ClientError as exc:
         return usage_error(exc)

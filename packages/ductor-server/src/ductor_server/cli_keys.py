@@ -25,6 +25,7 @@ import msgspec
 from ductor_server.cli_client import (
     ApiClient,
     ClientError,
+    checked_key,
     command,
     run_client_command,
     segment,
@@ -162,6 +163,7 @@ def _run_operator(
                     " (or use --database to work on the database directly)",
                 )
             try:
+                key = checked_key(key, "--operator-key or DUCTOR_OPERATOR_KEY")
                 url = server_url(args.url)
             except ClientError as exc:
                 return usage_error(exc)
