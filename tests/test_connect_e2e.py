@@ -700,6 +700,12 @@ def test_bad_input_is_invalid_argument_with_rests_message(sqlite: ServerProcess)
         small = gzip.compress(b'{"family_slug": "x", "nope": 1}')
         status, error = refused(small, **{"Content-Encoding": "gzip"})
         assert error["details"][0]["debug"]["details"]["path"] == "$.nope"
+        status, error = refused(b'{"family_slug": "x"}', **{"Content-Encoding": "gzip"})
+        assert (status, error["code"]) == (400, "invalid_argument")
+        assert error["details"][0]["debug"] == {
+            "code": "request.invalid",
+            "details": {"header": "Content-Encoding"},
+        }
 
         status, error = refused(b'{"family_slug": "x"}', **{"Idempotency-Key": "k" * 300})
         assert error["details"][0]["debug"]["details"] == {"header": "Idempotency-Key"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import zlib
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
@@ -25,7 +26,7 @@ from protobuf import Oneof
 from protobuf.wkt import ListValue, Struct, Value
 
 from ductor_core.errors import DuctorError
-from ductor_server.errors import shown
+from ductor_server.errors import RequestInvalid, shown
 from ductor_server.services import Answer
 from ductor_server.services.keys import Caller, Scope
 from ductor_server.transports.connect.method import PACKAGE, Method
@@ -231,13 +232,18 @@ def _limited(scope: Any, receive: Any, max_body_bytes: int) -> Any:
 
 class _Gzip(GzipCompression):
     """The library's gzip, whose refusal of a body that inflates past the limit
-    carries REST's `request.too_large` detail, as a body sent that large does."""
+    carries REST's `request.too_large` detail, as a body sent that large does, and
+    of a body that is not gzip a `request.invalid` naming the header."""
 
     def decompress(
         self, data: bytes | bytearray | memoryview, read_max_bytes: int | None = None
     ) -> bytes:
         try:
             return super().decompress(data, read_max_bytes)
+        except (zlib.error, OSError, EOFError):
+            message = "the request body is not gzip, as its Content-Encoding says"
+            error = RequestInvalid(message, details={"header": "Content-Encoding"})
+            raise connect_error(error) from None
         except ConnectError as exc:
             if read_max_bytes is None or exc.code != Code.RESOURCE_EXHAUSTED:
                 raise
