@@ -620,6 +620,46 @@ async def test_cancel_handlers() -> None:
     assert seen == [("r1", "user", {"id": 1}), ("r2", None, "explode")]
 
 
+async def test_a_cancel_handler_error_is_answered_once_whatever_its_text() -> None:
+    """A handler error whose text cannot be read is still the cancel's answer (200),
+    not a 500 the engine would retry by calling the handler again."""
+    client = make_client()
+    calls: list[str] = []
+
+    class Unreadable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    async def on_cancel(ctx: Any, order: Any) -> None:
+        calls.append(ctx.run_id)
+        if order == "unreadable":
+            raise Unreadable()
+        raise NonRetriableError("refund \ud800 refused", code="refund.refused", details={"n": 1})
+
+    @client.workflow("with-handler", on_cancel=on_cancel)
+    async def with_handler(ctx: Context, _: Any) -> None:
+        return None
+
+    from ductor.protocol import CancelRequest, CancelResponse
+
+    keys = SigningKeys("signkey-test-0001")
+    errors = []
+    for run_id, order in (("r1", "unreadable"), ("r2", "coded")):
+        body = encode(CancelRequest(run_id=run_id, workflow_id="with-handler", input=order))
+        headers = {SIGNATURE_HEADER: keys.request_header(body, now=int(time.time()))}
+        answer = await client.handle("POST", headers, body)
+        assert answer.status == 200, answer.body
+        response = decode(answer.body, CancelResponse)
+        assert response.handled is True
+        assert response.error is not None
+        errors.append(response.error)
+    assert calls == ["r1", "r2"]
+    assert (errors[0].code, errors[0].name) == ("cancel.error", "Unreadable")
+    assert "could not be read" in errors[0].message
+    assert (errors[1].code, errors[1].message) == ("refund.refused", "refund \ufffd refused")
+    assert errors[1].details == {"n": 1}
+
+
 async def test_recorded_wait_results_are_typed_for_the_body() -> None:
     client = make_client()
 

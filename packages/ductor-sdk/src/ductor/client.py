@@ -20,7 +20,7 @@ import msgspec
 
 from ductor import _telemetry
 from ductor._answers import ErrorBody, decode_answer
-from ductor._replay import Context, ExecuteParams, execute_workflow
+from ductor._replay import Context, ExecuteParams, error_info, execute_workflow
 from ductor._version import __version__
 from ductor.durations import canonical_duration, parse_duration
 from ductor.errors import (
@@ -503,14 +503,11 @@ class Client:
         try:
             await wf.on_cancel(ctx, request.input)
         except Exception as exc:
+            # Always an answer: a 5xx would have the engine call the handler again.
             return CancelResponse(
                 run_id=request.run_id,
                 handled=True,
-                error=ErrorInfo(
-                    code=exc.code if isinstance(exc, DuctorError) else "cancel.error",
-                    message=str(exc),
-                    name=type(exc).__name__,
-                ),
+                error=error_info(exc, default_code="cancel.error", retryable=False),
             )
         return CancelResponse(run_id=request.run_id, handled=True)
 
