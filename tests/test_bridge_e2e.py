@@ -436,6 +436,48 @@ def test_inline_runs_checkpoint_and_bad_signatures_are_refused(
         assert [a["app_id"] for a in http.get("/v1/bridge/apps").json()] == ["shop"]
 
 
+def test_an_inline_run_whose_last_checkpoint_is_refused_is_not_reported_ended(
+    make_server: Callable[..., Any],
+) -> None:
+    """The run is cancelled while the caller executes it: its RUN_COMPLETE is not
+    recorded, so run_inline must not answer SUCCEEDED for a run the server ended
+    otherwise."""
+    server = make_server("inline", env={"DUCTOR_BRIDGE_SIGNING_KEY": KEY}).start()
+    local = Client(
+        "desk",
+        signing_key=KEY,
+        server_url=server.url,
+        api_key=server.api_key,
+        url="http://127.0.0.1:9/api/ductor",
+    )
+
+    @local.workflow("cancelled-midway")
+    async def cancelled_midway(ctx: Context, _: Any) -> str:
+        await ctx.step.run("first", lambda: 1)
+        # Not a step: the run is cancelled from outside between two checkpoints.
+        await asyncio.to_thread(_cancel_and_wait, server, ctx.run_id)
+        return "done"
+
+    async def inline() -> Any:
+        try:
+            await local.sync()
+            return await local.run_inline("cancelled-midway")
+        finally:
+            await local.aclose()
+
+    outcome = asyncio.run(inline())
+    run = server.wait_for_run(outcome.run_id, timeout=TIMEOUT)
+    assert run["status"] == "RUN_STATUS_CANCELLED"
+    assert outcome.status == "RUN_STATUS_RUNNING"
+    assert outcome.output is None
+
+
+def _cancel_and_wait(server: Any, run_id: str) -> None:
+    with ApiClient(server.url, api_key=server.api_key) as api:
+        api.cancel(run_id, reason="stop")
+        assert api.wait_for_result(run_id, timeout=TIMEOUT).status == "RUN_STATUS_CANCELLED"
+
+
 def test_inputs_above_the_inline_limit_travel_by_reference(bridge: tuple[Any, AppProcess]) -> None:
     server, _ = bridge
     # Under the API's body limit, but with the first step's result recorded the

@@ -247,7 +247,8 @@ class InlineRun:
 
     `status` is `RUN_STATUS_SUCCEEDED` or `RUN_STATUS_FAILED` when the run ended
     in this process, `RUN_STATUS_RUNNING` when it waits (sleep, event, signal,
-    child, retry) and the engine drives the rest through the bridge.
+    child, retry) and the engine drives the rest through the bridge, or when the
+    server did not record the last checkpoint (read the run for its status).
     """
 
     run_id: str
@@ -557,9 +558,11 @@ class Client:
             retries=wf.retries,
         )
         opcodes = await execute_workflow(wf._body, params, checkpoint=checkpoint)
-        # The last opcodes were not reported yet; if this fails the engine will
-        # drive the run through the bridge from its last checkpoint.
-        await checkpoint(opcodes)
+        # The last opcodes were not reported yet. Unrecorded, the run did not end
+        # here: the engine drives it from its last checkpoint, or it already
+        # ended otherwise (cancelled, timed out), and the server says how.
+        if not await checkpoint(opcodes):
+            return InlineRun(run_id=started.run_id, status="RUN_STATUS_RUNNING")
         last = opcodes[-1]
         if isinstance(last, RunCompleteOp):
             return InlineRun(
