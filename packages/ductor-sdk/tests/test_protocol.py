@@ -168,6 +168,12 @@ def test_negative_timedelta_is_refused() -> None:
         format_duration(timedelta(seconds=-1))
 
 
+def test_a_timedelta_past_the_longest_duration_is_refused() -> None:
+    assert canonical_duration(timedelta(days=36_500)) == "36500d"
+    with pytest.raises(DurationError, match="36500d"):
+        canonical_duration(timedelta(days=36_501))
+
+
 def test_decode_of_a_union_type_reports_a_protocol_error() -> None:
     from ductor.protocol import Opcode, decode
 

@@ -321,6 +321,47 @@ async def test_non_retriable_and_retry_after_errors() -> None:
     assert failed_step.error.details == {"bin": "4242"}
 
 
+async def test_durations_the_server_cannot_keep_are_errors_of_the_step_or_body() -> None:
+    """A retry_after that is not a timedelta fails the try that raised it (it was a
+    TypeError out of the handler, a 500 that ran the step again); one past the
+    longest duration is that longest; a sleep past it is refused, not sent as a
+    duration the server reads as no sleep at all."""
+    client = make_client()
+
+    async def bad_delay() -> None:
+        raise RetryAfterError("slow down", retry_after=30)  # type: ignore[arg-type]
+
+    async def endless_delay() -> None:
+        raise RetryAfterError("slow down", retry_after=timedelta(days=10**6))
+
+    @client.workflow("bad-delay")
+    async def bad(ctx: Context, _: None) -> None:
+        await ctx.step.run("call", bad_delay)
+
+    @client.workflow("endless-delay")
+    async def endless(ctx: Context, _: None) -> None:
+        await ctx.step.run("call", endless_delay)
+
+    @client.workflow("long-nap", retries=0)
+    async def long_nap(ctx: Context, _: None) -> None:
+        await ctx.step.sleep("nap", timedelta(days=40_000))
+
+    (retried,) = await _execute(client, "bad-delay", [])
+    assert isinstance(retried, StepErrorOp)
+    assert retried.retry_after is None
+    assert (retried.error.name, retried.error.message) == (
+        "TypeError",
+        "retry_after must be a timedelta, got 30",
+    )
+    (later,) = await _execute(client, "endless-delay", [])
+    assert isinstance(later, StepErrorOp)
+    assert later.retry_after == "36500d"
+    (refused,) = await _execute(client, "long-nap", [])
+    assert isinstance(refused, RunFailedOp)
+    assert refused.error.code == "duration.invalid"
+    assert "36500d" in refused.error.message
+
+
 async def test_body_errors_become_run_error_then_run_failed() -> None:
     client = make_client()
 

@@ -20,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 import msgspec
 
 from ductor import _telemetry
-from ductor.durations import canonical_duration
+from ductor.durations import MAX_DURATION, canonical_duration
 from ductor.errors import (
     DuctorError,
     NonDeterminismError,
@@ -484,7 +484,8 @@ def _details(details: Any) -> Any:
 
 def _retry_after(exc: BaseException) -> str | None:
     if isinstance(exc, RetryAfterError):
-        return canonical_duration(max(exc.retry_after, timedelta(0)))
+        # A longer wait than the server can keep is the longest it keeps.
+        return canonical_duration(min(max(exc.retry_after, timedelta(0)), MAX_DURATION))
     return None
 
 

@@ -45,11 +45,13 @@ def format_duration(value: timedelta) -> str:
     """Format a timedelta as the canonical duration string ("1h30m", "250ms").
 
     Raises:
-        DurationError: the value is negative.
+        DurationError: the value is negative or longer than `MAX_DURATION`.
     """
     millis = round(value.total_seconds() * 1000)
     if millis < 0:
         raise DurationError(f"duration must not be negative, got {value!r}")
+    if value > MAX_DURATION:  # the server would not parse it back
+        raise DurationError(f"duration {value!r} is longer than the limit of 36500d (100 years)")
     if millis == 0:
         return "0s"
     parts: list[str] = []

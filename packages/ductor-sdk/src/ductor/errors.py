@@ -74,6 +74,8 @@ class RetryAfterError(DuctorError):
         code: str | None = None,
         details: Any = None,
     ) -> None:
+        if not isinstance(retry_after, timedelta):
+            raise TypeError(f"retry_after must be a timedelta, got {retry_after!r}")
         super().__init__(message, code=code, details=details)
         self.retry_after = retry_after
 
