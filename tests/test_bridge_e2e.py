@@ -41,6 +41,7 @@ from ductor.protocol import (
     StepRunOp,
     decode,
     encode,
+    new_nonce,
     signature_header,
 )
 from ductor_server.services.keys import hash_api_key
@@ -470,6 +471,64 @@ def test_an_inline_run_whose_last_checkpoint_is_refused_is_not_reported_ended(
     assert run["status"] == "RUN_STATUS_CANCELLED"
     assert outcome.status == "RUN_STATUS_RUNNING"
     assert outcome.output is None
+
+
+def test_a_checkpoint_with_a_time_the_engine_cannot_keep_is_refused_naming_it(
+    make_server: Callable[..., Any],
+) -> None:
+    """A checkpointed sleep whose duration does not parse used to be accepted and
+    fire at once; it is a 422 naming the opcode's field, and records nothing."""
+    server = make_server("checkpoint", env={"DUCTOR_BRIDGE_SIGNING_KEY": KEY}).start()
+    local = Client("desk", signing_key=KEY, server_url=server.url, api_key=server.api_key)
+
+    @local.workflow("napper")
+    async def napper(ctx: Context, _: Any) -> None:
+        await ctx.step.sleep("nap", "1h")
+
+    async def sync() -> None:
+        try:
+            await local.sync(url="http://127.0.0.1:9/api/ductor")
+        finally:
+            await local.aclose()
+
+    asyncio.run(sync())
+    keys = SigningKeys(KEY)
+    with server.client() as http:
+
+        def signed_post(path: str, body: bytes) -> httpx.Response:
+            header = keys.header(body, now=int(time.time()), nonce=new_nonce())
+            return http.post(
+                path, content=body, headers={SIGNATURE_HEADER: header, APP_HEADER: "desk"}
+            )
+
+        started = signed_post(
+            "/v1/bridge/runs",
+            encode(InlineRunRequest(app_id="desk", workflow_id="napper", input=None)),
+        )
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run_id"]
+        ops = [
+            {"op": "STEP_RUN", "id": "a" * 32, "name": "first", "result": 1},
+            {"op": "SLEEP", "id": "b" * 32, "name": "nap", "duration": "banana", "until": None},
+            {"op": "SLEEP", "id": "c" * 32, "name": "nap2", "duration": None, "until": "soon"},
+        ]
+        body = {"run_id": run_id, "app_id": "desk", "workflow_id": "napper", "opcodes": ops}
+        path = f"/v1/bridge/runs/{run_id}/checkpoint"
+        refused = signed_post(path, json.dumps(body).encode())
+        assert refused.status_code == 422, refused.text
+        error = refused.json()
+        assert error["code"] == "request.invalid"
+        assert [p["pointer"] for p in error["details"]["problems"]] == [
+            "/opcodes/1/duration",
+            "/opcodes/2/until",
+        ]
+        time.sleep(1)  # a wrongly queued checkpoint would have been applied by now
+        assert {s["ref"] for s in _run(http, run_id)["steps"]} == {"_bridge"}
+        ops[1]["duration"] = "1h"
+        del ops[2]
+        accepted = signed_post(path, json.dumps(body).encode())
+        assert accepted.status_code == 200, accepted.text
+        _wait(http, run_id, _waiting_for("timer"))
 
 
 def _cancel_and_wait(server: Any, run_id: str) -> None:

@@ -113,6 +113,44 @@ async def test_bad_answers_fail_the_attempt_clearly(
     assert failed.value.error.retryable is retryable
 
 
+@pytest.mark.parametrize(
+    ("op", "pointer"),
+    [
+        ({"op": "SLEEP", "duration": "banana", "until": None}, "/opcodes/1/duration"),
+        ({"op": "SLEEP", "duration": "36501d", "until": None}, "/opcodes/1/duration"),
+        ({"op": "SLEEP", "duration": None, "until": "99999-01-01"}, "/opcodes/1/until"),
+        ({"op": "SLEEP", "duration": None, "until": None}, "/opcodes/1"),
+        (
+            {"op": "WAIT_FOR_EVENT", "event": "e", "match": None, "timeout": "7x"},
+            "/opcodes/1/timeout",
+        ),
+        ({"op": "WAIT_FOR_SIGNAL", "signal": "s", "timeout": ""}, "/opcodes/1/timeout"),
+    ],
+    ids=[
+        "sleep-banana",
+        "sleep-too-long",
+        "until-year-99999",
+        "sleep-of-nothing",
+        "event",
+        "signal",
+    ],
+)
+async def test_an_answer_with_a_time_the_engine_cannot_keep_fails_naming_it(
+    store: Store, op: dict[str, Any], pointer: str
+) -> None:
+    """Such a sleep or timeout used to be read as none at all: it fired at once."""
+    ops = [{"op": "SLEEP", "id": "a" * 32, "name": "fine", "duration": "1m", "until": None}]
+    ops.append({"id": "b" * 32, "name": "bad", **op})
+    body = msgspec.json.encode({"run_id": "run-1", "opcodes": ops})
+    driver = await _driver(store, lambda _: _signed(body))
+    with pytest.raises(ActionFailed) as failed:
+        await driver(_call())
+    await driver.aclose()
+    assert failed.value.error.code == "bridge.bad_response"
+    assert failed.value.error.retryable is False
+    assert f"at {pointer}:" in failed.value.error.message
+
+
 async def test_an_unreachable_or_unknown_app_is_retryable(store: Store) -> None:
     def down(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)

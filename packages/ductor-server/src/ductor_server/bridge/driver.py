@@ -35,6 +35,7 @@ from ductor_core.runs import ErrorInfo, RunStatus
 from ductor_server.bridge.keys import BridgeKeys, keys_for_app, signing_keys_from_env
 from ductor_server.bridge.registry import get_app, get_workflow, touch_app
 from ductor_server.bridge.runs import create_bridge_run
+from ductor_server.bridge.tick import opcode_problems
 from ductor_server.engine.actions import ActionCall, ActionFailed, failure
 from ductor_server.engine.catalog import WorkflowCatalog
 from ductor_server.engine.clock import Clock, SystemClock
@@ -178,6 +179,12 @@ class BridgeDriver:
             answer = decode(content, ExecuteResponse)
         except ProtocolError as exc:
             raise failure("bridge.bad_response", exc.message, retryable=False) from None
+        problems = opcode_problems(answer.opcodes)
+        if problems:
+            first = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            message = f"the app's answer, at {first['pointer']}: {first['message']}{more}"
+            raise failure("bridge.bad_response", message, retryable=False)
         await self._touch(call.tenant_id, app_id)
         return {"opcodes": msgspec.to_builtins(answer.opcodes)}
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import msgspec
@@ -284,6 +284,45 @@ def checkpoint_input(sequence: int, opcodes: list[Opcode]) -> AttemptResult:
         ok=True,
         output={"opcodes": msgspec.to_builtins(opcodes)},
     )
+
+
+def opcode_problems(opcodes: Sequence[Opcode]) -> list[dict[str, str]]:
+    """The times an app's opcodes give that the tick could not keep, each with its
+    pointer (`/opcodes/0/duration`): a SLEEP with neither or both of `duration` and
+    `until`, or a duration, timeout or `until` that does not parse. Without this
+    the tick would read such a sleep or timeout as none at all."""
+    problems: list[dict[str, str]] = []
+
+    def duration(pointer: str, text: str | None) -> None:
+        if text is None:
+            return
+        try:
+            parse_duration(text)
+        except DuctorError as exc:
+            problems.append({"pointer": pointer, "message": exc.message})
+
+    for i, op in enumerate(opcodes):
+        at = f"/opcodes/{i}"
+        if isinstance(op, SleepOp):
+            if (op.duration is None) == (op.until is None):
+                message = "a SLEEP needs exactly one of duration and until"
+                problems.append({"pointer": at, "message": message})
+            duration(f"{at}/duration", op.duration)
+            if op.until is not None and _until(op.until) is None:
+                message = f"not an ISO 8601 time like 2030-01-01T09:00:00Z: {op.until[:64]!r}"
+                problems.append({"pointer": f"{at}/until", "message": message})
+        elif isinstance(op, WaitForEventOp | WaitForSignalOp | InvokeOp):
+            duration(f"{at}/timeout", op.timeout)
+    return problems
+
+
+def _until(text: str) -> datetime | None:
+    """An opcode's `until` as an aware time (UTC when it names no offset), else None."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _backoff(attempt: int, cap: float) -> timedelta:
@@ -1027,6 +1066,7 @@ __all__ = [
     "checkpoint_input",
     "core_error",
     "is_bridge_slug",
+    "opcode_problems",
     "parse_bridge_slug",
     "read_data",
     "wire_error",

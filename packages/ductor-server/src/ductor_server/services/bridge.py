@@ -55,7 +55,12 @@ from ductor_server.bridge.nonces import first_use
 from ductor_server.bridge.probe import call_app
 from ductor_server.bridge.registry import get_app, list_apps, sync_app, touch_app
 from ductor_server.bridge.runs import bridge_data, create_bridge_run, find_workflow
-from ductor_server.bridge.tick import BRIDGE_KIND, checkpoint_input, parse_bridge_slug
+from ductor_server.bridge.tick import (
+    BRIDGE_KIND,
+    checkpoint_input,
+    opcode_problems,
+    parse_bridge_slug,
+)
 from ductor_server.engine.effects import Effects
 from ductor_server.engine.outbound import OutboundPolicy
 from ductor_server.engine.queue import Topic
@@ -454,9 +459,12 @@ class BridgeService:
         """
         if body.run_id != run_id:
             raise RequestInvalid(f"the body is for run {body.run_id!r}, the path for {run_id!r}")
+        await self._allow(caller, body.app_id)
+        problems = opcode_problems(body.opcodes)
+        if problems:
+            _refuse(problems)
         context = self._context
         now = context.clock.now()
-        await self._allow(caller, body.app_id)
         claim = Claim.of(
             tenant_id, "bridge.runs.checkpoint", idempotency_key, body, now=now, target=run_id
         )
@@ -701,7 +709,7 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
 
 
 def _refuse(problems: list[dict[str, str]]) -> NoReturn:
-    """Raise the sync's refusal naming every problem (`details.problems`)."""
+    """Raise the refusal of a sync or checkpoint naming every problem (`details.problems`)."""
     first = problems[0]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     raise RequestInvalid(
