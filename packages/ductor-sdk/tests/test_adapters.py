@@ -17,7 +17,7 @@ from litestar import Litestar
 from starlette.applications import Starlette
 
 from ductor import CancelContext, Client, Context, Event, Signal, StepFailed
-from ductor.asgi import BridgeApp
+from ductor.asgi import MAX_BODY_BYTES, BridgeApp
 from ductor.litestar import bridge_handler
 from ductor.protocol import (
     SIGNATURE_HEADER,
@@ -331,6 +331,22 @@ async def test_other_methods_get_the_signed_405_of_every_adapter(adapter: str) -
         head = await http.head("/api/ductor")  # HEAD is health, as GET is
         assert head.status_code == 200
         assert SIGNATURE_HEADER.lower() in head.headers
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+async def test_every_adapter_takes_bodies_up_to_64_mib_and_refuses_larger(adapter: str) -> None:
+    """The same limit everywhere: Litestar refused 10 MB with its own 413, and the
+    Starlette route read any size into memory before the signature was checked."""
+    calls: Counter[str] = Counter()
+    transport = httpx.ASGITransport(app=ADAPTERS[adapter](build_client(calls)))
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+        eleven_mb = await http.post("/api/ductor", content=b" " * (11 * 1024 * 1024))
+        assert eleven_mb.status_code == 401, eleven_mb.content[:200]
+        error = msgspec.json.decode(eleven_mb.content, type=ErrorResponse)
+        assert error.code == "signature.missing"
+        too_large = await http.post("/api/ductor", content=b" " * (MAX_BODY_BYTES + 1))
+        assert too_large.status_code == 413, too_large.content[:200]
+    assert not calls
 
 
 async def test_concurrent_runs_over_http_do_not_mix(serve: Callable[[Any], str]) -> None:

@@ -12,6 +12,7 @@ from litestar import Request, Response, route
 from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 
+from ductor.asgi import MAX_BODY_BYTES
 from ductor.client import Client
 from ductor.protocol import BRIDGE_PATH
 
@@ -22,7 +23,8 @@ def bridge_handler(client: Client, path: str = BRIDGE_PATH) -> HTTPRouteHandler:
     """A Litestar handler answering GET (health) and POST (actions) at `path`.
 
     Every other method reaches `Client.handle` too, which answers it with a signed
-    405 `ErrorResponse`, as the bridge endpoint promises.
+    405 `ErrorResponse`, as the bridge endpoint promises. A body over
+    `MAX_BODY_BYTES` (64 MiB) gets Litestar's own 413.
 
     Pass it in `route_handlers=[...]` of `Litestar(...)` or of a `Router`.
     """
@@ -33,6 +35,8 @@ def bridge_handler(client: Client, path: str = BRIDGE_PATH) -> HTTPRouteHandler:
         http_method=list(HttpMethod),
         include_in_schema=False,
         name="ductor_bridge",
+        # The same limit as every adapter's, not Litestar's default of 10 MB.
+        request_max_body_size=MAX_BODY_BYTES,
     )
     async def ductor_bridge(request: Request[Any, Any, Any]) -> Response[bytes]:
         body = await request.body()

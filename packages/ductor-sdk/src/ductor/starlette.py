@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ductor.asgi import MAX_BODY_BYTES
 from ductor.client import Client
 from ductor.protocol import BRIDGE_PATH
 
@@ -27,8 +28,16 @@ def bridge_route(client: Client, path: str = BRIDGE_PATH) -> Route:
     """
 
     async def ductor_bridge(request: Request) -> Response:
-        body = await request.body()
-        answer = await client.handle(request.method, request.headers, body, url=str(request.url))
+        # Read up to the limit only: the signature is checked once the body is in,
+        # so an unsigned caller must not be able to make the app hold any size.
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > MAX_BODY_BYTES:
+                return Response(b"body too large", status_code=413, media_type="text/plain")
+        answer = await client.handle(
+            request.method, request.headers, bytes(body), url=str(request.url)
+        )
         headers = {k: v for k, v in answer.headers.items() if k.lower() != "content-type"}
         return Response(
             answer.body,
