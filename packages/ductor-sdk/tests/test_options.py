@@ -56,6 +56,9 @@ def test_good_options_travel_in_their_wire_form() -> None:
         ({"name": 5}, TypeError, "name"),
         ({"timeout": 0}, DurationError, "duration"),
         ({"timeout": "soon"}, DurationError, "duration"),
+        ({"timeout": "0s"}, ValueError, "timeout"),
+        ({"timeout": timedelta(0)}, ValueError, "timeout"),
+        ({"on_cancel": "refund"}, TypeError, "on_cancel"),
     ],
 )
 def test_a_bad_option_is_refused_at_registration(

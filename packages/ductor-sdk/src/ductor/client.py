@@ -360,6 +360,10 @@ class Client:
         else:
             raise TypeError(f"concurrency must be an int or a Concurrency, got {concurrency!r}")
         text = None if timeout is None else canonical_duration(timeout)
+        if text == "0s":  # every run would time out at once
+            raise ValueError(f"timeout must be longer than zero, got {timeout!r}")
+        if on_cancel is not None and not callable(on_cancel):
+            raise TypeError(f"on_cancel must be an async function, got {on_cancel!r}")
 
         def register(fn: WorkflowFn[InputT, OutputT]) -> Workflow[InputT, OutputT]:
             wf: Workflow[InputT, OutputT] = Workflow(

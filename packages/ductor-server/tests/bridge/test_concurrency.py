@@ -280,6 +280,7 @@ async def test_a_sync_with_options_that_cannot_work_is_refused_saying_where(
                 WorkflowInfo(id="empty", retries=0, concurrency=ConcurrencyInfo()),
                 WorkflowInfo(id="slow", retries=0, timeout="zz"),
                 WorkflowInfo(id="timed", retries=0, timeout="1h30m"),
+                WorkflowInfo(id="instant", retries=0, timeout="0s"),
             ],
         )
         caller = BridgeCaller(tenant_id=TENANT, app_id="shop", own_key=False)
@@ -293,6 +294,7 @@ async def test_a_sync_with_options_that_cannot_work_is_refused_saying_where(
         "/workflows/1/concurrency/key",
         "/workflows/2/concurrency",
         "/workflows/3/timeout",
+        "/workflows/5/timeout",
     ]
     assert details["pointer"] == "/workflows/1/concurrency/limit"
 

@@ -690,7 +690,9 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
                 problems.append({"pointer": pointer, "message": message})
         if info.timeout is not None:
             try:
-                parse_duration(info.timeout)
+                if parse_duration(info.timeout) <= timedelta(0):  # every run would fail at once
+                    message = f"must be longer than zero, got {info.timeout!r}"
+                    problems.append({"pointer": f"/workflows/{i}/timeout", "message": message})
             except DurationError as exc:
                 problems.append({"pointer": f"/workflows/{i}/timeout", "message": exc.message})
         for j, trigger in enumerate(info.triggers):
