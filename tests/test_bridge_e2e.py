@@ -437,13 +437,17 @@ def test_inline_runs_checkpoint_and_bad_signatures_are_refused(
         assert [a["app_id"] for a in http.get("/v1/bridge/apps").json()] == ["shop"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_an_inline_run_whose_last_checkpoint_is_refused_is_not_reported_ended(
-    make_server: Callable[..., Any],
+    make_server: Callable[..., Any], request: pytest.FixtureRequest, backend: str
 ) -> None:
     """The run is cancelled while the caller executes it: its RUN_COMPLETE is not
     recorded, so run_inline must not answer SUCCEEDED for a run the server ended
     otherwise."""
-    server = make_server("inline", env={"DUCTOR_BRIDGE_SIGNING_KEY": KEY}).start()
+    database_url = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+    server = make_server(
+        "inline", database_url=database_url, env={"DUCTOR_BRIDGE_SIGNING_KEY": KEY}
+    ).start()
     local = Client(
         "desk",
         signing_key=KEY,
