@@ -71,6 +71,50 @@ def test_wait_for_result_times_out(fake_server: Any) -> None:
             api.wait_for_result(run.id, timeout=3, interval=0, clock=lambda: next(ticks))
 
 
+_WAIT_LIMIT = b'{"code":"run.wait_limit","message":"too many requests wait for runs"}'
+
+
+def _busy_then_done(asked: list[str], busy: int) -> httpx.MockTransport:
+    """A server whose tenant has too many waiting requests for `busy` answers."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        if len(asked) <= busy:
+            return httpx.Response(429, content=_WAIT_LIMIT)
+        return httpx.Response(200, json={"id": "run-1", "status": "RUN_STATUS_SUCCEEDED"})
+
+    return httpx.MockTransport(answer)
+
+
+def test_wait_for_result_asks_again_while_the_server_is_too_busy_to_wait() -> None:
+    """A 429 run.wait_limit was raised as an ApiError, ending the wait on a run that
+    was still going: it is an answer at once, after which the client pauses and asks
+    again, until its deadline."""
+    asked: list[str] = []
+    transport = _busy_then_done(asked, busy=2)
+    with ApiClient("http://ductor.test", api_key=API_KEY, transport=transport) as api:
+        assert api.wait_for_result("run-1", timeout=5, interval=0).succeeded
+    assert len(asked) == 3
+    ticks = iter(range(100))
+    transport = _busy_then_done([], busy=10_000)
+    api = ApiClient("http://ductor.test", api_key=API_KEY, transport=transport)
+    with api, pytest.raises(TimeoutError, match="429"):
+        api.wait_for_result("run-1", timeout=3, interval=0, clock=lambda: next(ticks))
+
+
+async def test_the_async_wait_asks_again_while_the_server_is_too_busy_to_wait() -> None:
+    asked: list[str] = []
+    sync_transport = _busy_then_done(asked, busy=2)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return sync_transport.handle_request(request)
+
+    transport = httpx.MockTransport(handler)
+    async with AsyncApiClient("http://ductor.test", api_key=API_KEY, transport=transport) as api:
+        assert (await api.wait_for_result("run-1", timeout=5, interval=0)).succeeded
+    assert len(asked) == 3
+
+
 async def test_async_client_does_the_same(fake_server: Any) -> None:
     async with AsyncApiClient(fake_server.url, api_key=API_KEY) as api:
         run = await api.trigger("charge-order", {"id": 2})

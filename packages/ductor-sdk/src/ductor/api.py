@@ -230,6 +230,19 @@ class _Poll:
             raise TimeoutError(f"run {self._run_id!r} still {run.status} after {self._timeout}s")
         return False
 
+    def refused(self, response: httpx.Response) -> bool:
+        """Whether the server refused to hold this request for now (429: too many of
+        the tenant's requests wait, `run.wait_limit`), so the client pauses
+        `interval` and asks again; raises TimeoutError once the deadline has passed."""
+        if response.status_code != 429:
+            return False
+        if self._clock() >= self._deadline:
+            raise TimeoutError(
+                f"run {self._run_id!r}: the server refused to wait for it (429) until"
+                f" {self._timeout}s had passed"
+            )
+        return True
+
     def wait(self) -> float:
         """How long the next request asks the server to hold it: the time left,
         at most `LONG_POLL` seconds, and at least a millisecond."""
@@ -336,7 +349,7 @@ class ApiClient:
         """Wait for a run to reach a terminal status and return it: each request
         asks the server to answer once the run ends (a long poll, up to 30 s at a
         time); `interval` is the pause between requests only for a server that
-        answers at once.
+        answers at once, or refuses to wait for now (429, `run.wait_limit`).
 
         Raises:
             TimeoutError: the run is still going after `timeout` seconds.
@@ -345,7 +358,11 @@ class ApiClient:
         while True:
             wait, asked = poll.wait(), time.monotonic()
             call = _get_run(run_id, wait)
-            run = _decode(call, self._send(call, extra=wait), Run)
+            response = self._send(call, extra=wait)
+            if poll.refused(response):
+                time.sleep(interval)
+                continue
+            run = _decode(call, response, Run)
             if poll.finished(run):
                 return run
             if not poll.held(asked, wait):
@@ -456,7 +473,11 @@ class AsyncApiClient:
         while True:
             wait, asked = poll.wait(), time.monotonic()
             call = _get_run(run_id, wait)
-            run = _decode(call, await self._send(call, extra=wait), Run)
+            response = await self._send(call, extra=wait)
+            if poll.refused(response):
+                await asyncio.sleep(interval)
+                continue
+            run = _decode(call, response, Run)
             if poll.finished(run):
                 return run
             if not poll.held(asked, wait):
