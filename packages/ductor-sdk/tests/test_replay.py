@@ -362,6 +362,43 @@ async def test_durations_the_server_cannot_keep_are_errors_of_the_step_or_body()
     assert "36500d" in refused.error.message
 
 
+async def test_a_step_called_inside_a_step_fails_that_step_instead_of_hanging() -> None:
+    """The inner call waited for the outer step it ran in, so the execute never
+    answered; it fails the outer step, non-retriable, naming both."""
+    client = make_client()
+
+    @client.workflow("nested")
+    async def nested(ctx: Context, _: None) -> str:
+        async def outer() -> int:
+            return await ctx.step.run("inner", lambda: 1)
+
+        try:
+            await ctx.step.run("outer", outer)
+        except StepFailed as failed:
+            return failed.code
+        return "ran"
+
+    @client.workflow("child")
+    async def child(ctx: Context, n: int) -> int:
+        return await ctx.step.run("double", lambda: n * 2)
+
+    @client.workflow("runs-a-child-in-a-step")
+    async def runs_child(ctx: Context, _: None) -> Any:
+        async def in_process() -> Any:  # another run, not a nested step
+            return (await LocalEngine(direct(client)).run("child", 21)).output
+
+        return await ctx.step.run("child", in_process)
+
+    (failed,) = await asyncio.wait_for(_execute(client, "nested", []), timeout=10)
+    assert isinstance(failed, StepFailedOp)
+    assert failed.name == "outer"
+    assert failed.error.code == "step.nested"
+    assert "('inner') was called inside step 'outer'" in failed.error.message
+    outcome = await LocalEngine(direct(client)).run("nested")
+    assert outcome.output == "step.nested"
+    assert (await LocalEngine(direct(client)).run("runs-a-child-in-a-step")).output == 42
+
+
 async def test_body_errors_become_run_error_then_run_failed() -> None:
     client = make_client()
 

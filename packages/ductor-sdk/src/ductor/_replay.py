@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import reprlib
 from asyncio import FIRST_COMPLETED
@@ -132,6 +133,12 @@ class _Replay:
     ) -> Any:
         if not isinstance(name, str) or not name:
             raise TypeError(f"{kind.label} needs a non-empty step name, got {name!r}")
+        outer = _RUNNING_STEP.get()
+        if outer is not None:  # it would wait for the step it runs in: forever
+            raise _NestedStep(
+                f"{kind.label}({name!r}) was called inside step {outer!r}: steps cannot be"
+                " nested; call it from the workflow body"
+            )
         self.calls += 1
         if self.closed or self.error is not None:
             raise StepInterrupt()
@@ -511,6 +518,7 @@ async def _call_step(
     pending: _Pending, attempt: int, retries: int
 ) -> StepRunOp | StepErrorOp | StepFailedOp:
     assert pending.fn is not None
+    running = _RUNNING_STEP.set(pending.name)
     try:
         value = pending.fn(*pending.args, **pending.kwargs)
         if inspect.isawaitable(value):
@@ -528,6 +536,8 @@ async def _call_step(
             error=error_info(exc, default_code="step.error", retryable=True),
             retry_after=_retry_after(exc),
         )
+    finally:
+        _RUNNING_STEP.reset(running)
     try:
         result = _to_json(value)
     except _NOT_JSON as exc:
@@ -562,6 +572,22 @@ class ExecuteParams:
     traceparent: str | None = None
 
 
+_RUNNING_STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ductor_running_step", default=None
+)
+"""The name of the step whose body is running in this context, if any."""
+
+
+class _NestedStep(NonRetriableError):
+    code = "step.nested"
+
+
+def _outside_steps() -> contextvars.Context:
+    context = contextvars.copy_context()
+    context.run(_RUNNING_STEP.set, None)
+    return context
+
+
 async def execute_workflow(
     fn: Callable[[Context, Any], Awaitable[Any]],
     params: ExecuteParams,
@@ -584,7 +610,11 @@ async def execute_workflow(
         traceparent=params.traceparent,
     )
     attempt = params.attempt
-    task: asyncio.Task[Any] = asyncio.ensure_future(_call(fn, ctx, params.input))
+    # The body runs outside any step, even when this execute runs inside one
+    # (a step that runs another workflow in-process).
+    task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(
+        _call(fn, ctx, params.input), context=_outside_steps()
+    )
     try:
         while True:
             await replay.settle(task)
