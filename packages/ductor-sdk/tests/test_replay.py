@@ -399,6 +399,47 @@ async def test_a_step_called_inside_a_step_fails_that_step_instead_of_hanging() 
     assert (await LocalEngine(direct(client)).run("runs-a-child-in-a-step")).output == 42
 
 
+async def test_a_cancelled_error_raised_by_user_code_is_an_error_of_its_step_or_body() -> None:
+    """Awaiting a future cancelled elsewhere raises CancelledError in the step: it
+    went out of the handler (no answer, and the engine ran the step again); only a
+    cancellation of the request itself still stops the execute."""
+    client = make_client()
+    started = asyncio.Event()
+
+    async def awaits_a_cancelled_future() -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+
+    async def slow() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    @client.workflow("step-cancelled")
+    async def step_cancelled(ctx: Context, _: None) -> None:
+        await ctx.step.run("call", awaits_a_cancelled_future)
+
+    @client.workflow("body-cancelled")
+    async def body_cancelled(ctx: Context, _: None) -> None:
+        raise asyncio.CancelledError
+
+    @client.workflow("slow")
+    async def slow_wf(ctx: Context, _: None) -> None:
+        await ctx.step.run("slow", slow)
+
+    (retried,) = await _execute(client, "step-cancelled", [])
+    assert isinstance(retried, StepErrorOp)
+    assert retried.error.name == "CancelledError"
+    (body,) = await _execute(client, "body-cancelled", [])
+    assert isinstance(body, RunErrorOp)
+    assert body.error.message == "the workflow body raised CancelledError"
+    request = asyncio.ensure_future(_execute(client, "slow", []))
+    await started.wait()
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+
+
 async def test_body_errors_become_run_error_then_run_failed() -> None:
     client = make_client()
 

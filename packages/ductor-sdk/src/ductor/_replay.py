@@ -523,7 +523,9 @@ async def _call_step(
         value = pending.fn(*pending.args, **pending.kwargs)
         if inspect.isawaitable(value):
             value = await value
-    except Exception as exc:
+    except (Exception, asyncio.CancelledError) as exc:
+        if isinstance(exc, asyncio.CancelledError) and _cancelling():
+            raise  # this request is being cancelled, not a step that raised it
         if _final(exc, attempt, retries):
             return StepFailedOp(
                 id=pending.id,
@@ -580,6 +582,13 @@ _RUNNING_STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 class _NestedStep(NonRetriableError):
     code = "step.nested"
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled (and not a step's code that
+    raised CancelledError of its own, such as awaiting a future cancelled elsewhere)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _outside_steps() -> contextvars.Context:
@@ -706,7 +715,13 @@ def _changed_op(error: NonDeterminismError) -> RunFailedOp:
 
 def _outcome(replay: _Replay, task: asyncio.Task[Any], attempt: int, retries: int) -> Opcode:
     """The run-level opcode of a body that finished without asking for a new step."""
-    exc = task.exception()
+    # A body that raised CancelledError itself (this request was not cancelled:
+    # that would have stopped us before here) failed like any other error.
+    exc = (
+        asyncio.CancelledError("the workflow body raised CancelledError")
+        if task.cancelled()
+        else task.exception()
+    )
     if exc is None:
         missing = replay.unvisited()
         if missing is not None:
@@ -727,7 +742,7 @@ def _outcome(replay: _Replay, task: asyncio.Task[Any], attempt: int, retries: in
                     name=type(err).__name__,
                 )
             )
-    if not isinstance(exc, Exception):
+    if not isinstance(exc, Exception | asyncio.CancelledError):
         raise exc
     if _final(exc, attempt, retries):
         return RunFailedOp(error=error_info(exc, default_code="workflow.error", retryable=False))
