@@ -309,7 +309,9 @@ async def test_a_client_on_one_process_receives_what_another_created(
     async with _http(a) as on_a, feed(b, tenant, "ann", secret) as ann:
         assert (await on_a.post("/v1/workflows", json=PING)).status_code in (200, 201)
         latencies = []
-        for i in range(20):
+        # The first of each kind is not timed: the first run starts A's engine
+        # worker process (about 1 s on an idle machine, 3 s once under a full CI).
+        for i in range(22):
             started = time.perf_counter()
             if i % 2:
                 await _send(on_a, "ann", f"sent {i}")
@@ -317,7 +319,8 @@ async def test_a_client_on_one_process_receives_what_another_created(
                 run = {"family_slug": "ping", "input": {"to": "ann", "i": i}}
                 assert (await on_a.post("/v1/runs", json=run)).status_code == 201
             change = await ann.change()
-            latencies.append(time.perf_counter() - started)
+            if i >= 2:
+                latencies.append(time.perf_counter() - started)
             assert change["seq"] == i + 1
     print(f"\nA -> Redis -> B: median {statistics.median(latencies) * 1000:.1f} ms")
     # Well under B's 5 s safety poll: the push came through Redis.
