@@ -42,7 +42,7 @@ import {
   encode,
   newNonce,
 } from "./protocol.js";
-import { type AnyEvents, type Context, type EventSchemas, type WorkflowTarget, executeWorkflow } from "./replay.js";
+import { type AnyEvents, type Context, type EventSchemas, type WorkflowTarget, errorInfo, executeWorkflow } from "./replay.js";
 import { SDK_NAME, SDK_VERSION } from "./version.js";
 
 /** What starts a workflow: an event (with an optional CEL `match`) or a cron. */
@@ -300,7 +300,13 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
       }
       checkText("concurrency key", concurrency.key);
     }
-    if (timeout !== undefined) canonicalDuration(timeout);
+    if (timeout !== undefined && parseDuration(canonicalDuration(timeout)) <= 0) {
+      // Every run would time out at once (a sync refuses it too).
+      throw new RangeError(`timeout must be longer than zero, got ${JSON.stringify(timeout)}`);
+    }
+    if (options.onCancel !== undefined && typeof options.onCancel !== "function") {
+      throw new TypeError(`onCancel must be a function, got ${typeof options.onCancel}`);
+    }
     const wf = new Workflow(this.appId, options, fn as unknown as WorkflowFn<Input, Output, never>);
     this.#workflows.set(id, wf as unknown as Workflow<unknown, unknown>);
     return wf as unknown as Workflow<Input, Jsonify<Awaited<Output>>>;
@@ -412,17 +418,9 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     try {
       await handler({ runId: request.run_id, workflowId: wf.id, reason: request.reason }, request.input);
     } catch (err) {
-      return {
-        run_id: request.run_id,
-        handled: true,
-        error: {
-          code: err instanceof DuctorError ? err.code : "cancel.error",
-          message: err instanceof Error ? err.message : String(err),
-          name: err instanceof Error ? err.name : null,
-          retryable: false,
-          details: null,
-        },
-      };
+      // Read as a step's error is: a thrown value whose text cannot be read is
+      // still an answer, not a 500 the engine would retry by cancelling again.
+      return { run_id: request.run_id, handled: true, error: errorInfo(err, "cancel.error", false) };
     }
     return { run_id: request.run_id, handled: true, error: null };
   }

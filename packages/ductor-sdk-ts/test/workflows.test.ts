@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Ductor, type Trigger, canonicalDuration } from "../src/index.js";
+import { Ductor, DuctorError, type Trigger, canonicalDuration } from "../src/index.js";
 import { DescribeResponse, decode, encode } from "../src/protocol.js";
 
 const app = () => new Ductor({ appId: "unit", signingKey: "unit-key" });
@@ -95,4 +95,57 @@ test("options of the wrong type (from untyped JavaScript) are refused at registr
 test("an app id that cannot make a slug (bridge:<appId>:<id>) is refused", () => {
   assert.throws(() => new Ductor({ appId: "", signingKey: "k" }), /appId must not be empty/);
   assert.throws(() => new Ductor({ appId: "a:b", signingKey: "k" }), /appId must not contain ':'/);
+});
+
+test("a timeout of zero and an onCancel that is no function are refused at registration", () => {
+  const ductor = app();
+  // Every run would time out at once; a sync refuses it too.
+  assert.throws(() => ductor.workflow({ id: "zero", timeout: "0s" }, body), RangeError);
+  assert.throws(() => ductor.workflow({ id: "zero-ms", timeout: 0 }, body), RangeError);
+  const notAFunction = { onCancel: "cleanup" } as unknown as { onCancel: () => void };
+  assert.throws(() => ductor.workflow({ id: "cancel", ...notAFunction }, body), TypeError);
+  assert.equal(ductor.workflows.size, 0);
+  ductor.workflow({ id: "second", timeout: "1s" }, body);
+  assert.equal(described(ductor, "second").timeout, "1s");
+});
+
+test("a cancel handler's error is answered whatever was thrown, its text unreadable too", async () => {
+  const ductor = app();
+  const thrown: unknown[] = [
+    new DuctorError("refund failed", { code: "refund.failed", details: { order: 7 } }),
+    new Error("plain"),
+    Object.create(null), // String() of it throws
+    {
+      toString() {
+        throw new Error("no text");
+      },
+    },
+  ];
+  let next = 0;
+  ductor.workflow(
+    {
+      id: "cancellable",
+      onCancel: () => {
+        throw thrown[next++];
+      },
+    },
+    body,
+  );
+  const answers = [];
+  for (let i = 0; i < thrown.length; i++) {
+    answers.push(await ductor.cancel({ action: "cancel", run_id: `run-${i}`, workflow_id: "cancellable", input: null, reason: null }));
+  }
+  assert.deepEqual(
+    answers.map((a) => [a.handled, a.error?.code, a.error?.retryable]),
+    [
+      [true, "refund.failed", false],
+      [true, "cancel.error", false],
+      [true, "cancel.error", false],
+      [true, "cancel.error", false],
+    ],
+  );
+  assert.deepEqual(answers[0]?.error?.details, { order: 7 });
+  assert.equal(answers[1]?.error?.message, "plain");
+  assert.match(answers[2]?.error?.message ?? "", /could not be read/);
+  assert.match(answers[3]?.error?.message ?? "", /could not be read/);
 });
