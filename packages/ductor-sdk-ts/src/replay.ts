@@ -15,6 +15,8 @@
  * stays suspended there and is collected.
  */
 
+import { AsyncLocalStorage } from "node:async_hooks";
+
 import { canonicalDuration, type Duration } from "./durations.js";
 import {
   DuctorError,
@@ -257,6 +259,18 @@ class Replay {
     if (typeof name !== "string" || name === "") {
       throw new TypeError(`${kind.label} needs a non-empty step name, got ${JSON.stringify(name)}`);
     }
+    const outer = runningStep.getStore();
+    if (outer !== undefined) {
+      // It would wait for the step it runs in, which ends only once it has: forever.
+      const nested = Promise.reject(
+        new NonRetriableError(
+          `${kind.label}('${name}') was called inside step '${outer}': steps cannot be nested; call it from the workflow body`,
+          { code: "step.nested" },
+        ),
+      );
+      nested.catch(() => undefined); // a step the function never awaits must not crash the process
+      return nested;
+    }
     this.calls += 1;
     if (this.closed || this.error !== null) return never;
     const id = stepId(this.keys.key(name));
@@ -486,7 +500,9 @@ export async function executeWorkflow(fn: Body, params: ExecuteParams): Promise<
     step: new StepApi(replay),
   };
   let outcome: { ok: true; value: unknown } | { ok: false; error: unknown } | null = null;
-  const body = Promise.resolve().then(() => fn(ctx, params.input));
+  // The body runs outside any step, even when this execute runs inside one (a
+  // step that runs another workflow in-process).
+  const body = runningStep.exit(() => Promise.resolve().then(() => fn(ctx, params.input)));
   body.then(
     (value) => {
       outcome = { ok: true, value };
@@ -602,6 +618,9 @@ function retryAfter(error: unknown): string | null {
   return typeof value === "number" ? canonicalDuration(Math.max(value, 0)) : canonicalDuration(value);
 }
 
+/** The name of the step whose function is running, in that function's async context. */
+const runningStep = new AsyncLocalStorage<string>();
+
 /** Whether this failure ends the step (or the run) rather than being retried. */
 function isFinal(error: unknown, attempt: number, retries: number): boolean {
   if (error instanceof NonRetriableError || error instanceof StepFailedError || error instanceof NonDeterminismError) {
@@ -614,7 +633,7 @@ async function runStep(pending: Pending, attempt: number, retries: number): Prom
   const { id, name } = pending;
   let value: unknown;
   try {
-    value = await (pending.fn as () => unknown)();
+    value = await runningStep.run(name, pending.fn as () => unknown);
   } catch (error) {
     if (isFinal(error, attempt, retries)) {
       return { op: "STEP_FAILED", id, name, error: errorInfo(error, "step.error", false) };

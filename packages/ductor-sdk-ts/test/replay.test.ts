@@ -16,6 +16,7 @@ import {
   ExecuteRequest,
   ExecuteResponse,
   type Input,
+  type Opcode,
   SIGNATURE_HEADER,
   SigningKeys,
   decode,
@@ -395,4 +396,50 @@ test("an error whose text cannot be read still fails its step or body, never the
   assert.match(getter.error.message, /could not be read/);
   const body = await answer("body");
   assert.equal(body?.op === "RUN_FAILED" && body.error.code, "workflow.error", JSON.stringify(body));
+});
+
+test("a step called inside a step's function fails that step at once, instead of waiting for it forever", async () => {
+  const ductor = app();
+  let innerRan = false;
+  ductor.workflow({ id: "nested", retries: 3 }, async (ctx) => {
+    await ctx.step.run("outer", async () => {
+      await ctx.step.run("inner", () => {
+        innerRan = true;
+        return 1;
+      });
+      return 2;
+    });
+  });
+  ductor.workflow({ id: "nested-sleep" }, async (ctx) => {
+    await ctx.step.run("outer", async () => {
+      await ctx.step.sleep("nap", "1s");
+    });
+  });
+  // A step that merely runs after another, in the body, is not nested.
+  ductor.workflow({ id: "flat" }, async (ctx) => {
+    const a = await ctx.step.run("a", () => 1);
+    return ctx.step.run("b", () => a + 1);
+  });
+  const bounded = (work: Promise<Opcode[]>) =>
+    Promise.race([
+      work,
+      new Promise<never>((_, reject) => {
+        setTimeout(() => {
+          reject(new Error("the execute hung"));
+        }, 5_000);
+      }),
+    ]);
+  for (const id of ["nested", "nested-sleep"]) {
+    const [op, ...rest] = await bounded(execute(ductor, id));
+    assert.equal(rest.length, 0);
+    assert.equal(op?.op, "STEP_FAILED", JSON.stringify(op));
+    assert.ok(op?.op === "STEP_FAILED");
+    assert.equal(op.name, "outer");
+    assert.equal(op.error.code, "step.nested");
+    assert.equal(op.error.retryable, false);
+    assert.match(op.error.message, /inside step 'outer'/);
+  }
+  assert.equal(innerRan, false);
+  const { last } = await runToEnd(ductor, "flat");
+  assert.deepEqual(last, { op: "RUN_COMPLETE", output: 2 });
 });
