@@ -210,7 +210,16 @@ export class ApiClient {
       const asked = Date.now();
       const waitMs = Math.min(LONG_POLL_SECONDS * 1000, Math.max(deadline - asked, 1));
       const path = `${runPath(runId)}?wait=${waitMs / 1000}`;
-      const run = (await this.#send("GET", path, undefined, undefined, waitMs)) as unknown as Run<Output>;
+      let run: Run<Output>;
+      try {
+        run = (await this.#send("GET", path, undefined, undefined, waitMs)) as unknown as Run<Output>;
+      } catch (err) {
+        // The server will not hold the request for now (429 run.wait_limit: too many
+        // of the tenant's requests wait): ask again after `intervalMs`, until the deadline.
+        if (!(err instanceof ApiError) || err.status !== 429 || Date.now() >= deadline) throw err;
+        await new Promise((resolve) => setTimeout(resolve, intervalMs));
+        continue;
+      }
       if (TERMINAL_STATUSES.has(run.status)) return run;
       if (Date.now() >= deadline) throw new WaitTimeoutError(run, timeoutMs);
       // Answered much sooner than asked, the run not done: a server that does not hold requests.

@@ -9,7 +9,7 @@ import { type Server, type ServerResponse, createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
-import { ApiClient, LONG_POLL_SECONDS } from "../src/api.js";
+import { ApiClient, ApiError, LONG_POLL_SECONDS } from "../src/api.js";
 import { DuctorError, WaitTimeoutError } from "../src/index.js";
 
 interface Seen {
@@ -19,7 +19,7 @@ interface Seen {
 }
 
 /** What the server answers for a run: its status now, and how long it holds the request. */
-type Answer = (seen: readonly Seen[]) => { status: string; holdMs: number };
+type Answer = (seen: readonly Seen[]) => { status: string; holdMs: number; refuse?: boolean };
 
 let server: Server;
 let baseUrl = "";
@@ -36,7 +36,13 @@ before(async () => {
     const url = new URL(req.url ?? "/", "http://127.0.0.1");
     const wait = url.searchParams.get("wait");
     seen.push({ path: url.pathname, wait: wait === null ? null : Number(wait), at: Date.now() });
-    const { status, holdMs } = answer(seen);
+    const { status, holdMs, refuse = false } = answer(seen);
+    if (refuse) {
+      // Too many of the tenant's requests wait in this server: it will not hold one more.
+      res.writeHead(429, { "content-type": "application/json" });
+      res.end(JSON.stringify({ code: "run.wait_limit", message: "too many waiting requests", details: { limit: 1000 } }));
+      return;
+    }
     setTimeout(() => {
       reply(res, status);
     }, holdMs);
@@ -105,6 +111,28 @@ describe("waitForResult", () => {
     await assert.rejects(api.waitForResult("run-1", { timeoutMs: 150, intervalMs: 20 }), /run 'run-1' still RUN_STATUS_RUNNING after 150ms/);
     assert.ok(seen.length >= 2);
     assert.ok(seen.every((s) => s.wait !== null && s.wait > 0 && s.wait <= 0.15));
+  });
+
+  test("asks again after intervalMs while the server will not hold the request (429), until the deadline", async () => {
+    seen.length = 0;
+    answer = (s) => ({ status: "RUN_STATUS_SUCCEEDED", holdMs: 0, refuse: s.length < 3 });
+    const api = new ApiClient({ baseUrl });
+    const started = Date.now();
+    const run = await api.waitForResult("run-1", { timeoutMs: 10_000, intervalMs: 100 });
+    assert.equal(run.status, "RUN_STATUS_SUCCEEDED");
+    assert.equal(seen.length, 3);
+    assert.ok(Date.now() - started >= 2 * 100 - 20, `took ${Date.now() - started} ms`);
+    // Refused past the deadline: the 429 itself is thrown.
+    seen.length = 0;
+    answer = () => ({ status: "RUN_STATUS_RUNNING", holdMs: 0, refuse: true });
+    const err: unknown = await api.waitForResult("run-1", { timeoutMs: 150, intervalMs: 20 }).then(
+      () => assert.fail("resolved though the server never answered the run"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof ApiError, `threw ${String(err)}`);
+    assert.equal(err.status, 429);
+    assert.equal(err.code, "run.wait_limit");
+    assert.ok(seen.length >= 2);
   });
 
   test("throws a WaitTimeoutError a caller can tell from a failed request", async () => {
