@@ -27,6 +27,25 @@ def parse_networks(text: str) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
+def host_name_problem(host: str) -> str | None:
+    """Why `host` can name no host, or None: a name (not an IP address, which may be
+    in brackets) with an empty label, a label over 63 characters or more than 253
+    characters in all (a final dot aside)."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        pass
+    else:
+        return None
+    name = bare.removesuffix(".")
+    if len(name) > 253 or any(not 1 <= len(label) <= 63 for label in name.split(".")):
+        return (
+            "the host name must be dot-separated labels of 1 to 63 characters, at most 253 in all"
+        )
+    return None
+
+
 def http_url(host: str, port: int | str) -> str:
     """The `http://` URL of `host` and `port`, an IPv6 address in brackets
     ("::1" is `http://[::1]:7070`: unbracketed, its colons read as the port's)."""
@@ -35,4 +54,4 @@ def http_url(host: str, port: int | str) -> str:
     return f"http://{host}:{port}"
 
 
-__all__ = ["IPNetwork", "http_url", "parse_networks"]
+__all__ = ["IPNetwork", "host_name_problem", "http_url", "parse_networks"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ductor_server.netaddr import parse_networks
+from ductor_server.netaddr import host_name_problem, parse_networks
 
 if TYPE_CHECKING:
     from ductor_server.engine.fairness import FairPolicy
@@ -134,9 +134,9 @@ def parse_choice(name: str, text: str, choices: tuple[str, ...]) -> str:
     raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
 
 
+# The characters of a host name; how long its labels may be is `host_name_problem`'s.
 _HOST_NAME = re.compile(
-    r"(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-    r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?"
+    r"[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?"
 )
 
 
@@ -152,7 +152,7 @@ def parse_host(name: str, text: str) -> str:
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        if not _HOST_NAME.fullmatch(value):
+        if not _HOST_NAME.fullmatch(value) or host_name_problem(value) is not None:
             raise ValueError(f"{name} must be an IP address or a host name, got {text!r}") from None
     return value
 

@@ -12,7 +12,6 @@ in an error: every message and detail passes through the connection's `Redactor`
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import re
 import time
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from ductor_server.engine.outbound import (
     response_body,
     retry_after,
 )
+from ductor_server.netaddr import host_name_problem
 from ductor_server.providers.base import (
     REDACTED,
     CallContext,
@@ -91,25 +91,6 @@ def check_url(url: str, *, query: bool) -> None:
     problem = host_name_problem(parts.hostname)
     if problem is not None:
         raise ValueError(problem)
-
-
-def host_name_problem(host: str) -> str | None:
-    """Why `host` can name no host, or None: a name (not an IP address) with an empty
-    label, a label over 63 characters or more than 253 characters in all."""
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        ipaddress.ip_address(bare)
-    except ValueError:
-        pass
-    else:
-        return None
-    name = bare.removesuffix(".")
-    labels = name.split(".")
-    if len(name) > 253 or any(not 1 <= len(label) <= 63 for label in labels):
-        return (
-            "the host name must be dot-separated labels of 1 to 63 characters, at most 253 in all"
-        )
-    return None
 
 
 def _port_ok(url: str | httpx.URL) -> bool:
@@ -294,6 +275,5 @@ __all__ = [
     "failed_test",
     "header_problems",
     "header_value_problem",
-    "host_name_problem",
     "unknown_operation",
 ]

@@ -27,13 +27,13 @@ import aiosmtplib
 import msgspec
 
 from ductor_server.engine.outbound import OutboundForbidden
+from ductor_server.netaddr import host_name_problem
 from ductor_server.providers._exchange import (
     Redactor,
     bad_input,
     elapsed_ms,
     failed_test,
     header_problems,
-    host_name_problem,
     unknown_operation,
 )
 from ductor_server.providers.base import (

@@ -291,17 +291,18 @@ class ConnectionsService:
             problems.append(_problem("/config", f"config is over {MAX_CONFIG_BYTES} bytes"))
         elif config is not None and provider is not None:
             problems += problems_of(config, provider.settings, "/config")
+        values = None if secrets is None else secret_strings(secrets)
         if secrets is not None and _size(secrets) > MAX_SECRETS_BYTES:
             problems.append(_problem("/secrets", f"secrets are over {MAX_SECRETS_BYTES} bytes"))
-        elif secrets is not None and len(secret_strings(secrets)) > MAX_SECRET_VALUES:
+        elif values is not None and len(values) > MAX_SECRET_VALUES:
             problems.append(
                 _problem(
                     "/secrets", f"secrets may hold at most {MAX_SECRET_VALUES} distinct values"
                 )
             )
-        elif secrets is not None and provider is not None:
+        elif secrets is not None and values is not None and provider is not None:
             # A problem's message may quote a value: never a secret one.
-            redactor = Redactor(secret_strings(secrets), mask=MASK)
+            redactor = Redactor(values, mask=MASK)
             problems += [
                 _problem(found["pointer"], redactor.text(found["message"]))
                 for found in problems_of(secrets, provider.secrets, "/secrets")
