@@ -838,10 +838,8 @@ class _BridgeTick:
 
     def sleep_until(self, op: SleepOp) -> datetime:
         if op.until:
-            try:
-                return datetime.fromisoformat(op.until.replace("Z", "+00:00"))
-            except ValueError:
-                return self.now
+            # Read as `opcode_problems` checked it (no offset: UTC).
+            return _until(op.until) or self.now
         return self.now + self.duration(op.duration or "0s")
 
     def on_timer(self, item: TimerFired) -> None:
