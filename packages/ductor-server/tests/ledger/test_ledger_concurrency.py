@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from ductor_server.ledger import LedgerTx
-from ductor_server.services.ledger import AccountBody, EntryBody, HoldBody, LedgerService
+from ductor_server.services.ledger import (
+    AccountBody,
+    BatchEntryBody,
+    EntryBatchBody,
+    EntryBody,
+    HoldBody,
+    LedgerService,
+)
 from ductor_server.storage import Store
-from ductor_settlement import AccountKind, FloorCrossed, LedgerError, Posting
+from ductor_settlement import AccountKind, FloorCrossed, LedgerError, OverReversal, Posting
 
 USD = 1_000_000
 TENANT = "t-ledger"
@@ -98,3 +107,31 @@ async def test_concurrent_holds_and_debits_never_overdraw(store: Store) -> None:
     wallet = await ledger.get_account(TENANT, "wallet")
     assert wallet.available == 1 * USD
     assert wallet.balance - wallet.pending == wallet.available
+
+
+async def test_concurrent_reversals_never_take_back_more_than_the_entry_moved(
+    store: Store,
+) -> None:
+    ledger = LedgerService(store)
+    await _funded_wallet(ledger, 50 * USD)
+    charge = await ledger.post_entry(TENANT, _move("wallet", "revenue", 10 * USD))
+    back = msgspec.structs.replace(_move("revenue", "wallet", USD), reverses=charge.value.id)
+    calls: list[asyncio.Future[object]] = [
+        asyncio.ensure_future(ledger.post_entry(TENANT, back, idempotency_key=f"r{n}"))
+        for n in range(30)
+    ]
+    batch = EntryBatchBody(
+        entries=(BatchEntryBody(postings=back.postings, reverses=charge.value.id),) * 2
+    )
+    calls += [
+        asyncio.ensure_future(ledger.post_entries(TENANT, batch, idempotency_key=f"b{n}"))
+        for n in range(5)
+    ]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert all(isinstance(e, OverReversal) for e in errors), errors
+    wallet = await ledger.get_account(TENANT, "wallet")
+    assert wallet.balance == 50 * USD  # 10 taken, 10 given back, not a micro more
+    async with store.transaction() as tx:
+        sums = await LedgerTx(tx).posting_sums(TENANT)
+    assert sums == {"cash": 50 * USD, "wallet": -50 * USD, "revenue": 0}

@@ -458,6 +458,11 @@ class LedgerService:
 
         async def effect(tx: Tx) -> Answer[EntryView]:
             store = LedgerTx(tx)
+            codes = [p.account for p in body.postings]
+            records, holds = await store.lock_with_holds(tenant_id, codes, now)
+            # The earlier reversals are read once the accounts are locked: a
+            # reversal of the same entry posts to them, so one that committed
+            # meanwhile is seen and the two never take back more than it moved.
             linked: list[Entry] = []
             for target in (body.reverses, body.corrects):
                 found = None if target is None else await store.get_entry(tenant_id, target)
@@ -465,8 +470,6 @@ class LedgerService:
                     linked.append(found)
                     if target == body.reverses:
                         linked += await store.reversals_of(tenant_id, found.id)
-            codes = [p.account for p in body.postings]
-            records, holds = await store.lock_with_holds(tenant_id, codes, now)
             book = _book(tenant_id, records, holds, _unique(linked))
             try:
                 entry = book.post(draft, at=now)
@@ -569,15 +572,15 @@ class LedgerService:
 
         async def effect(tx: Tx) -> Answer[EntryBatchView]:
             store = LedgerTx(tx)
+            codes = [p.account for d in drafts for p in d.postings]
+            records, holds = await store.lock_with_holds(tenant_id, codes, now)
+            # Read after the accounts are locked: a batch or a reversal on the same
+            # accounts that committed meanwhile is seen.
             linked: list[Entry] = []
             for target in sorted({t for d in drafts for t in (d.reverses, d.corrects) if t}):
                 found = await store.get_entry(tenant_id, target)
                 if found is not None:
                     linked += [found, *await store.reversals_of(tenant_id, found.id)]
-            codes = [p.account for d in drafts for p in d.postings]
-            records, holds = await store.lock_with_holds(tenant_id, codes, now)
-            # Read after the accounts are locked: a batch on the same accounts that
-            # committed meanwhile is seen.
             recorded = await store.entries_by_keys(tenant_id, [d.idempotency_key for d in drafts])
             book = _book(tenant_id, records, holds, _unique([*linked, *recorded]))
             posted: list[Entry] = []
