@@ -13,9 +13,12 @@ import pytest
 
 from ductor_core.expressions import default_engine
 from ductor_server.engine.housekeeping import Housekeeping
-from ductor_server.ledger.store import expire_due_holds
+from ductor_server.ledger.store import LedgerTx, expire_due_holds
+from ductor_server.services.ledger import EntryBody, LedgerService
 from ductor_server.services.routing import ReturnBody, RouteBody, RoutingService
 from ductor_settlement import (
+    OverReversal,
+    Posting,
     canonical_hash,
     decode_envelope,
     load_public_keys,
@@ -619,3 +622,41 @@ async def test_an_assignment_charged_nothing_has_no_entry_receipt_or_return(api:
     assert await api.count("SELECT COUNT(*) FROM ledger_entries") == 1  # the top-up
     path = f"/v1/assignments/{assignment}/return"
     await api.fails("POST", path, 422, "return.not_returnable", json={"reason": "bad"})
+
+
+async def test_a_return_racing_reversals_of_its_charge_never_credits_more_than_it(
+    api: Api,
+) -> None:
+    await _market(api, {"a": 20 * USD}, returns={"window_seconds": 60}, pricing="first")
+    routing = RoutingService(api.store, engine=default_engine(), clock=api.clock)
+    ledger = LedgerService(api.store, clock=api.clock)
+    for lead in range(4):
+        assignment = (await _route(api, f"l{lead}"))["assignment_id"]
+        async with api.store.transaction() as tx:
+            charge = await LedgerTx(tx).entry_by_key("tenant-a", f"assign:{assignment}")
+        assert charge is not None
+        back = EntryBody(
+            postings=(
+                Posting(account="payable:seller", amount=USD, currency="USD"),
+                Posting(account="wallet:a", amount=-USD, currency="USD"),
+            ),
+            reverses=charge.id,
+        )
+        # Called straight from one loop, so on Postgres the transactions really overlap.
+        results = await asyncio.gather(
+            routing.return_assignment(
+                "tenant-a", assignment, ReturnBody(reason="bad"), idempotency_key=f"r{lead}"
+            ),
+            *(
+                ledger.post_entry("tenant-a", back, idempotency_key=f"m{lead}-{n}")
+                for n in range(4)
+            ),
+            return_exceptions=True,
+        )
+        refused = [r for r in results if isinstance(r, BaseException)]
+        assert all(isinstance(r, OverReversal) for r in refused), refused
+        # However the race went, the wallet got back at most the 5 USD the lead cost.
+        async with api.store.transaction() as tx:
+            reversals = await LedgerTx(tx).reversals_of("tenant-a", charge.id)
+        given_back = sum(p.amount for e in reversals for p in e.postings if p.account == "wallet:a")
+        assert -5 * USD <= given_back < 0, (lead, given_back, results)

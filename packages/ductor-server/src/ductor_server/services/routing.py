@@ -101,7 +101,13 @@ from ductor_settlement import (
     quote,
 )
 from ductor_settlement.errors import AlreadyReturned, NotReturnable
-from ductor_settlement.returns import AssignmentFacts, ReturnRefusal, ReturnStats, decide_return
+from ductor_settlement.returns import (
+    AssignmentFacts,
+    ReturnCredit,
+    ReturnRefusal,
+    ReturnStats,
+    decide_return,
+)
 
 T = TypeVar("T")
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -1635,44 +1641,49 @@ class RoutingService:
                 details={"assignment": assignment_id, "pool": record.pool},
             )
         policy = setting.returns.policy() if setting.returns is not None else None
-        reversals = await ledger.reversals_of(tenant_id, entry.id)
-        already: dict[str, int] = {}
-        for reversal in reversals:
-            for posting in reversal.postings:
-                already[posting.account] = already.get(posting.account, 0) + posting.amount
         routed: RouteBody = _decode(charge.routable, RouteBody)
         since = now - (policy.rate_window if policy is not None else timedelta(0))
         assigned, returned = await settlement.buyer_stats(
             tenant_id, record.pool, record.worker, since, excluding=assignment_id
         )
-        facts = AssignmentFacts(
-            assignment_id=assignment_id,
-            routable_id=record.routable_id,
-            pool=record.pool,
-            buyer=record.worker,
-            # The account the charge debited (the wallet prefix may have changed since).
-            buyer_account=next(p.account for p in entry.postings if p.amount > 0),
-            delivered_at=record.created_at,
-            charge_entry=entry,
-            already_reversed=already,
-            excluded=routed.exclude,
-        )
-        decided = decide_return(
-            policy,
-            facts,
-            now=now,
-            stats=ReturnStats(assignments=assigned, returns=returned),
-            reason=body.reason,
-            return_id=return_id,
-            amount=body.amount,
-        )
-        if isinstance(decided, ReturnRefusal):
-            if decided.code == AlreadyReturned.code:
-                # Name the return that took the charge back, not this refused attempt.
-                last = await settlement.last_return_id(tenant_id, assignment_id)
-                details = {**decided.details, "return": last}
-                decided = msgspec.structs.replace(decided, details=details)
-            raise decided.error()
+
+        async def decide(reversals: Sequence[Entry]) -> ReturnCredit:
+            already: dict[str, int] = {}
+            for reversal in reversals:
+                for posting in reversal.postings:
+                    already[posting.account] = already.get(posting.account, 0) + posting.amount
+            facts = AssignmentFacts(
+                assignment_id=assignment_id,
+                routable_id=record.routable_id,
+                pool=record.pool,
+                buyer=record.worker,
+                # The account the charge debited (the wallet prefix may have changed since).
+                buyer_account=next(p.account for p in entry.postings if p.amount > 0),
+                delivered_at=record.created_at,
+                charge_entry=entry,
+                already_reversed=already,
+                excluded=routed.exclude,
+            )
+            decided = decide_return(
+                policy,
+                facts,
+                now=now,
+                stats=ReturnStats(assignments=assigned, returns=returned),
+                reason=body.reason,
+                return_id=return_id,
+                amount=body.amount,
+            )
+            if isinstance(decided, ReturnRefusal):
+                if decided.code == AlreadyReturned.code:
+                    # Name the return that took the charge back, not this refused attempt.
+                    last = await settlement.last_return_id(tenant_id, assignment_id)
+                    details = {**decided.details, "return": last}
+                    decided = msgspec.structs.replace(decided, details=details)
+                raise decided.error()
+            return decided
+
+        reversals = await ledger.reversals_of(tenant_id, entry.id)
+        decided = await decide(reversals)
         # Counters before accounts, as a routing commit takes them: no deadlock.
         moved = await rtx.move_assignment(
             tenant_id,
@@ -1687,8 +1698,14 @@ class RoutingService:
             for res in sorted(record.reservations, key=lambda r: r.key):
                 if res.scope == CounterScope.LOAD.value and res.amount:
                     await rtx.release(tenant_id, res.key, res.amount)
-        accounts = {p.account for p in decided.entry.postings}
+        # Every account of the charge (a credit posts to some of them), then its
+        # reversals again: one posted by hand since they were read (it locked
+        # them too) is seen, and the credit is what is left after it.
+        accounts = {p.account for p in entry.postings}
         locked, holds = await ledger.lock_with_holds(tenant_id, accounts, now)
+        fresh = await ledger.reversals_of(tenant_id, entry.id)
+        if [r.id for r in fresh] != [r.id for r in reversals]:
+            reversals, decided = fresh, await decide(fresh)
         book = Ledger.from_snapshot(
             LedgerSnapshot(
                 tenant_id=tenant_id,
