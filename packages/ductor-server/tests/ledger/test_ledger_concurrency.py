@@ -21,7 +21,14 @@ from ductor_server.services.ledger import (
     LedgerService,
 )
 from ductor_server.storage import Store
-from ductor_settlement import AccountKind, FloorCrossed, LedgerError, OverReversal, Posting
+from ductor_settlement import (
+    AccountKind,
+    FloorCrossed,
+    HoldConflict,
+    LedgerError,
+    OverReversal,
+    Posting,
+)
 
 USD = 1_000_000
 TENANT = "t-ledger"
@@ -135,3 +142,32 @@ async def test_concurrent_reversals_never_take_back_more_than_the_entry_moved(
     async with store.transaction() as tx:
         sums = await LedgerTx(tx).posting_sums(TENANT)
     assert sums == {"cash": 50 * USD, "wallet": -50 * USD, "revenue": 0}
+
+
+async def test_concurrent_holds_under_one_id_on_other_accounts_place_one(store: Store) -> None:
+    ledger = LedgerService(store)
+    for n in range(8):
+        for code, kind in ((f"cash{n}", AccountKind.ASSET), (f"wallet{n}", AccountKind.LIABILITY)):
+            await ledger.open_account(TENANT, AccountBody(code=code, currency="USD", kind=kind))
+    for hold_id in ("h1", "h2", "h3"):
+        # No account in common, so no lock orders them: only the id does.
+        calls = [
+            ledger.place_hold(
+                TENANT,
+                HoldBody(
+                    id=hold_id,
+                    debit_account=f"wallet{n}",
+                    credit_account=f"cash{n}",
+                    amount=USD,
+                    currency="USD",
+                    timeout_seconds=60,
+                ),
+            )
+            for n in range(8)
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        placed = [r for r in results if not isinstance(r, BaseException)]
+        assert len(placed) == 1, results
+        assert all(isinstance(r, HoldConflict) for r in results if r not in placed), results
+        stored = await ledger.get_hold(TENANT, hold_id)
+        assert stored.debit_account == placed[0].value.debit_account

@@ -458,12 +458,14 @@ class LedgerTx:
 
     # --- holds -----------------------------------------------------------------------
 
-    async def insert_hold(self, hold: Hold) -> None:
-        """Write a new hold."""
+    async def insert_hold(self, hold: Hold) -> bool:
+        """Write a new hold; False (and nothing written) when its id is taken, by a
+        hold committed meanwhile on other accounts, say."""
         db = self._db
-        await db.execute(
+        count = await db.execute(
             f"INSERT INTO ledger_holds (tenant_id, {_HOLD_COLS})"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (tenant_id, id) DO NOTHING",
             (
                 hold.tenant_id,
                 hold.id,
@@ -480,6 +482,7 @@ class LedgerTx:
                 hold.entry_id,
             ),
         )
+        return count == 1
 
     async def finish_hold(self, hold: Hold) -> bool:
         """Store a pending hold's final status; False if it was no longer pending."""

@@ -711,8 +711,17 @@ class LedgerService:
             placed = book.place_hold(asked)
             if existing is not None:
                 return Answer(hold_view(existing), Outcome.OK)
-            await store.insert_hold(placed)
-            return Answer(hold_view(placed), Outcome.CREATED)
+            if await store.insert_hold(placed):
+                return Answer(hold_view(placed), Outcome.CREATED)
+            # Placed meanwhile by a call that locked other accounts: the same hold
+            # answers it again, another is a conflict.
+            existing = await store.get_hold(tenant_id, hold.id)
+            assert existing is not None  # the insert found the id taken
+            if body.timeout_seconds is not None:
+                expires_at = existing.created_at + timedelta(seconds=body.timeout_seconds)
+                asked = msgspec.structs.replace(hold, expires_at=expires_at)
+            _book(tenant_id, records, [*holds, existing]).place_hold(asked)
+            return Answer(hold_view(existing), Outcome.OK)
 
         return await once(self._store, claim, HoldView, effect)
 
