@@ -399,6 +399,28 @@ async def test_the_return_rate_threshold_refuses(api: Api) -> None:
     assert body["details"]["max_rate_bps"] == 2500
 
 
+async def test_concurrent_returns_of_one_buyer_never_pass_the_return_rate(api: Api) -> None:
+    policy = {"window_seconds": 3600, "max_return_rate_bps": 2500, "min_sample": 8}
+    await _market(api, {"a": 50 * USD}, returns=policy, pricing="first")
+    decisions = [await _route(api, f"l{n}") for n in range(8)]
+    routing = RoutingService(api.store, engine=default_engine(), clock=api.clock)
+    # Called straight from one loop, so on Postgres the transactions really overlap.
+    results = await asyncio.gather(
+        *(
+            routing.return_assignment(
+                "tenant-a", d["assignment_id"], ReturnBody(reason="bad"), idempotency_key=f"r{n}"
+            )
+            for n, d in enumerate(decisions)
+        ),
+        return_exceptions=True,
+    )
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert all(isinstance(e, SettlementError) for e in refused), refused
+    assert {e.code for e in refused} == {"return.rate_exceeded"}
+    assert len(results) - len(refused) == 2  # 2 of 8 is the 25 % allowed
+    assert await _available(api, "wallet:a") == 50 * USD - 6 * 5 * USD
+
+
 async def test_an_assignment_returned_in_parts_counts_once_toward_the_rate(api: Api) -> None:
     policy = {"window_seconds": 3600, "max_return_rate_bps": 5000, "min_sample": 4}
     await _market(api, {"a": 50 * USD}, returns=policy, pricing="first")

@@ -1643,11 +1643,11 @@ class RoutingService:
         policy = setting.returns.policy() if setting.returns is not None else None
         routed: RouteBody = _decode(charge.routable, RouteBody)
         since = now - (policy.rate_window if policy is not None else timedelta(0))
-        assigned, returned = await settlement.buyer_stats(
-            tenant_id, record.pool, record.worker, since, excluding=assignment_id
-        )
 
         async def decide(reversals: Sequence[Entry]) -> ReturnCredit:
+            assigned, returned = await settlement.buyer_stats(
+                tenant_id, record.pool, record.worker, since, excluding=assignment_id
+            )
             already: dict[str, int] = {}
             for reversal in reversals:
                 for posting in reversal.postings:
@@ -1698,14 +1698,15 @@ class RoutingService:
             for res in sorted(record.reservations, key=lambda r: r.key):
                 if res.scope == CounterScope.LOAD.value and res.amount:
                     await rtx.release(tenant_id, res.key, res.amount)
-        # Every account of the charge (a credit posts to some of them), then its
-        # reversals again: one posted by hand since they were read (it locked
-        # them too) is seen, and the credit is what is left after it.
+        # Every account of the charge (a credit posts to some of them), then decide
+        # again on what the lock lets through: a reversal of the charge posted by
+        # hand, or another return of the buyer's (both post to these accounts),
+        # that committed since the first reading is seen, so the credit is what
+        # is left and the buyer's return rate counts the other return.
         accounts = {p.account for p in entry.postings}
         locked, holds = await ledger.lock_with_holds(tenant_id, accounts, now)
-        fresh = await ledger.reversals_of(tenant_id, entry.id)
-        if [r.id for r in fresh] != [r.id for r in reversals]:
-            reversals, decided = fresh, await decide(fresh)
+        reversals = await ledger.reversals_of(tenant_id, entry.id)
+        decided = await decide(reversals)
         book = Ledger.from_snapshot(
             LedgerSnapshot(
                 tenant_id=tenant_id,
