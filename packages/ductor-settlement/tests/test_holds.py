@@ -107,6 +107,9 @@ def hold(
         ({"id": ""}, "id must be 1 to 256 characters"),
         ({"id": "h" * 257}, "id must be 1 to 256 characters"),
         ({"id": "orders/42"}, "may not contain '/'"),
+        ({"id": "   "}, "may not be blank"),
+        ({"id": "order\n42"}, "control character"),
+        ({"id": "order\x7f42"}, "control character"),
     ],
 )
 def test_a_malformed_hold_is_invalid(kwargs: dict[str, object], fragment: str) -> None:

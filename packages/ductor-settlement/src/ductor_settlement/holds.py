@@ -19,6 +19,7 @@ functions here are pure transitions of one `Hold` value given `now`; the
 from __future__ import annotations
 
 import enum
+import re
 from datetime import datetime
 
 import msgspec
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 _MAX_ID = 256  # hold ids are stored in an indexed column
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_DESCRIPTION = 1000
 
 
@@ -121,15 +123,20 @@ def new_hold(
     """A pending hold, checked for shape (accounts, funds and floors are the book's job).
 
     Raises:
-        HoldInvalid: an empty or over-long id (over 256 characters), an id with a
-            `/`, an over-long description (over 1,000), the same account on both
-            sides, a bad amount or currency, or an expiry not after `now`.
+        HoldInvalid: an empty, blank or over-long id (over 256 characters), an id
+            with a control character or a `/`, an over-long description (over
+            1,000), the same account on both sides, a bad amount or currency, or
+            an expiry not after `now`.
     """
     now = aware(now, "now")
     expires_at = aware(expires_at, "expires_at")
     reasons: list[str] = []
     if not id or len(id) > _MAX_ID:
         reasons.append(f"the hold id must be 1 to {_MAX_ID} characters")
+    elif not id.strip():
+        reasons.append("the hold id may not be blank")
+    elif _CONTROL.search(id):
+        reasons.append("the hold id may not hold a control character (U+0000-U+001F, U+007F)")
     elif "/" in id:
         # The id is a segment of the hold's own paths (/v1/holds/{id}/post).
         reasons.append("the hold id may not contain '/'")
