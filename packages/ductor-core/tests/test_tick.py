@@ -1397,6 +1397,30 @@ def test_notify_fails_on_an_empty_long_or_control_character_label(label: str) ->
     assert "1 to 200 characters" in error.message
 
 
+def test_notify_fails_on_a_nul_in_its_title_body_data_or_email_subject() -> None:
+    # The send API refuses a NUL anywhere in its body; a PostgreSQL text column
+    # cannot hold one, so a step that wrote one could never commit its tick.
+    email = {"email": {"connection": "mail", "subject": "input.value"}}
+    for extra, value, pointer in (
+        ({"title": "input.value"}, "a\x00b", "/args/title"),
+        ({"body": "input.value"}, "\x00", "/args/body"),
+        ({"data": "{'k': input.value}"}, "a\x00", "/args/data"),
+        ({"data": "{input.value: 1}"}, "\\\x00", "/args/data"),
+        (email, "Shipped\x00", "/args/email/subject"),
+    ):
+        error = _failed_notify(extra, value)
+        assert (error.code, error.details) == ("notify.bad_value", {"pointer": pointer}), error
+    # A backslash followed by the text u0000 is no NUL.
+    first = start_run(
+        _notify_wf(data="{'k': input.value}"),
+        run_id="r",
+        input={"to": "a", "what": "x", "value": "\\u0000"},
+        now=NOW,
+    )
+    [sent] = of(first, SendNotifications)
+    assert sent.data == {"k": "\\u0000"}
+
+
 def test_notify_takes_http_links_and_a_printable_label_up_to_their_limits() -> None:
     link = "HTTPS://[::1]:8443/" + "x" * (2048 - 19)
     extra = {

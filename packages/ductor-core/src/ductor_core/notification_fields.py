@@ -11,16 +11,20 @@ a button, so it is short, one line and printable.
                   MAX_URL characters, no whitespace, no control character
     label         1 to MAX_LABEL characters, no control character
     subscriber    1 to MAX_SUBSCRIBER_ID characters, no control character
-    title, body   at most MAX_TEXT characters each
-    data          at most MAX_DATA_BYTES of JSON
+    title, body   at most MAX_TEXT characters each, no NUL
+    data          at most MAX_DATA_BYTES of JSON, no NUL in a string or a key
 
 The sizes matter most for a NOTIFY step, which copies one notification to up
 to 1,000 recipients (and each into their change log): without them one run's
-input of a megabyte would be written a thousand times over.
+input of a megabyte would be written a thousand times over. A NUL (U+0000),
+which the send API refuses anywhere in its body, is refused here too: a
+PostgreSQL text column cannot hold one, so a step that wrote one could never
+commit its tick.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,10 +49,13 @@ MAX_TEXT = 10_000
 MAX_DATA_BYTES = 65_536
 """The most bytes of JSON a notification's `data` takes (64 KiB)."""
 
-TEXT_RULE = f"must be at most {MAX_TEXT} characters"
+TEXT_RULE = f"must be at most {MAX_TEXT} characters, none of them NUL (U+0000)"
 """How a refusal of a `title` or `body` says what is wanted."""
 
-DATA_RULE = f"must be at most {MAX_DATA_BYTES // 1024} KiB of JSON"
+DATA_RULE = (
+    f"must be at most {MAX_DATA_BYTES // 1024} KiB of JSON, with no NUL (U+0000)"
+    " in a string or a key"
+)
 """How a refusal of `data` says what is wanted."""
 
 URL_RULE = (
@@ -59,6 +66,11 @@ URL_RULE = (
 
 LABEL_RULE = f"must be 1 to {MAX_LABEL} characters without control characters"
 """How a refusal of a `label` says what is wanted."""
+
+
+# A `\u0000` escape in encoded JSON that is not an escaped backslash followed by
+# the text `u0000`: a NUL in one of the value's strings or keys.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _control(ch: str) -> bool:
@@ -89,12 +101,13 @@ def is_label(value: str) -> bool:
 
 def is_text(value: str) -> bool:
     """Whether `value` is an acceptable `title` or `body` (see the module rules)."""
-    return len(value) <= MAX_TEXT
+    return len(value) <= MAX_TEXT and "\x00" not in value
 
 
 def is_data(value: dict[str, Any]) -> bool:
     """Whether `value` is an acceptable `data` (see the module rules)."""
-    return len(msgspec.json.encode(value)) <= MAX_DATA_BYTES
+    raw = msgspec.json.encode(value)
+    return len(raw) <= MAX_DATA_BYTES and _NUL_ESCAPE.search(raw) is None
 
 
 def is_subscriber_id(value: str) -> bool:

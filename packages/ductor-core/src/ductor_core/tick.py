@@ -647,10 +647,16 @@ class _Tick:
             ctas.append(resolved)
         email = None
         if args.email is not None:
-            email = {
-                "connection": args.email.connection,
-                "subject": text(args.email.subject, "email subject"),
-            }
+            subject = text(args.email.subject, "email subject")
+            if subject is not None:
+                checked(
+                    subject,
+                    "\x00" not in subject,
+                    "must hold no NUL (U+0000)",
+                    "email subject",
+                    "/args/email/subject",
+                )
+            email = {"connection": args.email.connection, "subject": subject}
         group_id = f"{self.run_id}:{ref}"
         self.emit(
             SendNotifications(

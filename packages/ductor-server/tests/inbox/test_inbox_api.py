@@ -682,3 +682,47 @@ async def test_a_cursor_past_the_last_change_is_a_clear_422(api: Inbox) -> None:
     fresh = await api.as_me(bob, "GET", "/v1/inbox/me/changes", params={"after": 1})
     assert fresh.status_code == 422
     assert fresh.json()["details"] == {"pointer": "after", "cursor": 0}
+
+
+async def test_a_notify_step_with_a_nul_fails_and_other_runs_go_on(api: Inbox) -> None:
+    # CEL can make a NUL (`'\x00'`) though no body may hold one. A PostgreSQL text
+    # column cannot store it: the tick that wrote it could never commit, and the
+    # coordinator, retrying it first, ticked no other run of any tenant.
+    mail = {"host": "127.0.0.1", "port": 2525, "from_address": "shop@example.com"}
+    connection = {"name": "mail", "provider": "smtp", "config": {**mail, "starttls": False}}
+    await api.ok("POST", "/v1/connections", json=connection)
+    await api.ok("PUT", "/v1/inbox/subscribers/ann", json={"email": "ann@example.com"})
+    wait = {"ref": "pause", "type": "STEP_TYPE_WAIT", "args": {"duration": "10ms"}}
+    edge = {"source_ref": "pause", "target_ref": "tell", "type": "EDGE_TYPE_SUCCESS"}
+    for args, pointer in (
+        ({"title": "'Order\\x00'"}, "/args/title"),
+        ({"title": "'t'", "body": "'a\\u0000b'"}, "/args/body"),
+        ({"title": "'t'", "data": "{'k': 'a\\x00'}"}, "/args/data"),
+        (
+            {"title": "'t'", "email": {"connection": "mail", "subject": "'s\\x00'"}},
+            "/args/email/subject",
+        ),
+    ):
+        tell = {"ref": "tell", "type": "STEP_TYPE_NOTIFY", "args": {"recipients": "'ann'", **args}}
+        workflow = {"family_slug": "nul", "steps": [wait, tell], "edges": [edge]}
+        await api.ok("POST", "/v1/workflows", json=workflow)
+        run = await api.ok("POST", "/v1/runs", json={"family_slug": "nul", "input": {}})
+        done = await _wait_run(api, run["id"])
+        assert done["status"] == "RUN_STATUS_FAILED", done
+        failed = next(step for step in done["steps"] if step["ref"] == "tell")
+        assert failed["error"]["code"] == "notify.bad_value", failed
+        assert failed["error"]["details"] == {"pointer": pointer}
+    page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": "ann"})
+    assert page["notifications"] == []
+    assert (await api.ok("GET", "/v1/inbox/emails"))["emails"] == []
+    await api.ok("POST", "/v1/workflows", json=APPROVAL)
+    run = await api.ok(
+        "POST",
+        "/v1/runs",
+        json={
+            "family_slug": "approval",
+            "input": {"approvers": ["bob"], "order": "o-1", "total": 5},
+        },
+    )
+    assert (await _notification_of(api, "bob"))["title"] == "Approve order o-1"
+    assert (await api.ok("GET", f"/v1/runs/{run['id']}"))["status"] == "RUN_STATUS_RUNNING"
