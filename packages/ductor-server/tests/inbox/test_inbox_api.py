@@ -726,3 +726,21 @@ async def test_a_notify_step_with_a_nul_fails_and_other_runs_go_on(api: Inbox) -
     )
     assert (await _notification_of(api, "bob"))["title"] == "Approve order o-1"
     assert (await api.ok("GET", f"/v1/runs/{run['id']}"))["status"] == "RUN_STATUS_RUNNING"
+
+
+async def test_subscriber_headers_that_cannot_match_are_a_404(api: Inbox) -> None:
+    # The token is only compared: a header with non-ASCII bytes (a Latin-1 é, or
+    # UTF-8) is wrong credentials like any other, not a 500.
+    me = await api.me("tenant-a", "ann")
+    for token in ("é".encode("latin-1") * 64, "é".encode() * 32):
+        headers = {**me, "X-Ductor-Subscriber-Token": token}
+        answer = await api.client.get("/v1/inbox/me/counts", headers=headers)
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["code"] == "inbox.not_found"
+    # An id with a tab (a header may carry one) is no subscriber id, whatever its token.
+    secret = (await api.ok("GET", "/v1/inbox/secret"))["secret"]
+    tabbed = {**me, "X-Ductor-Subscriber": "a\tb"}
+    tabbed["X-Ductor-Subscriber-Token"] = subscriber_token(secret, "a\tb")
+    answer = await api.client.get("/v1/inbox/me/counts", headers=tabbed)
+    assert (answer.status_code, answer.json()["code"]) == (404, "inbox.not_found")
+    assert (await api.as_me(me, "GET", "/v1/inbox/me/counts")).status_code == 200

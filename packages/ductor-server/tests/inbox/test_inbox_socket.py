@@ -39,9 +39,12 @@ async def _served(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
 
 
 @asynccontextmanager
-async def _served_with(tmp_path: Path) -> AsyncIterator[tuple[str, str, Composition]]:
-    """As `_served`, with the app's services too."""
-    composition = build(Settings(data_dir=tmp_path, poll_interval=0.05))
+async def _served_with(
+    tmp_path: Path, database_url: str | None = None
+) -> AsyncIterator[tuple[str, str, Composition]]:
+    """As `_served`, with the app's services too (on PostgreSQL with `database_url`)."""
+    settings = Settings(data_dir=tmp_path, database_url=database_url, poll_interval=0.05)
+    composition = build(settings)
     config = uvicorn.Config(
         create_app(composition=composition),
         host="127.0.0.1",
@@ -204,3 +207,28 @@ async def test_an_auth_cursor_past_the_last_change_is_refused(tmp_path: Path) ->
         async with connect(url, open_timeout=10) as socket:
             await socket.send(msgspec.json.encode({**auth, "after": 1}).decode())
             assert (await _frame(socket)) == {"type": "ready", "cursor": 1}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_any_auth_message_that_cannot_match_is_bad_credentials(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # A token is only compared: a non-ASCII one, a NUL in the tenant id (which
+    # PostgreSQL cannot take) or an id that is no subscriber id is a 404 like any
+    # other, on both backends, never a 500 or a storage error.
+    database_url = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+    async with _served_with(tmp_path, database_url) as (url, secret, _):
+        auth = msgspec.json.decode(_auth(secret))
+        for changed in (
+            {"token": "é" * 64},
+            {"token": "\u0663" * 64},
+            {"tenant_id": "tenant-a\x00"},
+            {"subscriber_id": "a\nb", "token": subscriber_token(secret, "a\nb")},
+            {"subscriber_id": "x" * 201, "token": subscriber_token(secret, "x" * 201)},
+        ):
+            async with connect(url, open_timeout=10) as socket:
+                await socket.send(msgspec.json.encode({**auth, **changed}).decode())
+                await _closed_with(socket, 404, "inbox.not_found")
+        async with connect(url, open_timeout=10) as socket:
+            await socket.send(_auth(secret))
+            assert (await _frame(socket))["type"] == "ready"

@@ -376,7 +376,16 @@ class InboxService:
         Raises:
             InboxNotFound: the tenant has no inbox secret or the token does not match.
         """
-        if not tenant_id or not subscriber_id or not token or len(subscriber_id) > 200:
+        # Whatever the caller sent is only compared, never an error of its own: a
+        # token is hex (a non-ASCII one cannot match), a subscriber id follows its
+        # rule, and a tenant id with a NUL (which a store may not take) has no inbox.
+        if (
+            not tenant_id
+            or "\x00" in tenant_id
+            or not is_subscriber_id(subscriber_id)
+            or not token
+            or not token.isascii()
+        ):
             raise InboxNotFound()
         async with self._context.store.transaction() as tx:
             secret = await InboxTx(tx).secret(tenant_id)
