@@ -232,3 +232,25 @@ async def test_any_auth_message_that_cannot_match_is_bad_credentials(
         async with connect(url, open_timeout=10) as socket:
             await socket.send(_auth(secret))
             assert (await _frame(socket))["type"] == "ready"
+
+
+async def test_a_message_that_is_not_a_ping_is_ignored_however_deep(tmp_path: Path) -> None:
+    # Only a ping is answered; anything else, even JSON nested past the decoder's
+    # depth, leaves the socket open and live.
+    async with (
+        _served_with(tmp_path) as (url, secret, composition),
+        connect(url, open_timeout=10, max_size=None) as socket,
+    ):
+        await socket.send(_auth(secret))
+        assert (await _frame(socket))["type"] == "ready"
+        assert (await _frame(socket))["type"] == "counts"
+        for junk in ("[" * 100_000 + "]" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000):
+            await socket.send(junk)
+            await socket.send('[1, "x"]')
+            await socket.send("not json")
+            await socket.send('{"type": "ping"}')
+            assert (await _frame(socket)) == {"type": "pong"}
+        inbox = composition.services.inbox
+        await inbox.send(TENANT, SendBody(subscriber_id="ann", title="still live"))
+        change = await _frame(socket)
+        assert (change["type"], change["notification"]["title"]) == ("change", "still live")

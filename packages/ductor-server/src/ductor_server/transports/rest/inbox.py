@@ -482,7 +482,9 @@ async def inbox_socket(socket: WebSocket[Any, Any, Any]) -> None:
     async def read() -> None:
         while True:
             raw = await socket.receive_data(mode="text")
-            with contextlib.suppress(msgspec.DecodeError, AttributeError):
+            # Anything but a ping is ignored: a list, a string, or JSON nested
+            # deeper than the decoder goes (RecursionError) alike.
+            with contextlib.suppress(msgspec.DecodeError, AttributeError, RecursionError):
                 if msgspec.json.decode(raw).get("type") == "ping":
                     await socket.send_text(_frame("pong"))
 
