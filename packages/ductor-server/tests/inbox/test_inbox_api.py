@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -744,3 +745,32 @@ async def test_subscriber_headers_that_cannot_match_are_a_404(api: Inbox) -> Non
     answer = await api.client.get("/v1/inbox/me/counts", headers=tabbed)
     assert (answer.status_code, answer.json()["code"]) == (404, "inbox.not_found")
     assert (await api.as_me(me, "GET", "/v1/inbox/me/counts")).status_code == 200
+
+
+async def test_a_key_used_again_after_its_retention_sends_a_new_notification(
+    api: Inbox,
+) -> None:
+    # The key is remembered for a while (24 hours); once housekeeping forgot it, a
+    # send with it is a new send. It made the id of the first send's notification
+    # again, so the store skipped it: a 201 for a notification nobody got.
+    await api.ok("PUT", "/v1/inbox/subscribers/ann", json={"email": "ann@example.com"})
+    mail = {"host": "127.0.0.1", "port": 2525, "from_address": "shop@example.com"}
+    connection = {"name": "mail", "provider": "smtp", "config": {**mail, "starttls": False}}
+    await api.ok("POST", "/v1/connections", json=connection)
+    body = {"subscriber_id": "ann", "title": "your daily digest", "email": {"connection": "mail"}}
+    first = await api.ok("POST", "/v1/inbox/notifications", json=body, key="digest-ann")
+    async with api.store.transaction() as tx:
+        await tx.delete_idempotency_before(datetime.now(UTC) + timedelta(days=2))
+    later = await api.ok(
+        "POST",
+        "/v1/inbox/notifications",
+        json={**body, "title": "the next digest"},
+        key="digest-ann",
+    )
+    assert later["notification"]["id"] != first["notification"]["id"]
+    assert later["notification"]["seq"] == 2
+    assert later["email"]["id"] != first["email"]["id"]
+    page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": "ann"})
+    assert [n["title"] for n in page["notifications"]] == ["the next digest", "your daily digest"]
+    emails = (await api.ok("GET", "/v1/inbox/emails"))["emails"]
+    assert [e["subject"] for e in emails] == ["your daily digest", "the next digest"]

@@ -437,10 +437,10 @@ class InboxService:
             check_email_option(body.email)
         now = self._now()
         claim = Claim.of(tenant_id, "inbox.send", idempotency_key, body, now=now)
+        # A new id every time: a repeat within the key's retention gets the first
+        # answer from the claim, and a key used again after it is a new send (an id
+        # made from the key would name the notification it sent the first time).
         notification_id = f"ntf_{uuid.uuid4().hex}"
-        if claim is not None:
-            digest = hashlib.sha256(f"{tenant_id}\n{claim.key}".encode()).hexdigest()
-            notification_id = f"ntf_{digest[:32]}"
         moved: list[tuple[str, str]] = []
         queued: list[bool] = []
 
