@@ -774,3 +774,18 @@ async def test_a_key_used_again_after_its_retention_sends_a_new_notification(
     assert [n["title"] for n in page["notifications"]] == ["the next digest", "your daily digest"]
     emails = (await api.ok("GET", "/v1/inbox/emails"))["emails"]
     assert [e["subject"] for e in emails] == ["your daily digest", "the next digest"]
+
+
+async def test_an_email_subject_falls_back_to_the_title_on_one_line(api: Inbox) -> None:
+    # A blank subject gives the title, whose line breaks a mail header cannot
+    # hold: the email would fail at its send (subject: may not contain CR, LF).
+    await api.ok("PUT", "/v1/inbox/subscribers/ann", json={"email": "ann@example.com"})
+    mail = {"host": "127.0.0.1", "port": 2525, "from_address": "shop@example.com"}
+    connection = {"name": "mail", "provider": "smtp", "config": {**mail, "starttls": False}}
+    await api.ok("POST", "/v1/connections", json=connection)
+    for subject in (" ", "\n", None):
+        email = {"connection": "mail", "subject": subject}
+        body = {"subscriber_id": "ann", "title": "Order o-42\r\nshipped", "email": email}
+        sent = await api.ok("POST", "/v1/inbox/notifications", json=body)
+        queued = await api.ok("GET", f"/v1/inbox/emails/{sent['email']['id']}")
+        assert queued["subject"] == "Order o-42 shipped", subject

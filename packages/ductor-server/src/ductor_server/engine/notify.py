@@ -83,6 +83,12 @@ def email_text(title: str, body: str, ctas: Sequence[Mapping[str, Any]]) -> str:
     return text + ("\n\n" + "\n".join(links) if links else "")
 
 
+def _one_line(text: str) -> str:
+    """`text` as a subject: its runs of whitespace (line breaks too) one space, at
+    most 998 characters (RFC 5322's line limit)."""
+    return " ".join(text.split())[:998]
+
+
 def outbox_email(
     *,
     tenant_id: str,
@@ -107,7 +113,7 @@ def outbox_email(
         subscriber_id=subscriber_id,
         to_address=address,
         connection=connection,
-        subject=" ".join(subject.split())[:998] or title[:998],
+        subject=_one_line(subject) or _one_line(title),
         text_body=email_text(title, body, ctas),
         notification_id=notification_id,
         workflow=workflow,
