@@ -455,6 +455,16 @@ async def test_a_subscriber_id_beyond_ascii_authenticates_in_its_headers(api: In
     # A browser can send only Latin-1 characters, each as one byte.
     latin1 = {k: v.encode("latin-1") for k, v in (await api.me("tenant-a", "josé")).items()}
     assert (await api.client.get("/v1/inbox/me/counts", headers=latin1)).status_code == 200
+    # Latin-1 characters whose bytes happen to be UTF-8 (`Ã©` is é's): the token
+    # says which subscriber it is, whichever of the two sends.
+    for subscriber in ("Ã©", "é"):
+        made = await _send(api, subscriber, f"for {subscriber}")
+        headers = await api.me("tenant-a", subscriber)
+        encoding = "latin-1" if subscriber == "Ã©" else "utf-8"
+        as_sent = {name: value.encode(encoding) for name, value in headers.items()}
+        mine = await api.client.get("/v1/inbox/me/notifications", headers=as_sent)
+        assert mine.status_code == 200, (subscriber, mine.text)
+        assert [n["id"] for n in mine.json()["notifications"]] == [made["id"]]
     # Another subscriber's token still fails, whatever the encoding.
     forged = dict(utf8, **{"X-Ductor-Subscriber": "josé".encode()})
     refused = await api.client.get("/v1/inbox/me/counts", headers=forged)

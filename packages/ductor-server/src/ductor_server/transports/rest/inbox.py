@@ -80,15 +80,18 @@ class Subscriber(msgspec.Struct, frozen=True):
     subscriber_id: str
 
 
-def _header_text(value: str) -> str:
-    """A header value as its sender meant it: UTF-8 when its bytes are UTF-8 (a
-    server or app client sending any subscriber id), else Latin-1, as the server
-    decoded it (a browser can send only Latin-1 characters in a header)."""
+def _header_readings(value: str) -> list[str]:
+    """The ids a header value may mean: its UTF-8 reading when its bytes are UTF-8
+    (a server or app client sending any subscriber id), then the Latin-1 one, as
+    the server decoded it (a browser can send only Latin-1 characters in a
+    header). Both when they differ: `Ã©` in Latin-1 is the UTF-8 bytes of `é`,
+    and only the token tells which subscriber sent it."""
     raw = value.encode("latin-1")
     try:
-        return raw.decode("utf-8")
+        utf8 = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return value
+        return [value]
+    return [utf8] if utf8 == value else [utf8, value]
 
 
 async def require_subscriber(
@@ -101,10 +104,16 @@ async def require_subscriber(
     """
     headers = connection.headers
     tenant_id = headers.get("x-ductor-tenant") or ""
-    subscriber_id = _header_text(headers.get("x-ductor-subscriber") or "")
     token = headers.get("x-ductor-subscriber-token") or ""
-    await services_of(connection).inbox.authenticate(tenant_id, subscriber_id, token)
-    connection.state.subscriber = Subscriber(tenant_id, subscriber_id)
+    inbox = services_of(connection).inbox
+    *others, last = _header_readings(headers.get("x-ductor-subscriber") or "")
+    for subscriber_id in others:
+        with contextlib.suppress(InboxNotFound):
+            await inbox.authenticate(tenant_id, subscriber_id, token)
+            connection.state.subscriber = Subscriber(tenant_id, subscriber_id)
+            return
+    await inbox.authenticate(tenant_id, last, token)
+    connection.state.subscriber = Subscriber(tenant_id, last)
 
 
 def provide_subscriber(request: Request[Any, Any, Any]) -> Subscriber:
