@@ -674,6 +674,13 @@ async def test_a_subscriber_id_with_a_control_character_is_refused_everywhere(
             params={"subscriber_id": listed},
         )
         assert refused["details"] == {"pointer": "subscriber_id"}
+        if listed:
+            refused = await api.fails(
+                "GET", "/v1/inbox/emails", 422, "request.invalid", params={"subscriber_id": listed}
+            )
+            assert refused["details"] == {"pointer": "subscriber_id"}
+    missing = await api.fails("GET", "/v1/inbox/notifications", 422, "request.invalid")
+    assert missing["details"] == {"pointer": "subscriber_id"}
     assert await api.count("SELECT count(*) FROM inbox_notifications") == 0
 
 

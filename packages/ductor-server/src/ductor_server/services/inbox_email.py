@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from ductor_core.notification_fields import SUBSCRIBER_ID_RULE, is_subscriber_id
 from ductor_server.connections.store import ConnectionsTx
 from ductor_server.engine.notify import EMAIL_PROVIDER, email_id, outbox_email
 from ductor_server.errors import EmailNotFound, RequestInvalid
@@ -224,9 +225,14 @@ class InboxEmail:
         the same as none.
 
         Raises:
-            RequestInvalid: unknown status, bad cursor or limit.
+            RequestInvalid: a subscriber id that is not one, unknown status, bad
+                cursor or limit.
         """
         run_id, subscriber_id, status = run_id or None, subscriber_id or None, status or None
+        if subscriber_id is not None and not is_subscriber_id(subscriber_id):
+            raise RequestInvalid(
+                f"subscriber_id {SUBSCRIBER_ID_RULE}", details={"pointer": "subscriber_id"}
+            )
         if status is not None and status not in STATUSES:
             raise RequestInvalid(
                 f"status must be one of {', '.join(STATUSES)}", details={"pointer": "status"}

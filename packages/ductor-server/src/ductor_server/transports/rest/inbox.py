@@ -154,7 +154,9 @@ class InboxController(Controller):
         self,
         tenant_id: NamedDependency[str],
         inbox: NamedDependency[InboxService],
-        subscriber_id: FromQuery[str],
+        # Required (as the schema says), but its absence is refused by the service
+        # with a pointer, as an empty or bad one is.
+        subscriber_id: Annotated[str | None, QueryParameter(required=True)] = None,
         feed: FromQuery[str | None] = None,
         status: FromQuery[str] = "all",
         cursor: FromQuery[str | None] = None,
@@ -163,7 +165,7 @@ class InboxController(Controller):
         """A subscriber's notifications, newest first (`status`: all, unseen,
         unread, archived, snoozed)."""
         return await inbox.list_notifications(
-            tenant_id, subscriber_id, feed=feed, status=status, cursor=cursor, limit=limit
+            tenant_id, subscriber_id or "", feed=feed, status=status, cursor=cursor, limit=limit
         )
 
     @get("/notifications/{notification_id:str}", responses=V1_ERRORS)
