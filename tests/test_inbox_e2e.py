@@ -447,3 +447,37 @@ async def test_a_script_link_never_reaches_a_subscribers_socket(server: ServerPr
     # The first change the socket saw is the good notification: nothing else was written.
     assert change["seq"] == 1
     assert change["notification"]["ctas"][0]["url"] == "https://shop.example/"
+
+
+async def test_runs_notifying_the_same_people_in_other_orders_all_start(
+    postgres_server: ServerProcess,
+) -> None:
+    # A NOTIFY step locks each recipient's sequence as it writes to them; steps
+    # that took the same people in other orders deadlocked on PostgreSQL, and
+    # all but one of these concurrent starts answered 503 storage.error.
+    server = await asyncio.to_thread(postgres_server.start)
+    people = [f"p{i}" for i in range(30)]
+    orders = [people[i:] + people[:i] for i in range(0, 30, 4)]
+    orders += [list(reversed(order)) for order in orders]
+    async with _http(server) as http:
+        published = await http.post("/v1/workflows", json={**PING, "family_slug": "orders"})
+        assert published.status_code == 201, published.text
+        started = await asyncio.gather(
+            *(
+                http.post("/v1/runs", json={"family_slug": "orders", "input": {"to": to, "i": n}})
+                for n, to in enumerate(orders)
+            )
+        )
+        assert [r.status_code for r in started] == [201] * len(orders), [
+            r.text[:200] for r in started if r.status_code != 201
+        ]
+        secret = await _secret(server)
+        for who in people:
+            me = {
+                "X-Ductor-Tenant": _tenant(server),
+                "X-Ductor-Subscriber": who,
+                "X-Ductor-Subscriber-Token": subscriber_token(secret, who),
+            }
+            answer = await http.get("/v1/inbox/me/changes", headers=me)
+            seqs = [c["seq"] for c in answer.json()["changes"]]
+            assert seqs == list(range(1, len(orders) + 1)), (who, seqs)

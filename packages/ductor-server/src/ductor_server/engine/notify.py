@@ -146,6 +146,9 @@ async def write_notifications(
     each recipient whose preferences want email and whose profile has an address."""
     inbox = InboxTx(tx)
     tenant = run.tenant_id
+    # The recipients' sequence rows are locked in one order before any is written,
+    # so two steps notifying the same people in other orders do not deadlock.
+    await inbox.lock_subscribers(tenant, command.recipients)
     await inbox.insert_group(
         Group(
             tenant_id=tenant,
