@@ -17,6 +17,12 @@ Models (chat):
     `linger`   (streams) the usual stream, then 2 s before its body ends.
     `crlf`     (streams) the usual stream, its lines ended with CRLF and each event's
                last LF sent in a write of its own.
+    `mangled`  answers text and two tool calls holding lone surrogates (`\\ud800`
+               escapes without their pair): in the text, a tool's name and its
+               arguments; to tool results, a text holding one.
+    `mangled_error` answers 500 with an error object holding lone surrogates;
+    `nested_error`  answers 500 with an error object nested 600 levels deep
+               (deep enough to read, too deep to give back).
     `operator` plays a model with tools, for the chat agent (see `operator_answer`);
                usage 100 in, 20 out.
     `looper`   asks for `list_workflows` every time (it never answers).
@@ -212,6 +218,16 @@ class ScriptedUpstream:
                     self.end_headers()
                     self.wfile.write(data)
                     return None
+                if model == "mangled_error":
+                    error = {"message": "bad \ud800 input", "code": "\udc00", "\ud800": 1}
+                    return self._json(500, {"error": error})
+                if model == "nested_error":
+                    nested: Any = []
+                    for _ in range(600):
+                        nested = [nested]
+                    return self._json(500, {"error": {"message": "too deep", "x": nested}})
+                if model == "mangled":
+                    return self._mangled(body)
                 if model == "endless" and body.get("stream"):
                     return self._endless()
                 if model in ("operator", "looper"):
@@ -274,6 +290,26 @@ class ScriptedUpstream:
                     ],
                     "usage": OPERATOR_USAGE,
                 }
+                return self._json(200, answer)
+
+            def _mangled(self, body: dict[str, Any]) -> None:
+                # `json.dumps` writes a lone surrogate as its `\u` escape.
+                messages = body.get("messages") or [{}]
+                message: dict[str, Any] = {"role": "assistant", "content": "done \udc00"}
+                if messages[-1].get("role") != "tool":
+                    arguments = json.dumps({"run_id": "run-\ud800"}, ensure_ascii=False)
+                    message = {
+                        "role": "assistant",
+                        "content": "looking \ud800 up",
+                        "tool_calls": [
+                            {
+                                **_call("get_run", {}),
+                                "function": {"name": "get_run", "arguments": arguments},
+                            },
+                            _call("list_\udc00runs", {}, 1),
+                        ],
+                    }
+                answer = {"choices": [{"index": 0, "message": message}], "usage": USAGE}
                 return self._json(200, answer)
 
             def _json(self, status: int, value: Any) -> None:

@@ -458,6 +458,26 @@ def test_mutating_calls_wait_for_confirmation(env: Env) -> None:
 # --- failures and limits ---------------------------------------------------------------
 
 
+def test_lone_surrogates_in_a_model_answer_are_stored_replaced(env: Env) -> None:
+    # The model's text, a tool's name and its arguments hold `\\ud800` escapes without
+    # their pair, which no store can hold: each is stored as U+FFFD and the turn goes on.
+    with env.server.client() as http:
+        answer = _start(http, "hi", model="mangled")
+        assert answer.status_code == 201, answer.text
+        turn = answer.json()["turn"]
+        assert (turn["status"], turn["answer"]) == ("completed", "done \ufffd")
+        asked = turn["messages"][1]
+        assert asked["content"] == "looking \ufffd up"
+        first, second = asked["tool_calls"]
+        assert (first["tool"], first["arguments"]) == ("get_run", {"run_id": "run-\ufffd"})
+        assert (first["status"], first["error_code"]) == ("failed", "run.not_found")
+        assert (second["tool"], second["status"]) == ("list_\ufffdruns", "failed")
+        assert second["result"]["error"]["message"] == "no tool named 'list_\ufffdruns'"
+        conversation = answer.json()["conversation"]["id"]
+        stored = _ok(http.get(f"/v1/agent/conversations/{conversation}"), 200)
+        assert stored["messages"] == turn["messages"]
+
+
 def test_failures_limits_and_hostile_input(env: Env) -> None:
     server, upstream = env.server, env.upstream
     with server.client() as http:

@@ -566,3 +566,27 @@ def test_a_hostile_upstream_is_cut_and_read_safely(
         statuses = [(i["model"], i["status"]) for i in http.get("/v1/ai/requests").json()["items"]]
     assert ("deep", "upstream_error") in statuses
     assert ("deep_error", "upstream_error") in statuses
+
+    # An error object holding lone surrogates (no UTF-8 text can) is still the 502,
+    # each replaced by U+FFFD; one nested deeper than a body may is given as its text.
+    with server.client() as http:
+        answer = http.post(
+            "/v1/ai/chat/completions", json={"model": "mangled_error", "messages": hi}
+        )
+        assert answer.status_code == 502, answer.text
+        error = answer.json()
+        assert error["message"] == "the upstream answered 500: bad \ufffd input"
+        assert error["details"]["upstream_error"] == {
+            "message": "bad \ufffd input",
+            "code": "\ufffd",
+            "\ufffd": 1,
+        }
+        assert _record(server, answer.headers["ductor-request-id"])["status"] == "upstream_error"
+        answer = http.post(
+            "/v1/ai/chat/completions", json={"model": "nested_error", "messages": hi}
+        )
+        assert answer.status_code == 502, answer.text
+        shown = answer.json()["details"]["upstream_error"]
+        assert isinstance(shown, str)
+        assert shown.startswith('{"error": {"message": "too deep", "x": [[[')
+    assert httpx.get(f"{server.url}/readyz").status_code == 200

@@ -66,7 +66,7 @@ from ductor_server.ai import (
 )
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.errors import IdempotencyConflict, RequestInvalid, ServerError
-from ductor_server.services.ai import AiService, new_request_id
+from ductor_server.services.ai import AiService, new_request_id, without_lone_surrogates
 from ductor_server.services.cursors import parse_time_cursor, time_cursor
 from ductor_server.services.idempotency import Answer, Outcome, check_key, fingerprint
 from ductor_server.services.tools import (
@@ -526,7 +526,8 @@ def _model_message(content: bytes | None) -> dict[str, Any]:
         AiUpstreamError: the answer holds none.
     """
     try:
-        answer = json.loads(content or b"")
+        # A lone surrogate escape is replaced: the message is stored and answered.
+        answer = without_lone_surrogates(json.loads(content or b""))
     except (ValueError, RecursionError):
         answer = None
     choices = answer.get("choices") if isinstance(answer, dict) else None

@@ -54,6 +54,7 @@ from ductor_server.connections.store import ConnectionRecord, ConnectionsTx
 from ductor_server.engine.clock import Clock, SystemClock
 from ductor_server.engine.outbound import OutboundForbidden, read_capped
 from ductor_server.errors import RequestInvalid, ServerError
+from ductor_server.json_depth import MAX_DEPTH, nesting_depth
 from ductor_server.metering.store import BudgetRecord, MeteringTx
 from ductor_server.providers import ProviderRegistry
 from ductor_server.services.cursors import parse_time_cursor, time_cursor
@@ -236,6 +237,37 @@ def _decode_json(content: bytes | str) -> Any:
         return None
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """`value`, a JSON value an upstream sent, with every lone surrogate (a `\\ud800`
+    escape without its pair, which no UTF-8 text can hold, so no answer or store can)
+    in its strings and keys replaced by U+FFFD; lists and objects are changed in place.
+    Iterative: as deep as the decoder went."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            for index, inner in enumerate(item):
+                if isinstance(inner, str):
+                    item[index] = _LONE_SURROGATE.sub("\ufffd", inner)
+                elif isinstance(inner, list | dict):
+                    stack.append(inner)
+        elif isinstance(item, dict):
+            entries = list(item.items())
+            item.clear()
+            for key, inner in entries:
+                if isinstance(inner, str):
+                    inner = _LONE_SURROGATE.sub("\ufffd", inner)
+                elif isinstance(inner, list | dict):
+                    stack.append(inner)
+                item[_LONE_SURROGATE.sub("\ufffd", key)] = inner
+    return value
+
+
 def _problem(pointer: str, message: str) -> dict[str, str]:
     return {"pointer": pointer, "message": message}
 
@@ -396,7 +428,9 @@ def _known_model(model: str) -> None:
 def _upstream_error(answer_status: int, content: bytes | None, opened: Opened) -> AiUpstreamError:
     error: Any = None
     if content:
-        decoded = _decode_json(content)
+        # Given back in the error's details: no deeper than a request body may nest.
+        decoded = None if nesting_depth(content) > MAX_DEPTH else _decode_json(content)
+        decoded = without_lone_surrogates(decoded)
         if isinstance(decoded, dict):
             error = decoded.get("error", decoded)
         if error is None:
@@ -1134,4 +1168,5 @@ __all__ = [
     "cost_micros",
     "estimate_tokens",
     "new_request_id",
+    "without_lone_surrogates",
 ]
