@@ -709,3 +709,43 @@ def test_a_path_under_mcp_is_no_route(sqlite_server: ServerProcess) -> None:
             "message": "no such route",
             "details": {"method": "POST", "path": path},
         }
+
+
+def test_a_batch_or_a_request_with_a_bad_id_is_refused_not_left_unanswered(
+    sqlite_server: ServerProcess,
+) -> None:
+    """A JSON-RPC batch, and a request whose id is neither a string nor an integer,
+    are refused with a 400 saying so; the request is not taken for a notification
+    (answered 202 with nothing, its tool never run)."""
+    sqlite_server.start()
+    headers = {
+        "Authorization": f"Bearer {sqlite_server.api_key}",
+        "Accept": "application/json, text/event-stream",
+    }
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    for batch in ([ping, {**ping, "id": 2}], []):
+        answer = httpx.post(f"{sqlite_server.url}/mcp", json=batch, headers=headers)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert (error["code"], error["data"]["code"]) == (-32600, "request.invalid")
+        assert "batch" in error["data"]["message"]
+        assert error["data"]["details"]["path"] == "$"
+    send = {"name": "send_event", "arguments": {"name": "bad-id", "id": "evt-bad-id"}}
+    for request_id, kind in (({"a": 1}, "object"), (None, "null"), (1.5, "number"), ([1], "array")):
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": send}
+        answer = httpx.post(f"{sqlite_server.url}/mcp", json=message, headers=headers)
+        assert answer.status_code == 400, (request_id, answer.text)
+        body = answer.json()
+        assert body["id"] is None
+        assert (body["error"]["code"], body["error"]["data"]["code"]) == (-32600, "request.invalid")
+        assert body["error"]["data"]["details"]["path"] == "$.id"
+        assert body["error"]["data"]["message"].endswith(f"not {kind}")
+    # None of them ran the tool: the event is new to a well-formed call.
+    message = {"jsonrpc": "2.0", "id": "ok", "method": "tools/call", "params": send}
+    answer = httpx.post(f"{sqlite_server.url}/mcp", json=message, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["result"]["structuredContent"]["duplicate"] is False
+    # A notification is still accepted without an answer.
+    notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    answer = httpx.post(f"{sqlite_server.url}/mcp", json=notification, headers=headers)
+    assert answer.status_code == 202, answer.text

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
+import msgspec
 from litestar import types as asgi_types
 from litestar.handlers import ASGIRouteHandler, asgi
 
@@ -117,6 +118,53 @@ def parseable(raw: bytes) -> bytes:
     if not cutting:
         out.append(raw[kept:])
     return b"".join(out)
+
+
+class _Envelope(msgspec.Struct):
+    """What `not_one_request` reads of a JSON-RPC message (the rest is skipped)."""
+
+    id: Any = msgspec.UNSET
+    method: Any = msgspec.UNSET
+
+
+def not_one_request(body: bytes) -> ApiError | None:
+    """Why `body` is no JSON-RPC message the server can answer, when the `mcp`
+    library would not say so itself: a batch (an array; the protocol has none since
+    2025-06-18), or a request (it has a `method`) whose `id` is not a string or an
+    integer, which the library takes for a notification and leaves unanswered.
+    None for anything else, malformed JSON included (the library's parse error
+    names its line and column)."""
+    stripped = body.lstrip()
+    if stripped.startswith(b"["):
+        try:
+            msgspec.json.decode(stripped, type=list[msgspec.Raw])
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        return ApiError(
+            "a JSON-RPC batch (an array) is not served: send one message per POST",
+            code="request.invalid",
+            details={"path": "$", "reason": "a batch"},
+        )
+    if not stripped.startswith(b"{"):
+        return None
+    try:
+        envelope = msgspec.json.decode(stripped, type=_Envelope)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if envelope.method is msgspec.UNSET or envelope.id is msgspec.UNSET:
+        return None  # a notification or a response: the library reads it
+    request_id = envelope.id
+    if isinstance(request_id, str) or (
+        isinstance(request_id, int) and not isinstance(request_id, bool)
+    ):
+        return None
+    kind = "null" if request_id is None else type(request_id).__name__
+    kind = {"bool": "boolean", "float": "number", "dict": "object", "list": "array"}.get(kind, kind)
+    return ApiError(
+        f"a request's id must be a string or an integer, not {kind}",
+        code="request.invalid",
+        details={"path": "$.id", "reason": f"must be a string or an integer, not {kind}"},
+    )
 
 
 class McpEndpoint:
@@ -257,6 +305,10 @@ class McpEndpoint:
             body = await self._read_body(scope, receive)
             if unparseable(body):
                 body = await asyncio.to_thread(parseable, body)
+            refusal = not_one_request(body)
+            if refusal is not None:
+                await _refuse(send, refusal, status=400)
+                return
             manager = await self._ready()
         except DuctorError as error:
             await _refuse(send, error)
@@ -323,9 +375,9 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _refuse(send: Send, error: DuctorError) -> None:
-    """Answer a refused request: the REST status, a JSON-RPC error whose `data` is the
-    REST error body."""
+async def _refuse(send: Send, error: DuctorError, *, status: int | None = None) -> None:
+    """Answer a refused request: the REST status (or `status`), a JSON-RPC error whose
+    `data` is the REST error body."""
     body = error_body(error)
     payload = {
         "jsonrpc": "2.0",
@@ -336,7 +388,8 @@ async def _refuse(send: Send, error: DuctorError) -> None:
             "data": body,
         },
     }
-    status = status_for(error.code, retryable=error.retryable)
+    if status is None:
+        status = status_for(error.code, retryable=error.retryable)
     headers = [(b"content-type", b"application/json")]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="ductor"'))
@@ -353,6 +406,7 @@ __all__ = [
     "TENANT_KEY",
     "McpEndpoint",
     "error_body",
+    "not_one_request",
     "parseable",
     "unparseable",
 ]
