@@ -749,3 +749,40 @@ def test_a_batch_or_a_request_with_a_bad_id_is_refused_not_left_unanswered(
     notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     answer = httpx.post(f"{sqlite_server.url}/mcp", json=notification, headers=headers)
     assert answer.status_code == 202, answer.text
+
+
+def test_params_a_call_or_a_read_cannot_take_are_named(sqlite_server: ServerProcess) -> None:
+    """A `tools/call` without params, with a `name` that is not a string or
+    `arguments` that are not an object, and a `resources/read` whose `uri` is not a
+    string: a JSON-RPC error for the request's id whose data says where."""
+    sqlite_server.start()
+    headers = {
+        "Authorization": f"Bearer {sqlite_server.api_key}",
+        "Accept": "application/json, text/event-stream",
+    }
+    for method, params, path in (
+        ("tools/call", None, "$.params"),
+        ("tools/call", [1], "$.params"),
+        ("tools/call", {"name": 5}, "$.params.name"),
+        ("tools/call", {"arguments": {}}, "$.params.name"),
+        ("tools/call", {"name": "get_run", "arguments": [1]}, "$.params.arguments"),
+        ("tools/call", {"name": "get_run", "arguments": "{}"}, "$.params.arguments"),
+        ("resources/read", {"uri": 5}, "$.params.uri"),
+    ):
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": 7, "method": method}
+        if params is not None:
+            message["params"] = params
+        answer = httpx.post(f"{sqlite_server.url}/mcp", json=message, headers=headers)
+        assert answer.status_code == 200, (params, answer.text)
+        body = answer.json()
+        assert body["id"] == 7
+        assert body["error"]["code"] == -32602
+        assert body["error"]["data"]["code"] == "request.invalid"
+        assert body["error"]["data"]["details"]["path"] == path, (params, body)
+    # Arguments left out or null are no arguments: the tool names what is missing.
+    for params in ({"name": "get_run"}, {"name": "get_run", "arguments": None}):
+        message = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": params}
+        answer = httpx.post(f"{sqlite_server.url}/mcp", json=message, headers=headers)
+        result = answer.json()["result"]
+        assert result["isError"] is True
+        assert result["structuredContent"]["details"]["argument"] == "run_id"

@@ -53,6 +53,9 @@ Send: TypeAlias = Callable[[Message], Awaitable[None]]
 INVALID_REQUEST = -32600
 """The JSON-RPC error code of a refused request."""
 
+INVALID_PARAMS = -32602
+"""The JSON-RPC error code of a request whose params are not what its method takes."""
+
 TENANT_KEY = "ductor.tenant_id"
 """Where `handle` leaves the caller's tenant in the request scope's `state`."""
 
@@ -125,6 +128,57 @@ class _Envelope(msgspec.Struct):
 
     id: Any = msgspec.UNSET
     method: Any = msgspec.UNSET
+    params: msgspec.Raw = msgspec.Raw()  # empty: absent
+
+
+class _Params(msgspec.Struct):
+    """What `bad_params` reads of a request's params (the rest is skipped)."""
+
+    name: Any = msgspec.UNSET
+    uri: Any = msgspec.UNSET
+    arguments: msgspec.Raw = msgspec.Raw()  # empty: absent
+
+
+_NEEDS_PARAMS = {"tools/call": ("name",), "resources/read": ("uri",)}
+"""The requests whose params `bad_params` checks, and their string params."""
+
+
+def bad_params(body: bytes) -> tuple[Any, ApiError] | None:
+    """The id of a `tools/call` or `resources/read` request (as `not_one_request`
+    lets through) whose params are not what it takes, and why: no params object, a
+    `name` (`uri`) that is not a string, `arguments` that are not an object. The
+    `mcp` library refuses these with a bare "Invalid request parameters"."""
+    try:
+        envelope = msgspec.json.decode(body.lstrip(), type=_Envelope)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    strings = _NEEDS_PARAMS.get(envelope.method) if isinstance(envelope.method, str) else None
+    if strings is None or envelope.id is msgspec.UNSET:
+        return None
+
+    def refused(path: str, reason: str) -> tuple[Any, ApiError]:
+        error = ApiError(
+            f"invalid {envelope.method} params at {path}: {reason}",
+            code="request.invalid",
+            details={"path": path, "reason": reason},
+        )
+        return envelope.id, error
+
+    params = None
+    if len(envelope.params):
+        try:
+            params = msgspec.json.decode(envelope.params, type=_Params)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            params = None
+    if params is None:
+        return refused("$.params", "must be an object")
+    for name in strings:
+        if not isinstance(getattr(params, name), str):
+            return refused(f"$.params.{name}", "required: a string")
+    arguments = params.arguments
+    if len(arguments) and bytes(arguments)[:1] not in (b"{", b"n"):
+        return refused("$.params.arguments", "must be an object of the tool's arguments")
+    return None
 
 
 def not_one_request(body: bytes) -> ApiError | None:
@@ -309,6 +363,11 @@ class McpEndpoint:
             if refusal is not None:
                 await _refuse(send, refusal, status=400)
                 return
+            misparams = bad_params(body)
+            if misparams is not None:
+                request_id, error = misparams
+                await _refuse(send, error, status=200, request_id=request_id, code=INVALID_PARAMS)
+                return
             manager = await self._ready()
         except DuctorError as error:
             await _refuse(send, error)
@@ -375,15 +434,22 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _refuse(send: Send, error: DuctorError, *, status: int | None = None) -> None:
-    """Answer a refused request: the REST status (or `status`), a JSON-RPC error whose
-    `data` is the REST error body."""
+async def _refuse(
+    send: Send,
+    error: DuctorError,
+    *,
+    status: int | None = None,
+    request_id: Any = None,
+    code: int = INVALID_REQUEST,
+) -> None:
+    """Answer a refused request: the REST status (or `status`), a JSON-RPC error
+    (`code`, for `request_id`) whose `data` is the REST error body."""
     body = error_body(error)
     payload = {
         "jsonrpc": "2.0",
-        "id": None,
+        "id": request_id,
         "error": {
-            "code": INVALID_REQUEST,
+            "code": code,
             "message": f"{error.code}: {error.message}",
             "data": body,
         },
@@ -405,6 +471,7 @@ __all__ = [
     "PARSED_DEPTH",
     "TENANT_KEY",
     "McpEndpoint",
+    "bad_params",
     "error_body",
     "not_one_request",
     "parseable",
