@@ -126,6 +126,7 @@ def parseable(raw: bytes) -> bytes:
 class _Envelope(msgspec.Struct):
     """What `not_one_request` reads of a JSON-RPC message (the rest is skipped)."""
 
+    jsonrpc: Any = msgspec.UNSET
     id: Any = msgspec.UNSET
     method: Any = msgspec.UNSET
     params: msgspec.Raw = msgspec.Raw()  # empty: absent
@@ -181,43 +182,62 @@ def bad_params(body: bytes) -> tuple[Any, ApiError] | None:
     return None
 
 
+def _refusal(path: str, message: str, reason: str) -> ApiError:
+    return ApiError(message, code="request.invalid", details={"path": path, "reason": reason})
+
+
+_KINDS = {"NoneType": "null", "bool": "boolean", "float": "number", "dict": "object"}
+
+
+def _kind(value: Any) -> str:
+    name = type(value).__name__
+    return _KINDS.get(name, {"list": "array", "str": "string", "int": "integer"}.get(name, name))
+
+
 def not_one_request(body: bytes) -> ApiError | None:
-    """Why `body` is no JSON-RPC message the server can answer, when the `mcp`
-    library would not say so itself: a batch (an array; the protocol has none since
-    2025-06-18), or a request (it has a `method`) whose `id` is not a string or an
-    integer, which the library takes for a notification and leaves unanswered.
+    """Why `body`, valid JSON, is no JSON-RPC message the server can answer, where
+    the `mcp` library would answer a validation dump or nothing: a batch (an array;
+    the protocol has none since 2025-06-18) or another value than an object, a
+    `jsonrpc` other than "2.0", a `method` that is not a string, `params` that are
+    not an object, or a request (it has a `method`) whose `id` is not a string or
+    an integer, which the library takes for a notification and leaves unanswered.
     None for anything else, malformed JSON included (the library's parse error
     names its line and column)."""
     stripped = body.lstrip()
-    if stripped.startswith(b"["):
-        try:
-            msgspec.json.decode(stripped, type=list[msgspec.Raw])
-        except (msgspec.DecodeError, RecursionError):
-            return None
-        return ApiError(
-            "a JSON-RPC batch (an array) is not served: send one message per POST",
-            code="request.invalid",
-            details={"path": "$", "reason": "a batch"},
-        )
-    if not stripped.startswith(b"{"):
-        return None
     try:
+        if not stripped.startswith(b"{"):
+            value = msgspec.json.decode(stripped, type=msgspec.Raw)
+            if bytes(value)[:1] == b"[":
+                return _refusal(
+                    "$",
+                    "a JSON-RPC batch (an array) is not served: send one message per POST",
+                    "a batch",
+                )
+            kind = _kind(msgspec.json.decode(value))
+            return _refusal("$", f"a JSON-RPC message is an object, not {kind}", f"not {kind}")
         envelope = msgspec.json.decode(stripped, type=_Envelope)
     except (msgspec.DecodeError, RecursionError):
         return None
-    if envelope.method is msgspec.UNSET or envelope.id is msgspec.UNSET:
-        return None  # a notification or a response: the library reads it
+    if envelope.jsonrpc != "2.0":
+        return _refusal("$.jsonrpc", 'a JSON-RPC message says "jsonrpc": "2.0"', 'must be "2.0"')
+    if envelope.method is msgspec.UNSET:
+        return None  # a response: the library reads it
+    if not isinstance(envelope.method, str):
+        kind = _kind(envelope.method)
+        return _refusal("$.method", f"a request's method is a string, not {kind}", f"not {kind}")
+    if len(envelope.params) and bytes(envelope.params)[:1] not in (b"{", b"n"):
+        kind = _kind(msgspec.json.decode(envelope.params))
+        return _refusal("$.params", f"a request's params are an object, not {kind}", f"not {kind}")
     request_id = envelope.id
-    if isinstance(request_id, str) or (
-        isinstance(request_id, int) and not isinstance(request_id, bool)
-    ):
+    if request_id is msgspec.UNSET or isinstance(request_id, str):
+        return None  # a notification, or a request the library answers
+    if isinstance(request_id, int) and not isinstance(request_id, bool):
         return None
-    kind = "null" if request_id is None else type(request_id).__name__
-    kind = {"bool": "boolean", "float": "number", "dict": "object", "list": "array"}.get(kind, kind)
-    return ApiError(
+    kind = _kind(request_id)
+    return _refusal(
+        "$.id",
         f"a request's id must be a string or an integer, not {kind}",
-        code="request.invalid",
-        details={"path": "$.id", "reason": f"must be a string or an integer, not {kind}"},
+        f"must be a string or an integer, not {kind}",
     )
 
 
