@@ -23,6 +23,7 @@ Models (chat):
     `mangled_error` answers 500 with an error object holding lone surrogates;
     `nested_error`  answers 500 with an error object nested 600 levels deep
                (deep enough to read, too deep to give back).
+    `huge_error`    answers 500 with an error object of about 100 KB.
     `operator` plays a model with tools, for the chat agent (see `operator_answer`);
                usage 100 in, 20 out.
     `looper`   asks for `list_workflows` every time (it never answers).
@@ -226,6 +227,9 @@ class ScriptedUpstream:
                     for _ in range(600):
                         nested = [nested]
                     return self._json(500, {"error": {"message": "too deep", "x": nested}})
+                if model == "huge_error":
+                    error = {"message": "too much", "blob": ["x" * 1000] * 100}
+                    return self._json(500, {"error": error})
                 if model == "mangled":
                     return self._mangled(body)
                 if model == "endless" and body.get("stream"):

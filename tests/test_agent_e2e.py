@@ -478,6 +478,26 @@ def test_lone_surrogates_in_a_model_answer_are_stored_replaced(env: Env) -> None
         assert stored["messages"] == turn["messages"]
 
 
+def test_a_huge_upstream_error_is_stored_cut(env: Env) -> None:
+    # The upstream's error object (100 KB, in short strings) is answered and stored
+    # with the turn as its first 500 bytes of text, not whole.
+    with env.server.client() as http:
+        failed = _start(http, "hi", model="huge_error")
+        assert failed.status_code == 502, failed.text
+        error = failed.json()
+        assert error["message"] == "the upstream answered 500: too much"
+        shown = error["details"]["upstream_error"]
+        assert isinstance(shown, str)
+        assert shown.startswith('{"error": {"message": "too much", "blob": ["xxx')
+        assert len(shown) == 500
+        conversation = error["details"]["conversation_id"]
+        stored = _ok(http.get(f"/v1/agent/conversations/{conversation}"), 200)
+        [turn] = stored["turns"]
+        assert turn["status"] == "failed"
+        assert turn["error"]["details"]["upstream_error"] == shown
+        assert len(json.dumps(stored)) < 10_000
+
+
 def test_failures_limits_and_hostile_input(env: Env) -> None:
     server, upstream = env.server, env.upstream
     with server.client() as http:

@@ -85,6 +85,10 @@ MAX_EVENT_BYTES = 1024 * 1024
 MAX_STREAM_BYTES = MAX_ANSWER_BYTES
 """The most of a streamed upstream answer relayed; past it the stream ends with an error."""
 
+MAX_ERROR_BYTES = 8 * 1024
+"""The longest error body of an upstream given back as its JSON object (in
+`details.upstream_error`); a longer one is given as its first 500 bytes of text."""
+
 MAX_PRICES = 1000
 """The most prices one tenant may set."""
 
@@ -427,22 +431,29 @@ def _known_model(model: str) -> None:
 
 def _upstream_error(answer_status: int, content: bytes | None, opened: Opened) -> AiUpstreamError:
     error: Any = None
+    message: str | None = None
     if content:
         # Given back in the error's details: no deeper than a request body may nest.
         decoded = None if nesting_depth(content) > MAX_DEPTH else _decode_json(content)
         decoded = without_lone_surrogates(decoded)
         if isinstance(decoded, dict):
             error = decoded.get("error", decoded)
-        if error is None:
-            error = content[:500].decode(errors="replace")
+        if error is None or len(content) > MAX_ERROR_BYTES:
+            # Not JSON, or too long to give back (and store, with an agent's turn) whole.
+            shown = content[:500].decode(errors="replace")
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                message = error["message"]
+            error = shown
     error = opened.redactor.value(error)
-    message = f"the upstream answered {answer_status}"
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        message += f": {error['message'][:500]}"
+    said = f"the upstream answered {answer_status}"
+    if message is not None:
+        said += f": {opened.redactor.text(message)[:500]}"
+    elif isinstance(error, dict) and isinstance(error.get("message"), str):
+        said += f": {error['message'][:500]}"
     elif isinstance(error, str):
-        message += f": {error[:200]}"
+        said += f": {error[:200]}"
     return AiUpstreamError(
-        message,
+        said,
         {
             "upstream_status": answer_status,
             "upstream_error": error,
