@@ -517,6 +517,33 @@ def test_every_metric_reads_back(world: World) -> None:
     assert {p.attributes["ductor.route.origin"] for p in route} == {"api"}
 
 
+def test_connect_and_mcp_calls_are_named_by_their_route_not_by_the_callers_path(
+    world: World,
+) -> None:
+    # A Connect call's span and metric name its procedure; a path under a mounted
+    # endpoint that names no procedure is counted under the mount, so a caller
+    # (even one without a key) cannot mint a series or a span name per path.
+    junk = [f"/ductor.v1.RunService/Probe{n}" for n in range(3)] + ["/mcp/secret-token"]
+    with world.http() as http:
+        listed = http.post("/ductor.v1.RunService/ListRuns", json={})
+        assert listed.status_code == 200, listed.text
+        for path in junk:
+            assert httpx.post(world.server + path, json={}).status_code == 404
+    server_spans = [s for s in _spans() if s.kind == SpanKind.SERVER]
+    [call] = [s for s in server_spans if _attr(s, "url.path") == "/ductor.v1.RunService/ListRuns"]
+    assert call.name == "POST /ductor.v1.RunService/ListRuns"
+    assert _attr(call, "http.route") == "/ductor.v1.RunService/ListRuns"
+    assert _attr(call, "http.response.status_code") == 200
+    for path in junk:
+        [span] = [s for s in server_spans if _attr(s, "url.path") == path]
+        mount = path.rsplit("/", 1)[0]
+        assert (span.name, _attr(span, "http.route")) == (f"POST {mount}", mount)
+    routes = {p.attributes["http.route"] for p in _points("ductor.api.request.duration")}
+    assert "/ductor.v1.RunService/ListRuns" in routes
+    assert not [r for r in routes if "Probe" in r or "secret" in r or not r.startswith("/")]
+    assert {"/ductor.v1.RunService", "/mcp"} <= routes
+
+
 def test_setup_keeps_providers_already_set_and_refuses_what_it_cannot_honour() -> None:
     _install_providers()
     assert not wanted({})

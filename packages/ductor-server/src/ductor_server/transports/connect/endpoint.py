@@ -36,6 +36,7 @@ from litestar.handlers import ASGIRouteHandler, asgi
 from ductor_server.services import Services
 from ductor_server.transports.connect.method import PACKAGE, Method
 from ductor_server.transports.rest.errors import ApiError
+from ductor_server.transports.rest.telemetry import ROUTES_OPT
 
 
 class ConnectEndpoint:
@@ -106,8 +107,15 @@ class ConnectEndpoint:
             app = await self.application()
             await app(cast(Any, scope), cast(Any, receive), cast(Any, send))
 
+        # Its methods' paths name a call's span and metric (not what follows the
+        # prefix in the request, which anyone may write).
+        paths = frozenset(spec.path for spec in self.methods if spec.path.startswith(prefix + "/"))
         handler: ASGIRouteHandler = asgi(
-            prefix, is_mount=True, copy_scope=True, name=f"connect{prefix}"
+            prefix,
+            is_mount=True,
+            copy_scope=True,
+            name=f"connect{prefix}",
+            opt={ROUTES_OPT: paths},
         )(connect_endpoint)
         return handler
 

@@ -1,8 +1,11 @@
 """The HTTP server span and the API latency metric of every routed request.
 
 A plain ASGI middleware that Litestar runs after routing, so the route
-template (`/v1/runs/{run_id:str}`) names the span and the metric rather than
-the path, keeping both bounded. An incoming `traceparent` (and `tracestate`,
+template (`/v1/runs/{run_id}`) names the span and the metric rather than
+the path, keeping both bounded. A mounted endpoint (Connect's services, MCP)
+has no template: a call is named by its procedure's path when the mount lists
+it (`ROUTES_OPT`), else by the mount's own path, never by what the caller
+wrote after it. An incoming `traceparent` (and `tracestate`,
 `baggage`) is continued; without one the request starts a trace. A request
 that matches no route (404, 405) is answered before this runs and has no span.
 WebSocket and lifespan scopes pass through untouched.
@@ -22,6 +25,30 @@ from ductor_server.telemetry import API_DURATION, tracer
 
 _PROPAGATED = frozenset({b"traceparent", b"tracestate", b"baggage"})
 
+ROUTES_OPT = "ductor.routes"
+"""The `opt` key under which a mount's handler lists the whole paths it serves
+(`/ductor.v1.RunService/GetRun`), each a route of its own for telemetry."""
+
+
+def route_and_path(scope: Scope) -> tuple[str, str]:
+    """The route template and the requested path of a routed request.
+
+    Litestar hands a mount the rest of the path after the mount's own
+    (`/GetRun/`) and no template: the path is rebuilt, and the route is that path
+    when the mount lists it, else the mount's path.
+    """
+    template = scope.get("path_template")
+    path = str(scope["path"])
+    if template:
+        return str(template), path
+    handler = scope.get("route_handler")
+    if handler is None or not getattr(handler, "is_mount", False):
+        return path, path
+    mount = next(iter(handler.paths))
+    whole = mount + path.rstrip("/")
+    routes = handler.opt.get(ROUTES_OPT, ())
+    return (whole if whole in routes else mount), whole
+
 
 class TelemetryMiddleware(MiddlewareProtocol):
     """A SERVER span `<METHOD> <route template>` per request, current while the
@@ -35,7 +62,7 @@ class TelemetryMiddleware(MiddlewareProtocol):
             await self.app(scope, receive, send)
             return
         method = str(scope.get("method", "GET"))
-        route = str(scope.get("path_template") or scope["path"])
+        route, path = route_and_path(scope)
         carrier: dict[str, str] = {}
         for name, value in scope["headers"]:
             if name in _PROPAGATED:
@@ -59,7 +86,7 @@ class TelemetryMiddleware(MiddlewareProtocol):
             attributes={
                 "http.request.method": method,
                 "http.route": route,
-                "url.path": scope["path"],
+                "url.path": path,
                 "url.scheme": scope["scheme"],
             },
         ) as span:
@@ -80,4 +107,4 @@ class TelemetryMiddleware(MiddlewareProtocol):
                 )
 
 
-__all__ = ["TelemetryMiddleware"]
+__all__ = ["ROUTES_OPT", "TelemetryMiddleware", "route_and_path"]
