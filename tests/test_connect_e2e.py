@@ -766,6 +766,44 @@ def test_only_connects_unary_json_is_served(sqlite: ServerProcess) -> None:
         assert by_get.json() == listed
 
 
+def test_an_encoding_not_served_is_invalid_argument_naming_where(sqlite: ServerProcess) -> None:
+    # Only gzip (and identity) is inflated. Another Content-Encoding, or GET's
+    # `compression`, is bad input, answered 400 `invalid_argument` naming the
+    # header or parameter, never a 5xx; content codings are case-insensitive.
+    path = "/ductor.v1.WorkflowService/ListWorkflows"
+    body = gzip.compress(b"{}")
+    with sqlite.client() as http:
+        listed = http.post(path, content=b"{}", headers=JSON).json()
+        for encoding in ("GZIP", "Gzip", "identity, gzip"):
+            sent = http.post(path, content=body, headers={**JSON, "Content-Encoding": encoding})
+            assert (sent.status_code, sent.json()) == (200, listed), encoding
+        for encoding in ("br", "deflate", "gzip, gzip", "x" * 5000):
+            refused = http.post(path, content=body, headers={**JSON, "Content-Encoding": encoding})
+            assert refused.status_code == 400, (encoding[:20], refused.status_code)
+            error = refused.json()
+            assert error["code"] == "invalid_argument"
+            assert error["details"][0]["debug"] == {
+                "code": "request.invalid",
+                "details": {"header": "Content-Encoding"},
+            }
+            assert len(error["message"]) < 300
+        # Without a key, the same answer (the header is read before the key, as
+        # Content-Type is).
+        anyone = httpx.post(
+            sqlite.url + path, content=body, headers={**JSON, "Content-Encoding": "br"}
+        )
+        assert anyone.status_code == 400
+        for compression, message in (("br", "{}"), ("gzip", "{}")):
+            params = {"encoding": "json", "message": message, "compression": compression}
+            refused = http.get(path, params=params)
+            assert refused.status_code == 400, compression
+            assert refused.json()["details"][0]["debug"] == {
+                "code": "request.invalid",
+                "details": {"parameter": "compression"},
+            }
+    assert "Traceback" not in sqlite.log()
+
+
 def test_a_long_id_is_found_or_refused_as_on_rest(sqlite: ServerProcess) -> None:
     # Ids and names are 1 to 256 characters: one that long is reached over
     # Connect too, and a longer one is answered as REST answers it.

@@ -230,10 +230,20 @@ def _limited(scope: Any, receive: Any, max_body_bytes: int) -> Any:
     return limited_receive
 
 
+_CONTENT_ENCODING = (b"content-encoding", "the header", {"header": "Content-Encoding"})
+_COMPRESSION = (b"compression", "the parameter", {"parameter": "compression"})
+_COMPRESSED_BY: ContextVar[tuple[bytes, str, dict[str, str]]] = ContextVar(
+    "ductor_connect_compressed_by", default=_CONTENT_ENCODING
+)
+"""Where the request says it is gzip: GET's `compression` parameter, else the
+`Content-Encoding` header (for the message and details of its refusal)."""
+
+
 class _Gzip(GzipCompression):
     """The library's gzip, whose refusal of a body that inflates past the limit
     carries REST's `request.too_large` detail, as a body sent that large does, and
-    of a body that is not gzip a `request.invalid` naming the header."""
+    of a body that is not gzip a `request.invalid` naming the header (or GET's
+    parameter) that said it was."""
 
     def decompress(
         self, data: bytes | bytearray | memoryview, read_max_bytes: int | None = None
@@ -241,13 +251,54 @@ class _Gzip(GzipCompression):
         try:
             return super().decompress(data, read_max_bytes)
         except (zlib.error, OSError, EOFError):
-            message = "the request body is not gzip, as its Content-Encoding says"
-            error = RequestInvalid(message, details={"header": "Content-Encoding"})
+            _, where, details = _COMPRESSED_BY.get()
+            message = f"the request body is not gzip, as {where} {details_name(details)} says"
+            error = RequestInvalid(message, details=details)
             raise connect_error(error) from None
         except ConnectError as exc:
             if read_max_bytes is None or exc.code != Code.RESOURCE_EXHAUSTED:
                 raise
             raise connect_error(body_too_large(read_max_bytes)) from None
+
+
+def details_name(details: dict[str, str]) -> str:
+    """The one name in a `{header|parameter: name}` detail."""
+    [name] = details.values()
+    return name
+
+
+def _encoding_refused(scope: Any) -> DuctorError | None:
+    """The refusal of a request compressed other than by gzip, else None.
+
+    A POST's `Content-Encoding` is read as HTTP has it (case-insensitive, a list
+    whose `identity` entries change nothing) and handed on as `gzip` or not at
+    all; a GET's `compression` is Connect's, one exact name. Another coding is
+    bad input: the library would answer it `unimplemented`, a 501.
+    """
+    if scope["method"] == "GET":
+        query_string: bytes = scope.get("query_string", b"")
+        params = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
+        named = params.get("compression", [""])[0]
+        _COMPRESSED_BY.set(_COMPRESSION)
+        if named in ("", "identity", "gzip"):
+            return None
+        what, details = named, _COMPRESSION[2]
+    else:
+        _COMPRESSED_BY.set(_CONTENT_ENCODING)
+        headers: list[tuple[bytes, bytes]] = list(scope.get("headers") or ())
+        given = [value for name, value in headers if name == b"content-encoding"]
+        codings = [coding.strip().lower() for value in given for coding in value.split(b",")]
+        codings = [coding for coding in codings if coding not in (b"", b"identity")]
+        if codings in ([], [b"gzip"]):
+            kept = [(name, value) for name, value in headers if name != b"content-encoding"]
+            scope["headers"] = kept + [(b"content-encoding", b"gzip")] * len(codings)
+            return None
+        what, details = b", ".join(given).decode("latin-1"), _CONTENT_ENCODING[2]
+    shown_what = what if len(what) <= 40 else what[:40] + "..."
+    return RequestInvalid(
+        f"{details_name(details)} {shown_what!r} is not served: send the message plain or gzip",
+        details=details,
+    )
 
 
 def _unsupported_media(scope: Any, read_only: bool) -> bool:
@@ -269,6 +320,13 @@ def _unsupported_media(scope: Any, read_only: bool) -> bool:
 async def _send_empty(send: Any, status: int, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
+
+
+async def _send_error(send: Any, status: int, error: DuctorError) -> None:
+    body = _error_json(error)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
@@ -295,17 +353,17 @@ def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
                 code="route.not_found",
                 details={"method": scope["method"], "path": scope["path"]},
             )
-            body = _error_json(unknown)
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ]
-            await send({"type": "http.response.start", "status": 404, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await _send_error(send, 404, unknown)
             return
-        if _unsupported_media(scope, read_only[scope["path"]]):
+        path = scope["path"]
+        if _unsupported_media(scope, read_only[path]):
             # Only the JSON codec is served (the library's own 415 offers proto too).
             await _send_empty(send, 415, [(b"accept-post", b"application/json")])
+            return
+        served = scope["method"] == "POST" or (scope["method"] == "GET" and read_only[path])
+        if served and (refused := _encoding_refused(scope)):
+            # Read before the key, as Content-Type is.
+            await _send_error(send, 400, refused)
             return
         await application(scope, _limited(scope, receive, max_body_bytes), send)
 
