@@ -750,6 +750,12 @@ def test_only_connects_unary_json_is_served(sqlite: ServerProcess) -> None:
             assert refused.status_code == 415, (content_type, refused.status_code)
             assert refused.content == b""
             assert refused.headers["Accept-Post"] == "application/json"
+        for pair in (("text/plain", "application/json"), ("application/json", "text/plain")):
+            # Two Content-Types: not one that is JSON.
+            headers = [("Content-Type", content_type) for content_type in pair]
+            refused = anyone.post(path, content=b"{}", headers=headers)
+            assert refused.status_code == 415, pair
+            assert refused.headers["Accept-Post"] == "application/json"
         for params in ({"message": "{}"}, {"encoding": "proto", "message": "{}"}):
             refused = anyone.get(path, params=params)
             assert refused.status_code == 415, params
@@ -801,6 +807,37 @@ def test_an_encoding_not_served_is_invalid_argument_naming_where(sqlite: ServerP
                 "code": "request.invalid",
                 "details": {"parameter": "compression"},
             }
+    assert "Traceback" not in sqlite.log()
+
+
+def test_header_bytes_beyond_ascii_read_as_rest_reads_them(sqlite: ServerProcess) -> None:
+    # HTTP header values are bytes; both transports read them as Latin-1, so a
+    # key with bytes past ASCII (UTF-8 or not) is one key over REST and Connect,
+    # and no header is a 500.
+    with sqlite.client() as http:
+        http.post("/v1/workflows", json=HELLO)
+        trigger = {"family_slug": "hello", "input": {"name": "x"}}
+        for raw_key in (b"k-\xc3\xa9-utf8", b"k-\xff\xfe-latin1"):
+            rest = http.post("/v1/runs", json=trigger, headers={"Idempotency-Key": raw_key})
+            assert rest.status_code == 201, rest.text
+            again = http.post(
+                "/ductor.v1.RunService/TriggerRun",
+                json=trigger,
+                headers=[("Content-Type", "application/json"), ("Idempotency-Key", raw_key)],
+            )
+            assert again.status_code == 200, again.text
+            assert again.headers["Idempotency-Replayed"] == "true"
+            assert again.json()["id"] == rest.json()["id"]
+        for name, value in (
+            ("Authorization", b"Bearer \xffnope"),
+            ("Connect-Timeout-Ms", b"1\xff"),
+        ):
+            refused = httpx.post(
+                sqlite.url + "/ductor.v1.WorkflowService/ListWorkflows",
+                content=b"{}",
+                headers=[("Content-Type", "application/json"), (name, value)],
+            )
+            assert 400 <= refused.status_code < 500, (name, refused.status_code)
     assert "Traceback" not in sqlite.log()
 
 

@@ -307,14 +307,25 @@ def _unsupported_media(scope: Any, read_only: bool) -> bool:
     and `application/grpc...` as gRPC or gRPC-web), or a GET of a read-only method
     without `encoding=json`. Other HTTP methods are left to the library (405)."""
     if scope["method"] == "POST":
-        headers: dict[bytes, bytes] = dict(scope.get("headers") or ())
-        media = headers.get(b"content-type", b"").partition(b";")[0].strip().lower()
-        return media != b"application/json"
+        # One Content-Type, JSON's (of two, the library would read the first).
+        given = [value for name, value in scope.get("headers") or () if name == b"content-type"]
+        media = [value.partition(b";")[0].strip().lower() for value in given]
+        return media != [b"application/json"]
     if scope["method"] == "GET" and read_only:
         query_string: bytes = scope.get("query_string", b"")
         encoding = parse_qs(query_string.decode("latin-1")).get("encoding", [""])[0]
         return encoding != "json"
     return False
+
+
+def _as_rest_reads_them(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`headers` with every value past ASCII re-encoded from Latin-1 to UTF-8: the
+    library decodes values as UTF-8 (a byte that is not UTF-8 would be its 500),
+    REST as Latin-1, so a key (`Idempotency-Key`) reads the same over both."""
+    return [
+        (name, value if value.isascii() else value.decode("latin-1").encode())
+        for name, value in headers
+    ]
 
 
 async def _send_empty(send: Any, status: int, headers: list[tuple[bytes, bytes]]) -> None:
@@ -356,6 +367,7 @@ def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
             await _send_error(send, 404, unknown)
             return
         path = scope["path"]
+        scope["headers"] = _as_rest_reads_them(list(scope.get("headers") or ()))
         if _unsupported_media(scope, read_only[path]):
             # Only the JSON codec is served (the library's own 415 offers proto too).
             await _send_empty(send, 415, [(b"accept-post", b"application/json")])
