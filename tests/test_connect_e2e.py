@@ -14,6 +14,7 @@ under the same key; bad input is `invalid_argument` with REST's message and path
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 import os
@@ -799,6 +800,21 @@ def test_an_encoding_not_served_is_invalid_argument_naming_where(sqlite: ServerP
             sqlite.url + path, content=body, headers={**JSON, "Content-Encoding": "br"}
         )
         assert anyone.status_code == 400
+        # A base64 message (`base64=1`) is URL-safe base64, with or without
+        # padding; anything else is refused, not read as some other message.
+        for message in ("!!!", "e30!!", "e", "e3 0"):
+            params = {"encoding": "json", "message": message, "base64": "1"}
+            refused = http.get(path, params=params)
+            assert refused.status_code == 400, message
+            assert refused.json()["details"][0]["debug"] == {
+                "code": "request.invalid",
+                "details": {"parameter": "message"},
+            }
+        for message in ("e30", "e30=", base64.urlsafe_b64encode(gzip.compress(b"{}")).decode()):
+            params = {"encoding": "json", "message": message, "base64": "1"}
+            if len(message) > 4:
+                params["compression"] = "gzip"
+            assert http.get(path, params=params).json() == listed, message
         for compression, message in (("br", "{}"), ("gzip", "{}")):
             params = {"encoding": "json", "message": message, "compression": compression}
             refused = http.get(path, params=params)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import zlib
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
@@ -261,6 +262,10 @@ class _Gzip(GzipCompression):
             raise connect_error(body_too_large(read_max_bytes)) from None
 
 
+_BASE64URL = re.compile(r"(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3}={0,2})?")
+"""URL-safe base64, padded or not (`base64=1` on a GET)."""
+
+
 def details_name(details: dict[str, str]) -> str:
     """The one name in a `{header|parameter: name}` detail."""
     [name] = details.values()
@@ -280,6 +285,13 @@ def _encoding_refused(scope: Any) -> DuctorError | None:
         params = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
         named = params.get("compression", [""])[0]
         _COMPRESSED_BY.set(_COMPRESSION)
+        message = params.get("message", [""])[0]
+        if params.get("base64", [""])[0] == "1" and not _BASE64URL.fullmatch(message):
+            # The library's decoder would skip what is not base64 and read the rest.
+            return RequestInvalid(
+                "the message is not URL-safe base64, as base64=1 says",
+                details={"parameter": "message"},
+            )
         if named in ("", "identity", "gzip"):
             return None
         what, details = named, _COMPRESSION[2]
