@@ -857,6 +857,38 @@ def test_header_bytes_beyond_ascii_read_as_rest_reads_them(sqlite: ServerProcess
     assert "Traceback" not in sqlite.log()
 
 
+def test_a_deadline_that_passes_is_deadline_exceeded_and_a_retry_answers(
+    sqlite: ServerProcess,
+) -> None:
+    # Connect-Timeout-Ms bounds the call: past it the answer is 504
+    # deadline_exceeded, and a retry with the same key answers what was done
+    # (here nothing: the deadline passed before the call began).
+    with sqlite.client() as http:
+        http.post("/v1/workflows", json=HELLO)
+        trigger = {"family_slug": "hello", "input": {"name": "late"}}
+        late = _rpc(
+            http,
+            "RunService/TriggerRun",
+            trigger,
+            **{"Connect-Timeout-Ms": "0", "Idempotency-Key": "late-1"},
+        )
+        assert late.status_code == 504
+        assert late.json() == {"code": "deadline_exceeded", "message": "Request timed out"}
+        retried = _rpc(http, "RunService/TriggerRun", trigger, **{"Idempotency-Key": "late-1"})
+        assert retried.status_code == 200
+        assert "Idempotency-Replayed" not in retried.headers
+        again = _rpc(http, "RunService/TriggerRun", trigger, **{"Idempotency-Key": "late-1"})
+        assert again.headers["Idempotency-Replayed"] == "true"
+        assert again.json()["id"] == retried.json()["id"]
+        roomy = _rpc(
+            http,
+            "RunService/GetRun",
+            {"run_id": retried.json()["id"]},
+            **{"Connect-Timeout-Ms": "9999999999"},
+        )
+        assert roomy.status_code == 200
+
+
 def test_a_long_id_is_found_or_refused_as_on_rest(sqlite: ServerProcess) -> None:
     # Ids and names are 1 to 256 characters: one that long is reached over
     # Connect too, and a longer one is answered as REST answers it.
