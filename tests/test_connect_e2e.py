@@ -889,6 +889,36 @@ def test_a_deadline_that_passes_is_deadline_exceeded_and_a_retry_answers(
         assert roomy.status_code == 200
 
 
+def test_an_answer_is_gzipped_when_accept_encoding_names_gzip(sqlite: ServerProcess) -> None:
+    # Accept-Encoding is read as HTTP has it: case-insensitive, with q-values
+    # (q=0 refuses a coding); an error is always plain.
+    path = "/ductor.v1.WorkflowService/ListWorkflows"
+    with sqlite.client() as http:
+        listed = http.post(path, content=b"{}", headers=JSON).json()
+        for accepted, gzipped in (
+            ("gzip", True),
+            ("GZIP", True),
+            ("gzip;q=1.0", True),
+            ("deflate, br;q=0.9, gzip;q=0.5", True),
+            ("*", True),
+            ("gzip;q=0", False),
+            ("gzip; q=0.000, identity", False),
+            ("identity", False),
+            ("br", False),
+        ):
+            answer = http.post(path, content=b"{}", headers={**JSON, "Accept-Encoding": accepted})
+            assert answer.status_code == 200
+            assert (answer.headers.get("Content-Encoding") == "gzip") is gzipped, accepted
+            assert answer.json() == listed
+        error = http.post(
+            "/ductor.v1.RunService/GetRun",
+            json={"run_id": "run_missing"},
+            headers={**JSON, "Accept-Encoding": "gzip;q=1.0"},
+        )
+        assert error.status_code == 404
+        assert "Content-Encoding" not in error.headers
+
+
 def test_a_long_id_is_found_or_refused_as_on_rest(sqlite: ServerProcess) -> None:
     # Ids and names are 1 to 256 characters: one that long is reached over
     # Connect too, and a longer one is answered as REST answers it.

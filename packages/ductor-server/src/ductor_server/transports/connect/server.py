@@ -340,6 +340,26 @@ def _as_rest_reads_them(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes,
     ]
 
 
+def _accepts_gzip(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether `Accept-Encoding` names gzip (or `*`) with a q-value above 0, read as
+    HTTP has it: case-insensitive, with parameters (the library matches each entry
+    whole, so `gzip;q=1.0` and `GZIP` would get a plain answer)."""
+    for name, value in headers:
+        if name != b"accept-encoding":
+            continue
+        for entry in value.decode("latin-1").split(","):
+            coding, *params = (part.strip().lower() for part in entry.split(";"))
+            if coding not in ("gzip", "x-gzip", "*"):
+                continue
+            weight = next((p[2:].strip() for p in params if p.startswith("q=")), "1")
+            try:
+                if float(weight) > 0:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
 async def _send_empty(send: Any, status: int, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
@@ -379,7 +399,10 @@ def build_application(endpoint: ConnectEndpoint, *, max_body_bytes: int) -> Any:
             await _send_error(send, 404, unknown)
             return
         path = scope["path"]
-        scope["headers"] = _as_rest_reads_them(list(scope.get("headers") or ()))
+        headers = _as_rest_reads_them(list(scope.get("headers") or ()))
+        # The library gzips an answer when an entry of Accept-Encoding is `gzip`.
+        accepted = [(b"accept-encoding", b"gzip")] if _accepts_gzip(headers) else []
+        scope["headers"] = [h for h in headers if h[0] != b"accept-encoding"] + accepted
         if _unsupported_media(scope, read_only[path]):
             # Only the JSON codec is served (the library's own 415 offers proto too).
             await _send_empty(send, 415, [(b"accept-post", b"application/json")])
