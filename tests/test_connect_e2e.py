@@ -800,6 +800,13 @@ def test_an_encoding_not_served_is_invalid_argument_naming_where(sqlite: ServerP
             sqlite.url + path, content=body, headers={**JSON, "Content-Encoding": "br"}
         )
         assert anyone.status_code == 400
+        for version in ("v2", ""):
+            params = {"encoding": "json", "message": "{}", "connect": version}
+            refused = http.get(path, params=params)
+            assert refused.status_code == 400, version
+            assert refused.json()["details"][0]["debug"]["details"] == {"parameter": "connect"}
+        by_get = http.get(path, params={"encoding": "json", "message": "{}", "connect": "v1"})
+        assert by_get.json() == listed
         # A base64 message (`base64=1`) is URL-safe base64, with or without
         # padding; anything else is refused, not read as some other message.
         for message in ("!!!", "e30!!", "e", "e3 0"):

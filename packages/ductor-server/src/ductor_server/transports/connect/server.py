@@ -285,6 +285,12 @@ def _encoding_refused(scope: Any) -> DuctorError | None:
         params = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
         named = params.get("compression", [""])[0]
         _COMPRESSED_BY.set(_COMPRESSION)
+        if params.get("connect", ["v1"])[0] != "v1":
+            # The query's form of Connect-Protocol-Version, which the library skips.
+            return RequestInvalid(
+                "connect must be v1: the Connect protocol's version 1 is served",
+                details={"parameter": "connect"},
+            )
         message = params.get("message", [""])[0]
         if params.get("base64", [""])[0] == "1" and not _BASE64URL.fullmatch(message):
             # The library's decoder would skip what is not base64 and read the rest.
