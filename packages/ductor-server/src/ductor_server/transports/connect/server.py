@@ -231,9 +231,9 @@ def _limited(scope: Any, receive: Any, max_body_bytes: int) -> Any:
     return limited_receive
 
 
-_CONTENT_ENCODING = (b"content-encoding", "the header", {"header": "Content-Encoding"})
-_COMPRESSION = (b"compression", "the parameter", {"parameter": "compression"})
-_COMPRESSED_BY: ContextVar[tuple[bytes, str, dict[str, str]]] = ContextVar(
+_CONTENT_ENCODING = ("the header", {"header": "Content-Encoding"})
+_COMPRESSION = ("the parameter", {"parameter": "compression"})
+_COMPRESSED_BY: ContextVar[tuple[str, dict[str, str]]] = ContextVar(
     "ductor_connect_compressed_by", default=_CONTENT_ENCODING
 )
 """Where the request says it is gzip: GET's `compression` parameter, else the
@@ -252,8 +252,8 @@ class _Gzip(GzipCompression):
         try:
             return super().decompress(data, read_max_bytes)
         except (zlib.error, OSError, EOFError):
-            _, where, details = _COMPRESSED_BY.get()
-            message = f"the request body is not gzip, as {where} {details_name(details)} says"
+            where, details = _COMPRESSED_BY.get()
+            message = f"the request body is not gzip, as {where} {_details_name(details)} says"
             error = RequestInvalid(message, details=details)
             raise connect_error(error) from None
         except ConnectError as exc:
@@ -266,14 +266,15 @@ _BASE64URL = re.compile(r"(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3}={0,2})?")
 """URL-safe base64, padded or not (`base64=1` on a GET)."""
 
 
-def details_name(details: dict[str, str]) -> str:
+def _details_name(details: dict[str, str]) -> str:
     """The one name in a `{header|parameter: name}` detail."""
     [name] = details.values()
     return name
 
 
 def _encoding_refused(scope: Any) -> DuctorError | None:
-    """The refusal of a request compressed other than by gzip, else None.
+    """The refusal of a request compressed other than by gzip (or of a GET whose
+    `connect` or base64 `message` is wrong), else None.
 
     A POST's `Content-Encoding` is read as HTTP has it (case-insensitive, a list
     whose `identity` entries change nothing) and handed on as `gzip` or not at
@@ -300,7 +301,7 @@ def _encoding_refused(scope: Any) -> DuctorError | None:
             )
         if named in ("", "identity", "gzip"):
             return None
-        what, details = named, _COMPRESSION[2]
+        what, details = named, _COMPRESSION[1]
     else:
         _COMPRESSED_BY.set(_CONTENT_ENCODING)
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers") or ())
@@ -311,10 +312,10 @@ def _encoding_refused(scope: Any) -> DuctorError | None:
             kept = [(name, value) for name, value in headers if name != b"content-encoding"]
             scope["headers"] = kept + [(b"content-encoding", b"gzip")] * len(codings)
             return None
-        what, details = b", ".join(given).decode("latin-1"), _CONTENT_ENCODING[2]
+        what, details = b", ".join(given).decode("latin-1"), _CONTENT_ENCODING[1]
     shown_what = what if len(what) <= 40 else what[:40] + "..."
     return RequestInvalid(
-        f"{details_name(details)} {shown_what!r} is not served: send the message plain or gzip",
+        f"{_details_name(details)} {shown_what!r} is not served: send the message plain or gzip",
         details=details,
     )
 
