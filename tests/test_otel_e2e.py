@@ -524,12 +524,19 @@ def test_connect_and_mcp_calls_are_named_by_their_route_not_by_the_callers_path(
     # endpoint that names no procedure is counted under the mount, so a caller
     # (even one without a key) cannot mint a series or a span name per path.
     junk = [f"/ductor.v1.RunService/Probe{n}" for n in range(3)] + ["/mcp/secret-token"]
-    with world.http() as http:
+    with world.http() as http, httpx.Client(base_url=world.server, timeout=30) as anyone:
         listed = http.post("/ductor.v1.RunService/ListRuns", json={})
         assert listed.status_code == 200, listed.text
         for path in junk:
-            assert httpx.post(world.server + path, json={}).status_code == 404
-    server_spans = [s for s in _spans() if s.kind == SpanKind.SERVER]
+            assert anyone.post(path, json={}).status_code == 404, path
+    paths = ["/ductor.v1.RunService/ListRuns", *junk]
+    deadline = time.monotonic() + 10
+    while True:  # a span ends just after its answer is sent
+        server_spans = [s for s in _spans() if s.kind == SpanKind.SERVER]
+        if {_attr(s, "url.path") for s in server_spans} >= set(paths):
+            break
+        assert time.monotonic() < deadline, [_attr(s, "url.path") for s in server_spans]
+        time.sleep(0.05)
     [call] = [s for s in server_spans if _attr(s, "url.path") == "/ductor.v1.RunService/ListRuns"]
     assert call.name == "POST /ductor.v1.RunService/ListRuns"
     assert _attr(call, "http.route") == "/ductor.v1.RunService/ListRuns"
