@@ -509,3 +509,67 @@ def test_sigterm_while_starting_stops_the_server_with_status_0(tmp_path: Path) -
                 proc.kill()
                 proc.wait(timeout=10)
         assert proc.returncode == 0, (delay, proc.returncode)
+
+
+def test_a_port_in_use_stops_the_start_in_one_line_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """A port another process listens on, or a host naming no address, is one
+    `error:` line and exit status 1, before the start line, the dev key or the
+    seed: nothing claims to serve, and nothing is written."""
+    seed_dir = tmp_path / "seed"
+    seed_dir.mkdir()
+    (seed_dir / "hello.yaml").write_text(
+        "kind: Workflow\n"
+        "spec:\n"
+        "  family_slug: hello\n"
+        "  steps:\n"
+        "    - {ref: a, type: STEP_TYPE_DATAFLOW, args: {operation: project, project: {x: '1'}}}\n"
+    )
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = str(holder.getsockname()[1])
+        for command in (
+            ["dev", "--port", port],
+            ["serve", "--port", port, "--seed", str(seed_dir), "--seed-tenant", "acme"],
+            ["dev", "--host", "no-such-host.invalid", "--port", str(_free_port())],
+        ):
+            data = tmp_path / f"data-{command[0]}-{command[2]}"
+            result = _ductor(*command, "--data-dir", str(data))
+            assert result.returncode == 1, (command, result)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1, (command, result.stderr)
+            assert lines[0].startswith("error: cannot listen on http://"), lines[0]
+            assert "(--host and --port, or DUCTOR_HOST and DUCTOR_PORT)" in lines[0], lines[0]
+            assert result.stdout == "", (command, result.stdout)
+            assert "Traceback" not in result.stderr
+            left = sorted(p.name for p in data.iterdir()) if data.exists() else []
+            assert not {"api_key", "ductor.pid"} & set(left), (command, left)
+            if "ductor.db" in left:
+                with contextlib.closing(sqlite3.connect(data / "ductor.db")) as db:
+                    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+                    if "workflow_versions" in tables:
+                        assert db.execute("SELECT count(*) FROM workflow_versions").fetchone() == (
+                            0,
+                        ), "the seed was applied"
+        again = _ductor("dev", "--port", port, "--data-dir", str(tmp_path / "again"))
+        assert "address already in use" in again.stderr.lower(), again.stderr
+
+
+def test_port_0_announces_the_port_the_system_picked(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ductor_server.cli", "dev", "--port", "0"],
+        env=_env({"DUCTOR_DATA_DIR": str(tmp_path / "data")}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().decode()
+        assert " on http://127.0.0.1:" in first, first
+        port = int(first.rsplit(":", 1)[1])
+        assert port != 0
+        assert _ready(port, proc) == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert proc.returncode == 0

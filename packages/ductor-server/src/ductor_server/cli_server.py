@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -217,16 +218,55 @@ def _server(config: uvicorn.Config, *, on_exit: Callable[[], None]) -> uvicorn.S
     return Server(config, on_exit=on_exit)
 
 
-def _serve(settings: Settings, announce: Sequence[str]) -> int:
-    """Serve until stopped; print the `announce` lines once everything is built,
-    so that a bad setting stops the start before anything claims to be serving."""
-    import uvicorn
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to `port` on every address `host` names, as the server's own
+    binding would make them, but before anything starts: an address another process
+    holds stops the start before the engines run and the start line is printed.
 
-    from ductor_server.app import create_app
-    from ductor_server.composition import build
-    from ductor_server.engine.memory import settle_heap
+    Raises:
+        OSError: `host` names no address, or one of its addresses cannot be bound.
+    """
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            if os.name == "posix":  # as asyncio does: a port in TIME_WAIT is free
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _bind(settings: Settings) -> list[socket.socket] | None:
+    """The sockets `settings` listen on, bound; None, once one `error:` line says
+    why, when they cannot be (a port another process holds, a host naming no
+    address of this machine)."""
+    try:
+        return _listen(settings.host, settings.port)
+    except OSError as exc:
+        sys.stderr.write(
+            f"error: cannot listen on {http_url(settings.host, settings.port)}"
+            f" (--host and --port, or DUCTOR_HOST and DUCTOR_PORT): {exc.strerror or exc}\n"
+        )
+        return None
+
+
+def _serve(
+    settings: Settings, sockets: list[socket.socket], announce: Callable[[str], Sequence[str]]
+) -> int:
+    """Serve on the bound `sockets` until stopped; print the `announce` lines (given
+    the URL served on) once everything is built, so that a bad setting stops the
+    start before anything claims to be serving."""
     from ductor_server.telemetry.setup import setup_from_env
-    from ductor_server.transports.head import HeadAsGet
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("ductor").setLevel(settings.log_level.upper())
@@ -246,9 +286,28 @@ def _serve(settings: Settings, announce: Sequence[str]) -> int:
     # signal; this handler makes that, and a SIGTERM before it serves, a normal exit.
     stop = _StopOnSigterm()
     signal.signal(signal.SIGTERM, stop)
+    return _serve_on(settings, sockets, announce, stop)
+
+
+def _serve_on(
+    settings: Settings,
+    sockets: list[socket.socket],
+    announce: Callable[[str], Sequence[str]],
+    stop: _StopOnSigterm,
+) -> int:
+    """`_serve` once its telemetry and signal handler are in place."""
+    import uvicorn
+
+    from ductor_server.app import create_app
+    from ductor_server.composition import build
+    from ductor_server.engine.memory import settle_heap
+    from ductor_server.transports.head import HeadAsGet
+
     composition = build(settings)
     app = HeadAsGet(create_app(composition=composition))
-    for line in announce:
+    # Port 0 is a free port the system picked: announce the one it is.
+    port = sockets[0].getsockname()[1] if sockets else settings.port
+    for line in announce(http_url(settings.host, port)):
         print(line, flush=True)
     # Everything is imported and built: keep the collector off it for good.
     settle_heap()
@@ -263,7 +322,7 @@ def _serve(settings: Settings, announce: Sequence[str]) -> int:
     stop.server = server
     if stop.asked:  # stopped while starting: start nothing
         return 0
-    server.run()
+    server.run(sockets=sockets)
     return 0 if server.started or stop.asked else 3  # 3: uvicorn's start failure
 
 
@@ -342,7 +401,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        return _dev(args, settings)
+        # Before anything is written: a port in use stops the start at once.
+        if (sockets := _bind(settings)) is None:
+            return 1
+        try:
+            return _dev(args, settings, sockets)
+        finally:
+            for sock in sockets:
+                sock.close()
     finally:
         # A clean exit removes the pid file; after kill -9 it stays, naming a dead process.
         with contextlib.suppress(OSError):
@@ -350,7 +416,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         os.close(pid_fd)
 
 
-def _dev(args: argparse.Namespace, settings: Settings) -> int:
+def _dev(args: argparse.Namespace, settings: Settings, sockets: list[socket.socket]) -> int:
     """`ductor dev` once it holds its data dir."""
     from ductor_server.storage import SchemaTooNew
 
@@ -365,33 +431,37 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
     settings, secret_kid, secret_created = ensure_dev_secret_keys(settings)
     if args.seed is not None and seed(settings, args.seed, DEV_TENANT) != 0:
         return 1
-    where = http_url(settings.host, settings.port)
-    announce = [
-        f"ductor {__version__} (embedded) on {where}",
-        f"data dir: {settings.data_dir.resolve()}",
-    ]
     from ductor_server.transports.dashboard import find_dashboard_assets
 
-    if find_dashboard_assets() is not None:
-        announce.append(f"dashboard: {where}/ui/ (sign in with the API key)")
-    else:
-        announce.append("dashboard: not installed (pip install 'ductor-server[ui]')")
-    if created:
-        announce.append(f"API key (created, saved to {settings.api_key_file}): {key}")
-    else:
-        # Shown on the first start only: a later start's output may end up in logs.
-        announce.append(f"API key (from {settings.api_key_file}; printed on first start only)")
-    if receipt_kid is not None:
-        made = "created, saved to" if receipt_created else "from"
-        announce.append(
-            f"receipt signing key {receipt_kid} ({made} {settings.dev_receipt_keys_file})"
-        )
-    if secret_kid is not None:
-        made = "created, saved to" if secret_created else "from"
-        announce.append(
-            f"connection secret key {secret_kid} ({made} {settings.dev_secret_keys_file})"
-        )
-    return _serve(settings, announce)
+    dashboard = find_dashboard_assets() is not None
+
+    def announce(where: str) -> list[str]:
+        lines = [
+            f"ductor {__version__} (embedded) on {where}",
+            f"data dir: {settings.data_dir.resolve()}",
+        ]
+        if dashboard:
+            lines.append(f"dashboard: {where}/ui/ (sign in with the API key)")
+        else:
+            lines.append("dashboard: not installed (pip install 'ductor-server[ui]')")
+        if created:
+            lines.append(f"API key (created, saved to {settings.api_key_file}): {key}")
+        else:
+            # Shown on the first start only: a later start's output may end up in logs.
+            lines.append(f"API key (from {settings.api_key_file}; printed on first start only)")
+        if receipt_kid is not None:
+            made = "created, saved to" if receipt_created else "from"
+            lines.append(
+                f"receipt signing key {receipt_kid} ({made} {settings.dev_receipt_keys_file})"
+            )
+        if secret_kid is not None:
+            made = "created, saved to" if secret_created else "from"
+            lines.append(
+                f"connection secret key {secret_kid} ({made} {settings.dev_secret_keys_file})"
+            )
+        return lines
+
+    return _serve(settings, sockets, announce)
 
 
 def _where(settings: Settings) -> str:
@@ -476,16 +546,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         sys.stderr.write(f"error: {problem}\n")
         return 1
-    if seed_tenant is not None and seed(settings, args.seed, seed_tenant) != 0:
+    # Before the seed is applied: a port in use stops the start with nothing written.
+    if (sockets := _bind(settings)) is None:
         return 1
-    backend = "postgres" if settings.sqlite_file is None else f"sqlite at {settings.sqlite_file}"
-    return _serve(
-        settings,
-        [
-            f"ductor {__version__} serve on {http_url(settings.host, settings.port)} "
-            f"({backend}; roles {','.join(settings.roles)})"
-        ],
-    )
+    try:
+        if seed_tenant is not None and seed(settings, args.seed, seed_tenant) != 0:
+            return 1
+        backend = (
+            "postgres" if settings.sqlite_file is None else f"sqlite at {settings.sqlite_file}"
+        )
+        listed = ",".join(settings.roles)
+        return _serve(
+            settings,
+            sockets,
+            lambda where: [f"ductor {__version__} serve on {where} ({backend}; roles {listed})"],
+        )
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
