@@ -573,3 +573,87 @@ def test_port_0_announces_the_port_the_system_picked(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
     assert proc.returncode == 0
+
+
+def _as_a_user(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `ductor ARGS` bound by file permissions: as root, without the
+    capabilities that let root write anywhere (a user's server would not have them)."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "ductor_server.cli", *args],
+        env=_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_data_dir_this_user_cannot_write_in_stops_every_command_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """A data dir made by another user (an earlier `sudo ductor dev`), or a database
+    file of its that this user cannot write, is one `error:` line, no traceback: a
+    directory is refused as a bad setting (status 2), a file it holds as a database
+    that cannot be opened (status 1); no server starts on a database it could only
+    read, answering ready and failing every write."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    read_only = tmp_path / "read-only"
+    assert _ductor("migrate", "--data-dir", str(read_only)).returncode == 0
+    (read_only / "ductor.db").chmod(0o400)
+    port = str(_free_port())
+    commands = (
+        ["dev", "--port", port],
+        ["serve", "--port", port],
+        ["migrate"],
+        ["tenants", "create", "acme", "--database"],
+        ["keys", "create", "--tenant", "acme"],
+    )
+    try:
+        for data, status, wanted, some in (
+            (
+                locked,
+                2,
+                f"error: the data dir '{locked}' (--data-dir or DUCTOR_DATA_DIR) must be",
+                commands[:3],  # the others make the data dir the same way
+            ),
+            (read_only, 1, "error: ", commands),
+        ):
+            for command in some:
+                result = _as_a_user(*command, "--data-dir", str(data), env={})
+                assert result.returncode == status, (data, command, result)
+                lines = result.stderr.strip().splitlines()
+                assert len(lines) == 1, (data, command, result.stderr)
+                assert lines[0].startswith(wanted), (command, lines[0])
+                assert "Permission denied" in lines[0], (command, lines[0])
+                assert result.stdout == "", (command, result.stdout)
+        assert sorted(p.name for p in locked.iterdir()) == []
+        # The pid file of a `ductor dev` another user ran there.
+        writable = tmp_path / "writable"
+        assert _ductor("migrate", "--data-dir", str(writable)).returncode == 0
+        (writable / "ductor.pid").write_text("1\n")
+        (writable / "ductor.pid").chmod(0o400)
+        result = _as_a_user("dev", "--port", port, "--data-dir", str(writable), env={})
+        assert result.returncode == 1, result
+        assert result.stderr == f"error: cannot use {writable / 'ductor.pid'}: Permission denied\n"
+        assert result.stdout == ""
+    finally:
+        locked.chmod(0o755)
+
+
+def test_key_and_tenant_commands_on_an_unreachable_database_fail_in_one_line() -> None:
+    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/ductor"
+    for command in (
+        ["tenants", "create", "acme", "--database"],
+        ["keys", "create", "--tenant", "acme"],
+    ):
+        result = _ductor(*command, env={"DUCTOR_DATABASE_URL": url})
+        assert result.returncode == 1, (command, result)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, (command, result.stderr)
+        assert lines[0].startswith("error: storage.unavailable: cannot connect to postgres"), lines
+        assert "127.0.0.1" in lines[0]
+        assert result.stdout == ""

@@ -121,6 +121,11 @@ def _run(argv: Sequence[str] | None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    except PermissionError as exc:
+        # A file of the data dir (the pid file, a key file) another user owns.
+        where = f" {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"error: cannot use{where}: {exc.strerror or exc}\n")
+        return 1
     except KeyboardInterrupt:
         return 130
     return result

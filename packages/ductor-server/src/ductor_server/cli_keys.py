@@ -83,7 +83,8 @@ def run_keys_create(args: argparse.Namespace) -> int:
     is admin unless `--scope` says otherwise)."""
     if args.tenant is None:
         return run_client_command(args)
-    from ductor_server.cli_server import create_key, open_migrated
+    from ductor_core.errors import DuctorError
+    from ductor_server.cli_server import create_key, open_migrated, quiet_pool
     from ductor_server.services.tenants import tenant_id_problem
 
     if (wrong := tenant_id_problem(args.tenant)) is not None:
@@ -95,7 +96,8 @@ def run_keys_create(args: argparse.Namespace) -> int:
         settings.make_data_dir()
 
     async def run() -> str:
-        store = await open_migrated(settings)
+        with quiet_pool():
+            store = await open_migrated(settings)
         try:
             return await create_key(
                 store, args.tenant, name=args.name, scopes=args.scopes or ("admin",)
@@ -103,7 +105,12 @@ def run_keys_create(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    sys.stdout.write(asyncio.run(run()) + "\n")
+    try:
+        key = asyncio.run(run())
+    except DuctorError as exc:  # the database cannot be reached or opened
+        sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
+        return 1
+    sys.stdout.write(key + "\n")
     sys.stderr.write(f"(API key for tenant {args.tenant!r}: {_SHOWN_ONCE})\n")
     return 0
 
@@ -183,19 +190,22 @@ def _run_operator(
 
 async def _locally(args: argparse.Namespace, operation: Operation) -> Any:
     from ductor_core.errors import DuctorError
-    from ductor_server.cli_server import open_migrated
+    from ductor_server.cli_server import open_migrated, quiet_pool
     from ductor_server.services.tenants import TenantsService
 
     settings = Settings.from_env(data_dir=Path(args.data_dir) if args.data_dir else None)
     if settings.embedded:
         settings.make_data_dir()
-    store = await open_migrated(settings)
     try:
-        answer = await operation(TenantsService(store))
+        # A database that cannot be reached or opened is an error line, as any other.
+        with quiet_pool():
+            store = await open_migrated(settings)
+        try:
+            answer = await operation(TenantsService(store))
+        finally:
+            await store.close()
     except DuctorError as exc:
         raise ClientError(exc.code, exc.message, msgspec.to_builtins(exc.details)) from None
-    finally:
-        await store.close()
     return msgspec.to_builtins(getattr(answer, "value", answer))
 
 

@@ -418,7 +418,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def _dev(args: argparse.Namespace, settings: Settings, sockets: list[socket.socket]) -> int:
     """`ductor dev` once it holds its data dir."""
-    from ductor_server.storage import SchemaTooNew
+    from ductor_server.storage import SchemaTooNew, StoreError
 
     try:
         key, created = asyncio.run(ensure_dev_key(settings))
@@ -426,6 +426,9 @@ def _dev(args: argparse.Namespace, settings: Settings, sockets: list[socket.sock
         sys.stderr.write(
             f"error: the database ({_where(settings)}) is too new for ductor {__version__}: {exc}\n"
         )
+        return 1
+    except StoreError as exc:
+        sys.stderr.write(f"error: cannot open the database ({_where(settings)}): {exc}\n")
         return 1
     settings, receipt_kid, receipt_created = ensure_dev_receipt_keys(settings)
     settings, secret_kid, secret_created = ensure_dev_secret_keys(settings)
@@ -475,7 +478,7 @@ def _where(settings: Settings) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_pool() -> Iterator[None]:
+def quiet_pool() -> Iterator[None]:
     """Mute the pool's log line per failed connection attempt: the command says why
     in one line of its own."""
     logger = logging.getLogger("psycopg.pool")
@@ -496,7 +499,8 @@ async def _check_database(settings: Settings) -> str | None:
     try:
         await store.open()
     except StoreError as exc:
-        return f"cannot reach the database ({_where(settings)}): {exc}"
+        verb = "reach" if settings.sqlite_file is None else "open"
+        return f"cannot {verb} the database ({_where(settings)}): {exc}"
     try:
         # Read even when migrating at start: a database a newer version migrated is
         # refused either way, before this version's code runs against its schema.
@@ -541,7 +545,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Nobody else migrates an embedded store: do it at start, as `dev` does.
         settings.make_data_dir()
         settings = dataclasses.replace(settings, migrate_on_start=True)
-    with _quiet_pool():
+    with quiet_pool():
         problem = asyncio.run(_check_database(settings))
     if problem:
         sys.stderr.write(f"error: {problem}\n")
@@ -589,7 +593,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from ductor_server.storage import StoreError
 
     try:
-        with _quiet_pool():
+        with quiet_pool():
             applied = asyncio.run(run())
     except StoreError as exc:
         sys.stderr.write(f"error: cannot migrate the database ({_where(settings)}): {exc}\n")

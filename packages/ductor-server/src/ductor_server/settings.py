@@ -8,6 +8,7 @@ docs/deploy.md (`ductor config reference`), and a test holds the two together.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import math
 import os
@@ -345,7 +346,8 @@ class Settings:
 
         Raises:
             ValueError: it cannot be made (a file has its name, a parent is not
-                writable); the message names the directory and why.
+                writable), or this process cannot write in it; the message names
+                the directory and why.
         """
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -354,6 +356,12 @@ class Settings:
                 f"the data dir {str(self.data_dir)!r} (--data-dir or DUCTOR_DATA_DIR) must be"
                 f" a directory that exists or can be made: {exc.strerror or exc}"
             ) from None
+        # The database, its journal, the keys and the pid file are made in it.
+        if not os.access(self.data_dir, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"the data dir {str(self.data_dir)!r} (--data-dir or DUCTOR_DATA_DIR) must be"
+                f" a directory this user can write in: {os.strerror(errno.EACCES)}"
+            )
 
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:

@@ -7,6 +7,7 @@ event loop never blocks on disk; transactions are serialized by an asyncio lock.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -115,6 +116,10 @@ class SqliteStore:
             # data); SQLite gives its -wal and -shm files the database's mode.
             with suppress(FileExistsError):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            # SQLite opens a file it cannot write read-only, and only the first write
+            # would fail: a server on it would answer ready and fail every request.
+            if not os.access(self.path, os.R_OK | os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self.path))
         conn = sqlite3.connect(
             str(self.path),
             isolation_level=None,  # we issue BEGIN/COMMIT ourselves
@@ -151,10 +156,12 @@ class SqliteStore:
         loop = asyncio.get_running_loop()
         try:
             self._conn = await loop.run_in_executor(self._executor, self._connect)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
+            # OSError: the file or its directory cannot be made (no permission).
             self._executor.shutdown(wait=False)
             self._executor = None
-            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StoreUnavailable(f"cannot open {self.path}: {why}") from exc
 
     async def close(self) -> None:
         """Close the connection and its thread. Safe to call twice."""
