@@ -657,3 +657,35 @@ def test_key_and_tenant_commands_on_an_unreachable_database_fail_in_one_line() -
         assert lines[0].startswith("error: storage.unavailable: cannot connect to postgres"), lines
         assert "127.0.0.1" in lines[0]
         assert result.stdout == ""
+
+
+def test_scripts_dev_takes_paths_in_its_flags_as_the_callers(tmp_path: Path) -> None:
+    """README.md: flags of ./scripts/dev go to `ductor dev`; a relative --data-dir
+    and --seed name the caller's directories, as they do for `ductor dev` itself
+    (and for scripts/ductor), not the checkout's."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "dev"
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "hello.yaml").write_text(
+        "kind: Workflow\n"
+        "spec:\n"
+        "  family_slug: hello\n"
+        "  steps:\n"
+        "    - {ref: a, type: STEP_TYPE_DATAFLOW, args: {operation: project, project: {x: '1'}}}\n"
+    )
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(script), "--data-dir", "data", "--seed", "manifests", "--port", str(port)],
+        cwd=tmp_path,
+        env=_env(None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert _ready(port, proc) == 200
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    text = out.decode()
+    assert f"data dir: {tmp_path / 'data'}\n" in text, text
+    assert "seed manifests (tenant dev): " in text, text
+    assert (tmp_path / "data" / "api_key").is_file()
