@@ -689,3 +689,23 @@ def test_scripts_dev_takes_paths_in_its_flags_as_the_callers(tmp_path: Path) -> 
     assert f"data dir: {tmp_path / 'data'}\n" in text, text
     assert "seed manifests (tenant dev): " in text, text
     assert (tmp_path / "data" / "api_key").is_file()
+
+
+def test_dev_refuses_an_api_key_file_that_holds_no_key_it_made(tmp_path: Path) -> None:
+    """Later starts reuse the key in <data dir>/api_key (getting-started.md): a file
+    edited by hand to a word, or to bytes no key has, is not made the dev tenant's
+    admin key; the start stops in one line naming the file, and nothing is stored."""
+    for text in (b"password\n", b"dk_\x01\xff" + b"a" * 41 + b"\n"):
+        data = tmp_path / f"data-{len(text)}"
+        data.mkdir()
+        (data / "api_key").write_bytes(text)
+        result = _ductor("dev", "--port", str(_free_port()), "--data-dir", str(data))
+        assert result.returncode == 2, result
+        assert result.stderr == (
+            f"error: {data / 'api_key'} holds no API key ductor dev made (dk_ and 43 URL-safe"
+            " characters): remove the file, and ductor dev makes a new key\n"
+        )
+        assert result.stdout == ""
+        assert (data / "api_key").read_bytes() == text
+        assert not (data / "ductor.db").exists(), "no key stored, nothing migrated"
+        assert not (data / "ductor.pid").exists()

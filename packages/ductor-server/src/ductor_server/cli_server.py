@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 # need them, so `ductor --help` and the client commands start fast.
 
 DEV_TENANT = "dev"
+_DEV_KEY = re.compile(r"dk_[A-Za-z0-9_-]{43}")
+"""The form of the keys `ductor dev` makes (`services.keys.new_api_key`)."""
 STORE_VARIABLES = ("DUCTOR_DATABASE_URL", "DUCTOR_DATA_DIR")
 """The variables `ductor migrate` reads: where the store is."""
 
@@ -127,10 +130,17 @@ async def ensure_dev_key(settings: Settings) -> tuple[str, bool]:
     Returns:
         The key, and whether it was created now.
     """
+    path = settings.api_key_file
+    existing = path.read_bytes().decode(errors="replace").strip() if path.exists() else ""
+    if existing and not _DEV_KEY.fullmatch(existing):
+        # Stored as it stands, it would be a dev admin key no key ductor makes looks
+        # like (a guessable word, or a character the client commands refuse).
+        raise ValueError(
+            f"{path} holds no API key ductor dev made (dk_ and 43 URL-safe characters):"
+            " remove the file, and ductor dev makes a new key"
+        )
     store = await open_migrated(settings)
     try:
-        path = settings.api_key_file
-        existing = path.read_text().strip() if path.exists() else ""
         key = await create_key(store, DEV_TENANT, name="dev", key=existing or None)
         if not existing:
             _write_private(path, key + "\n")
