@@ -153,12 +153,12 @@ export class ApiClient {
       input: toJson(input),
     };
     if (options.version !== undefined) body["version"] = options.version;
-    return (await this.#send("POST", "/v1/runs", body, options.idempotencyKey)) as unknown as Run;
+    return (await this.#send("POST", "/v1/runs", { body, idempotencyKey: options.idempotencyKey, fields: RUN })) as unknown as Run;
   }
 
   /** Read a run: status, output, error and per-step state. */
   async getRun<Output = Json>(runId: string): Promise<Run<Output>> {
-    return (await this.#send("GET", runPath(runId))) as unknown as Run<Output>;
+    return (await this.#send("GET", runPath(runId), { fields: RUN })) as unknown as Run<Output>;
   }
 
   /** Send an event; `id` dedupes repeats of the same event. */
@@ -169,7 +169,8 @@ export class ApiClient {
   ): Promise<EventAccepted> {
     const body: Record<string, Json> = { name, data: toJson(data) };
     if (options.id !== undefined) body["id"] = options.id;
-    return (await this.#send("POST", "/v1/events", body, options.idempotencyKey)) as unknown as EventAccepted;
+    const answer = await this.#send("POST", "/v1/events", { body, idempotencyKey: options.idempotencyKey, fields: EVENT_ACCEPTED });
+    return answer as unknown as EventAccepted;
   }
 
   /** Send signal `name` with `payload` to a run; `id` dedupes repeats. */
@@ -182,13 +183,14 @@ export class ApiClient {
     const body: Record<string, Json> = { payload: toJson(payload) };
     if (options.id !== undefined) body["id"] = options.id;
     const path = runPath(runId, `/signals/${encodeURIComponent(name)}`);
-    return (await this.#send("POST", path, body, options.idempotencyKey)) as unknown as SignalAccepted;
+    const answer = await this.#send("POST", path, { body, idempotencyKey: options.idempotencyKey, fields: SIGNAL_ACCEPTED });
+    return answer as unknown as SignalAccepted;
   }
 
   /** Cancel a run (and its children); poll until `RUN_STATUS_CANCELLED`. */
   async cancel(runId: string, options: { readonly reason?: string } = {}): Promise<Run> {
     const body = options.reason === undefined ? {} : { reason: options.reason };
-    return (await this.#send("POST", runPath(runId, "/cancel"), body)) as unknown as Run;
+    return (await this.#send("POST", runPath(runId, "/cancel"), { body, fields: RUN })) as unknown as Run;
   }
 
   /**
@@ -212,7 +214,7 @@ export class ApiClient {
       const path = `${runPath(runId)}?wait=${waitMs / 1000}`;
       let run: Run<Output>;
       try {
-        run = (await this.#send("GET", path, undefined, undefined, waitMs)) as unknown as Run<Output>;
+        run = (await this.#send("GET", path, { heldMs: waitMs, fields: RUN })) as unknown as Run<Output>;
       } catch (err) {
         // The server will not hold the request for now (429 run.wait_limit: too many
         // of the tenant's requests wait): ask again after `intervalMs`, until the deadline.
@@ -227,8 +229,22 @@ export class ApiClient {
     }
   }
 
-  /** One request; `heldMs` more than the client's timeout for an answer the server holds. */
-  async #send(method: string, path: string, body?: Json, idempotencyKey?: string, heldMs = 0): Promise<Json> {
+  /**
+   * One request; `heldMs` more than the client's timeout for an answer the
+   * server holds; a successful answer must be an object whose `fields` are
+   * what they must be.
+   */
+  async #send(
+    method: string,
+    path: string,
+    options: {
+      readonly body?: Json;
+      readonly idempotencyKey?: string | undefined;
+      readonly heldMs?: number;
+      readonly fields: Readonly<Record<string, Field>>;
+    },
+  ): Promise<Json> {
+    const { body, idempotencyKey, heldMs = 0, fields } = options;
     const headers: Record<string, string> = { accept: "application/json" };
     if (this.#apiKey) headers["authorization"] = `Bearer ${this.#apiKey}`;
     if (body !== undefined) headers["content-type"] = "application/json";
@@ -274,8 +290,80 @@ export class ApiClient {
         },
       );
     }
-    return value;
+    return checked(method, path, response.status, value, fields);
   }
+}
+
+/** What one field of an answer must be: a check and its description. */
+type Field = readonly [check: (value: Json | undefined) => boolean, what: string];
+
+const isString = (v: Json | undefined): boolean => typeof v === "string";
+const isObject = (v: Json | undefined): v is { readonly [key: string]: Json } =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+const STRING: Field = [isString, "a string"];
+const OPTIONAL_STRING: Field = [(v) => v === undefined || v === null || isString(v), "a string or null"];
+const OPTIONAL_INTEGER: Field = [
+  (v) => v === undefined || v === null || typeof v === "bigint" || Number.isInteger(v),
+  "an integer or null",
+];
+const OPTIONAL_BOOLEAN: Field = [(v) => v === undefined || typeof v === "boolean", "a boolean"];
+const STRINGS: Field = [(v) => v === undefined || (Array.isArray(v) && v.every(isString)), "a list of strings"];
+const REFUSED_RUNS: Field = [
+  (v) =>
+    v === undefined ||
+    (Array.isArray(v) &&
+      v.every(
+        (r) =>
+          isObject(r) &&
+          isString(r["family_slug"]) &&
+          (typeof r["version"] === "bigint" || Number.isInteger(r["version"])) &&
+          isString(r["code"]) &&
+          (r["problems"] === undefined || Array.isArray(r["problems"])),
+      )),
+  "a list of {family_slug, version, code, problems}",
+];
+
+const RUN: Readonly<Record<string, Field>> = {
+  id: STRING,
+  status: STRING,
+  family_slug: OPTIONAL_STRING,
+  version: OPTIONAL_INTEGER,
+};
+const EVENT_ACCEPTED: Readonly<Record<string, Field>> = {
+  id: OPTIONAL_STRING,
+  name: OPTIONAL_STRING,
+  duplicate: OPTIONAL_BOOLEAN,
+  runs_started: STRINGS,
+  runs_notified: STRINGS,
+  runs_refused: REFUSED_RUNS,
+};
+const SIGNAL_ACCEPTED: Readonly<Record<string, Field>> = {
+  run_id: OPTIONAL_STRING,
+  signal_id: OPTIONAL_STRING,
+  name: OPTIONAL_STRING,
+  duplicate: OPTIONAL_BOOLEAN,
+};
+
+/**
+ * `answer` if it is an object whose `fields` are what they must be (others are
+ * kept, so a newer server works), as the Python client's structs read it.
+ *
+ * @throws ApiError `api.bad_response` naming the first field that is not.
+ */
+function checked(
+  method: string,
+  path: string,
+  status: number,
+  answer: Json,
+  fields: Readonly<Record<string, Field>>,
+): Json {
+  const bad = (what: string): ApiError =>
+    new ApiError(`${method} ${path}: unexpected answer: ${what}`, { status, code: "api.bad_response" });
+  if (!isObject(answer)) throw bad(`expected an object, got ${answer === null ? "null" : Array.isArray(answer) ? "a list" : typeof answer}`);
+  for (const [name, [check, what]] of Object.entries(fields)) {
+    if (!check(answer[name])) throw bad(`'${name}' must be ${what}`);
+  }
+  return answer;
 }
 
 function runPath(runId: string, suffix = ""): string {

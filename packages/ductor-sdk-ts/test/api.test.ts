@@ -166,3 +166,45 @@ describe("request bodies", () => {
     assert.equal(seen.length, 0);
   });
 });
+
+describe("answers of the wrong shape", () => {
+  /** Answer every request with `status` and `text`, run `call`, and return what it threw. */
+  async function thrown(status: number, text: string, call: (api: ApiClient) => Promise<unknown>): Promise<unknown> {
+    const fetchStub: typeof fetch = () =>
+      Promise.resolve(new Response(text, { status, headers: { "content-type": "application/json" } }));
+    return call(new ApiClient({ fetch: fetchStub })).then(
+      (value) => assert.fail(`resolved with ${JSON.stringify(value)} for the answer ${text}`),
+      (e: unknown) => e,
+    );
+  }
+
+  const run = '{"id":"run-1","status":"RUN_STATUS_SUCCEEDED"}';
+  const cases: readonly [string, string, (api: ApiClient) => Promise<unknown>, RegExp][] = [
+    ["getRun", "null", (api) => api.getRun("run-1"), /expected an object, got null/],
+    ["getRun", "[]", (api) => api.getRun("run-1"), /expected an object, got a list/],
+    ["getRun", '{"id":"run-1","status":5}', (api) => api.getRun("run-1"), /'status' must be a string/],
+    ["waitForResult", '"done"', (api) => api.waitForResult("run-1", { timeoutMs: 200 }), /expected an object, got string/],
+    ["waitForResult", '{"id":"run-1"}', (api) => api.waitForResult("run-1", { timeoutMs: 200 }), /'status' must be a string/],
+    ["trigger", '{"id":7,"status":"RUN_STATUS_RUNNING"}', (api) => api.trigger("f"), /'id' must be a string/],
+    ["cancel", `${run.slice(0, -1)},"version":"1"}`, (api) => api.cancel("run-1"), /'version' must be an integer or null/],
+    ["sendEvent", '{"id":"e","runs_started":"run-1"}', (api) => api.sendEvent("e"), /'runs_started' must be a list of strings/],
+    ["sendEvent", '{"runs_refused":[{"code":"x"}]}', (api) => api.sendEvent("e"), /'runs_refused' must be a list/],
+    ["signal", "5", (api) => api.signal("run-1", "approve"), /expected an object, got number/],
+  ];
+  for (const [name, text, call, message] of cases) {
+    test(`${name} answered ${text} throws ApiError api.bad_response`, async () => {
+      const err = await thrown(200, text, call);
+      assert.ok(err instanceof ApiError, `threw ${String(err)}`);
+      assert.equal(err.code, "api.bad_response");
+      assert.equal(err.status, 200);
+      assert.match(err.message, message);
+    });
+  }
+
+  test("an answer with more fields than the client knows is kept whole", async () => {
+    const fetchStub: typeof fetch = () =>
+      Promise.resolve(new Response('{"id":"run-1","status":"RUN_STATUS_SUCCEEDED","new_field":[1]}', { status: 200 }));
+    const got = await new ApiClient({ fetch: fetchStub }).getRun("run-1");
+    assert.deepEqual(got["new_field"], [1]);
+  });
+});
