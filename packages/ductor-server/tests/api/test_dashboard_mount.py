@@ -58,6 +58,27 @@ async def test_the_files_are_served_with_security_headers(
         assert (await client.get("/v1/runs")).status_code == 401
 
 
+async def test_a_path_that_can_name_no_file_is_a_404(
+    tmp_path: Path, assets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A NUL byte, or a name longer than a file system takes, cannot name a file:
+    # not found, as any other missing file, not a 500 from the file system.
+    monkeypatch.setattr("ductor_server.app.find_dashboard_assets", lambda: assets)
+    async with AsyncTestClient(app=create_app(Settings(data_dir=tmp_path / "data"))) as client:
+        for path in (
+            "/ui/%00",
+            "/ui/js/main.js%00.png",
+            "/ui/" + "a" * 300,
+            "/ui/js/" + "b" * 5000 + ".js",
+            "/ui/" + "/".join(["c" * 200] * 30),
+        ):
+            answer = await client.get(path)
+            assert answer.status_code == 404, (path[:40], answer.text)
+            assert answer.json()["code"] == "route.not_found"
+            assert answer.headers["x-frame-options"] == "DENY"
+        assert (await client.get("/ui/js/main.js")).status_code == 200
+
+
 async def test_without_the_package_ui_is_a_404_naming_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

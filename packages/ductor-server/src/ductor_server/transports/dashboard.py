@@ -14,6 +14,7 @@ from typing import Any
 
 from litestar import Request, Response, get
 from litestar.datastructures import MutableScopeHeaders
+from litestar.exceptions import NotFoundException
 from litestar.static_files import create_static_files_router
 from litestar.types import Message, Scope
 
@@ -80,6 +81,31 @@ def _not_installed(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     )
 
 
+NAME_MAX = 255
+"""The longest file or folder name, in bytes, that a file system takes."""
+
+PATH_MAX = 4096
+"""The longest path, in bytes, that a file system takes."""
+
+
+def names_no_file(path: str) -> bool:
+    """Whether `path` cannot name any file: it holds a NUL byte, or a name or the
+    whole is longer than a file system takes."""
+    raw = path.encode("utf-8", "surrogatepass")
+    return (
+        b"\x00" in raw
+        or len(raw) > PATH_MAX
+        or any(len(part) > NAME_MAX for part in raw.split(b"/"))
+    )
+
+
+def _refuse_what_names_no_file(request: Request[Any, Any, Any]) -> None:
+    """A `before_request` hook: a path that can name no file is not found, as a
+    missing file is, rather than an error from the file system."""
+    if names_no_file(request.scope["path"]):
+        raise NotFoundException()
+
+
 def dashboard_routes(assets: Path | None) -> list[Any]:
     """Route handlers serving `assets` at `/ui` (index at `/ui/`), or, when there are
     none, a 404 `route.not_found` on every `/ui` path whose message names the extra."""
@@ -92,6 +118,7 @@ def dashboard_routes(assets: Path | None) -> list[Any]:
             html_mode=True,
             name="dashboard",
             include_in_schema=False,
+            before_request=_refuse_what_names_no_file,
         )
     ]
 
