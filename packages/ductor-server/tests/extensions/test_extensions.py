@@ -35,6 +35,7 @@ from ductor_server.extensions import (
     HookEvent,
     load_extensions,
 )
+from ductor_server.extensions.wiring import plugin_middleware
 from ductor_server.storage import open_store
 from ductor_server.testing import serve_process
 
@@ -656,3 +657,109 @@ async def test_a_step_handler_that_exits_fails_its_attempt_not_the_server(
         assert run["error"]["details"]["error"] == "handler.crashed"
         assert "SystemExit" in run["error"]["message"]
         assert (await client.get("/v1/extensions", headers=auth)).status_code == 200
+
+
+HOSTILE_SOURCE = """
+    import sys
+
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text for you")
+
+
+    class Prickly:
+        # Every attribute read raises something other than AttributeError.
+        def __getattribute__(self, name):
+            raise RuntimeError(f"touched {name}")
+
+
+    class PricklyFactory:
+        def __call__(self):
+            return Prickly()
+
+
+    def good(routable):
+        return ()
+
+
+    prickly = Prickly()
+    make_prickly = PricklyFactory()
+
+
+    def exiting_middleware(app):
+        sys.exit(3)
+
+
+    def unprintable_middleware(app):
+        raise Unprintable()
+
+    if "hostile_exit" in __name__:
+        sys.exit("a plugin that exits at import")
+    if "hostile_unprintable" in __name__:
+        raise Unprintable()
+"""
+
+HOSTILE_ENTRY_POINTS = """
+    [ductor.kinds]
+    a_exits = hostile_exit:good
+    b_unprintable = hostile_unprintable:good
+    c_good = hostile_plugin:good
+
+    [ductor.hooks]
+    prickly = hostile_plugin:prickly
+
+    [ductor.providers]
+    prickly = hostile_plugin:prickly
+    made_prickly = hostile_plugin:make_prickly
+
+    [ductor.cel.functions]
+    prickly_fn = hostile_plugin:prickly
+
+    [ductor.middleware]
+    exits = hostile_plugin:exiting_middleware
+    unprintable = hostile_plugin:unprintable_middleware
+"""
+
+
+def test_a_plugin_that_exits_or_raises_oddly_is_a_listed_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module that calls sys.exit() at import, an exception whose text cannot be
+    # read, objects whose every attribute raises: each is a failure in the listing,
+    # and loading goes on to the next.
+    for module in ("hostile_exit", "hostile_unprintable"):
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(HOSTILE_SOURCE))
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.delitem(sys.modules, "hostile_plugin", raising=False)
+    _dist(tmp_path, "hostile-plugin", "hostile_plugin", HOSTILE_SOURCE, HOSTILE_ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    extensions = load_extensions(metadata.distribution("hostile-plugin").entry_points)
+    failures = {(f.group, f.name): f for f in extensions.failures}
+    assert set(failures) == {
+        ("ductor.kinds", "a_exits"),
+        ("ductor.kinds", "b_unprintable"),
+        ("ductor.hooks", "prickly"),
+        ("ductor.providers", "prickly"),
+        ("ductor.providers", "made_prickly"),
+        ("ductor.cel.functions", "prickly_fn"),
+    }
+    exits = failures["ductor.kinds", "a_exits"]
+    assert exits.code == "extension.load_failed"
+    assert "SystemExit" in exits.error
+    assert "a plugin that exits at import" in exits.error
+    unprintable = failures["ductor.kinds", "b_unprintable"]
+    assert unprintable.code == "extension.load_failed"
+    assert unprintable.error.startswith("Unprintable")
+    for name in (("ductor.hooks", "prickly"), ("ductor.providers", "prickly")):
+        assert failures[name].code == "extension.contract", failures[name]
+        assert "touched" in failures[name].error
+    assert [e.name for e, _ in extensions.values("ductor.kinds")] == ["c_good"]
+    assert "prickly_fn" not in [e.name for e, _ in extensions.values("ductor.cel.functions")]
+    # Middleware is tried once on a stand-in app: one that exits or raises
+    # unreadably is refused, not the end of the server's start.
+    assert plugin_middleware(extensions) == []
+    refused = {f.name: f for f in extensions.failures if f.group == "ductor.middleware"}
+    assert set(refused) == {"exits", "unprintable"}
+    assert "SystemExit: 3" in refused["exits"].error
+    assert "Unprintable" in refused["unprintable"].error

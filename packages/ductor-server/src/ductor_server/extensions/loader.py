@@ -117,8 +117,12 @@ class Extensions:
         )
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+def one_line(exc: BaseException) -> str:
+    """`exc` as one line of text, its type first; never raises."""
+    try:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+    except Exception:  # a plugin's exception whose text raises
+        text = "(its text could not be read)"
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, ExtensionContractError) else text
 
 
@@ -159,13 +163,18 @@ def _load_one(
         return
     try:
         obj = ep.load()
-    except Exception as exc:
-        fail(LOAD_FAILED, _one_line(exc))
+    except (Exception, SystemExit) as exc:  # a module calling sys.exit() at import too
+        fail(LOAD_FAILED, one_line(exc))
         return
     try:
         value = point.check(ep.name, obj)
     except ExtensionContractError as exc:
-        fail(ExtensionContractError.code, _one_line(exc))
+        fail(ExtensionContractError.code, one_line(exc))
+        return
+    except (Exception, SystemExit) as exc:
+        # Reading the object raised (an attribute that raises, a factory that exits):
+        # it does not keep the contract either.
+        fail(ExtensionContractError.code, f"checking {ep.name!r} raised {one_line(exc)}")
         return
     seen[ep.name] = entry.distribution or entry.object
     found.loaded.setdefault(point.group, []).append((entry, value))

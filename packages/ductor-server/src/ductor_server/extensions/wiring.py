@@ -19,7 +19,12 @@ from ductor_server.engine.actions import ActionRegistry
 from ductor_server.engine.effects import RunFinishedHook
 from ductor_server.extensions.hooks import RUN_FINISHED, Hook, HookDispatcher
 from ductor_server.extensions.kinds import KindValidators
-from ductor_server.extensions.loader import ExtensionFailure, Extensions, LoadedExtension
+from ductor_server.extensions.loader import (
+    ExtensionFailure,
+    Extensions,
+    LoadedExtension,
+    one_line,
+)
 from ductor_server.extensions.points import (
     ExtensionContractError,
     KindValidator,
@@ -134,8 +139,8 @@ def plugin_middleware(extensions: Extensions) -> list[Any]:
     for entry, factory in extensions.values(group):
         try:
             wrapped = factory(_probe_app)
-        except Exception as exc:
-            error = f"middleware {entry.name!r}: calling it with an app raised {exc!r}"
+        except (Exception, SystemExit) as exc:  # one that calls sys.exit() too
+            error = f"middleware {entry.name!r}: calling it with an app raised {one_line(exc)}"
             _refuse(extensions, group, entry, error, code=ExtensionContractError.code)
             continue
         if not callable(wrapped):
