@@ -321,7 +321,8 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
   describe(url?: string | null): DescribeResponse {
     return {
       app_id: this.appId,
-      url: this.url ?? url ?? null,
+      // An empty configured url is none, as in the Python SDK.
+      url: this.url || (url ?? null),
       sdk: SDK_NAME,
       sdk_version: SDK_VERSION,
       protocol: PROTOCOL_VERSION,
@@ -351,7 +352,7 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
         case "describe":
           return this.#respond(200, DescribeResponse, this.describe(request.url));
         case "sync": {
-          const ack = await this.sync(message.url ?? request.url);
+          const ack = await this.sync(message.url || request.url);
           return this.#respond(200, SyncResponse, { app_id: this.appId, synced: true, accepted: ack.accepted });
         }
         case "execute":

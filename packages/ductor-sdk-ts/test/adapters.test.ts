@@ -250,3 +250,29 @@ describe("calls to the server", () => {
     assert.equal(APP_HEADER, "Ductor-App");
   });
 });
+
+describe("the URL an app registers with", () => {
+  test("an empty url, configured or in a sync action, falls back to the one the request reached, as in Python", async () => {
+    const described: (string | null)[] = [];
+    const fetchStub: typeof fetch = (_input, init) => {
+      const sent = decode(DescribeResponse, init?.body as Uint8Array);
+      described.push(sent.url);
+      const answer = encode(SyncAck, { app_id: sent.app_id, accepted: [] });
+      return Promise.resolve(
+        new Response(answer as Uint8Array<ArrayBuffer>, { status: 200, headers: { [SIGNATURE_HEADER]: keys.header(answer, now()) } }),
+      );
+    };
+    const configured = new Ductor({ appId: "shop", signingKey: KEY, url: "" });
+    assert.equal(configured.describe("http://app.local/api/ductor").url, "http://app.local/api/ductor");
+    const ductor = new Ductor({ appId: "shop", signingKey: KEY, fetch: fetchStub });
+    const body = new TextEncoder().encode('{"action":"sync","url":""}');
+    const answer = await ductor.handle({
+      method: "POST",
+      headers: { [SIGNATURE_HEADER]: keys.requestHeader(body, now()) },
+      body,
+      url: "http://app.local/api/ductor",
+    });
+    assert.equal(answer.status, 200);
+    assert.deepEqual(described, ["http://app.local/api/ductor"]);
+  });
+});
