@@ -262,6 +262,7 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     fn: WorkflowFn<Input, Output, Events>,
   ): Workflow<Input, Jsonify<Awaited<Output>>> {
     const { id, retries = 3, concurrency, timeout } = options;
+    if (typeof id !== "string") throw new TypeError(`workflow id must be a string, got ${JSON.stringify(id)}`);
     if (!id) throw new TypeError("workflow id must not be empty");
     if (this.#workflows.has(id)) throw new TypeError(`workflow '${id}' is already registered on app '${this.appId}'`);
     if (!Number.isInteger(retries) || retries < 0) throw new RangeError(`retries must be an integer >= 0, got ${retries}`);
@@ -288,6 +289,9 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
         throw new RangeError("concurrency needs a limit, a rate, or both");
       }
       if (rate !== undefined) {
+        if (typeof rate !== "object" || rate === null) {
+          throw new TypeError(`concurrency rate must be { limit, period, burst? }, got ${JSON.stringify(rate)}`);
+        }
         if (!Number.isInteger(rate.limit) || rate.limit < 1) {
           throw new RangeError(`concurrency rate limit must be an integer >= 1, got ${rate.limit}`);
         }
@@ -306,6 +310,9 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     }
     if (options.onCancel !== undefined && typeof options.onCancel !== "function") {
       throw new TypeError(`onCancel must be a function, got ${typeof options.onCancel}`);
+    }
+    if (options.parseInput !== undefined && typeof options.parseInput !== "function") {
+      throw new TypeError(`parseInput must be a function, got ${typeof options.parseInput}`);
     }
     const wf = new Workflow(this.appId, options, fn as unknown as WorkflowFn<Input, Output, never>);
     this.#workflows.set(id, wf as unknown as Workflow<unknown, unknown>);

@@ -88,6 +88,13 @@ test("options of the wrong type (from untyped JavaScript) are refused at registr
   assert.throws(bad({ concurrency: { rate: { limit: 1, period: 0 } } }), /rate period must be longer than zero/);
   assert.throws(bad({ concurrency: { rate: { limit: 1, period: "0s" } } }), /rate period must be longer than zero/);
   assert.throws(bad({ concurrency: "3" }), /concurrency must be a number or/);
+  assert.throws(bad({ concurrency: { rate: null } }), /concurrency rate must be \{ limit, period, burst\? \}, got null/);
+  assert.throws(bad({ concurrency: { rate: "1/s" } }), /concurrency rate must be \{ limit, period, burst\? \}/);
+  assert.throws(bad({ parseInput: "zod" }), /parseInput must be a function, got string/);
+  const badId = (id: unknown) => () => ductor.workflow({ id } as { id: string }, body);
+  assert.throws(badId(5), (err) => err instanceof TypeError && /workflow id must be a string, got 5/.test(err.message));
+  assert.throws(badId({}), TypeError);
+  assert.throws(badId(""), /workflow id must not be empty/);
   assert.equal(ductor.workflows.size, 0);
   encode(DescribeResponse, ductor.describe()); // nothing half-registered
 });
