@@ -763,3 +763,47 @@ def test_a_plugin_that_exits_or_raises_oddly_is_a_listed_failure(
     assert set(refused) == {"exits", "unprintable"}
     assert "SystemExit: 3" in refused["exits"].error
     assert "Unprintable" in refused["unprintable"].error
+
+
+def test_a_distribution_whose_entry_points_do_not_parse_is_listed_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any installed distribution's entry_points.txt is read when the server starts:
+    # one that does not parse fails its own ductor entry points, listed, and the
+    # other distributions' plugins still load.
+    _dist(
+        tmp_path,
+        "broken-manifest",
+        "broken_manifest",
+        "def invoice(routable):\n    return ()\n",
+        "[console_scripts]\nnot a pair\n\n[ductor.kinds]\ninvoice = broken_manifest:invoice\n"
+        "also not a pair\n\n[ductor.hooks]\nheard = broken_manifest:invoice\n",
+    )
+    _dist(
+        tmp_path,
+        "fine-kinds",
+        "fine_kinds",
+        "def receipt(routable):\n    return ()\n",
+        "[ductor.kinds]\nreceipt = fine_kinds:receipt\n",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    extensions = load_extensions(groups=["ductor.kinds"])
+    names = [e.name for e, _ in extensions.values("ductor.kinds")]
+    assert "receipt" in names
+    assert "invoice" not in names
+    broken = [f for f in extensions.failures if f.distribution == "broken-manifest"]
+    assert {(f.group, f.name) for f in broken} == {
+        ("ductor.kinds", "invoice"),
+        ("ductor.kinds", "also not a pair"),
+    }
+    for failure in broken:
+        assert failure.code == "extension.load_failed"
+        assert failure.version == "1.0"
+        assert "entry_points.txt of broken-manifest does not parse" in failure.error
+    [invoice] = [f for f in broken if f.name == "invoice"]
+    assert invoice.object == "broken_manifest:invoice"
+    # Loading every group lists the manifest's lines in every group.
+    everything = load_extensions()
+    assert ("ductor.hooks", "heard") in {
+        (f.group, f.name) for f in everything.failures if f.distribution == "broken-manifest"
+    }

@@ -10,6 +10,7 @@ process (`installed_extensions`) and never while serving a request.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -180,6 +181,91 @@ def _load_one(
     found.loaded.setdefault(point.group, []).append((entry, value))
 
 
+_SECTION = re.compile(r"^\[(?P<group>[^\]]*)\]$")
+
+
+def _unreadable_manifest(dist: metadata.Distribution, exc: Exception) -> list[ExtensionFailure]:
+    """A failure for each line in a ductor group of `dist`'s `entry_points.txt`,
+    which does not parse (`exc`): none of them can be trusted to load."""
+    try:
+        name, version = dist.metadata["Name"], dist.metadata["Version"]
+        text = dist.read_text("entry_points.txt") or ""
+    except Exception as unreadable:
+        _log.warning(
+            "ignoring a distribution whose metadata cannot be read: %s", one_line(unreadable)
+        )
+        return []
+    error = f"the entry_points.txt of {name} does not parse: {one_line(exc)}"
+    failures = []
+    group = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        section = _SECTION.match(line)
+        if section is not None:
+            group = section.group("group").strip()
+            continue
+        if group not in POINTS_BY_GROUP:
+            continue
+        ep_name, _, value = line.partition("=")
+        failures.append(
+            ExtensionFailure(
+                group=group,
+                name=ep_name.strip(),
+                distribution=name,
+                version=version,
+                object=value.strip(),
+                code=LOAD_FAILED,
+                error=error,
+            )
+        )
+    if not failures:
+        _log.warning("ignoring the entry points of %s %s: %s", name, version, error)
+    return failures
+
+
+def _installed_entry_points(
+    found: Extensions, wanted: frozenset[str] | None
+) -> metadata.EntryPoints:
+    """The installed distributions' entry points, as `importlib.metadata.entry_points()`
+    reads them, except that a distribution whose `entry_points.txt` does not parse
+    is a failure in `found` (each of its lines in a `wanted` group), not the end of
+    loading."""
+    try:
+        every = metadata.entry_points()
+        return metadata.EntryPoints(
+            ep for group in POINTS_BY_GROUP for ep in every.select(group=group)
+        )
+    except Exception:  # a distribution's manifest does not parse: read them one by one
+        pass
+    eps: list[metadata.EntryPoint] = []
+    seen: set[str] = set()
+    for dist in metadata.distributions():
+        try:
+            # The first distribution of a name on the path, as entry_points() takes it.
+            normal = getattr(dist, "_normalized_name", None) or dist.metadata["Name"] or ""
+            if normal in seen:
+                continue
+            seen.add(normal)
+            eps.extend(dist.entry_points)
+        except Exception as exc:
+            for failure in _unreadable_manifest(dist, exc):
+                if wanted is not None and failure.group not in wanted:
+                    continue
+                found.failures.append(failure)
+                _log.error(
+                    "extension %s %r (%s %s, %s) skipped: %s",
+                    failure.group,
+                    failure.name,
+                    failure.distribution,
+                    failure.version,
+                    failure.object,
+                    failure.error,
+                )
+    return metadata.EntryPoints(eps)
+
+
 def load_extensions(
     entry_points: Iterable[metadata.EntryPoint] | None = None,
     *,
@@ -191,11 +277,13 @@ def load_extensions(
     Never raises for a plugin's fault: each failure is logged and listed.
     """
     given = None if entry_points is None else list(entry_points)
+    found = Extensions()
+    wanted = None if groups is None else frozenset(groups)
     # One scan of the installed distributions serves every group (a scan per group
     # cost about 15 ms each at every start).
-    installed = metadata.entry_points() if given is None else metadata.EntryPoints(())
-    wanted = None if groups is None else frozenset(groups)
-    found = Extensions()
+    installed = (
+        _installed_entry_points(found, wanted) if given is None else metadata.EntryPoints(())
+    )
     for point in POINTS:
         if wanted is not None and point.group not in wanted:
             continue
