@@ -35,7 +35,8 @@ from ductor_server.extensions import (
     HookEvent,
     load_extensions,
 )
-from ductor_server.extensions.wiring import plugin_middleware
+from ductor_server.extensions.wiring import plugin_middleware, plugin_providers
+from ductor_server.providers.base import ProviderRegistry
 from ductor_server.storage import open_store
 from ductor_server.testing import serve_process
 
@@ -807,3 +808,67 @@ def test_a_distribution_whose_entry_points_do_not_parse_is_listed_not_fatal(
     assert ("ductor.hooks", "heard") in {
         (f.group, f.name) for f in everything.failures if f.distribution == "broken-manifest"
     }
+
+
+BROKEN_PROVIDERS_SOURCE = """
+    import msgspec
+
+    from ductor_server.providers import Operation
+
+
+    class Nothing(msgspec.Struct, frozen=True):
+        pass
+
+
+    class Base:
+        description = "a provider that breaks the contract"
+        settings = Nothing
+        secrets = Nothing
+
+        async def call(self, operation, settings, secrets, input, context):
+            return None
+
+        async def test(self, settings, secrets, context):
+            return None
+
+
+    class Mismatched(Base):
+        name = "mismatched"
+        operations = {"a": Operation(name="b", description="", input=Nothing, output=Nothing)}
+
+
+    class NoOperations(Base):
+        name = "no_ops"
+        operations = None
+
+
+    class Fine(Base):
+        name = "fine"
+        operations = {}
+"""
+
+
+def test_a_plugin_provider_that_breaks_the_contract_is_listed_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _dist(
+        tmp_path,
+        "broken-providers",
+        "broken_providers",
+        BROKEN_PROVIDERS_SOURCE,
+        "[ductor.providers]\nmismatched = broken_providers:Mismatched\n"
+        "no_ops = broken_providers:NoOperations\nfine = broken_providers:Fine\n",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "broken_providers", raising=False)
+    extensions = load_extensions(metadata.distribution("broken-providers").entry_points)
+    registry = ProviderRegistry()
+    plugin_providers(extensions, registry)
+    assert [p.name for p in registry] == ["fine"]
+    failures = {f.name: f for f in extensions.failures}
+    assert set(failures) == {"mismatched", "no_ops"}
+    for failure in failures.values():
+        assert failure.code == "extension.contract"
+        assert failure.distribution == "broken-providers"
+    assert "operation key 'a' != 'b'" in failures["mismatched"].error
+    assert [e.name for e, _ in extensions.values("ductor.providers")] == ["fine"]

@@ -102,7 +102,11 @@ def plugin_providers(extensions: Extensions, registry: ProviderRegistry) -> None
             taken = f"a provider named {provider.name!r} comes from {registry.origin(found.name)}"
             _refuse(extensions, group, entry, taken)
             continue
-        registry.register(provider, origin=entry.distribution or entry.object)
+        try:
+            registry.register(provider, origin=entry.distribution or entry.object)
+        except Exception as exc:  # its operations break the contract
+            error = f"provider {entry.name!r}: {one_line(exc)}"
+            _refuse(extensions, group, entry, error, code=ExtensionContractError.code)
 
 
 def plugin_steps(extensions: Extensions, specs: StepSpecs, actions: ActionRegistry) -> StepSpecs:
