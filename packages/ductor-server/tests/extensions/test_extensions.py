@@ -166,6 +166,35 @@ async def test_a_raising_or_hanging_hook_is_bounded_and_the_others_still_hear() 
     assert heard == ["run.finished"]
 
 
+def test_a_hook_that_exits_is_logged_and_the_process_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A hook calling sys.exit() must not end the server's event loop: it fails
+    # only its own delivery, as a hook that raises does.
+    heard: list[str] = []
+
+    async def exits(event: HookEvent) -> None:
+        sys.exit("a hook's exit")
+
+    async def record(event: HookEvent) -> None:
+        heard.append(event.name)
+
+    async def main() -> str:
+        hooks = HookDispatcher([("exits", exits), ("record", record)], timeout=1.0)
+        hooks.emit(HookEvent(name="run.finished", at=datetime.now(UTC), tenant_id="t1"))
+        await hooks.drain()
+        await hooks.deliver(HookEvent(name="server.stopping", at=datetime.now(UTC)))
+        return "went on"
+
+    try:
+        outcome = asyncio.run(main())
+    except SystemExit as exc:
+        outcome = f"the process exited: {exc}"
+    assert outcome == "went on"
+    assert heard == ["run.finished", "server.stopping"]
+    assert "hook exits failed with run.finished" in caplog.text
+
+
 FLOW = {
     "family_slug": "plain",
     "title": "Plain",

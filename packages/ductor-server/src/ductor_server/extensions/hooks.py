@@ -53,6 +53,19 @@ Hook = Callable[[HookEvent], Awaitable[None]]
 """A lifecycle hook: an async function given each event."""
 
 
+class HookExited(RuntimeError):
+    """A hook called `sys.exit()`: a failure of that hook, not the end of the process."""
+
+
+async def _contained(hook: Hook, event: HookEvent) -> None:
+    """Run `hook` on `event`, turning a `SystemExit` it raises into `HookExited`
+    inside its own task (a task that lets `SystemExit` out ends the event loop)."""
+    try:
+        await hook(event)
+    except SystemExit as exc:
+        raise HookExited(f"the hook called sys.exit({exc.code!r})") from None
+
+
 class HookDispatcher:
     """Gives events to the process's hooks, after commit, each bounded by `timeout`.
 
@@ -73,7 +86,7 @@ class HookDispatcher:
 
     async def _call(self, name: str, hook: Hook, event: HookEvent) -> None:
         try:
-            await asyncio.wait_for(hook(event), self.timeout)
+            await asyncio.wait_for(_contained(hook, event), self.timeout)
         except TimeoutError:
             _log.error(
                 "hook %s took longer than %.1fs with %s; it was cancelled",
