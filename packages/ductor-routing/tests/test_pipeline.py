@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -480,3 +481,30 @@ def test_enricher_plugins_by_name_from_a_registry() -> None:
     with pytest.raises(ConfigError) as err:
         build_router(bad_shapes, engine=default_engine(), enricher_registry=enrichers)
     assert [p.pointer for p in err.value.details] == ["/enrichers/0", "/enrichers/1"]
+
+
+def test_an_enricher_that_exits_refuses_the_routable_not_the_process() -> None:
+    from ductor_routing import EnricherRegistry, RoutingConfig, build_router
+
+    class Exiting:
+        name = "exiting"
+
+        def enrich(self, routable: Routable, now: datetime.datetime) -> Mapping[str, Any]:
+            sys.exit("an enricher's exit")
+
+    enrichers = EnricherRegistry()
+    enrichers.register("exiting", lambda options: Exiting())
+    config = RoutingConfig(
+        kinds=KINDS,
+        enrichers=(EnricherSpec(plugin="exiting"),),
+        workers=(Worker(id="a"),),
+        pools=(Pool(id="rest", members=(Member(worker="a"),)),),
+        rule_set=RuleSet(default_pool="rest"),
+    )
+    r = build_router(config, engine=default_engine(), enricher_registry=enrichers)
+    d = r.route(lead(state="CA"), InMemoryRoutingState(), NOW)
+    assert d.outcome is Outcome.INVALID
+    assert d.intent is None
+    [problem] = d.problems
+    assert problem.pointer == "/enrich/exiting"
+    assert problem.message == "SystemExit: an enricher's exit"

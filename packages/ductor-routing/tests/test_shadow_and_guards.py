@@ -314,3 +314,50 @@ def test_shadow_marks_are_scoped_by_the_shadows_label() -> None:
         "desk#shadow:rr2",
     }
     assert all(not m.scope.startswith("desk#") for m in d.intent.marks)
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+class _Exiting:
+    name = "exiting"
+
+    def __init__(self, fault: BaseException) -> None:
+        self.fault = fault
+
+    def select(self, ctx: SelectionContext) -> Selection:
+        raise self.fault
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (SystemExit("a strategy's exit"), "SystemExit: a strategy's exit"),
+        (_Unprintable(), "_Unprintable: (its text could not be read)"),
+    ],
+)
+def test_a_strategy_that_exits_or_raises_unreadably_fails_only_its_decision(
+    fault: BaseException, said: str
+) -> None:
+    # A plugin's select() calling sys.exit(), or raising an exception whose text
+    # raises, fails the decision with routing.strategy_failed; the process goes on.
+    registry = StrategyRegistry()
+    registry.register("exiting", lambda options, registry: _Exiting(fault))
+    pool = Pool(id="p", members=(Member(worker="a"),), strategy=StrategySpec(name="exiting"))
+    router = build(pool, [Worker(id="a")], registry=registry)
+    with pytest.raises(RoutingError) as err:
+        router.route(Routable(id="x", kind="job"), InMemoryRoutingState(), NOW)
+    assert err.value.code == "routing.strategy_failed"
+    assert said in str(err.value)
+    # Its factory exiting is a refused configuration, as a raising factory is.
+    exits_when_built = StrategyRegistry()
+
+    def factory(options: Mapping[str, Any], registry: StrategyRegistry) -> Any:
+        raise fault
+
+    exits_when_built.register("exiting", factory)
+    with pytest.raises(ConfigError) as refused:
+        build(pool, [Worker(id="a")], registry=exits_when_built)
+    assert said in str(refused.value)

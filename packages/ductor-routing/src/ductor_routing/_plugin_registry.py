@@ -54,6 +54,15 @@ class PluginRegistry(Generic[F]):
         return self.load_entry_points(metadata.entry_points(group=self.entry_point_group))
 
 
+def plugin_fault(exc: BaseException) -> str:
+    """A plugin's exception as `Type: text`; never raises (its text may)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its text could not be read)"
+    return f"{type(exc).__name__}: {text}"
+
+
 def build_plugin(what: str, build: Callable[[], Any], method: str, shape: str) -> Any:
     """`build()`, a factory's call, whose answer must have a callable `method`.
 
@@ -66,8 +75,8 @@ def build_plugin(what: str, build: Callable[[], Any], method: str, shape: str) -
         built = build()
     except DuctorError:
         raise
-    except Exception as exc:
-        raise ConfigError(f"{what} could not be built: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # one that calls sys.exit() too
+        raise ConfigError(f"{what} could not be built: {plugin_fault(exc)}") from exc
     if not callable(getattr(built, method, None)):
         raise ConfigError(f"{what}: its factory answered {type(built).__name__}, not {shape}")
     return built

@@ -17,6 +17,7 @@ import msgspec
 
 from ductor_core.errors import DuctorError
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
+from ductor_routing._plugin_registry import plugin_fault
 from ductor_routing.activations import Activations
 from ductor_routing.decisions import (
     Decision,
@@ -320,9 +321,9 @@ def _select(strategy: Strategy, name: str, ctx: SelectionContext) -> Selection:
         selection = strategy.select(ctx)
     except DuctorError:
         raise
-    except Exception as exc:  # a plugin's bug fails this decision, not the process
+    except (Exception, SystemExit) as exc:  # a plugin's bug fails this decision, not the process
         raise RoutingError(
-            f"strategy {name!r} failed: {type(exc).__name__}: {exc}", code=STRATEGY_FAILED
+            f"strategy {name!r} failed: {plugin_fault(exc)}", code=STRATEGY_FAILED
         ) from exc
     if not isinstance(selection, Selection):
         raise RoutingError(
@@ -714,8 +715,8 @@ class Router:
                 added = enricher.enrich(routable, now)
             except DuctorError as exc:
                 message = exc.message
-            except Exception as exc:  # a plugin's bug must not take the pipeline down
-                message = f"{type(exc).__name__}: {exc}"
+            except (Exception, SystemExit) as exc:  # a plugin's bug must not take it down
+                message = plugin_fault(exc)
             else:
                 if not added:
                     continue

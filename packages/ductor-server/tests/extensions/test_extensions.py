@@ -901,3 +901,54 @@ def test_a_plugin_provider_that_breaks_the_contract_is_listed_not_fatal(
         assert failure.distribution == "broken-providers"
     assert "operation key 'a' != 'b'" in failures["mismatched"].error
     assert [e.name for e, _ in extensions.values("ductor.providers")] == ["fine"]
+
+
+EXITING_KINDS_SOURCE = """
+    import sys
+
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text for you")
+
+
+    def exiting(routable):
+        sys.exit("a validator's exit")
+
+
+    def unprintable(routable):
+        raise Unprintable()
+"""
+
+
+async def test_a_kind_validator_that_exits_or_raises_oddly_refuses_the_routable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _dist(
+        tmp_path,
+        "exiting-kinds",
+        "exiting_kinds",
+        EXITING_KINDS_SOURCE,
+        "[ductor.kinds]\nexiting = exiting_kinds:exiting\n"
+        "unprintable = exiting_kinds:unprintable\n",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "exiting_kinds", raising=False)
+    extensions = load_extensions(metadata.distribution("exiting-kinds").entry_points)
+    assert [e.name for e, _ in extensions.values("ductor.kinds")] == ["exiting", "unprintable"]
+    async with _served(extensions, tmp_path, "t-kinds") as (client, auth):
+        await client.post("/v1/workers", json={"id": "ana"}, headers=auth)
+        pool = {"id": "desk", "strategy": {"name": "round_robin"}, "members": [{"worker": "ana"}]}
+        await client.post("/v1/pools", json=pool, headers=auth)
+        rules = {"id": "r", "default_pool": "desk", "kinds": {"exiting": {}, "unprintable": {}}}
+        assert (await client.post("/v1/rules", json=rules, headers=auth)).status_code == 201
+        for kind in ("exiting", "unprintable"):
+            refused = await client.post(
+                "/v1/route", json={"id": f"r-{kind}", "kind": kind, "attributes": {}}, headers=auth
+            )
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["code"] == "routing.routable_invalid"
+            [problem] = refused.json()["details"]
+            assert problem["pointer"] == "/kind"
+            assert f"the validator of kind '{kind}' failed" in problem["message"]
+        assert (await client.get("/v1/assignments", headers=auth)).json() == []

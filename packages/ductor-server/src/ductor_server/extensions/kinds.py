@@ -36,12 +36,12 @@ class KindValidators:
             return ()
         try:
             found: tuple[Any, ...] = tuple(validator(routable))
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # one that calls sys.exit() too
             _log.exception("the validator of routable kind %r failed", routable.kind)
             return (
                 Problem(
                     pointer="/kind",
-                    message=f"the validator of kind {routable.kind!r} failed: {exc}",
+                    message=f"the validator of kind {routable.kind!r} failed: {_text(exc)}",
                 ),
             )
         problems = []
@@ -60,6 +60,15 @@ class KindValidators:
                 )
             problems.append(problem)
         return tuple(problems)
+
+
+def _text(exc: BaseException) -> str:
+    """`exc` as text, its type first; never raises (a plugin's exception may)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its text could not be read)"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 __all__ = ["KindValidators"]
