@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,8 @@ class EchoProvider:
             )
         if input.text == "crash":
             raise RuntimeError(f"crashed holding {secrets.token}")
+        if input.text == "exit":
+            sys.exit(f"exited holding {secrets.token}")
         if input.text == "leak":
             return {"echo": secrets.token, "nested": [{"t": f"x{secrets.token}y"}]}
         return {
@@ -88,6 +91,8 @@ class EchoProvider:
     async def test(
         self, settings: EchoSettings, secrets: EchoSecrets, context: CallContext
     ) -> CheckResult:
+        if settings.region == "exit":
+            sys.exit(f"exited holding {secrets.token}")
         if settings.region == "down":
             raise provider_failure(
                 "echo.down", f"region down for {secrets.token}", retryable=True, details={"at": 1}

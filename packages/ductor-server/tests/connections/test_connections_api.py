@@ -538,6 +538,34 @@ async def test_connection_test_answers_check_result(api: Api, sink: HttpSink) ->
     assert sink.last.headers["authorization"] == f"Bearer {TOKEN}"
 
 
+async def test_a_provider_that_calls_sys_exit_fails_its_test_and_its_step_not_the_server(
+    api: Api,
+) -> None:
+    await api.ok("POST", "/v1/connections", json=echo(config={"region": "exit"}))
+    result = await api.ok("POST", "/v1/connections/crm/test")
+    assert result["ok"] is False
+    assert result["details"]["code"] == "provider.crashed"
+    assert result["message"] == "SystemExit: exited holding ••••"
+    await api.ok("POST", "/v1/connections", json=echo(name="ok"))
+    args = {"connection": "ok", "operation": "send", "input": {"to": "'a'", "text": "'exit'"}}
+    exited = await api.run_to_end(
+        {
+            **one_step({}, slug="exits"),
+            "steps": [
+                {
+                    "ref": "push",
+                    "type": "STEP_TYPE_ACTION",
+                    "args": args,
+                    "retry": {"max_attempts": 1},
+                }
+            ],
+        }
+    )
+    assert step(exited, "push")["error"]["code"] == "provider.crashed"
+    assert step(exited, "push")["error"]["message"] == "SystemExit: exited holding ••••"
+    assert (await api.ok("POST", "/v1/connections/ok/test"))["ok"] is True
+
+
 async def test_a_test_that_raises_answers_its_message_and_its_details_with_its_code(
     api: Api,
 ) -> None:

@@ -367,8 +367,9 @@ class ConnectionCalls:
                 f"{opened.provider.name}.{operation_name} timed out",
                 retryable=True,
             ) from None
-        except Exception as exc:  # a provider bug: retried, and said without its secrets
-            message = redactor.text(f"{type(exc).__name__}: {exc}")
+        except (Exception, SystemExit) as exc:  # a provider bug (one calling sys.exit() too):
+            # retried, and said without its secrets
+            message = redactor.text(_fault(exc))
             log.warning(
                 "provider %s crashed on %s.%s: %s",
                 opened.provider.name,
@@ -421,8 +422,8 @@ class ConnectionCalls:
             return failed("connection.timeout", f"the test did not finish in {self._timeout:g}s")
         except httpx.HTTPError as exc:
             return failed("connection.unreachable", f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # a provider bug answers as a failed test
-            message = f"{type(exc).__name__}: {exc}"
+        except (Exception, SystemExit) as exc:  # a provider bug answers as a failed test
+            message = _fault(exc)
             log.warning(
                 "provider %s crashed testing %s: %s",
                 opened.provider.name,
@@ -444,6 +445,15 @@ def _redacted(error: ErrorInfo, redactor: Redactor) -> ErrorInfo:
         message=redactor.text(error.message),
         details=redactor.value(error.details),
     )
+
+
+def _fault(exc: BaseException) -> str:
+    """A provider's exception as `Type: text`; never raises (its text may)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its text could not be read)"
+    return f"{type(exc).__name__}: {text}"
 
 
 __all__ = [
