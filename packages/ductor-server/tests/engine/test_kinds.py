@@ -24,12 +24,14 @@ from ductor_core.runs import (
 )
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.coordinator import _lasting
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands
 from ductor_server.engine.errors import DuplicateRunKind, UnknownRunKind
 from ductor_server.engine.kinds import KindTick, RunKinds
 from ductor_server.engine.runtime import Runtime
 from ductor_server.errors import WorkflowNotFound
 from ductor_server.storage import NewInboxItem, NewRun, RunRef, Store
+from ductor_server.storage.errors import StoreError, StoreUnavailable
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import RunRecord
 
@@ -68,7 +70,7 @@ class EchoKind:
                     family_slug=slug,
                     version=1,
                     state=state,
-                    kind=ECHO,
+                    kind=self.kind_name,
                     kind_state={"signals": 0},
                     idempotency_key=key,
                 )
@@ -291,3 +293,66 @@ async def test_a_command_of_no_known_type_is_refused_not_dropped(store: Store) -
                 commands=[_Unknown(step_ref="x")],  # type: ignore[list-item]
                 now=now,
             )
+
+
+@dataclass
+class PoisonKind(EchoKind):
+    """An echo kind whose tick raises on the signal "boom": a tick that cannot be
+    written however often it is tried, as a value the database refuses is."""
+
+    prefix: str = "poison:"
+    kind_name: str = "poison"
+
+    async def tick(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        run: RunRecord,
+        inputs: Sequence[RunInput],
+        now: datetime,
+    ) -> KindTick:
+        if any(isinstance(item, SignalReceived) and item.name == "boom" for item in inputs):
+            raise RuntimeError("a kind's bug")
+        return await super().tick(tx, parts, run, inputs, now)
+
+
+async def test_a_run_whose_tick_cannot_be_written_fails_and_holds_up_no_other(
+    store: Store,
+) -> None:
+    poison = PoisonKind()
+    clock = ManualClock()
+    actions = default_registry()
+    async with Runtime.start(
+        store,
+        config=TEST_CONFIG,
+        clock=clock,
+        actions=actions,
+        setup=lambda rt: (rt.kinds.register(EchoKind()), rt.kinds.register(poison)),
+    ) as runtime:
+        engine = Engine(store=store, clock=clock, actions=actions, runtime=runtime)
+        runs = engine.services.runs
+        bad = (await runs.trigger(TENANT, "poison:p", None, None, "k1")).value
+        others = [
+            (await runs.trigger(TENANT, f"echo:{i}", None, None, f"k{i + 2}")).value
+            for i in range(3)
+        ]
+        await runs.signal(TENANT, bad.id, "boom", None, "s1")
+        for other in others:
+            await runs.signal(TENANT, other.id, "stop", None, "s2")
+        # The others end although the bad run's input came first and its tick is
+        # tried again and again.
+        for other in others:
+            assert (await engine.wait_run(other.id)).status == SUCCEEDED
+        failed = await engine.wait_run(bad.id)
+    assert failed.status == RunStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.code == "engine.tick_failed"
+    assert failed.error.message == "the run's tick could not be written (RuntimeError)"
+    assert poison.finished == [(bad.id, RunStatus.FAILED)]
+
+
+def test_only_errors_that_retrying_will_not_mend_fail_a_run() -> None:
+    assert _lasting(RuntimeError("a bug"))
+    assert _lasting(StoreError("postgres: a NUL", code="storage.invalid_value", retryable=False))
+    assert not _lasting(StoreUnavailable("postgres: the server closed the connection"))
+    assert not _lasting(StoreError("postgres: deadlock detected"))  # retryable

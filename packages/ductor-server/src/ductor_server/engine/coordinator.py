@@ -28,14 +28,16 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span
 
-from ductor_core.runs import IgnoredInput
+from ductor_core.errors import DuctorError
+from ductor_core.runs import ErrorInfo, IgnoredInput
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import Effects, EngineParts, TaskTaker, apply_commands
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
 from ductor_server.engine.inboxfeed import InboxFeed
-from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunKind
+from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunKind, failed_tick
 from ductor_server.engine.offload import ENGINE
 from ductor_server.engine.queue import Topic, WakeUp
+from ductor_server.storage.errors import StoreUnavailable
 from ductor_server.storage.protocol import Store, Tx
 from ductor_server.storage.records import (
     InboxItem,
@@ -68,6 +70,9 @@ INPUTS_PER_TICK = 1000
 UNKNOWN_KIND_DELAY = timedelta(seconds=30)
 """How long the input of a run of an unknown kind is put off, so that such runs
 never crowd the claim (a process that knows the kind ticks them then)."""
+SET_ASIDE_DELAY = timedelta(hours=1)
+"""How long the input of a run whose tick can be neither written nor replaced by
+its failure is put off (see `Coordinator._set_aside`)."""
 
 
 async def _flagged(
@@ -143,18 +148,29 @@ class Coordinator:
 
     async def _run(self) -> None:
         failures = 0
+        alone = 0  # rounds still to go one run at a time after a failed batch
         while not self.stopped:
+            limit = 1 if alone else self.batch
+            claimed: list[RunRecord] = []
             try:
-                # After a failed batch, go one run at a time, so that one run that
-                # cannot be committed does not hold back the others.
-                limit = 1 if failures else self.batch
-                done = await self._round(limit)
+                done = await self._round(limit, claimed)
                 failures = 0
+                alone = max(0, alone - 1)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 failures += 1
                 log.exception("coordinator batch failed (%d in a row)", failures)
+                # A run whose tick alone cannot be written however often it is
+                # tried is failed rather than left to hold every other.
+                lasting = limit == 1 and len(claimed) == 1 and _lasting(exc)
+                if lasting and await self._set_aside(claimed[0], exc):
+                    failures = 0
+                    continue
+                # After a failed batch, go one run at a time for a batch's worth
+                # of rounds, so that one run that cannot be committed is found
+                # and does not hold back the others.
+                alone = self.batch
                 await asyncio.sleep(min(0.05 * 2**failures, 5.0))
                 continue
             # A batch that claimed fewer runs than it could and left nothing behind
@@ -164,6 +180,51 @@ class Coordinator:
             # such a wait returns at once.
             if done.claimed == 0 or (done.claimed < limit and not done.left_over):
                 await self._await_input()
+
+    async def _set_aside(self, claimed: RunRecord, exc: Exception) -> bool:
+        """Fail the `claimed` run, whose tick failed alone with an error that
+        retrying will not mend (`_lasting`), taking the input that tick was given,
+        unless the run has changed since it was claimed; if even that cannot be
+        written, put its input off (`SET_ASIDE_DELAY`). Returns whether either
+        was done."""
+        ref = RunRef(tenant_id=claimed.tenant_id, run_id=claimed.id)
+        code = exc.code if isinstance(exc, DuctorError) else type(exc).__name__
+        error = ErrorInfo(
+            code="engine.tick_failed",
+            message=f"the run's tick could not be written ({code})",
+            retryable=False,
+        )
+        effects = Effects(watch_budgets=False)
+        now = self.clock.now()
+        try:
+            async with self.store.transaction() as tx:
+                locked = await tx.lock_runs([ref])
+                if not locked or locked[0][0].lock_version != claimed.lock_version:
+                    return False  # another writer has it, or its tick was written
+                run, _ = locked[0]
+                items = await tx.load_inbox([ref], now=now, limit_per_run=INPUTS_PER_TICK)
+                plan = _Plan(run, items, None)
+                if not run.status.terminal:
+                    plan.ticked = KindTick(failed_tick(run.state, error, now), run.kind_state)
+                await self._write(tx, effects, [plan], now, _Round(), locked=True)
+        except Exception:
+            log.exception(
+                "run %s/%s could not be failed: its input is put off", ref.tenant_id, ref.run_id
+            )
+            try:
+                async with self.store.transaction() as tx:
+                    await tx.defer_inbox([ref], now=now, until=now + SET_ASIDE_DELAY)
+            except Exception:
+                log.exception(
+                    "the input of run %s/%s could not be put off", ref.tenant_id, ref.run_id
+                )
+                return False
+            return True
+        log.error(
+            "run %s/%s failed: its tick could not be written (%s)", ref.tenant_id, ref.run_id, code
+        )
+        self._notify(effects)
+        return True
 
     async def _await_input(self) -> None:
         """Wait for the next inbox wake-up, or for a poll's time if this loop
@@ -190,11 +251,13 @@ class Coordinator:
         """
         return (await self._round(limit or self.batch)).claimed
 
-    async def _round(self, limit: int) -> _Round:
+    async def _round(self, limit: int, claimed: list[RunRecord] | None = None) -> _Round:
+        """One claim round of up to `limit` runs; the runs it claimed are added to
+        `claimed` as soon as they are (so a round that fails still tells them)."""
         effects = Effects(watch_budgets=False)  # a tick refuses nothing over a budget
         done = await self._traced(
             effects,
-            lambda now, spans, done: self._tick_batch(now, effects, limit, spans, done),
+            lambda now, spans, done: self._tick_batch(now, effects, limit, spans, done, claimed),
             self.clock.now(),
         )
         if done.claimed:
@@ -333,7 +396,13 @@ class Coordinator:
         return done
 
     async def _tick_batch(
-        self, now: datetime, effects: Effects, limit: int, spans: list[Span], done: _Round
+        self,
+        now: datetime,
+        effects: Effects,
+        limit: int,
+        spans: list[Span],
+        done: _Round,
+        claimed: list[RunRecord] | None = None,
     ) -> int:
         # Read in one short transaction. A cheap batch is ticked and written
         # there; any other is ticked in the engine lane with no transaction
@@ -344,6 +413,8 @@ class Coordinator:
             if not runs:
                 return 0
             refs = [RunRef(tenant_id=run.tenant_id, run_id=run.id) for run in runs]
+            if claimed is not None:
+                claimed.extend(runs)
             items = await tx.load_inbox(refs, now=now, limit_per_run=INPUTS_PER_TICK)
             plans = await self._plan(tx, runs, items, now, spans, done)
             if not plans:
@@ -570,6 +641,15 @@ def _prepares(kind: RunKind) -> TypeGuard[PreparedTick]:
     if known is None:
         known = _PREPARES[type(kind)] = isinstance(kind, PreparedTick)
     return known
+
+
+def _lasting(exc: Exception) -> bool:
+    """Whether retrying what raised `exc` will fail the same way: an error that
+    says it is not retryable (a value the database refuses, a broken kind), or
+    no `DuctorError` at all (a bug); not an unreachable database or a lost race."""
+    if isinstance(exc, StoreUnavailable):
+        return False
+    return not isinstance(exc, DuctorError) or not exc.retryable
 
 
 def _inline(compute: Callable[[], KindTick] | None) -> bool:
