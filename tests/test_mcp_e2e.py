@@ -350,6 +350,7 @@ def test_a_bad_key_is_refused_before_any_mcp_work(server: ServerProcess) -> None
             f"{server.url}/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
             headers={**headers, "Accept": "application/json, text/event-stream"},
+            timeout=60,
         )
         assert answer.status_code == 401, answer.text
         assert answer.headers["www-authenticate"].startswith("Bearer")
@@ -385,7 +386,7 @@ def test_only_post_is_served_a_stream_or_a_session_end_is_refused_at_once(
         assert data["details"] == {"allowed": ["POST"]}
         assert method in data["message"]
     # A bad key is still refused first.
-    answer = httpx.get(f"{server.url}/mcp", headers={"Authorization": "Bearer dk_nope"})
+    answer = httpx.get(f"{server.url}/mcp", headers={"Authorization": "Bearer dk_nope"}, timeout=60)
     assert answer.status_code == 401
 
 
@@ -699,11 +700,11 @@ def test_a_path_under_mcp_is_no_route(sqlite_server: ServerProcess) -> None:
         "Accept": "application/json, text/event-stream",
     }
     for path in ("/mcp", "/mcp/"):
-        answer = httpx.post(f"{sqlite_server.url}{path}", json=message, headers=headers)
+        answer = httpx.post(f"{sqlite_server.url}{path}", json=message, headers=headers, timeout=60)
         assert answer.status_code == 200, (path, answer.text)
         assert len(answer.json()["result"]["tools"]) == len(TOOLS)
     for path, key in (("/mcp/tools", headers), ("/mcp/x/y", headers), ("/mcp/x", {})):
-        answer = httpx.post(f"{sqlite_server.url}{path}", json=message, headers=key)
+        answer = httpx.post(f"{sqlite_server.url}{path}", json=message, headers=key, timeout=60)
         assert answer.status_code == 404, (path, answer.text)
         assert answer.json()["error"]["data"] == {
             "code": "route.not_found",
