@@ -438,3 +438,23 @@ async def test_a_postgres_transaction_that_failed_does_not_pretend_to_commit(
     with pytest.raises(StoreError, match="failed earlier"):
         await swallowing()
     assert await _count(pg_store, "kept?") is None
+
+
+async def test_a_store_error_says_what_failed_without_the_rows_it_failed_on(
+    store: Store,
+) -> None:
+    # A database's error may quote the values of other rows (a duplicate key's
+    # DETAIL names the row that holds it); a store error, which may reach a
+    # caller, keeps only what failed.
+    async with store.transaction() as tx:
+        await tx.session.execute(
+            "CREATE TABLE probe_keys (tenant_id text, id text, PRIMARY KEY (id))"
+        )
+        await tx.session.execute("INSERT INTO probe_keys VALUES ('t_other', 'secret-of-other')")
+    with pytest.raises(StoreError) as raised:
+        async with store.transaction() as tx:
+            await tx.session.execute("INSERT INTO probe_keys VALUES ('t_me', 'secret-of-other')")
+    assert raised.value.code == "storage.conflict"
+    assert "t_other" not in raised.value.message
+    assert "secret-of-other" not in raised.value.message
+    assert "probe_keys" in raised.value.message  # what failed is still said

@@ -81,15 +81,23 @@ def _columns(rows: Sequence[Params]) -> list[Any]:
 
 
 def store_error(exc: psycopg.Error) -> StoreError:
-    """The store error for a psycopg error: unavailable, conflict, or other."""
+    """The store error for a psycopg error: unavailable, conflict, or other.
+
+    Its message is the database's primary message only: the DETAIL and CONTEXT
+    that follow may quote rows (a duplicate key names the row holding it, a
+    deadlock the other processes), and a store error can reach a caller. The
+    psycopg error stays its cause, for the log."""
     state = exc.sqlstate or ""
+    text = str(exc).strip()
+    primary = exc.diag.message_primary if exc.sqlstate else None
+    message = f"postgres: {primary or (text.splitlines()[0] if text else type(exc).__name__)}"
     if isinstance(exc, psycopg.OperationalError) and (not state or state[:2] in {"08", "57"}):
-        return StoreUnavailable(f"postgres: {exc}")
+        return StoreUnavailable(message)
     if isinstance(exc, psycopg.IntegrityError):
-        return StoreError(f"postgres: {exc}", code="storage.conflict", retryable=False)
+        return StoreError(message, code="storage.conflict", retryable=False)
     if isinstance(exc, psycopg.DataError):
-        return StoreError(f"postgres: {exc}", code="storage.invalid_value", retryable=False)
-    return StoreError(f"postgres: {exc}", retryable=isinstance(exc, psycopg.OperationalError))
+        return StoreError(message, code="storage.invalid_value", retryable=False)
+    return StoreError(message, retryable=isinstance(exc, psycopg.OperationalError))
 
 
 _Queued = tuple[str, Params, "psycopg.AsyncCursor[Row] | None"]
