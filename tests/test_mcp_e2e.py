@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+import websockets
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -711,6 +712,18 @@ def test_a_path_under_mcp_is_no_route(sqlite_server: ServerProcess) -> None:
             "message": "no such route",
             "details": {"method": "POST", "path": path},
         }
+    # A WebSocket handshake is refused there as on every other path (it was a 500).
+    ws_url = sqlite_server.url.replace("http://", "ws://")
+
+    async def handshake(path: str) -> int:
+        try:
+            async with websockets.connect(f"{ws_url}{path}", open_timeout=60):
+                return 101
+        except websockets.InvalidStatus as refused:
+            return refused.response.status_code
+
+    for path in ("/mcp", "/mcp/", "/mcp/x", "/v1/runs"):
+        assert asyncio.run(handshake(path)) == 403, path
 
 
 def test_a_batch_or_a_request_with_a_bad_id_is_refused_not_left_unanswered(

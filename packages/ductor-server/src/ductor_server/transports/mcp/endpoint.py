@@ -346,6 +346,11 @@ class McpEndpoint:
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate, bound the body, then let the session manager answer."""
+        if scope["type"] == "websocket":
+            # No WebSocket is served here: refused before the handshake (HTTP 403),
+            # as on every other path.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             return
         under = str(scope.get("path", ""))  # what follows MCP_PATH (the mount strips it)
