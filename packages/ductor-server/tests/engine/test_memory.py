@@ -82,7 +82,8 @@ def run(server, sockets=None):
     server.started = True
 
 uvicorn.Server.run = run
-sys.exit(_serve(Settings(data_dir=Path(sys.argv[1]), cel_sandbox=False), announce=[]))
+settings = Settings(data_dir=Path(sys.argv[1]), cel_sandbox=False)
+sys.exit(_serve(settings, sockets=[], announce=lambda where: []))
 """
 
 
