@@ -56,3 +56,13 @@ class DurationError(DuctorError):
     """A duration string such as "2s" or "1h30m" that does not parse."""
 
     code = "duration.invalid"
+
+
+def fault_text(exc: BaseException) -> str:
+    """`exc` as `Type: text`, for the message of a failure that code from outside
+    (a plugin, a provider) raised; never raises, though its text may."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its text could not be read)"
+    return f"{type(exc).__name__}: {text}"

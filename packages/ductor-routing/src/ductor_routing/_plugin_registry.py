@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ductor_core.errors import DuctorError
+from ductor_core.errors import DuctorError, fault_text
 from ductor_routing.errors import ConfigError
 
 F = TypeVar("F")
@@ -54,15 +54,6 @@ class PluginRegistry(Generic[F]):
         return self.load_entry_points(metadata.entry_points(group=self.entry_point_group))
 
 
-def plugin_fault(exc: BaseException) -> str:
-    """A plugin's exception as `Type: text`; never raises (its text may)."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = "(its text could not be read)"
-    return f"{type(exc).__name__}: {text}"
-
-
 def build_plugin(what: str, build: Callable[[], Any], method: str, shape: str) -> Any:
     """`build()`, a factory's call, whose answer must have a callable `method`.
 
@@ -76,7 +67,7 @@ def build_plugin(what: str, build: Callable[[], Any], method: str, shape: str) -
     except DuctorError:
         raise
     except (Exception, SystemExit) as exc:  # one that calls sys.exit() too
-        raise ConfigError(f"{what} could not be built: {plugin_fault(exc)}") from exc
+        raise ConfigError(f"{what} could not be built: {fault_text(exc)}") from exc
     if not callable(getattr(built, method, None)):
         raise ConfigError(f"{what}: its factory answered {type(built).__name__}, not {shape}")
     return built

@@ -15,9 +15,8 @@ from typing import Any
 
 import msgspec
 
-from ductor_core.errors import DuctorError
+from ductor_core.errors import DuctorError, fault_text
 from ductor_core.expressions import CompiledExpression, ExpressionEngine
-from ductor_routing._plugin_registry import plugin_fault
 from ductor_routing.activations import Activations
 from ductor_routing.decisions import (
     Decision,
@@ -323,7 +322,7 @@ def _select(strategy: Strategy, name: str, ctx: SelectionContext) -> Selection:
         raise
     except (Exception, SystemExit) as exc:  # a plugin's bug fails this decision, not the process
         raise RoutingError(
-            f"strategy {name!r} failed: {plugin_fault(exc)}", code=STRATEGY_FAILED
+            f"strategy {name!r} failed: {fault_text(exc)}", code=STRATEGY_FAILED
         ) from exc
     if not isinstance(selection, Selection):
         raise RoutingError(
@@ -716,7 +715,7 @@ class Router:
             except DuctorError as exc:
                 message = exc.message
             except (Exception, SystemExit) as exc:  # a plugin's bug must not take it down
-                message = plugin_fault(exc)
+                message = fault_text(exc)
             else:
                 if not added:
                     continue

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from ductor_core.errors import fault_text
 from ductor_core.runs import ErrorInfo
 from ductor_server.connections.errors import (
     ConnectionNotFound,
@@ -369,7 +370,7 @@ class ConnectionCalls:
             ) from None
         except (Exception, SystemExit) as exc:  # a provider bug (one calling sys.exit() too):
             # retried, and said without its secrets
-            message = redactor.text(_fault(exc))
+            message = redactor.text(fault_text(exc))
             log.warning(
                 "provider %s crashed on %s.%s: %s",
                 opened.provider.name,
@@ -423,7 +424,7 @@ class ConnectionCalls:
         except httpx.HTTPError as exc:
             return failed("connection.unreachable", f"{type(exc).__name__}: {exc}")
         except (Exception, SystemExit) as exc:  # a provider bug answers as a failed test
-            message = _fault(exc)
+            message = fault_text(exc)
             log.warning(
                 "provider %s crashed testing %s: %s",
                 opened.provider.name,
@@ -445,15 +446,6 @@ def _redacted(error: ErrorInfo, redactor: Redactor) -> ErrorInfo:
         message=redactor.text(error.message),
         details=redactor.value(error.details),
     )
-
-
-def _fault(exc: BaseException) -> str:
-    """A provider's exception as `Type: text`; never raises (its text may)."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = "(its text could not be read)"
-    return f"{type(exc).__name__}: {text}"
 
 
 __all__ = [
