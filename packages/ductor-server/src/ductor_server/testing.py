@@ -241,6 +241,7 @@ class CommitCounter:
         self.commits = 0
         self.statements = 0  # Execute and Query messages, BEGIN and COMMIT included
         self.round_trips = 0  # Sync and Query messages: the client waits after each
+        self.reads = 0  # the chunks the clients' bytes arrived in: about their sends
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -285,6 +286,7 @@ class CommitCounter:
                         self.commits += seen.count(b"COMMIT\x00")
                         self.statements += sent
                         self.round_trips += trips
+                        self.reads += 1
                     tail = chunk[-6:]  # a COMMIT split across two reads is still seen once
                 dst.sendall(chunk)
         except OSError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -374,6 +375,44 @@ async def test_a_postgres_transaction_waits_once_per_answer_and_once_to_commit(
         assert await counted(many) == (1, 152, 2)  # not all 150 held until COMMIT
         assert await _count(store, "c") == 3
         assert await _count(store, "d") == 4
+    finally:
+        await store.close()
+        counter.close()
+
+
+async def test_a_postgres_round_trip_leaves_in_one_send_and_never_stays_corked(
+    postgres_url: str,
+) -> None:
+    """psycopg flushes its socket after each statement it pipelines; the store
+    corks the socket until the pipeline waits for its answers, so the statements
+    of a round trip reach the database together, and uncorks it every time (a
+    socket left corked holds what follows for 200 ms)."""
+    parts = urlsplit(postgres_url)
+    counter = CommitCounter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    store = open_store(counter.url(postgres_url) + "?sslmode=disable")
+    await store.open()
+    try:
+        await _probe_table(store)
+        before = (counter.commits, counter.statements, counter.round_trips)
+        reads = counter.reads
+        async with store.transaction() as tx:
+            for i in range(8):  # one statement each, queued behind BEGIN
+                await tx.session.executemany(_INSERT, [("t1", f"w{i}", i)])
+            rows = await tx.session.fetch_all(
+                "SELECT count(*) FROM session_probe WHERE tenant_id = %s", ("t1",)
+            )
+            assert rows == [(8,)]
+        # BEGIN, eight inserts and the select, then COMMIT: two round trips
+        assert await _settled(counter, before) == (1, 11, 2)
+        # each round trip's statements in one send, and its Sync in another at most
+        assert counter.reads - reads <= 4
+        pool = store._require_pool()  # type: ignore[attr-defined]
+        async with pool.connection() as conn:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fileno=conn.pgconn.socket)
+            try:
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
+            finally:
+                sock.detach()
     finally:
         await store.close()
         counter.close()

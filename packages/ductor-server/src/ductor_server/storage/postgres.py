@@ -5,7 +5,8 @@ A batch of one of the engine's hot statements runs as one statement over arrays
 pipeline mode (one round trip for the whole batch). In a transaction, what no
 caller waits on (its BEGIN and every `executemany`) is queued and sent in one
 pipeline with the next statement whose answer is awaited, or with COMMIT: a
-transaction costs one round trip per awaited statement, plus its COMMIT.
+transaction costs one round trip per awaited statement, plus its COMMIT, and the
+statements of a round trip leave in one send (`_corked`).
 jsonb columns are read as raw bytes and decoded with msgspec straight into
 typed records.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -55,6 +57,44 @@ _MIGRATE_LOCK = zlib.crc32(b"ductor.migrate")
 
 # A JSON `\u0000` escape that is not itself an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)  # Linux only
+
+
+@contextmanager
+def _corked(conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
+    """Hold the connection's outgoing bytes in the kernel until the block ends.
+
+    In pipeline mode psycopg flushes the socket after each statement it queues,
+    so a transaction's pipeline of eight statements was eight `send()` calls on
+    the server's side and eight wake-ups of the database's backend, each with a
+    few bytes. Corked, they leave together when the pipeline is about to wait
+    for its answers (full segments still leave at once, so a big pipeline never
+    waits on its own buffer). A socket that cannot be corked (a Unix socket,
+    another system) is sent as it is.
+    """
+    fd = conn.pgconn.socket if _TCP_CORK is not None else -1
+    if fd < 0 or not _cork(fd, 1):
+        yield
+        return
+    try:
+        yield
+    finally:
+        _cork(fd, 0)
+
+
+def _cork(fd: int, on: int) -> bool:
+    """Set TCP_CORK on the socket `fd` (owned by libpq: borrowed, never closed)."""
+    assert _TCP_CORK is not None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fileno=fd)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, on)
+    except OSError:
+        return False
+    finally:
+        sock.detach()
+    return True
 
 
 class _RawJsonLoader(Loader):
@@ -149,14 +189,15 @@ class PostgresTx(SqlTx):
         assert writes is not None  # only a transaction queues
         self._begun = True
         async with self._conn.pipeline():
-            for sql, params, cursor in queued:
-                # BEGIN and COMMIT go as text, never as prepared statements: cheap
-                # either way, and what a reader of the wire (`CommitCounter`) sees.
-                await (cursor or writes).execute(
-                    sql, params, prepare=False if sql in _CONTROL else None
-                )
-            if last is not None:
-                await self._cur.execute(*last)
+            with _corked(self._conn):
+                for sql, params, cursor in queued:
+                    # BEGIN and COMMIT go as text, never as prepared statements: cheap
+                    # either way, and what a reader of the wire (`CommitCounter`) sees.
+                    await (cursor or writes).execute(
+                        sql, params, prepare=False if sql in _CONTROL else None
+                    )
+                if last is not None:
+                    await self._cur.execute(*last)
 
     async def _commit(self) -> None:
         """COMMIT, in one round trip with the statements still queued (none at all
