@@ -22,11 +22,12 @@ from ductor_core.runs import (
     StartChildRun,
     TickResult,
 )
+from ductor_server.engine import coordinator as coordinator_module
 from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import ManualClock
-from ductor_server.engine.coordinator import _lasting
+from ductor_server.engine.coordinator import OFFLOAD_DEATHS, _lasting
 from ductor_server.engine.effects import Effects, EngineParts, apply_commands
-from ductor_server.engine.errors import DuplicateRunKind, UnknownRunKind
+from ductor_server.engine.errors import DuplicateRunKind, OffloadFailed, UnknownRunKind
 from ductor_server.engine.kinds import KindTick, RunKinds
 from ductor_server.engine.runtime import Runtime
 from ductor_server.errors import WorkflowNotFound
@@ -356,3 +357,43 @@ def test_only_errors_that_retrying_will_not_mend_fail_a_run() -> None:
     assert _lasting(StoreError("postgres: a NUL", code="storage.invalid_value", retryable=False))
     assert not _lasting(StoreUnavailable("postgres: the server closed the connection"))
     assert not _lasting(StoreError("postgres: deadlock detected"))  # retryable
+
+
+async def test_worker_deaths_count_per_run_in_a_row_and_a_bounded_number_of_runs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = ManualClock().now()
+
+    def run(run_id: str, version: int = 0) -> RunRecord:
+        state = RunState(run_id=run_id, status=RunStatus.RUNNING, created_at=now)
+        return RunRecord(
+            tenant_id=TENANT,
+            id=run_id,
+            family_slug="f",
+            version=1,
+            status=RunStatus.RUNNING,
+            state=state,
+            lock_version=version,
+            created_at=now,
+            updated_at=now,
+        )
+
+    coordinator = Runtime(store, roles=["coordinator"], config=TEST_CONFIG).coordinator
+    died = OffloadFailed("a worker process died")
+    assert not coordinator._died(run("a"), RuntimeError("not a death"))
+    assert [coordinator._died(run("a"), died) for _ in range(OFFLOAD_DEATHS)] == [
+        *[False] * (OFFLOAD_DEATHS - 1),
+        True,
+    ]
+    assert not coordinator._suspect(run("a"))  # counted out once it is failed
+    # A run that changed in between starts counting again.
+    assert not coordinator._died(run("b", 0), died)
+    assert coordinator._suspect(run("b", 0))
+    assert not coordinator._suspect(run("b", 1))
+    for _ in range(OFFLOAD_DEATHS - 1):
+        assert not coordinator._died(run("b", 1), died)
+    # Only so many runs are counted at once, the oldest forgotten first.
+    monkeypatch.setattr(coordinator_module, "DEATHS_KEPT", 3)
+    for name in "cdef":
+        coordinator._died(run(name), died)
+    assert list(coordinator._deaths) == [(TENANT, name) for name in "def"]

@@ -6,26 +6,34 @@ runs start once however many copies of it race."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import importlib
 import os
+import sys
+import textwrap
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
 from ductor_core.runs import RunFinished, RunInput, RunState, RunStatus, SignalReceived, TickResult
+from ductor_server.engine.actions import default_registry
 from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.coordinator import OFFLOAD_DEATHS
 from ductor_server.engine.effects import EngineParts
-from ductor_server.engine.kinds import KindTick, PreparedTick, RunKinds
-from ductor_server.engine.offload import Lane
+from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunKinds
+from ductor_server.engine.offload import ENGINE, ISOLATION, Lane
 from ductor_server.engine.runtime import Runtime
 from ductor_server.storage import NewInboxItem, NewRun, RunRef, RunUpdate, Store
 from ductor_server.storage.protocol import Tx
 from ductor_server.storage.records import RunRecord
 
-from .conftest import TENANT, TEST_CONFIG, Engine
+from .conftest import OTHER_TENANT, TENANT, TEST_CONFIG, Engine
 from .test_kinds import ECHO, EchoKind
 
 WAIT = 20.0
@@ -265,3 +273,117 @@ async def test_copies_of_one_event_racing_start_its_runs_once(engine: Engine) ->
     assert shape.output == {"total": 84}
     # The filter still decides: a small order starts nothing.
     assert (await send(3, "evt-small")).runs_started == []
+
+
+DYING_TICK = textwrap.dedent(
+    """
+    import multiprocessing
+    import os
+    from dataclasses import dataclass
+
+
+    @dataclass(frozen=True)
+    class Dying:
+        ticked: object
+        die: bool
+        marker: str | None = None  # dies only while this file does not exist
+
+        def __call__(self):
+            if self.die and multiprocessing.parent_process() is not None:
+                if self.marker is None:
+                    os._exit(70)
+                if not os.path.exists(self.marker):
+                    open(self.marker, "w").close()
+                    os._exit(70)
+            return self.ticked
+    """
+)
+
+
+@dataclass
+class DyingKind(EchoKind):
+    """The echo kind ticked in the engine lane's worker processes, whose tick kills
+    the worker process for a run with "die" in its slug (only the first time for
+    "die-once")."""
+
+    prefix: str = "dying:"
+    kind_name: str = "dying"
+    module: Any = None
+    marker: str = ""
+
+    async def prepare_tick(
+        self,
+        tx: Tx,
+        parts: EngineParts,
+        run: RunRecord,
+        inputs: Sequence[RunInput],
+        now: datetime,
+    ) -> Callable[[], KindTick]:
+        ticked = await self.tick(tx, parts, run, inputs, now)
+        once = self.marker if "die-once" in run.family_slug else None
+        dying = self.module.Dying(ticked, "die" in run.family_slug, once)
+        return Computation(dying, inline=False)
+
+
+@pytest.fixture
+def dying_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DyingKind]:
+    """A `DyingKind` whose computation's module the lanes' worker processes import
+    (from a path they are started with)."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "dying_tick.py").write_text(DYING_TICK)
+    monkeypatch.syspath_prepend(str(modules))
+    monkeypatch.delitem(sys.modules, "dying_tick", raising=False)
+    ENGINE.close()  # its next processes start with the module's path
+    ISOLATION.close()
+    yield DyingKind(module=importlib.import_module("dying_tick"), marker=str(tmp_path / "died"))
+    ENGINE.close()
+    ISOLATION.close()
+
+
+async def test_a_run_whose_tick_kills_its_worker_each_time_fails_and_a_transient_death_does_not(
+    store: Store, dying_kind: DyingKind
+) -> None:
+    clock = ManualClock()
+    actions = default_registry()
+    config = dataclasses.replace(TEST_CONFIG, coordinator_loops=2)
+    async with Runtime.start(
+        store,
+        config=config,
+        clock=clock,
+        actions=actions,
+        setup=lambda rt: rt.kinds.register(dying_kind),
+    ) as runtime:
+        engine = Engine(store=store, clock=clock, actions=actions, runtime=runtime)
+        runs = engine.services.runs
+        bad = (await runs.trigger(TENANT, "dying:die", None, None, "k1")).value
+        once = (await runs.trigger(TENANT, "dying:die-once", None, None, "k2")).value
+        others = [
+            (await runs.trigger(OTHER_TENANT, f"dying:fine-{i}", None, None, f"k{i}")).value
+            for i in range(3)
+        ]
+        # The bad run's input comes first: every batch it is in loses its worker.
+        await runs.signal(TENANT, bad.id, "stop", None, "s1")
+        for other in others:
+            await runs.signal(OTHER_TENANT, other.id, "stop", None, "s2")
+        for other in others:
+            done = await engine.wait_run(other.id, tenant=OTHER_TENANT)
+            assert (done.status, done.output) == (RunStatus.SUCCEEDED, {"signals": 1})
+        failed = await engine.wait_run(bad.id)
+        assert failed.status == RunStatus.FAILED
+        assert failed.error is not None
+        assert failed.error.code == "engine.tick_failed"
+        assert failed.error.message == (
+            "the run's tick could not be computed: its worker process died"
+            f" {OFFLOAD_DEATHS} times (engine.offload_failed)"
+        )
+        # A worker that dies once in a run's tick costs the run nothing.
+        await runs.signal(TENANT, once.id, "stop", None, "s3")
+        survived = await engine.wait_run(once.id)
+        assert (survived.status, survived.output) == (RunStatus.SUCCEEDED, {"signals": 1})
+        assert await asyncio.to_thread(Path(dying_kind.marker).exists)  # a worker did die
+        assert (TENANT, once.id) not in runtime.coordinator._deaths  # its count is dropped
+    assert sorted(dying_kind.finished) == sorted(
+        [(bad.id, RunStatus.FAILED), (once.id, RunStatus.SUCCEEDED)]
+        + [(other.id, RunStatus.SUCCEEDED) for other in others]
+    )

@@ -32,10 +32,11 @@ from ductor_core.errors import DuctorError
 from ductor_core.runs import ErrorInfo, IgnoredInput
 from ductor_server.engine.clock import Clock
 from ductor_server.engine.effects import Effects, EngineParts, TaskTaker, apply_commands
+from ductor_server.engine.errors import OffloadFailed
 from ductor_server.engine.history import ignored_entry, input_entry, transition_entries
 from ductor_server.engine.inboxfeed import InboxFeed
 from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunKind, failed_tick
-from ductor_server.engine.offload import ENGINE
+from ductor_server.engine.offload import ENGINE, ISOLATION
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.errors import StoreUnavailable
 from ductor_server.storage.protocol import Store, Tx
@@ -73,6 +74,12 @@ never crowd the claim (a process that knows the kind ticks them then)."""
 SET_ASIDE_DELAY = timedelta(hours=1)
 """How long the input of a run whose tick can be neither written nor replaced by
 its failure is put off (see `Coordinator._set_aside`)."""
+OFFLOAD_DEATHS = 3
+"""How many times in a row a run's tick, ticked alone and the run unchanged, may
+lose its worker process (`engine.offload_failed`) before the run is failed."""
+DEATHS_KEPT = 1024
+"""The most runs whose worker deaths the coordinator counts at once; the run
+counted longest ago is forgotten first."""
 
 
 async def _flagged(
@@ -118,6 +125,8 @@ class Coordinator:
         self._pollers = 0  # loops in run_forever that poll
         self._watching = False  # one loop at a time waits on the wake-up (see _await_input)
         self._handover = asyncio.Event()  # set when the watching loop stops watching
+        # (tenant, run) -> (lock_version, worker deaths in a row): see `_died`.
+        self._deaths: dict[tuple[str, str], tuple[int, int]] = {}
 
     async def run_forever(self, *, poll: bool = True) -> None:
         """Tick until cancelled; sleep on the inbox wake-up when there is nothing to do.
@@ -156,14 +165,19 @@ class Coordinator:
                 done = await self._round(limit, claimed)
                 failures = 0
                 alone = max(0, alone - 1)
+                if self._deaths:
+                    for run in claimed:
+                        self._deaths.pop((run.tenant_id, run.id), None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 failures += 1
                 log.exception("coordinator batch failed (%d in a row)", failures)
                 # A run whose tick alone cannot be written however often it is
-                # tried is failed rather than left to hold every other.
-                lasting = limit == 1 and len(claimed) == 1 and _lasting(exc)
+                # tried, or kills its worker process each time, is failed rather
+                # than left to hold every other.
+                lasting = limit == 1 and len(claimed) == 1
+                lasting = lasting and (_lasting(exc) or self._died(claimed[0], exc))
                 if lasting and await self._set_aside(claimed[0], exc):
                     failures = 0
                     continue
@@ -181,19 +195,46 @@ class Coordinator:
             if done.claimed == 0 or (done.claimed < limit and not done.left_over):
                 await self._await_input()
 
+    def _died(self, claimed: RunRecord, exc: Exception) -> bool:
+        """Count `exc` if it says the worker process of the `claimed` run's tick,
+        ticked alone, died (`OffloadFailed`); return whether it has died
+        `OFFLOAD_DEATHS` times in a row with the run unchanged.
+
+        A run counted is ticked in the `ISOLATION` lane until its tick is written
+        or it changes, so that its further deaths are its own tick's, never those
+        of another call that shared its worker process."""
+        if not isinstance(exc, OffloadFailed):
+            return False
+        key = (claimed.tenant_id, claimed.id)
+        version, deaths = self._deaths.pop(key, (claimed.lock_version, 0))
+        deaths = deaths + 1 if version == claimed.lock_version else 1
+        if deaths >= OFFLOAD_DEATHS:
+            return True
+        self._deaths[key] = (claimed.lock_version, deaths)
+        if len(self._deaths) > DEATHS_KEPT:
+            del self._deaths[next(iter(self._deaths))]
+        return False
+
+    def _suspect(self, run: RunRecord) -> bool:
+        """Whether a worker process died in the tick of `run` as it is now (`_died`)."""
+        counted = self._deaths.get((run.tenant_id, run.id))
+        return counted is not None and counted[0] == run.lock_version
+
     async def _set_aside(self, claimed: RunRecord, exc: Exception) -> bool:
         """Fail the `claimed` run, whose tick failed alone with an error that
-        retrying will not mend (`_lasting`), taking the input that tick was given,
-        unless the run has changed since it was claimed; if even that cannot be
-        written, put its input off (`SET_ASIDE_DELAY`). Returns whether either
-        was done."""
+        retrying will not mend (`_lasting`, `_died`), taking the input that tick
+        was given, unless the run has changed since it was claimed; if even that
+        cannot be written, put its input off (`SET_ASIDE_DELAY`). Returns whether
+        either was done."""
         ref = RunRef(tenant_id=claimed.tenant_id, run_id=claimed.id)
         code = exc.code if isinstance(exc, DuctorError) else type(exc).__name__
-        error = ErrorInfo(
-            code="engine.tick_failed",
-            message=f"the run's tick could not be written ({code})",
-            retryable=False,
-        )
+        message = f"the run's tick could not be written ({code})"
+        if isinstance(exc, OffloadFailed):
+            message = (
+                "the run's tick could not be computed: its worker process died"
+                f" {OFFLOAD_DEATHS} times ({code})"
+            )
+        error = ErrorInfo(code="engine.tick_failed", message=message, retryable=False)
         effects = Effects(watch_budgets=False)
         now = self.clock.now()
         try:
@@ -220,9 +261,7 @@ class Coordinator:
                 )
                 return False
             return True
-        log.error(
-            "run %s/%s failed: its tick could not be written (%s)", ref.tenant_id, ref.run_id, code
-        )
+        log.error("run %s/%s failed: %s", ref.tenant_id, ref.run_id, message)
         self._notify(effects)
         return True
 
@@ -426,7 +465,8 @@ class Coordinator:
         self.offloaded_batches += 1
         computes = [plan.compute for plan in plans if plan.compute is not None]
         if computes:
-            ticked = await ENGINE.run(_compute_all, computes)
+            lane = ISOLATION if len(runs) == 1 and self._suspect(runs[0]) else ENGINE
+            ticked = await lane.run(_compute_all, computes)
             for plan, result in zip(
                 [plan for plan in plans if plan.compute is not None], ticked, strict=True
             ):

@@ -267,9 +267,15 @@ VALIDATION = Lane("validation", 2)
 ENGINE = Lane("engine", 2)
 """The engine's pure work: ticks, first ticks of new runs, trigger filters."""
 
+ISOLATION = Lane("isolation", 1)
+"""One call at a time: the tick of a run whose tick a worker process died in
+(see `Coordinator._died`), so that a worker that dies there dies of that tick
+alone and takes no other call with it."""
+
 
 __all__ = [
     "ENGINE",
+    "ISOLATION",
     "VALIDATION",
     "Lane",
     "add_worker_setup",
