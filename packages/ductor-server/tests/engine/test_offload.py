@@ -347,6 +347,7 @@ async def test_a_run_whose_tick_kills_its_worker_each_time_fails_and_a_transient
     clock = ManualClock()
     actions = default_registry()
     config = dataclasses.replace(TEST_CONFIG, coordinator_loops=2)
+    isolated = ISOLATION.calls
     async with Runtime.start(
         store,
         config=config,
@@ -383,6 +384,8 @@ async def test_a_run_whose_tick_kills_its_worker_each_time_fails_and_a_transient
         assert (survived.status, survived.output) == (RunStatus.SUCCEEDED, {"signals": 1})
         assert await asyncio.to_thread(Path(dying_kind.marker).exists)  # a worker did die
         assert (TENANT, once.id) not in runtime.coordinator._deaths  # its count is dropped
+    # The ticks after a first death ran in the isolation lane.
+    assert ISOLATION.calls > isolated
     assert sorted(dying_kind.finished) == sorted(
         [(bad.id, RunStatus.FAILED), (once.id, RunStatus.SUCCEEDED)]
         + [(other.id, RunStatus.SUCCEEDED) for other in others]
