@@ -61,6 +61,13 @@ async def test_bad_meter_budget_and_plan_bodies_are_4xx(api: Api) -> None:
     await api.fails(
         "POST", "/v1/meters", 422, "request.invalid", json={"name": "a" * 65, "unit": "x"}
     )
+    # A unit is a label shown beside every value, as an id is: not blank, no control
+    # character (U+0000-U+001F, U+007F).
+    for unit in ("   ", "to\nken", "to\rken", "\tx", "x\x1b[2J", "x\x7f", "x\x00"):
+        out = await api.fails(
+            "POST", "/v1/meters", 422, "request.invalid", json={"name": "a", "unit": unit}
+        )
+        assert out["details"]["path"] == "$.unit", (unit, out)
     await api.fails("POST", "/v1/meters", 400, "request.malformed_json", content=b'{"name": ')
     await api.fails(
         "POST",

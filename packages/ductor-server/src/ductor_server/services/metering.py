@@ -116,6 +116,8 @@ MAX_PLANS = 100
 
 _NAME = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+# A unit is a label printed beside every value of the meter: the rule of an id.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _Text = Annotated[str, msgspec.Meta(max_length=500)]
 _Short = Annotated[str, msgspec.Meta(max_length=64)]
 
@@ -127,7 +129,7 @@ class MeterBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     Attributes:
         name: lowercase, 1-64 of ``a-z 0-9 _ . : -``; not a built-in meter's.
-        unit: what one unit is ("token", "micros").
+        unit: what one unit is ("token", "micros"); not blank, no control character.
         aggregation: sum, count or max.
         description: for people.
     """
@@ -408,6 +410,12 @@ class MeteringService:
             )
         if not body.unit.strip():
             raise _invalid("a meter needs a unit", "$.unit")
+        if _CONTROL.search(body.unit):
+            raise _invalid(
+                "a meter unit must not hold a control character (U+0000-U+001F, U+007F)",
+                "$.unit",
+                unit=body.unit,
+            )
         if body.name in BUILTIN_METERS:
             raise MeteringConflict("meter", body.name)
         now = self._clock.now()
