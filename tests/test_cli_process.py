@@ -117,6 +117,65 @@ def test_a_second_dev_on_the_same_data_dir_is_refused_and_a_stale_pid_file_is_no
     assert not pid_file.exists()
 
 
+def test_a_second_embedded_serve_on_the_same_data_dir_is_refused_until_the_first_dies(
+    tmp_path: Path,
+) -> None:
+    """Two embedded `ductor serve` on one data dir would both run engines on its one
+    SQLite file: the second is refused as a second `ductor dev` is, by the data dir's
+    lock, which goes with its process (kill -9 too), so the pid file it leaves
+    behind does not stop the next start."""
+    data = tmp_path / "data"
+    pid_file = data / "ductor.pid"
+
+    def serve(port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
+            env=_env({"DUCTOR_DATA_DIR": str(data)}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    port = _free_port()
+    first = serve(port)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        assert _ready(port, first) == 200
+        assert pid_file.read_text() == f"{first.pid}\n"
+        done = subprocess.run(
+            [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(_free_port())],
+            env=_env({"DUCTOR_DATA_DIR": str(data)}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert done.stderr == (
+            f"error: ductor is already running on {data.resolve()} (pid {first.pid}):"
+            " stop it first, or give this one another --data-dir\n"
+        )
+        assert done.stdout == ""
+        # `ductor dev` and an embedded `ductor serve` take the one lock.
+        dev = _ductor("dev", "--port", str(_free_port()), "--data-dir", str(data))
+        assert dev.returncode == 1, dev
+        assert f" is already running on {data.resolve()} (pid {first.pid})" in dev.stderr
+        assert pid_file.read_text() == f"{first.pid}\n"
+        first.kill()
+        first.wait(timeout=10)
+        assert pid_file.read_text() == f"{first.pid}\n"  # kill -9 leaves it behind
+        port = _free_port()
+        second = serve(port)
+        assert _ready(port, second) == 200
+        assert pid_file.read_text() == f"{second.pid}\n"
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)
+    assert second is not None
+    assert second.returncode == 0
+    assert not pid_file.exists(), "a clean stop removes the pid file"
+
+
 def _env(env: dict[str, str] | None) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("DUCTOR_")}
     base.update(env or {})

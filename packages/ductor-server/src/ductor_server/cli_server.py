@@ -87,7 +87,8 @@ def _write_private(path: Path, text: str) -> None:
 
 
 class _DataDirBusy(Exception):
-    """Another live `ductor dev` holds the data dir's pid file (its text: that pid)."""
+    """Another live `ductor dev` or embedded `ductor serve` holds the data dir's pid
+    file (its text: that pid)."""
 
 
 def _hold_pid_file(path: Path) -> int:
@@ -400,17 +401,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         # On a developer's machine the app under development listens on loopback.
         settings = dataclasses.replace(settings, outbound_allow=("127.0.0.0/8", "::1/128"))
     settings.make_data_dir()
-    # Two servers on one data dir would share its SQLite file and its pid file: the
-    # second would answer for, and on its exit remove, the first's pid.
-    try:
-        pid_fd = _hold_pid_file(settings.pid_file)
-    except _DataDirBusy as busy:
-        sys.stderr.write(
-            f"error: ductor dev is already running on {settings.data_dir.resolve()}"
-            f" (pid {busy}): stop it first, or give this one another --data-dir\n"
-        )
-        return 1
-    try:
+
+    def start() -> int:
         # Before anything is written: a port in use stops the start at once.
         if (sockets := _bind(settings)) is None:
             return 1
@@ -419,6 +411,27 @@ def cmd_dev(args: argparse.Namespace) -> int:
         finally:
             for sock in sockets:
                 sock.close()
+
+    return _holding_data_dir(settings, "ductor dev", start)
+
+
+def _holding_data_dir(settings: Settings, who: str, start: Callable[[], int]) -> int:
+    """`start()` while this process holds the embedded data dir's pid file; 1 and one
+    `error:` line naming `who` runs there when another live process holds it.
+
+    Two servers on one data dir would both run engines on its SQLite file, and share
+    its pid file: the second would answer for, and on its exit remove, the first's pid.
+    """
+    try:
+        pid_fd = _hold_pid_file(settings.pid_file)
+    except _DataDirBusy as busy:
+        sys.stderr.write(
+            f"error: {who} is already running on {settings.data_dir.resolve()}"
+            f" (pid {busy}): stop it first, or give this one another --data-dir\n"
+        )
+        return 1
+    try:
+        return start()
     finally:
         # A clean exit removes the pid file; after kill -9 it stays, naming a dead process.
         with contextlib.suppress(OSError):
@@ -555,6 +568,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Nobody else migrates an embedded store: do it at start, as `dev` does.
         settings.make_data_dir()
         settings = dataclasses.replace(settings, migrate_on_start=True)
+        # The lock `dev` takes: either command may be the one that runs there.
+        return _holding_data_dir(
+            settings, "ductor", lambda: _serve_checked(args, settings, seed_tenant)
+        )
+    return _serve_checked(args, settings, seed_tenant)
+
+
+def _serve_checked(args: argparse.Namespace, settings: Settings, seed_tenant: str | None) -> int:
+    """`ductor serve` once its flags are read (and it holds an embedded data dir)."""
     with quiet_pool():
         problem = asyncio.run(_check_database(settings))
     if problem:

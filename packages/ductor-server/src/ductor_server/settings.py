@@ -338,7 +338,7 @@ class Settings:
 
     @property
     def pid_file(self) -> Path:
-        """Where a running `ductor dev` writes its process id."""
+        """Where a running `ductor dev` or embedded `ductor serve` writes its process id."""
         return self.data_dir / "ductor.pid"
 
     def make_data_dir(self) -> None:
@@ -545,7 +545,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="DUCTOR_DATA_DIR",
         field="data_dir",
-        what="the embedded database, `api_key` and, for `ductor dev`, `ductor.pid` and, "
+        what="the embedded database, `api_key`, `ductor.pid` (of the `ductor dev` or "
+        "`ductor serve` running on it) and, for `ductor dev`, "
         "without a receipt key set, `receipt_keys`, and without `DUCTOR_SECRET_KEYS`, "
         "`secret_keys`; "
         "also where the client commands look for `api_key`",
