@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +34,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from ductor import Client, Context
 from ductor.asgi import serve_asgi
@@ -549,6 +550,75 @@ def test_connect_and_mcp_calls_are_named_by_their_route_not_by_the_callers_path(
     assert "/ductor.v1.RunService/ListRuns" in routes
     assert not [r for r in routes if "Probe" in r or "secret" in r or not r.startswith("/")]
     assert {"/ductor.v1.RunService", "/mcp"} <= routes
+
+
+def test_a_client_that_hangs_up_mid_long_poll_is_counted_as_499_not_as_a_server_error(
+    world: World,
+) -> None:
+    # A real client asks for a run that will not end within its wait, and closes
+    # its socket while the server waits: nothing failed on the server's side, so
+    # neither the metric nor the span may count a 5xx.
+    nap = {
+        "family_slug": "hang-up",
+        "steps": [{"ref": "nap", "type": "STEP_TYPE_WAIT", "args": {"duration": "1h"}}],
+    }
+    with world.http() as http:
+        assert http.post("/v1/workflows", json=nap).status_code in (200, 201)
+        started = http.post("/v1/runs", json={"family_slug": "hang-up", "input": {}})
+        assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    route = "/v1/runs/{run_id}"
+    path = f"/v1/runs/{run_id}"
+    host, port = world.server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            f"GET {path}?wait=30 HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {world.keys[TENANT]}\r\n\r\n".encode()
+        )
+        time.sleep(0.5)  # the server is waiting for the run to end
+        hung_up = time.monotonic()
+    deadline = time.monotonic() + 20
+    while True:  # the span ends once the server has noticed
+        [*spans] = [
+            s for s in _spans() if s.kind == SpanKind.SERVER and _attr(s, "url.path") == path
+        ]
+        if spans:
+            break
+        assert time.monotonic() < deadline, "the long poll went on after its client left"
+        time.sleep(0.05)
+    assert time.monotonic() - hung_up < 10, "the server waited out the poll"
+    [span] = spans
+    assert _attr(span, "http.response.status_code") == 499
+    assert span.status.status_code != StatusCode.ERROR
+    assert _attr(span, "error.type") is None
+    polls = _where(_points("ductor.api.request.duration"), http__route=route)
+    assert [p.count for p in _where(polls, http__response__status_code=499)] == [1], [
+        (p.attributes, p.count) for p in polls
+    ]
+    assert not _where(polls, http__response__status_code=500)
+    assert world.composition.runtime.endings.waiting == 0, "its waiter was let go"
+    # A client that hangs up halfway through its body: the server cannot answer, and
+    # the request is the client's doing, not a 500.
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            f"POST /v1/runs HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {world.keys[TENANT]}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            '{"family_slug": "hang-up", '.encode()
+        )
+        time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while True:
+        triggers = _where(
+            _points("ductor.api.request.duration"),
+            http__route="/v1/runs",
+            http__request__method="POST",
+        )
+        if _where(triggers, http__response__status_code=499):
+            break
+        assert time.monotonic() < deadline, [(p.attributes, p.count) for p in triggers]
+        time.sleep(0.05)
+    assert not _where(triggers, http__response__status_code=500)
 
 
 def test_setup_keeps_providers_already_set_and_refuses_what_it_cannot_honour() -> None:

@@ -48,6 +48,7 @@ from ductor_server.transports.rest.auth import (
 from ductor_server.transports.rest.bodies import JsonBody
 from ductor_server.transports.rest.dependencies import SERVICE_DEPENDENCIES
 from ductor_server.transports.rest.errors import EXCEPTION_HANDLERS
+from ductor_server.transports.rest.hangup import HangUpMiddleware
 from ductor_server.transports.rest.parameters import refuse_nul_parameters
 from ductor_server.transports.rest.telemetry import TelemetryMiddleware
 
@@ -161,8 +162,9 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,
         # Every /ui answer, errors included, with the dashboard's security headers.
         before_send=[secure_dashboard_answers],
-        # A span and a latency measurement per routed request (docs/observability.md).
-        middleware=[TelemetryMiddleware],
+        # A span and a latency measurement per routed request (docs/observability.md);
+        # inside it, a read whose client hung up is ended, not waited out.
+        middleware=[TelemetryMiddleware, HangUpMiddleware],
         request_max_body_size=settings.max_body_bytes,
         logging_config=LoggingConfig(
             loggers={name: {"level": "WARNING"} for name in _QUIET_LOGGERS}

@@ -8,7 +8,9 @@ it (`ROUTES_OPT`), else by the mount's own path, never by what the caller
 wrote after it. An incoming `traceparent` (and `tracestate`,
 `baggage`) is continued; without one the request starts a trace. A request
 that matches no route (404, 405) is answered before this runs and has no span.
-WebSocket and lifespan scopes pass through untouched.
+WebSocket and lifespan scopes pass through untouched. A client that hangs up
+before the answer starts is counted as status 499 (client closed request), not
+as whatever the server then sends to no one: not a server error.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import time
 
 from litestar.enums import ScopeType
 from litestar.middleware import MiddlewareProtocol
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, StatusCode
 
 from ductor_server.telemetry import API_DURATION, tracer
 
 _PROPAGATED = frozenset({b"traceparent", b"tracestate", b"baggage"})
+
+CLIENT_CLOSED = 499
+"""The status a request is counted with when its client hung up before the answer."""
 
 ROUTES_OPT = "ductor.routes"
 """The `opt` key under which a mount's handler lists the whole paths it serves
@@ -71,12 +76,21 @@ class TelemetryMiddleware(MiddlewareProtocol):
                 carrier[key] = f"{carrier[key]},{text}" if key in carrier else text
         parent = propagate.extract(carrier) if carrier else None
         status = 500
+        answering = hung_up = False
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answering
             if message["type"] == "http.response.start":
                 status = message["status"]
+                answering = True
             await send(message)
+
+        async def receive_hang_up() -> ReceiveMessage:
+            nonlocal hung_up
+            message = await receive()
+            if message["type"] == "http.disconnect" and not answering:
+                hung_up = True
+            return message
 
         started = time.perf_counter()
         with tracer.start_as_current_span(
@@ -91,8 +105,10 @@ class TelemetryMiddleware(MiddlewareProtocol):
             },
         ) as span:
             try:
-                await self.app(scope, receive, send_status)
+                await self.app(scope, receive_hang_up, send_status)
             finally:
+                if hung_up:
+                    status = CLIENT_CLOSED
                 span.set_attribute("http.response.status_code", status)
                 if status >= 500:
                     span.set_attribute("error.type", str(status))
@@ -107,4 +123,4 @@ class TelemetryMiddleware(MiddlewareProtocol):
                 )
 
 
-__all__ = ["ROUTES_OPT", "TelemetryMiddleware", "route_and_path"]
+__all__ = ["CLIENT_CLOSED", "ROUTES_OPT", "TelemetryMiddleware", "route_and_path"]
