@@ -27,6 +27,9 @@ Models (chat):
     `operator` plays a model with tools, for the chat agent (see `operator_answer`);
                usage 100 in, 20 out.
     `looper`   asks for `list_workflows` every time (it never answers).
+    `tattle`   answers, and streams, the `Authorization` header it got (the
+               connection's key), in its text and as an object key, as a careless
+               upstream echoing its request would.
 Streams send "Hel", "lo", " world" (usage 11 in, 3 out when asked) and `[DONE]`.
 Embeddings answer one 3-float vector per input, usage 2 tokens per input.
 `fail_after_tool` makes the next request whose last message is a tool result
@@ -239,9 +242,11 @@ class ScriptedUpstream:
                 if model == "slow":
                     time.sleep(5)
                 if body.get("stream"):
-                    return self._stream(body)
+                    return self._stream(body, auth)
                 text = "four score"
-                if model != "nousage":
+                if model == "tattle":
+                    text = f"you sent {auth}"
+                elif model != "nousage":
                     messages = body.get("messages") or [{}]
                     text = f"echo: {messages[-1].get('content')}"
                 answer: dict[str, Any] = {
@@ -259,6 +264,8 @@ class ScriptedUpstream:
                 }
                 if model != "nousage":
                     answer["usage"] = USAGE
+                if model == "tattle":
+                    answer["echo"] = {auth: ["header", auth]}
                 return self._json(200, answer)
 
             def _agent(self, model: str, body: dict[str, Any]) -> None:
@@ -368,14 +375,15 @@ class ScriptedUpstream:
                 except OSError:
                     return
 
-            def _stream(self, body: dict[str, Any]) -> None:
+            def _stream(self, body: dict[str, Any], auth: str) -> None:
                 model = body.get("model")
                 crlf = model == "crlf"
+                pieces = [f"you sent {auth}", "."] if model == "tattle" else PIECES
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for i, piece in enumerate(PIECES):
+                for i, piece in enumerate(pieces):
                     self._event(
                         {
                             "id": "chatcmpl-s",

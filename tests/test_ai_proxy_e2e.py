@@ -590,3 +590,48 @@ def test_a_hostile_upstream_is_cut_and_read_safely(
         assert isinstance(shown, str)
         assert shown.startswith('{"error": {"message": "too deep", "x": [[[')
     assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+def test_the_connections_key_never_comes_back(
+    server: ServerProcess, upstream: ScriptedUpstream
+) -> None:
+    """An upstream that echoes the key it was sent (`tattle`) has it masked in the
+    answer, whole or streamed, as a step's output and an upstream's error are."""
+    _start(server)
+    with server.client() as http:
+        _setup(http, upstream)
+        body = {"model": "tattle", "messages": [{"role": "user", "content": "hi"}]}
+        whole = http.post("/v1/ai/chat/completions", json=body)
+        assert whole.status_code == 200, whole.text
+        assert UPSTREAM_KEY not in whole.text
+        answer = whole.json()
+        assert answer["choices"][0]["message"]["content"] == "you sent Bearer ••••"
+        assert answer["echo"] == {"Bearer ••••": ["header", "Bearer ••••"]}
+        assert answer["usage"] == USAGE
+        assert int(whole.headers["Ductor-Cost-Micros"]) >= 0
+        with http.stream(
+            "POST", "/v1/ai/chat/completions", json={**body, "stream": True}
+        ) as streamed:
+            assert streamed.status_code == 200
+            text = streamed.read().decode()
+        assert UPSTREAM_KEY not in text
+        events = [
+            json.loads(line[len("data: ") :])
+            for line in text.splitlines()
+            if line.startswith("data: {")
+        ]
+        pieces = [e["choices"][0]["delta"]["content"] for e in events if e["choices"]]
+        assert pieces == ["you sent Bearer ••••", "."]
+        assert text.rstrip().endswith("data: [DONE]")
+    # The official client reads the masked answers as it reads any other.
+    client = _client(server)
+    completion = client.chat.completions.create(
+        model="tattle", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert completion.choices[0].message.content == "you sent Bearer ••••"
+    chunks = client.chat.completions.create(
+        model="tattle", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "you sent Bearer ••••."
+    )

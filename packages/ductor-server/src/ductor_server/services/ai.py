@@ -56,7 +56,7 @@ from ductor_server.engine.outbound import OutboundForbidden, read_capped
 from ductor_server.errors import RequestInvalid, ServerError
 from ductor_server.json_depth import MAX_DEPTH, nesting_depth
 from ductor_server.metering.store import BudgetRecord, MeteringTx
-from ductor_server.providers import ProviderRegistry
+from ductor_server.providers import ProviderRegistry, Redactor
 from ductor_server.services.cursors import parse_time_cursor, time_cursor
 from ductor_server.services.idempotency import Answer, Outcome
 from ductor_server.services.metering import charge_usage
@@ -270,6 +270,31 @@ def without_lone_surrogates(value: Any) -> Any:
                     stack.append(inner)
                 item[_LONE_SURROGATE.sub("\ufffd", key)] = inner
     return value
+
+
+def without_secrets(content: bytes, redactor: Redactor) -> bytes:
+    """`content`, an upstream's JSON answer or one of its stream's events, as it came,
+    unless it holds one of the connection's secrets (an upstream echoing the key it
+    was sent): then with each masked, its JSON value encoded again (its `data:`
+    lines', for an event), or as text where that value nests deeper than a request
+    body may (a walk of it could exhaust the stack)."""
+    text = content.decode(errors="replace")
+    if redactor.text(text) == text:
+        return content
+    if content.lstrip().startswith(b"{") and nesting_depth(content) <= MAX_DEPTH:
+        value = _decode_json(content)
+        if value is not None:
+            return json.dumps(redactor.value(value)).encode()
+    lines = text.split("\n")
+    for n, line in enumerate(lines):
+        data = line[len("data:") :].strip() if line.startswith("data:") else ""
+        if data.startswith("{") and nesting_depth(data.encode()) <= MAX_DEPTH:
+            value = _decode_json(data)
+            if value is not None:
+                lines[n] = "data: " + json.dumps(redactor.value(value))
+                continue
+        lines[n] = redactor.text(line)
+    return "\n".join(lines).encode()
 
 
 def _problem(pointer: str, message: str) -> dict[str, str]:
@@ -863,6 +888,7 @@ class AiService:
                 if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
                     call.out_chars += _text_chars(choice["message"].get("content"))
         await self._finish(call)
+        content = without_secrets(content, opened.redactor)
         return ProxyAnswer(headers=self._answer_headers(call), content=content)
 
     def _answer_headers(self, call: _Call) -> dict[str, str]:
@@ -904,7 +930,9 @@ class AiService:
             await stack.aclose()
             error = self._transport_error(exc, call, limit)
             raise await self._failed(call, error) from None
-        events = self._events(call, response, stack, limit, asked_usage=asked_usage)
+        events = self._events(
+            call, response, stack, limit, asked_usage=asked_usage, redactor=opened.redactor
+        )
         return ProxyAnswer(headers={"Ductor-Request-Id": call.id}, stream=events)
 
     async def _events(
@@ -915,9 +943,11 @@ class AiService:
         limit: float,
         *,
         asked_usage: bool,
+        redactor: Redactor,
     ) -> AsyncIterator[bytes]:
-        """The upstream's events as they arrive; an error event when it fails midway or
-        sends more than `MAX_STREAM_BYTES` in all."""
+        """The upstream's events as they arrive, the connection's secrets masked in
+        each; an error event when it fails midway or sends more than
+        `MAX_STREAM_BYTES` in all."""
         buffer = bytearray()
         scanned = 0  # where the search for the next event's end goes on from
         cr = False  # the last chunk ended with a CR (maybe the half of a CRLF)
@@ -949,7 +979,7 @@ class AiService:
                     event = bytes(buffer[start : end + 2])
                     start = scanned = end + 2
                     if self._keep(call, event, asked_usage=asked_usage):
-                        out.append(event)
+                        out.append(without_secrets(event, redactor))
                 del buffer[:start]
                 scanned = len(buffer)
                 if len(buffer) > MAX_EVENT_BYTES:
@@ -959,7 +989,7 @@ class AiService:
                     call.delivered = call.ended
             tail = bytes(buffer) + (b"\n" if cr else b"")
             if tail.strip() and self._keep(call, tail + b"\n\n", asked_usage=asked_usage):
-                yield tail + b"\n\n"
+                yield without_secrets(tail + b"\n\n", redactor)
         except (_StreamBroken, TimeoutError, httpx.HTTPError) as exc:
             if isinstance(exc, _StreamBroken):
                 code, message = exc.code, exc.message
