@@ -282,3 +282,21 @@ def test_a_key_that_names_a_run_returns_it_whatever_the_schema_says(http: httpx.
     batch = {"runs": [{"family_slug": "keyed", "input": {"c": 1}, "key": "b-1"}]}
     [kept] = http.post("/v1/runs/batch", json=batch).json()["runs"]
     assert kept["created"] is False
+
+
+def test_a_schema_whose_ref_loops_is_refused_at_publish(http: httpx.Client) -> None:
+    # Every run of such a version was a 500: checking its input recursed until the
+    # JSON Schema library panicked.
+    steps = [{"ref": "d", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}]
+    for schema, pointer in [
+        ({"$ref": "#"}, "/input_schema/$ref"),
+        (
+            {"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"},
+            "/input_schema/$defs/a/allOf/0/$ref",
+        ),
+    ]:
+        definition = {"family_slug": "loops", "input_schema": schema, "steps": steps}
+        answer = http.post("/v1/workflows", json=definition)
+        assert answer.status_code == 422, answer.text
+        [problem] = answer.json()["details"]
+        assert (problem["code"], problem["pointer"]) == ("definition.bad_input_schema", pointer)

@@ -71,6 +71,12 @@ _MANY = frozenset({"allOf", "anyOf", "items", "oneOf", "prefixItems"})
 _NAMED = frozenset(
     {"$defs", "definitions", "dependencies", "dependentSchemas", "patternProperties", "properties"}
 )
+# Keywords that apply their subschemas to the value itself, not to a part of it:
+# a `$ref` these lead back to, without passing through one that reads into the
+# value, is applied to the same value for ever.
+_IN_PLACE_ONE = frozenset({"else", "if", "not", "then"})
+_IN_PLACE_MANY = frozenset({"allOf", "anyOf", "oneOf"})
+_IN_PLACE_NAMED = frozenset({"dependencies", "dependentSchemas"})
 
 
 # --- publish-time checks -----------------------------------------------------------
@@ -98,6 +104,14 @@ def schema_problems(schema: Any) -> list[InputProblem]:
         if len(problems) >= MAX_PROBLEMS:
             return problems
     problems.extend(_walk(schema, schema, ""))
+    if not problems:
+        loop = _ref_loop(schema, refs_alone=cls in (Draft6Validator, Draft7Validator))
+        if loop is not None:
+            message = (
+                "'$ref' leads back to where it started without reading into the input, "
+                "so checking any input would never end"
+            )
+            problems.append(InputProblem(pointer=f"{loop}/$ref", message=message))
     return problems[:MAX_PROBLEMS]
 
 
@@ -160,23 +174,116 @@ def _walk(root: Any, node: Any, pointer: str) -> Iterator[InputProblem]:
 
 
 def _resolves(root: Any, ref: str) -> bool:
+    return _target(root, ref) is not None
+
+
+def _target(root: Any, ref: str) -> str | None:
+    """The pointer (escaped as `_pointer` writes it) of the subschema a local
+    `$ref` names, or None when it names none."""
     if not ref.startswith("#"):
-        return False
+        return None
     fragment = unquote(ref[1:])
     if not fragment:
-        return True
+        return ""
     if not fragment.startswith("/"):
-        return False
+        return None
     node = root
+    names: list[str] = []
     for token in fragment[1:].split("/"):
         name = token.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and name in node:
             node = node[name]
         elif isinstance(node, list) and name.isdigit() and int(name) < len(node):
             node = node[int(name)]
+            name = str(int(name))
         else:
-            return False
-    return isinstance(node, dict | bool)
+            return None
+        names.append(name)
+    return _pointer(names) if isinstance(node, dict | bool) else None
+
+
+def _ref_loop(root: Mapping[str, Any], *, refs_alone: bool) -> str | None:
+    """The pointer of a subschema whose `$ref` comes back to it through keywords
+    that all apply to the same value (`allOf`, `not`, another `$ref`...), or None.
+
+    Such a schema recurses for ever on some input (the library then fails in
+    ways no `except` in Python reliably catches). A `$ref` that reaches itself
+    through `properties`, `items` or any keyword that reads into the value is
+    fine: each round reads a smaller part of the input. With `refs_alone` (draft-07
+    and earlier), a `$ref` makes its siblings ignored, as the drafts say.
+    """
+
+    def nodes(pointer: str, node: Any) -> Iterator[str]:
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = _target(root, ref)
+            if target is not None:
+                yield target
+            if refs_alone:
+                return
+        for keyword, value in node.items():
+            at = f"{pointer}/{_escape(keyword)}"
+            if keyword in _IN_PLACE_ONE and isinstance(value, dict):
+                yield at
+            elif keyword in _IN_PLACE_MANY and isinstance(value, list):
+                yield from (f"{at}/{i}" for i, item in enumerate(value) if isinstance(item, dict))
+            elif keyword in _IN_PLACE_NAMED and isinstance(value, dict):
+                yield from (
+                    f"{at}/{_escape(name)}"
+                    for name, item in value.items()
+                    if isinstance(item, dict)
+                )
+
+    def node_at(pointer: str) -> Any:
+        node: Any = root
+        for token in pointer.split("/")[1:]:
+            name = token.replace("~1", "/").replace("~0", "~")
+            node = node[int(name)] if isinstance(node, list) else node[name]
+        return node
+
+    # Depth-first over the subschemas applied in place, without recursion: a
+    # node met again while still on the path closes a loop.
+    done: set[str] = set()
+    for start in _subschemas(root, ""):
+        if start in done:
+            continue
+        on_path = {start}
+        path: list[tuple[str, Iterator[str]]] = [(start, nodes(start, node_at(start)))]
+        while path:
+            pointer, successors = path[-1]
+            following = next(successors, None)
+            if following is None:
+                path.pop()
+                on_path.discard(pointer)
+                done.add(pointer)
+            elif following in on_path:
+                # Name a `$ref` of the loop: the edge closing it may be an `allOf`.
+                loop = [p for p, _ in path]
+                loop = loop[loop.index(following) :]
+                return next(p for p in reversed(loop) if "$ref" in node_at(p))
+            elif following not in done:
+                on_path.add(following)
+                path.append((following, nodes(following, node_at(following))))
+    return None
+
+
+def _subschemas(node: Any, pointer: str) -> Iterator[str]:
+    """The pointer of every subschema `_walk` visits, `node`'s first."""
+    if not isinstance(node, dict):
+        return
+    yield pointer
+    for keyword, value in node.items():
+        at = f"{pointer}/{_escape(keyword)}"
+        if keyword in _ONE and isinstance(value, dict):
+            yield from _subschemas(value, at)
+        if keyword in _MANY and isinstance(value, list):
+            for index, item in enumerate(value):
+                yield from _subschemas(item, f"{at}/{index}")
+        if keyword in _NAMED and isinstance(value, dict):
+            for name, item in value.items():
+                yield from _subschemas(item, f"{at}/{_escape(name)}")
 
 
 def _pattern_problem(pattern: str) -> str | None:
