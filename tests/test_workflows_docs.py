@@ -300,3 +300,28 @@ def test_a_schema_whose_ref_loops_is_refused_at_publish(http: httpx.Client) -> N
         assert answer.status_code == 422, answer.text
         [problem] = answer.json()["details"]
         assert (problem["code"], problem["pointer"]) == ("definition.bad_input_schema", pointer)
+
+
+def test_a_name_no_event_or_signal_can_carry_is_refused(http: httpx.Client) -> None:
+    # The API refuses such an event or signal, so a wait on one only ever timed out.
+    assert "(at most 256 characters, no control character), else `definition.bad_args`" in DOC
+    waits = {"STEP_TYPE_WAIT_FOR_EVENT": "event", "STEP_TYPE_WAIT_FOR_SIGNAL": "signal"}
+    for step_type, field in waits.items():
+        for name in ("n" * 257, "order\ncreated", "tab\there", "del\x7f"):
+            step = {"ref": "w", "type": step_type, "args": {field: name}}
+            report = http.post("/v1/workflows/validate", json={"family_slug": "x", "steps": [step]})
+            found = [(p["code"], p["pointer"]) for p in report.json()["problems"]]
+            assert found == [("definition.bad_args", f"/steps/0/args/{field}")], (name, found)
+        fine = {"ref": "w", "type": step_type, "args": {field: "n" * 256}}
+        report = http.post("/v1/workflows/validate", json={"family_slug": "x", "steps": [fine]})
+        assert report.json()["valid"], report.text
+    step = {"ref": "a", "type": "STEP_TYPE_ACTION", "args": {"action": "noop"}}
+    trigger = {"family_slug": "x", "steps": [step], "triggers": [{"event": "order\tcreated"}]}
+    found = http.post("/v1/workflows/validate", json=trigger).json()["problems"]
+    assert [(p["code"], p["pointer"]) for p in found] == [
+        ("definition.bad_trigger", "/triggers/0/event")
+    ]
+    # The API itself refuses an event so named.
+    sent = http.post("/v1/events", json={"name": "order\tcreated"})
+    assert sent.status_code == 422, sent.text
+    assert builtin_steps.MAX_MESSAGE_NAME == 256

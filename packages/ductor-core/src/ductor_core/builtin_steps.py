@@ -41,12 +41,31 @@ from ductor_core.step_specs import (
 __all__ = [
     "ARGS_BY_TYPE",
     "BUILTIN_STEP_SPECS",
+    "MAX_MESSAGE_NAME",
     "NAME_PATTERN",
     "StepArgs",
     "decode_args",
+    "uncarried_name",
 ]
 
 # --- shared checks -------------------------------------------------------------------
+
+MAX_MESSAGE_NAME = 256
+"""The longest event or signal name the API takes, so the longest a trigger or a
+wait may wait for."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def uncarried_name(name: str) -> str | None:
+    """Why no event or signal can carry `name` (the API refuses one over
+    `MAX_MESSAGE_NAME` characters or holding a control character), or None when
+    one can: a trigger or a wait on it would never be woken."""
+    if len(name) > MAX_MESSAGE_NAME:
+        return f"is longer than an event or signal name may be ({MAX_MESSAGE_NAME})"
+    if _CONTROL.search(name):
+        return f"holds a control character, which no event or signal name may: {_show(name)}"
+    return None
 
 
 def _exactly_one(a: ArgsCheck, first: str, second: str, what: str) -> None:
@@ -114,14 +133,23 @@ def _check_wait(a: ArgsCheck) -> None:
     a.duration("duration")
 
 
+def _carried(a: ArgsCheck, name: str) -> None:
+    value = a.text(name)
+    reason = None if value is None else uncarried_name(value)
+    if reason is not None:
+        a.problem(f"'{a.prefix}{name}' {reason}", name)
+
+
 def _check_wait_for_event(a: ArgsCheck) -> None:
     a.not_blank("event")
+    _carried(a, "event")
     a.expressions("match")
     a.duration("timeout")
 
 
 def _check_wait_for_signal(a: ArgsCheck) -> None:
     a.not_blank("signal")
+    _carried(a, "signal")
     a.duration("timeout")
 
 

@@ -47,7 +47,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
+from ductor_core.builtin_steps import BUILTIN_STEP_SPECS, uncarried_name
 from ductor_core.concurrency import ConcurrencyOption
 from ductor_core.definitions import (
     Edge,
@@ -110,8 +110,6 @@ PROBLEM_CODES: dict[str, str] = {
 }
 """Every problem code validation reports, with what it means."""
 
-MAX_EVENT_NAME = 256
-"""The longest event name the API takes, so the longest a trigger may wait for."""
 
 _MALFORMED = "definition.malformed"
 _UNKNOWN_FIELD = "definition.unknown_field"
@@ -865,13 +863,9 @@ class _Walker:
                 _ptr(pointer, "event"),
                 f"{where}: 'event' must name an event, got an empty string",
             )
-        elif isinstance(event, str) and len(event) > MAX_EVENT_NAME:
-            # No event can carry a longer name: the trigger could never fire.
-            self.add(
-                "definition.bad_trigger",
-                _ptr(pointer, "event"),
-                f"{where}: 'event' is longer than an event name may be ({MAX_EVENT_NAME})",
-            )
+        elif isinstance(event, str) and (reason := uncarried_name(event)) is not None:
+            # No event can carry the name: the trigger could never fire.
+            self.add("definition.bad_trigger", _ptr(pointer, "event"), f"{where}: 'event' {reason}")
         if isinstance(fields.get("filter"), str):
             self.cel(fields["filter"], pointer, "filter", where=where, label="filter")
 
