@@ -792,3 +792,49 @@ async def test_an_http_connection_step_reaches_the_sink(api: Api, sink: HttpSink
     assert "http.500" in history.text
     assert TOKEN not in history.text
     assert TOKEN not in str(failed)
+
+
+async def test_moving_a_connection_elsewhere_needs_its_secrets_given_again(api: Api) -> None:
+    """A key that may write a connection but knows none of its secrets cannot
+    point it at a host of its own and have the stored token sent there."""
+    await api.ok("POST", "/v1/connections", json=API_WITH_TOKEN)
+    before = await api.ok("GET", "/v1/connections/api")
+    moved = {"config": {"base_url": "https://attacker.example.net/collect"}}
+    refused = await api.fails("PATCH", "/v1/connections/api", 422, "connection.invalid", json=moved)
+    assert refused["details"][0]["pointer"] == "/config/base_url"
+    assert "bearer_token" in refused["details"][0]["message"]
+    # Another port or scheme of the same host is another address too.
+    for url in ("https://example.com:8443/v2", "http://example.com/v2"):
+        await api.fails(
+            "PATCH",
+            "/v1/connections/api",
+            422,
+            "connection.invalid",
+            json={"config": {"base_url": url}},
+        )
+    # A dummy secret field given beside it leaves the token in place: refused as well.
+    await api.fails(
+        "PATCH",
+        "/v1/connections/api",
+        422,
+        "connection.invalid",
+        json={**moved, "secrets": {"other": "x"}},
+    )
+    # Nothing was written.
+    assert await api.ok("GET", "/v1/connections/api") == before
+    # The same address with another path, or a setting beside it, needs nothing more.
+    same_host = {"config": {"base_url": API_WITH_TOKEN["config"]["base_url"] + "/v2"}}
+    await api.ok("PATCH", "/v1/connections/api", json=same_host)
+    # Given every secret again (or dropped), the move is the tenant's own.
+    await api.ok(
+        "PATCH", "/v1/connections/api", json={**moved, "secrets": {"bearer_token": "new-token"}}
+    )
+    emptied = {
+        "config": {"base_url": "https://third.example.org"},
+        "secrets": {"bearer_token": None},
+    }
+    await api.ok("PATCH", "/v1/connections/api", json=emptied)
+    # A connection holding no secret moves freely.
+    await api.ok(
+        "PATCH", "/v1/connections/api", json={"config": {"base_url": "https://fourth.example.org"}}
+    )

@@ -14,6 +14,7 @@ import secrets as random
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -189,6 +190,63 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
             rest = {k: v for k, v in schema.items() if k not in ("$ref", "$defs")}
             return {**target, **rest, "$defs": defs}
     return schema
+
+
+def _destinations(config: Any, pointer: str = "/config") -> dict[tuple[str, str, str], str]:
+    """Where a connection's `config` sends its requests, each with the pointer that
+    says so: the scheme, host and port of every absolute URL among its strings,
+    and each object's `host` with its `port`, at any depth."""
+    found: dict[tuple[str, str, str], str] = {}
+    if isinstance(config, dict):
+        host = config.get("host")
+        if isinstance(host, str):
+            origin = ("host", host.strip().lower().rstrip("."), str(config.get("port")))
+            found[origin] = f"{pointer}/host"
+        for key, value in config.items():
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            found.update(_destinations(value, f"{pointer}/{escaped}"))
+    elif isinstance(config, list):
+        for i, value in enumerate(config):
+            found.update(_destinations(value, f"{pointer}/{i}"))
+    elif isinstance(config, str) and "://" in config:
+        try:
+            parts = urlsplit(config.strip())
+            origin = (parts.scheme.lower(), (parts.hostname or "").rstrip("."), str(parts.port))
+        except ValueError:
+            origin = ("", config, "")
+        found[origin] = pointer
+    return found
+
+
+def _refuse_moved_secrets(
+    old: Any, new: Any, held: Mapping[str, Any], patch: ConnectionPatch
+) -> None:
+    """Refuse a `patch` whose config sends the connection's stored secrets to an
+    address its config did not name before, unless it gives every secret field
+    again (a value, or null to drop it): else a key that may write the
+    connection, knowing none of its secrets, could have them sent to a host of
+    its own.
+
+    Raises:
+        ConnectionInvalid: a new address, and a stored secret not given again.
+    """
+    before = _destinations(old)
+    moved = [at for origin, at in _destinations(new).items() if origin not in before]
+    given = set(patch.secrets or {})
+    kept = sorted(field for field in held if field not in given)
+    if not moved or not kept:
+        return
+    raise ConnectionInvalid(
+        [
+            _problem(
+                at,
+                "this sends the connection's secrets to an address it did not use before:"
+                f" give every secret again in the same request ({', '.join(kept)} not"
+                " given; null drops one)",
+            )
+            for at in moved
+        ]
+    )
 
 
 def _problem(at: str, message: str) -> dict[str, str]:
@@ -459,6 +517,8 @@ class ConnectionsService:
                 config=patch.config,
                 secrets=secrets,
             )
+            if patch.config is not None and record.secrets_mask:
+                _refuse_moved_secrets(record.config, patch.config, record.secrets_mask, patch)
             if secrets is not None:
                 sealed = self._seal(tenant_id, record.id, secrets)
                 mask = mask_of(secrets)
