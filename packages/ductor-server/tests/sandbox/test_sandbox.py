@@ -24,6 +24,7 @@ from ductor_server.sandbox import (
     SandboxedProgram,
     SandboxLimits,
     SandboxPool,
+    WatchedProgram,
 )
 from ductor_server.settings import Settings
 
@@ -68,6 +69,39 @@ def test_cheap_expressions_run_the_inner_engines_own_programs(
     assert pool.pids() == []  # processes start with the first sandboxed evaluation
     assert engine.evaluate(JOIN, LISTS) == [1] * 100
     assert len(pool.pids()) == 1
+
+
+def test_heavy_list_items_send_a_cheap_looking_filter_to_the_sandbox(
+    inner: CelRustEngine,
+) -> None:
+    # Estimated at 304 units before the items are seen; cel-rust's filter()
+    # copies the list it builds at every step, deeply: about half a second
+    # in-process for 100 items of 1,000 numbers (480 KiB of JSON).
+    source = "input.items.filter(x, x.paid).size()"
+
+    def items(numbers: int, count: int = 100) -> dict[str, Any]:
+        return {"input": {"items": [{"paid": True, "lines": list(range(numbers))}] * count}}
+
+    # A deadline the heavy evaluation cannot meet shows where it ran.
+    pool = SandboxPool(
+        "cel-rust", limits=inner.limits, sandbox=SandboxLimits(processes=1, timeout=0.2)
+    )
+    try:
+        engine = SandboxedEngine(inner, pool)
+        program = engine.compile(source)
+        assert isinstance(program, WatchedProgram)
+        assert program.evaluate(items(2, count=10)) == 10
+        assert program.evaluate(engine.bind(items(2, count=10))) == 10
+        assert pool.pids() == []  # light inputs stay in-process
+        assert program.evaluate(items(10)) == 100  # 10,219 units: in the sandbox
+        assert len(pool.pids()) == 1
+        for heavy in (items(1000), engine.bind(items(1000))):
+            with pytest.raises(ExpressionError) as caught:
+                program.evaluate(heavy)
+            assert caught.value.code == RESOURCE_EXHAUSTED
+        assert inner.evaluate(source, items(1000)) == 100  # in-process, no deadline
+    finally:
+        pool.close()
 
 
 def test_the_corpus_gives_the_same_answers_in_the_sandbox(

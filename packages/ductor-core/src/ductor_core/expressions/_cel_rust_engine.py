@@ -78,7 +78,7 @@ class CelRustBoundVariables:
 
     __slots__ = ("_context", "_engine", "_sizes")
 
-    def __init__(self, context: Any, sizes: tuple[int, int], engine: CelRustEngine) -> None:
+    def __init__(self, context: Any, sizes: tuple[int, int, int], engine: CelRustEngine) -> None:
         self._context = context
         self._sizes = sizes
         self._engine = engine
@@ -92,7 +92,8 @@ class CelRustProgram:
     """A compiled cel-rust program. Safe to share between threads.
 
     cel-rust cannot be stopped once it runs, so the only runtime limit is the
-    check before: the cost estimated again with the sizes of the variables.
+    check before: the cost estimated again with the sizes of the variables and
+    the weight of their lists' items.
     """
 
     __slots__ = ("_analysis", "_engine", "_names", "_program", "source")
@@ -105,6 +106,31 @@ class CelRustProgram:
         self._analysis = analysis
         self._engine = engine
         self._names = read_names(source)
+
+    def admit(
+        self, activation: Mapping[str, Any] | CelRustBoundVariables
+    ) -> tuple[CelRustBoundVariables, int]:
+        """The variables converted for an evaluation (bound ones as they are) and its
+        cost estimated with their sizes; raises `expression.too_costly` over the limits.
+
+        `evaluate` does the same first; a caller that runs costly evaluations
+        elsewhere (the server's sandbox) asks here, then evaluates the variables
+        returned.
+        """
+        if isinstance(activation, CelRustBoundVariables):
+            if activation._engine is not self._engine:
+                raise TypeError(
+                    "these variables were bound by another cel-rust engine; bind them again"
+                )
+            bound = activation
+        elif isinstance(activation, Mapping):
+            context, sizes = self._engine._context(only_named(activation, self._names), self.source)
+            bound = CelRustBoundVariables(context, sizes, self._engine)
+        else:
+            raise wrong_activation(CEL_RUST_ENGINE_NAME, activation)
+        if self._analysis is None:
+            return bound, 0
+        return bound, self._analysis.admit(*bound._sizes)
 
     def evaluate(self, activation: Mapping[str, Any] | CelRustBoundVariables) -> Any:
         """Evaluate against JSON variables (or bound ones); return a JSON value."""
@@ -163,7 +189,9 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
         context, sizes = self._context(activation, "<bind>")
         return CelRustBoundVariables(context, sizes, self)
 
-    def _context(self, activation: Mapping[str, Any], source: str) -> tuple[Any, tuple[int, int]]:
+    def _context(
+        self, activation: Mapping[str, Any], source: str
+    ) -> tuple[Any, tuple[int, int, int]]:
         sizes = Sizes()
         try:
             variables = {name: to_plain(value, 0, sizes) for name, value in activation.items()}
@@ -175,7 +203,7 @@ class CelRustEngine(CachedEngine[CelRustProgram]):
             # to_plain checks what cel-rust is known to refuse; anything else it
             # refuses is still the caller's value, not a crash.
             raise evaluation_error(source, clip_message(str(exc))) from exc
-        return context, sizes.pair()
+        return context, (sizes.items, sizes.chars, sizes.heft)
 
     def _compile(self, source: str, analysis: CostAnalysis | None) -> CelRustProgram:
         try:

@@ -2,14 +2,20 @@
 
 cel-rust cannot be interrupted inside the server's process; an evaluation the
 static estimate misjudges could take minutes or abort the process. Expressions
-estimated at `threshold` units or more run here instead, with a memory cap and
+estimated at `threshold` units or more (at compile time, or again with the
+variables of an evaluation) run here instead, with a memory cap and
 a deadline (see docs/expressions.md, "The server's runtime limit").
 """
 
 from __future__ import annotations
 
 from ductor_server.sandbox.child import RESOURCE_EXHAUSTED
-from ductor_server.sandbox.engine import DEFAULT_THRESHOLD, SandboxedEngine, SandboxedProgram
+from ductor_server.sandbox.engine import (
+    DEFAULT_THRESHOLD,
+    SandboxedEngine,
+    SandboxedProgram,
+    WatchedProgram,
+)
 from ductor_server.sandbox.pool import SANDBOX_UNAVAILABLE, SandboxLimits, SandboxPool
 
 __all__ = [
@@ -20,4 +26,5 @@ __all__ = [
     "SandboxPool",
     "SandboxedEngine",
     "SandboxedProgram",
+    "WatchedProgram",
 ]

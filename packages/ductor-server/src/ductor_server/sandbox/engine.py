@@ -2,9 +2,12 @@
 rest in-process, untouched.
 
 An expression whose static cost estimate is at least `threshold` compiles to a
-`SandboxedProgram`, evaluated in a `SandboxPool` process; every other one
-compiles to the inner engine's own program object, so the common path runs
-exactly the code it ran without a sandbox. No I/O but the pool's pipes.
+`SandboxedProgram`, evaluated in a `SandboxPool` process. One under it with a
+comprehension compiles to a `WatchedProgram`, which sends an evaluation to the
+sandbox when the estimate made again with the variables (their sizes, the
+weight of their lists' items) reaches `threshold`. Every other one compiles to
+the inner engine's own program object, so the common path runs exactly the
+code it ran without a sandbox. No I/O but the pool's pipes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from ductor_core.expressions import (
     BUILTIN_FUNCTIONS,
     BoundVariables,
+    CelRustProgram,
     CompiledExpression,
     CostLimits,
     ExpressionEngine,
@@ -48,6 +52,26 @@ class SandboxedProgram:
 
     def evaluate(self, activation: Any) -> Any:
         """Evaluate in the sandbox against a mapping, or variables this engine bound."""
+        return self._engine._evaluate_sandboxed(self.source, activation)
+
+
+class WatchedProgram:
+    """A program under the threshold whose cost grows with its variables (it has a
+    comprehension): each evaluation is estimated with them, as the inner program
+    does anyway, and runs in the sandbox when that estimate reaches the threshold."""
+
+    __slots__ = ("_engine", "_inner", "source")
+
+    def __init__(self, inner: CelRustProgram, engine: SandboxedEngine) -> None:
+        self.source = inner.source
+        self._inner = inner
+        self._engine = engine
+
+    def evaluate(self, activation: Any) -> Any:
+        """Evaluate in-process, or in the sandbox when these variables make it costly."""
+        bound, cost = self._inner.admit(activation)
+        if cost < self._engine.threshold:
+            return self._inner.evaluate(bound)
         return self._engine._evaluate_sandboxed(self.source, activation)
 
 
@@ -130,9 +154,12 @@ class SandboxedEngine:
         inner = self.inner.compile(source)  # raises on syntax, functions and cost
         program = inner
         if not any(name in source for name in self._local_only):
-            cost = estimate_cost(source, self._limits).cost
-            if cost >= self.threshold:
-                program = SandboxedProgram(source, cost, self)
+            estimate = estimate_cost(source, self._limits)
+            if estimate.cost >= self.threshold:
+                program = SandboxedProgram(source, estimate.cost, self)
+                self.bind = self._remembering_bind
+            elif estimate.hottest is not None and isinstance(inner, CelRustProgram):
+                program = WatchedProgram(inner, self)
                 self.bind = self._remembering_bind
         with self._lock:
             self._programs[source] = program
