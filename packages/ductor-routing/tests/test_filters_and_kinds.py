@@ -187,3 +187,22 @@ def test_a_filter_that_could_never_do_what_it_says_is_a_config_error() -> None:
         ("/pools/0/members/0/filters/5/value", "'exists' takes true, false or no value"),
         ("/rule_set/rules/0/match/0/value", "'not_in' takes a list in 'values', not a 'value'"),
     ]
+
+
+def test_an_attribute_whose_minimum_is_above_its_maximum_is_a_config_error() -> None:
+    # No value could pass such an attribute: every routable naming it was invalid.
+    from ductor_core.expressions import default_engine
+    from ductor_routing import ConfigError, Router, RuleSet
+
+    def build(**attributes: AttributeSpec) -> Router:
+        kinds = {"lead/x": KindSchema(attributes=attributes)}
+        return Router(
+            rule_set=RuleSet(), pools=[], workers=[], kinds=kinds, engine=default_engine()
+        )
+
+    build(n=AttributeSpec(minimum=5, maximum=5), m=AttributeSpec(minimum=1))
+    with pytest.raises(ConfigError) as caught:
+        build(ok=AttributeSpec(minimum=1, maximum=2), n=AttributeSpec(minimum=5, maximum=1.5))
+    assert [(p.pointer, p.message) for p in caught.value.details] == [
+        ("/kinds/lead~1x/attributes/n", "minimum 5 is above maximum 1.5: no value can pass"),
+    ]

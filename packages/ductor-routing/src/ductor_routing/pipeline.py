@@ -405,6 +405,17 @@ class Router:
                     )
         self.workers = workers_by_id
 
+        for kind, schema in kinds.items():
+            for name, spec in schema.attributes.items():
+                low, high = spec.minimum, spec.maximum
+                if low is not None and high is not None and low > high:
+                    problems.append(
+                        Problem(
+                            pointer=f"/kinds/{pointer_token(kind)}/attributes/{pointer_token(name)}",
+                            message=f"minimum {low:g} is above maximum {high:g}: no value can pass",
+                        )
+                    )
+
         self._enrichers: list[Enricher] = []
         for i, e in enumerate(enrichers):
             if not isinstance(e, EnricherSpec):

@@ -522,7 +522,7 @@ def _body_problem(
             return Problem(
                 pointer="", message=f"stored {what} {item.id!r}: {rest}: {found.message}"
             )
-    if found.pointer.startswith("/enrichers"):
+    if found.pointer.startswith(("/enrichers", "/kinds")):
         found = Problem(pointer="/rule_set" + found.pointer, message=found.message)
     if rules_given:
         return found
