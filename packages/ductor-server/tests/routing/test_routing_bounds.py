@@ -18,3 +18,63 @@ async def test_a_kind_attribute_whose_minimum_is_above_its_maximum_is_refused(ap
     assert await api.ok("GET", "/v1/rules/versions") == []
     kinds["lead"]["attributes"]["n"]["maximum"] = 5
     await api.ok("POST", "/v1/rules", json={"kinds": kinds})
+
+
+async def test_skill_label_and_attribute_names_are_bounded_like_every_id(api: Api) -> None:
+    # A 20,000-character shadow label or a skill name holding a newline was stored,
+    # then printed in every decision, report and explanation that names it.
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    await api.ok("POST", "/v1/pools", json={"id": "desk", "members": [{"worker": "ana"}]})
+    long, bad = "x" * 257, "new\nline"
+    cases = [
+        ("/v1/workers", "workers", {"id": "ben", "skills": {long: 5}}, "$.skills", "/skills"),
+        ("/v1/workers", "workers", {"id": "ben", "skills": {bad: 5}}, "$.skills", "/skills"),
+        (
+            "/v1/pools",
+            "pools",
+            {"id": "p", "shadows": [{"name": "least_loaded", "label": "x" * 20_000}]},
+            "$.shadows[0].label",
+            "/shadows/0/label",
+        ),
+        (
+            "/v1/pools",
+            "pools",
+            {"id": "p", "strategy": {"name": "round_robin", "label": " "}},
+            "$.strategy.label",
+            "/strategy/label",
+        ),
+        (
+            "/v1/rules",
+            "rule_set",
+            {"kinds": {"lead": {"attributes": {"ok": {}, bad: {}}}}},
+            '$.kinds["lead"].attributes',
+            "/kinds/lead/attributes",
+        ),
+        (
+            "/v1/rules",
+            "rule_set",
+            {"enrichers": [{"attribute": "tab\there", "expr": "1"}]},
+            "$.enrichers[0].attribute",
+            "/enrichers/0/attribute",
+        ),
+    ]
+    for path, field, body, json_path, pointer in cases:
+        refused = assert_error(await api.call("POST", path, json=body), 422, "request.invalid")
+        assert refused["details"]["path"] == json_path, refused
+        checked = body if field == "rule_set" else [body]
+        answer = await api.ok("POST", "/v1/routing/validate", json={field: checked})
+        at = f"/{field}" if field == "rule_set" else f"/{field}/0"
+        assert [p["pointer"] for p in answer["problems"]] == [at + pointer], answer
+    assert [w["id"] for w in await api.ok("GET", "/v1/workers")] == ["ana"]
+    assert [p["id"] for p in await api.ok("GET", "/v1/pools")] == ["desk"]
+    assert await api.ok("GET", "/v1/rules/versions") == []
+    # At the bound, each is taken.
+    name = "n" * 256
+    await api.ok("POST", "/v1/workers", json={"id": "ben", "skills": {name: 5}})
+    shadow = {"name": "least_loaded", "label": name}
+    await api.ok("POST", "/v1/pools", json={"id": "p", "shadows": [shadow]})
+    rules = {
+        "kinds": {"lead": {"attributes": {name: {}}}},
+        "enrichers": [{"attribute": name, "expr": "1"}],
+    }
+    await api.ok("POST", "/v1/rules", json=rules)

@@ -53,6 +53,7 @@ from ductor_routing import (
     encode_decision,
     shadow_report,
 )
+from ductor_routing.kinds import pointer_token
 from ductor_server.connections.shapes import problems_of
 from ductor_server.engine.cheap import INLINE_COST, INLINE_LIMITS, small
 from ductor_server.engine.clock import Clock, SystemClock
@@ -411,14 +412,53 @@ class _Compiled:
 
 
 def _rule_set_names(rules: RulesBody) -> list[tuple[str, str, str, str]]:
-    """The rule ids and kind names of `rules` as (JSON path, pointer, what, name), to
-    be bounded like every other id: a kind `POST /v1/route` could never name (empty,
-    over 256 characters, a control character) would be dead configuration."""
+    """The rule ids, kind names, kind attribute names and enricher attributes of
+    `rules` as (JSON path, pointer, what, name), to be bounded like every other id: a
+    kind `POST /v1/route` could never name (empty, over 256 characters, a control
+    character) would be dead configuration, and a name is printed in explanations."""
     found = [
         (f"$.rules[{i}].id", f"/rules/{i}/id", "rule id", rule.id)
         for i, rule in enumerate(rules.rules)
     ]
     found.extend(("$.kinds", "/kinds", "routable kind", kind) for kind in rules.kinds)
+    for kind, schema in rules.kinds.items():
+        path = f"$.kinds[{msgspec.json.encode(kind).decode()}].attributes"
+        pointer = f"/kinds/{pointer_token(kind)}/attributes"
+        found.extend((path, pointer, "kind attribute name", name) for name in schema.attributes)
+    found.extend(
+        (
+            f"$.enrichers[{i}].attribute",
+            f"/enrichers/{i}/attribute",
+            "enricher attribute",
+            e.attribute,
+        )
+        for i, e in enumerate(rules.enrichers)
+        if e.attribute is not None
+    )
+    return found
+
+
+def _worker_names(worker: Worker) -> list[tuple[str, str, str, str]]:
+    """The capacity channels and skill names of `worker` as (JSON path, pointer, what,
+    name), bounded like an id: a channel is part of every capacity counter's key, a
+    skill is named in the skills strategy's explanations."""
+    found = [("$.capacity", "/capacity", "capacity channel", c) for c in worker.capacity]
+    found.extend(("$.skills", "/skills", "skill name", skill) for skill in worker.skills)
+    return found
+
+
+def _pool_names(pool: Pool) -> list[tuple[str, str, str, str]]:
+    """The channel and strategy labels of `pool` as (JSON path, pointer, what, name),
+    bounded like an id: the channel is part of every capacity counter's key, a label
+    names its strategy in every decision and shadow report."""
+    found = [("$.channel", "/channel", "pool channel", pool.channel)]
+    if pool.strategy.label is not None:
+        found.append(("$.strategy.label", "/strategy/label", "strategy label", pool.strategy.label))
+    found.extend(
+        (f"$.shadows[{i}].label", f"/shadows/{i}/label", "shadow label", s.label)
+        for i, s in enumerate(pool.shadows)
+        if s.label is not None
+    )
     return found
 
 
@@ -683,8 +723,8 @@ class RoutingService:
             IdempotencyConflict: the key was used with another worker.
         """
         check_name("worker id", worker.id, RequestInvalid, path="$.id")
-        for channel in worker.capacity:
-            check_name("capacity channel", channel, RequestInvalid, path="$.capacity")
+        for path, _, what, name in _worker_names(worker):
+            check_name(what, name, RequestInvalid, path=path)
         return await self._put(tenant_id, "worker", worker, Worker, idempotency_key)
 
     async def put_pool(
@@ -700,8 +740,8 @@ class RoutingService:
         slashed = _slashed_pool_id(pool.id)
         if slashed is not None:
             raise RequestInvalid(slashed, details={"path": "$.id", "reason": slashed})
-        # The channel is part of every capacity counter's key: bounded like an id.
-        check_name("pool channel", pool.channel, RequestInvalid, path="$.channel")
+        for path, _, what, name in _pool_names(pool):
+            check_name(what, name, RequestInvalid, path=path)
         return await self._put(tenant_id, "pool", pool, Pool, idempotency_key)
 
     async def _put(
@@ -916,21 +956,23 @@ class RoutingService:
                 check_name(what, name, RequestInvalid)
             except RequestInvalid as exc:
                 problems.append(Problem(pointer=f"/rule_set{pointer}", message=exc.message))
-        for i, worker in enumerate(workers):
-            if worker is not None:
-                for channel in worker.capacity:
-                    try:
-                        check_name("capacity channel", channel, RequestInvalid)
-                    except RequestInvalid as exc:
-                        problems.append(
-                            Problem(pointer=f"/workers/{i}/capacity", message=exc.message)
-                        )
-        for i, pool in enumerate(pools):
-            if pool is not None:
-                try:
-                    check_name("pool channel", pool.channel, RequestInvalid)
-                except RequestInvalid as exc:
-                    problems.append(Problem(pointer=f"/pools/{i}/channel", message=exc.message))
+        named = [
+            (f"/workers/{i}{pointer}", what, name)
+            for i, worker in enumerate(workers)
+            if worker is not None
+            for _, pointer, what, name in _worker_names(worker)
+        ]
+        named.extend(
+            (f"/pools/{i}{pointer}", what, name)
+            for i, pool in enumerate(pools)
+            if pool is not None
+            for _, pointer, what, name in _pool_names(pool)
+        )
+        for pointer, what, name in named:
+            try:
+                check_name(what, name, RequestInvalid)
+            except RequestInvalid as exc:
+                problems.append(Problem(pointer=pointer, message=exc.message))
         async with self.store.transaction() as tx:
             current = await self._load_config(RoutingTx(tx), tenant_id)
         # Each object of the merged configuration with where it came from: its index in
