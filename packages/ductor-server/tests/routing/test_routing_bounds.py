@@ -78,3 +78,34 @@ async def test_skill_label_and_attribute_names_are_bounded_like_every_id(api: Ap
         "enrichers": [{"attribute": name, "expr": "1"}],
     }
     await api.ok("POST", "/v1/rules", json=rules)
+
+
+async def _assigned(api: Api, routable_id: str) -> str:
+    await api.ok("POST", "/v1/workers", json={"id": "ana"})
+    await api.ok("POST", "/v1/pools", json={"id": "desk", "members": [{"worker": "ana"}]})
+    await api.ok("POST", "/v1/rules", json={"kinds": {"lead": {}}, "default_pool": "desk"})
+    decision = await api.ok("POST", "/v1/route", json={"id": routable_id, "kind": "lead"})
+    assignment_id: str = decision["assignment_id"]
+    return assignment_id
+
+
+async def test_an_assignment_reason_is_at_most_ten_thousand_characters(api: Api) -> None:
+    # As a cancel's: a reason goes whole into the assignment and a ROUTE step's error.
+    assignment_id = await _assigned(api, "r1")
+    path = f"/v1/assignments/{assignment_id}/reject"
+    refused = assert_error(
+        await api.call("POST", path, json={"reason": "r" * 10_001}), 422, "request.invalid"
+    )
+    assert refused["details"]["path"] == "$.reason", refused
+    connect = await api.call(
+        "POST",
+        "/ductor.v1.RoutingService/RejectAssignment",
+        json={"assignment_id": assignment_id, "reason": "r" * 10_001},
+    )
+    assert connect.status_code == 400, connect.text
+    assert connect.json()["code"] == "invalid_argument", connect.text
+    debug = connect.json()["details"][0]["debug"]
+    assert (debug["code"], debug["details"]["path"]) == ("request.invalid", "$.reason"), debug
+    assert (await api.ok("GET", f"/v1/assignments/{assignment_id}"))["status"] == "assigned"
+    rejected = await api.ok("POST", path, json={"reason": "r" * 10_000})
+    assert rejected["status"] == "rejected"

@@ -78,7 +78,7 @@ from ductor_server.services.idempotency import Outcome as MutationOutcome
 from ductor_server.services.ledger import tell_entry_posted
 from ductor_server.services.metering import charge_usage, require_entitlement
 from ductor_server.services.receipts import ReceiptService, decision_ref
-from ductor_server.services.runs import check_name
+from ductor_server.services.runs import MAX_CANCEL_REASON, check_name
 from ductor_server.services.settlement import (
     PoolSettlement,
     PoolSettlementView,
@@ -1485,10 +1485,17 @@ class RoutingService:
         Raises:
             RoutingObjectNotFound: no such assignment.
             AssignmentStateConflict: it is not open (or, to accept, already accepted).
+            RequestInvalid: `reason` is over `MAX_CANCEL_REASON` characters, as a
+                cancel's may not be (it is kept in the assignment and a ROUTE step's error).
             IdempotencyConflict: the key was used with another result or reason.
             LedgerError: completing a held charge whose hold expired, from a wallet
                 that can no longer pay it (nothing changes).
         """
+        if len(reason) > MAX_CANCEL_REASON:
+            problem = f"is longer than {MAX_CANCEL_REASON:,} characters"
+            raise RequestInvalid(
+                f"reason {problem}", details={"path": "$.reason", "reason": f"reason {problem}"}
+            )
         sources: Sequence[str] = (ASSIGNED,) if to_status == ACCEPTED else OPEN_STATUSES
         now = self.clock.now()
         claim = Claim.of(
