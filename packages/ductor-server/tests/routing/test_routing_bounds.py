@@ -109,3 +109,18 @@ async def test_an_assignment_reason_is_at_most_ten_thousand_characters(api: Api)
     assert (await api.ok("GET", f"/v1/assignments/{assignment_id}"))["status"] == "assigned"
     rejected = await api.ok("POST", path, json={"reason": "r" * 10_000})
     assert rejected["status"] == "rejected"
+
+
+async def test_a_routes_pool_is_held_to_the_pool_id_rule(api: Api) -> None:
+    # No pool can have such an id: it was looked up and answered 404 pool.not_found.
+    await _assigned(api, "r1")
+    for pool in ("p" * 257, "p" * 200_000, "desk\n", "\u007f", " "):
+        body = {"id": "r2", "kind": "lead", "pool": pool}
+        refused = assert_error(
+            await api.call("POST", "/v1/route", json=body), 422, "request.invalid"
+        )
+        assert refused["details"]["path"] == "$.pool", refused
+    body = {"id": "r2", "kind": "lead", "pool": "p" * 256}
+    assert_error(await api.call("POST", "/v1/route", json=body), 404, "pool.not_found")
+    decision = await api.ok("POST", "/v1/route", json={**body, "pool": "desk"})
+    assert decision["worker"] == "ana", decision

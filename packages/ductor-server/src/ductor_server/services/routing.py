@@ -1119,6 +1119,8 @@ class RoutingService:
     ) -> Answer[DecisionView]:
         check_name("routable id", body.id, RequestInvalid, path="$.id")
         check_name("routable kind", body.kind, RequestInvalid, path="$.kind")
+        if body.pool is not None:
+            check_name("pool id", body.pool, RequestInvalid, path="$.pool")
         created = MutationOutcome.CREATED
         if decision_id is not None:
             found = await self._stored_decision(tenant_id, decision_id)
