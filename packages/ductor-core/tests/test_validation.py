@@ -304,3 +304,24 @@ def test_a_notify_literal_link_or_label_a_client_cannot_render_safely_is_refused
         "step 'pause': 'args.ctas[0].url' must be an absolute http or https URL of at most"
         " 2048 characters without whitespace or control characters, got 'vbscript:x'"
     )
+
+
+def test_a_route_kind_or_pool_no_routable_could_name_is_refused() -> None:
+    # POST /v1/route refuses such a kind or pool: the step could only ever fail.
+    def problems(**args: str) -> list[tuple[str, str]]:
+        raw = _hello()
+        raw["steps"][1] = {"ref": "pause", "type": "STEP_TYPE_ROUTE", "args": args}
+        return _codes(validate_definition(raw))
+
+    assert problems(kind="k" * 256, pool="p" * 256) == []
+    for bad in ("k" * 257, "lead\n", "tab\there", "del\x7f", "nul\x00"):
+        assert problems(kind=bad) == [("definition.bad_args", "/steps/1/args/kind")], bad
+        assert problems(kind="lead", pool=bad) == [("definition.bad_args", "/steps/1/args/pool")], (
+            bad
+        )
+    raw = _hello()
+    raw["steps"][1] = {"ref": "pause", "type": "STEP_TYPE_ROUTE", "args": {"kind": "a\nb"}}
+    (problem,) = validate_definition(raw).problems
+    assert problem.message == (
+        "step 'pause': 'args.kind' holds a control character, which no routing id may: 'a\\nb'"
+    )

@@ -57,15 +57,21 @@ wait may wait for."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def _unfit_name(name: str, what: str, article: str) -> str | None:
+    """Why `name` breaks the API's rule for ids and names (at most 256 characters,
+    no control character), calling them `what`; None when it keeps it."""
+    if len(name) > MAX_MESSAGE_NAME:
+        return f"is longer than {article} {what} may be ({MAX_MESSAGE_NAME})"
+    if _CONTROL.search(name):
+        return f"holds a control character, which no {what} may: {_show(name)}"
+    return None
+
+
 def uncarried_name(name: str) -> str | None:
     """Why no event or signal can carry `name` (the API refuses one over
     `MAX_MESSAGE_NAME` characters or holding a control character), or None when
     one can: a trigger or a wait on it would never be woken."""
-    if len(name) > MAX_MESSAGE_NAME:
-        return f"is longer than an event or signal name may be ({MAX_MESSAGE_NAME})"
-    if _CONTROL.search(name):
-        return f"holds a control character, which no event or signal name may: {_show(name)}"
-    return None
+    return _unfit_name(name, "event or signal name", "an")
 
 
 def _exactly_one(a: ArgsCheck, first: str, second: str, what: str) -> None:
@@ -133,9 +139,9 @@ def _check_wait(a: ArgsCheck) -> None:
     a.duration("duration")
 
 
-def _carried(a: ArgsCheck, name: str) -> None:
+def _carried(a: ArgsCheck, name: str, unfit: Callable[[str], str | None] = uncarried_name) -> None:
     value = a.text(name)
-    reason = None if value is None else uncarried_name(value)
+    reason = None if value is None else unfit(value)
     if reason is not None:
         a.problem(f"'{a.prefix}{name}' {reason}", name)
 
@@ -349,9 +355,16 @@ BRIDGE: StepSpec[BridgeArgs] = StepSpec(
 # --- ROUTE and NOTIFY ----------------------------------------------------------------
 
 
+def _routing_id(name: str) -> str | None:
+    # POST /v1/route refuses such a kind or pool: the step could only ever fail.
+    return _unfit_name(name, "routing id", "a")
+
+
 def _check_route(a: ArgsCheck) -> None:
     a.not_blank("kind")
     a.not_blank("pool")
+    _carried(a, "kind", _routing_id)
+    _carried(a, "pool", _routing_id)
     a.expressions("attributes", "price")
     if a.given("timeout") and a.fields.get("await_completion") is not True:
         a.problem(f"'{a.prefix}timeout' only applies with 'await_completion': true", "timeout")
