@@ -113,7 +113,9 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_CEL_SANDBOX_THRESHOLD": ("x", "-1"),
         "DUCTOR_CEL_SANDBOX_TIMEOUT": ("x", "0", "1e300"),
         "DUCTOR_CEL_SANDBOX_MEMORY_MB": ("x", "0", "99999999999999"),
-        "DUCTOR_CEL_SANDBOX_PROCESSES": ("x", "0"),
+        # A pool of that many slots was built before anything else started: the
+        # start hung, filling memory, and SIGTERM could not stop it.
+        "DUCTOR_CEL_SANDBOX_PROCESSES": ("x", "0", "257", "99999999999999999999"),
         "DUCTOR_LOG_LEVEL": ("loud",),
         "DUCTOR_ROLES": (",",),
         "DUCTOR_DATABASE_URL": ("/tmp/x.db", "x.db"),

@@ -48,6 +48,9 @@ MAX_SECONDS = 365 * 86400
 """The most seconds a setting may give (a year): more cannot be added to a time."""
 MAX_SANDBOX_MEMORY_MB = 1024 * 1024
 """The largest sandbox address space (1 TiB): more does not fit an rlimit."""
+MAX_SANDBOX_PROCESSES = 256
+"""The most sandbox processes one server process runs: each is an interpreter of its
+own, and the pool makes a slot for each as it is built."""
 POSTGRES_REPORT_LOOPS = 2
 """Worker report loops per process on Postgres (SQLite has one writer: 1)."""
 
@@ -445,7 +448,7 @@ class Settings:
             )
         if processes := env.get("DUCTOR_CEL_SANDBOX_PROCESSES"):
             values["cel_sandbox_processes"] = parse_whole(
-                "DUCTOR_CEL_SANDBOX_PROCESSES", processes, low=1
+                "DUCTOR_CEL_SANDBOX_PROCESSES", processes, low=1, high=MAX_SANDBOX_PROCESSES
             )
         if stripe_key := env.get("DUCTOR_STRIPE_API_KEY"):
             values["stripe_api_key"] = stripe_key
@@ -661,7 +664,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="DUCTOR_CEL_SANDBOX_PROCESSES",
         field="cel_sandbox_processes",
-        what="how many sandbox processes evaluate at once",
+        what=f"how many sandbox processes evaluate at once (1 to {MAX_SANDBOX_PROCESSES})",
     ),
     Variable(
         name="DUCTOR_OUTBOUND_ALLOW",
