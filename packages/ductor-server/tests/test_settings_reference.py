@@ -106,12 +106,13 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_PORT": ("abc", "-1", "65536", "80.5"),
         "DUCTOR_MAX_BODY_BYTES": ("1MB", "0"),
         "DUCTOR_POISON_AFTER": ("x", "-1"),
-        "DUCTOR_LEASE_SECONDS": ("abc", "0", "-5", "nan", "inf", "1e300", "31536001"),
-        "DUCTOR_POLL_INTERVAL": ("fast", "0", "1e300"),
-        "DUCTOR_STOP_GRACE": ("x", "-1", "1e300"),
+        # 1e-300 s was a lease of 0 once a time, refused later without its name.
+        "DUCTOR_LEASE_SECONDS": ("abc", "0", "-5", "nan", "inf", "1e300", "31536001", "1e-300"),
+        "DUCTOR_POLL_INTERVAL": ("fast", "0", "1e300", "1e-300", "0.0009"),
+        "DUCTOR_STOP_GRACE": ("x", "-1", "1e300", "1e-300"),
         "DUCTOR_CEL_ENGINE": ("v8",),
         "DUCTOR_CEL_SANDBOX_THRESHOLD": ("x", "-1"),
-        "DUCTOR_CEL_SANDBOX_TIMEOUT": ("x", "0", "1e300"),
+        "DUCTOR_CEL_SANDBOX_TIMEOUT": ("x", "0", "1e300", "1e-9"),
         "DUCTOR_CEL_SANDBOX_MEMORY_MB": ("x", "0", "99999999999999"),
         # A pool of that many slots was built before anything else started: the
         # start hung, filling memory, and SIGTERM could not stop it.
@@ -131,6 +132,7 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_POISON_AFTER": ("0", 0),  # never quarantine
         "DUCTOR_STOP_GRACE": ("0", 0.0),
         "DUCTOR_LEASE_SECONDS": ("0.5", 0.5),
+        "DUCTOR_CEL_SANDBOX_TIMEOUT": ("0.001", 0.001),
         "DUCTOR_POLL_INTERVAL": ("31536000", 31536000.0),
         "DUCTOR_CEL_SANDBOX_THRESHOLD": ("0", 0),
         "DUCTOR_CEL_ENGINE": ("cel-python", "cel-python"),

@@ -46,6 +46,9 @@ DEFAULT_WORKER_CONCURRENCY = 128
 MAX_WORKER_CONCURRENCY = 4096
 MAX_SECONDS = 365 * 86400
 """The most seconds a setting may give (a year): more cannot be added to a time."""
+MIN_SECONDS = 0.001
+"""The fewest seconds a setting other than 0 may give (a millisecond): a lease of
+1e-300 s is no lease once it is a time (0), and a poll that often is a busy loop."""
 MAX_SANDBOX_MEMORY_MB = 1024 * 1024
 """The largest sandbox address space (1 TiB): more does not fit an rlimit."""
 MAX_SANDBOX_PROCESSES = 256
@@ -108,8 +111,8 @@ def parse_whole(name: str, text: str, *, low: int, high: int | None = None) -> i
 
 
 def parse_seconds(name: str, text: str, *, zero: bool = False) -> float:
-    """Parse a number of seconds given as `name`: more than 0, or 0 too with `zero`,
-    and at most `MAX_SECONDS`.
+    """Parse a number of seconds given as `name`: from `MIN_SECONDS`, or 0 too with
+    `zero`, to `MAX_SECONDS`.
 
     Raises:
         ValueError: not a finite number, or out of range; the message names `name`.
@@ -118,12 +121,12 @@ def parse_seconds(name: str, text: str, *, zero: bool = False) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if math.isfinite(value) and (value > 0 or (zero and value == 0)) and value <= MAX_SECONDS:
+    allowed = value >= MIN_SECONDS or (zero and value == 0)
+    if math.isfinite(value) and allowed and value <= MAX_SECONDS:
         return value
-    span = "0 or more" if zero else "more than 0"
+    span = f"0, or from {MIN_SECONDS:g}" if zero else f"from {MIN_SECONDS:g}"
     raise ValueError(
-        f"{name} must be a number of seconds, {span} and at most {MAX_SECONDS} (a year),"
-        f" got {text!r}"
+        f"{name} must be a number of seconds {span} to {MAX_SECONDS} (a year), got {text!r}"
     )
 
 
