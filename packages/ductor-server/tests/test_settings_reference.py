@@ -20,6 +20,7 @@ from ductor_server.settings import (
     Settings,
     reference_markdown,
 )
+from ductor_server.storage import open_store
 
 SOURCE = Path(ductor_server.__file__).parent
 NAME = re.compile(r"\bDUCTOR_[A-Z0-9_]*[A-Z0-9]\b")
@@ -121,6 +122,21 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_ROLES": (",",),
         "DUCTOR_DATABASE_URL": ("/tmp/x.db", "x.db"),
     }
+    # Refused when the store is opened, naming the variable but not the URL (a password).
+    unreadable = {
+        "DUCTOR_DATABASE_URL": (
+            "postgresql:db",
+            "postgresql://u:pw@127.0.0.1:99999/db",
+            "postgres://u:pw@[::1/db",
+            "mysql://u:pw@h/db",
+        ),
+    }
+    for name, values in unreadable.items():
+        for value in values:
+            with pytest.raises(ValueError) as caught:
+                open_store(Settings.from_env(environ={name: value}).store_target)
+            assert name in str(caught.value), str(caught.value)
+            assert "pw" not in str(caught.value), str(caught.value)
     for name, values in refused.items():
         for value in values:
             with pytest.raises(ValueError) as caught:

@@ -74,7 +74,8 @@ def open_store(target: str | Path) -> Store:
     if not sep and (slashless := _SCHEME_WITHOUT_SLASHES.match(text)):
         # A path would make a SQLite file named after the URL in the working directory.
         raise ValueError(
-            f"malformed database URL {slashless.group(0) + '...'!r}: a URL is "
+            f"malformed database URL {slashless.group(0) + '...'!r} (DUCTOR_DATABASE_URL):"
+            " a URL is "
             "scheme://[user@]host[:port]/database (e.g. postgresql://...)"
         )
     if not sep:
@@ -90,7 +91,8 @@ def open_store(target: str | Path) -> Store:
             urlsplit(plain).port  # noqa: B018 (reading it checks the host and the port)
         except ValueError as exc:  # never the URL itself: it may hold a password
             raise ValueError(
-                f"malformed database URL {scheme + '://...'!r}: {exc} (a URL is "
+                f"malformed database URL {scheme + '://...'!r} (DUCTOR_DATABASE_URL): {exc}"
+                " (a URL is "
                 "scheme://[user@]host[:port]/database)"
             ) from None
         return PostgresStore(plain)
