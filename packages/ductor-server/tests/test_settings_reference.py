@@ -131,6 +131,29 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
             "mysql://u:pw@h/db",
         ),
     }
+    # Each stopped the start in a line of redis-py's naming no variable, or was
+    # taken as database 0 (`/abc`), or served while every call failed (`/-1`).
+    redis_refused = (
+        "redis://u:pw@127.0.0.1:99999/0",
+        "redis://u:pw@127.0.0.1:abc/0",
+        "redis://u:pw@[::1:6379/0",
+        "redis://u:pw@127.0.0.1:6379/abc",
+        "redis://u:pw@127.0.0.1:6379/-1",
+        "redis://u:pw@127.0.0.1:6379?db=x",
+        "http://u:pw@127.0.0.1:6379/0",
+    )
+    for value in redis_refused:
+        with pytest.raises(ValueError) as caught:
+            Settings.from_env(environ={"DUCTOR_REDIS_URL": value})
+        assert str(caught.value).startswith("DUCTOR_REDIS_URL"), str(caught.value)
+        assert "pw" not in str(caught.value), str(caught.value)
+    for text, url in (
+        ("redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"),
+        ("REDIS://127.0.0.1:6379", "redis://127.0.0.1:6379"),  # the scheme in any case
+        ("rediss://h:6380/0?db=3", "rediss://h:6380/0?db=3"),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1"),
+    ):
+        assert Settings.from_env(environ={"DUCTOR_REDIS_URL": text}).redis_url == url
     for name, values in unreadable.items():
         for value in values:
             with pytest.raises(ValueError) as caught:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from ductor_server.netaddr import host_name_problem, parse_networks
 
@@ -169,20 +170,38 @@ REDIS_SCHEMES: tuple[str, ...] = ("redis", "rediss", "unix")
 
 
 def parse_redis_url(text: str) -> str:
-    """Check that `DUCTOR_REDIS_URL` is a redis://, rediss:// or unix:// URL.
+    """Check that `DUCTOR_REDIS_URL` is a redis://, rediss:// or unix:// URL that
+    redis-py reads whole; the URL, its scheme in lower case.
 
     Raises:
-        ValueError: any other text; the message shows the scheme only, since the
-            rest of the URL may hold a password.
+        ValueError: any other text, a port or query value that does not parse, or a
+            database after the host that is no whole number (redis-py would take
+            database 0 instead); the message shows the scheme only, since the rest
+            of the URL may hold a password.
     """
-    scheme, separator, _ = text.strip().partition("://")
-    if separator and scheme.lower() in REDIS_SCHEMES:
-        return text.strip()
-    shown = f"{scheme}://..." if separator else "a value without scheme://"
-    raise ValueError(
-        "DUCTOR_REDIS_URL must be a redis://, rediss:// or unix:// URL"
-        f" (redis://[:password@]host:port/db), got {shown}"
-    )
+    scheme, separator, rest = text.strip().partition("://")
+    form = "(redis://[:password@]host:port/db)"
+    if not separator or scheme.lower() not in REDIS_SCHEMES:
+        shown = f"{scheme}://..." if separator else "a value without scheme://"
+        raise ValueError(
+            f"DUCTOR_REDIS_URL must be a redis://, rediss:// or unix:// URL {form}, got {shown}"
+        )
+    url = f"{scheme.lower()}://{rest}"
+    # Only with DUCTOR_REDIS_URL set: the server loads redis-py then anyway.
+    from redis.connection import parse_url
+
+    try:
+        options = parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ValueError(f"DUCTOR_REDIS_URL: {exc} {form}, got {scheme}://...") from None
+    path = unquote(urlsplit(url).path).replace("/", "")
+    db = options.get("db")
+    if (url.startswith("redis") and path and db is None) or (db is not None and db < 0):
+        raise ValueError(
+            f"DUCTOR_REDIS_URL: the database after the host must be a whole number {form},"
+            f" got {scheme}://..."
+        )
+    return url
 
 
 @dataclass(frozen=True, kw_only=True)
