@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from ductor_server.netaddr import http_url
-from ductor_server.settings import MAX_PORT, parse_whole
+from ductor_server.settings import MAX_PORT, parse_host, parse_whole
 
 TERMINAL_RUN_STATUSES = frozenset(
     {"RUN_STATUS_SUCCEEDED", "RUN_STATUS_FAILED", "RUN_STATUS_CANCELLED"}
@@ -53,7 +53,8 @@ def server_url(flag: str | None) -> str:
 
     Raises:
         ClientError: `client.usage`, naming the flag or variable whose value makes no
-            http(s) URL (`DUCTOR_PORT=abc`, `--url ftp://...`), before any call.
+            http(s) URL (`DUCTOR_PORT=abc`, `DUCTOR_HOST=http://x`, `--url ftp://...`),
+            before any call.
     """
     if flag:
         source, url = "--url", flag
@@ -61,6 +62,7 @@ def server_url(flag: str | None) -> str:
         source, url = "DUCTOR_URL", default_url()
     else:
         try:
+            parse_host("DUCTOR_HOST", os.environ.get("DUCTOR_HOST") or "127.0.0.1")
             parse_whole(
                 "DUCTOR_PORT", os.environ.get("DUCTOR_PORT") or "7070", low=0, high=MAX_PORT
             )

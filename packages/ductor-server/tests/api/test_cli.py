@@ -110,6 +110,13 @@ def test_cli_prints_the_error_and_exits_1(
             "DUCTOR_PORT must be a whole number from 0 to 65535, got 'abc'",
         ),
         ({"DUCTOR_PORT": "tcp://10.0.0.1:80"}, [], "DUCTOR_PORT must be a whole number"),
+        # Once a call to http://[http://x]:7070 that could not reach it: status 1.
+        (
+            {"DUCTOR_HOST": "http://x"},
+            [],
+            "DUCTOR_HOST must be an IP address or a host name, got 'http://x'",
+        ),
+        ({"DUCTOR_HOST": "a host"}, [], "DUCTOR_HOST must be an IP address or a host name"),
         ({"DUCTOR_URL": "http://127.0.0.1:abc"}, [], "DUCTOR_URL: 'http://127.0.0.1:abc' is not"),
         ({"DUCTOR_URL": "garbage"}, [], "DUCTOR_URL must be an http:// or https:// URL"),
         ({}, ["--url", "http://[::1"], "--url: 'http://[::1' is not"),
