@@ -124,3 +124,22 @@ async def test_a_routes_pool_is_held_to_the_pool_id_rule(api: Api) -> None:
     assert_error(await api.call("POST", "/v1/route", json=body), 404, "pool.not_found")
     decision = await api.ok("POST", "/v1/route", json={**body, "pool": "desk"})
     assert decision["worker"] == "ana", decision
+
+
+async def test_a_routes_excluded_workers_are_held_to_the_worker_id_rule(api: Api) -> None:
+    # No worker can have such an id: as the routable's other ids, it is refused, not
+    # taken in (a 200 KB one was routed around like any other).
+    await _assigned(api, "r1")
+    for worker in ("w" * 257, "w" * 200_000, "ana\n", "\u007f", " ", ""):
+        body = {"id": "r2", "kind": "lead", "exclude": ["ben", worker]}
+        refused = assert_error(
+            await api.call("POST", "/v1/route", json=body), 422, "request.invalid"
+        )
+        assert refused["details"]["path"] == "$.exclude[1]", refused
+        assert len(refused["message"]) < 200, refused["message"]
+    decisions = await api.ok("GET", "/v1/assignments", params={"routable_id": "r2"})
+    assert decisions == [], decisions
+    decision = await api.ok("POST", "/v1/route", json={"id": "r2", "kind": "lead"})
+    assert decision["worker"] == "ana", decision
+    excluded = {"id": "r3", "kind": "lead", "exclude": ["w" * 256, "ana"]}
+    assert (await api.ok("POST", "/v1/route", json=excluded))["worker"] is None

@@ -1121,6 +1121,8 @@ class RoutingService:
         check_name("routable kind", body.kind, RequestInvalid, path="$.kind")
         if body.pool is not None:
             check_name("pool id", body.pool, RequestInvalid, path="$.pool")
+        for index, worker in enumerate(body.exclude):
+            check_name("excluded worker id", worker, RequestInvalid, path=f"$.exclude[{index}]")
         created = MutationOutcome.CREATED
         if decision_id is not None:
             found = await self._stored_decision(tenant_id, decision_id)
