@@ -371,6 +371,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         "DUCTOR_CEL_ENGINE": "v8",
         "DUCTOR_HOST": "not a host",
         "DUCTOR_DATABASE_URL": str(tmp_path / "x.db"),
+        "DUCTOR_STRIPE_API_BASE": "notaurl",
         # These are read while the server is built: still before the start line.
         "DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe",
         "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK": "old-key-without-a-new-one",
@@ -392,6 +393,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         "DUCTOR_FAIRNESS",
         "DUCTOR_REDIS_URL",
         "DUCTOR_RECEIPT_KEYS",
+        "DUCTOR_STRIPE_API_BASE",
     }
     data = str(tmp_path / "data")
     for name, value in cases.items():

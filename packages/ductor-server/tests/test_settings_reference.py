@@ -121,6 +121,16 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_LOG_LEVEL": ("loud",),
         "DUCTOR_ROLES": (",",),
         "DUCTOR_DATABASE_URL": ("/tmp/x.db", "x.db"),
+        # Each was taken without a word, to fail only when a top-up called it.
+        "DUCTOR_STRIPE_API_BASE": (
+            "notaurl",
+            " ",
+            "127.0.0.1:12111",
+            "ftp://127.0.0.1",
+            "http://",
+            "https://h:99999",
+            "http://a b/",
+        ),
     }
     # Refused when the store is opened, naming the variable but not the URL (a password).
     unreadable = {
@@ -176,6 +186,7 @@ def test_every_number_and_choice_is_checked_naming_the_variable() -> None:
         "DUCTOR_CEL_SANDBOX_THRESHOLD": ("0", 0),
         "DUCTOR_CEL_ENGINE": ("cel-python", "cel-python"),
         "DUCTOR_DATABASE_URL": ("sqlite:///tmp/x.db", "sqlite:///tmp/x.db"),
+        "DUCTOR_STRIPE_API_BASE": ("http://127.0.0.1:12111", "http://127.0.0.1:12111"),
     }
     field = {v.name: v.field for v in VARIABLES}
     for name, (text, value) in accepted.items():

@@ -165,6 +165,28 @@ def parse_host(name: str, text: str) -> str:
     return value
 
 
+def parse_http_url(name: str, text: str) -> str:
+    """Parse an http:// or https:// URL given as `name`: its host an IP address or a
+    host name, its port (if any) one that can be read.
+
+    Raises:
+        ValueError: anything else (no scheme, another scheme, no host); the message
+            names `name`.
+    """
+    value = text.strip()
+    try:
+        parts = urlsplit(value)
+        host, _ = parts.hostname, parts.port
+        if parts.scheme.lower() not in ("http", "https") or not host:
+            raise ValueError
+        parse_host(name, host)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be an http:// or https:// URL (https://host[:port]), got {text!r}"
+        ) from None
+    return value
+
+
 REDIS_SCHEMES: tuple[str, ...] = ("redis", "rediss", "unix")
 """The schemes `DUCTOR_REDIS_URL` may have (those redis-py opens)."""
 
@@ -477,7 +499,7 @@ class Settings:
         if stripe_secret := env.get("DUCTOR_STRIPE_WEBHOOK_SECRET"):
             values["stripe_webhook_secret"] = stripe_secret
         if stripe_base := env.get("DUCTOR_STRIPE_API_BASE"):
-            values["stripe_api_base"] = stripe_base
+            values["stripe_api_base"] = parse_http_url("DUCTOR_STRIPE_API_BASE", stripe_base)
         if level := env.get("DUCTOR_LOG_LEVEL"):
             values["log_level"] = parse_choice("DUCTOR_LOG_LEVEL", level, LOG_LEVELS)
         if keys_file := env.get("DUCTOR_RECEIPT_KEYS"):
@@ -741,7 +763,7 @@ VARIABLES: tuple[Variable, ...] = (
         name="DUCTOR_STRIPE_API_BASE",
         field="stripe_api_base",
         default="Stripe's",
-        what="another address for Stripe's API (a test double)",
+        what="another address for Stripe's API (a test double): an `http://` or `https://` URL",
     ),
     Variable(
         name="DUCTOR_BRIDGE_SIGNING_KEY",
