@@ -375,6 +375,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         # These are read while the server is built: still before the start line.
         "DUCTOR_BRIDGE_REQUIRE_NONCE": "maybe",
         "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK": "old-key-without-a-new-one",
+        "DUCTOR_BRIDGE_SIGNING_KEY": "   ",
         "DUCTOR_SECRET_KEYS": "bad",
         "DUCTOR_RECEIPTS_FOR_RUNS": "on",
         "DUCTOR_OTEL": "maybe",
@@ -387,6 +388,7 @@ def test_bad_settings_stop_the_start_in_one_line_naming_the_variable(tmp_path: P
         "DUCTOR_PORT",
         "DUCTOR_HOST",
         "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK",
+        "DUCTOR_BRIDGE_SIGNING_KEY",
         "DUCTOR_CEL_ENGINE",
         "DUCTOR_SECRET_KEYS",
         "DUCTOR_OTEL",

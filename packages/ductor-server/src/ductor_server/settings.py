@@ -768,12 +768,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="DUCTOR_BRIDGE_SIGNING_KEY",
         what="the server-wide bridge signing key, for SDK apps without a key of their own "
-        "(see [the SDK's keys](sdk.md))",
+        "(see [the SDK's keys](sdk.md)); a blank one (white space only) stops the start",
     ),
     Variable(
         name="DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK",
         what="the previous server-wide bridge key, still accepted while apps move to the new one "
-        "(set without `DUCTOR_BRIDGE_SIGNING_KEY`, it stops the start)",
+        "(set without `DUCTOR_BRIDGE_SIGNING_KEY`, or blank, it stops the start)",
     ),
     Variable(
         name="DUCTOR_BRIDGE_REQUIRE_NONCE",

@@ -484,6 +484,20 @@ def test_the_previous_server_wide_key_alone_is_refused() -> None:
         signing_keys_from_env({"DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK": "old"})
 
 
+def test_a_blank_server_wide_key_is_refused() -> None:
+    # "   " was taken as no key at all: the server started, and every call to an app
+    # without keys of its own answered 503 bridge.not_configured.
+    for name in ("DUCTOR_BRIDGE_SIGNING_KEY", "DUCTOR_BRIDGE_SIGNING_KEY_FALLBACK"):
+        for blank in (" ", "\t\n"):
+            env = {"DUCTOR_BRIDGE_SIGNING_KEY": "new", name: blank}
+            with pytest.raises(ValueError, match=f"^{name} is blank"):
+                signing_keys_from_env(env)
+    assert signing_keys_from_env({"DUCTOR_BRIDGE_SIGNING_KEY": ""}) is None  # unset
+    kept = signing_keys_from_env({"DUCTOR_BRIDGE_SIGNING_KEY": " new "})
+    assert kept is not None
+    assert kept.primary == "new"
+
+
 async def test_a_grace_too_long_for_a_date_is_refused_and_creates_no_key(server: Server) -> None:
     for body in ({"grace_seconds": 9_999_999_999_999}, {"grace_seconds": 2**62}):
         refused = await server.client.post(

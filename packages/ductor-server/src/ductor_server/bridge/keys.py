@@ -56,9 +56,14 @@ def signing_keys_from_env(env: Mapping[str, str] | None = None) -> SigningKeys |
 
     Raises:
         ValueError: the previous key is set without the key (a rotation half done:
-            nothing would be signed, and what the previous key signs would be refused).
+            nothing would be signed, and what the previous key signs would be refused),
+            or either is blank (white space only: a key lost on its way, not unset).
     """
     values = os.environ if env is None else env
+    for name in (KEY_ENV, FALLBACK_ENV):
+        text = values.get(name, "")
+        if text and not text.strip():
+            raise ValueError(f"{name} is blank: set the key, or unset the variable")
     primary = values.get(KEY_ENV, "").strip()
     fallback = values.get(FALLBACK_ENV, "").strip() or None
     if not primary:
