@@ -691,3 +691,19 @@ def test_numbers_from_strings_take_signs_and_leading_zeros(engine: ExpressionEng
         7,
         0.0005,
     ]
+
+
+def test_free_variables_are_the_top_level_names_no_macro_binds_nor_engine_resolves() -> None:
+    from ductor_core.expressions import free_variables
+
+    assert free_variables("steps.a.output + input.x.y") == ("steps", "input")
+    assert free_variables("input.xs.map(x, x + y).all(z, z > w)") == ("input", "y", "w")
+    assert free_variables("[1].exists(x, x > 0) ? x : 1") == ("x",)  # bound only inside
+    assert free_variables("m.all(k, v, k != v)") == ("m",)  # the two-variable form
+    assert free_variables("type(a) == int || type(a) == map || a == null_type") == ("a",)
+    assert free_variables("google.protobuf.Int64Value{value: 1} == true || false") == ()
+    assert free_variables("size == lower && has(e.f) && dyn(t)") == ("lower", "e", "t")
+    assert free_variables("lower == band", functions={"lower", "band"}) == ()
+    assert free_variables("{'k': item}['k'] + [index][0] + .run.id") == ("item", "index", "run")
+    assert free_variables("'input' + \"steps\" // event") == ()
+    assert free_variables("input.") is None  # not read: the engine's error says why

@@ -325,3 +325,160 @@ def test_a_route_kind_or_pool_no_routable_could_name_is_refused() -> None:
     assert problem.message == (
         "step 'pause': 'args.kind' holds a control character, which no routing id may: 'a\\nb'"
     )
+
+
+# --- what each place's expressions may read ---------------------------------------
+
+
+def test_a_concurrency_key_that_reads_more_than_input_is_refused() -> None:
+    # The key is evaluated over the run's input alone (concurrency.key_value).
+    raw = _hello(concurrency={"limit": 1, "key": "steps.greet.output.message"})
+    (problem,) = validate_definition(raw).problems
+    assert problem == Problem(
+        code="definition.bad_expression",
+        message="concurrency: 'concurrency.key' reads 'steps', but it sees only 'input':"
+        " 'steps.greet.output.message'",
+        pointer="/concurrency/key",
+    )
+    for source in ("run.id", "event.data.customer", "input.id + now"):
+        raw = _hello(concurrency={"rate": {"limit": 5, "period": "1m"}, "key": source})
+        assert _codes(validate_definition(raw)) == [
+            ("definition.bad_expression", "/concurrency/key")
+        ], source
+    assert validate_definition(_hello(concurrency={"limit": 1, "key": "input.customer"})).valid
+
+
+def test_a_trigger_filter_that_reads_more_than_event_is_refused() -> None:
+    # A trigger's filter is evaluated over the event alone, before any run exists.
+    raw = _hello(triggers=[{"event": "order.created", "filter": "input.total > 100"}])
+    (problem,) = validate_definition(raw).problems
+    assert problem == Problem(
+        code="definition.bad_expression",
+        message="triggers[0]: 'filter' reads 'input', but it sees only 'event':"
+        " 'input.total > 100'",
+        pointer="/triggers/0/filter",
+    )
+    raw = _hello(
+        triggers=[
+            {"event": "a", "filter": "event.data.total > 100"},
+            {"event": "b", "filter": "steps.greet.output != null && run.id != ''"},
+        ]
+    )
+    assert _codes(validate_definition(raw)) == [("definition.bad_expression", "/triggers/1/filter")]
+    assert "reads 'steps' and 'run'" in validate_definition(raw).problems[0].message
+
+
+def test_a_step_arg_that_reads_a_variable_no_step_has_is_refused() -> None:
+    raw = _hello()
+    raw["steps"][0]["args"]["project"] = {"m": "event.data.name", "n": "item + index"}
+    raw["steps"][1]["args"] = {"until": "now"}
+    problems = validate_definition(raw).problems
+    assert [(p.code, p.pointer) for p in problems] == [
+        ("definition.bad_expression", "/steps/0/args/project/m"),
+        ("definition.bad_expression", "/steps/0/args/project/n"),
+        ("definition.bad_expression", "/steps/1/args/until"),
+    ]
+    assert problems[1].message == (
+        "step 'greet': 'args.project.n' reads 'item' and 'index', but it sees only"
+        " 'input', 'steps' and 'run': 'item + index'"
+    )
+    # `output` is a condition's own: the run's output expressions do not see it.
+    raw = _hello(output="output")
+    assert _codes(validate_definition(raw)) == [("definition.bad_expression", "/output")]
+
+
+def test_each_place_may_read_what_it_is_given() -> None:
+    raw = _hello(
+        triggers=[{"event": "go", "filter": "event.data.items.exists(i, i.qty > 0)"}],
+        concurrency={"limit": 2, "key": "string(input.customer)"},
+        output={"m": "steps.greet.output.message + input.x + run.id"},
+    )
+    raw["steps"][0]["args"]["project"] = {
+        # comprehension variables, type names, functions and google.protobuf types
+        "a": "input.xs.map(x, x * 2).filter(y, y > 2).all(z, type(z) == int)",
+        "b": "[1, 2].exists_one(n, n == 1) && dyn(input).size() > 0",
+        "c": "lower(string(run.now)) + string(google.protobuf.Int64Value{value: 1})",
+        "d": "{'k': input}.all(k, v, k != '')",  # the two-variable form: not judged
+    }
+    raw["steps"].append(
+        {
+            "ref": "wait",
+            "type": "STEP_TYPE_WAIT_FOR_EVENT",
+            "args": {
+                "event": "ok",
+                "match": "event.data.id == input.id && steps.greet.output != 1",
+            },
+        }
+    )
+    raw["steps"].append(
+        {
+            "ref": "fan",
+            "type": "STEP_TYPE_SCATTER",
+            "args": {
+                "items": "input.xs",
+                "step": {
+                    "type": "STEP_TYPE_DATAFLOW",
+                    "args": {
+                        "operation": "map",
+                        "items": "item.parts",
+                        "expression": "[item, index, input]",
+                    },
+                },
+            },
+        }
+    )
+    raw["steps"].append(
+        {
+            "ref": "kids",
+            "type": "STEP_TYPE_SCATTER",
+            "args": {
+                "items": "input.xs",
+                "workflow": {"family_slug": "child"},
+                "input": "{'i': index, 'v': item}",
+            },
+        }
+    )
+    raw["steps"].append(
+        {
+            "ref": "keep",
+            "type": "STEP_TYPE_DATAFLOW",
+            "args": {"operation": "filter", "items": "input.xs", "predicate": "item > index"},
+        }
+    )
+    raw["edges"] = [
+        {
+            "source_ref": "greet",
+            "target_ref": "pause",
+            "type": "EDGE_TYPE_CONDITION",
+            "condition": "output.message == 'hello' && input.go && run.id != ''",
+        },
+        {"source_ref": "greet", "target_ref": "wait"},
+    ]
+    assert validate_definition(raw).problems == []
+    # what a SCATTER's items and a top-level DATAFLOW's items see: no item
+    raw["steps"][3]["args"]["items"] = "item"
+    raw["steps"][5]["args"]["items"] = "index"
+    assert _codes(validate_definition(raw)) == [
+        ("definition.bad_expression", "/steps/3/args/items"),
+        ("definition.bad_expression", "/steps/5/args/items"),
+    ]
+
+
+def test_a_step_type_the_server_adds_is_not_judged_on_its_variables() -> None:
+    # Its handler may evaluate its CEL with variables of its own.
+    from ductor_core.builtin_steps import BUILTIN_STEP_SPECS
+    from ductor_core.step_args import DefinitionStruct
+    from ductor_core.step_specs import OnWorker, StepSpec
+
+    class EchoArgs(DefinitionStruct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+        message: str
+
+    echo = StepSpec(
+        type="STEP_TYPE_ECHO",
+        args=EchoArgs,
+        start=OnWorker(handler="echo"),
+        expressions=("message",),
+    )
+    raw = _hello()
+    raw["steps"][1] = {"ref": "pause", "type": "STEP_TYPE_ECHO", "args": {"message": "reply.text"}}
+    assert validate_definition(raw, specs=BUILTIN_STEP_SPECS.with_specs(echo)).valid

@@ -116,7 +116,9 @@ def _check_dataflow(a: ArgsCheck) -> None:
         for name in ("project", "sources", "keys"):
             if name in needs and a.fields.get(name) in ({}, []):
                 a.problem(f"'{a.prefix}{name}' must not be empty", name)
-    a.expressions("project", "items", "predicate", "expression", "source", "sources")
+    a.expressions("project", "items")
+    a.expressions("predicate", "expression", sees=("item", "index"))
+    a.expressions("source", "sources")
     keys = a.fields.get("keys")
     for j, key in enumerate(keys if isinstance(keys, list) else []):
         if not key:
@@ -149,7 +151,7 @@ def _carried(a: ArgsCheck, name: str, unfit: Callable[[str], str | None] = uncar
 def _check_wait_for_event(a: ArgsCheck) -> None:
     a.not_blank("event")
     _carried(a, "event")
-    a.expressions("match")
+    a.expressions("match", sees=("event",))
     a.duration("timeout")
 
 
@@ -252,7 +254,8 @@ ACTION: StepSpec[ActionArgs] = StepSpec(
 
 def _check_scatter(a: ArgsCheck) -> None:
     _exactly_one(a, "step", "workflow", "SCATTER")
-    a.expressions("items", "input")
+    a.expressions("items")
+    a.expressions("input", sees=("item", "index"))
     if a.given("input") and a.given("step") and not a.given("workflow"):
         # a field that does nothing is refused, as an unused timeout or retry is
         a.problem(

@@ -180,9 +180,14 @@ class ArgsCheck(Protocol):
         """Report `message` about the value at `parts`."""
         ...
 
-    def expressions(self, *names: str) -> None:
+    def expressions(self, *names: str, sees: tuple[str, ...] = ()) -> None:
         """Compile the CEL in each named field (a string, or a map or list of
-        strings); code `definition.bad_expression` (or `bad_step_reference`)."""
+        strings); code `definition.bad_expression` (or `bad_step_reference`).
+
+        A built-in type's expressions may read only the step's variables
+        (`input`, `steps`, `run`, and `item`, `index` in a SCATTER's template)
+        and those in `sees` (a WAIT_FOR_EVENT's `match` also sees `event`).
+        """
         ...
 
     def expression(self, source: str, *parts: str | int) -> None:

@@ -25,8 +25,16 @@ args struct gives the structure, the spec's `expressions` the CEL to compile
 and its `check` the rest, reported through `ArgsCheck`. A `check` that raises
 is reported as `definition.bad_args` on the args, never raised.
 
-What an expression may read. A step's expressions (its args, and a SCATTER's
-per-item template) may read `steps.<ref>` only for steps that come before it
+What an expression may read. Each place gives its expressions some variables
+(step args `input`, `steps`, `run`; a SCATTER's template and a DATAFLOW's
+per-element expressions also `item`, `index`; a WAIT_FOR_EVENT's `match` also
+`event`; an edge condition also `output`; a trigger filter only `event`;
+`concurrency.key` only `input`): reading any other top-level name
+(`free_variables`) is a `definition.bad_expression`. The args of a step type
+that is not built in are not judged so: its handler may evaluate them itself.
+
+A step's expressions (its args, and a SCATTER's per-item template) may read
+`steps.<ref>` only for steps that come before it
 (a path of edges leads from them to it): any other step may not have finished
 yet, or may finish only in some runs. An edge condition may read its source
 and the steps before that; `output` may read any step. References are found
@@ -40,7 +48,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 from typing import Any
 
@@ -61,7 +69,7 @@ from ductor_core.definitions import (
 )
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DefinitionError, DurationError, ExpressionError
-from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_core.expressions import ExpressionEngine, default_engine, free_variables
 from ductor_core.graph import Graph
 from ductor_core.input_schemas import schema_problems
 from ductor_core.step_specs import STEP_OPTIONS, InCoordinator, StepSpec, StepSpecs
@@ -90,7 +98,9 @@ PROBLEM_CODES: dict[str, str] = {
     "definition.bad_duration": "a duration string that does not parse, or a zero timeout",
     "definition.bad_retry": "a retry policy that cannot work",
     "definition.bad_step_option": "a step's timeout or retry on a step type that does not use it",
-    "definition.bad_expression": "a CEL expression that does not compile",
+    "definition.bad_expression": (
+        "a CEL expression that does not compile, or reads a variable its place does not give"
+    ),
     "definition.expression_too_costly": "a CEL expression over the engine's cost limits",
     "definition.bad_step_reference": "an expression reading a missing step or one not before it",
     "definition.dangling_edge": "an edge whose source or target is not a step",
@@ -140,6 +150,14 @@ _STEP_READS = re.compile(
 )
 
 _PLAIN_STEP_READS = re.compile(r"(?<![\w.])steps\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+# The variables each place's expressions are evaluated with (the tick's
+# `activation`, `concurrency.key_value`, the engine's trigger match).
+_STEP_VARIABLES = ("input", "steps", "run")
+_ITEM_VARIABLES = ("item", "index")
+_CONDITION_VARIABLES = (*_STEP_VARIABLES, "output")
+_TRIGGER_VARIABLES = ("event",)
+_KEY_VARIABLES = ("input",)
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -328,6 +346,10 @@ class _Walker:
         self.reader: str | None = None
         self.reader_sees_itself = False
         self._reads: dict[str, list[str]] = {}
+        # The variables the expressions being checked are evaluated with; None:
+        # not judged (a step type the server adds may evaluate its CEL itself).
+        self.variables: tuple[str, ...] | None = None
+        self._functions: frozenset[str] | None = None
 
     def add(self, code: str, pointer: str, message: str) -> None:
         self.problems.append(Problem(code=code, message=message, pointer=pointer))
@@ -460,8 +482,32 @@ class _Walker:
                 _ptr(base, *parts),
                 f"{_lead(where)}'{label}' is not valid CEL ({error}): {_show(source)}",
             )
-        elif self.reader is not None and "steps" in source:
+            return
+        if self.variables is not None:
+            self.unknown_variables(source, self.variables, base, parts, where, label)
+        if self.reader is not None and "steps" in source:
             self.step_reads(source, base, parts, where, label)
+
+    def unknown_variables(
+        self,
+        source: str,
+        variables: tuple[str, ...],
+        base: str,
+        parts: tuple[str | int, ...],
+        where: str,
+        label: str,
+    ) -> None:
+        """Report the variables an expression reads that its place does not give it."""
+        if self._functions is None:
+            self._functions = self.engine.functions.names()
+        names = free_variables(source, self._functions) or ()
+        unknown = [name for name in names if name not in variables]
+        if unknown:
+            self.add(
+                _BAD_EXPRESSION,
+                _ptr(base, *parts),
+                f"{_lead(where)}'{label}' {_unseen(unknown, variables)}: {_show(source)}",
+            )
 
     def _may_read(self, ref: str, reader: str) -> bool:
         if reader == "*" or self.graph.precedes(ref, reader):
@@ -645,6 +691,7 @@ class _Walker:
             else None
         )
         self.reader_sees_itself = False
+        self.variables = _STEP_VARIABLES
         kind = fields.get("type")
         spec = None
         if isinstance(kind, str):
@@ -655,6 +702,7 @@ class _Walker:
                 self.args(spec, args, _ptr(pointer, "args"), where, "args.", own)
         self.retry_and_timeout(fields, pointer, where, "", spec)
         self.reader = None
+        self.variables = None
 
     def step_spec(self, kind: str, pointer: str, where: str, label: str) -> StepSpec[Any] | None:
         spec = self.specs.get(kind)
@@ -766,16 +814,24 @@ class _Walker:
             raw = {}
         fields = self.struct(raw, info, pointer, where, prefix, _BAD_ARGS, _BAD_ARGS)
         checked = _Args(self, fields, raw, pointer, where, prefix, ref)
-        if spec.check is not None:
-            try:
-                spec.check(checked)
-            except Exception as exc:  # a spec's bug must not turn a report into a crash
-                self.add(
-                    _BAD_ARGS,
-                    pointer,
-                    f"{where}: the {spec.type} args could not be checked ({type(exc).__name__})",
-                )
-        checked.expressions(*spec.expressions)
+        variables = self.variables
+        if BUILTIN_STEP_SPECS.get(spec.type) is not spec:
+            # A type the server adds may evaluate its CEL with variables of its own.
+            self.variables = None
+        try:
+            if spec.check is not None:
+                try:
+                    spec.check(checked)
+                except Exception as exc:  # a spec's bug must not turn a report into a crash
+                    self.add(
+                        _BAD_ARGS,
+                        pointer,
+                        f"{where}: the {spec.type} args could not be checked"
+                        f" ({type(exc).__name__})",
+                    )
+            checked.expressions(*spec.expressions)
+        finally:
+            self.variables = variables
 
     def edge(self, i: int, raw: Any, seen: dict[tuple[str, str, str, str | None], int]) -> None:
         pointer = _ptr("/edges", i)
@@ -829,8 +885,10 @@ class _Walker:
         elif isinstance(condition, str):
             self.reader = source if isinstance(source, str) and known and self.acyclic else None
             self.reader_sees_itself = True
+            self.variables = _CONDITION_VARIABLES
             self.cel(condition, pointer, "condition", where=where, label="condition")
             self.reader = None
+            self.variables = None
         if isinstance(source, str) and isinstance(target, str) and known:
             if source == target:
                 self.add(
@@ -867,7 +925,9 @@ class _Walker:
             # No event can carry the name: the trigger could never fire.
             self.add("definition.bad_trigger", _ptr(pointer, "event"), f"{where}: 'event' {reason}")
         if isinstance(fields.get("filter"), str):
+            self.variables = _TRIGGER_VARIABLES
             self.cel(fields["filter"], pointer, "filter", where=where, label="filter")
+            self.variables = None
 
     def concurrency(self, value: Any) -> None:
         if value is None:
@@ -879,7 +939,9 @@ class _Walker:
             return
         key = fields.get("key")
         if isinstance(key, str) and key.strip():
+            self.variables = _KEY_VARIABLES
             self.cel(key, "/concurrency", "key", where="concurrency", label="concurrency.key")
+            self.variables = None
         if len(fields) != len(value):
             return  # a part of it is malformed, and reported as such
         try:
@@ -931,8 +993,10 @@ class _Walker:
         if value is None:
             return
         self.reader = "*" if self.steps_known else None
+        self.variables = _STEP_VARIABLES
         self._output(value, where)
         self.reader = None
+        self.variables = None
 
     def _output(self, value: Any, where: str) -> None:
         if isinstance(value, str):
@@ -1038,7 +1102,17 @@ class _Args:
     def problem(self, message: str, *parts: str | int) -> None:
         self._walker.add(_BAD_ARGS, self.at(*parts), f"{self.where}: {message}")
 
-    def expressions(self, *names: str) -> None:
+    def expressions(self, *names: str, sees: tuple[str, ...] = ()) -> None:
+        w = self._walker
+        variables = w.variables
+        if sees and variables is not None:
+            w.variables = (*variables, *sees)
+        try:
+            self._expressions(names)
+        finally:
+            w.variables = variables
+
+    def _expressions(self, names: tuple[str, ...]) -> None:
         w, where, prefix = self._walker, self.where, self.prefix
         for name in names:
             value = self.fields.get(name)
@@ -1102,7 +1176,14 @@ class _Args:
         if "args" in template or "args" not in raw_template:
             args = template.get("args")
             prefix = f"{self.prefix}{name}.args."
-            self._walker.args(spec, args, self.at(name, "args"), self.where, prefix, None)
+            w = self._walker
+            variables = w.variables
+            if variables is not None:
+                w.variables = (*variables, *_ITEM_VARIABLES)  # it runs once per item
+            try:
+                w.args(spec, args, self.at(name, "args"), self.where, prefix, None)
+            finally:
+                w.variables = variables
 
     def template_limits(self, name: str) -> None:
         template = self.fields.get(name)
@@ -1211,6 +1292,29 @@ def _step_reads(source: str) -> list[str]:
         if ref:
             refs[ref] = None
     return list(refs)
+
+
+def unseen_variables(
+    source: str, variables: Collection[str], functions: Collection[str] = ()
+) -> str | None:
+    """What is wrong with `source` where only `variables` are given, as the end of a
+    sentence ("reads 'steps', but it sees only 'input'"); None when it reads no
+    other variable, or is not CEL the parser reads (its compile error says why).
+
+    Args:
+        source: a CEL expression that compiles.
+        variables: the variables its place evaluates it with.
+        functions: the engine's registered function names (`engine.functions.names()`).
+    """
+    unknown = [name for name in free_variables(source, functions) or () if name not in variables]
+    return _unseen(unknown, variables) if unknown else None
+
+
+def _unseen(unknown: list[str], variables: Collection[str]) -> str:
+    read = " and ".join(f"'{name}'" for name in unknown)
+    given = [f"'{name}'" for name in variables]
+    sees = given[0] if len(given) == 1 else ", ".join(given[:-1]) + " and " + given[-1]
+    return f"reads {read}, but it sees only {sees}"
 
 
 def _lead(where: str) -> str:

@@ -242,6 +242,51 @@ async def test_an_action_the_server_does_not_have_is_refused_with_the_nearest(ap
     assert (await api.call("POST", "/v1/workflows", json=typo)).status_code == 201
 
 
+async def test_an_expression_reading_what_its_place_does_not_give_is_refused(api: Api) -> None:
+    # Each would publish and then fail (or match nothing, or share one key) every run.
+    misread = {
+        **HELLO,
+        "family_slug": "misread",
+        "edges": [],
+        "triggers": [{"event": "order.created", "filter": "input.total > 100"}],
+        "concurrency": {"limit": 1, "key": "steps.greet.output"},
+    }
+    misread["steps"] = [
+        {
+            "ref": "greet",
+            "type": "STEP_TYPE_DATAFLOW",
+            "args": {"operation": "project", "project": {"who": "event.data.name"}},
+        }
+    ]
+    problems = [
+        {
+            "code": "definition.bad_expression",
+            "message": "step 'greet': 'args.project.who' reads 'event', but it sees only"
+            " 'input', 'steps' and 'run': 'event.data.name'",
+            "pointer": "/steps/0/args/project/who",
+        },
+        {
+            "code": "definition.bad_expression",
+            "message": "triggers[0]: 'filter' reads 'input', but it sees only 'event':"
+            " 'input.total > 100'",
+            "pointer": "/triggers/0/filter",
+        },
+        {
+            "code": "definition.bad_expression",
+            "message": "concurrency: 'concurrency.key' reads 'steps', but it sees only 'input':"
+            " 'steps.greet.output'",
+            "pointer": "/concurrency/key",
+        },
+    ]
+    report = (await api.call("POST", "/v1/workflows/validate", json=misread)).json()
+    assert report == {"valid": False, "problems": problems}
+    error = assert_error(
+        await api.call("POST", "/v1/workflows", json=misread), 422, "definition.invalid"
+    )
+    assert error["details"] == problems
+    assert (await api.call("GET", "/v1/workflows")).json() == []
+
+
 async def test_a_valid_definition_validates(api: Api) -> None:
     report = (await api.call("POST", "/v1/workflows/validate", json=HELLO)).json()
     assert report == {"valid": True, "problems": []}

@@ -49,6 +49,7 @@ from ductor_core.expressions._limits import (
 from ductor_core.expressions._literals import string_literal
 from ductor_core.expressions._program_cache import ProgramCache
 from ductor_core.expressions._values import ValueConversionError, to_json
+from ductor_core.expressions._variables import free_variables
 
 if TYPE_CHECKING:
     from ductor_core.expressions._celpy_engine import (
@@ -90,6 +91,7 @@ __all__ = [
     "default_registry",
     "engine_by_name",
     "estimate_cost",
+    "free_variables",
     "make_activation",
     "string_literal",
     "to_json",

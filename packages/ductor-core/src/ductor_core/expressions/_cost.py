@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from ductor_core.errors import ExpressionError
 from ductor_core.expressions._limits import CostLimits
 from ductor_core.expressions._syntax import (
+    COMPREHENSIONS,
     Binary,
     Call,
     Conditional,
@@ -60,6 +61,7 @@ from ductor_core.expressions._syntax import (
     Select,
     Unary,
     Unreadable,
+    bound_names,
     parse,
 )
 
@@ -67,7 +69,6 @@ from ductor_core.expressions._syntax import (
 # chain of 2,000 steps would otherwise make numbers of 600 digits).
 _CAP = 2**62
 
-_COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter"})
 _CHEAP_SCALARS = frozenset(
     {
         "size",
@@ -425,10 +426,8 @@ class _Estimator:
 
     def call(self, node: Call, scope: dict[str, Shape], times: int) -> tuple[int, Shape]:
         name = node.name
-        if node.target is not None and name in _COMPREHENSIONS and node.args:
-            first = node.args[0]
-            if isinstance(first, Ident) and len(node.args) in (2, 3):
-                return self.comprehension(node, first.name, scope, times)
+        if name in COMPREHENSIONS and (bound := bound_names(node)) is not None:
+            return self.comprehension(node, bound[0], scope, times)
         if node.target is None and name == "has" and len(node.args) == 1:
             cost, _ = self.cost(node.args[0], scope, times)
             return cost, SCALAR

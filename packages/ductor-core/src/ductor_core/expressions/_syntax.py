@@ -1,4 +1,5 @@
-"""A small CEL tokenizer and parser, used only to estimate what an expression costs.
+"""A small CEL tokenizer and parser, used to estimate what an expression costs and
+to find the variables it reads.
 
 It builds a plain tree for the cost estimator; it never evaluates and imports
 no CEL library. It accepts what either engine accepts (the union of their
@@ -296,6 +297,30 @@ class Call(Node):
         if target is not None:
             heights.append(target.height)
         self.height = max(heights, default=0) + 1
+
+
+COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter"})
+"""The macros that bind a variable over a range: `range.name(variable, ...)`."""
+
+
+def bound_names(node: Call) -> tuple[str, ...] | None:
+    """The names a comprehension macro call binds in its other arguments
+    (`xs.map(x, x * 2)` binds `x`), or None if `node` is no comprehension.
+
+    A second name in a three-argument call (`m.all(k, v, p)`, the two-variable
+    form of newer CEL) counts as bound too; cel-python's `.reduce(acc, x, init,
+    step)` binds its first two.
+    """
+    args = node.args
+    if node.target is None or not args or not isinstance(args[0], Ident):
+        return None
+    if node.name in COMPREHENSIONS and len(args) in (2, 3):
+        if len(args) == 3 and isinstance(args[1], Ident):
+            return (args[0].name, args[1].name)
+        return (args[0].name,)
+    if node.name == "reduce" and len(args) == 4 and isinstance(args[1], Ident):
+        return (args[0].name, args[1].name)
+    return None
 
 
 # ---------------------------------------------------------------- the parser
