@@ -17,7 +17,13 @@ import msgspec
 import pytest
 
 from ductor import Client, Concurrency, Context, Rate
-from ductor.protocol import ConcurrencyInfo, DescribeResponse, RateInfo, WorkflowInfo
+from ductor.protocol import (
+    ConcurrencyInfo,
+    DescribeResponse,
+    RateInfo,
+    TriggerInfo,
+    WorkflowInfo,
+)
 from ductor_core.runs import CancelRequested, Command, DispatchTask, RunStatus, TimerFired
 from ductor_server.bridge.tick import BRIDGE_KIND, SLOT_TIMER, bridge_start, bridge_tick
 from ductor_server.errors import RequestInvalid
@@ -297,6 +303,49 @@ async def test_a_sync_with_options_that_cannot_work_is_refused_saying_where(
         "/workflows/5/timeout",
     ]
     assert details["pointer"] == "/workflows/1/concurrency/limit"
+
+
+async def test_a_sync_whose_key_or_match_reads_what_it_is_not_given_is_refused(
+    make_engine: Any,
+) -> None:
+    # The key is evaluated over the run's input alone, a trigger's match over the
+    # event alone: reading anything else would fail (or share one key) every time.
+    async with make_engine(_app(Tracker())) as engine:
+        describe = DescribeResponse(
+            app_id="shop",
+            sdk="test",
+            sdk_version="0",
+            workflows=[
+                WorkflowInfo(
+                    id="fine",
+                    retries=0,
+                    triggers=[TriggerInfo(event="paid", match="event.data.items.all(i, i > 0)")],
+                    concurrency=ConcurrencyInfo(limit=2, key="input.customer"),
+                ),
+                WorkflowInfo(
+                    id="misread",
+                    retries=0,
+                    triggers=[TriggerInfo(event="paid", match="event.data.id == input.id")],
+                    concurrency=ConcurrencyInfo(limit=2, key="steps.a.output"),
+                ),
+            ],
+        )
+        caller = BridgeCaller(tenant_id=TENANT, app_id="shop", own_key=False)
+        with pytest.raises(RequestInvalid) as refused:
+            await engine.services.bridge.sync(TENANT, describe, caller=caller)
+    details = refused.value.details
+    assert details is not None
+    assert details["problems"] == [
+        {
+            "pointer": "/workflows/1/triggers/0/match",
+            "message": "the match reads 'input', but it sees only 'event':"
+            " 'event.data.id == input.id'",
+        },
+        {
+            "pointer": "/workflows/1/concurrency/key",
+            "message": "the key reads 'steps', but it sees only 'input': 'steps.a.output'",
+        },
+    ]
 
 
 def test_the_sdk_refuses_an_option_that_cannot_work() -> None:

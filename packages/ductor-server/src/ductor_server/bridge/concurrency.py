@@ -25,6 +25,7 @@ from ductor_core.concurrency import ConcurrencyOption, RateLimit
 from ductor_core.errors import ExpressionError
 from ductor_core.expressions import ExpressionEngine
 from ductor_core.runs import TimerFired
+from ductor_core.validation import unseen_variables
 from ductor_server.bridge.registry import get_workflow
 from ductor_server.bridge.tick import SLOT_TIMER, parse_bridge_slug
 from ductor_server.engine.effects import Effects
@@ -49,7 +50,7 @@ def option_problems(
 ) -> list[tuple[str, str]]:
     """What is wrong with a workflow's `concurrency` option, as (JSON pointer,
     message) pairs: its limits, and its key's CEL (which must compile within
-    the engine's cost limits)."""
+    the engine's cost limits and read only `input`)."""
     option = option_of(info)
     assert option is not None
     out = [(pointer + where, message) for where, message in option.problems()]
@@ -58,6 +59,11 @@ def option_problems(
             engine.compile(option.key)
         except ExpressionError as exc:
             out.append((pointer + "/key", exc.message.split("\n", 1)[0]))
+        else:
+            # Evaluated over the run's input alone (`key_value`).
+            unseen = unseen_variables(option.key, ("input",), engine.functions.names())
+            if unseen is not None:
+                out.append((pointer + "/key", f"the key {unseen}: {option.key!r:.80}"))
     return out
 
 

@@ -37,6 +37,7 @@ from ductor.protocol import (
 from ductor_core.durations import parse_duration
 from ductor_core.errors import DuctorError, DurationError, ExpressionError
 from ductor_core.expressions import ExpressionEngine, default_engine
+from ductor_core.validation import unseen_variables
 from ductor_server.bridge.concurrency import option_problems
 from ductor_server.bridge.cron import cron_problem
 from ductor_server.bridge.keys import (
@@ -677,6 +678,12 @@ def _check_options(describe: DescribeResponse, engine: ExpressionEngine) -> None
                 except ExpressionError as exc:
                     message = exc.message.split("\n", 1)[0]
                     problems.append({"pointer": pointer + "/match", "message": message})
+                else:
+                    # Evaluated over the event alone (`trigger_matches`).
+                    unseen = unseen_variables(trigger.match, ("event",), engine.functions.names())
+                    if unseen is not None:
+                        message = f"the match {unseen}: {trigger.match!r:.80}"
+                        problems.append({"pointer": pointer + "/match", "message": message})
     crons = sum(1 for info in describe.workflows for t in info.triggers if t.cron is not None)
     crons_checked = crons <= MAX_CRONS_PER_APP  # else one problem, not one per cron
     if not crons_checked:
