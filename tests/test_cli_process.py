@@ -15,6 +15,16 @@ from pathlib import Path
 import httpx
 
 
+def _embedded(command: str, port: int, data: Path) -> subprocess.Popen[bytes]:
+    """`ductor COMMAND` (dev or serve) on the embedded store in `data`, on `port`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ductor_server.cli", command, "--port", str(port)],
+        env=_env({"DUCTOR_DATA_DIR": str(data)}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -72,16 +82,8 @@ def test_a_second_dev_on_the_same_data_dir_is_refused_and_a_stale_pid_file_is_no
     data = tmp_path / "data"
     pid_file = data / "ductor.pid"
 
-    def dev(port: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "ductor_server.cli", "dev", "--port", str(port)],
-            env=_env({"DUCTOR_DATA_DIR": str(data)}),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-
     port = _free_port()
-    first = dev(port)
+    first = _embedded("dev", port, data)
     second: subprocess.Popen[bytes] | None = None
     try:
         assert _ready(port, first) == 200
@@ -104,7 +106,7 @@ def test_a_second_dev_on_the_same_data_dir_is_refused_and_a_stale_pid_file_is_no
         first.wait(timeout=10)
         assert pid_file.read_text() == f"{first.pid}\n"  # kill -9 leaves it behind
         port = _free_port()
-        second = dev(port)
+        second = _embedded("dev", port, data)
         assert _ready(port, second) == 200
         assert pid_file.read_text() == f"{second.pid}\n"
     finally:
@@ -127,16 +129,8 @@ def test_a_second_embedded_serve_on_the_same_data_dir_is_refused_until_the_first
     data = tmp_path / "data"
     pid_file = data / "ductor.pid"
 
-    def serve(port: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "ductor_server.cli", "serve", "--port", str(port)],
-            env=_env({"DUCTOR_DATA_DIR": str(data)}),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-
     port = _free_port()
-    first = serve(port)
+    first = _embedded("serve", port, data)
     second: subprocess.Popen[bytes] | None = None
     try:
         assert _ready(port, first) == 200
@@ -163,7 +157,7 @@ def test_a_second_embedded_serve_on_the_same_data_dir_is_refused_until_the_first
         first.wait(timeout=10)
         assert pid_file.read_text() == f"{first.pid}\n"  # kill -9 leaves it behind
         port = _free_port()
-        second = serve(port)
+        second = _embedded("serve", port, data)
         assert _ready(port, second) == 200
         assert pid_file.read_text() == f"{second.pid}\n"
     finally:
