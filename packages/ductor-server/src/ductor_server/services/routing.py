@@ -78,7 +78,7 @@ from ductor_server.services.idempotency import Outcome as MutationOutcome
 from ductor_server.services.ledger import tell_entry_posted
 from ductor_server.services.metering import charge_usage, require_entitlement
 from ductor_server.services.receipts import ReceiptService, decision_ref
-from ductor_server.services.runs import MAX_CANCEL_REASON, check_name
+from ductor_server.services.runs import check_name, check_reason
 from ductor_server.services.settlement import (
     PoolSettlement,
     PoolSettlementView,
@@ -1495,11 +1495,7 @@ class RoutingService:
             LedgerError: completing a held charge whose hold expired, from a wallet
                 that can no longer pay it (nothing changes).
         """
-        if len(reason) > MAX_CANCEL_REASON:
-            problem = f"is longer than {MAX_CANCEL_REASON:,} characters"
-            raise RequestInvalid(
-                f"reason {problem}", details={"path": "$.reason", "reason": f"reason {problem}"}
-            )
+        check_reason(reason)
         sources: Sequence[str] = (ASSIGNED,) if to_status == ACCEPTED else OPEN_STATUSES
         now = self.clock.now()
         claim = Claim.of(

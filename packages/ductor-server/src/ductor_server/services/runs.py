@@ -236,6 +236,20 @@ def parse_run_status(value: str) -> RunStatus:
     return status
 
 
+def check_reason(reason: str) -> None:
+    """Refuse a reason (a cancel's, an assignment's) over `MAX_CANCEL_REASON`
+    characters: it is kept whole in history and errors.
+
+    Raises:
+        RequestInvalid: at `$.reason`.
+    """
+    if len(reason) > MAX_CANCEL_REASON:
+        problem = f"is longer than {MAX_CANCEL_REASON:,} characters"
+        raise RequestInvalid(
+            f"reason {problem}", details={"path": "$.reason", "reason": f"reason {problem}"}
+        )
+
+
 def check_name(what: str, name: Any, error: type[ServerError], *, path: str | None = None) -> str:
     """`name` if it is a non-empty string of at most MAX_NAME_LENGTH characters,
     without control characters.
@@ -966,11 +980,7 @@ class RunsService:
             RequestInvalid: `reason` is over `MAX_CANCEL_REASON` characters.
             IdempotencyConflict: the key was used with another reason.
         """
-        if len(reason) > MAX_CANCEL_REASON:
-            problem = f"is longer than {MAX_CANCEL_REASON:,} characters"
-            raise RequestInvalid(
-                f"reason {problem}", details={"path": "$.reason", "reason": f"reason {problem}"}
-            )
+        check_reason(reason)
         context = self._context
         now = context.clock.now()
         claim = Claim.of(
@@ -1099,6 +1109,7 @@ __all__ = [
     "SignalAccepted",
     "StepView",
     "check_name",
+    "check_reason",
     "parse_run_status",
     "run_view",
 ]
