@@ -25,6 +25,26 @@ def _embedded(command: str, port: int, data: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _starts_after_kill_9(command: str, first: subprocess.Popen[bytes], data: Path) -> None:
+    """Kill `first` with SIGKILL: its pid file stays behind, yet does not stop a new
+    `ductor COMMAND` on `data`, whose clean stop removes the file."""
+    pid_file = data / "ductor.pid"
+    first.kill()
+    first.wait(timeout=10)
+    assert pid_file.read_text() == f"{first.pid}\n"  # kill -9 leaves it behind
+    port = _free_port()
+    second = _embedded(command, port, data)
+    try:
+        assert _ready(port, second) == 200
+        assert pid_file.read_text() == f"{second.pid}\n"
+    finally:
+        if second.poll() is None:
+            second.terminate()
+            second.wait(timeout=10)
+    assert second.returncode == 0
+    assert not pid_file.exists(), "a clean stop removes the pid file"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,7 +104,6 @@ def test_a_second_dev_on_the_same_data_dir_is_refused_and_a_stale_pid_file_is_no
 
     port = _free_port()
     first = _embedded("dev", port, data)
-    second: subprocess.Popen[bytes] | None = None
     try:
         assert _ready(port, first) == 200
         for again in (port, _free_port()):
@@ -102,21 +121,11 @@ def test_a_second_dev_on_the_same_data_dir_is_refused_and_a_stale_pid_file_is_no
             )
             assert done.stdout == ""
             assert pid_file.read_text() == f"{first.pid}\n"
-        first.kill()
-        first.wait(timeout=10)
-        assert pid_file.read_text() == f"{first.pid}\n"  # kill -9 leaves it behind
-        port = _free_port()
-        second = _embedded("dev", port, data)
-        assert _ready(port, second) == 200
-        assert pid_file.read_text() == f"{second.pid}\n"
+        _starts_after_kill_9("dev", first, data)
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=10)
-    assert second is not None
-    assert second.returncode == 0
-    assert not pid_file.exists()
+        if first.poll() is None:
+            first.terminate()
+            first.wait(timeout=10)
 
 
 def test_a_second_embedded_serve_on_the_same_data_dir_is_refused_until_the_first_dies(
@@ -131,7 +140,6 @@ def test_a_second_embedded_serve_on_the_same_data_dir_is_refused_until_the_first
 
     port = _free_port()
     first = _embedded("serve", port, data)
-    second: subprocess.Popen[bytes] | None = None
     try:
         assert _ready(port, first) == 200
         assert pid_file.read_text() == f"{first.pid}\n"
@@ -153,21 +161,11 @@ def test_a_second_embedded_serve_on_the_same_data_dir_is_refused_until_the_first
         assert dev.returncode == 1, dev
         assert f" is already running on {data.resolve()} (pid {first.pid})" in dev.stderr
         assert pid_file.read_text() == f"{first.pid}\n"
-        first.kill()
-        first.wait(timeout=10)
-        assert pid_file.read_text() == f"{first.pid}\n"  # kill -9 leaves it behind
-        port = _free_port()
-        second = _embedded("serve", port, data)
-        assert _ready(port, second) == 200
-        assert pid_file.read_text() == f"{second.pid}\n"
+        _starts_after_kill_9("serve", first, data)
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=10)
-    assert second is not None
-    assert second.returncode == 0
-    assert not pid_file.exists(), "a clean stop removes the pid file"
+        if first.poll() is None:
+            first.terminate()
+            first.wait(timeout=10)
 
 
 def _env(env: dict[str, str] | None) -> dict[str, str]:
