@@ -265,7 +265,8 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     if (typeof id !== "string") throw new TypeError(`workflow id must be a string, got ${JSON.stringify(id)}`);
     if (!id) throw new TypeError("workflow id must not be empty");
     if (this.#workflows.has(id)) throw new TypeError(`workflow '${id}' is already registered on app '${this.appId}'`);
-    if (!Number.isInteger(retries) || retries < 0) throw new RangeError(`retries must be an integer >= 0, got ${retries}`);
+    if (typeof fn !== "function") throw new TypeError(`workflow body must be a function, got ${typeof fn}`);
+    if (!Number.isInteger(retries) || retries < 0) throw new RangeError(`retries must be an integer >= 0, got ${given(retries)}`);
     checkText("name", options.name);
     for (const t of options.trigger === undefined ? [] : [options.trigger].flat()) {
       const given = typeof t === "string" ? { event: t } : (t as { event?: unknown; cron?: unknown; match?: unknown });
@@ -281,7 +282,7 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
     }
     const limit = typeof concurrency === "number" ? concurrency : concurrency?.limit;
     if (limit !== undefined && (!Number.isInteger(limit) || limit < 1)) {
-      throw new RangeError(`concurrency limit must be an integer >= 1, got ${limit}`);
+      throw new RangeError(`concurrency limit must be an integer >= 1, got ${given(limit)}`);
     }
     if (typeof concurrency === "object") {
       const { rate } = concurrency;
@@ -293,10 +294,10 @@ export class Ductor<Events extends EventSchemas = AnyEvents> implements BridgeHo
           throw new TypeError(`concurrency rate must be { limit, period, burst? }, got ${JSON.stringify(rate)}`);
         }
         if (!Number.isInteger(rate.limit) || rate.limit < 1) {
-          throw new RangeError(`concurrency rate limit must be an integer >= 1, got ${rate.limit}`);
+          throw new RangeError(`concurrency rate limit must be an integer >= 1, got ${given(rate.limit)}`);
         }
         if (rate.burst !== undefined && (!Number.isInteger(rate.burst) || rate.burst < 1 || rate.burst > rate.limit)) {
-          throw new RangeError(`concurrency rate burst must be an integer from 1 to the limit (${rate.limit}), got ${rate.burst}`);
+          throw new RangeError(`concurrency rate burst must be an integer from 1 to the limit (${given(rate.limit)}), got ${given(rate.burst)}`);
         }
         if (parseDuration(canonicalDuration(rate.period)) <= 0) {
           throw new RangeError(`concurrency rate period must be longer than zero, got ${JSON.stringify(rate.period)}`);
@@ -595,4 +596,9 @@ function checkText(what: string, value: unknown, { empty = true }: { empty?: boo
   if (value === undefined || value === null) return;
   if (typeof value !== "string") throw new TypeError(`${what} must be a string, got ${JSON.stringify(value)}`);
   if (!empty && value === "") throw new TypeError(`${what} must not be empty`);
+}
+
+/** A refused option's value as the message shows it: text quoted, so `"3"` is not read as the number 3. */
+function given(value: unknown): string {
+  return typeof value === "string" ? JSON.stringify(value) : String(value);
 }

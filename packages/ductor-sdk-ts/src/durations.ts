@@ -62,9 +62,10 @@ export function parseDuration(text: string): number {
  * @throws DurationError the value is negative or not finite.
  */
 export function formatDuration(milliseconds: number): string {
-  if (!Number.isFinite(milliseconds) || milliseconds > MAX_MS) {
-    throw new DurationError(`duration must be at most 100 years, got ${milliseconds}ms`);
+  if (!Number.isFinite(milliseconds)) {
+    throw new DurationError(`duration must be a finite number of milliseconds, got ${milliseconds}`);
   }
+  if (milliseconds > MAX_MS) throw new DurationError(`duration must be at most 100 years, got ${milliseconds}ms`);
   let millis = roundHalfEven(milliseconds);
   if (millis < 0) throw new DurationError(`duration must not be negative, got ${milliseconds}ms`);
   if (millis === 0) return "0s";

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Ductor, DuctorError, type Trigger, canonicalDuration } from "../src/index.js";
+import { Ductor, DuctorError, DurationError, type Trigger, canonicalDuration } from "../src/index.js";
 import { DescribeResponse, decode, encode } from "../src/protocol.js";
 
 const app = () => new Ductor({ appId: "unit", signingKey: "unit-key" });
@@ -155,4 +155,31 @@ test("a cancel handler's error is answered whatever was thrown, its text unreada
   assert.equal(answers[1]?.error?.message, "plain");
   assert.match(answers[2]?.error?.message ?? "", /could not be read/);
   assert.match(answers[3]?.error?.message ?? "", /could not be read/);
+});
+
+test("a body that is no function is refused at registration, not when a run executes it", () => {
+  const ductor = app();
+  const notABody = (value: unknown) => () =>
+    ductor.workflow({ id: "no-body" }, value as () => Promise<null>);
+  for (const value of [5, "async () => 1", null, undefined, {}]) {
+    assert.throws(notABody(value), (err) => err instanceof TypeError && /workflow body must be a function/.test(err.message));
+  }
+  assert.equal(ductor.workflows.size, 0);
+});
+
+test("a refused option's message shows the value given: a number sent as text, NaN, Infinity", () => {
+  const ductor = app();
+  const bad = (options: Record<string, unknown>) => () => ductor.workflow({ id: "bad", ...options }, body);
+  assert.throws(bad({ retries: "3" }), (err) => err instanceof RangeError && err.message === 'retries must be an integer >= 0, got "3"');
+  assert.throws(bad({ concurrency: { limit: "2" } }), /concurrency limit must be an integer >= 1, got "2"$/);
+  assert.throws(bad({ concurrency: { rate: { limit: "5", period: "1s" } } }), /rate limit must be an integer >= 1, got "5"$/);
+  assert.throws(bad({ concurrency: { rate: { limit: 5, period: "1s", burst: "1" } } }), /got "1"$/);
+  for (const timeout of [Number.NaN, Number.POSITIVE_INFINITY]) {
+    assert.throws(
+      bad({ timeout }),
+      (err) => err instanceof DurationError && err.message === `duration must be a finite number of milliseconds, got ${timeout}`,
+    );
+  }
+  assert.throws(bad({ timeout: 4e12 }), (err) => err instanceof DurationError && /at most 100 years/.test(err.message));
+  assert.equal(ductor.workflows.size, 0);
 });
