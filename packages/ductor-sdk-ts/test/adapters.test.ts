@@ -13,7 +13,7 @@ import express from "express";
 import { Hono } from "hono";
 
 import { Ductor } from "../src/index.js";
-import { createBridgeServer, readBody } from "../src/adapters/node.js";
+import { MAX_BODY_BYTES, createBridgeServer, readBody } from "../src/adapters/node.js";
 import { ductorExpress } from "../src/adapters/express.js";
 import { ductorHono } from "../src/adapters/hono.js";
 import { fetchHandler } from "../src/adapters/fetch.js";
@@ -27,6 +27,7 @@ import {
   HealthResponse,
   type Input,
   SIGNATURE_HEADER,
+  SeenNonces,
   SigningKeys,
   SyncAck,
   SyncResponse,
@@ -194,6 +195,70 @@ describe("Hono and fetch", () => {
     assert.deepEqual(description.workflows[0]?.triggers, [{ event: "user.created", cron: null, match: null }]);
     const elsewhere = await fetchHandler(ductor, { path: "/api/ductor" })(new Request("http://app.local/other"));
     assert.equal(elsewhere.status, 404);
+  });
+});
+
+describe("body limits", () => {
+  test("every adapter answers a body over maxBodyBytes with a plain 413 before it is verified, and reads one at the limit", async () => {
+    assert.equal(MAX_BODY_BYTES, 64 * 1024 * 1024);
+    const { ductor } = makeApp();
+    const limit = { maxBodyBytes: 1000 };
+    const express413 = express();
+    express413.all("/api/ductor", ductorExpress(ductor, limit));
+    const expressRaw = express();
+    expressRaw.use("/api/ductor", express.raw({ type: "*/*" }));
+    expressRaw.all("/api/ductor", ductorExpress(ductor, limit));
+    const servers = [createBridgeServer(ductor, limit), createServer(express413), createServer(expressRaw)];
+    const hono = new Hono();
+    hono.on(["GET", "POST"], "/api/ductor", ductorHono(ductor, limit));
+    const callers: ((body: string) => Response | Promise<Response>)[] = [
+      ...(await Promise.all(servers.map(listen))).map(
+        (base) => (body: string) => fetch(`${base}/api/ductor`, { method: "POST", body }),
+      ),
+      (body) => fetchHandler(ductor, limit)(new Request("http://app.local/api/ductor", { method: "POST", body })),
+      (body) => hono.fetch(new Request("http://app.local/api/ductor", { method: "POST", body })),
+    ];
+    try {
+      for (const [i, call] of callers.entries()) {
+        const huge = await call("x".repeat(1001));
+        assert.equal(huge.status, 413, `adapter ${i}`);
+        assert.equal(huge.headers.get("content-type"), "text/plain");
+        assert.equal(huge.headers.get(SIGNATURE_HEADER), null);
+        assert.equal(await huge.text(), "body too large");
+        // At the limit the body is read, then refused as any unsigned request is.
+        const read = await call("x".repeat(1000));
+        const raw = new Uint8Array(await read.arrayBuffer());
+        assert.deepEqual([read.status, decode(ErrorResponse, raw).code], [401, "signature.missing"], `adapter ${i}`);
+      }
+    } finally {
+      for (const server of servers) server.close();
+    }
+  });
+});
+
+describe("signing keys", () => {
+  test("a fallback key is accepted and never signs; a full nonce store is a signed, retryable 503", async () => {
+    const ductor = new Ductor({
+      appId: "shop",
+      signingKey: "key-new-0001",
+      fallbackSigningKey: "key-old-0001",
+      seenNonces: new SeenNonces({ capacity: 2 }),
+    });
+    ductor.workflow({ id: "greet" }, async (ctx, name: string) => ctx.step.run("greet", () => `hello ${name}`));
+    const answers = [];
+    for (const key of ["key-old-0001", "key-new-0001", "key-old-0001"]) {
+      const body = greet(key);
+      const headers = { [SIGNATURE_HEADER]: new SigningKeys(key).requestHeader(body, now()) };
+      answers.push(await ductor.handle({ method: "POST", headers, body }));
+    }
+    assert.deepEqual(answers.map((a) => a.status), [200, 200, 503]);
+    const full = decode(ErrorResponse, answers[2]?.body ?? new Uint8Array());
+    assert.deepEqual([full.code, full.retryable], ["signature.replay_cache_full", true]);
+    for (const answer of answers) {
+      const signature = answer.headers[SIGNATURE_HEADER];
+      assert.doesNotThrow(() => verifySigned(answer.body, signature, { keys: ["key-new-0001"], now: now() }));
+      assert.throws(() => verifySigned(answer.body, signature, { keys: ["key-old-0001"], now: now() }));
+    }
   });
 });
 

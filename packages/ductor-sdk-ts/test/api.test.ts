@@ -208,3 +208,48 @@ describe("answers of the wrong shape", () => {
     assert.deepEqual(got["new_field"], [1]);
   });
 });
+
+describe("failed calls", () => {
+  test("an error answer and an unreachable server are ApiErrors with status, code, message, details and retryable", async () => {
+    const refusing = createServer((_req, res) => {
+      res.writeHead(404, { "content-type": "application/json" });
+      res.end(JSON.stringify({ code: "run.not_found", message: "run 'run-x' not found", details: { run_id: "run-x" } }));
+    });
+    await new Promise<void>((resolve) => refusing.listen(0, "127.0.0.1", resolve));
+    const port = (refusing.address() as AddressInfo).port;
+    const failure = (call: Promise<unknown>) =>
+      call.then(
+        () => assert.fail("resolved"),
+        (e: unknown) => e,
+      );
+    try {
+      const missing = await failure(new ApiClient({ baseUrl: `http://127.0.0.1:${port}` }).getRun("run-x"));
+      assert.ok(missing instanceof ApiError, String(missing));
+      assert.deepEqual(
+        [missing.status, missing.code, missing.message, missing.details, missing.retryable],
+        [404, "run.not_found", "run 'run-x' not found", { run_id: "run-x" }, false],
+      );
+    } finally {
+      await new Promise((resolve) => refusing.close(resolve));
+    }
+    // Nothing listens on the port now.
+    const api = new ApiClient({ baseUrl: `http://127.0.0.1:${port}` });
+    const calls = [
+      () => api.getRun("run-x"),
+      () => api.trigger("f", {}),
+      () => api.sendEvent("e", {}),
+      () => api.waitForResult("run-x", { timeoutMs: 500 }),
+    ];
+    for (const call of calls) {
+      const err = await failure(call());
+      assert.ok(err instanceof ApiError && !(err instanceof WaitTimeoutError), String(err));
+      assert.deepEqual([err.status, err.code, err.retryable], [0, "api.unreachable", true]);
+    }
+  });
+
+  test("ApiError and WaitTimeoutError are the same classes from @ductor/sdk and @ductor/sdk/api", async () => {
+    const [root, entry] = await Promise.all([import("../src/index.js"), import("../src/api.js")]);
+    assert.equal(root.ApiError, entry.ApiError);
+    assert.equal(root.WaitTimeoutError, entry.WaitTimeoutError);
+  });
+});
