@@ -496,6 +496,30 @@ def test_another_tenant_finds_nothing(postgres: ServerProcess) -> None:
         assert trigger.json()["details"][0]["debug"]["code"] == "workflow.not_found"
 
 
+def test_an_idempotency_key_is_the_tenants_own(sqlite: ServerProcess) -> None:
+    # Another tenant sending the same Idempotency-Key with the same request is
+    # answered for itself: never the first tenant's run, nor a replay of it.
+    trigger = {"family_slug": "hello", "input": {"name": "same"}}
+    once = {"Idempotency-Key": "shared-by-two"}
+    with sqlite.client() as http:
+        http.post("/v1/workflows", json=HELLO)
+        mine = _rpc(http, "RunService/TriggerRun", trigger, **once)
+        assert mine.status_code == 200, mine.text
+    with sqlite.client(other_key(sqlite, "umbrella")) as stranger:
+        missing = _rpc(stranger, "RunService/TriggerRun", trigger, **once)
+        assert missing.status_code == 404
+        assert missing.json()["details"][0]["debug"]["code"] == "workflow.not_found"
+        assert "Idempotency-Replayed" not in missing.headers
+        stranger.post("/v1/workflows", json=HELLO)
+        theirs = _rpc(stranger, "RunService/TriggerRun", trigger, **once)
+        assert theirs.status_code == 200, theirs.text
+        assert "Idempotency-Replayed" not in theirs.headers
+        assert theirs.json()["id"] != mine.json()["id"]
+        again = _rpc(stranger, "RunService/TriggerRun", trigger, **once)
+        assert again.headers["Idempotency-Replayed"] == "true"
+        assert again.json()["id"] == theirs.json()["id"]
+
+
 def test_an_error_repeats_at_most_a_bounded_part_of_the_request(sqlite: ServerProcess) -> None:
     with sqlite.client() as http:
         missing = _rpc(http, "RunService/TriggerRun", {"family_slug": "s" * 100_000})
@@ -830,6 +854,61 @@ def test_an_encoding_not_served_is_invalid_argument_naming_where(sqlite: ServerP
                 "code": "request.invalid",
                 "details": {"parameter": "compression"},
             }
+    assert "Traceback" not in sqlite.log()
+
+
+def test_hostile_bodies_are_clear_connect_errors(sqlite: ServerProcess) -> None:
+    # What a hostile client sends instead of a request message is invalid_argument
+    # (or resource_exhausted past the limit) with a detail saying what is wrong,
+    # never a 5xx: a body that is not an object, binary protobuf labelled JSON,
+    # bytes that are not UTF-8, gzip cut short or followed by junk, a streaming
+    # request's Connect-Content-Encoding on a unary call, and a GET's gzip bomb.
+    path = "/ductor.v1.RunService/ListRuns"
+    with sqlite.client() as http:
+        limit = http.post("/v1/runs", content=b"x" * (2 * 1024 * 1024)).json()
+
+        def refused(body: bytes, **headers: str) -> tuple[int, str, dict[str, Any]]:
+            answer = http.post(path, content=body, headers={**JSON, **headers})
+            error = answer.json()
+            (detail,) = error["details"]
+            return answer.status_code, error["code"], detail["debug"]
+
+        for body in (b"[]", b"null", b"1", b'"x"'):
+            status, code, debug = refused(body)
+            assert (status, code, debug["code"]) == (400, "invalid_argument", "request.invalid")
+            assert debug["details"]["path"] == "$", body
+        for body in (b"\n\x05hello\x10\x01", b'{"family_slug": "\xff"}', b"\xef\xbb\xbf{}"):
+            status, code, debug = refused(body)
+            assert (status, code, debug["code"]) == (
+                400,
+                "invalid_argument",
+                "request.malformed_json",
+            ), body
+        plain = gzip.compress(b'{"limit": 5}')
+        for body in (plain[:-6], plain + b"junk", b"{}"):
+            status, code, debug = refused(body, **{"Content-Encoding": "gzip"})
+            assert (status, code) == (400, "invalid_argument")
+            assert debug == {"code": "request.invalid", "details": {"header": "Content-Encoding"}}
+        # Connect-Content-Encoding belongs to streaming calls: a unary body it
+        # names is read as sent (here gzip bytes, which are no JSON).
+        status, code, debug = refused(plain, **{"Connect-Content-Encoding": "gzip"})
+        assert (status, debug["code"]) == (400, "request.malformed_json")
+
+        bomb = gzip.compress(b"{" + b" " * (8 * 1024 * 1024) + b"}", 9)
+        params = {
+            "encoding": "json",
+            "message": base64.urlsafe_b64encode(bomb).decode().rstrip("="),
+            "base64": "1",
+            "compression": "gzip",
+        }
+        started = time.monotonic()
+        by_get = http.get(path, params=params)
+        assert time.monotonic() - started < 10
+        assert by_get.status_code == 429, by_get.text
+        error = by_get.json()
+        assert (error["code"], error["message"]) == ("resource_exhausted", limit["message"])
+        assert error["details"][0]["debug"] == {"code": limit["code"], "details": limit["details"]}
+        assert _rpc(http, "RunService/ListRuns", {}).status_code == 200
     assert "Traceback" not in sqlite.log()
 
 
