@@ -39,6 +39,7 @@ from ductor_core import (
     tick,
 )
 from ductor_core.durations import MAX_DURATION
+from ductor_core.tick import MAX_SCATTER_ITEMS
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 DATA = Path(__file__).parent / "data"
@@ -882,6 +883,30 @@ def test_scatter_empty_items_succeeds_with_empty_list() -> None:
     result = start_run(_scatter_wf(items="[]"), run_id="r", input={}, now=NOW)
     assert result.state.steps["fan"].output == []
     assert result.state.status is RunStatus.SUCCEEDED
+
+
+def test_scatter_of_more_than_the_limit_fails_and_starts_no_item() -> None:
+    at_limit = start_run(
+        _scatter_wf(concurrency=3), run_id="r", input={"items": [0] * MAX_SCATTER_ITEMS}, now=NOW
+    )
+    assert len(of(at_limit, DispatchTask)) == 3
+    assert at_limit.state.steps["fan"].status is StepStatus.RUNNING
+
+    over = start_run(
+        _scatter_wf(concurrency=3),
+        run_id="r",
+        input={"items": [0] * (MAX_SCATTER_ITEMS + 1)},
+        now=NOW,
+    )
+    assert of(over, DispatchTask) == []
+    fan = over.state.steps["fan"]
+    assert fan.status is StepStatus.FAILED
+    assert fan.error is not None
+    assert fan.error.code == "scatter.too_many_items"
+    assert not fan.error.retryable
+    assert fan.error.details == {"items": MAX_SCATTER_ITEMS + 1, "limit": MAX_SCATTER_ITEMS}
+    assert "10,001 items" in fan.error.message
+    assert fan.items is None  # no item state kept for the refused list
 
 
 def test_scatter_of_workflows_starts_children_per_item() -> None:
