@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import pickle
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -907,6 +908,28 @@ def test_scatter_of_more_than_the_limit_fails_and_starts_no_item() -> None:
     assert fan.error.details == {"items": MAX_SCATTER_ITEMS + 1, "limit": MAX_SCATTER_ITEMS}
     assert "10,001 items" in fan.error.message
     assert fan.items is None  # no item state kept for the refused list
+
+
+def test_a_run_state_pickles_as_its_json() -> None:
+    # A tick computed in another process gets the state and gives it back pickled.
+    started = start_run(
+        _scatter_wf(concurrency=2),
+        run_id="r",
+        input={"items": [1, "two", {"three": [3.5, None, True]}]},
+        now=datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=5))),
+    )
+    state = msgspec.structs.replace(
+        started.state,
+        timers={"fan:0:retry:2": NOW},
+        received_ids=["event:e1"],
+        cancel_requested=True,
+    )
+    data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    assert msgspec.json.encode(state) in data
+    back = pickle.loads(data)
+    assert back == state
+    assert back.created_at.utcoffset() == timedelta(hours=5)
+    assert back.steps["fan"].items == state.steps["fan"].items
 
 
 def test_scatter_of_workflows_starts_children_per_item() -> None:

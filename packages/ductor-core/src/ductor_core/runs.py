@@ -128,6 +128,25 @@ class RunState(_Data, frozen=True, kw_only=True, omit_defaults=True):
     # how many steps are not terminal yet; None means "count them".
     open_steps: int | None = None
 
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        """Pickled as its JSON, the form it is stored in.
+
+        A tick computed in another process sends the run's state there and
+        back. Pickle rebuilds a Struct field by field: for a state of 10,000
+        scatter items, about 10 ms each way on the sending process's event
+        loop, against about 1 ms to encode and 4 ms to decode as JSON.
+        """
+        return (_state_from_json, (_json_encoder.encode(self),))
+
+
+_json_encoder = msgspec.json.Encoder()
+_state_decoder = msgspec.json.Decoder(RunState)
+
+
+def _state_from_json(data: bytes) -> RunState:
+    """A `RunState` from the JSON `RunState.__reduce__` gave."""
+    return _state_decoder.decode(data)
+
 
 # --- inputs ------------------------------------------------------------------
 

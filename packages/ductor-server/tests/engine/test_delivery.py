@@ -19,6 +19,7 @@ from ductor_core.runs import CancelRequested
 from ductor_server.composition import build_services
 from ductor_server.engine.actions import ActionCall, ActionRegistry, default_registry
 from ductor_server.engine.clock import ManualClock
+from ductor_server.engine.coordinator import REPORT_STATE_BYTES
 from ductor_server.engine.fairqueue import LocalFairQueue
 from ductor_server.engine.queue import InProcessWakeUp
 from ductor_server.engine.runtime import Role, Runtime, RuntimeConfig
@@ -504,6 +505,29 @@ async def test_a_workers_report_ticks_the_runs_of_its_results(
         )
         [seq] = await tx.enqueue_inbox([item])
     assert seq == (1 if tick_reported else 25)
+
+
+async def test_a_run_with_a_long_state_is_ticked_by_the_claim_not_in_reports(
+    store: Store,
+) -> None:
+    # A report's transaction carries every tenant's results: a run whose state is
+    # over REPORT_STATE_BYTES is not decoded and ticked there. Its results go to
+    # its inbox, and the coordinator's claim ticks them.
+    registry, counts, chain = _counted_chain(3)
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
+    async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)  # no CEL: cheap at any size
+        coordinator = rt.coordinator
+        for blob, direct in (("x" * 100, 3), ("x" * REPORT_STATE_BYTES, 0)):
+            before = coordinator.direct_batches
+            run = (await services.runs.trigger(TENANT, "chain", None, {"b": blob}, None)).value
+            view = await _wait_end(services, run.id)
+            assert view.status == SUCCEEDED
+            assert view.output == {"s2": "s2"}
+            assert coordinator.direct_batches - before == direct
+    assert len(counts) == 6
+    assert set(counts.values()) == {1}
 
 
 @pytest.mark.parametrize("take_at_once", [True, False])

@@ -586,6 +586,26 @@ async def test_locking_runs_reads_them_as_get_runs_does(store: Store) -> None:
         ]
 
 
+async def test_locking_runs_with_a_state_limit_leaves_out_the_longer_states(store: Store) -> None:
+    small = new_run("t1", "small")
+    big = new_run("t1", "big")
+    big = msgspec.structs.replace(
+        big, state=msgspec.structs.replace(big.state, input={"blob": "x" * 5000})
+    )
+    async with store.transaction() as tx:
+        await tx.insert_runs([small, big])
+    refs = [RunRef(tenant_id="t1", run_id=r) for r in ("big", "small")]
+    async with store.transaction() as tx:
+        assert [r.id for r, _ in await tx.lock_runs(refs, max_state_bytes=4096)] == ["small"]
+        assert [r.id for r, _ in await tx.lock_runs(refs, max_state_bytes=8192)] == [
+            "big",
+            "small",
+        ]
+        assert [r.id for r, _ in await tx.lock_runs(refs)] == ["big", "small"]
+        # One run alone goes through the one-row statement.
+        assert await tx.lock_runs(refs[:1], max_state_bytes=4096) == []
+
+
 async def test_runs_batch_read_keeps_order_and_drops_missing(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_runs([new_run("t1", f"r{i}") for i in range(500)])

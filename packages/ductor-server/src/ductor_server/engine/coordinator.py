@@ -68,6 +68,12 @@ UNSTORED = 0
 no inbox row (stored rows count from 1)."""
 INPUTS_PER_TICK = 1000
 """The most inbox items one tick of a run takes; the rest wait for the next."""
+REPORT_STATE_BYTES = 64 * 1024
+"""The longest stored state of a run that a worker's report ticks (`tick_reported`).
+A report's transaction carries the results of every tenant's steps: decoding,
+ticking and writing a larger state there (a SCATTER of thousands of items, about
+1 MB for 10,000) held up each of them, once per report. Such a run's results go to
+its inbox and the claim ticks them, many at a time."""
 UNKNOWN_KIND_DELAY = timedelta(seconds=30)
 """How long the input of a run of an unknown kind is put off, so that such runs
 never crowd the claim (a process that knows the kind ticks them then)."""
@@ -320,8 +326,9 @@ class Coordinator:
         queueing them all in the inbox, so that they are ticked in the report's
         commit rather than in a claim of its own (one transaction less per step,
         and no inbox row written, read back and deleted). Only runs this
-        transaction can lock at once (`Tx.lock_runs`: none another writer holds)
-        and whose ticks are cheap enough for the loop are ticked, each with its
+        transaction can lock at once (`Tx.lock_runs`: none another writer holds),
+        whose stored state is at most `REPORT_STATE_BYTES` long, and whose
+        ticks are cheap enough for the loop are ticked, each with its
         stored input first and these results after it. Returns the results it
         did not tick, which the caller queues in the inbox for the claim, and
         what to call once the caller commits (None: nothing was ticked). The
@@ -336,7 +343,9 @@ class Coordinator:
         if self.stopped or not left:
             return await _flagged(left, fresh), None
         keys = dict.fromkeys((r.tenant_id, r.run_id) for r in left)
-        locked = await tx.lock_runs([RunRef(tenant_id=t, run_id=r) for t, r in keys])
+        locked = await tx.lock_runs(
+            [RunRef(tenant_id=t, run_id=r) for t, r in keys], max_state_bytes=REPORT_STATE_BYTES
+        )
         left = await _flagged(left, fresh)
         pending: dict[tuple[str, str], list[InboxItem]] = defaultdict(list)
         for r in left:

@@ -1331,13 +1331,20 @@ class SqlTx:
         )
         return [None if row is None else RunStatus(row[0]) for row in rows]
 
-    async def lock_runs(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
+    async def lock_runs(
+        self, refs: Sequence[RunRef], *, max_state_bytes: int | None = None
+    ) -> list[tuple[RunRecord, bool]]:
         if not refs:
             return []
         rows = await self.executemany_returning(
             self.render(LOCK_RUN), [(ref.tenant_id, ref.run_id) for ref in refs]
         )
-        found = [r for r in rows if r is not None]
+        # The state's raw JSON (bytes on Postgres, text on SQLite) at position 5.
+        found = [
+            r
+            for r in rows
+            if r is not None and (max_state_bytes is None or len(r[5]) <= max_state_bytes)
+        ]
         # The flag comes after the run's columns, which `_run` reads by position.
         records = await self._runs_of(found)
         return [(record, bool(row[-1])) for record, row in zip(records, found, strict=True)]

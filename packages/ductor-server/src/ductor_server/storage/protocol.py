@@ -375,7 +375,9 @@ class InboxTx(Protocol):
         claim order (on Postgres in the same statement)."""
         ...
 
-    async def lock_runs(self, refs: Sequence[RunRef]) -> list[tuple[RunRecord, bool]]:
+    async def lock_runs(
+        self, refs: Sequence[RunRef], *, max_state_bytes: int | None = None
+    ) -> list[tuple[RunRecord, bool]]:
         """These runs, read as `get_runs` would, less any another transaction holds,
         each with whether its inbox holds any input (due or not), read in the
         same statement: a run whose inbox is empty needs no `load_inbox`.
@@ -385,6 +387,10 @@ class InboxTx(Protocol):
         rather than waited for (a worker's report ticks the runs it can take and
         leaves the rest to the coordinator's claim). On SQLite there is only one
         writer, so every existing run is returned.
+
+        With `max_state_bytes`, a run whose stored state is longer is left out
+        too, before its state is decoded (on Postgres its row stays locked
+        until this transaction ends).
         """
         ...
 
