@@ -13,6 +13,7 @@ as written.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -26,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from ductor_server.pytest_plugin import create_database, drop_database
 from ductor_server.transports.rest.scopes import ROUTE_SCOPES
@@ -341,6 +346,71 @@ def test_mcp_tools_need_the_scope_of_their_rest_call(served: ServerProcess) -> N
     assert refused["structuredContent"]["code"] == "auth.forbidden"
     assert refused["structuredContent"]["details"]["needed"] == "events:send"
     assert "send_event" not in {t["name"] for t in _mcp(served, reader, "tools/list", {})["tools"]}
+
+
+def test_mcp_resources_need_read_and_a_revoked_or_expired_key_is_refused(
+    served: ServerProcess,
+) -> None:
+    """Reading the resources needs `read` (an `events:send` key is refused with
+    `auth.forbidden`, through the `mcp` client too); a revoked key is a 401
+    `auth.unauthenticated` and an expired one a 401 `auth.key_expired` at /mcp, each
+    with `WWW-Authenticate: Bearer`, on their very next request."""
+    _, admin = _tenant(served, "mcpkeys")
+    producer = _key(served, admin, "events:send")["key"]
+    for method, params in (
+        ("resources/list", {}),
+        ("resources/read", {"uri": "ductor://workflows/x"}),
+        ("resources/read", {"uri": "ductor://runs/r/history"}),
+    ):
+        answer = httpx.post(
+            f"{served.url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+            headers={
+                "Authorization": f"Bearer {producer}",
+                "Accept": "application/json, text/event-stream",
+            },
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        data = answer.json()["error"]["data"]
+        assert data["code"] == "auth.forbidden", (method, data)
+        assert data["details"]["needed"] == "read"
+
+    async def through_the_client() -> None:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {producer}"}) as http,
+            Client(streamable_http_client(f"{served.url}/mcp", http_client=http)) as client,
+        ):
+            with pytest.raises(MCPError) as refused:
+                await client.list_resources()
+            assert refused.value.error.data["code"] == "auth.forbidden"
+            sent = await client.call_tool("send_event", {"name": "e"})
+            assert not sent.is_error, sent.structured_content
+
+    asyncio.run(through_the_client())
+
+    doomed = _key(served, admin, "write")
+    short = _key(served, admin, "read", expires_in="2s")
+    assert _mcp(served, doomed["key"], "tools/list", {})["tools"]
+    assert _mcp(served, short["key"], "tools/list", {})["tools"]
+    with _http(served, admin) as http:
+        assert http.delete(f"/v1/keys/{doomed['id']}").status_code == 204
+    expires = datetime.fromisoformat(short["expires_at"])
+    while datetime.now(expires.tzinfo) < expires:
+        time.sleep(0.1)
+    time.sleep(0.05)
+    for key, code in ((doomed["key"], "auth.unauthenticated"), (short["key"], "auth.key_expired")):
+        answer = httpx.post(
+            f"{served.url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
+            timeout=60,
+        )
+        assert answer.status_code == 401, answer.text
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+        error = answer.json()["error"]
+        assert (error["code"], error["data"]["code"]) == (-32600, code)
+        assert answer.json()["id"] is None
 
 
 def test_the_cli_manages_keys_and_tenants(sqlite_served: ServerProcess) -> None:

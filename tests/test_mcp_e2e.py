@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -167,6 +168,21 @@ async def _every_tool(server: ServerProcess) -> None:
             assert ("idempotency_key" in schema["properties"]) == (tool.name in MUTATING)
             assert tool.annotations is not None
             assert tool.annotations.read_only_hint is (tool.name not in MUTATING)
+            assert bool(tool.annotations.destructive_hint) is (tool.name == "cancel_run")
+            assert set(schema.get("required", ())) <= set(schema["properties"])
+        # Nested bodies are described by their own schemas under $defs.
+        by_name = {tool.name: tool.input_schema for tool in listed}
+        for name, argument in (
+            ("validate_workflow", "definition"),
+            ("publish_workflow", "definition"),
+            ("route", "routable"),
+        ):
+            schema = by_name[name]
+            reference = schema["properties"][argument]["$ref"]
+            assert reference.startswith("#/$defs/"), (name, reference)
+            nested = schema["$defs"][reference.removeprefix("#/$defs/")]
+            assert nested["type"] == "object", (name, nested)
+            assert nested["required"], (name, nested)
 
         # validate and publish: the same report and the same refusal as REST.
         report = await call(client, "validate_workflow", definition=BROKEN)
@@ -392,15 +408,23 @@ def test_only_post_is_served_a_stream_or_a_session_end_is_refused_at_once(
 
 
 def test_another_tenant_finds_nothing(server: ServerProcess) -> None:
-    server.start()
+    with_receipts(server)
     other = other_tenant_key(server, "other")
     asyncio.run(_isolation(server, other))
 
 
 async def _isolation(server: ServerProcess, other: str) -> None:
     async with rest(server) as http, connect(server) as mine:
-        await call(mine, "publish_workflow", definition=GATE)
+        await call(mine, "publish_workflow", definition=GATE, idempotency_key="mine-1")
         run = await call(mine, "trigger_run", family_slug="gate")
+        # An ended run, with a receipt.
+        ended = await call(
+            mine, "trigger_run", family_slug="gate", input={"who": "a"}, idempotency_key="run-1"
+        )
+        await call(mine, "send_signal", run_id=ended["id"], name="approve")
+        finished = await asyncio.to_thread(server.wait_for_run, ended["id"])
+        assert finished["status"] == "RUN_STATUS_SUCCEEDED", finished
+        [receipt, *_] = await poll(http, "/v1/receipts", {"subject": f"run:{ended['id']}"})
         assert (await http.post("/v1/workers", json={"id": "ana"})).status_code == 201
         pool = {"id": "desk", "members": [{"worker": "ana"}]}
         assert (await http.post("/v1/pools", json=pool)).status_code == 201
@@ -424,18 +448,50 @@ async def _isolation(server: ServerProcess, other: str) -> None:
             ("cancel_run", {"run_id": run["id"]}, "run.not_found"),
             ("get_decision", {"decision_id": decision["id"]}, "decision.not_found"),
             ("get_account", {"code": "wallet:a"}, "account.not_found"),
+            ("rerun_run", {"run_id": ended["id"]}, "run.not_found"),
+            ("get_run", {"run_id": ended["id"]}, "run.not_found"),
+            ("get_receipt", {"receipt_id": receipt["id"]}, "receipt.not_found"),
         ):
             body = await refused(theirs, tool, **arguments)
             assert body["code"] == code, (tool, body)
         assert await call(theirs, "list_workflows") == {"items": []}
         assert await call(theirs, "list_accounts") == {"items": []}
+        assert await call(theirs, "list_runs") == {"items": [], "next_cursor": None}
+        assert await call(theirs, "list_runs", family_slug="gate") == {
+            "items": [],
+            "next_cursor": None,
+        }
+        assert (await call(theirs, "list_receipts", subject=f"run:{ended['id']}"))["items"] == []
+        assert (await call(theirs, "list_receipts"))["items"] == []
+        assert await call(theirs, "list_assignments", routable_id="x") == {"items": []}
+        assert await call(theirs, "list_assignments", worker="ana") == {"items": []}
         assert (await theirs.list_resources()).resources == []
-        for uri in ("ductor://workflows/gate", f"ductor://runs/{run['id']}/history"):
-            with pytest.raises(MCPError, match="not_found"):
+        for uri in (
+            "ductor://workflows/gate",
+            "ductor://workflows/gate/versions/1",
+            f"ductor://runs/{run['id']}/history",
+        ):
+            with pytest.raises(MCPError, match="not_found") as unseen:
                 await theirs.read_resource(uri)
+            assert unseen.value.error.data["code"] in ("workflow.not_found", "run.not_found")
+        # My idempotency keys are mine: the same key is a new call for them, never my
+        # remembered answer.
+        theirs_published = await theirs.call_tool(
+            "publish_workflow", {"definition": GATE, "idempotency_key": "mine-1"}
+        )
+        assert theirs_published.meta is not None
+        assert theirs_published.meta["ductor/replayed"] is False
+        assert theirs_published.meta["ductor/status"] == 201
+        theirs_run = await call(theirs, "trigger_run", family_slug="gate", idempotency_key="run-1")
+        assert theirs_run["id"] not in (run["id"], ended["id"])
+        # An event id is theirs alone too: mine of the same id is no duplicate.
+        assert (await call(theirs, "send_event", name="n", id="ev-shared"))["duplicate"] is False
     # Nothing of theirs touched mine: the run still waits for its signal.
     async with rest(server) as http:
         assert (await http.get(f"/v1/runs/{run['id']}")).json()["status"] == "RUN_STATUS_RUNNING"
+        sent = await http.post("/v1/events", json={"name": "n", "id": "ev-shared"})
+        assert sent.json()["duplicate"] is False
+        assert len((await http.get("/v1/workflows/gate")).json()["versions"]) == 1
 
 
 def test_malformed_and_huge_arguments_are_refused_clearly(server: ServerProcess) -> None:
@@ -818,3 +874,159 @@ def test_params_a_call_or_a_read_cannot_take_are_named(sqlite_server: ServerProc
         result = answer.json()["result"]
         assert result["isError"] is True
         assert result["structuredContent"]["details"]["argument"] == "run_id"
+
+
+def _raw(server: ServerProcess, body: bytes, **headers: str) -> httpx.Response:
+    """`body` POSTed to /mcp as written, with the server's key."""
+    sent = {
+        "Authorization": f"Bearer {server.api_key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    return httpx.post(f"{server.url}/mcp", content=body, headers={**sent, **headers}, timeout=60)
+
+
+def test_a_lone_surrogate_under_a_handshake_version_is_a_parse_error_naming_where(
+    sqlite_server: ServerProcess,
+) -> None:
+    """Under the handshake versions the protocol's parser refuses a message holding a
+    lone surrogate before any tool sees it: HTTP 400, JSON-RPC -32700, with the line
+    and column; nothing is run."""
+    sqlite_server.start()
+    message = (
+        b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call",\n'
+        b' "params": {"name": "send_event", "arguments": {"name": "n\\ud800", "id": "sur"}}}'
+    )
+    answer = _raw(sqlite_server, message)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == -32700
+    assert re.search(r"line 2 column \d+", error["message"]), error
+    # Malformed JSON is the same parse error, saying where.
+    broken = _raw(sqlite_server, b'{"jsonrpc": "2.0",\n "id": 1,')
+    assert broken.status_code == 400
+    assert broken.json()["error"]["code"] == -32700
+    assert "line 2 column" in broken.json()["error"]["message"]
+    # Nothing ran: the event id is new.
+    again = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "send_event", "arguments": {"name": "n", "id": "sur"}},
+        }
+    ).encode()
+    assert _raw(sqlite_server, again).json()["result"]["structuredContent"]["duplicate"] is False
+
+
+def test_both_protocol_eras_are_spoken_the_client_picks(sqlite_server: ServerProcess) -> None:
+    """`initialize` (up to 2025-11-25) and `server/discover` (2026-07-28) both answer,
+    and under either the key sees the same tools."""
+    sqlite_server.start()
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    answer = _raw(sqlite_server, json.dumps(initialize).encode())
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert result["protocolVersion"] == "2025-11-25"
+    assert result["serverInfo"]["name"] == "ductor"
+    assert "tools" in result["capabilities"]
+    assert "resources" in result["capabilities"]
+    meta = json.loads(MODERN_META)
+    modern = {"MCP-Protocol-Version": MODERN}
+    discover = {"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": meta}}
+    answer = _raw(
+        sqlite_server, json.dumps(discover).encode(), **modern, **{"Mcp-Method": "server/discover"}
+    )
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert MODERN in result["supportedVersions"]
+    assert "tools" in result["capabilities"]
+    listing = {"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": meta}}
+    answer = _raw(
+        sqlite_server, json.dumps(listing).encode(), **modern, **{"Mcp-Method": "tools/list"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert [tool["name"] for tool in answer.json()["result"]["tools"]] == [
+        tool["name"]
+        for tool in _raw(
+            sqlite_server, b'{"jsonrpc": "2.0", "id": 4, "method": "tools/list"}'
+        ).json()["result"]["tools"]
+    ]
+
+
+def test_a_body_over_the_limit_is_a_413_and_a_flood_is_answered(
+    sqlite_server: ServerProcess,
+) -> None:
+    """A body over `DUCTOR_MAX_BODY_BYTES` is refused with 413 in the endpoint's shape,
+    declared or streamed; hundreds of concurrent calls are each answered; the server
+    goes on answering."""
+    sqlite_server.extra_env["DUCTOR_MAX_BODY_BYTES"] = "65536"
+    sqlite_server.start()
+    big = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "send_event", "arguments": {"name": "n", "data": "x" * 70_000}},
+        }
+    ).encode()
+    answer = _raw(sqlite_server, big)
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["error"]["data"] == {
+        "code": "request.too_large",
+        "message": "request body is larger than the limit",
+        "details": {"max_body_bytes": 65536},
+    }
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: read until over the limit
+        for start in range(0, len(big), 8192):
+            yield big[start : start + 8192]
+
+    headers = {
+        "Authorization": f"Bearer {sqlite_server.api_key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    streamed = httpx.post(f"{sqlite_server.url}/mcp", content=chunks(), headers=headers, timeout=60)
+    assert streamed.status_code == 413, streamed.text
+    assert streamed.json()["error"]["data"]["code"] == "request.too_large"
+
+    async def flood() -> list[int]:
+        message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+        async with httpx.AsyncClient(timeout=120) as http:
+            answers = await asyncio.gather(
+                *(
+                    http.post(
+                        f"{sqlite_server.url}/mcp",
+                        json={
+                            **message,
+                            "id": n,
+                            "params": {"name": "send_event", "arguments": {"name": f"n{n}"}},
+                        },
+                        headers=headers,
+                    )
+                    for n in range(200)
+                )
+            )
+        for n, answered in enumerate(answers):
+            assert answered.json()["id"] == n
+            assert answered.json()["result"]["structuredContent"]["name"] == f"n{n}"
+        return [answered.status_code for answered in answers]
+
+    assert set(asyncio.run(flood())) == {200}
+    assert httpx.get(f"{sqlite_server.url}/readyz", timeout=10).status_code == 200
+    assert _raw(sqlite_server, b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}').json() == {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "result": {},
+    }
