@@ -1030,3 +1030,26 @@ def test_a_body_over_the_limit_is_a_413_and_a_flood_is_answered(
         "id": 9,
         "result": {},
     }
+
+
+def test_a_body_is_read_as_json_whatever_its_content_type(sqlite_server: ServerProcess) -> None:
+    """As REST reads a body as JSON whatever its Content-Type, so does /mcp: a message
+    sent without one (`curl -d`), or as text, is answered, not refused in plain text."""
+    sqlite_server.start()
+    ping = b'{"jsonrpc": "2.0", "id": 5, "method": "ping"}'
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "", "nonsense"):
+        answer = _raw(sqlite_server, ping, **{"Content-Type": content_type})
+        assert answer.status_code == 200, (content_type, answer.text)
+        assert answer.json() == {"jsonrpc": "2.0", "id": 5, "result": {}}
+    headers = {
+        "Authorization": f"Bearer {sqlite_server.api_key}",
+        "Accept": "application/json, text/event-stream",
+    }
+    listing = b'{"jsonrpc": "2.0", "id": 6, "method": "tools/list"}'
+    answer = httpx.post(f"{sqlite_server.url}/mcp", content=listing, headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["result"]["tools"]) == len(TOOLS)
+    # Malformed JSON is still the parse error, whatever the type.
+    broken = _raw(sqlite_server, b"{", **{"Content-Type": "text/plain"})
+    assert broken.status_code == 400
+    assert broken.json()["error"]["code"] == -32700

@@ -6,7 +6,8 @@ Every request is checked before any MCP work: the API key (the same
 mirrors, see `server.py`), then
 the method (405 `route.method_not_allowed` but for POST: stateless, the server
 opens no stream for a GET and keeps no session for a DELETE to end), then the
-body size (413 `request.too_large` over `max_body_bytes`). These refusals
+body size (413 `request.too_large` over `max_body_bytes`); the body is read as
+JSON whatever its Content-Type, as REST reads one. These refusals
 are JSON-RPC error bodies whose `error.data` is the REST error body, so an MCP
 client shows the reason. The session manager runs stateless with JSON answers:
 any `ductor serve` process can answer any request, no session is kept.
@@ -401,6 +402,12 @@ class McpEndpoint:
         state[TENANT_KEY] = caller.tenant_id
         state[CALLER_KEY] = caller
         scope["state"] = state
+        # The body is read as JSON whatever its Content-Type, as REST reads one (the
+        # library would answer a missing or other type with a plain-text 400).
+        scope["headers"] = [
+            *((name, value) for name, value in scope["headers"] if name.lower() != b"content-type"),
+            (b"content-type", b"application/json"),
+        ]
         replayed = False
 
         async def replay() -> Message:
