@@ -952,3 +952,280 @@ async def test_a_kind_validator_that_exits_or_raises_oddly_refuses_the_routable(
             assert problem["pointer"] == "/kind"
             assert f"the validator of kind '{kind}' failed" in problem["message"]
         assert (await client.get("/v1/assignments", headers=auth)).json() == []
+
+
+CONTRACT_SOURCE = """
+    import msgspec
+
+    from ductor_routing import Problem, Selection
+    from ductor_server.providers import Operation
+    from ductor_core.step_args import DefinitionStruct
+    from ductor_core.step_specs import OnWorker, StepSpec
+    from ductor_server.extensions import StepExtension
+
+
+    def twice(x):
+        return 2 * x
+
+
+    class Nothing(msgspec.Struct, frozen=True):
+        pass
+
+
+    class Misnamed:
+        name = "called_otherwise"
+        description = "a provider whose name is not its entry point's"
+        settings = Nothing
+        secrets = Nothing
+        operations = {}
+
+        async def call(self, operation, settings, secrets, input, context):
+            return None
+
+        async def test(self, settings, secrets, context):
+            return None
+
+
+    class Stray:
+        name = "stray"
+
+        def select(self, ctx):
+            return Selection(pick="nobody-of-the-pool")
+
+
+    def stray(options, registry):
+        return Stray()
+
+
+    def chatty(routable):
+        return "not problems"
+
+
+    def empty(routable):
+        return [Problem(pointer="/attributes/x", message="first"), None]
+
+
+    class Args(DefinitionStruct, frozen=True, kw_only=True):
+        pass
+
+
+    async def act(call):
+        return {}
+
+
+    # A new type whose handler name is a built-in handler's.
+    TAKES_ROUTE = StepExtension(
+        spec=StepSpec(type="STEP_TYPE_TAKES_ROUTE", args=Args, start=OnWorker(handler="route")),
+        handler=act,
+    )
+
+
+    def tag(label):
+        def factory(app):
+            async def wrapped(scope, receive, send):
+                async def sending(message):
+                    if message["type"] == "http.response.start":
+                        headers = [*message["headers"], (b"x-order", label.encode())]
+                        message = {**message, "headers": headers}
+                    await send(message)
+                await app(scope, receive, sending)
+            return wrapped
+        return factory
+
+
+    b_second = tag("b")
+    a_first = tag("a")
+
+    HEARD = []
+
+
+    async def hear(event):
+        HEARD.append(event)
+"""
+
+CONTRACT_ENTRY_POINTS = """
+    [ductor.cel.functions]
+    has = contract_plugin:twice
+    size = contract_plugin:twice
+    in = contract_plugin:twice
+    true = contract_plugin:twice
+    matches = contract_plugin:twice
+    exists_one = contract_plugin:twice
+    doubled = contract_plugin:twice
+
+    [ductor.providers]
+    misnamed = contract_plugin:Misnamed
+
+    [ductor.routing.strategies]
+    stray = contract_plugin:stray
+
+    [ductor.kinds]
+    chatty = contract_plugin:chatty
+    half = contract_plugin:empty
+
+    [ductor.steps]
+    takes_route = contract_plugin:TAKES_ROUTE
+
+    [ductor.middleware]
+    b_second = contract_plugin:b_second
+    a_first = contract_plugin:a_first
+
+    [ductor.hooks]
+    hear = contract_plugin:hear
+"""
+
+
+@pytest.fixture
+def contract_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> Any:
+    """`contract-plugin 1.0` loaded: reserved CEL names, a misnamed provider, a strategy
+    picking outside the pool, validators answering no Problems, a step taking a
+    built-in handler's name, two middlewares, a hook."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    _dist(plugins, "contract-plugin", "contract_plugin", CONTRACT_SOURCE, CONTRACT_ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(plugins))
+    paths = [str(plugins), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+    monkeypatch.delitem(sys.modules, "contract_plugin", raising=False)
+    VALIDATION.close()
+    caplog.set_level(logging.ERROR, logger="ductor.extensions")
+    extensions = load_extensions(metadata.distribution("contract-plugin").entry_points)
+    import contract_plugin  # type: ignore[import-not-found]
+
+    yield extensions, contract_plugin
+    VALIDATION.close()
+
+
+def test_a_cel_name_cel_reserves_or_a_misnamed_provider_breaks_the_contract(
+    contract_plugin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    extensions, _ = contract_plugin
+    failures = {(f.group, f.name): f for f in extensions.failures}
+    for name in ("has", "size", "in", "true", "matches", "exists_one"):
+        failure = failures.pop(("ductor.cel.functions", name))
+        assert failure.code == "extension.contract", failure
+        assert "reserved by CEL" in failure.error, failure
+    assert [e.name for e, _ in extensions.values("ductor.cel.functions")] == ["doubled"]
+    misnamed = failures.pop(("ductor.providers", "misnamed"))
+    assert misnamed.code == "extension.contract"
+    assert "'called_otherwise'" in misnamed.error
+    assert failures == {}
+    # Each failure is logged at ERROR on `ductor.extensions`, with its group, name,
+    # distribution, version and object path.
+    # (Loaded by the fixture: its log records are the setup's.)
+    logged = [r for r in caplog.get_records("setup") if r.name == "ductor.extensions"]
+    assert all(r.levelno == logging.ERROR for r in logged)
+    assert any(
+        "ductor.providers 'misnamed' (contract-plugin 1.0, contract_plugin:Misnamed) skipped"
+        in r.getMessage()
+        for r in logged
+    ), [r.getMessage() for r in logged]
+    assert len(logged) == len(extensions.failures)
+
+
+def test_the_first_of_one_name_by_name_and_distribution_loads_whatever_the_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = "def invoice(routable):\n    return ()\n"
+    for dist in ("b-kinds", "a-kinds"):
+        module = dist.replace("-", "_")
+        _dist(tmp_path, dist, module, source, f"[ductor.kinds]\ninvoice = {module}:invoice\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [ep for d in ("b-kinds", "a-kinds") for ep in metadata.distribution(d).entry_points]
+    for given in (eps, list(reversed(eps))):
+        extensions = load_extensions(given)
+        [(kind, _)] = extensions.values("ductor.kinds")
+        assert kind.distribution == "a-kinds"
+        [failure] = extensions.failures
+        assert (failure.code, failure.distribution) == ("extension.duplicate", "b-kinds")
+
+
+async def test_plugins_that_misbehave_where_they_plug_in_fail_only_their_calls(
+    contract_plugin: Any, tmp_path: Path
+) -> None:
+    extensions, module = contract_plugin
+    module.HEARD.clear()
+    async with _served(extensions, tmp_path, "t-one") as (client, auth):
+        # Started: the hook heard it, with the roles.
+        started = await _until(module.HEARD, "server.started")
+        assert started.tenant_id is None
+        assert "api" in started.data["roles"]
+
+        # A step whose handler name is taken is refused when it plugs in.
+        listing = await client.get("/v1/extensions", headers=auth)
+        assert listing.status_code == 200
+        body = listing.json()
+        [refused] = [f for f in body["failures"] if f["group"] == "ductor.steps"]
+        assert (refused["name"], refused["code"]) == ("takes_route", "extension.refused")
+        assert "'route'" in refused["error"]
+        assert [p["group"] for p in body["points"]] == [
+            "ductor.routing.strategies",
+            "ductor.routing.enrichers",
+            "ductor.cel.functions",
+            "ductor.providers",
+            "ductor.steps",
+            "ductor.middleware",
+            "ductor.hooks",
+            "ductor.kinds",
+        ]
+        # Middleware wraps /v1 in entry-point name order: `a_first` outermost, so it
+        # sees the answer last.
+        assert listing.headers.get_list("x-order") == ["b", "a"]
+        for path in ("/healthz", "/readyz"):
+            assert "x-order" not in (await client.get(path)).headers, path
+
+        # The listing needs `read` and is the same for every tenant.
+        made = await client.post(
+            "/v1/keys", json={"name": "p", "scopes": ["events:send"]}, headers=auth
+        )
+        producer = {"Authorization": f"Bearer {made.json()['key']}"}
+        forbidden = await client.get("/v1/extensions", headers=producer)
+        assert forbidden.status_code == 403
+        assert forbidden.json()["code"] == "auth.forbidden"
+        made = await client.post("/v1/keys", json={"name": "r", "scopes": ["read"]}, headers=auth)
+        reader = {"Authorization": f"Bearer {made.json()['key']}"}
+        assert (await client.get("/v1/extensions", headers=reader)).json() == body
+        store = open_store(Settings(data_dir=tmp_path / "data").store_target)
+        await store.open()
+        try:
+            other = {"Authorization": f"Bearer {await create_key(store, 't-two', name='two')}"}
+        finally:
+            await store.close()
+        assert (await client.get("/v1/extensions", headers=other)).json() == body
+
+        # A strategy picking a worker outside the pool fails that decision; nothing stored.
+        for worker in ("ana", "ben"):
+            assert (await client.post("/v1/workers", json={"id": worker}, headers=auth)).is_success
+        pool = {
+            "id": "desk",
+            "strategy": {"name": "stray"},
+            "members": [{"worker": "ana"}, {"worker": "ben"}],
+        }
+        assert (await client.post("/v1/pools", json=pool, headers=auth)).status_code == 201
+        rules = {
+            "id": "r",
+            "default_pool": "desk",
+            "kinds": {"lead": {}, "chatty": {}, "half": {}},
+        }
+        assert (await client.post("/v1/rules", json=rules, headers=auth)).status_code == 201
+        failed = await client.post(
+            "/v1/route", json={"id": "l-1", "kind": "lead", "attributes": {}}, headers=auth
+        )
+        assert failed.status_code == 422, failed.text
+        assert failed.json()["code"] == "routing.strategy_failed"
+        assert "not a candidate" in failed.json()["message"]
+
+        # A validator answering something other than Problems refuses at /kind.
+        for kind in ("chatty", "half"):
+            refused_routable = await client.post(
+                "/v1/route", json={"id": f"k-{kind}", "kind": kind, "attributes": {}}, headers=auth
+            )
+            assert refused_routable.status_code == 422, refused_routable.text
+            assert refused_routable.json()["code"] == "routing.routable_invalid"
+            [problem] = refused_routable.json()["details"]
+            assert problem["pointer"] == "/kind"
+            assert "non-Problem" in problem["message"]
+        assert (await client.get("/v1/assignments", headers=auth)).json() == []
+        assert not [e for e in module.HEARD if e.name == "routing.decision_made"]
