@@ -208,6 +208,15 @@ async def _every_tool(server: ServerProcess) -> None:
         assert (again.meta["ductor/status"], again.meta["ductor/replayed"]) == (201, True)
         assert first.structured_content == again.structured_content
         assert first.structured_content["version"] == 1
+        # The same definition again, without a key: found (200), not created, not replayed.
+        found_again = await client.call_tool("publish_workflow", {"definition": GATE})
+        assert found_again.meta is not None
+        assert (found_again.meta["ductor/status"], found_again.meta["ductor/replayed"]) == (
+            200,
+            False,
+        )
+        assert found_again.structured_content["created"] is False
+        assert found_again.structured_content["version"] == 1
         assert await call(client, "list_workflows") == {
             "items": (await http.get("/v1/workflows")).json()
         }
@@ -520,6 +529,15 @@ async def _malformed(server: ServerProcess) -> None:
         assert unknown["details"]["argument"] == "colour"
         blank_key = await refused(client, "trigger_run", family_slug="gate", idempotency_key=" ")
         assert blank_key["details"]["argument"] == "idempotency_key"
+        long_key = await refused(
+            client, "trigger_run", family_slug="gate", idempotency_key="k" * 256
+        )
+        assert long_key["details"]["argument"] == "idempotency_key"
+        assert long_key["details"]["reason"] == "Expected `str` of length <= 255"
+        longest_key = await refused(
+            client, "trigger_run", family_slug="gate", idempotency_key="k" * 255
+        )
+        assert longest_key["code"] == "workflow.not_found"  # the key was taken
         nested = await refused(client, "route", routable={"id": "x", "kind": 7})
         assert nested["details"]["path"] == "$.routable.kind"
         assert nested["details"]["argument"] == "routable"
