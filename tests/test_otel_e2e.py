@@ -552,6 +552,32 @@ def test_connect_and_mcp_calls_are_named_by_their_route_not_by_the_callers_path(
     assert {"/ductor.v1.RunService", "/mcp"} <= routes
 
 
+def test_a_method_outside_the_standard_set_is_counted_as_other(world: World) -> None:
+    # A mount (MCP, a Connect procedure) answers any method: a caller without a key
+    # could otherwise add a metric series, and a span name, per made-up method.
+    made_up = [f"PROBE{n}" for n in range(3)]
+    with httpx.Client(base_url=world.server, timeout=30) as anyone:
+        for method in made_up:
+            for path in ("/mcp", "/ductor.v1.RunService/GetRun"):
+                assert anyone.request(method, path).status_code < 500, (method, path)
+    deadline = time.monotonic() + 10
+    while True:  # a span ends just after its answer is sent
+        other = [
+            s
+            for s in _spans()
+            if s.kind == SpanKind.SERVER and _attr(s, "http.request.method") == "_OTHER"
+        ]
+        if len(other) >= 2 * len(made_up):
+            break
+        assert time.monotonic() < deadline, [s.name for s in _spans()]
+        time.sleep(0.05)
+    assert {s.name for s in other} == {"HTTP /mcp", "HTTP /ductor.v1.RunService/GetRun"}
+    assert not [s for s in _spans() if s.name.startswith("PROBE")]
+    methods = {p.attributes["http.request.method"] for p in _points("ductor.api.request.duration")}
+    assert "_OTHER" in methods
+    assert methods <= {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "_OTHER"}
+
+
 def test_a_client_that_hangs_up_mid_long_poll_is_counted_as_499_not_as_a_server_error(
     world: World,
 ) -> None:

@@ -10,7 +10,9 @@ wrote after it. An incoming `traceparent` (and `tracestate`,
 that matches no route (404, 405) is answered before this runs and has no span.
 WebSocket and lifespan scopes pass through untouched. A client that hangs up
 before the answer starts is counted as status 499 (client closed request), not
-as whatever the server then sends to no one: not a server error.
+as whatever the server then sends to no one: not a server error. A method
+outside HTTP's standard set (a mount answers any) is named `_OTHER`, as
+OpenTelemetry's HTTP conventions say, so no caller can add a series per method.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 from ductor_server.telemetry import API_DURATION, tracer
 
 _PROPAGATED = frozenset({b"traceparent", b"tracestate", b"baggage"})
+
+KNOWN_METHODS = frozenset(
+    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
+)
+"""The methods a span and the metric name as sent; any other is `_OTHER`."""
 
 CLIENT_CLOSED = 499
 """The status a request is counted with when its client hung up before the answer."""
@@ -66,7 +73,8 @@ class TelemetryMiddleware(MiddlewareProtocol):
         if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
-        method = str(scope.get("method", "GET"))
+        sent = str(scope.get("method", "GET"))
+        method = sent if sent in KNOWN_METHODS else "_OTHER"
         route, path = route_and_path(scope)
         carrier: dict[str, str] = {}
         for name, value in scope["headers"]:
@@ -94,7 +102,7 @@ class TelemetryMiddleware(MiddlewareProtocol):
 
         started = time.perf_counter()
         with tracer.start_as_current_span(
-            f"{method} {route}",
+            f"{'HTTP' if method == '_OTHER' else method} {route}",
             context=parent,
             kind=SpanKind.SERVER,
             attributes={
@@ -123,4 +131,4 @@ class TelemetryMiddleware(MiddlewareProtocol):
                 )
 
 
-__all__ = ["CLIENT_CLOSED", "ROUTES_OPT", "TelemetryMiddleware", "route_and_path"]
+__all__ = ["CLIENT_CLOSED", "KNOWN_METHODS", "ROUTES_OPT", "TelemetryMiddleware", "route_and_path"]
