@@ -994,3 +994,57 @@ def test_markup_a_tenant_stored_is_shown_as_text_and_never_runs(dash: Dashboard)
         assert page.locator("main img, main script, main [onerror]").count() == 0, address
     assert not dialogs
     context.close()
+
+
+def test_the_age_filter_a_hidden_tab_and_a_double_click(dash: Dashboard) -> None:
+    """`ductor dev` prints the page's address; the runs list's age filter stops at the
+    first older run; a hidden tab stops polling until it is shown again; a double
+    click on an action sends it once, with an Idempotency-Key of its own."""
+    assert f"dashboard: {dash.server.url}/ui/ (sign in with the API key)" in dash.server.log()
+    with dash.http() as http:
+        run = _ok(http.post("/v1/runs", json={"family_slug": "approval", "input": {}}))
+    context = dash.context()
+    page = dash.sign_in(context)
+    runs = page.locator("#runs-list")
+    expect(runs).to_contain_text(run["id"])
+    # Two hours from now, nothing started in the last hour; everything in the last 7 days.
+    page.clock.set_fixed_time(time.time() + 2 * 3600)
+    page.get_by_label("Started").select_option("1h")
+    expect(page).to_have_url(f"{dash.server.url}/ui/#/runs?since=1h")
+    expect(runs).to_contain_text("No runs match these filters.")
+    page.get_by_label("Started").select_option("7d")
+    expect(runs).to_contain_text(run["id"])
+
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "/v1/runs?" in r.url else None)
+    page.evaluate(
+        """() => {
+            Object.defineProperty(document, "hidden", { configurable: true, get: () => true });
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    page.wait_for_timeout(2500)  # let a poll already under way land
+    polls.clear()
+    page.wait_for_timeout(4500)  # two refresh periods and more
+    assert polls == []
+    page.evaluate(
+        """() => {
+            delete document.hidden;
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    with page.expect_request(lambda r: "/v1/runs?" in r.url, timeout=10_000):
+        pass
+
+    cancels: list[dict[str, str]] = []
+    page.on(
+        "request",
+        lambda r: cancels.append(r.headers) if r.url.endswith(f"/{run['id']}/cancel") else None,
+    )
+    page.goto(f"{dash.server.url}/ui/#/runs/{run['id']}")
+    expect(page.locator("#run-status .badge")).to_have_text("running")
+    page.get_by_role("button", name="Cancel run").dblclick()
+    expect(page.locator("#run-status .badge")).to_have_text("cancelled", timeout=30_000)
+    assert len(cancels) == 1, cancels
+    assert cancels[0]["idempotency-key"].startswith("ui-")
+    context.close()
