@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +51,7 @@ from ductor_server.engine.fairness import FairPolicy
 from ductor_server.engine.runtime import Runtime, RuntimeConfig
 from ductor_server.storage import open_store
 from ductor_server.telemetry.setup import setup_from_env, wanted
-from ductor_server.testing import serve_process
+from ductor_server.testing import free_port, serve_process
 
 KEY = "signkey-otel-0001"
 TENANT, SLOW_TENANT = "t_otel", "t_depth"
@@ -729,6 +732,38 @@ def test_ductor_serve_exports_over_otlp_when_the_environment_asks(tmp_path: Path
         headers.get("content-type") == "application/x-protobuf"
         for path, headers in collector.received
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "run under opentelemetry-instrument"),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            },
+            "opentelemetry-exporter-otlp-proto-grpc",
+        ),
+    ],
+)
+def test_ductor_dev_refuses_to_start_with_telemetry_it_cannot_set_up(
+    tmp_path: Path, env: dict[str, str], says: str
+) -> None:
+    # The workspace does not install the grpc exporter (uv.lock has none).
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DUCTOR_", "OTEL_"))}
+    command = [sys.executable, "-m", "ductor_server.cli", "dev", "--data-dir", str(tmp_path)]
+    done = subprocess.run(
+        [*command, "--port", str(free_port())],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert says in done.stderr
+    assert "on http://" not in done.stdout  # it never claimed to serve
 
 
 def test_malformed_or_huge_trace_headers_start_a_new_trace(world: World) -> None:
