@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from ductor import Client, Context
+from ductor import Client, Context, NonRetriableError
 from ductor.asgi import serve_asgi
 from ductor.protocol import BRIDGE_PATH, SigningKeys
 from ductor_server import Settings, create_app
@@ -178,6 +178,13 @@ def _app_client(server: str, api_key: str) -> Client:
         first = await ctx.step.run("reserve", lambda: {"reserved": order["id"]})
         second = await ctx.step.run("charge", lambda: {"charged": order["total"]})
         return {**first, **second, "traceparent_seen": ctx.traceparent is not None}
+
+    @client.workflow("out-of-stock")
+    async def out_of_stock(ctx: Context, order: dict[str, Any]) -> None:
+        def refuse() -> None:
+            raise NonRetriableError(f"no stock for {order['sku']}", code="stock.none")
+
+        await ctx.step.run("reserve", refuse)
 
     return client
 
@@ -993,3 +1000,37 @@ def test_a_route_step_and_a_failed_call_are_spans_of_the_runs_trace(world: World
         assert batch.parent is None
         assert _attr(batch, "ductor.tick.mode") in ("inline", "offloaded")
         assert _attr(batch, "ductor.runs") >= 1
+
+
+def test_a_step_that_fails_in_the_app_is_an_error_span_with_its_code(world: World) -> None:
+    with world.http() as http:
+        response = http.post(
+            "/v1/runs",
+            json={"family_slug": f"bridge:{APP_ID}:out-of-stock", "input": {"sku": "A-1"}},
+        )
+        assert response.status_code == 201, response.text
+        run_id = response.json()["id"]
+        deadline = time.monotonic() + TIMEOUT
+        while (run := http.get(f"/v1/runs/{run_id}").json())["status"] != "RUN_STATUS_FAILED":
+            assert run["status"] != "RUN_STATUS_SUCCEEDED", run
+            assert time.monotonic() < deadline, run
+            time.sleep(0.05)
+    executes = [
+        s for s in _spans() if s.name == "ductor.execute" and _attr(s, "ductor.run_id") == run_id
+    ]
+    # The step failed in the first execute; the next one replayed it (no span: it did
+    # not run) and ended the run.
+    assert len(executes) == 2
+    for execute in executes:
+        assert {k: _attr(execute, k) for k in ("ductor.app_id", "ductor.workflow_id")} == {
+            "ductor.app_id": APP_ID,
+            "ductor.workflow_id": "out-of-stock",
+        }
+        assert _attr(execute, "ductor.attempt") == 1
+    spans = _trace_of(executes[0].context.trace_id)  # type: ignore[union-attr]
+    [step] = [s for s in spans if s.name == "ductor.step"]
+    assert step.parent is not None
+    assert step.parent.span_id in {e.context.span_id for e in executes}  # type: ignore[union-attr]
+    assert (_attr(step, "ductor.step"), _attr(step, "ductor.attempt")) == ("reserve", 1)
+    assert _attr(step, "ductor.error_code") == "stock.none"
+    assert step.status.status_code is StatusCode.ERROR

@@ -77,12 +77,14 @@ def request_span(
 
 @contextmanager
 def step_span(name: str, *, attempt: int) -> Iterator[Any]:
-    """The span of one step run in process (`ductor.step`); yields it (or None)."""
+    """The span of one step run in process (`ductor.step`); yields it (or None).
+    `attempt` counts the step's failed tries so far; the span's `ductor.attempt`
+    is the try this is, 1 for the first, as on the engine's spans."""
     if _tracer is None:
         yield None
         return
     with _tracer.start_as_current_span(
-        "ductor.step", attributes={"ductor.step": name, "ductor.attempt": attempt}
+        "ductor.step", attributes={"ductor.step": name, "ductor.attempt": attempt + 1}
     ) as span:
         yield span
 

@@ -443,7 +443,9 @@ class Client:
                         "ductor.app_id": self.app_id,
                         "ductor.workflow_id": request.workflow_id,
                         "ductor.run_id": request.run_id,
-                        "ductor.attempt": request.attempt,
+                        # The try this is, 1 for the first, as on the engine's
+                        # `ductor.attempt` span (`request.attempt` counts failures).
+                        "ductor.attempt": request.attempt + 1,
                     },
                 ):
                     return self._respond(200, await self.execute(request))
