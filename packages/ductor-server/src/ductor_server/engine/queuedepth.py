@@ -5,7 +5,7 @@ It runs only while a meter provider is set (an SDK is configured), so a server
 without one makes no extra query. Collecting the gauge reads the last count
 from memory: a metric reader never queries the store. The count covers every
 process's tasks (the store is the truth), with the `tenants` largest (tier,
-tenant) pairs by name and the rest of each tier as tenant `_other`, so the
+tenant) pairs named and the rest of each tier as tenant `_other`, so the
 number of series stays bounded whatever the number of tenants.
 """
 
