@@ -1034,3 +1034,54 @@ def test_a_step_that_fails_in_the_app_is_an_error_span_with_its_code(world: Worl
     assert (_attr(step, "ductor.step"), _attr(step, "ductor.attempt")) == ("reserve", 1)
     assert _attr(step, "ductor.error_code") == "stock.none"
     assert step.status.status_code is StatusCode.ERROR
+
+
+def test_a_sub_workflow_and_a_bridge_steps_child_runs_continue_the_parents_trace(
+    world: World,
+) -> None:
+    # The child calls the sink, so it has a task and a tick of its own (a child that
+    # only computes ends inside its parent's tick).
+    child = _http_action("otel-child", world.sink.url + "/child")
+    parent = {
+        "family_slug": "otel-parent",
+        "steps": [
+            {
+                "ref": "sub",
+                "type": "STEP_TYPE_SUBWORKFLOW",
+                "args": {"family_slug": "otel-child", "input": "{'n': 21}"},
+            },
+            {
+                "ref": "app",
+                "type": "STEP_TYPE_BRIDGE",
+                "args": {
+                    "app_id": APP_ID,
+                    "workflow": "two-steps",
+                    "input": "{'id': 3, 'total': 4}",
+                },
+            },
+        ],
+        "edges": [{"source_ref": "sub", "target_ref": "app"}],
+    }
+    caller = "5" * 32
+    with world.http() as http:
+        for definition in (child, parent):
+            published = http.post("/v1/workflows", json=definition)
+            assert published.status_code in (200, 201), published.text
+        started = http.post(
+            "/v1/runs",
+            json={"family_slug": "otel-parent", "input": {}},
+            headers={"traceparent": f"00-{caller}-{'6' * 16}-01"},
+        )
+        assert started.status_code == 201, started.text
+    run = world.wait_run(started.json()["id"])
+    [sub] = [s["child_run_id"] for s in run["steps"] if s["ref"] == "sub"]
+    spans = _trace_of(int(caller, 16))
+    ticked = {_attr(s, "ductor.run_id") for s in spans if s.name == "ductor.tick"}
+    # The parent, its sub-workflow's run and the bridge step's run of the app's workflow.
+    assert {run["id"], sub} < ticked
+    assert len(ticked) == 3
+    [(_, headers)] = [r for r in world.sink.received if r[0] == "/child"]
+    assert headers["traceparent"].split("-")[1] == caller
+    # The app's steps ran in the same trace, under its bridge calls.
+    steps = [s for s in spans if s.name == "ductor.step"]
+    assert sorted(_attr(s, "ductor.step") for s in steps) == ["charge", "reserve"]
