@@ -40,7 +40,7 @@ from ductor_core import (
     tick,
 )
 from ductor_core.durations import MAX_DURATION
-from ductor_core.tick import MAX_SCATTER_ITEMS
+from ductor_core.tick import MAX_KEPT_SIGNAL_BYTES, MAX_SCATTER_ITEMS
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 DATA = Path(__file__).parent / "data"
@@ -715,6 +715,46 @@ def test_signal_before_the_wait_is_buffered_then_consumed() -> None:
     assert done.state.pending_signals == []
     assert of(done, RegisterWait) == []
     assert done.state.status is RunStatus.SUCCEEDED
+
+
+def test_signals_are_kept_one_per_step_yet_to_take_them() -> None:
+    # Two steps wait for "approve" after "prep": two early signals are kept, a
+    # third is ignored (no step could ever take it) and not remembered.
+    second = {
+        "ref": "s2",
+        "type": "STEP_TYPE_WAIT_FOR_SIGNAL",
+        "args": {"signal": "approve", "timeout": "1d"},
+    }
+    first_wait = {"ref": "s", "type": "STEP_TYPE_WAIT_FOR_SIGNAL", "args": {"signal": "approve"}}
+    definition = wf([action("prep"), first_wait, second], [("prep", "s"), ("prep", "s2")])
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    sigs = [SignalReceived(signal_id=f"s{i}", name="approve", payload=i) for i in range(3)]
+    kept = step_tick(definition, first, *sigs)
+    assert [s.signal_id for s in kept.state.pending_signals] == ["s0", "s1"]
+    assert [i.input for i in kept.ignored] == [sigs[2]]
+    assert "no step left to take it: 2 kept for the 2 yet to start" in kept.ignored[0].reason
+    assert "signal:s2" not in kept.state.received_ids
+    done = step_tick(definition, kept, ok("prep"))
+    assert done.state.output == {"s": 0, "s2": 1}
+    assert done.state.status is RunStatus.SUCCEEDED
+
+
+def test_kept_signals_hold_at_most_a_mebibyte_of_payload() -> None:
+    definition = _signal_wf(action("prep"))
+    first = start_run(definition, run_id="r", input={}, now=NOW)
+    big = "x" * (MAX_KEPT_SIGNAL_BYTES - 2)  # its JSON, with the quotes, is the limit
+    over = SignalReceived(signal_id="over", name="approve", payload=big + "x")
+    at_limit = SignalReceived(signal_id="fits", name="approve", payload=big)
+    result = step_tick(definition, first, over, at_limit)
+    assert [i.input for i in result.ignored] == [over]
+    assert "would be over 1,048,576" in result.ignored[0].reason
+    assert [s.signal_id for s in result.state.pending_signals] == ["fits"]
+    done = step_tick(definition, result, ok("prep"))
+    assert done.state.steps["s"].output == big
+    # A step waiting now takes a signal of any size: nothing is kept.
+    waiting = start_run(_signal_wf(), run_id="r", input={}, now=NOW)
+    taken = step_tick(_signal_wf(), waiting, over)
+    assert taken.state.steps["s"].output == big + "x"
 
 
 def test_signal_timeout_succeeds_with_null() -> None:

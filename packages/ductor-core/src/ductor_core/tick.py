@@ -34,7 +34,8 @@ Semantics the server and users rely on (see also DESIGN.md, "Definitions"):
   before the step waits is not seen (as in Inngest). One event may satisfy every
   step waiting for it; a signal goes to one waiting step (document order) and
   is buffered in `RunState.pending_signals` while no step waits for it yet (a
-  signal no step of the workflow ever waits for is ignored). Event and signal
+  signal no step of the workflow ever waits for is ignored; one is kept per step
+  of its name yet to start, within `MAX_KEPT_SIGNAL_BYTES`). Event and signal
   ids are remembered, so a redelivery is ignored.
 - Worker steps retry per `step.retry` (default 3 attempts, 1s, x2, at most 5m,
   jittered by +-10%); `step.timeout` bounds each attempt and counts as a
@@ -164,6 +165,13 @@ def _parse_instant(value: Any, source: str) -> datetime:
 
 MAX_RECIPIENTS = 1000
 """The most subscribers one NOTIFY step may notify."""
+
+MAX_KEPT_SIGNAL_BYTES = 1024 * 1024
+"""The most JSON the payloads of a run's kept signals (sent before a step waits
+for them) may hold in all. A run's state holds them and each tick rewrites it:
+200 kept signals of 500 KB took the server to 2 GB of memory."""
+
+_json = msgspec.json.Encoder()
 
 MAX_SCATTER_ITEMS = 10_000
 """The most items one SCATTER step runs. A run's state holds every item, and each
@@ -1132,6 +1140,12 @@ class _Tick:
         if not waiters:
             self.ignore(item, f"no step of this workflow waits for signal {item.name!r}")
             return
+        waiting = any(self.steps[ref].status is StepStatus.WAITING for ref in waiters)
+        if not waiting:
+            refused = self.unkept(item, waiters)
+            if refused is not None:
+                self.ignore(item, refused)
+                return
         self.remember(key)
         for ref in waiters:
             if self.steps[ref].status is StepStatus.WAITING:
@@ -1147,6 +1161,26 @@ class _Tick:
         self.pending_signals.append(
             BufferedSignal(signal_id=item.signal_id, name=item.name, payload=item.payload)
         )
+
+    def unkept(self, item: SignalReceived, waiters: Sequence[str]) -> str | None:
+        """Why a signal no step waits for now cannot be kept for a later one, or
+        None: one is kept for each step of its name yet to start, and the kept
+        payloads hold at most `MAX_KEPT_SIGNAL_BYTES` of JSON in all."""
+        takers = sum(1 for ref in waiters if self.steps[ref].status is StepStatus.PENDING)
+        kept = [s for s in self.pending_signals if s.name == item.name]
+        if len(kept) >= takers:
+            return (
+                f"signal {item.name!r} has no step left to take it: {len(kept)} kept"
+                f" for the {takers} yet to start"
+            )
+        size = len(_json.encode(item.payload))
+        held = sum(len(_json.encode(s.payload)) for s in self.pending_signals)
+        if held + size > MAX_KEPT_SIGNAL_BYTES:
+            return (
+                f"signal {item.name!r} is not kept: its payload ({size:,} bytes of JSON) and"
+                f" those kept ({held:,}) would be over {MAX_KEPT_SIGNAL_BYTES:,}"
+            )
+        return None
 
     def on_child(self, item: ChildRunEnded) -> None:
         ref, index = item.step_ref, item.item_index

@@ -718,6 +718,34 @@ async def test_a_signal_completes_a_waiting_run_and_a_late_one_is_refused(api: A
     assert_error(await api.call("POST", f"/v1/runs/{run_id}/cancel"), 409, "run.not_cancellable")
 
 
+async def test_a_signal_no_step_is_left_to_take_is_answered_and_ignored(api: Api) -> None:
+    # `ship` waits after `approve`: one early `ship` signal is kept for it; the
+    # next ones, which no step could ever take, are answered 202 and ignored, and
+    # the run's history says why.
+    await api.call("POST", "/v1/workflows", json=APPROVAL)
+    run_id = (await api.call("POST", "/v1/runs", json={"family_slug": "approval"})).json()["id"]
+    await _wait_for_status(api, run_id, "RUN_STATUS_RUNNING")
+    for i in range(3):
+        sent = await api.call(
+            "POST", f"/v1/runs/{run_id}/signals/ship", json={"payload": i, "id": f"ship{i}"}
+        )
+        assert sent.status_code == 202, sent.text
+        assert sent.json()["duplicate"] is False
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        history = (await api.call("GET", f"/v1/runs/{run_id}/history")).json()
+        ignored = [h["data"] for h in history if h["kind"] == "input.ignored"]
+        if len(ignored) == 2 or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert [i["reason"] for i in ignored] == [
+        "signal 'ship' has no step left to take it: 1 kept for the 1 yet to start"
+    ] * 2, history
+    await api.call("POST", f"/v1/runs/{run_id}/signals/approve", json={"payload": "ok"})
+    run = await _wait_for_status(api, run_id, "RUN_STATUS_SUCCEEDED")
+    assert run["output"] == {"ship": 0}
+
+
 async def test_a_signal_id_sent_again_under_another_name_answers_the_name_it_took(
     api: Api,
 ) -> None:

@@ -1048,16 +1048,17 @@ class RunsService:
         effects = Effects()
 
         async def effect(tx: Tx) -> Answer[SignalAccepted]:
-            run = await tx.get_run(tenant_id, run_id)
-            if run is None:
+            # The status alone: the run's state, which can be large, is the tick's.
+            [status] = await tx.run_statuses([RunRef(tenant_id=tenant_id, run_id=run_id)])
+            if status is None:
                 raise RunNotFound(run_id)
             scope = f"signal:{run_id}"
-            if run.status.terminal:
+            if status.terminal:
                 # A signal sent again after it ended the run (a retry whose
                 # first answer was lost) is the duplicate it is, not a refusal.
                 delivered = await tx.get_idempotency(tenant_id, scope, sid)
                 if delivered is None:
-                    raise RunEnded(run_id, run.status.value)
+                    raise RunEnded(run_id, status.value)
                 return _duplicate_signal(run_id, sid, delivered, name)
             # A signal id is delivered once per run, whoever sends it again.
             fresh = await tx.put_idempotency(
