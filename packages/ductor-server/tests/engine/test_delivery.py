@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from opentelemetry import trace
 
-from ductor_core.runs import CancelRequested
+from ductor_core.runs import CancelRequested, SignalReceived
 from ductor_server.composition import build_services
 from ductor_server.engine.actions import ActionCall, ActionRegistry, default_registry
 from ductor_server.engine.clock import ManualClock
@@ -27,6 +27,7 @@ from ductor_server.engine.workers import Workers
 from ductor_server.services.runs import RunRequest
 from ductor_server.storage import Store
 from ductor_server.storage.errors import StoreError
+from ductor_server.storage.protocol import INBOX_SIZE_PER_RUN
 from ductor_server.storage.records import NewInboxItem, RunRef
 from ductor_server.telemetry import tracing_enabled
 
@@ -528,6 +529,49 @@ async def test_a_run_with_a_long_state_is_ticked_by_the_claim_not_in_reports(
             assert coordinator.direct_batches - before == direct
     assert len(counts) == 6
     assert set(counts.values()) == {1}
+
+
+async def test_a_result_comes_after_stored_input_that_one_load_does_not_take(
+    store: Store,
+) -> None:
+    # Five signals of 1 MiB wait in the run's inbox when its step reports: one
+    # load takes at most INBOX_SIZE_PER_RUN of them, so the report must not tick
+    # the result after only the first four. It goes to the claim, after all five.
+    gate = asyncio.Event()
+    registry, counts, chain = _gated_chain(gate)
+    clock = ManualClock()
+    config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
+    async with Runtime.start(store, config=config, clock=clock, actions=registry) as rt:
+        services = build_services(rt)
+        await services.workflows.publish(TENANT, chain)
+        run = (await services.runs.trigger(TENANT, "chain", None, {}, None)).value
+        await _until(lambda: rt.workers._inflight)
+        later = clock.now() + timedelta(hours=1)  # not due yet: no claim takes them
+        payload = "x" * (INBOX_SIZE_PER_RUN // 4)
+        signals = [
+            NewInboxItem(
+                tenant_id=TENANT,
+                run_id=run.id,
+                input=SignalReceived(signal_id=f"big{i}", name="go", payload=payload),
+                available_at=later,
+            )
+            for i in range(5)
+        ]
+        async with store.transaction() as tx:
+            await tx.enqueue_inbox(signals)
+        clock.advance(timedelta(hours=2))  # due now, for the report's load
+        gate.set()
+        view = await _wait_end(services, run.id)
+        assert view.status == SUCCEEDED
+        history = await services.runs.history(TENANT, run.id)
+        order = [
+            h.data.get("step_ref") if h.kind == "step.succeeded" else "signal"
+            for h in history
+            if h.kind == "step.succeeded"
+            or (h.kind == "input.ignored" and h.data.get("input") == "SignalReceived")
+        ]
+        assert order == ["signal"] * 5 + ["s0", "s1"], order
+    assert list(counts.values()) == [1]
 
 
 @pytest.mark.parametrize("take_at_once", [True, False])

@@ -27,6 +27,7 @@ from ductor_core.runs import (
     TimerFired,
 )
 from ductor_server.storage import (
+    InboxItem,
     InboxRef,
     InvalidCursor,
     NewHistoryEntry,
@@ -374,6 +375,48 @@ async def test_inbox_round_trips_every_input_in_order(store: Store) -> None:
         assert await tx.delete_inbox([InboxRef(tenant_id="t1", seq=i.seq) for i in items]) == 7
     async with store.transaction() as tx:
         assert await tx.claim_runs_with_inbox(now=NOW, limit=10) == []
+
+
+async def test_an_inbox_load_stops_at_a_number_of_items_and_a_length_of_json(
+    store: Store,
+) -> None:
+    def signal(run: str, n: int, size: int) -> NewInboxItem:
+        payload = "x" * size
+        sent = SignalReceived(signal_id=f"{run}-{n}", name="go", payload=payload)
+        return NewInboxItem(tenant_id="t1", run_id=run, input=sent, available_at=NOW)
+
+    sizes = [3000, 3000, 100, 5000, 10]
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", "r1"), new_run("t1", "r2")])
+        await tx.enqueue_inbox([signal("r1", n, size) for n, size in enumerate(sizes)])
+        await tx.enqueue_inbox([signal("r2", n, 50) for n in range(3)])
+    one = [RunRef(tenant_id="t1", run_id="r1")]
+    both = [*one, RunRef(tenant_id="t1", run_id="r2")]
+
+    def ids(items: list[InboxItem]) -> list[str]:
+        return [i.input.signal_id for i in items if isinstance(i.input, SignalReceived)]
+
+    async with store.transaction() as tx:
+        everything = await tx.load_inbox(both, now=NOW, size_per_run=0)
+        assert ids(everything) == ["r1-0", "r1-1", "r1-2", "r1-3", "r1-4", "r2-0", "r2-1", "r2-2"]
+        # Each input's JSON is a little longer than its payload: the items whose
+        # lengths before them add up to under the limit are taken.
+        assert ids(await tx.load_inbox(one, now=NOW, size_per_run=6000)) == ["r1-0", "r1-1"]
+        assert ids(await tx.load_inbox(one, now=NOW, size_per_run=6300)) == [
+            "r1-0",
+            "r1-1",
+            "r1-2",
+        ]
+        # The first item is always taken, however long; every run has its own limit.
+        assert ids(await tx.load_inbox(both, now=NOW, size_per_run=10)) == ["r1-0", "r2-0"]
+        assert ids(await tx.load_inbox(both, now=NOW, size_per_run=6300, limit_per_run=2)) == [
+            "r1-0",
+            "r1-1",
+            "r2-0",
+            "r2-1",
+        ]
+        # The default takes a few megabytes: all of these.
+        assert await tx.load_inbox(both, now=NOW) == everything
 
 
 async def test_a_run_keeps_its_kind_and_the_kinds_own_state(store: Store) -> None:

@@ -39,7 +39,7 @@ from ductor_server.engine.kinds import Computation, KindTick, PreparedTick, RunK
 from ductor_server.engine.offload import ENGINE, ISOLATION
 from ductor_server.engine.queue import Topic, WakeUp
 from ductor_server.storage.errors import StoreUnavailable
-from ductor_server.storage.protocol import Store, Tx
+from ductor_server.storage.protocol import INBOX_SIZE_PER_RUN, Store, Tx
 from ductor_server.storage.records import (
     InboxItem,
     InboxRef,
@@ -373,15 +373,19 @@ class Coordinator:
             refs = [RunRef(tenant_id=run.tenant_id, run_id=run.id) for run, has in locked if has]
             items = await tx.load_inbox(refs, now=now, limit_per_run=INPUTS_PER_TICK)
             stored: dict[tuple[str, str], int] = defaultdict(int)
+            length: dict[tuple[str, str], int] = defaultdict(int)
             for item in items:
                 stored[(item.tenant_id, item.run_id)] += 1
-            # A run with more input than one tick takes gets these results after
-            # the rest, from the claim.
+                length[(item.tenant_id, item.run_id)] += item.size
+            # A run with more input than one tick takes (or than this load took:
+            # it stops at INBOX_SIZE_PER_RUN) gets these results after the rest,
+            # from the claim.
             taken = [
                 run
                 for run in runs
                 if stored[(run.tenant_id, run.id)] + len(pending[(run.tenant_id, run.id)])
                 <= INPUTS_PER_TICK
+                and length[(run.tenant_id, run.id)] < INBOX_SIZE_PER_RUN
             ]
             for run in taken:
                 items.extend(pending[(run.tenant_id, run.id)])
@@ -510,7 +514,10 @@ class Coordinator:
         unknown: list[RunRef] = []
         for run in runs:
             pending = by_run.get((run.tenant_id, run.id), [])
-            if len(pending) >= INPUTS_PER_TICK:
+            if (
+                len(pending) >= INPUTS_PER_TICK
+                or sum(item.size for item in pending) >= INBOX_SIZE_PER_RUN
+            ):
                 done.left_over = True
             if not pending:
                 # Another coordinator ticked it and took its input between this

@@ -20,7 +20,14 @@ import msgspec
 from ductor_core.runs import ErrorInfo, RunInput, RunState, RunStatus
 from ductor_server.storage._outlined import Outlined, outline, splice
 from ductor_server.storage.errors import InvalidCursor, StoreError
-from ductor_server.storage.protocol import AfterCommit, BeforeCommit, Params, Row, Session
+from ductor_server.storage.protocol import (
+    INBOX_SIZE_PER_RUN,
+    AfterCommit,
+    BeforeCommit,
+    Params,
+    Row,
+    Session,
+)
 from ductor_server.storage.records import (
     ApiKeyRecord,
     AttemptRecord,
@@ -198,14 +205,26 @@ UPDATE_RUN = (
     " lock_version = lock_version + 1"
     " WHERE tenant_id = %s AND id = %s AND lock_version = %s RETURNING lock_version"
 )
-LOAD_RUN_INBOX = (
-    f"SELECT {_INBOX_COLS} FROM run_inbox"
-    " WHERE tenant_id = %s AND run_id = %s AND available_at <= %s ORDER BY seq"
+_NO_LIMIT = 2**62
+"""A LIMIT (of rows, or of characters) that limits nothing."""
+_INBOX_UPTO = (
+    f"SELECT {_INBOX_COLS}, size, SUM(size) OVER (ORDER BY seq) AS upto FROM"
+    f" (SELECT {_INBOX_COLS}, size FROM run_inbox"
+    " WHERE tenant_id = {tenant} AND run_id = {run} AND available_at <= {due}"
+    " ORDER BY seq LIMIT {limit}) first"
 )
+"""A run's first due inbox rows, each with the length of the JSON up to and with it."""
+LOAD_RUN_INBOX = (
+    f"SELECT {_INBOX_COLS}, size FROM ("
+    + _INBOX_UPTO.format(tenant="%s", run="%s", due="%s", limit="%s")
+    + ") counted WHERE upto - size < %s ORDER BY seq"
+)
+"""A run's due inbox items in order: at most a number of them, and no more once
+their JSON reaches a length (the first is always taken)."""
 DELETE_INBOX_ITEM = "DELETE FROM run_inbox WHERE tenant_id = %s AND seq = %s RETURNING seq"
 ENQUEUE_INBOX_ITEM = (
-    "INSERT INTO run_inbox (tenant_id, run_id, input, available_at)"
-    " VALUES (%s, %s, %s, %s) RETURNING seq"
+    "INSERT INTO run_inbox (tenant_id, run_id, input, available_at, size)"
+    " VALUES (%s, %s, %s, %s, %s) RETURNING seq"
 )
 ENQUEUE_TASK = (
     "INSERT INTO tasks (tenant_id, run_id, step_ref, item_index, attempt, step_type,"
@@ -374,10 +393,11 @@ UPDATE_RUNS_PG = (
     " RETURNING v.n, t.lock_version"
 )
 LOAD_RUNS_INBOX_PG = (
-    f"SELECT v.n, {_qualified(_INBOX_COLS, 'i')} FROM "
-    + _unnest("tenant_id text", "run_id text", "due timestamptz")
-    + " JOIN run_inbox i ON i.tenant_id = v.tenant_id AND i.run_id = v.run_id"
-    " AND i.available_at <= v.due ORDER BY v.n, i.seq"
+    f"SELECT v.n, {_qualified(_INBOX_COLS, 'i')}, i.size FROM "
+    + _unnest("tenant_id text", "run_id text", "due timestamptz", "lim bigint", "most bigint")
+    + " CROSS JOIN LATERAL ("
+    + _INBOX_UPTO.format(tenant="v.tenant_id", run="v.run_id", due="v.due", limit="v.lim")
+    + ") i WHERE i.upto - i.size < v.most ORDER BY v.n, i.seq"
 )
 DELETE_INBOX_ITEMS_PG = (
     "DELETE FROM run_inbox t USING "
@@ -385,9 +405,15 @@ DELETE_INBOX_ITEMS_PG = (
     + " WHERE t.tenant_id = v.tenant_id AND t.seq = v.seq RETURNING v.n, t.seq"
 )
 ENQUEUE_INBOX_ITEMS_PG = (
-    "INSERT INTO run_inbox (tenant_id, run_id, input, available_at)"
-    " SELECT tenant_id, run_id, input, available_at FROM "
-    + _unnest("tenant_id text", "run_id text", "input jsonb", "available_at timestamptz")
+    "INSERT INTO run_inbox (tenant_id, run_id, input, available_at, size)"
+    " SELECT tenant_id, run_id, input, available_at, size FROM "
+    + _unnest(
+        "tenant_id text",
+        "run_id text",
+        "input jsonb",
+        "available_at timestamptz",
+        "size integer",
+    )
     + " ORDER BY n RETURNING tenant_id, run_id, seq"
 )
 _NEW_TASK_COLS = (
@@ -842,6 +868,7 @@ class SqlTx:
             run_id=r[2],
             input=_input_decoder.decode(r[3]),
             available_at=self.from_timestamp(r[4]),
+            size=r[5],
         )
 
     def _task(self, r: Row) -> TaskRecord:
@@ -1456,13 +1483,14 @@ class SqlTx:
     async def enqueue_inbox(self, items: Sequence[NewInboxItem]) -> list[int]:
         if not items:
             return []
-        rows = await self.executemany_returning(
-            ENQUEUE_INBOX_ITEM,
-            [
-                (i.tenant_id, i.run_id, self.to_json(i.input), self.to_timestamp(i.available_at))
-                for i in items
-            ],
-        )
+        params: list[Params] = []
+        for i in items:
+            text = self.to_json(i.input)
+            assert text is not None  # an input is never None
+            params.append(
+                (i.tenant_id, i.run_id, text, self.to_timestamp(i.available_at), len(text))
+            )
+        rows = await self.executemany_returning(ENQUEUE_INBOX_ITEM, params)
         seqs: list[int] = []
         for row in rows:
             if row is None:  # pragma: no cover - a plain insert always returns
@@ -1488,25 +1516,23 @@ class SqlTx:
         return await self._runs_of(rows)
 
     async def load_inbox(
-        self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
+        self,
+        refs: Sequence[RunRef],
+        *,
+        now: datetime,
+        limit_per_run: int = 1000,
+        size_per_run: int = INBOX_SIZE_PER_RUN,
     ) -> list[InboxItem]:
         if not refs:
             return []
         at = self.to_timestamp(now)
+        limit = limit_per_run if limit_per_run > 0 else _NO_LIMIT
+        most = size_per_run if size_per_run > 0 else _NO_LIMIT
         found = await self.executemany_fetch_all(
-            LOAD_RUN_INBOX, [(ref.tenant_id, ref.run_id, at) for ref in refs]
+            LOAD_RUN_INBOX, [(ref.tenant_id, ref.run_id, at, limit, most) for ref in refs]
         )
         items = [self._inbox(r) for rows in found for r in rows]
         items.sort(key=lambda i: (i.tenant_id, i.run_id, i.seq))
-        if limit_per_run > 0:
-            counts: dict[tuple[str, str], int] = {}
-            kept: list[InboxItem] = []
-            for item in items:
-                key = (item.tenant_id, item.run_id)
-                counts[key] = counts.get(key, 0) + 1
-                if counts[key] <= limit_per_run:
-                    kept.append(item)
-            items = kept
         return items
 
     async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:

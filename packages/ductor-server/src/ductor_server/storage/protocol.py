@@ -354,6 +354,12 @@ class RunsTx(Protocol):
         ...
 
 
+INBOX_SIZE_PER_RUN = 4 * 1024 * 1024
+"""How much input JSON (in characters) one load of a run's inbox takes at most
+(`load_inbox`): a run sent a thousand large signals or results is ticked a few
+megabytes at a time, not all at once."""
+
+
 class InboxTx(Protocol):
     """The run inbox: pending tick inputs, claimed by the coordinator."""
 
@@ -395,9 +401,17 @@ class InboxTx(Protocol):
         ...
 
     async def load_inbox(
-        self, refs: Sequence[RunRef], *, now: datetime, limit_per_run: int = 1000
+        self,
+        refs: Sequence[RunRef],
+        *,
+        now: datetime,
+        limit_per_run: int = 1000,
+        size_per_run: int = INBOX_SIZE_PER_RUN,
     ) -> list[InboxItem]:
-        """The available inbox items of these runs, ordered by (run, seq)."""
+        """The available inbox items of these runs, ordered by (run, seq): of each
+        run, its first `limit_per_run` items, and no more once their inputs' JSON
+        reaches `size_per_run` characters (its first item is always taken; 0: no
+        limit). The rest wait for a later load."""
         ...
 
     async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:

@@ -201,13 +201,16 @@ class NewInboxItem(_Record, frozen=True, kw_only=True):
 
 
 class InboxItem(_Record, frozen=True, kw_only=True):
-    """A stored pending tick input; `seq` orders a run's inputs (and is unique)."""
+    """A stored pending tick input; `seq` orders a run's inputs (and is unique).
+    `size` is the length of its JSON as stored (0 for an input never stored, or
+    stored before lengths were)."""
 
     seq: int
     tenant_id: str
     run_id: str
     input: RunInput
     available_at: datetime
+    size: int = 0
 
 
 class InboxRef(_Record, frozen=True, kw_only=True):
