@@ -88,6 +88,15 @@ def usage_error(exc: ClientError) -> int:
     return 2
 
 
+def path_id(value: str) -> str:
+    """An argparse `type` for an id that goes into a URL path: an empty one (a
+    `RUN_ID=$(...)` whose command failed) would name the collection instead
+    (`GET /v1/runs/` lists runs), so it is refused before any call."""
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
 def segment(value: str | int) -> str:
     """`value` as one path segment of a URL: an id given on the command line may
     hold `/`, `?`, `#`, `%` or control characters, and each must reach the server
@@ -648,7 +657,7 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p = command(wf, "list", cmd_workflows_list, "list workflow families and bridge apps' workflows")
     p.add_argument("--json", action="store_true")
     p = command(wf, "get", cmd_workflows_get, "show a family or one version")
-    p.add_argument("slug")
+    p.add_argument("slug", type=path_id)
     p.add_argument("--version", type=int, default=None)
 
     runs = sub.add_parser("runs", help="trigger, read, watch and steer runs")
@@ -668,9 +677,9 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--timeout", type=float, default=None, help="give up waiting after N s")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the run id")
     p = command(rs, "get", cmd_runs_get, "show a run as JSON")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=path_id)
     p = command(rs, "history", cmd_runs_history, "show a run's history")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=path_id)
     p.add_argument("--json", action="store_true")
     p = command(rs, "list", cmd_runs_list, "list runs, newest first")
     p.add_argument("--status", default=None, help="e.g. RUN_STATUS_RUNNING")
@@ -679,20 +688,20 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--json", action="store_true")
     p = command(rs, "watch", cmd_runs_watch, "show a run's steps live until it ends")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=path_id)
     p.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     p.add_argument("--timeout", type=float, default=None, help="give up after N seconds")
     p = command(rs, "cancel", cmd_runs_cancel, "cancel a run")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=path_id)
     p.add_argument("--reason", default="")
     p = command(rs, "rerun", cmd_runs_rerun, "start a new run like an ended one")
-    p.add_argument("run_id")
+    p.add_argument("run_id", type=path_id)
     p.add_argument("--latest", action="store_true", help="run the family's latest version")
     p.add_argument("--idempotency-key", default=None)
     p.add_argument("-q", "--quiet", action="store_true", help="print only the new run's id")
     p = command(rs, "signal", cmd_runs_signal, "send a signal to a run")
-    p.add_argument("run_id")
-    p.add_argument("name")
+    p.add_argument("run_id", type=path_id)
+    p.add_argument("name", type=path_id)
     p.add_argument("--payload", default=None, help="signal payload as JSON")
     p.add_argument("--id", default=None, help="signal id (a repeat is ignored)")
 
@@ -713,14 +722,14 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     app_keys = ap.add_parser("keys", help="create, list and revoke an app's signing keys")
     ak = app_keys.add_subparsers(dest="apps_keys_command", metavar="COMMAND", required=True)
     p = command(ak, "create", cmd_apps_keys_create, "create a signing key for an app")
-    p.add_argument("app_id")
+    p.add_argument("app_id", type=path_id)
     p.add_argument(
         "--grace", type=int, default=None, help="seconds the previous keys stay valid (1 day)"
     )
     p.add_argument("--json", action="store_true")
     p = command(ak, "list", cmd_apps_keys_list, "list an app's signing keys")
-    p.add_argument("app_id")
+    p.add_argument("app_id", type=path_id)
     p.add_argument("--json", action="store_true")
     p = command(ak, "revoke", cmd_apps_keys_revoke, "revoke one of an app's signing keys")
-    p.add_argument("app_id")
-    p.add_argument("key_id")
+    p.add_argument("app_id", type=path_id)
+    p.add_argument("key_id", type=path_id)

@@ -27,6 +27,7 @@ from ductor_server.cli_client import (
     ClientError,
     checked_key,
     command,
+    path_id,
     run_client_command,
     segment,
     server_url,
@@ -339,7 +340,7 @@ def add_keys_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = command(ks, "list", cmd_keys_list, "list the tenant's API keys, newest first")
     p.add_argument("--json", action="store_true")
     p = command(ks, "revoke", cmd_keys_revoke, "revoke an API key (fails from its next call)")
-    p.add_argument("key_id")
+    p.add_argument("key_id", type=path_id)
 
     defaults = Settings()
     tenants = sub.add_parser(
@@ -358,7 +359,7 @@ def add_keys_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _operator_options(p, defaults)
     p.set_defaults(func=cmd_tenants_list)
     p = ts.add_parser("add-key", help="create a key for an existing tenant (e.g. a lost admin key)")
-    p.add_argument("tenant_id")
+    p.add_argument("tenant_id", type=path_id)
     _key_options(p)
     _operator_options(p, defaults)
     p.set_defaults(func=cmd_tenants_add_key)

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ductor_server.cli_client import ApiClient, ClientError, command, segment
+from ductor_server.cli_client import ApiClient, ClientError, command, path_id, segment
 
 KEYS_PATH = "/.well-known/ductor-keys"
 """Where a server publishes its receipt keys."""
@@ -258,7 +258,7 @@ def add_settlement_commands(sub: argparse._SubParsersAction[argparse.ArgumentPar
     receipts = sub.add_parser("receipts", help="fetch and verify signed receipts")
     rc = receipts.add_subparsers(dest="receipts_command", metavar="COMMAND", required=True)
     p = command(rc, "get", cmd_receipts_get, "fetch a receipt's signed envelope")
-    p.add_argument("receipt_id")
+    p.add_argument("receipt_id", type=path_id)
     p.add_argument("-o", "--output", default=None, help="write it to this file (default stdout)")
     p.add_argument("--full", action="store_true", help="the whole view, not just the envelope")
     p = command(rc, "list", cmd_receipts_list, "list receipts, newest first")

@@ -393,3 +393,34 @@ def test_a_tenant_id_given_to_the_operators_commands_is_checked_before_anything_
         assert main(["keys", "create", f"--tenant={tenant}"]) == 1
         err = capsys.readouterr().err
         assert err.startswith(f"error: tenant.invalid: --tenant {tenant!r}: a tenant id is"), err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runs", "get", ""],
+        ["runs", "history", ""],
+        ["runs", "watch", ""],
+        ["runs", "cancel", ""],
+        ["runs", "rerun", ""],
+        ["runs", "signal", "", "go"],
+        ["runs", "signal", "run_1", ""],
+        ["workflows", "get", ""],
+        ["apps", "keys", "list", ""],
+        ["apps", "keys", "revoke", "app", ""],
+        ["keys", "revoke", ""],
+        ["receipts", "get", ""],
+    ],
+)
+def test_an_empty_id_is_refused_before_any_call(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """`RUN_ID=$(ductor runs trigger ... --quiet)` leaves RUN_ID empty when the trigger
+    fails; `ductor runs watch "$RUN_ID"` must then say so, not read `GET /v1/runs/`
+    (the list of runs) as the run, nor fail with a traceback."""
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--api-key", "k", "--url", "http://127.0.0.1:9"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: ductor {' '.join(command[:2])} "), err
+    assert err.rstrip().endswith(": must not be empty"), err
