@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -214,15 +215,34 @@ class ApiClient:
         return payload
 
 
+class _NotJson(ValueError):
+    """What Python's json reads but JSON cannot carry (NaN, Infinity, 1e999)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJson(f"{text} is out of a number's range")
+    return value
+
+
 def _json_arg(text: str | None, what: str) -> Any:
+    """`text` (a flag's JSON) decoded, refusing what Python's json would read but
+    send on as bare NaN or Infinity, which the server cannot read."""
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ClientError(
             "client.bad_json", f"{what} is not valid JSON: {exc.msg} at column {exc.colno}"
         ) from exc
+    except _NotJson as exc:
+        raise ClientError("client.bad_json", f"{what} is not valid JSON: {exc}") from exc
 
 
 def _read_file(name: str) -> bytes:

@@ -153,6 +153,28 @@ def test_bad_json_flags_are_reported_before_any_call(
     assert "error: client.bad_json: --input is not valid JSON" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("command", "flag", "text", "said"),
+    [
+        (["runs", "trigger", "f"], "--input", "NaN", "NaN is not a JSON value"),
+        (["runs", "trigger", "f"], "--input", '{"a": [Infinity]}', "Infinity is not a JSON value"),
+        (["runs", "trigger", "f"], "--input", "-Infinity", "-Infinity is not a JSON value"),
+        (["runs", "trigger", "f"], "--input", '{"a": 1e999}', "1e999 is out of a number's range"),
+        (["runs", "signal", "r", "go"], "--payload", "-1E400", "-1E400 is out of a number's range"),
+        (["events", "send", "n"], "--data", "[NaN]", "NaN is not a JSON value"),
+    ],
+)
+def test_json_flags_refuse_what_json_cannot_carry(
+    capsys: pytest.CaptureFixture[str], command: list[str], flag: str, text: str, said: str
+) -> None:
+    """Python's json reads NaN, Infinity and 1e999 (as inf), and would send them on as
+    bare NaN/Infinity, which no JSON reader takes: the server would answer
+    malformed JSON at a column of a body the user never wrote."""
+    code = main([*command, f"{flag}={text}", "--api-key", "k", "--url", "http://127.0.0.1:9"])
+    assert code == 1
+    assert capsys.readouterr().err == f"error: client.bad_json: {flag} is not valid JSON: {said}\n"
+
+
 def test_watch_draws_each_change_and_ends_with_the_output() -> None:
     states = [
         _run(
