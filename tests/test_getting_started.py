@@ -8,6 +8,7 @@ it. The port is a free one instead of 7070 (via DUCTOR_PORT / DUCTOR_URL).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -114,3 +115,45 @@ def test_getting_started_runs_as_written(workdir: Path) -> None:
             for line in block.rstrip("\n").split("\n")
         )
         assert re.search("^" + pattern, out, re.MULTILINE), f"not in the output:\n{block}"
+
+    # What the page says around its blocks, against the server the walk-through
+    # left running: the same content again is unchanged; a bad definition reports
+    # every problem with its pointer and exits 1; the other run commands answer.
+    def sh(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    again = sh("ductor workflows publish hello-world.json")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("unchanged hello-world version 1 (sha256:"), again.stdout
+    broken = json.loads((workdir / "hello-world.json").read_text())
+    broken["steps"][1]["args"]["duration"] = "soon"
+    broken["edges"][0]["target_ref"] = "nowhere"
+    (workdir / "broken.json").write_text(json.dumps(broken))
+    invalid = sh("ductor workflows validate broken.json")
+    assert invalid.returncode == 1, invalid
+    assert invalid.stdout.startswith("broken.json: 2 problem(s)\n"), invalid.stdout
+    assert "\n  /steps/1/args/duration: " in invalid.stdout, invalid.stdout
+    assert "\n  /edges/0/target_ref: " in invalid.stdout, invalid.stdout
+    run_id = sh("ductor runs list --family nap").stdout.split()[0]
+    for command in (f"ductor runs get {run_id}", f"ductor runs history {run_id}"):
+        done = sh(command)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "STEP_STATUS_SUCCEEDED" in done.stdout or "run.succeeded" in done.stdout
+    waited = sh("ductor runs trigger hello-world --wait --timeout 60")
+    assert waited.returncode == 0, waited.stderr
+    assert json.loads(waited.stdout)["status"] == "RUN_STATUS_SUCCEEDED"
+    # Step 4's pattern when the trigger fails (say, a slug mistyped): RUN_ID is
+    # empty, and `runs watch ""` says so instead of reading the list of runs.
+    typo = sh('RUN_ID=$(ductor runs trigger hello-wrld --quiet); ductor runs watch "$RUN_ID"')
+    assert typo.returncode == 2, typo
+    assert typo.stdout == ""
+    assert typo.stderr.startswith("error: workflow.not_found: workflow 'hello-wrld' not found\n")
+    assert typo.stderr.rstrip().endswith("error: argument run_id: must not be empty"), typo.stderr
+    assert "Traceback" not in typo.stderr
