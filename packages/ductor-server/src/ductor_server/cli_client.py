@@ -98,6 +98,19 @@ def path_id(value: str) -> str:
     return value
 
 
+def seconds(text: str) -> float:
+    """An argparse `type` for a time in seconds (`--interval`, `--timeout`): a finite
+    number above zero, so that no wait polls without pause, never ends, or fails
+    after its first request in Python's words."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above zero, got {text!r}")
+    return value
+
+
 def segment(value: str | int) -> str:
     """`value` as one path segment of a URL: an id given on the command line may
     hold `/`, `?`, `#`, `%` or control characters, and each must reach the server
@@ -690,11 +703,11 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--wait", action="store_true", help="wait for the run to end")
     p.add_argument(
         "--interval",
-        type=float,
+        type=seconds,
         default=0.5,
         help="with --wait, the pause between requests when the server answers at once",
     )
-    p.add_argument("--timeout", type=float, default=None, help="give up waiting after N s")
+    p.add_argument("--timeout", type=seconds, default=None, help="give up waiting after N s")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the run id")
     p = command(rs, "get", cmd_runs_get, "show a run as JSON")
     p.add_argument("run_id", type=path_id)
@@ -709,8 +722,8 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--json", action="store_true")
     p = command(rs, "watch", cmd_runs_watch, "show a run's steps live until it ends")
     p.add_argument("run_id", type=path_id)
-    p.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
-    p.add_argument("--timeout", type=float, default=None, help="give up after N seconds")
+    p.add_argument("--interval", type=seconds, default=0.5, help="seconds between polls")
+    p.add_argument("--timeout", type=seconds, default=None, help="give up after N seconds")
     p = command(rs, "cancel", cmd_runs_cancel, "cancel a run")
     p.add_argument("run_id", type=path_id)
     p.add_argument("--reason", default="")

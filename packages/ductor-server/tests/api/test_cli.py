@@ -446,3 +446,30 @@ def test_an_empty_id_is_refused_before_any_call(
     err = capsys.readouterr().err
     assert err.startswith(f"usage: ductor {' '.join(command[:2])} "), err
     assert err.rstrip().endswith(": must not be empty"), err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runs", "watch", "run_1", "--interval=-1"],
+        ["runs", "watch", "run_1", "--interval=nan"],
+        ["runs", "watch", "run_1", "--interval=0"],
+        ["runs", "watch", "run_1", "--timeout=-1"],
+        ["runs", "watch", "run_1", "--timeout=inf"],
+        ["runs", "trigger", "f", "--wait", "--interval=-0.5"],
+        ["runs", "trigger", "f", "--wait", "--timeout=0"],
+    ],
+)
+def test_a_wait_flag_that_is_no_time_is_refused_before_any_call(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A negative or NaN --interval once failed after the first poll with Python's
+    own words (`sleep length must be non-negative`); --timeout=-1 gave up at once."""
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--api-key", "k", "--url", "http://127.0.0.1:9"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    flag, value = command[-1].split("=")
+    assert err.rstrip().endswith(
+        f"argument {flag}: must be a number of seconds above zero, got {value!r}"
+    ), err
