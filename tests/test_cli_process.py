@@ -764,3 +764,21 @@ def test_dev_refuses_an_api_key_file_that_holds_no_key_it_made(tmp_path: Path) -
         assert (data / "api_key").read_bytes() == text
         assert not (data / "ductor.db").exists(), "no key stored, nothing migrated"
         assert not (data / "ductor.pid").exists()
+
+
+def test_a_directory_where_dev_keeps_a_file_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    """The files `ductor dev` keeps in its data dir (the key, the key files, the pid
+    file): a directory in the place of one, say made by a mistyped `mkdir -p`, is
+    one `error:` line naming it, never a traceback, and nothing serves."""
+    for name in ("api_key", "secret_keys", "receipt_keys", "ductor.pid"):
+        data = tmp_path / f"data-{name}"
+        (data / name).mkdir(parents=True)
+        result = _ductor("dev", "--port", str(_free_port()), "--data-dir", str(data))
+        assert result.returncode in (1, 2), (name, result)
+        assert "Traceback" not in result.stderr, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, (name, result.stderr)
+        assert lines[0].startswith("error: "), lines[0]
+        assert f"{data / name}" in lines[0], lines[0]
+        assert "Is a directory" in lines[0], lines[0]
+        assert " on http://" not in result.stdout, (name, result.stdout)

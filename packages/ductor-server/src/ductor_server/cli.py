@@ -126,6 +126,12 @@ def _run(argv: Sequence[str] | None) -> int:
         where = f" {exc.filename}" if exc.filename else ""
         sys.stderr.write(f"error: cannot use{where}: {exc.strerror or exc}\n")
         return 1
+    except OSError as exc:
+        # A file of the data dir that is no file (a directory in its place).
+        if exc.filename is None:
+            raise
+        sys.stderr.write(f"error: cannot use {exc.filename}: {exc.strerror or exc}\n")
+        return 1
     except KeyboardInterrupt:
         return 130
     return result
