@@ -22,6 +22,7 @@ from ductor_server.cli_client import (
     cmd_workflows_list,
     find_api_key,
     render_run,
+    server_url,
 )
 from ductor_server.settings import Settings
 
@@ -49,6 +50,24 @@ def test_key_comes_from_flag_then_env_then_data_dir(
     assert find_api_key("dk_flag", str(tmp_path)) == "dk_flag"
     monkeypatch.delenv("DUCTOR_API_KEY")
     assert find_api_key(None, str(tmp_path / "empty")) is None
+
+
+def test_the_variables_of_a_dev_started_elsewhere_lead_the_client_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """getting-started.md: a `ductor dev` on another port or data dir is found once
+    the client has the same DUCTOR_PORT and DUCTOR_DATA_DIR (or --url, --data-dir)."""
+    for name in ("DUCTOR_URL", "DUCTOR_HOST", "DUCTOR_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "api_key").write_text("dk_elsewhere\n")
+    monkeypatch.setenv("DUCTOR_PORT", "7171")
+    monkeypatch.setenv("DUCTOR_DATA_DIR", str(tmp_path))
+    assert server_url(None) == "http://127.0.0.1:7171"
+    assert find_api_key(None, None) == "dk_elsewhere"
+    monkeypatch.delenv("DUCTOR_PORT")
+    monkeypatch.delenv("DUCTOR_DATA_DIR")
+    assert server_url("http://127.0.0.1:7171") == "http://127.0.0.1:7171"
+    assert find_api_key(None, str(tmp_path)) == "dk_elsewhere"
 
 
 def test_a_flag_wins_over_its_variable_even_one_that_does_not_parse(tmp_path: Path) -> None:
