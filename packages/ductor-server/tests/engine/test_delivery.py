@@ -513,21 +513,39 @@ async def test_a_run_with_a_long_state_is_ticked_by_the_claim_not_in_reports(
 ) -> None:
     # A report's transaction carries every tenant's results: a run whose state is
     # over REPORT_STATE_BYTES is not decoded and ticked there. Its results go to
-    # its inbox, and the coordinator's claim ticks them.
-    registry, counts, chain = _counted_chain(3)
+    # its inbox, and the coordinator's claim ticks them. Each step of the "long"
+    # chain answers 900 characters (under the 1 KiB kept out of the state).
+    steps = 80
+    registry, counts, short = _counted_chain(steps)
+
+    async def pad(call: ActionCall) -> Any:
+        counts[call.idempotency_key] = counts.get(call.idempotency_key, 0) + 1
+        return "x" * 900
+
+    registry.register_action("pad", pad)
+    long = {
+        **short,
+        "family_slug": "long",
+        "steps": [{**step, "args": {"action": "pad"}} for step in short["steps"]],
+    }
+    assert steps * 900 > REPORT_STATE_BYTES
     config = dataclasses.replace(TEST_CONFIG, poll_interval=60.0)
     async with Runtime.start(store, config=config, clock=ManualClock(), actions=registry) as rt:
         services = build_services(rt)
-        await services.workflows.publish(TENANT, chain)  # no CEL: cheap at any size
         coordinator = rt.coordinator
-        for blob, direct in (("x" * 100, 3), ("x" * REPORT_STATE_BYTES, 0)):
+        direct: dict[str, int] = {}
+        for chain in (short, long):  # no CEL: cheap at any size
+            await services.workflows.publish(TENANT, chain)
             before = coordinator.direct_batches
-            run = (await services.runs.trigger(TENANT, "chain", None, {"b": blob}, None)).value
+            slug = str(chain["family_slug"])
+            run = (await services.runs.trigger(TENANT, slug, None, {}, None)).value
             view = await _wait_end(services, run.id)
             assert view.status == SUCCEEDED
-            assert view.output == {"s2": "s2"}
-            assert coordinator.direct_batches - before == direct
-    assert len(counts) == 6
+            direct[slug] = coordinator.direct_batches - before
+    assert direct["chain"] == steps
+    # Ticked in reports until the state passed the limit, by the claim after.
+    assert 0 < direct["long"] < steps - 10, direct
+    assert len(counts) == 2 * steps
     assert set(counts.values()) == {1}
 
 

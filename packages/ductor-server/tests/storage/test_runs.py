@@ -130,8 +130,13 @@ async def test_an_idempotency_key_or_child_key_returns_the_existing_run(store: S
 
 
 async def test_optimistic_lock_lets_one_writer_win(store: Store) -> None:
+    inserted = new_run("t1", "r1")
+    # RICH_STATE's input from the start: a tick never changes a run's input.
+    inserted = msgspec.structs.replace(
+        inserted, state=msgspec.structs.replace(inserted.state, input=RICH_STATE.input)
+    )
     async with store.transaction() as tx:
-        await tx.insert_runs([new_run("t1", "r1")])
+        await tx.insert_runs([inserted])
     done = msgspec.structs.replace(
         RICH_STATE,
         status=RunStatus.SUCCEEDED,
@@ -633,7 +638,7 @@ async def test_locking_runs_with_a_state_limit_leaves_out_the_longer_states(stor
     small = new_run("t1", "small")
     big = new_run("t1", "big")
     big = msgspec.structs.replace(
-        big, state=msgspec.structs.replace(big.state, input={"blob": "x" * 5000})
+        big, state=msgspec.structs.replace(big.state, received_ids=["x" * 5000])
     )
     async with store.transaction() as tx:
         await tx.insert_runs([small, big])

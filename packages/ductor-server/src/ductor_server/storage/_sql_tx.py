@@ -69,6 +69,22 @@ _CHUNK = 400
 _encoder = msgspec.json.Encoder()
 _any_decoder = msgspec.json.Decoder()
 _state_decoder = msgspec.json.Decoder(RunState)
+
+
+def _without_input(state: RunState) -> RunState:
+    """A run's state as stored: its input is kept in `runs.input` alone, since
+    every tick rewrites the state (a large input was written again at every step)."""
+    return state if state.input is None else msgspec.structs.replace(state, input=None)
+
+
+def _with_input(state: RunState, input: Any) -> RunState:
+    """A stored state with the run's input put back (a state stored before inputs
+    were kept apart still holds its own)."""
+    if state.input is None and input is not None:
+        return msgspec.structs.replace(state, input=input)
+    return state
+
+
 _input_decoder: msgspec.json.Decoder[RunInput] = msgspec.json.Decoder(RunInput)
 _error_decoder = msgspec.json.Decoder(ErrorInfo)
 _strings_decoder = msgspec.json.Decoder(list[str])
@@ -516,7 +532,7 @@ INSERT_RUNS_PG = (
         "status text",
         "state json",
         "lock_version bigint",
-        "input jsonb",
+        "input json",
         "output jsonb",
         "error jsonb",
         "parent_run_id text",
@@ -815,15 +831,16 @@ class SqlTx:
         )
 
     def _run(self, r: Row) -> RunRecord:
+        input = self.from_json(r[7])
         return RunRecord(
             tenant_id=r[0],
             id=r[1],
             family_slug=r[2],
             version=r[3],
             status=RunStatus(r[4]),
-            state=_state_decoder.decode(r[5]),
+            state=_with_input(_state_decoder.decode(r[5]), input),
             lock_version=r[6],
-            input=self.from_json(r[7]),
+            input=input,
             output=self.from_json(r[8]),
             error=self._error(r[9]),
             parent_run_id=r[10],
@@ -1231,7 +1248,7 @@ class SqlTx:
         outlines = []
         for run in runs:
             state = run.state
-            stored, keys, fresh = outline(state, ())
+            stored, keys, fresh = outline(_without_input(state), ())
             outlines.append((keys, fresh))
             params.append(
                 (
@@ -1441,7 +1458,7 @@ class SqlTx:
         params: list[Params] = []
         fresh_of: list[list[tuple[str, int, Any]]] = []
         for u in updates:
-            stored, keys, fresh = outline(u.state, u.outlined)
+            stored, keys, fresh = outline(_without_input(u.state), u.outlined)
             fresh_of.append(fresh)
             params.append(
                 (

@@ -1,0 +1,1 @@
+-- Postgres only (runs.input as json rather than jsonb); SQLite keeps the input as text already.
