@@ -428,6 +428,10 @@ def test_a_redis_flush_and_restart_mid_load_lose_and_repeat_nothing(
         assert private_redis.cli("FLUSHALL") == "OK"
         time.sleep(2.0)
         private_redis.kill9()
+        # Redis is no part of readiness: the process works on from the store.
+        ready = httpx.get(f"{server.url}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"] == {"store": "ok", "queue": "ok"}
         time.sleep(1.0)
         private_redis.start()
         time.sleep(2.0)
