@@ -10,9 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ductor_core.runs import EventReceived
 from ductor_server.storage import (
     EventRecord,
     IdempotencyRecord,
+    InboxRef,
+    NewInboxItem,
+    RunRef,
     Store,
     StoreError,
     TimerRecord,
@@ -21,7 +25,7 @@ from ductor_server.storage import (
     WaitRef,
 )
 
-from .builders import NOW, at
+from .builders import NOW, at, new_run
 
 
 def digest(text: str) -> str:
@@ -367,3 +371,48 @@ async def test_purging_old_events_reopens_their_ids(store: Store) -> None:
         assert await tx.get_event("t1", "new") is not None
         again = EventRecord(tenant_id="t1", id="old", name="x", received_at=at(200))
         assert await tx.insert_events([again]) == [True]
+
+
+async def test_an_event_a_runs_inbox_names_is_delivered_with_its_data_and_kept(
+    store: Store,
+) -> None:
+    data = {"order": {"id": 7, "lines": [1, 2]}, "note": "ü" * 2000}
+    async with store.transaction() as tx:
+        await tx.insert_runs([new_run("t1", "r1"), new_run("t1", "r2"), new_run("t2", "r3")])
+        await tx.insert_events(
+            [
+                EventRecord(tenant_id="t1", id="e1", name="paid", data=data, received_at=at(0)),
+                EventRecord(tenant_id="t2", id="e1", name="paid", data="t2's", received_at=at(0)),
+                EventRecord(tenant_id="t1", id="e2", name="x", received_at=at(0)),
+            ]
+        )
+        named = EventReceived(event_id="e1", name="paid")
+        await tx.enqueue_inbox(
+            [
+                NewInboxItem(tenant_id=t, run_id=r, input=named, available_at=at(0))
+                for t, r in (("t1", "r1"), ("t1", "r2"), ("t2", "r3"))
+            ]
+        )
+        refs = [
+            RunRef(tenant_id="t1", run_id="r1"),
+            RunRef(tenant_id="t1", run_id="r2"),
+            RunRef(tenant_id="t2", run_id="r3"),
+        ]
+        items = await tx.load_inbox(refs, now=at(1))
+    got = [(i.tenant_id, i.input) for i in items]
+    assert got == [
+        ("t1", EventReceived(event_id="e1", name="paid", data=data)),
+        ("t1", EventReceived(event_id="e1", name="paid", data=data)),
+        ("t2", EventReceived(event_id="e1", name="paid", data="t2's")),
+    ]
+    first, second = items[0].input, items[1].input
+    assert isinstance(first, EventReceived)
+    assert isinstance(second, EventReceived)
+    assert first.data is second.data  # read once for both runs
+    # Past its retention, an event an inbox still names is kept; the other goes.
+    async with store.transaction() as tx:
+        assert await tx.purge_events(received_before=at(50)) == 1
+        assert await tx.get_event("t1", "e1") is not None
+        assert await tx.get_event("t1", "e2") is None
+        await tx.delete_inbox([InboxRef(tenant_id=i.tenant_id, seq=i.seq) for i in items])
+        assert await tx.purge_events(received_before=at(50)) == 2

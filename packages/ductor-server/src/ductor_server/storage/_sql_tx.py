@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ductor_core.runs import ErrorInfo, RunInput, RunState, RunStatus
+from ductor_core.runs import ErrorInfo, EventReceived, RunInput, RunState, RunStatus
 from ductor_server.storage._outlined import Outlined, outline, splice
 from ductor_server.storage.errors import InvalidCursor, StoreError
 from ductor_server.storage.protocol import (
@@ -1550,7 +1550,34 @@ class SqlTx:
         )
         items = [self._inbox(r) for rows in found for r in rows]
         items.sort(key=lambda i: (i.tenant_id, i.run_id, i.seq))
-        return items
+        return await self._with_event_data(items)
+
+    async def _with_event_data(self, items: list[InboxItem]) -> list[InboxItem]:
+        """`items`, each event delivered without its data given the data its
+        stored event holds (read once per event, however many runs it reached)."""
+        wanted = list(
+            dict.fromkeys(
+                (i.tenant_id, i.input.event_id)
+                for i in items
+                if isinstance(i.input, EventReceived) and i.input.data is None
+            )
+        )
+        if not wanted:
+            return items
+        found = await self.executemany_fetch_all(
+            f"SELECT {_EVENT_COLS} FROM events WHERE tenant_id = %s AND id = %s", wanted
+        )
+        data = {(e.tenant_id, e.id): e.data for rows in found for e in map(self._event, rows)}
+        out: list[InboxItem] = []
+        for item in items:
+            sent = item.input
+            if isinstance(sent, EventReceived) and sent.data is None:
+                stored = data.get((item.tenant_id, sent.event_id))
+                if stored is not None:
+                    full = msgspec.structs.replace(sent, data=stored)
+                    item = msgspec.structs.replace(item, input=full)
+            out.append(item)
+        return out
 
     async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:
         deferred = 0
@@ -1985,9 +2012,13 @@ class SqlTx:
         return [row is not None for row in rows]
 
     async def purge_events(self, *, received_before: datetime, limit: int = 1000) -> int:
+        # An event a run's inbox still names is kept: its data is read from here.
+        field = "i.input->>'{}'" if self.backend == "postgres" else "json_extract(i.input, '$.{}')"
         return await self.execute(
-            "DELETE FROM events WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM events"
-            " WHERE received_at < %s ORDER BY received_at LIMIT %s)",
+            "DELETE FROM events WHERE (tenant_id, id) IN (SELECT tenant_id, id FROM events e"
+            " WHERE received_at < %s AND NOT EXISTS (SELECT 1 FROM run_inbox i"
+            f" WHERE i.tenant_id = e.tenant_id AND {field.format('type')} = 'event_received'"
+            f" AND {field.format('event_id')} = e.id) ORDER BY received_at LIMIT %s)",
             (self.to_timestamp(received_before), limit),
         )
 

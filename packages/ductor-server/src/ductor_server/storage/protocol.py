@@ -411,7 +411,9 @@ class InboxTx(Protocol):
         """The available inbox items of these runs, ordered by (run, seq): of each
         run, its first `limit_per_run` items, and no more once their inputs' JSON
         reaches `size_per_run` characters (its first item is always taken; 0: no
-        limit). The rest wait for a later load."""
+        limit). The rest wait for a later load. An `EventReceived` stored without
+        its data (an event is delivered to each waiting run by its id) comes with
+        the data of the stored event of that id."""
         ...
 
     async def defer_inbox(self, refs: Sequence[RunRef], *, now: datetime, until: datetime) -> int:
@@ -644,7 +646,8 @@ class EventsTx(Protocol):
 
     async def purge_events(self, *, received_before: datetime, limit: int = 1000) -> int:
         """Delete up to `limit` events (any tenant) received before the cutoff; returns
-        how many. The cutoff bounds the window in which a resent id is a duplicate."""
+        how many. The cutoff bounds the window in which a resent id is a duplicate.
+        An event a run's inbox still names is kept (`load_inbox` reads its data)."""
         ...
 
     async def get_event(self, tenant_id: str, event_id: str) -> EventRecord | None:
