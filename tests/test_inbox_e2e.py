@@ -7,7 +7,10 @@ snooze ends after a server restart; other subscribers and tenants see 404."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import statistics
+import struct
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -17,11 +20,13 @@ import httpx
 import msgspec
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosedError
 
 from ductor_server.cli_server import create_key
 from ductor_server.engine.inboxfeed import MAX_PER_SUBSCRIBER
 from ductor_server.services.inbox import subscriber_token
 from ductor_server.storage import open_store
+from ductor_server.transports.rest.inbox import MAX_SOCKET_MESSAGE
 
 from .conftest import PrivateRedis, ServerProcess
 
@@ -292,6 +297,57 @@ async def test_a_subscriber_holds_at_most_twenty_live_sockets(sqlite_server: Ser
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.1)
+
+
+async def _announce_text_frame(
+    server: ServerProcess, length: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Open a WebSocket by hand and send the header of a text frame announcing
+    `length` bytes and none of its payload, as a client that means to hold the
+    server's memory with a message it never finishes would."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    upgrade = (
+        "GET /v1/inbox/me/ws HTTP/1.1\r\nHost: ductor\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+    )
+    writer.write(upgrade.encode() + b"\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    writer.write(bytes([0x81, 0xFF]) + struct.pack("!Q", length) + os.urandom(4))
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_socket_message_over_64_kib_closes_the_socket_with_1009(
+    sqlite_server: ServerProcess,
+) -> None:
+    # Client messages are an auth and pings: a bigger one is refused before the
+    # server reads it. Each of the 1,000 sockets that may wait for their auth could
+    # otherwise hold a 16 MiB message it never finishes, 16 GB in all.
+    server = await asyncio.to_thread(sqlite_server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    reader, writer = await _announce_text_frame(server, 16 * 1024 * 1024)
+    close = await asyncio.wait_for(reader.read(64), 5)
+    writer.close()
+    assert close[0] == 0x88, close  # a close frame, at once
+    assert struct.unpack("!H", close[2:4]) == (1009,)
+    assert b"exceeds limit of 65536 bytes" in close[4:]
+    async with feed(server, tenant, "ann", secret) as ann:
+        assert (await ann.frame(10))["type"] == "counts"
+        start, end = '{"type": "ping", "pad": "', '"}'
+        ping = start + "x" * (MAX_SOCKET_MESSAGE - len(start) - len(end)) + end
+        assert len(ping) == MAX_SOCKET_MESSAGE
+        await ann.socket.send(ping)
+        assert await ann.frame(10) == {"type": "pong"}
+        await ann.socket.send(ping + " ")
+        with pytest.raises(ConnectionClosedError):
+            await ann.frame(10)
+        assert ann.socket.close_code == 1009
+    async with _http(server) as http, feed(server, tenant, "ann", secret) as ann:
+        sent = await _send(http, "ann", "still served")
+        assert (await ann.change())["notification"]["id"] == sent["id"]
 
 
 def _redis_env(url: str, prefix: str) -> dict[str, str]:

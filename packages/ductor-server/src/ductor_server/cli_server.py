@@ -313,6 +313,7 @@ def _serve_on(
     from ductor_server.composition import build
     from ductor_server.engine.memory import settle_heap
     from ductor_server.transports.head import HeadAsGet
+    from ductor_server.transports.rest.inbox import MAX_SOCKET_MESSAGE
 
     composition = build(settings)
     app = HeadAsGet(create_app(composition=composition))
@@ -328,6 +329,7 @@ def _serve_on(
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        ws_max_size=MAX_SOCKET_MESSAGE,
     )
     server = _server(config, on_exit=composition.runtime.endings.stop_waiting)
     stop.server = server

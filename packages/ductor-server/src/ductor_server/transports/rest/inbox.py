@@ -68,6 +68,13 @@ each holds a task and memory before any credential is checked, so without a cap
 anyone could hold thousands for `AUTH_SECONDS` each. One more is refused at once."""
 
 
+MAX_SOCKET_MESSAGE = 64 * 1024
+"""The largest message, in bytes, a client may send on an inbox WebSocket (an
+`auth` message is well under 1 KiB). The server (`ductor serve`, `ductor dev`)
+closes a socket that announces a bigger one with code 1009 before reading it:
+uvicorn's default of 16 MiB let every socket waiting for its `auth` hold that much."""
+
+
 def provide_inbox(request: Request[Any, Any, Any]) -> InboxService:
     """The inbox service."""
     return services_of(request).inbox
@@ -530,6 +537,7 @@ PUBLIC_HANDLERS = (SUBSCRIBER_ROUTER, inbox_socket)
 """The inbox routes outside the API-key guard: each checks a subscriber token."""
 
 __all__ = [
+    "MAX_SOCKET_MESSAGE",
     "PUBLIC_HANDLERS",
     "SUBSCRIBER_ROUTER",
     "InboxController",
