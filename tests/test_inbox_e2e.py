@@ -350,6 +350,96 @@ async def test_a_socket_message_over_64_kib_closes_the_socket_with_1009(
         assert (await ann.change())["notification"]["id"] == sent["id"]
 
 
+ASK: dict[str, Any] = {
+    "family_slug": "ask",
+    "steps": [
+        {
+            "ref": "ask",
+            "type": "STEP_TYPE_NOTIFY",
+            "args": {
+                "recipients": "input.to",
+                "title": "'Approve?'",
+                "ctas": [
+                    {"label": "'Approve'", "action": "approve"},
+                    {"label": "'Reject'", "action": "reject"},
+                ],
+                "await_action": True,
+                "timeout": "1h",
+            },
+        }
+    ],
+    "edges": [],
+}
+
+
+async def _mine(subscriber: httpx.AsyncClient) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = (await subscriber.get("/v1/inbox/me/notifications")).json()[
+        "notifications"
+    ]
+    return listed
+
+
+async def test_recipients_clicking_their_copies_at_once_answer_the_run_once(
+    postgres_server: ServerProcess,
+) -> None:
+    # "The first click wins": eight recipients click their own copies, each three
+    # times and both CTAs, all at once against a real server; one click resumes
+    # the run, every other is a 200 that resumes nothing.
+    server = await asyncio.to_thread(postgres_server.start)
+    tenant, secret = _tenant(server), await _secret(server)
+    people = [f"approver-{i}" for i in range(8)]
+    async with _http(server) as http, AsyncExitStack() as stack:
+        assert (await http.post("/v1/workflows", json=ASK)).status_code == 201
+        run = await http.post("/v1/runs", json={"family_slug": "ask", "input": {"to": people}})
+        run_id = run.json()["id"]
+        clients: dict[str, httpx.AsyncClient] = {}
+        copies: dict[str, str] = {}
+        for person in people:
+            me = {
+                "X-Ductor-Tenant": tenant,
+                "X-Ductor-Subscriber": person,
+                "X-Ductor-Subscriber-Token": subscriber_token(secret, person),
+            }
+            client = httpx.AsyncClient(base_url=server.url, headers=me, timeout=30)
+            clients[person] = await stack.enter_async_context(client)
+            deadline = time.monotonic() + 10
+            while not (listed := await _mine(clients[person])):
+                assert time.monotonic() < deadline, f"no notification for {person}"
+                await asyncio.sleep(0.05)
+            copies[person] = listed[0]["id"]
+        clicks = await asyncio.gather(
+            *(
+                clients[person].post(
+                    f"/v1/inbox/me/notifications/{copies[person]}/ctas/{i % 2}/click"
+                )
+                for i in range(3)
+                for person in people
+            )
+        )
+        assert [c.status_code for c in clicks] == [200] * len(clicks), [c.text for c in clicks]
+        answers = [c.json() for c in clicks]
+        [winner] = [a for a in answers if a["resumed"]]
+        assert sorted(a["duplicate"] for a in answers) == [False] * 8 + [True] * 16
+        deadline = time.monotonic() + 20
+        while (done := (await http.get(f"/v1/runs/{run_id}")).json())["status"] == (
+            "RUN_STATUS_RUNNING"
+        ):
+            assert time.monotonic() < deadline, done
+            await asyncio.sleep(0.05)
+        assert done["status"] == "RUN_STATUS_SUCCEEDED"
+        output = done["output"]["ask"]
+        acted = winner["notification"]["acted"]
+        assert (output["action"], output["subscriber_id"], output["cta"]) == (
+            acted["action"],
+            acted["subscriber_id"],
+            acted["cta"],
+        )
+        assert output["notification_id"] == winner["notification"]["id"]
+        history = (await http.get(f"/v1/runs/{run_id}/history")).json()
+        kinds = [h["kind"] for h in history]
+        assert (kinds.count("signal.received"), kinds.count("step.succeeded")) == (1, 1)
+
+
 def _redis_env(url: str, prefix: str) -> dict[str, str]:
     return {"DUCTOR_REDIS_URL": url, "DUCTOR_REDIS_PREFIX": prefix}
 
