@@ -16,6 +16,7 @@ import pytest
 from ductor_server import Settings
 from ductor_server.composition import build
 from ductor_server.services.inbox import subscriber_token
+from ductor_server.storage.notifications import InboxTx, Notification
 from ductor_server.testing import TenantApi, served
 
 APPROVAL: dict[str, Any] = {
@@ -806,3 +807,107 @@ async def test_an_email_subject_falls_back_to_the_title_on_one_line(api: Inbox) 
         sent = await api.ok("POST", "/v1/inbox/notifications", json=body)
         queued = await api.ok("GET", f"/v1/inbox/emails/{sent['email']['id']}")
         assert queued["subject"] == "Order o-42 shipped", subject
+
+
+async def test_a_snooze_is_up_to_365_days_and_an_absurd_one_is_a_clear_422(api: Inbox) -> None:
+    ann = await api.me("tenant-a", "ann")
+    made = await _send(api, "ann", "x")
+    path = f"/v1/inbox/me/notifications/{made['id']}"
+    for body, pointer in (
+        ({"snooze": "366d"}, "/snooze"),
+        ({"snooze": "8785h"}, "/snooze"),
+        ({"snooze": "99999999999999999999999999d"}, "/snooze"),
+        ({"snooze": "1e400s"}, "/snooze"),
+        ({"snooze": "-1h"}, "/snooze"),
+        ({"snooze": "0s"}, "/snooze"),
+        ({"snooze": "1" * 5000 + "s"}, "/snooze"),
+        ({"snoozed_until": "9999-12-31T23:59:59-14:00"}, "/snoozed_until"),
+        ({"snoozed_until": "0001-01-01T00:00:00+14:00"}, "/snoozed_until"),
+        ({"snoozed_until": "2030-01-01T00:00:00"}, "/snoozed_until"),  # no time zone
+        ({"snooze": "1h", "snoozed_until": "2030-01-01T00:00:00Z"}, "/snooze"),
+    ):
+        refused = await api.as_me(ann, "PATCH", path, json=body)
+        assert refused.status_code == 422, (body, refused.text)
+        assert refused.json()["code"] == "request.invalid"
+        assert refused.json()["details"] == {"pointer": pointer}, body
+    after = (await api.as_me(ann, "GET", path)).json()
+    assert (after["snoozed_until"], after["seq"]) == (None, made["seq"])
+    year = await api.as_me(ann, "PATCH", path, json={"snooze": "365d"})
+    assert year.status_code == 200, year.text
+    until = datetime.fromisoformat(year.json()["snoozed_until"])
+    assert timedelta(days=364) < until - datetime.now(UTC) <= timedelta(days=365)
+    assert year.json()["seq"] == made["seq"] + 1
+
+
+async def test_a_bulk_action_changes_1000_notifications_a_call_and_says_more(api: Inbox) -> None:
+    now = datetime.now(UTC)
+    async with api.store.transaction() as tx:
+        await InboxTx(tx).insert(
+            [
+                Notification(
+                    tenant_id="tenant-a",
+                    id=f"ntf_bulk{i:04d}",
+                    subscriber_id="ann",
+                    feed="default",
+                    title=f"n{i}",
+                    created_at=now,
+                )
+                for i in range(1001)
+            ],
+            now=now,
+        )
+    ann = await api.me("tenant-a", "ann")
+    first = await api.as_me(ann, "POST", "/v1/inbox/me/bulk", json={"action": "read"})
+    assert first.json() == {"changed": 1000, "more": True}, first.text
+    counts = (await api.as_me(ann, "GET", "/v1/inbox/me/counts")).json()
+    assert counts["all"] == {"total": 1001, "unseen": 1, "unread": 1}
+    again = await api.as_me(ann, "POST", "/v1/inbox/me/bulk", json={"action": "read"})
+    assert again.json() == {"changed": 1, "more": False}
+    done = await api.as_me(ann, "POST", "/v1/inbox/me/bulk", json={"action": "read"})
+    assert done.json() == {"changed": 0, "more": False}
+
+
+def _notify(ref: str, feed: str) -> dict[str, Any]:
+    args = {"recipients": "'ann'", "title": f"'{ref}'", "feed": feed}
+    return {"ref": ref, "type": "STEP_TYPE_NOTIFY", "args": args}
+
+
+async def test_the_most_specific_preference_rule_decides(api: Inbox) -> None:
+    # Workflow and feed, then workflow, then feed; with none, both channels on.
+    alerts = {"family_slug": "alerts", "steps": [_notify("ops", "ops"), _notify("news", "news")]}
+    reports = {"family_slug": "reports", "steps": [_notify("ops", "ops")]}
+    for flow in (alerts, reports):
+        await api.ok("POST", "/v1/workflows", json={**flow, "edges": []})
+    rules = [
+        {"feed": "ops", "in_app": False},
+        {"workflow": "alerts", "in_app": False},
+        {"workflow": "alerts", "feed": "ops", "in_app": True},
+    ]
+    await api.ok("PUT", "/v1/inbox/subscribers/ann/preferences", json={"rules": rules})
+    sent: dict[tuple[str, str], list[str]] = {}
+    for slug in ("alerts", "reports"):
+        run = await api.ok("POST", "/v1/runs", json={"family_slug": slug, "input": {}})
+        assert (await _wait_run(api, run["id"]))["status"] == "RUN_STATUS_SUCCEEDED"
+        for entry in await api.ok("GET", f"/v1/runs/{run['id']}/history"):
+            if entry["kind"] == "notify.sent":
+                data = entry["data"]
+                sent[slug, data["step_ref"]] = data["in_app"] or [
+                    "-" + s for s in data["suppressed"]
+                ]
+    assert sent == {
+        ("alerts", "ops"): ["ann"],  # workflow and feed: on
+        ("alerts", "news"): ["-ann"],  # the workflow's rule: off
+        ("reports", "ops"): ["-ann"],  # the feed's rule: off
+    }
+    titles = [n["title"] for n in (await _notification_page(api, "ann"))]
+    assert titles == ["ops"]
+    # A notification through the API has no workflow: only feed rules apply.
+    by_feed = {"subscriber_id": "ann", "title": "api", "feed": "ops"}
+    assert (await api.ok("POST", "/v1/inbox/notifications", json=by_feed))["suppressed"] is True
+    other = await api.ok("POST", "/v1/inbox/notifications", json={**by_feed, "feed": "news"})
+    assert other["notification"]["feed"] == "news"
+
+
+async def _notification_page(api: Inbox, subscriber: str) -> list[dict[str, Any]]:
+    page = await api.ok("GET", "/v1/inbox/notifications", params={"subscriber_id": subscriber})
+    return list(page["notifications"])
