@@ -428,6 +428,7 @@ async def test_preference_rules_name_real_workflows_once(api: Inbox) -> None:
         ([{"workflow": ""}], "/rules/0/workflow"),
         ([{"feed": "a"}, {"workflow": "Not A Slug!"}], "/rules/1/workflow"),
         ([{"workflow": "x" * 100_000}], "/rules/0/workflow"),
+        ([{"feed": f"f{i}"} for i in range(101)], "/rules"),
         ([{"feed": "d", "in_app": False}, {"feed": "d", "in_app": True}], "/rules/1"),
         (
             [{"workflow": "w", "feed": "d"}, {"workflow": "w"}, {"feed": "d", "workflow": "w"}],
@@ -442,6 +443,8 @@ async def test_preference_rules_name_real_workflows_once(api: Inbox) -> None:
     ]
     rules = [{"workflow": "approval"}, {"workflow": "approval", "feed": "d"}, {"feed": "d"}]
     assert len((await api.ok("PUT", path, json={"rules": rules}))["rules"]) == 3
+    most = [{"feed": f"f{i}"} for i in range(100)]
+    assert len((await api.ok("PUT", path, json={"rules": most}))["rules"]) == 100
 
 
 async def test_a_subscriber_id_beyond_ascii_authenticates_in_its_headers(api: Inbox) -> None:

@@ -254,3 +254,44 @@ async def test_a_message_that_is_not_a_ping_is_ignored_however_deep(tmp_path: Pa
         await inbox.send(TENANT, SendBody(subscriber_id="ann", title="still live"))
         change = await _frame(socket)
         assert (change["type"], change["notification"]["title"]) == ("change", "still live")
+
+
+async def test_a_socket_gets_ready_counts_each_change_then_fresh_counts(tmp_path: Path) -> None:
+    # The frames in the order the page gives them: `ready`, the counts (the object
+    # GET /v1/inbox/me/counts answers), every change after the cursor, fresh counts
+    # after the batch; then each new change as it commits, with counts after it.
+    async with _served_with(tmp_path) as (url, secret, composition):
+        inbox = composition.services.inbox
+
+        async def counts() -> dict[str, Any]:
+            now: dict[str, Any] = msgspec.to_builtins(await inbox.counts(TENANT, "ann"))
+            return {"type": "counts", **now}
+
+        for title in ("one", "two", "three"):
+            await inbox.send(TENANT, SendBody(subscriber_id="ann", title=title, feed="f"))
+        auth = msgspec.json.decode(_auth(secret))
+        async with connect(url, open_timeout=10) as socket:
+            await socket.send(msgspec.json.encode({**auth, "after": 1}).decode())
+            assert await _frame(socket) == {"type": "ready", "cursor": 1}
+            assert await _frame(socket) == await counts()
+            batch = [await _frame(socket), await _frame(socket)]
+            assert [(f["type"], f["seq"], f["kind"]) for f in batch] == [
+                ("change", 2, "created"),
+                ("change", 3, "created"),
+            ]
+            assert [f["notification"]["title"] for f in batch] == ["two", "three"]
+            assert [f["notification"]["seq"] for f in batch] == [2, 3]
+            assert await _frame(socket) == await counts()
+            await inbox.send(TENANT, SendBody(subscriber_id="ann", title="four", feed="f"))
+            live = await _frame(socket)
+            assert (live["type"], live["seq"], live["notification"]["title"]) == (
+                "change",
+                4,
+                "four",
+            )
+            fresh = await _frame(socket)
+            assert fresh == await counts()
+            assert fresh["feeds"]["f"] == {"total": 4, "unseen": 4, "unread": 4}
+            assert fresh["seq"] == 4
+            await socket.send('{"type": "ping"}')
+            assert await _frame(socket) == {"type": "pong"}
