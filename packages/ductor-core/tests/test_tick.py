@@ -1439,6 +1439,23 @@ def test_notify_with_bad_recipients_fails_the_step() -> None:
     assert error.code == "notify.bad_recipients"
 
 
+def test_notify_takes_1_to_1000_recipients_once_duplicates_are_dropped() -> None:
+    definition = _notify_wf()
+
+    def started(to: Any) -> tuple[list[str] | None, str | None]:
+        first = start_run(definition, run_id="r", input={"to": to, "what": "x"}, now=NOW)
+        sent = of(first, SendNotifications)
+        error = first.state.steps["ask"].error
+        return (sent[0].recipients if sent else None), (error.code if error else None)
+
+    most = [f"s{i}" for i in range(1000)]
+    assert started(most) == (most, None)
+    assert started([*most, "s1000"]) == (None, "notify.bad_recipients")
+    assert started(["ann"] * 5000) == (["ann"], None)
+    assert started([]) == (None, "notify.bad_recipients")
+    assert started(["ann", 7]) == (None, "notify.bad_recipients")
+
+
 BAD_LINKS = [
     "javascript:alert(document.cookie)",
     "JavaScript:alert(1)",
