@@ -64,8 +64,8 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Change(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry of a subscriber's change log: the notification as it became
-    (None when it was deleted)."""
+    """One entry of a subscriber's change log: the notification as it became,
+    or, for a deletion, as it was when deleted (with the deletion's `seq`)."""
 
     seq: int
     kind: ChangeKind
