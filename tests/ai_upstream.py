@@ -30,6 +30,10 @@ Models (chat):
     `tattle`   answers, and streams, the `Authorization` header it got (the
                connection's key), in its text and as an object key, as a careless
                upstream echoing its request would.
+    `usage`    answers, and streams, "counted" with the last message's content (JSON)
+               as its `usage`, whatever it is.
+    `bigevent` (streams) sends one event of 1 MiB + 8 KiB, all but its last 12 KiB
+               first, the rest with its end 0.2 s later; then the usual stream.
 Streams send "Hel", "lo", " world" (usage 11 in, 3 out when asked) and `[DONE]`.
 Embeddings answer one 3-float vector per input, usage 2 tokens per input.
 `fail_after_tool` makes the next request whose last message is a tool result
@@ -79,6 +83,12 @@ def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
                 value = message.get("content")
             results.append((asked.get(message.get("tool_call_id", ""), "?"), value))
     return results
+
+
+def _asked_usage(body: dict[str, Any]) -> Any:
+    """The `usage` model's usage: its last message's content, decoded."""
+    messages = body.get("messages") or [{}]
+    return json.loads(messages[-1].get("content") or "null")
 
 
 def operator_answer(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -237,6 +247,8 @@ class ScriptedUpstream:
                     return self._mangled(body)
                 if model == "endless" and body.get("stream"):
                     return self._endless()
+                if model == "bigevent" and body.get("stream"):
+                    return self._big_event(body, auth)
                 if model in ("operator", "looper"):
                     return self._agent(model, body)
                 if model == "slow":
@@ -244,7 +256,9 @@ class ScriptedUpstream:
                 if body.get("stream"):
                     return self._stream(body, auth)
                 text = "four score"
-                if model == "tattle":
+                if model == "usage":
+                    text = "counted"
+                elif model == "tattle":
                     text = f"you sent {auth}"
                 elif model != "nousage":
                     messages = body.get("messages") or [{}]
@@ -262,7 +276,9 @@ class ScriptedUpstream:
                         }
                     ],
                 }
-                if model != "nousage":
+                if model == "usage":
+                    answer["usage"] = _asked_usage(body)
+                elif model != "nousage":
                     answer["usage"] = USAGE
                 if model == "tattle":
                     answer["echo"] = {auth: ["header", auth]}
@@ -375,14 +391,30 @@ class ScriptedUpstream:
                 except OSError:
                     return
 
-            def _stream(self, body: dict[str, Any], auth: str) -> None:
-                model = body.get("model")
-                crlf = model == "crlf"
-                pieces = [f"you sent {auth}", "."] if model == "tattle" else PIECES
+            def _big_event(self, body: dict[str, Any], auth: str) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+                delta = {"choices": [{"index": 0, "delta": {"content": "y" * (1032 * 1024)}}]}
+                frame = f"data: {json.dumps(delta)}\n\n".encode()
+                cut = len(frame) - 12 * 1024
+                for n, part in enumerate((frame[:cut], frame[cut:])):
+                    if n:
+                        time.sleep(0.2)  # the proxy has read the first part by now
+                    self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    self.wfile.flush()
+                self._stream(body, auth, headers=False)
+
+            def _stream(self, body: dict[str, Any], auth: str, *, headers: bool = True) -> None:
+                model = body.get("model")
+                crlf = model == "crlf"
+                pieces = [f"you sent {auth}", "."] if model == "tattle" else PIECES
+                if headers:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
                 for i, piece in enumerate(pieces):
                     self._event(
                         {
@@ -410,7 +442,7 @@ class ScriptedUpstream:
                             "created": 1700000000,
                             "model": model,
                             "choices": [],
-                            "usage": STREAM_USAGE,
+                            "usage": _asked_usage(body) if model == "usage" else STREAM_USAGE,
                         },
                         crlf=crlf,
                     )

@@ -307,6 +307,29 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
+def usage_counts(kind: str, usage: Any) -> tuple[int, int] | None:
+    """The (prompt, completion) tokens of an upstream's `usage`, or None when it is not
+    believable: each a count from 0 to 2^53 - 1 (a negative, fractional, textual or
+    larger one makes the call estimated, not charged as claimed). Embeddings have no
+    completion tokens, so theirs may be left out (0)."""
+    if not isinstance(usage, dict):
+        return None
+    tokens_in = _int_or_none(usage.get("prompt_tokens"))
+    out = usage.get("completion_tokens")
+    tokens_out = 0 if kind == "embeddings" and out is None else _int_or_none(out)
+    if tokens_in is None or tokens_out is None:
+        return None
+    return tokens_in, tokens_out
+
+
+def _bad_model(model: str) -> bool:
+    """A model name no upstream is sent: blank, over 256 characters, or holding a
+    control character (C0 or DEL)."""
+    if not model.strip() or len(model) > 256:
+        return True
+    return any(ord(c) < 32 or ord(c) == 127 for c in model)
+
+
 @dataclass(slots=True)
 class _Call:
     """One proxied request, from its check to its record."""
@@ -352,7 +375,7 @@ def check_body(kind: str, body: Any) -> tuple[str, bool, int, int]:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         problems.append(_problem("/model", "required: the model's name (a non-empty string)"))
-    elif len(model) > 256 or any(ord(c) < 32 for c in model):
+    elif _bad_model(model):
         problems.append(_problem("/model", "at most 256 characters, no control characters"))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
@@ -441,7 +464,7 @@ def _view(record: AiRequestRecord) -> AiRequestView:
 
 
 def _check_model(model: str) -> None:
-    if not model or len(model) > 256 or any(ord(c) < 32 for c in model):
+    if _bad_model(model):
         raise RequestInvalid(
             "a model name is 1-256 characters without control characters",
             details={"pointer": "model"},
@@ -450,6 +473,7 @@ def _check_model(model: str) -> None:
 
 def _known_model(model: str) -> None:
     """Refuse a model name no price can have, before it reaches the store."""
+    # Lenient: a price set when the rules allowed more can still be read and removed.
     if not model or len(model) > 256 or any(ord(c) < 32 for c in model):
         raise PriceNotFound(model[:256])
 
@@ -878,11 +902,9 @@ class AiService:
                 {"upstream_status": status, "connection": call.connection},
             )
             raise await self._failed(call, error)
-        usage = answer.get("usage")
-        if isinstance(usage, dict) and _int_or_none(usage.get("prompt_tokens")) is not None:
-            call.tokens_in = usage["prompt_tokens"]
-            out = _int_or_none(usage.get("completion_tokens"))
-            call.tokens_out = out if out is not None else 0
+        counts = usage_counts(call.kind, answer.get("usage"))
+        if counts is not None:
+            call.tokens_in, call.tokens_out = counts
         else:
             for choice in answer.get("choices") or ():
                 if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
@@ -976,6 +998,11 @@ class AiService:
                 out: list[bytes] = []
                 start = 0
                 while (end := buffer.find(b"\n\n", max(scanned - 1, start))) >= 0:
+                    if end - start > MAX_EVENT_BYTES:
+                        # Its end came in the read that took it past the limit.
+                        raise _StreamBroken(
+                            "ai.upstream_error", "an event of the stream is too long"
+                        )
                     event = bytes(buffer[start : end + 2])
                     start = scanned = end + 2
                     if self._keep(call, event, asked_usage=asked_usage):
@@ -1026,11 +1053,11 @@ class AiService:
             if not isinstance(chunk, dict):
                 continue
             usage = chunk.get("usage")
-            if isinstance(usage, dict) and _int_or_none(usage.get("prompt_tokens")) is not None:
-                call.tokens_in = usage["prompt_tokens"]
-                call.tokens_out = _int_or_none(usage.get("completion_tokens")) or 0
-                if not asked_usage and not chunk.get("choices"):
-                    return False
+            counts = usage_counts(call.kind, usage)
+            if counts is not None:
+                call.tokens_in, call.tokens_out = counts
+            if usage is not None and not asked_usage and not chunk.get("choices"):
+                return False  # the usage chunk the proxy asked for, believed or not
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and isinstance(choice.get("delta"), dict):
                     call.out_chars += _text_chars(choice["delta"].get("content"))
@@ -1209,5 +1236,6 @@ __all__ = [
     "cost_micros",
     "estimate_tokens",
     "new_request_id",
+    "usage_counts",
     "without_lone_surrogates",
 ]
