@@ -96,7 +96,8 @@ def operator_answer(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
     To a user's message: "why did L go to B?" -> `list_assignments` of L; "retry
     the failed runs of F" -> `list_runs` of F's failed runs; "start F" ->
-    `trigger_run` of F; "call TOOL {json}" -> that call as is; else "echo: ...".
+    `trigger_run` of F; "call TOOL {json}" -> that call as is ("call TOOL xN {json}":
+    N of them); else "echo: ...".
     To tool results: `list_assignments` -> `get_decision` of the first one's
     decision; `get_decision` -> a text quoting the decision's explanation (its
     JSON with sorted keys); `list_runs` -> one `rerun_run` per run; anything else
@@ -118,6 +119,16 @@ def operator_answer(messages: list[dict[str, Any]]) -> dict[str, Any]:
                 "content": None,
                 "tool_calls": [_call("trigger_run", {"family_slug": match[1]})],
             }
+        if match := re.fullmatch(r"call (\w+) x(\d+) (.*)", text, re.DOTALL):
+            raw_calls = [
+                {
+                    "id": f"call_raw_{n}",
+                    "type": "function",
+                    "function": {"name": match[1], "arguments": match[3]},
+                }
+                for n in range(int(match[2]))
+            ]
+            return {"content": None, "tool_calls": raw_calls}
         if match := re.fullmatch(r"call (\w+) (.*)", text, re.DOTALL):
             raw = {
                 "id": "call_raw",

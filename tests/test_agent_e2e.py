@@ -8,7 +8,8 @@ then `get_decision`) and each turn costs the sum of its AI requests; a mutating
 call waits for confirmation and runs only when confirmed (a rejected one never
 runs, and the model is told); a failed model call mid-turn answers 502 and the
 same Idempotency-Key resumes the turn; eight model calls end a turn; concurrent
-duplicates answer once; another tenant finds nothing; hostile bodies are 4xx;
+duplicates answer once; another tenant finds nothing, nor can its model be talked
+into reading it; hostile bodies are 4xx; a conversation stops at 200 messages;
 `ductor chat` runs as a real process.
 """
 
@@ -644,3 +645,90 @@ def test_failures_limits_and_hostile_input(env: Env) -> None:
         # None of them wrote anything.
         assert len(_ok(http.get(f"/v1/agent/conversations/{slow_id}"), 200)["turns"]) == 3
     assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+# --- a hostile tenant --------------------------------------------------------------------
+
+
+def test_a_tenant_cannot_make_the_agent_read_another_tenants_data(env: Env) -> None:
+    """Whatever the model is talked into asking for, its tools run under the caller's
+    tenant: another tenant's decision, run or assignments are not found; a `tenant`
+    argument is refused; another tenant's connection is not found. More than eight
+    calls in one answer and over-long arguments are refused unrun."""
+    server = env.server
+    target = server.database_url or str(server.data_dir / "ductor.db")
+    mallory = asyncio.run(_create_key(target, "mallory"))
+    with server.client() as http:
+        run = _ok(http.post("/v1/runs", json={"family_slug": "brittle", "input": {}}))
+    decision = env.decision["id"]
+    with server.client(mallory) as theirs:
+        borrowed = theirs.post(
+            "/v1/agent/conversations",
+            json={"model": "operator", "connection": "llm", "message": "hi"},
+        )
+        assert borrowed.status_code == 404, borrowed.text
+        assert borrowed.json()["code"] == "connection.not_found"
+        assert _ok(theirs.get("/v1/agent/conversations"), 200)["items"] == []
+        connection = {
+            "name": "own",
+            "provider": "openai",
+            "config": {"base_url": env.upstream.url},
+            "secrets": {"api_key": UPSTREAM_KEY},
+        }
+        _ok(theirs.post("/v1/connections", json=connection))
+        _ok(theirs.put("/v1/ai/settings", json={"default_connection": "own"}), 200)
+        for message, code in (
+            (f'call get_decision {{"decision_id": "{decision}"}}', "decision.not_found"),
+            (f'call get_run {{"run_id": "{run["id"]}"}}', "run.not_found"),
+            (f'call get_run {{"run_id": "{run["id"]}", "tenant": "default"}}', "request.invalid"),
+            (
+                f'call get_run {{"run_id": "{run["id"]}", "tenant_id": "default"}}',
+                "request.invalid",
+            ),
+        ):
+            turn = _ok(_start(theirs, message))["turn"]
+            [call] = _calls(turn)
+            assert (call["status"], call["error_code"]) == ("failed", code), call
+            assert turn["status"] == "completed"
+            assert env.decision["explanation"]["strategy"] not in json.dumps(call["result"])
+        turn = _ok(_start(theirs, "why did lead-2 go to ben?"))["turn"]
+        assert turn["answer"] == "I found no assignment of it."
+        [call] = _calls(turn)
+        assert (call["tool"], call["status"], call["result"]["items"]) == (
+            "list_assignments",
+            "executed",
+            [],
+        )
+        # Nine calls in one answer: eight run, the ninth is refused unrun.
+        turn = _ok(_start(theirs, "call list_workflows x9 {}"))["turn"]
+        statuses = [(c["status"], c["error_code"]) for c in _calls(turn)]
+        assert statuses == [("executed", None)] * 8 + [("failed", "request.invalid")]
+        assert "at most 8" in _calls(turn)[8]["result"]["error"]["message"]
+        # Arguments over 16,000 characters are refused unrun.
+        long = json.dumps({"run_id": "r", "pad": "x" * 16_000})
+        turn = _ok(_start(theirs, f"call get_run {long}"))["turn"]
+        [call] = _calls(turn)
+        assert (call["status"], call["error_code"]) == ("failed", "request.invalid")
+        assert "16000" in call["result"]["error"]["message"]
+        assert call["arguments"] == {}
+    with server.client() as http:
+        # The first tenant's data is as it was, and none of the model calls are its.
+        assert _ok(http.get(f"/v1/decisions/{decision}"), 200)["id"] == decision
+        mine = _ok(http.get("/v1/ai/requests", params={"limit": 500}), 200)["items"]
+        assert not [r for r in mine if r["connection"] == "own"]
+
+
+def test_a_conversation_takes_no_message_once_it_holds_200(env: Env) -> None:
+    with env.server.client() as http:
+        conversation = _ok(http.post("/v1/agent/conversations", json={"model": "echo"}))
+        conversation_id = conversation["conversation"]["id"]
+        for n in range(100):  # a message and its answer each
+            _ok(_say(http, conversation_id, {"content": f"m{n}"}))
+        found = _ok(http.get(f"/v1/agent/conversations/{conversation_id}"), 200)
+        assert len(found["messages"]) == 200
+        full = _say(http, conversation_id, {"content": "one more"})
+        assert full.status_code == 409, full.text
+        assert full.json()["code"] == "agent.conversation_too_long"
+        found = _ok(http.get(f"/v1/agent/conversations/{conversation_id}"), 200)
+        assert len(found["messages"]) == 200
+        assert len(found["turns"]) == 100
