@@ -32,6 +32,8 @@ Models (chat):
                upstream echoing its request would.
     `usage`    answers, and streams, "counted" with the last message's content (JSON)
                as its `usage`, whatever it is.
+    `raw`      answers (status 200, JSON), or streams, the last message's content as
+               its body, byte for byte, whatever it is.
     `bigevent` (streams) sends one event of 1 MiB + 8 KiB, all but its last 12 KiB
                first, the rest with its end 0.2 s later; then the usual stream.
 Streams send "Hel", "lo", " world" (usage 11 in, 3 out when asked) and `[DONE]`.
@@ -258,6 +260,8 @@ class ScriptedUpstream:
                     return self._mangled(body)
                 if model == "endless" and body.get("stream"):
                     return self._endless()
+                if model == "raw":
+                    return self._raw(body)
                 if model == "bigevent" and body.get("stream"):
                     return self._big_event(body, auth)
                 if model in ("operator", "looper"):
@@ -401,6 +405,18 @@ class ScriptedUpstream:
                         upstream.endless_sent += len(frame)
                 except OSError:
                     return
+
+            def _raw(self, body: dict[str, Any]) -> None:
+                messages = body.get("messages") or [{}]
+                data = str(messages[-1].get("content") or "").encode()
+                streamed = bool(body.get("stream"))
+                self.send_response(200)
+                self.send_header(
+                    "Content-Type", "text/event-stream" if streamed else "application/json"
+                )
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _big_event(self, body: dict[str, Any], auth: str) -> None:
                 self.send_response(200)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -210,3 +211,93 @@ def test_a_model_name_no_upstream_should_see_is_refused(
             assert answer.status_code in (400, 404, 431), (name[:20], answer.status_code)
     assert len(upstream.requests) == 3
     assert all(auth == f"Bearer {UPSTREAM_KEY}" for _, auth, _ in upstream.requests)
+
+
+def test_a_caller_hanging_up_mid_stream_lets_the_upstream_go(
+    server: ServerProcess, upstream: ScriptedUpstream
+) -> None:
+    """A caller that hangs up on a stream that would never end: the proxy stops reading
+    the upstream (its connection is closed, so it stops sending), and the record says
+    `client_closed`; the server goes on answering."""
+    server = _start(server)
+    with server.client() as http:
+        _setup(http, upstream)
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as http,
+        http.stream(
+            "POST",
+            "/v1/ai/chat/completions",
+            json={"model": "endless", "messages": [{"role": "user", "content": "hi"}]}
+            | {"stream": True},
+            headers={"Authorization": f"Bearer {server.api_key}"},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        request_id = response.headers["ductor-request-id"]
+        got = 0
+        for chunk in response.iter_bytes():
+            got += len(chunk)
+            if got > 256 * 1024:
+                break
+    record = _record(server, request_id)
+    assert (record["status"], record["error_code"]) == ("client_closed", "ai.client_closed")
+    assert record["http_status"] == 200
+    deadline = time.monotonic() + 10
+    while True:  # the upstream's writes fail once the proxy has closed its side
+        sent = upstream.endless_sent
+        time.sleep(0.5)
+        if upstream.endless_sent == sent:
+            break
+        assert time.monotonic() < deadline, "the upstream is still being read"
+    assert sent < 16 * 1024 * 1024
+    with server.client() as http:
+        assert _chat(http, "echo").status_code == 200
+
+
+# Answers a careless or hostile upstream may send (`raw` gives them back as sent).
+_ODD_ANSWERS = [
+    '{"choices": 5}',
+    '{"choices": [5, null, {"message": 7}, {"message": {"content": 9}}]}',
+    '{"choices": true, "usage": {"prompt_tokens": 1, "completion_tokens": []}}',
+    '{"usage": null, "choices": {"message": {}}}',
+]
+_ODD_STREAMS = [
+    'data: {"choices": 5}\n\ndata: [DONE]\n\n',
+    'data: {"choices": [7, {"delta": 3}, {"delta": {"content": ["x"]}}]}\n\ndata: [DONE]\n\n',
+    'data: {"choices": true, "usage": {"prompt_tokens": "x"}}\n\ndata: [DONE]\n\n',
+    "data: {not json\n\ndata: " + "[" * 100_000 + "\n\n: a comment\n\ndata: [DONE]\n\n",
+    "event: ping\r\ndata:\r\n\r\nretry: x\n\nid\n\n" + "data: [DONE]",
+]
+
+
+def test_odd_answers_and_events_of_an_upstream_are_passed_on_not_a_crash(
+    server: ServerProcess, upstream: ScriptedUpstream
+) -> None:
+    """Answers whose `choices` or `usage` are of the wrong shape are the upstream's to
+    give: passed on as sent (200, estimated), never a 500 of Ductor's; so is each
+    event of a stream, which ends as the upstream ended it."""
+    server = _start(server)
+    with server.client() as http:
+        _setup(http, upstream)
+        for odd in _ODD_ANSWERS:
+            answer = _chat(http, "raw", odd)
+            assert answer.status_code == 200, (odd, answer.text)
+            assert answer.content == odd.encode()
+            assert answer.headers["ductor-usage-source"] == "estimated"
+            record = _record(server, answer.headers["ductor-request-id"])
+            assert record["status"] == "ok"
+        for odd in _ODD_STREAMS:
+            with http.stream(
+                "POST",
+                "/v1/ai/chat/completions",
+                json={"model": "raw", "messages": [{"role": "user", "content": odd}]}
+                | {"stream": True},
+            ) as streamed:
+                assert streamed.status_code == 200
+                request_id = streamed.headers["ductor-request-id"]
+                text = streamed.read().decode()
+            assert "event: error" not in text, (odd, text)
+            assert text.endswith("data: [DONE]\n\n"), (odd, text[-200:])
+            record = _record(server, request_id)
+            assert (record["status"], record["usage_source"]) == ("ok", "estimated"), odd
+        assert _chat(http, "echo").status_code == 200

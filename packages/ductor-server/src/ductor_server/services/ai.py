@@ -322,6 +322,12 @@ def usage_counts(kind: str, usage: Any) -> tuple[int, int] | None:
     return tokens_in, tokens_out
 
 
+def _choices(value: Any) -> list[dict[str, Any]]:
+    """The choices of an answer or a chunk that are objects (an upstream may send any
+    JSON value there: the answer is still passed on, its text just not counted)."""
+    return [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
+
+
 def _bad_model(model: str) -> bool:
     """A model name no upstream is sent: blank, over 256 characters, or holding a
     control character (C0 or DEL)."""
@@ -906,8 +912,8 @@ class AiService:
         if counts is not None:
             call.tokens_in, call.tokens_out = counts
         else:
-            for choice in answer.get("choices") or ():
-                if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+            for choice in _choices(answer.get("choices")):
+                if isinstance(choice.get("message"), dict):
                     call.out_chars += _text_chars(choice["message"].get("content"))
         await self._finish(call)
         content = without_secrets(content, opened.redactor)
@@ -1058,8 +1064,8 @@ class AiService:
                 call.tokens_in, call.tokens_out = counts
             if usage is not None and not asked_usage and not chunk.get("choices"):
                 return False  # the usage chunk the proxy asked for, believed or not
-            for choice in chunk.get("choices") or ():
-                if isinstance(choice, dict) and isinstance(choice.get("delta"), dict):
+            for choice in _choices(chunk.get("choices")):
+                if isinstance(choice.get("delta"), dict):
                     call.out_chars += _text_chars(choice["delta"].get("content"))
         return True
 
