@@ -732,3 +732,44 @@ def test_a_conversation_takes_no_message_once_it_holds_200(env: Env) -> None:
         found = _ok(http.get(f"/v1/agent/conversations/{conversation_id}"), 200)
         assert len(found["messages"]) == 200
         assert len(found["turns"]) == 100
+
+
+def test_ductor_chat_with_yes_json_and_the_model_from_the_environment(env: Env) -> None:
+    server = env.server
+
+    def chat(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ductor_server.cli", "chat", *args],
+            env={**server_env(server), **extra},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    with server.client() as http:
+        before = len(_runs(http, "brittle"))
+    # --yes runs the mutating call at once; --json prints the answer whole.
+    done = chat("--yes", "--json", "-m", "start brittle", DUCTOR_CHAT_MODEL="operator")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    turn = answer["turn"]
+    assert turn["status"] == "completed"
+    [call] = _calls(turn)
+    assert (call["tool"], call["status"], call["approval"]) == (
+        "trigger_run",
+        "executed",
+        "allowed",
+    )
+    assert f"conversation {answer['conversation']['id']}" in done.stderr
+    with server.client() as http:
+        assert len(_runs(http, "brittle")) == before + 1
+    # No model, or a connection the tenant lacks: one clear line, no traceback.
+    missing = chat("-m", "hi")
+    assert missing.returncode not in (0, 3)
+    assert "--model or DUCTOR_CHAT_MODEL" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    unknown = chat("--model", "operator", "--connection", "nope", "-m", "hi")
+    assert unknown.returncode not in (0, 3)
+    assert "connection.not_found" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
