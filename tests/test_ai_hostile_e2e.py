@@ -301,3 +301,64 @@ def test_odd_answers_and_events_of_an_upstream_are_passed_on_not_a_crash(
             record = _record(server, request_id)
             assert (record["status"], record["usage_source"]) == ("ok", "estimated"), odd
         assert _chat(http, "echo").status_code == 200
+
+
+def test_prices_and_settings_hold_their_bounds(
+    server: ServerProcess, upstream: ScriptedUpstream
+) -> None:
+    """Prices are integers from 0 to 2^53 - 1 and at most 1000 a tenant, even when
+    the last ones are set at the same time; `*` prices the rest; the timeout is 0.1
+    to 600 seconds."""
+    server = _start(server)
+    with server.client() as http:
+        _setup(http, upstream)
+        for value in (0, MAX_USAGE):
+            answer = http.put("/v1/ai/prices/edge", json={"input_per_million": value})
+            assert answer.status_code in (200, 201), answer.text
+        for bad in (-1, MAX_USAGE + 1, 1.5, "1", True, None):
+            answer = http.put("/v1/ai/prices/edge", json={"input_per_million": bad})
+            assert answer.status_code == 422, (bad, answer.text)
+            assert answer.json()["code"] == "request.invalid"
+            answer = http.put(
+                "/v1/ai/prices/edge", json={"input_per_million": 1, "output_per_million": bad}
+            )
+            assert answer.status_code == 422, (bad, answer.text)
+        assert http.get("/v1/ai/prices/edge").json()["input_per_million"] == MAX_USAGE
+        # `*` prices a model without a price of its own; a name may hold `/`.
+        star = http.put("/v1/ai/prices/*", json={"input_per_million": 2_000_000})
+        assert star.status_code == 201, star.text
+        assert _chat(http, "echo").headers["ductor-cost-micros"] == "22"  # 11 tokens in
+        meta = http.put("/v1/ai/prices/meta/llama-3", json={"input_per_million": 1})
+        assert meta.status_code == 201, meta.text
+        assert http.get("/v1/ai/prices/meta/llama-3").json()["model"] == "meta/llama-3"
+        assert http.delete("/v1/ai/prices/meta/llama-3").status_code == 204
+        gone = http.get("/v1/ai/prices/meta/llama-3")
+        assert (gone.status_code, gone.json()["code"]) == (404, "ai.price_not_found")
+        assert http.delete("/v1/ai/prices/meta/llama-3").status_code == 404
+
+        for seconds in (0.1, 600):
+            answer = http.put("/v1/ai/settings", json={"timeout_seconds": seconds})
+            assert answer.status_code == 200, answer.text
+        for seconds in (0.09, 600.1, -1, "60"):
+            answer = http.put("/v1/ai/settings", json={"timeout_seconds": seconds})
+            assert answer.status_code == 422, (seconds, answer.text)
+        answer = http.put("/v1/ai/settings", json={"default_connection": "nope"})
+        assert (answer.status_code, answer.json()["code"]) == (404, "connection.not_found")
+
+        have = len(http.get("/v1/ai/prices").json())
+        for n in range(have, 995):
+            assert http.put(f"/v1/ai/prices/m{n}", json={"input_per_million": 1}).status_code == 201
+
+    def put(n: int) -> int:
+        with server.client() as mine:
+            return mine.put(f"/v1/ai/prices/race{n}", json={"input_per_million": 1}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = sorted(pool.map(put, range(12)))
+    assert statuses == [201] * 5 + [422] * 7
+    with server.client() as http:
+        assert len(http.get("/v1/ai/prices").json()) == 1000
+        # At the limit a price is still replaced, and removing one makes room.
+        assert http.put("/v1/ai/prices/m994", json={"input_per_million": 2}).status_code == 200
+        assert http.delete("/v1/ai/prices/m994").status_code == 204
+        assert http.put("/v1/ai/prices/last", json={"input_per_million": 2}).status_code == 201
