@@ -1,9 +1,10 @@
 """The inference proxy against a hostile tenant and a hostile upstream, through real
 server processes on both backends and the scripted upstream on 127.0.0.1
-(tests/ai_upstream.py): requests racing a request budget, an event over 1 MiB in a
-stream, usage fields that are negative, huge or not numbers, and model names that
-no upstream should be sent. Each is a clear answer, never a 5xx of Ductor's own, a
-hang or a wrong charge.
+(tests/ai_upstream.py): requests racing a request budget or a cost budget, an
+event over 1 MiB in a stream, usage fields that are negative, huge or not numbers,
+answers and events of odd shapes, a caller hanging up on an endless stream, model
+names that no upstream should be sent, and prices and settings at their bounds.
+Each is a clear answer, never a 5xx of Ductor's own, a hang or a wrong charge.
 """
 
 from __future__ import annotations
@@ -362,3 +363,38 @@ def test_prices_and_settings_hold_their_bounds(
         assert http.put("/v1/ai/prices/m994", json={"input_per_million": 2}).status_code == 200
         assert http.delete("/v1/ai/prices/m994").status_code == 204
         assert http.put("/v1/ai/prices/last", json={"input_per_million": 2}).status_code == 201
+
+
+def test_requests_in_flight_pass_a_cost_budget_only_by_what_they_use(
+    server: ServerProcess, upstream: ScriptedUpstream
+) -> None:
+    """Requests admitted together on their estimates may take `ai.cost` past its limit
+    by what they use (their real usage is never refused), and the next is refused."""
+    server = _start(server)
+    with server.client() as http:
+        _setup(http, upstream)
+        price = {"input_per_million": 1_000_000, "output_per_million": 1_000_000}
+        assert http.put("/v1/ai/prices/echo", json=price).status_code == 201
+        assert (
+            http.put("/v1/budgets/ai.cost", json={"window": "day", "limit": 20}).status_code == 201
+        )
+
+    def ask(n: int) -> httpx.Response:
+        with server.client() as http:
+            return _chat(http, "echo", f"n{n}")
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(ask, range(6)))
+    ok = [a for a in answers if a.status_code == 200]
+    assert {a.status_code for a in answers} <= {200, 429}
+    assert ok  # the first is admitted whatever the order
+    with server.client() as http:
+        usage = {
+            row["meter"]: row["value"]
+            for row in http.get("/v1/usage", params={"window": "day"}).json()
+        }
+        assert usage["ai.cost"] == 18 * len(ok)  # 11 + 7 tokens at 1 micro each
+        assert len(upstream.bodies("echo")) == len(ok)
+        refused = _chat(http, "echo")
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["details"]["meter"] == "ai.cost"
