@@ -14,6 +14,7 @@ import pytest
 
 from ductor_server.storage import Store, StoreError, open_store
 from ductor_server.storage._sql_tx import SqlTx
+from ductor_server.storage.postgres import BATCH_BYTES, BATCH_ROWS, _chunks
 from ductor_server.storage.protocol import Tx
 from ductor_server.testing import CommitCounter
 
@@ -497,3 +498,22 @@ async def test_a_store_error_says_what_failed_without_the_rows_it_failed_on(
     assert "t_other" not in raised.value.message
     assert "secret-of-other" not in raised.value.message
     assert "probe_keys" in raised.value.message  # what failed is still said
+
+
+def test_a_batch_statement_carries_at_most_a_mebibyte_of_text_but_for_a_row_alone() -> None:
+    # libpq keeps a connection's buffers as large as its largest message: a batch
+    # of 64 step outputs of 1 MB went out as one 64 MB statement.
+    kib = "x" * 1024
+    rows = [("t", kib * 400, n) for n in range(6)] + [("t", kib * 1500, 6), ("t", "s", 7)]
+    chunks = list(_chunks(rows))
+    assert [(start, [row[2] for row in chunk]) for start, chunk in chunks] == [
+        (0, [0, 1]),
+        (2, [2, 3]),
+        (4, [4, 5]),
+        (6, [6]),  # over the limit alone: a statement of its own
+        (7, [7]),
+    ]
+    small = [("t", "s", n) for n in range(BATCH_ROWS * 2 + 1)]
+    assert [len(chunk) for _, chunk in _chunks(small)] == [BATCH_ROWS, BATCH_ROWS, 1]
+    assert list(_chunks([])) == []
+    assert BATCH_BYTES == 1024 * 1024

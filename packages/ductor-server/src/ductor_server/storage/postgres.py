@@ -113,6 +113,27 @@ also queues no more rows than this (see `PostgresTx`): a step's few writes go
 with its next answer, and a large batch's are sent as they come, not held."""
 
 
+BATCH_BYTES = 1024 * 1024
+"""The most text (str and bytes params) one batch statement carries, unless one
+row alone has more: for the same reason as `BATCH_ROWS`. A claim that stored 64
+step outputs of 1 MB sent them as one 64 MB statement, and the pool's
+connections kept such buffers: the server went past 1.3 GB."""
+
+
+def _chunks(rows: Sequence[Params]) -> Iterator[tuple[int, Sequence[Params]]]:
+    """`rows` as the (start, rows) of batch statements of at most `BATCH_ROWS`
+    rows and, but for a row that has more alone, `BATCH_BYTES` of text."""
+    start, size = 0, 0
+    for at, row in enumerate(rows):
+        length = sum(len(value) for value in row if isinstance(value, str | bytes))
+        if at > start and (at - start >= BATCH_ROWS or size + length > BATCH_BYTES):
+            yield start, rows[start:at]
+            start, size = at, 0
+        size += length
+    if start < len(rows):
+        yield start, rows[start:]
+
+
 def _columns(rows: Sequence[Params]) -> list[Any]:
     """A batch's params rows as one list per column, then the batch's size."""
     columns: list[Any] = [list(column) for column in zip(*rows, strict=True)]
@@ -258,16 +279,15 @@ class PostgresTx(SqlTx):
             if batch is None:
                 self._queued.extend((sql, row, None) for row in rows)
             else:
-                for start in range(0, len(rows), BATCH_ROWS):
-                    chunk = _columns(rows[start : start + BATCH_ROWS])
-                    self._queued.append((batch.sql, chunk, None))
+                for _, chunk in _chunks(rows):
+                    self._queued.append((batch.sql, _columns(chunk), None))
             self._queued_rows += len(rows)
             if self._queued_rows >= BATCH_ROWS:
                 await self._send_queued()
             return
         if batch is not None:
-            for start in range(0, len(rows), BATCH_ROWS):
-                await self._cur.execute(batch.sql, _columns(rows[start : start + BATCH_ROWS]))
+            for _, chunk in _chunks(rows):
+                await self._cur.execute(batch.sql, _columns(chunk))
             return
         if len(rows) == 1:
             await self._cur.execute(sql, rows[0])
@@ -315,8 +335,7 @@ class PostgresTx(SqlTx):
             cursors.append((0, rows, self._conn.cursor()))
             self._queued.append((sql, rows[0], cursors[0][2]))
         else:
-            for start in range(0, len(rows), BATCH_ROWS):
-                chunk = rows[start : start + BATCH_ROWS]
+            for start, chunk in _chunks(rows):
                 cursor = self._conn.cursor()
                 cursors.append((start, chunk, cursor))
                 self._queued.append((batch.sql, _columns(chunk), cursor))
@@ -379,10 +398,9 @@ class PostgresTx(SqlTx):
 
     async def _run_batch(self, batch: Batch, rows: Sequence[Params]) -> list[tuple[int, Row]]:
         """Each result row of `batch` with the position of the params row it answers
-        (`BATCH_ROWS` params rows per statement)."""
+        (`_chunks`: `BATCH_ROWS` params rows per statement, `BATCH_BYTES` of text)."""
         out: list[tuple[int, Row]] = []
-        for start in range(0, len(rows), BATCH_ROWS):
-            chunk = rows[start : start + BATCH_ROWS]
+        for start, chunk in _chunks(rows):
             cur = await self._send(batch.sql, _columns(chunk))
             out.extend(self._placed(batch, start, chunk, await cur.fetchall()))
         return out
