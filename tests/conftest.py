@@ -28,6 +28,8 @@ from ductor_server.cli_server import create_key
 from ductor_server.storage import open_store
 from ductor_server.testing import LoopbackHTTPServer, free_port
 
+from .ai_upstream import ScriptedUpstream
+
 pytest_plugins = ["ductor_server.pytest_plugin"]
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -478,3 +480,14 @@ def private_redis() -> Iterator[PrivateRedis]:
     finally:
         if redis.proc is not None and redis.proc.poll() is None:
             redis.kill9()
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    """A scripted OpenAI-compatible upstream on loopback, stopped after the test
+    (the agent's and Connect's tests keep one for their whole module)."""
+    scripted = ScriptedUpstream().start()
+    try:
+        yield scripted
+    finally:
+        scripted.stop()

@@ -9,10 +9,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from ductor_server.transports.rest.errors import STATUS_BY_CODE
 
@@ -24,15 +21,6 @@ DOC = (Path(__file__).resolve().parents[1] / "docs" / "ai.md").read_text()
 
 def blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", DOC, re.DOTALL | re.MULTILINE)
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    scripted = ScriptedUpstream().start()
-    try:
-        yield scripted
-    finally:
-        scripted.stop()
 
 
 def test_the_examples_print_what_the_doc_says(

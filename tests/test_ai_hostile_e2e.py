@@ -13,26 +13,15 @@ import concurrent.futures
 import json
 import time
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from .ai_upstream import PIECES, UPSTREAM_KEY, ScriptedUpstream
 from .conftest import ServerProcess
 from .test_ai_proxy_e2e import _record, _setup, _start
 
 MAX_USAGE = 2**53 - 1
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    scripted = ScriptedUpstream().start()
-    try:
-        yield scripted
-    finally:
-        scripted.stop()
 
 
 def _chat(http: httpx.Client, model: str, content: str = "hi", **body: Any) -> httpx.Response:

@@ -13,7 +13,6 @@ import asyncio
 import concurrent.futures
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,15 +23,6 @@ from ductor_server.connections import new_secret_key
 
 from .ai_upstream import PIECES, STREAM_USAGE, UPSTREAM_KEY, USAGE, ScriptedUpstream
 from .conftest import ServerProcess, _create_key
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    scripted = ScriptedUpstream().start()
-    try:
-        yield scripted
-    finally:
-        scripted.stop()
 
 
 def _target(server: ServerProcess) -> str:
