@@ -13,6 +13,8 @@ import concurrent.futures
 import json
 import time
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -22,6 +24,21 @@ from .conftest import ServerProcess
 from .test_ai_proxy_e2e import _record, _setup, _start
 
 MAX_USAGE = 2**53 - 1
+
+
+@contextmanager
+def _streamed(server: ServerProcess, model: str) -> Iterator[httpx.Response]:
+    """A streamed chat completion of `model`, open while the block runs."""
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as http,
+        http.stream(
+            "POST",
+            "/v1/ai/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+            headers={"Authorization": f"Bearer {server.api_key}"},
+        ) as response,
+    ):
+        yield response
 
 
 def _chat(http: httpx.Client, model: str, content: str = "hi", **body: Any) -> httpx.Response:
@@ -72,16 +89,7 @@ def test_an_event_over_a_mebibyte_ends_the_stream(
     with server.client() as http:
         _setup(http, upstream)
     relayed = bytearray()
-    with (
-        httpx.Client(base_url=server.url, timeout=30) as http,
-        http.stream(
-            "POST",
-            "/v1/ai/chat/completions",
-            json={"model": "bigevent", "messages": [{"role": "user", "content": "hi"}]}
-            | {"stream": True},
-            headers={"Authorization": f"Bearer {server.api_key}"},
-        ) as response,
-    ):
+    with _streamed(server, "bigevent") as response:
         assert response.status_code == 200
         request_id = response.headers["ductor-request-id"]
         for chunk in response.iter_bytes():
@@ -212,16 +220,7 @@ def test_a_caller_hanging_up_mid_stream_lets_the_upstream_go(
     server = _start(server)
     with server.client() as http:
         _setup(http, upstream)
-    with (
-        httpx.Client(base_url=server.url, timeout=30) as http,
-        http.stream(
-            "POST",
-            "/v1/ai/chat/completions",
-            json={"model": "endless", "messages": [{"role": "user", "content": "hi"}]}
-            | {"stream": True},
-            headers={"Authorization": f"Bearer {server.api_key}"},
-        ) as response,
-    ):
+    with _streamed(server, "endless") as response:
         assert response.status_code == 200
         request_id = response.headers["ductor-request-id"]
         got = 0
