@@ -121,16 +121,13 @@ def _run(argv: Sequence[str] | None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
-    except PermissionError as exc:
-        # A file of the data dir (the pid file, a key file) another user owns.
+    except OSError as exc:
+        # A file of the data dir (the pid file, a key file) another user owns, or
+        # that is no file (a directory in its place).
+        if exc.filename is None and not isinstance(exc, PermissionError):
+            raise
         where = f" {exc.filename}" if exc.filename else ""
         sys.stderr.write(f"error: cannot use{where}: {exc.strerror or exc}\n")
-        return 1
-    except OSError as exc:
-        # A file of the data dir that is no file (a directory in its place).
-        if exc.filename is None:
-            raise
-        sys.stderr.write(f"error: cannot use {exc.filename}: {exc.strerror or exc}\n")
         return 1
     except KeyboardInterrupt:
         return 130

@@ -69,6 +69,12 @@ _CHUNK = 400
 _encoder = msgspec.json.Encoder()
 _any_decoder = msgspec.json.Decoder()
 _state_decoder = msgspec.json.Decoder(RunState)
+_input_decoder: msgspec.json.Decoder[RunInput] = msgspec.json.Decoder(RunInput)
+_error_decoder = msgspec.json.Decoder(ErrorInfo)
+_strings_decoder = msgspec.json.Decoder(list[str])
+
+_cursor_decoder = msgspec.json.Decoder(tuple[str, str])
+_outlined_decoder = msgspec.json.Decoder(Outlined)
 
 
 def _without_input(state: RunState) -> RunState:
@@ -84,12 +90,6 @@ def _with_input(state: RunState, input: Any) -> RunState:
         return msgspec.structs.replace(state, input=input)
     return state
 
-
-_input_decoder: msgspec.json.Decoder[RunInput] = msgspec.json.Decoder(RunInput)
-_error_decoder = msgspec.json.Decoder(ErrorInfo)
-_strings_decoder = msgspec.json.Decoder(list[str])
-_cursor_decoder = msgspec.json.Decoder(tuple[str, str])
-_outlined_decoder = msgspec.json.Decoder(Outlined)
 
 SAVE_RUN_OUTPUT = (
     "INSERT INTO run_outputs (tenant_id, run_id, step_ref, item_index, output)"
